@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs every Debian package bulkhead needs to build, run, test and benchmark.
+# Idempotent: packages already present are left alone. Run as root on Debian 12.
+set -euo pipefail
+
+packages=(
+  # build
+  build-essential cmake ninja-build pkg-config
+  # libraries the daemon links
+  libboost-dev libboost-system-dev nlohmann-json3-dev libseccomp-dev libsqlite3-dev
+  libspdlog-dev libfmt-dev libcli11-dev libarchive-dev libgtest-dev libgmock-dev
+  # storage: the loop-mounted xfs image that carries per-sandbox disk quotas
+  xfsprogs util-linux
+  # tests and benchmarks
+  python3 python3-pytest curl iproute2 procps psmisc tmux
+  bubblewrap crun runsc
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,19 @@
+// What `bulkhead serve` was started with.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace bulkhead::core {
+
+struct DaemonConfig {
+  std::string state_dir = "/var/lib/bulkhead";  // --state-dir / BULKHEAD_STATE
+  std::string listen = "127.0.0.1:7420";        // --listen / BULKHEAD_LISTEN; "" = unix socket only
+  std::string api_key;                           // BULKHEAD_API_KEY, else <state>/api-key
+  int warm_pool = 4;       // --warm-pool: ready sandboxes of the host image kept in advance
+  int io_threads = 2;      // threads serving HTTP
+  int blocking_threads = 4;  // threads running sandbox setup and teardown
+  int64_t max_sandboxes = 1000;
+  int64_t storage_gb = 0;  // size of the loop-mounted xfs image; 0 = derive from free disk
+};
+
+}  // namespace bulkhead::core

@@ -1,0 +1,38 @@
+// One command running in a sandbox, seen from the daemon: a connection to the sandbox's
+// init speaking ctl_protocol.h. Lives on an io_context; every call must come from it.
+#pragma once
+#include <utility>  // boost 1.74 awaitable.hpp uses std::exchange without including it
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <memory>
+#include <string>
+
+#include "common/result.h"
+#include "core/types.h"
+
+namespace bulkhead::core {
+
+class ExecSession {
+ public:
+  explicit ExecSession(boost::asio::local::stream_protocol::socket socket);
+  ~ExecSession();
+
+  // Connects to the init control socket at `ctl_path` and sends the request (and its stdin).
+  static boost::asio::awaitable<Result<std::unique_ptr<ExecSession>>> Start(
+      boost::asio::any_io_executor executor, std::string ctl_path, std::string request_json,
+      std::optional<std::string> stdin_data);
+
+  // The next event. kStarted comes first, kExit last; after kExit, calling Next is an error.
+  // An error frame from init (no such cwd/user) or a lost connection becomes an Error.
+  boost::asio::awaitable<Result<ExecEvent>> Next();
+
+  // Closes the connection: init then kills the command's process group.
+  void Cancel();
+
+ private:
+  boost::asio::local::stream_protocol::socket socket_;
+  bool done_ = false;
+};
+
+}  // namespace bulkhead::core

@@ -1,0 +1,575 @@
+#include "core/sandbox_manager.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <ctime>
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <set>
+#include <algorithm>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+#include <thread>
+
+#include "common/scope_guard.h"
+#include "common/unique_fd.h"
+#include "core/spec_json.h"
+#include "runtime/native/native_runtime.h"
+#include "runtime/native/uid_range.h"
+#include "storage/storage.h"
+#include "store/state_db.h"
+
+namespace bulkhead::core {
+namespace fs = std::filesystem;
+using runtime::InitProcess;
+
+namespace {
+
+int64_t NowUnix() { return static_cast<int64_t>(std::time(nullptr)); }
+
+std::string Rfc3339(int64_t seconds) {
+  std::time_t t = static_cast<std::time_t>(seconds);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// 20 characters of [a-z0-9]: unguessable (~103 bits) and short enough for socket paths.
+std::string NewId() {
+  static constexpr char kAlphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+  unsigned char raw[20];
+  (void)!::getrandom(raw, sizeof raw, 0);
+  std::string id;
+  for (unsigned char c : raw) id += kAlphabet[c % 36];
+  return id;
+}
+
+std::string Fnv1aHex(const std::string& s) {
+  uint32_t h = 2166136261u;
+  for (unsigned char c : s) h = (h ^ c) * 16777619u;
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08x", h);
+  return buf;
+}
+
+std::string InitBinaryPath() {
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  for (const fs::path& p : {self.parent_path() / "bulkhead-init", fs::path("/usr/local/lib/bulkhead/bulkhead-init"),
+                            fs::path("/usr/lib/bulkhead/bulkhead-init")})
+    if (fs::exists(p, ec)) return p.string();
+  return (self.parent_path() / "bulkhead-init").string();
+}
+
+// A sandbox as the manager tracks it in memory.
+struct Sandbox {
+  SandboxInfo info;
+  uid_t uid_base = 0;
+  InitProcess init;
+  int64_t expires_unix = 0;  // 0 = never
+  bool deleting = false;
+};
+
+}  // namespace
+
+class SandboxManagerImpl : public SandboxManager {
+ public:
+  SandboxManagerImpl(DaemonConfig config, UniqueFd lock, std::unique_ptr<store::StateDb> db,
+                     std::unique_ptr<storage::Storage> storage,
+                     std::unique_ptr<runtime::native::NativeRuntime> runtime, std::string host_rootfs)
+      : config_(std::move(config)),
+        lock_(std::move(lock)),
+        db_(std::move(db)),
+        storage_(std::move(storage)),
+        runtime_(std::move(runtime)),
+        uids_(config_.state_dir),
+        host_rootfs_(std::move(host_rootfs)) {}
+
+  ~SandboxManagerImpl() override { Shutdown(); }
+
+  Status Recover();
+  void StartBackground();
+
+  Result<SandboxInfo> Create(const SandboxSpec& spec) override;
+  Result<SandboxInfo> Get(const std::string& id) override;
+  std::vector<SandboxInfo> List(const ListFilter& filter) override;
+  Status Delete(const std::string& id) override;
+  Result<SandboxInfo> SetTimeout(const std::string& id, int64_t timeout_s) override;
+  boost::asio::awaitable<Result<std::unique_ptr<ExecSession>>> StartExec(boost::asio::any_io_executor executor,
+                                                                         const std::string& id,
+                                                                         ExecRequest request) override;
+  std::vector<ImageInfo> ListImages() override { return storage_->ListImages(); }
+  Result<ImageInfo> ImportImage(const std::string& name, const std::string& tar_path) override {
+    return storage_->ImportImage(name, tar_path);
+  }
+  Status DeleteImage(const std::string& name) override;
+  ManagerStats Stats() override;
+  const DaemonConfig& config() const override { return config_; }
+  void Shutdown() override;
+
+ private:
+  std::string SandboxDir(const std::string& id) const { return config_.state_dir + "/sandboxes/" + id; }
+  std::string CtlPath(const std::string& id) const { return SandboxDir(id) + "/ctl.sock"; }
+  bool PoolEligible(const SandboxSpec& spec) const {
+    return spec.image == "host" && spec.runtime == "native" && spec.network.mode == "none";
+  }
+  store::SandboxRow RowOf(const Sandbox& sb) const;
+  // Makes a running sandbox (state "starting" in the database until the caller says otherwise).
+  Result<std::shared_ptr<Sandbox>> Launch(const SandboxSpec& spec, const std::string& db_state);
+  // Frees everything a sandbox may hold; each step tolerates the resource being absent.
+  Status Teardown(const std::string& id, uid_t uid_base, const InitProcess& init);
+  void ApplyLifetime(Sandbox& sb, int64_t timeout_s);
+  void PoolLoop();
+  void TimerLoop();
+
+  DaemonConfig config_;
+  UniqueFd lock_;
+  std::unique_ptr<store::StateDb> db_;
+  std::unique_ptr<storage::Storage> storage_;
+  std::unique_ptr<runtime::native::NativeRuntime> runtime_;
+  runtime::native::UidRanges uids_;
+  std::mutex uids_mu_;
+  std::string host_rootfs_;
+
+  std::mutex mu_;  // guards sandboxes_, pool_ and stats_
+  std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
+  std::deque<std::shared_ptr<Sandbox>> pool_;
+  ManagerStats stats_;
+
+  std::atomic<bool> stopping_{false};
+  std::condition_variable wake_;
+  std::thread pool_thread_, timer_thread_;
+  std::once_flag shutdown_once_;
+};
+
+// ---------------------------------------------------------------------------------------
+
+Result<std::unique_ptr<SandboxManager>> SandboxManager::Open(const DaemonConfig& config) {
+  std::error_code ec;
+  fs::create_directories(config.state_dir, ec);
+  if (ec) return MakeError(ErrorCode::kInternal, "create state dir " + config.state_dir + ": " + ec.message());
+  ::chmod(config.state_dir.c_str(), 0711);
+  // <state>/sandboxes/<20 chars>/ctl.sock must fit a unix socket path (107 bytes).
+  if (config.state_dir.size() > 70)
+    return MakeError(ErrorCode::kInvalid, "state dir path too long (max 70 characters): " + config.state_dir);
+  fs::create_directories(config.state_dir + "/sandboxes", ec);
+  ::chmod((config.state_dir + "/sandboxes").c_str(), 0700);
+
+  UniqueFd lock(::open((config.state_dir + "/daemon.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!lock) return SystemError("open daemon.lock", errno);
+  if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0)
+    return MakeError(ErrorCode::kConflict, "another bulkhead daemon is using " + config.state_dir);
+
+  auto db = store::StateDb::Open(config.state_dir + "/bulkhead.db");
+  if (!db) return db.error();
+  auto storage = storage::Storage::Open(config.state_dir, config.storage_gb);
+  if (!storage) return storage.error();
+  auto host = (*storage)->EnsureHostImage();
+  if (!host) return host.error();
+  auto rt = runtime::native::NativeRuntime::Create(Fnv1aHex(fs::weakly_canonical(config.state_dir).string()),
+                                                   InitBinaryPath());
+  if (!rt) return rt.error();
+  if (!(*storage)->quotas_enforced()) spdlog::warn("disk quotas are not enforced on this host");
+
+  auto mgr = std::make_unique<SandboxManagerImpl>(config, std::move(lock), std::move(*db), std::move(*storage),
+                                                  std::move(*rt), std::move(*host));
+  BH_TRY(mgr->Recover());
+  mgr->StartBackground();
+  return std::unique_ptr<SandboxManager>(std::move(mgr));
+}
+
+// After a restart: re-attach to sandboxes whose init still runs, and free everything a
+// crash left half-made (rows still "starting" or "pooled", cgroups and layers without a row).
+Status SandboxManagerImpl::Recover() {
+  auto rows = db_->LoadAll();
+  if (!rows) return rows.error();
+  std::set<std::string> known;
+  for (auto& row : *rows) {
+    InitProcess init{static_cast<pid_t>(row.init_pid), row.init_start_time};
+    if (row.state == "starting" || row.state == "pooled") {
+      spdlog::info("recover: removing unfinished sandbox {}", row.id);
+      (void)Teardown(row.id, row.uid_base, init);
+      continue;
+    }
+    auto spec = SpecFromJson(row.spec_json);
+    if (!spec) {
+      spdlog::error("recover: sandbox {}: {}", row.id, spec.error().message);
+      continue;
+    }
+    auto sb = std::make_shared<Sandbox>();
+    sb->info.id = row.id;
+    sb->info.spec = *spec;
+    sb->info.created_at = row.created_at;
+    sb->uid_base = row.uid_base;
+    sb->init = init;
+    sb->expires_unix = row.expires_at;
+    if (row.expires_at) sb->info.expires_at = Rfc3339(row.expires_at);
+    if (row.state == "running" && runtime_->Alive(init)) {
+      sb->info.state = "running";
+      (void)uids_.Reclaim(row.uid_base, row.id);
+      spdlog::info("recover: re-attached to sandbox {} (init pid {})", row.id, init.pid);
+    } else {
+      // Its processes are gone (host reboot, or killed): the files stay, the sandbox is stopped.
+      sb->info.state = "stopped";
+      (void)runtime_->Destroy(row.id, init);
+      (void)uids_.Reclaim(row.uid_base, row.id);
+      (void)db_->Put(RowOf(*sb));
+      spdlog::info("recover: sandbox {} is stopped (its init is gone)", row.id);
+    }
+    known.insert(row.id);
+    sandboxes_[row.id] = sb;
+  }
+  for (const auto& id : runtime_->ListCgroups())
+    if (!known.count(id)) (void)runtime_->Destroy(id, {});
+  for (const auto& id : storage_->ListLayers())
+    if (!known.count(id)) (void)storage_->DestroyLayer(id);
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(config_.state_dir + "/sandboxes", ec))
+    if (!known.count(entry.path().filename().string())) fs::remove_all(entry.path(), ec);
+  stats_.sandboxes_running = static_cast<int64_t>(sandboxes_.size());
+  return {};
+}
+
+void SandboxManagerImpl::StartBackground() {
+  if (config_.warm_pool > 0) pool_thread_ = std::thread([this] { PoolLoop(); });
+  timer_thread_ = std::thread([this] { TimerLoop(); });
+}
+
+store::SandboxRow SandboxManagerImpl::RowOf(const Sandbox& sb) const {
+  store::SandboxRow r;
+  r.id = sb.info.id;
+  r.state = sb.info.state;
+  r.spec_json = SpecToJson(sb.info.spec);
+  r.created_at = sb.info.created_at;
+  r.expires_at = sb.expires_unix;
+  r.uid_base = sb.uid_base;
+  r.init_pid = sb.init.pid;
+  r.init_start_time = sb.init.start_time;
+  return r;
+}
+
+Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::Launch(const SandboxSpec& spec, const std::string& db_state) {
+  auto sb = std::make_shared<Sandbox>();
+  sb->info.id = NewId();
+  sb->info.spec = spec;
+  sb->info.state = "starting";
+  sb->info.created_at = Rfc3339(NowUnix());
+  const std::string& id = sb->info.id;
+
+  std::string rootfs = host_rootfs_;
+  std::vector<std::string> binds;
+  if (spec.image == "host") {
+    binds = storage_->HostBindDirs();
+  } else {
+    auto image = storage_->ImageRootfs(spec.image);
+    if (!image) return image.error();
+    rootfs = *image;
+  }
+  {
+    std::lock_guard lock(uids_mu_);
+    auto base = uids_.Claim(id);
+    if (!base) return base.error();
+    sb->uid_base = *base;
+  }
+  // The row exists before any resource does, so a crash at any point below is cleaned up
+  // by Recover().
+  if (auto st = db_->Put(RowOf(*sb)); !st) {
+    std::lock_guard lock(uids_mu_);
+    uids_.Release(sb->uid_base);
+    return st.error();
+  }
+  ScopeGuard undo([&] { (void)Teardown(id, sb->uid_base, sb->init); });
+
+  auto layer = storage_->CreateLayer(id, sb->uid_base, sb->uid_base, spec.disk_mb);
+  if (!layer) return layer.error();
+  std::string dir = SandboxDir(id);
+  if (::mkdir(dir.c_str(), 0700) != 0) return SystemError("mkdir " + dir, errno);
+
+  runtime::LaunchSpec ls;
+  ls.id = id;
+  ls.rootfs = rootfs;
+  ls.host_binds = binds;
+  ls.upper = layer->upper;
+  ls.work = layer->work;
+  ls.staging = dir;
+  ls.ctl_socket = CtlPath(id);
+  ls.host_uid = sb->uid_base;
+  ls.limits = {spec.cpus, spec.memory_mb, spec.pids};
+  auto init = runtime_->Launch(ls);
+  if (!init) return init.error();
+  sb->init = *init;
+  sb->info.state = db_state;
+  BH_TRY(db_->Put(RowOf(*sb)));
+  undo.Dismiss();
+  return sb;
+}
+
+Status SandboxManagerImpl::Teardown(const std::string& id, uid_t uid_base, const InitProcess& init) {
+  Status first;
+  auto note = [&](Status st) {
+    if (!st && first) first = st;
+  };
+  note(runtime_->Destroy(id, init));
+  note(storage_->DestroyLayer(id));
+  std::error_code ec;
+  fs::remove_all(SandboxDir(id), ec);
+  {
+    std::lock_guard lock(uids_mu_);
+    uids_.Release(uid_base);
+  }
+  // Keep the row if something is left behind, so that the next start retries.
+  if (first.ok())
+    note(db_->Remove(id));
+  else
+    spdlog::warn("teardown of {}: {}", id, first.error().message);
+  return first;
+}
+
+void SandboxManagerImpl::ApplyLifetime(Sandbox& sb, int64_t timeout_s) {
+  sb.info.spec.timeout_s = timeout_s;
+  sb.expires_unix = timeout_s > 0 ? NowUnix() + timeout_s : 0;
+  if (sb.expires_unix)
+    sb.info.expires_at = Rfc3339(sb.expires_unix);
+  else
+    sb.info.expires_at.reset();
+}
+
+Result<SandboxInfo> SandboxManagerImpl::Create(const SandboxSpec& spec) {
+  if (stopping_) return MakeError(ErrorCode::kUnavailable, "the daemon is shutting down");
+  if (spec.image != "host" && !storage_->ImageExists(spec.image))
+    return MakeError(ErrorCode::kNotFound, "no image named " + spec.image, "image_not_found");
+  std::shared_ptr<Sandbox> sb;
+  {
+    std::lock_guard lock(mu_);
+    if (static_cast<int64_t>(sandboxes_.size()) >= config_.max_sandboxes)
+      return MakeError(ErrorCode::kTooMany, "sandbox limit reached (" + std::to_string(config_.max_sandboxes) + ")");
+    if (PoolEligible(spec) && !pool_.empty()) {
+      sb = pool_.front();
+      pool_.pop_front();
+      stats_.warm_pool_hits_total++;
+    } else if (PoolEligible(spec)) {
+      stats_.warm_pool_misses_total++;
+    }
+  }
+  wake_.notify_all();
+  if (sb) {
+    // A pooled sandbox was made with default limits: give it this request's.
+    Status st = runtime_->SetLimits(sb->info.id, {spec.cpus, spec.memory_mb, spec.pids});
+    if (st) st = storage_->SetLayerQuota(sb->info.id, spec.disk_mb);
+    if (!st) {
+      (void)Teardown(sb->info.id, sb->uid_base, sb->init);
+      sb.reset();
+    } else {
+      sb->info.spec = spec;
+      sb->info.state = "running";
+      sb->info.created_at = Rfc3339(NowUnix());
+    }
+  }
+  if (!sb) {
+    auto launched = Launch(spec, "running");
+    if (!launched) {
+      std::lock_guard lock(mu_);
+      stats_.sandbox_create_failures_total++;
+      return launched.error();
+    }
+    sb = *launched;
+  }
+  ApplyLifetime(*sb, spec.timeout_s);
+  if (auto st = db_->Put(RowOf(*sb)); !st) {
+    (void)Teardown(sb->info.id, sb->uid_base, sb->init);
+    return st.error();
+  }
+  std::lock_guard lock(mu_);
+  sandboxes_[sb->info.id] = sb;
+  stats_.sandboxes_created_total++;
+  stats_.sandboxes_running = static_cast<int64_t>(sandboxes_.size());
+  return sb->info;
+}
+
+Result<SandboxInfo> SandboxManagerImpl::Get(const std::string& id) {
+  std::shared_ptr<Sandbox> sb;
+  {
+    std::lock_guard lock(mu_);
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end() || it->second->deleting)
+      return MakeError(ErrorCode::kNotFound, "no sandbox " + id, "sandbox_not_found");
+    sb = it->second;
+  }
+  SandboxInfo info;
+  {
+    std::lock_guard lock(mu_);
+    info = sb->info;
+  }
+  SandboxUsage usage;
+  if (info.state == "running") {
+    if (auto u = runtime_->Usage(id)) usage = *u;
+  }
+  if (auto d = storage_->LayerUsageBytes(id)) usage.disk_bytes = *d;
+  info.usage = usage;
+  return info;
+}
+
+std::vector<SandboxInfo> SandboxManagerImpl::List(const ListFilter& filter) {
+  std::vector<SandboxInfo> out;
+  std::lock_guard lock(mu_);
+  for (const auto& [id, sb] : sandboxes_) {
+    if (sb->deleting) continue;
+    if (filter.state && sb->info.state != *filter.state) continue;
+    bool match = true;
+    for (const auto& [k, v] : filter.metadata) {
+      auto it = sb->info.spec.metadata.find(k);
+      if (it == sb->info.spec.metadata.end() || it->second != v) match = false;
+    }
+    if (match) out.push_back(sb->info);
+  }
+  std::sort(out.begin(), out.end(), [](const SandboxInfo& a, const SandboxInfo& b) {
+    return a.created_at != b.created_at ? a.created_at < b.created_at : a.id < b.id;
+  });
+  return out;
+}
+
+Status SandboxManagerImpl::Delete(const std::string& id) {
+  std::shared_ptr<Sandbox> sb;
+  {
+    std::lock_guard lock(mu_);
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end() || it->second->deleting)
+      return MakeError(ErrorCode::kNotFound, "no sandbox " + id, "sandbox_not_found");
+    sb = it->second;
+    sb->deleting = true;
+  }
+  Status st = Teardown(id, sb->uid_base, sb->init);
+  std::lock_guard lock(mu_);
+  sandboxes_.erase(id);
+  stats_.sandboxes_deleted_total++;
+  stats_.sandboxes_running = static_cast<int64_t>(sandboxes_.size());
+  return st;
+}
+
+Result<SandboxInfo> SandboxManagerImpl::SetTimeout(const std::string& id, int64_t timeout_s) {
+  std::lock_guard lock(mu_);
+  auto it = sandboxes_.find(id);
+  if (it == sandboxes_.end() || it->second->deleting)
+    return MakeError(ErrorCode::kNotFound, "no sandbox " + id, "sandbox_not_found");
+  ApplyLifetime(*it->second, timeout_s);
+  BH_TRY(db_->Put(RowOf(*it->second)));
+  return it->second->info;
+}
+
+boost::asio::awaitable<Result<std::unique_ptr<ExecSession>>> SandboxManagerImpl::StartExec(
+    boost::asio::any_io_executor executor, const std::string& id, ExecRequest req) {
+  SandboxSpec spec;
+  {
+    std::lock_guard lock(mu_);
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end() || it->second->deleting)
+      co_return MakeError(ErrorCode::kNotFound, "no sandbox " + id, "sandbox_not_found");
+    if (it->second->info.state != "running")
+      co_return MakeError(ErrorCode::kConflict, "sandbox " + id + " is " + it->second->info.state,
+                          "sandbox_not_running");
+    spec = it->second->info.spec;
+    stats_.execs_total++;
+  }
+  std::map<std::string, std::string> env = spec.env;
+  for (const auto& [k, v] : req.env) env[k] = v;
+  nlohmann::json env_list = nlohmann::json::array();
+  for (const auto& [k, v] : env) env_list.push_back(k + "=" + v);
+  nlohmann::json j = {{"argv", req.argv},
+                      {"env", env_list},
+                      {"cwd", req.cwd.value_or(spec.workdir)},
+                      {"user", req.user.value_or(spec.user)},
+                      {"timeout_ms", req.timeout_s * 1000},
+                      {"stdin", req.stdin_data.has_value()}};
+  co_return co_await ExecSession::Start(executor, CtlPath(id), j.dump(), std::move(req.stdin_data));
+}
+
+Status SandboxManagerImpl::DeleteImage(const std::string& name) {
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, sb] : sandboxes_)
+      if (sb->info.spec.image == name)
+        return MakeError(ErrorCode::kConflict, "image " + name + " is used by sandbox " + id, "image_in_use");
+  }
+  return storage_->DeleteImage(name);
+}
+
+ManagerStats SandboxManagerImpl::Stats() {
+  std::lock_guard lock(mu_);
+  ManagerStats s = stats_;
+  s.warm_pool_ready = static_cast<int64_t>(pool_.size());
+  return s;
+}
+
+void SandboxManagerImpl::PoolLoop() {
+  SandboxSpec defaults;
+  defaults.timeout_s = 0;
+  while (!stopping_) {
+    {
+      std::unique_lock lock(mu_);
+      wake_.wait_for(lock, std::chrono::seconds(1), [&] {
+        return stopping_ || static_cast<int>(pool_.size()) < config_.warm_pool;
+      });
+      if (stopping_) break;
+      if (static_cast<int>(pool_.size()) >= config_.warm_pool) continue;
+    }
+    auto sb = Launch(defaults, "pooled");
+    if (!sb) {
+      spdlog::warn("warm pool: {}", sb.error().message);
+      std::unique_lock lock(mu_);
+      wake_.wait_for(lock, std::chrono::seconds(5), [&] { return stopping_.load(); });
+      continue;
+    }
+    std::lock_guard lock(mu_);
+    pool_.push_back(*sb);
+  }
+}
+
+void SandboxManagerImpl::TimerLoop() {
+  while (!stopping_) {
+    {
+      std::unique_lock lock(mu_);
+      wake_.wait_for(lock, std::chrono::milliseconds(250), [&] { return stopping_.load(); });
+    }
+    if (stopping_) break;
+    std::vector<std::string> expired;
+    int64_t now = NowUnix();
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& [id, sb] : sandboxes_)
+        if (!sb->deleting && sb->expires_unix && sb->expires_unix <= now) expired.push_back(id);
+    }
+    for (const auto& id : expired) {
+      spdlog::info("sandbox {} reached its timeout; deleting it", id);
+      (void)Delete(id);
+    }
+  }
+}
+
+void SandboxManagerImpl::Shutdown() {
+  std::call_once(shutdown_once_, [&] {
+    stopping_ = true;
+    wake_.notify_all();
+    if (pool_thread_.joinable()) pool_thread_.join();
+    if (timer_thread_.joinable()) timer_thread_.join();
+    std::deque<std::shared_ptr<Sandbox>> pool;
+    {
+      std::lock_guard lock(mu_);
+      pool.swap(pool_);
+    }
+    for (const auto& sb : pool) (void)Teardown(sb->info.id, sb->uid_base, sb->init);
+  });
+}
+
+}  // namespace bulkhead::core

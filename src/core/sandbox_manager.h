@@ -1,0 +1,64 @@
+// SandboxManager: the lifecycle of every sandbox of one daemon. Owns the state database,
+// the storage, the isolation runtime and the warm pool. Thread-safe.
+//
+// Calls marked (blocking) do real system work (mounts, clone, cgroups, SQLite) and take
+// milliseconds: api/ runs them on the blocking thread pool, never on an io thread.
+#pragma once
+#include <utility>  // boost 1.74 awaitable.hpp uses std::exchange without including it
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "core/config.h"
+#include "core/exec_session.h"
+#include "core/types.h"
+
+namespace bulkhead::core {
+
+struct ManagerStats {
+  int64_t sandboxes_running = 0;
+  int64_t sandboxes_created_total = 0;
+  int64_t sandboxes_deleted_total = 0;
+  int64_t sandbox_create_failures_total = 0;
+  int64_t execs_total = 0;
+  int64_t warm_pool_ready = 0;
+  int64_t warm_pool_hits_total = 0;
+  int64_t warm_pool_misses_total = 0;
+};
+
+class SandboxManager {
+ public:
+  virtual ~SandboxManager() = default;
+
+  // Opens (or creates) the state under config.state_dir, re-attaches to sandboxes that
+  // survived a daemon restart and starts the warm pool. (blocking)
+  static Result<std::unique_ptr<SandboxManager>> Open(const DaemonConfig& config);
+
+  virtual Result<SandboxInfo> Create(const SandboxSpec& spec) = 0;            // (blocking)
+  virtual Result<SandboxInfo> Get(const std::string& id) = 0;                 // with usage
+  virtual std::vector<SandboxInfo> List(const ListFilter& filter) = 0;
+  virtual Status Delete(const std::string& id) = 0;                           // (blocking)
+  virtual Result<SandboxInfo> SetTimeout(const std::string& id, int64_t timeout_s) = 0;
+
+  // Starts a command; the session then streams its events. Non-blocking (io thread).
+  virtual boost::asio::awaitable<Result<std::unique_ptr<ExecSession>>> StartExec(
+      boost::asio::any_io_executor executor, const std::string& id, ExecRequest request) = 0;
+
+  virtual std::vector<ImageInfo> ListImages() = 0;
+  // Unpacks a rootfs tarball (any compression libarchive reads) into a new image. (blocking)
+  virtual Result<ImageInfo> ImportImage(const std::string& name, const std::string& tar_path) = 0;
+  virtual Status DeleteImage(const std::string& name) = 0;  // 409 while a sandbox uses it
+
+  virtual ManagerStats Stats() = 0;
+  virtual const DaemonConfig& config() const = 0;
+
+  // Stops timers and the warm pool and discards pooled sandboxes; user sandboxes keep
+  // running (they outlive the daemon). (blocking)
+  virtual void Shutdown() = 0;
+};
+
+}  // namespace bulkhead::core

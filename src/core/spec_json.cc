@@ -1,0 +1,52 @@
+#include "core/spec_json.h"
+
+#include <nlohmann/json.hpp>
+
+namespace bulkhead::core {
+using json = nlohmann::json;
+
+std::string SpecToJson(const SandboxSpec& s) {
+  json j = {{"image", s.image},
+            {"runtime", s.runtime},
+            {"cpus", s.cpus},
+            {"memory_mb", s.memory_mb},
+            {"disk_mb", s.disk_mb},
+            {"pids", s.pids},
+            {"timeout_s", s.timeout_s},
+            {"idle_timeout_s", s.idle_timeout_s},
+            {"on_timeout", s.on_timeout},
+            {"env", s.env},
+            {"workdir", s.workdir},
+            {"user", s.user},
+            {"network", {{"mode", s.network.mode}, {"allow", s.network.allow}}},
+            {"metadata", s.metadata}};
+  return j.dump();
+}
+
+Result<SandboxSpec> SpecFromJson(const std::string& text) {
+  json j = json::parse(text, nullptr, false);
+  if (!j.is_object()) return MakeError(ErrorCode::kInternal, "corrupt sandbox spec in the state database");
+  try {
+    SandboxSpec s;
+    s.image = j.at("image").get<std::string>();
+    s.runtime = j.at("runtime").get<std::string>();
+    s.cpus = j.at("cpus").get<double>();
+    s.memory_mb = j.at("memory_mb").get<int64_t>();
+    s.disk_mb = j.at("disk_mb").get<int64_t>();
+    s.pids = j.at("pids").get<int64_t>();
+    s.timeout_s = j.at("timeout_s").get<int64_t>();
+    s.idle_timeout_s = j.at("idle_timeout_s").get<int64_t>();
+    s.on_timeout = j.at("on_timeout").get<std::string>();
+    s.env = j.at("env").get<std::map<std::string, std::string>>();
+    s.workdir = j.at("workdir").get<std::string>();
+    s.user = j.at("user").get<std::string>();
+    s.network.mode = j.at("network").at("mode").get<std::string>();
+    s.network.allow = j.at("network").at("allow").get<std::vector<std::string>>();
+    s.metadata = j.at("metadata").get<std::map<std::string, std::string>>();
+    return s;
+  } catch (const json::exception& e) {
+    return MakeError(ErrorCode::kInternal, std::string("corrupt sandbox spec: ") + e.what());
+  }
+}
+
+}  // namespace bulkhead::core

@@ -1,0 +1,91 @@
+// The typed requests and records that cross the api/ -> core/ edge. api/ parses and
+// validates JSON into these; core/ never sees HTTP or JSON.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace bulkhead::core {
+
+struct NetworkPolicy {
+  std::string mode = "none";       // none | allowlist | open (only none is served today)
+  std::vector<std::string> allow;  // allowlist entries, kept as given
+};
+
+// POST /v1/sandboxes, after validation; every field has its default filled in.
+struct SandboxSpec {
+  std::string image = "host";
+  std::string runtime = "native";
+  double cpus = 1.0;
+  int64_t memory_mb = 1024;
+  int64_t disk_mb = 2048;
+  int64_t pids = 512;
+  int64_t timeout_s = 300;       // 0 = no lifetime limit
+  int64_t idle_timeout_s = 0;
+  std::string on_timeout = "kill";
+  std::map<std::string, std::string> env;
+  std::string workdir = "/workspace";
+  std::string user = "root";
+  NetworkPolicy network;
+  std::map<std::string, std::string> metadata;
+};
+
+struct SandboxUsage {
+  double cpu_s = 0;
+  int64_t memory_bytes = 0;
+  int64_t disk_bytes = 0;
+  int64_t pids = 0;
+};
+
+// The Sandbox object of API.md.
+struct SandboxInfo {
+  std::string id;
+  std::string state;  // starting | running | paused | stopped | error
+  SandboxSpec spec;
+  std::string created_at;  // RFC 3339 UTC
+  std::optional<std::string> expires_at;
+  std::optional<std::string> parent_snapshot;
+  std::optional<SandboxUsage> usage;  // filled by Get only
+};
+
+struct ListFilter {
+  std::optional<std::string> state;
+  std::map<std::string, std::string> metadata;  // all must match
+};
+
+// POST /v1/sandboxes/{id}/exec, after validation.
+struct ExecRequest {
+  std::vector<std::string> argv;  // a string command arrives here as {"/bin/sh", "-c", cmd}
+  std::optional<std::string> cwd;   // default: the sandbox's workdir
+  std::map<std::string, std::string> env;  // merged over the sandbox's env
+  std::optional<std::string> user;  // default: the sandbox's user
+  std::optional<std::string> stdin_data;  // raw bytes (decoded from stdin or stdin_b64)
+  int64_t timeout_s = 60;           // 0 = no limit
+};
+
+struct ExitStatus {
+  std::optional<int> exit_code;  // set when the command exited
+  std::optional<int> signal;     // set when a signal ended it
+  bool timed_out = false;
+  double duration_ms = 0;
+};
+
+struct ExecEvent {
+  enum class Type { kStarted, kStdout, kStderr, kExit };
+  Type type = Type::kStarted;
+  int pid = 0;       // kStarted
+  std::string data;  // kStdout / kStderr: raw bytes, may not be UTF-8
+  ExitStatus exit;   // kExit
+};
+
+// Images that sandboxes start from.
+struct ImageInfo {
+  std::string name;
+  std::string source;  // "host" | "directory" | "tarball"
+  std::string created_at;
+  int64_t size_bytes = 0;
+};
+
+}  // namespace bulkhead::core

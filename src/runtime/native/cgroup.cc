@@ -1,0 +1,198 @@
+#include "runtime/native/cgroup.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <linux/magic.h>
+
+namespace bulkhead::runtime::native {
+namespace {
+
+constexpr const char* kRoot = "/sys/fs/cgroup";
+// v1 hierarchies we use: limits on memory, pids and cpu; cpuacct for usage; freezer to pause.
+constexpr const char* kV1Controllers[] = {"memory", "pids", "cpu", "cpuacct", "freezer"};
+
+Status WriteFile(const std::string& path, const std::string& value) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return SystemError("open " + path, errno);
+  UniqueFd guard(fd);
+  if (::write(fd, value.data(), value.size()) != static_cast<ssize_t>(value.size()))
+    return SystemError("write " + value + " to " + path, errno);
+  return {};
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int64_t ReadInt(const std::string& path) {
+  std::string s = ReadFile(path);
+  return s.empty() ? 0 : std::strtoll(s.c_str(), nullptr, 10);
+}
+
+bool Exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
+
+Status MakeDir(const std::string& path) {
+  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) return SystemError("mkdir " + path, errno);
+  return {};
+}
+
+// The v1 path of a controller; cpu and cpuacct may be co-mounted as "cpu,cpuacct".
+std::string V1Mount(const std::string& controller) {
+  std::string p = std::string(kRoot) + "/" + controller;
+  return Exists(p) ? p : "";
+}
+
+std::vector<pid_t> Procs(const std::string& dir) {
+  std::vector<pid_t> pids;
+  std::istringstream in(ReadFile(dir + "/cgroup.procs"));
+  pid_t pid;
+  while (in >> pid) pids.push_back(pid);
+  return pids;
+}
+
+}  // namespace
+
+Result<Cgroups> Cgroups::Open(const std::string& tag) {
+  Cgroups cg;
+  struct statfs sfs {};
+  if (::statfs(kRoot, &sfs) != 0) return SystemError("statfs /sys/fs/cgroup", errno);
+  cg.v2_ = sfs.f_type == CGROUP2_SUPER_MAGIC;
+  std::string name = "bulkhead-" + tag;
+  if (cg.v2_) {
+    std::string parent = std::string(kRoot) + "/" + name;
+    BH_TRY(MakeDir(parent));
+    // Delegate the controllers we limit to the sandbox groups below.
+    BH_TRY(WriteFile(std::string(kRoot) + "/cgroup.subtree_control", "+memory +pids +cpu"));
+    BH_TRY(WriteFile(parent + "/cgroup.subtree_control", "+memory +pids +cpu"));
+    cg.parents_.push_back(parent);
+  } else {
+    for (const char* c : kV1Controllers) {
+      std::string mount = V1Mount(c);
+      if (mount.empty()) return MakeError(ErrorCode::kInternal, std::string("cgroup v1 controller missing: ") + c);
+      std::string parent = mount + "/" + name;
+      BH_TRY(MakeDir(parent));
+      cg.parents_.push_back(parent);
+    }
+    // memory.use_hierarchy must be on so limits of the parent hold for children (default on new kernels).
+  }
+  return cg;
+}
+
+std::vector<std::string> Cgroups::Paths(const std::string& id) const {
+  std::vector<std::string> out;
+  for (const auto& p : parents_) out.push_back(p + "/" + id);
+  return out;
+}
+
+Status Cgroups::Create(const std::string& id, const Limits& limits) {
+  for (const auto& p : Paths(id)) BH_TRY(MakeDir(p));
+  return SetLimits(id, limits);
+}
+
+Status Cgroups::SetLimits(const std::string& id, const Limits& limits) {
+  int64_t mem = limits.memory_mb * 1024 * 1024;
+  int64_t period = 100000;
+  int64_t quota = static_cast<int64_t>(std::llround(limits.cpus * period));
+  if (v2_) {
+    std::string dir = Paths(id)[0];
+    BH_TRY(WriteFile(dir + "/memory.max", std::to_string(mem)));
+    // No swap: memory.max then bounds memory and swap together.
+    if (Exists(dir + "/memory.swap.max")) BH_TRY(WriteFile(dir + "/memory.swap.max", "0"));
+    BH_TRY(WriteFile(dir + "/pids.max", std::to_string(limits.pids)));
+    BH_TRY(WriteFile(dir + "/cpu.max", std::to_string(quota) + " " + std::to_string(period)));
+    return {};
+  }
+  std::string memory = parents_[0] + "/" + id, pids = parents_[1] + "/" + id, cpu = parents_[2] + "/" + id;
+  // memsw must stay >= limit: when lowering, set memory first, when raising, memsw first.
+  bool memsw = Exists(memory + "/memory.memsw.limit_in_bytes");
+  int64_t current = ReadInt(memory + "/memory.limit_in_bytes");
+  if (memsw && mem > current) BH_TRY(WriteFile(memory + "/memory.memsw.limit_in_bytes", std::to_string(mem)));
+  BH_TRY(WriteFile(memory + "/memory.limit_in_bytes", std::to_string(mem)));
+  if (memsw && mem <= current) BH_TRY(WriteFile(memory + "/memory.memsw.limit_in_bytes", std::to_string(mem)));
+  // Without swap accounting, keep the group out of swap entirely.
+  if (!memsw) (void)WriteFile(memory + "/memory.swappiness", "0");
+  BH_TRY(WriteFile(pids + "/pids.max", std::to_string(limits.pids)));
+  BH_TRY(WriteFile(cpu + "/cpu.cfs_period_us", std::to_string(period)));
+  BH_TRY(WriteFile(cpu + "/cpu.cfs_quota_us", std::to_string(quota)));
+  return {};
+}
+
+Result<std::vector<UniqueFd>> Cgroups::OpenJoinFds(const std::string& id) {
+  std::vector<UniqueFd> fds;
+  for (const auto& p : Paths(id)) {
+    std::string f = p + "/cgroup.procs";
+    int fd = ::open(f.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return SystemError("open " + f, errno);
+    fds.emplace_back(fd);
+  }
+  return fds;
+}
+
+Result<core::SandboxUsage> Cgroups::Usage(const std::string& id) {
+  core::SandboxUsage u;
+  if (v2_) {
+    std::string dir = Paths(id)[0];
+    if (!Exists(dir)) return MakeError(ErrorCode::kNotFound, "no cgroup for " + id);
+    u.memory_bytes = ReadInt(dir + "/memory.current");
+    u.pids = ReadInt(dir + "/pids.current");
+    std::istringstream in(ReadFile(dir + "/cpu.stat"));
+    std::string key;
+    int64_t val;
+    while (in >> key >> val)
+      if (key == "usage_usec") u.cpu_s = val / 1e6;
+    return u;
+  }
+  std::string memory = parents_[0] + "/" + id;
+  if (!Exists(memory)) return MakeError(ErrorCode::kNotFound, "no cgroup for " + id);
+  u.memory_bytes = ReadInt(memory + "/memory.usage_in_bytes");
+  u.pids = ReadInt(parents_[1] + "/" + id + "/pids.current");
+  u.cpu_s = ReadInt(parents_[3] + "/" + id + "/cpuacct.usage") / 1e9;
+  return u;
+}
+
+Status Cgroups::Destroy(const std::string& id) {
+  auto paths = Paths(id);
+  if (v2_ && Exists(paths[0] + "/cgroup.kill")) (void)WriteFile(paths[0] + "/cgroup.kill", "1");
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  for (const auto& dir : paths) {
+    while (Exists(dir)) {
+      // Killing pid 1 of the sandbox ends its pid namespace; this catches anything that
+      // lingers (a process that joined the group but not the namespace).
+      for (pid_t pid : Procs(dir)) ::kill(pid, SIGKILL);
+      if (::rmdir(dir.c_str()) == 0 || errno == ENOENT) break;
+      if (errno != EBUSY) return SystemError("rmdir " + dir, errno);
+      if (std::chrono::steady_clock::now() > deadline)
+        return MakeError(ErrorCode::kInternal, "cgroup " + dir + " did not empty");
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+  return {};
+}
+
+std::vector<std::string> Cgroups::List() {
+  std::vector<std::string> ids;
+  DIR* d = ::opendir(parents_[0].c_str());
+  if (!d) return ids;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_type == DT_DIR && e->d_name[0] != '.') ids.emplace_back(e->d_name);
+  }
+  ::closedir(d);
+  return ids;
+}
+
+}  // namespace bulkhead::runtime::native

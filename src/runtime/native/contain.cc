@@ -1,0 +1,319 @@
+#include "runtime/native/contain.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <linux/seccomp.h>
+#include <net/if.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/ctl_protocol.h"
+
+#ifndef CLONE_NEWTIME
+#define CLONE_NEWTIME 0x00000080
+#endif
+
+namespace bulkhead::runtime::native {
+namespace {
+
+// Paths below the sandbox root, in the order RootPaths() returns them.
+enum PathIndex {
+  kProc, kDev, kDevPts, kDevShm, kSys, kSysFirmware, kSysCgroup, kSysPowercap,
+  kNull, kZero, kFull, kRandom, kUrandom, kTty,
+  kFd, kStdin, kStdout, kStderr, kPtmx,
+  kMaskFirst,  // files hidden behind /dev/null, then dirs hidden behind an empty tmpfs
+  kProcKcore = kMaskFirst, kProcKeys, kProcTimerList, kProcSchedDebug, kProcLatency, kProcTimerStats,
+  kProcAcpi, kProcScsi, kProcAsound,
+  kReadOnlyFirst,  // kernel tunables: visible, read-only
+  kProcSys = kReadOnlyFirst, kProcSysrq, kProcIrq, kProcBus, kProcFs,
+  kPathCount,
+};
+constexpr const char* kRelative[kPathCount] = {
+    "/proc", "/dev", "/dev/pts", "/dev/shm", "/sys", "/sys/firmware", "/sys/fs/cgroup",
+    "/sys/devices/virtual/powercap",
+    "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty",
+    "/dev/fd", "/dev/stdin", "/dev/stdout", "/dev/stderr", "/dev/ptmx",
+    "/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug", "/proc/latency_stats",
+    "/proc/timer_stats", "/proc/acpi", "/proc/scsi", "/proc/asound",
+    "/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs",
+};
+
+struct Device {
+  PathIndex path;
+  unsigned major, minor;
+};
+constexpr Device kDevices[] = {{kNull, 1, 3}, {kZero, 1, 5}, {kFull, 1, 7},
+                               {kRandom, 1, 8}, {kUrandom, 1, 9}, {kTty, 5, 0}};
+struct Link {
+  PathIndex path;
+  const char* target;
+};
+constexpr Link kLinks[] = {{kFd, "/proc/self/fd"}, {kStdin, "/proc/self/fd/0"},
+                           {kStdout, "/proc/self/fd/1"}, {kStderr, "/proc/self/fd/2"},
+                           {kPtmx, "pts/ptmx"}};
+
+// Docker's default capability set minus NET_RAW and MKNOD, which nothing here may use.
+constexpr int kKeptCaps[] = {CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FSETID, CAP_FOWNER, CAP_SETGID,
+                             CAP_SETUID, CAP_SETPCAP, CAP_NET_BIND_SERVICE, CAP_KILL,
+                             CAP_SYS_CHROOT, CAP_SETFCAP, CAP_AUDIT_WRITE};
+
+
+
+[[noreturn]] void Fail(ChildPlan* plan, const char* step) {
+  plan->failed_step = step;
+  plan->failed_errno = errno;
+  _exit(127);
+}
+
+#define STEP(cond, name) \
+  do {                   \
+    if (!(cond)) Fail(plan, name); \
+  } while (0)
+
+const char* At(const ChildPlan* plan, PathIndex i) { return plan->root_paths[i].c_str(); }
+
+bool IsDir(const char* path) {
+  struct stat st;
+  return ::stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+bool Exists(const char* path) { return ::access(path, F_OK) == 0; }
+
+void MakeDir(ChildPlan* plan, const char* path, const char* step) {
+  STEP(::mkdir(path, 0755) == 0 || errno == EEXIST, step);
+}
+
+// Attaches a clone of `source` at `target`, its owners shifted into the sandbox's user
+// namespace (host uid 0 shows as the sandbox's root), read-only.
+void IdmappedBind(ChildPlan* plan, const char* source, const char* target, bool recursive) {
+  int fd = static_cast<int>(::syscall(SYS_open_tree, AT_FDCWD, source,
+                                      OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (recursive ? AT_RECURSIVE : 0)));
+  STEP(fd >= 0, "open_tree");
+  struct mount_attr attr {};
+  attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+  attr.userns_fd = static_cast<uint64_t>(plan->userns_fd);
+  STEP(::syscall(SYS_mount_setattr, fd, "", AT_EMPTY_PATH | (recursive ? AT_RECURSIVE : 0), &attr,
+                 sizeof attr) == 0,
+       "mount_setattr idmap");
+  STEP(::syscall(SYS_move_mount, fd, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) == 0, "move_mount");
+  ::close(fd);
+}
+
+void ReadOnlyBind(ChildPlan* plan, const char* path) {
+  STEP(::mount(path, path, nullptr, MS_BIND | MS_REC, nullptr) == 0, "bind read-only path");
+  STEP(::mount(nullptr, path, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+               nullptr) == 0,
+       "remount read-only path");
+}
+
+void EmptyReadOnlyDir(ChildPlan* plan, const char* path) {
+  STEP(::mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=555") == 0,
+       "mask dir");
+}
+
+// --- the steps ---------------------------------------------------------------------
+
+void JoinCgroups(ChildPlan* plan) {
+  for (int fd : plan->cgroup_join_fds) STEP(::write(fd, "0", 1) == 1, "join cgroup");
+  STEP(::unshare(CLONE_NEWCGROUP) == 0, "unshare cgroup namespace");
+  // A time namespace for the sandbox's processes where the kernel has one.
+  if (::unshare(CLONE_NEWTIME) != 0) STEP(errno == EINVAL, "unshare time namespace");
+  // init should be the last process the OOM killer picks: it holds the sandbox together.
+  // Best effort: lowering the score needs CAP_SYS_RESOURCE, which a daemon in a container
+  // may lack; init is tiny, so the killer prefers the process that grew anyway.
+  int fd = ::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    (void)!::write(fd, "-998", 4);
+    ::close(fd);
+  }
+}
+
+void MountRoot(ChildPlan* plan) {
+  STEP(::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0, "make mounts private");
+  IdmappedBind(plan, plan->image.c_str(), plan->lower.c_str(), false);
+  STEP(::mount("overlay", plan->root.c_str(), "overlay", MS_NOSUID | MS_NODEV, plan->overlay_options.c_str()) == 0,
+       "mount overlay");
+  // The overlay holds its own reference to the lower layer.
+  STEP(::umount2(plan->lower.c_str(), MNT_DETACH) == 0, "detach lower");
+  for (size_t i = 0; i < plan->host_binds.size(); i++) {
+    MakeDir(plan, plan->host_bind_targets[i].c_str(), "mkdir host bind target");
+    IdmappedBind(plan, plan->host_binds[i].c_str(), plan->host_bind_targets[i].c_str(), true);
+  }
+}
+
+void MountProc(ChildPlan* plan) {
+  MakeDir(plan, At(plan, kProc), "mkdir /proc");
+  STEP(::mount("proc", At(plan, kProc), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) == 0, "mount proc");
+  for (int i = kMaskFirst; i < kReadOnlyFirst; i++) {
+    const char* p = At(plan, PathIndex(i));
+    if (!Exists(p)) continue;
+    if (IsDir(p)) {
+      EmptyReadOnlyDir(plan, p);
+    } else {
+      STEP(::mount("/dev/null", p, nullptr, MS_BIND, nullptr) == 0, "mask proc file");
+    }
+  }
+  for (int i = kReadOnlyFirst; i < kPathCount; i++) {
+    const char* p = At(plan, PathIndex(i));
+    if (Exists(p)) ReadOnlyBind(plan, p);
+  }
+}
+
+void MountDev(ChildPlan* plan) {
+  MakeDir(plan, At(plan, kDev), "mkdir /dev");
+  STEP(::mount("tmpfs", At(plan, kDev), "tmpfs", MS_NOSUID | MS_NOEXEC, plan->dev_options.c_str()) == 0,
+       "mount /dev");
+  for (const Device& d : kDevices)
+    STEP(::mknod(At(plan, d.path), S_IFCHR | 0666, makedev(d.major, d.minor)) == 0 &&
+             ::chmod(At(plan, d.path), 0666) == 0,
+         "mknod");
+  for (const Link& l : kLinks) STEP(::symlink(l.target, At(plan, l.path)) == 0, "symlink in /dev");
+  MakeDir(plan, At(plan, kDevPts), "mkdir /dev/pts");
+  STEP(::mount("devpts", At(plan, kDevPts), "devpts", MS_NOSUID | MS_NOEXEC, plan->devpts_options.c_str()) == 0,
+       "mount devpts");
+  MakeDir(plan, At(plan, kDevShm), "mkdir /dev/shm");
+  STEP(::mount("tmpfs", At(plan, kDevShm), "tmpfs", MS_NOSUID | MS_NODEV, plan->shm_options.c_str()) == 0,
+       "mount /dev/shm");
+}
+
+void MountSys(ChildPlan* plan) {
+  MakeDir(plan, At(plan, kSys), "mkdir /sys");
+  STEP(::mount("sysfs", At(plan, kSys), "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) == 0,
+       "mount sysfs");
+  EmptyReadOnlyDir(plan, At(plan, kSysFirmware));
+  if (Exists(At(plan, kSysPowercap))) EmptyReadOnlyDir(plan, At(plan, kSysPowercap));
+  // The sandbox's own cgroup (the cgroup namespace makes it the root), read-only.
+  if (plan->v2_cgroups) {
+    STEP(::mount("cgroup2", At(plan, kSysCgroup), "cgroup2", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                 nullptr) == 0,
+         "mount cgroup2");
+  } else {
+    EmptyReadOnlyDir(plan, At(plan, kSysCgroup));
+  }
+}
+
+void SetupNetwork(ChildPlan* plan) {
+  // Network mode "none": the new network namespace with only loopback, brought up.
+  int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  STEP(s >= 0, "socket for lo");
+  struct ifreq ifr {};
+  std::memcpy(ifr.ifr_name, "lo", 3);
+  STEP(::ioctl(s, SIOCGIFFLAGS, &ifr) == 0, "get lo flags");
+  ifr.ifr_flags |= IFF_UP;
+  STEP(::ioctl(s, SIOCSIFFLAGS, &ifr) == 0, "bring lo up");
+  ::close(s);
+  STEP(::sethostname("sandbox", 7) == 0, "sethostname");
+}
+
+void PivotRoot(ChildPlan* plan) {
+  STEP(::chdir(plan->root.c_str()) == 0, "chdir root");
+  // pivot_root(".", "."): the old root ends up stacked under the new one; detach it.
+  STEP(::syscall(SYS_pivot_root, ".", ".") == 0, "pivot_root");
+  STEP(::umount2(".", MNT_DETACH) == 0, "detach old root");
+  STEP(::chdir("/") == 0, "chdir /");
+}
+
+void EnterUserNamespace(ChildPlan* plan) {
+  STEP(::setns(plan->userns_fd, CLONE_NEWUSER) == 0, "setns user");
+  STEP(::setgroups(0, nullptr) == 0, "setgroups");
+  STEP(::setresgid(0, 0, 0) == 0, "setresgid");
+  STEP(::setresuid(0, 0, 0) == 0, "setresuid");
+}
+
+void SetRlimits(ChildPlan* plan) {
+  // Open files: 1M like Docker, or as much as the daemon's own hard limit allows (raising
+  // it needs CAP_SYS_RESOURCE).
+  struct rlimit nofile = {1048576, 1048576}, core = {0, 0};
+  struct rlimit nproc = {rlim_t(plan->pids), rlim_t(plan->pids)};
+  if (::setrlimit(RLIMIT_NOFILE, &nofile) != 0) {
+    STEP(::getrlimit(RLIMIT_NOFILE, &nofile) == 0, "get rlimit nofile");
+    nofile.rlim_cur = nofile.rlim_max;
+    STEP(::setrlimit(RLIMIT_NOFILE, &nofile) == 0, "rlimit nofile");
+  }
+  STEP(::setrlimit(RLIMIT_CORE, &core) == 0, "rlimit core");
+  // uids are per-sandbox on the host, so the per-user process limit is per-sandbox too.
+  STEP(::setrlimit(RLIMIT_NPROC, &nproc) == 0, "rlimit nproc");
+}
+
+void DropCapabilities(ChildPlan* plan) {
+  uint64_t keep = 0;
+  for (int c : kKeptCaps) keep |= 1ull << c;
+  for (int c = 0; c <= 63; c++) {
+    if (keep & (1ull << c)) continue;
+    if (::prctl(PR_CAPBSET_DROP, c, 0, 0, 0) != 0) STEP(errno == EINVAL, "drop bounding cap");
+  }
+  STEP(::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) == 0, "clear ambient caps");
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  for (int i = 0; i < 2; i++) {
+    data[i].effective = data[i].permitted = static_cast<uint32_t>(keep >> (32 * i));
+    data[i].inheritable = 0;
+  }
+  STEP(::syscall(SYS_capset, &hdr, data) == 0, "capset");
+}
+
+void LockDown(ChildPlan* plan) {
+  STEP(::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0, "no_new_privs");
+  STEP(::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &plan->seccomp) == 0, "seccomp");
+}
+
+void ExecInit(ChildPlan* plan) {
+  int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  STEP(null_fd >= 0, "open /dev/null");
+  for (int fd = 0; fd <= 2; fd++) STEP(::dup3(null_fd, fd, 0) == fd, "stdio");
+  STEP(::dup3(plan->listen_fd, ctl::kListenFd, 0) == ctl::kListenFd, "listen fd");
+  // Nothing but 0-3 reaches init; the memfd closes itself on exec.
+  STEP(::syscall(SYS_close_range, ctl::kListenFd + 1, ~0U, CLOSE_RANGE_CLOEXEC) == 0, "close_range");
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  char arg0[] = "bulkhead-init";
+  char* argv[] = {arg0, nullptr};
+  char* envp[] = {nullptr};
+  ::syscall(SYS_execveat, plan->init_memfd, "", argv, envp, AT_EMPTY_PATH);
+  Fail(plan, "exec init");
+}
+
+}  // namespace
+
+std::vector<std::string> RootPaths(const std::string& root) {
+  std::vector<std::string> out;
+  for (const char* rel : kRelative) out.push_back(root + rel);
+  return out;
+}
+
+int ChildMain(void* arg) {
+  auto* plan = static_cast<ChildPlan*>(arg);
+  // Signal handlers are the daemon's; this process must not run them.
+  for (int sig = 1; sig < NSIG; sig++) ::signal(sig, SIG_DFL);
+
+  // As the host's root, inside fresh mount/pid/net/uts/ipc namespaces:
+  JoinCgroups(plan);
+  MountRoot(plan);
+  MountProc(plan);
+  MountDev(plan);
+  MountSys(plan);
+  SetupNetwork(plan);
+  PivotRoot(plan);
+  // From here on, the sandbox's root, which is nobody on the host:
+  EnterUserNamespace(plan);
+  SetRlimits(plan);
+  DropCapabilities(plan);
+  LockDown(plan);
+  ExecInit(plan);
+  return 127;
+}
+
+}  // namespace bulkhead::runtime::native

@@ -1,0 +1,45 @@
+// The containment steps, in order, that turn a freshly cloned child into a sandbox's init.
+// Everything the child needs is prepared by the daemon beforehand in a ChildPlan: the child
+// shares the daemon's memory (CLONE_VM|CLONE_VFORK) and must not allocate or take locks.
+#pragma once
+#include <linux/filter.h>
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace bulkhead::runtime::native {
+
+struct MountStep;  // internal
+
+struct ChildPlan {
+  // Filesystem
+  std::string image;             // image rootfs on the host (idmapped, read-only lower layer)
+  std::string lower;             // empty dir where the idmapped image is attached
+  std::string root;              // empty dir where the overlay (the sandbox's /) is mounted
+  std::string overlay_options;   // "lowerdir=<lower>,upperdir=..,workdir=.."
+  std::vector<std::string> host_binds;         // host dirs, e.g. "/usr"
+  std::vector<std::string> host_bind_targets;  // root + dir
+  std::vector<std::string> root_paths;         // root + "/proc", "/dev", ... (see contain.cc)
+  std::string dev_options, devpts_options, shm_options;
+  // Identity
+  int userns_fd = -1;            // the sandbox's user namespace (maps 0 -> host_uid)
+  std::vector<int> cgroup_join_fds;
+  // What init gets
+  int listen_fd = -1;            // becomes fd 3
+  int init_memfd = -1;           // sealed copy of bulkhead-init
+  sock_fprog seccomp{};
+  int64_t pids = 512;
+  bool v2_cgroups = false;
+  // Filled by the child when a step fails (the memory is shared with the parent).
+  const char* failed_step = nullptr;
+  int failed_errno = 0;
+};
+
+// Runs in the cloned child. Returns only on failure (then the child exits).
+int ChildMain(void* plan);
+
+// Paths inside the root that ChildMain mounts over; the daemon resolves them up front.
+std::vector<std::string> RootPaths(const std::string& root);
+
+}  // namespace bulkhead::runtime::native

@@ -1,0 +1,212 @@
+#include "runtime/native/native_runtime.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "common/scope_guard.h"
+#include "runtime/native/contain.h"
+#include "runtime/native/seccomp.h"
+#include "runtime/native/uid_range.h"
+
+namespace bulkhead::runtime::native {
+namespace {
+
+constexpr size_t kChildStack = 256 * 1024;
+
+Status WriteFile(const std::string& path, const std::string& value) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!fd) return SystemError("open " + path, errno);
+  if (::write(fd.get(), value.data(), value.size()) != static_cast<ssize_t>(value.size()))
+    return SystemError("write " + path, errno);
+  return {};
+}
+
+// Copies the init binary into a sealed, read-only memfd: what runs as PID 1 in a sandbox can
+// never be a host file that the sandbox could overwrite through /proc/1/exe.
+Result<UniqueFd> SealedInit(const std::string& path) {
+  UniqueFd src(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!src) return SystemError("open " + path, errno);
+  UniqueFd mem(::memfd_create("bulkhead-init", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!mem) return SystemError("memfd_create", errno);
+  char buf[1 << 16];
+  for (;;) {
+    ssize_t n = ::read(src.get(), buf, sizeof buf);
+    if (n < 0) return SystemError("read " + path, errno);
+    if (n == 0) break;
+    if (::write(mem.get(), buf, n) != n) return SystemError("write memfd", errno);
+  }
+  if (::fchmod(mem.get(), 0555) != 0) return SystemError("fchmod memfd", errno);
+  if (::fcntl(mem.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0)
+    return SystemError("seal memfd", errno);
+  return mem;
+}
+
+int WaitForParent(void* arg) {
+  int* pipefd = static_cast<int*>(arg);
+  // Our copy of the write end would keep the pipe open forever.
+  ::close(pipefd[1]);
+  char c;
+  // Returns (EOF) once the parent has mapped ids, opened the namespace and closed its end.
+  (void)!::read(pipefd[0], &c, 1);
+  return 0;
+}
+
+Result<UniqueFd> ListenOn(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path) return MakeError(ErrorCode::kInternal, "socket path too long: " + path);
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) return SystemError("socket", errno);
+  ::unlink(path.c_str());
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return SystemError("bind " + path, errno);
+  if (::listen(fd.get(), 128) != 0) return SystemError("listen", errno);
+  return fd;
+}
+
+}  // namespace
+
+uint64_t ProcessStartTime(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // The command name may hold spaces and parentheses: fields start after the last ')'.
+  size_t close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(stat.substr(close + 2));
+  std::string field, state;
+  rest >> state;
+  if (state == "Z" || state == "X") return 0;
+  for (int i = 4; i <= 22; i++) rest >> field;  // fields 4..22; 22 is starttime
+  return std::strtoull(field.c_str(), nullptr, 10);
+}
+
+Result<UniqueFd> CreateUserNamespace(uid_t host_id) {
+  int pipefd[2];
+  if (::pipe2(pipefd, O_CLOEXEC) != 0) return SystemError("pipe", errno);
+  UniqueFd rd(pipefd[0]), wr(pipefd[1]);
+  // A tiny child that owns the new namespace only until we have a descriptor for it.
+  alignas(16) static thread_local char stack[16 * 1024];
+  int fds[2] = {rd.get(), wr.get()};
+  pid_t pid = ::clone(WaitForParent, stack + sizeof stack, CLONE_NEWUSER | CLONE_VM | SIGCHLD, fds);
+  if (pid < 0) return SystemError("clone user namespace", errno);
+  ScopeGuard reap([&] {
+    wr.reset();
+    ::waitpid(pid, nullptr, __WALL);
+  });
+  std::string map = "0 " + std::to_string(host_id) + " " + std::to_string(kIdCount) + "\n";
+  std::string proc = "/proc/" + std::to_string(pid);
+  BH_TRY(WriteFile(proc + "/uid_map", map));
+  BH_TRY(WriteFile(proc + "/gid_map", map));
+  UniqueFd ns(::open((proc + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));
+  if (!ns) return SystemError("open user namespace", errno);
+  return ns;
+}
+
+Result<std::unique_ptr<NativeRuntime>> NativeRuntime::Create(const std::string& tag, const std::string& init_binary) {
+  auto cgroups = Cgroups::Open(tag);
+  if (!cgroups) return cgroups.error();
+  auto memfd = SealedInit(init_binary);
+  if (!memfd) return memfd.error();
+  auto filter = BuildSeccompFilter();
+  if (!filter) return filter.error();
+  return std::unique_ptr<NativeRuntime>(
+      new NativeRuntime(std::move(*cgroups), std::move(*memfd), std::move(*filter)));
+}
+
+Result<InitProcess> NativeRuntime::Launch(const LaunchSpec& spec) {
+  auto userns = CreateUserNamespace(spec.host_uid);
+  if (!userns) return userns.error();
+  BH_TRY(cgroups_.Create(spec.id, spec.limits));
+  ScopeGuard undo_cgroups([&] { (void)cgroups_.Destroy(spec.id); });
+  auto join = cgroups_.OpenJoinFds(spec.id);
+  if (!join) return join.error();
+  auto listen = ListenOn(spec.ctl_socket);
+  if (!listen) return listen.error();
+
+  ChildPlan plan;
+  plan.image = spec.rootfs;
+  plan.lower = spec.staging + "/lower";
+  plan.root = spec.staging + "/root";
+  for (const auto& dir : {plan.lower, plan.root})
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return SystemError("mkdir " + dir, errno);
+  plan.overlay_options = "lowerdir=" + plan.lower + ",upperdir=" + spec.upper + ",workdir=" + spec.work;
+  for (const auto& dir : spec.host_binds) {
+    plan.host_binds.push_back(dir);
+    plan.host_bind_targets.push_back(plan.root + dir);
+  }
+  plan.root_paths = RootPaths(plan.root);
+  std::string owner = "uid=" + std::to_string(spec.host_uid) + ",gid=" + std::to_string(spec.host_uid);
+  plan.dev_options = "mode=755,size=64k," + owner;
+  plan.devpts_options = "newinstance,ptmxmode=0666,mode=0620,gid=" + std::to_string(spec.host_uid + 5);
+  plan.shm_options = "mode=1777,size=" + std::to_string(spec.limits.memory_mb / 2 + 1) + "m," + owner;
+  plan.userns_fd = userns->get();
+  for (const auto& fd : *join) plan.cgroup_join_fds.push_back(fd.get());
+  plan.listen_fd = listen->get();
+  plan.init_memfd = init_memfd_.get();
+  plan.seccomp.len = static_cast<unsigned short>(seccomp_.size());
+  plan.seccomp.filter = seccomp_.data();
+  plan.pids = spec.limits.pids;
+  plan.v2_cgroups = cgroups_.v2();
+
+  void* stack = ::mmap(nullptr, kChildStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (stack == MAP_FAILED) return SystemError("mmap stack", errno);
+  ScopeGuard unmap([&] { ::munmap(stack, kChildStack); });
+  // Signals stay blocked while the child borrows this thread's memory; it resets them.
+  sigset_t all, old;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &old);
+  int flags = CLONE_VM | CLONE_VFORK | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWIPC | SIGCHLD;
+  pid_t pid = ::clone(ChildMain, static_cast<char*>(stack) + kChildStack, flags, &plan);
+  int clone_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (pid < 0) return SystemError("clone sandbox", clone_errno);
+  // CLONE_VFORK: we are back when the child exec'd init or gave up.
+  if (plan.failed_step) {
+    ::waitpid(pid, nullptr, __WALL);
+    return SystemError(std::string("sandbox setup failed at ") + plan.failed_step, plan.failed_errno);
+  }
+  InitProcess init{pid, ProcessStartTime(pid)};
+  undo_cgroups.Dismiss();
+  return init;
+}
+
+Status NativeRuntime::SetLimits(const std::string& id, const Limits& limits) { return cgroups_.SetLimits(id, limits); }
+
+Result<core::SandboxUsage> NativeRuntime::Usage(const std::string& id) { return cgroups_.Usage(id); }
+
+bool NativeRuntime::Alive(const InitProcess& init) {
+  return init.pid > 0 && init.start_time != 0 && ProcessStartTime(init.pid) == init.start_time;
+}
+
+Status NativeRuntime::Destroy(const std::string& id, const InitProcess& init) {
+  if (Alive(init)) {
+    // Killing PID 1 of the sandbox ends every process in its pid namespace.
+    UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, init.pid, 0)));
+    ::kill(init.pid, SIGKILL);
+    if (pidfd) {
+      pollfd p{pidfd.get(), POLLIN, 0};
+      ::poll(&p, 1, 5000);
+    }
+  }
+  // Reap it if it is our child (not so after a daemon restart: then the host's init reaps it).
+  if (init.pid > 0) ::waitpid(init.pid, nullptr, WNOHANG | __WALL);
+  return cgroups_.Destroy(id);
+}
+
+std::vector<std::string> NativeRuntime::ListCgroups() { return cgroups_.List(); }
+
+}  // namespace bulkhead::runtime::native

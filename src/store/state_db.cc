@@ -1,0 +1,110 @@
+#include "store/state_db.h"
+
+namespace bulkhead::store {
+namespace {
+
+// Schema changes get a new version number and a migration step below.
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS sandboxes (
+  id TEXT PRIMARY KEY,
+  state TEXT NOT NULL,
+  spec_json TEXT NOT NULL,
+  created_at TEXT NOT NULL,
+  expires_at INTEGER NOT NULL DEFAULT 0,
+  uid_base INTEGER NOT NULL,
+  init_pid INTEGER NOT NULL,
+  init_start_time INTEGER NOT NULL
+);
+PRAGMA user_version = 1;
+)sql";
+
+struct Stmt {
+  sqlite3_stmt* s = nullptr;
+  ~Stmt() { sqlite3_finalize(s); }
+};
+
+Error DbError(sqlite3* db, const std::string& what) {
+  return MakeError(ErrorCode::kInternal, what + ": " + sqlite3_errmsg(db));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<StateDb>> StateDb::Open(const std::string& path) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
+  std::unique_ptr<StateDb> out(new StateDb(db));
+  if (rc != SQLITE_OK) return DbError(db, "open " + path);
+  sqlite3_busy_timeout(db, 5000);
+  BH_TRY(out->Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;"));
+  BH_TRY(out->Exec(kSchema));
+  return out;
+}
+
+StateDb::~StateDb() { sqlite3_close(db_); }
+
+Status StateDb::Exec(const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown";
+    sqlite3_free(err);
+    return MakeError(ErrorCode::kInternal, std::string("sqlite: ") + msg);
+  }
+  return {};
+}
+
+Status StateDb::Put(const SandboxRow& r) {
+  std::lock_guard lock(mu_);
+  Stmt st;
+  const char* sql =
+      "INSERT OR REPLACE INTO sandboxes (id, state, spec_json, created_at, expires_at, uid_base, init_pid, "
+      "init_start_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?)";
+  if (sqlite3_prepare_v2(db_, sql, -1, &st.s, nullptr) != SQLITE_OK) return DbError(db_, "prepare put");
+  sqlite3_bind_text(st.s, 1, r.id.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st.s, 2, r.state.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st.s, 3, r.spec_json.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st.s, 4, r.created_at.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int64(st.s, 5, r.expires_at);
+  sqlite3_bind_int64(st.s, 6, r.uid_base);
+  sqlite3_bind_int64(st.s, 7, r.init_pid);
+  sqlite3_bind_int64(st.s, 8, static_cast<int64_t>(r.init_start_time));
+  if (sqlite3_step(st.s) != SQLITE_DONE) return DbError(db_, "put sandbox");
+  return {};
+}
+
+Status StateDb::Remove(const std::string& id) {
+  std::lock_guard lock(mu_);
+  Stmt st;
+  if (sqlite3_prepare_v2(db_, "DELETE FROM sandboxes WHERE id = ?", -1, &st.s, nullptr) != SQLITE_OK)
+    return DbError(db_, "prepare remove");
+  sqlite3_bind_text(st.s, 1, id.c_str(), -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(st.s) != SQLITE_DONE) return DbError(db_, "remove sandbox");
+  return {};
+}
+
+Result<std::vector<SandboxRow>> StateDb::LoadAll() {
+  std::lock_guard lock(mu_);
+  Stmt st;
+  const char* sql =
+      "SELECT id, state, spec_json, created_at, expires_at, uid_base, init_pid, init_start_time FROM sandboxes "
+      "ORDER BY created_at";
+  if (sqlite3_prepare_v2(db_, sql, -1, &st.s, nullptr) != SQLITE_OK) return DbError(db_, "prepare load");
+  std::vector<SandboxRow> rows;
+  int rc;
+  while ((rc = sqlite3_step(st.s)) == SQLITE_ROW) {
+    SandboxRow r;
+    auto text = [&](int i) { return std::string(reinterpret_cast<const char*>(sqlite3_column_text(st.s, i))); };
+    r.id = text(0);
+    r.state = text(1);
+    r.spec_json = text(2);
+    r.created_at = text(3);
+    r.expires_at = sqlite3_column_int64(st.s, 4);
+    r.uid_base = static_cast<uint32_t>(sqlite3_column_int64(st.s, 5));
+    r.init_pid = sqlite3_column_int64(st.s, 6);
+    r.init_start_time = static_cast<uint64_t>(sqlite3_column_int64(st.s, 7));
+    rows.push_back(std::move(r));
+  }
+  if (rc != SQLITE_DONE) return DbError(db_, "load sandboxes");
+  return rows;
+}
+
+}  // namespace bulkhead::store

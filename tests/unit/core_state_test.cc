@@ -1,0 +1,76 @@
+// Unit tests for the pieces of core/ and store/ that hold a sandbox's durable state.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "core/spec_json.h"
+#include "runtime/native/seccomp.h"
+#include "store/state_db.h"
+
+namespace bulkhead {
+namespace {
+
+TEST(SpecJson, RoundTripsEveryField) {
+  core::SandboxSpec s;
+  s.image = "alpine";
+  s.cpus = 0.5;
+  s.memory_mb = 256;
+  s.disk_mb = 100;
+  s.pids = 64;
+  s.timeout_s = 0;
+  s.env = {{"A", "1"}, {"B", "x=y"}};
+  s.workdir = "/src";
+  s.user = "1000:1000";
+  s.network.allow = {"example.com"};
+  s.metadata = {{"task", "t1"}};
+  auto back = core::SpecFromJson(core::SpecToJson(s));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->image, "alpine");
+  EXPECT_DOUBLE_EQ(back->cpus, 0.5);
+  EXPECT_EQ(back->memory_mb, 256);
+  EXPECT_EQ(back->pids, 64);
+  EXPECT_EQ(back->env.at("B"), "x=y");
+  EXPECT_EQ(back->user, "1000:1000");
+  EXPECT_EQ(back->network.allow.at(0), "example.com");
+  EXPECT_EQ(back->metadata.at("task"), "t1");
+}
+
+TEST(SpecJson, RejectsCorruptRows) {
+  EXPECT_FALSE(core::SpecFromJson("{").ok());
+  EXPECT_FALSE(core::SpecFromJson("{\"image\": 3}").ok());
+}
+
+TEST(StateDb, PersistsRowsAcrossReopen) {
+  std::string dir = std::filesystem::temp_directory_path() / ("bh-db-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  {
+    auto db = store::StateDb::Open(dir + "/s.db");
+    ASSERT_TRUE(db.ok()) << db.error().message;
+    store::SandboxRow r{"abc", "running", "{}", "2026-01-01T00:00:00Z", 42, 0x10000000, 1234, 99};
+    ASSERT_TRUE((*db)->Put(r).ok());
+    r.id = "def";
+    ASSERT_TRUE((*db)->Put(r).ok());
+    ASSERT_TRUE((*db)->Remove("def").ok());
+  }
+  auto db = store::StateDb::Open(dir + "/s.db");
+  ASSERT_TRUE(db.ok());
+  auto rows = (*db)->LoadAll();
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_EQ(rows->at(0).id, "abc");
+  EXPECT_EQ(rows->at(0).uid_base, 0x10000000u);
+  EXPECT_EQ(rows->at(0).init_start_time, 99u);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Seccomp, FilterCompilesToBpf) {
+  auto prog = runtime::native::BuildSeccompFilter();
+  ASSERT_TRUE(prog.ok()) << prog.error().message;
+  // An architecture check, then dozens of rules: a few hundred instructions at most.
+  EXPECT_GT(prog->size(), 50u);
+  EXPECT_LT(prog->size(), 4096u);
+}
+
+}  // namespace
+}  // namespace bulkhead
