@@ -9,8 +9,8 @@ packages=(
   # libraries the daemon links
   libboost-dev libboost-system-dev nlohmann-json3-dev libseccomp-dev libsqlite3-dev
   libspdlog-dev libfmt-dev libcli11-dev libarchive-dev libgtest-dev libgmock-dev
-  # storage: the loop-mounted xfs image that carries per-sandbox disk quotas
-  xfsprogs util-linux
+  # storage: the loop-mounted xfs or btrfs image that carries per-sandbox disk quotas
+  xfsprogs btrfs-progs util-linux
   # tests and benchmarks
   python3 python3-pytest curl iproute2 procps psmisc tmux
   bubblewrap crun runsc

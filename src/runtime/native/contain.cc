@@ -145,8 +145,8 @@ void MountRoot(ChildPlan* plan) {
   IdmappedBind(plan, plan->image.c_str(), plan->lower.c_str(), false);
   STEP(::mount("overlay", plan->root.c_str(), "overlay", MS_NOSUID | MS_NODEV, plan->overlay_options.c_str()) == 0,
        "mount overlay");
-  // The overlay holds its own reference to the lower layer.
-  STEP(::umount2(plan->lower.c_str(), MNT_DETACH) == 0, "detach lower");
+  // The idmapped lower stays attached until the old root is detached in PivotRoot (one
+  // unmount, one RCU grace period, instead of two).
   for (size_t i = 0; i < plan->host_binds.size(); i++) {
     MakeDir(plan, plan->host_bind_targets[i].c_str(), "mkdir host bind target");
     IdmappedBind(plan, plan->host_binds[i].c_str(), plan->host_bind_targets[i].c_str(), true);

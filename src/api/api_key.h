@@ -1,0 +1,24 @@
+// The API key: who may talk to the daemon. Every route but GET /healthz needs
+// "Authorization: Bearer <key>".
+#pragma once
+#include <string>
+#include <string_view>
+
+#include "common/result.h"
+
+namespace bulkhead::api {
+
+// `configured_key` (BULKHEAD_API_KEY) if not empty; else the key in <state_dir>/api-key,
+// created on first start from 32 random bytes (64 hex digits), mode 0600. Creation is
+// atomic: a complete file appears under its final name or none does, and of two daemons
+// starting at once both end up with the same key.
+Result<std::string> LoadOrCreateApiKey(const std::string& state_dir, const std::string& configured_key);
+
+// True if `authorization` (an Authorization header value) is "Bearer <key>". The key is
+// compared in time independent of where it differs.
+bool IsAuthorized(std::string_view authorization, std::string_view key);
+
+// Equality without an early exit, so response time does not reveal a key's prefix.
+bool ConstantTimeEquals(std::string_view a, std::string_view b);
+
+}  // namespace bulkhead::api

@@ -1,0 +1,211 @@
+#include "api/handlers.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "api/blocking.h"
+#include "api/exec_handler.h"
+#include "api/json_output.h"
+#include "common/scope_guard.h"
+#include "common/unique_fd.h"
+
+// g++ 12 reports a false -Wmismatched-new-delete on asio's coroutine frames, whose
+// awaitable_frame_base brings its own matching operator new and delete.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
+namespace bulkhead::api {
+
+// The OpenAPI document, embedded at build time from src/api/openapi.json.
+extern const std::string_view kOpenApiJson;
+
+namespace {
+
+namespace asio = boost::asio;
+using nlohmann::json;
+
+Error SandboxNotFound(const std::string& id) {
+  return MakeError(ErrorCode::kNotFound, fmt::format("no sandbox with id \"{}\"", id), "sandbox_not_found");
+}
+
+Error ImageNotFound(const std::string& name) {
+  return MakeError(ErrorCode::kNotFound, fmt::format("no image named \"{}\"", name), "image_not_found");
+}
+
+}  // namespace
+
+asio::awaitable<void> ApiHandlers::Handle(HttpExchange& exchange, const RouteMatch& route,
+                                          const QueryParams& query) {
+  switch (route.id) {
+    case RouteId::kHealthz: co_return co_await Healthz(exchange);
+    case RouteId::kMetrics: co_return co_await Metrics(exchange);
+    case RouteId::kOpenApi: co_return co_await OpenApi(exchange);
+    case RouteId::kCreateSandbox: co_return co_await CreateSandbox(exchange);
+    case RouteId::kListSandboxes: co_return co_await ListSandboxes(exchange, query);
+    case RouteId::kGetSandbox: co_return co_await GetSandbox(exchange, route.Param("id"));
+    case RouteId::kDeleteSandbox: co_return co_await DeleteSandbox(exchange, route.Param("id"));
+    case RouteId::kSetSandboxTimeout: co_return co_await SetSandboxTimeout(exchange, route.Param("id"));
+    case RouteId::kExec: co_return co_await Exec(exchange, route.Param("id"));
+    case RouteId::kListImages: co_return co_await ListImages(exchange);
+    case RouteId::kPutImage: co_return co_await PutImage(exchange, route.Param("name"));
+    case RouteId::kDeleteImage: co_return co_await DeleteImage(exchange, route.Param("name"));
+    case RouteId::kNotImplemented: co_return co_await NotImplemented(exchange, route);
+  }
+  co_await exchange.SendError(MakeError(ErrorCode::kInternal, "unhandled route"));
+}
+
+asio::awaitable<std::optional<json>> ApiHandlers::ReadJson(HttpExchange& exchange) {
+  Result<std::string> body = co_await exchange.ReadBody(kMaxJsonBody);
+  if (!body.ok()) {
+    co_await exchange.SendError(body.error());
+    co_return std::nullopt;
+  }
+  Result<json> parsed = ParseJsonObject(*body);
+  if (!parsed.ok()) {
+    co_await exchange.SendError(parsed.error());
+    co_return std::nullopt;
+  }
+  co_return std::move(parsed.value());
+}
+
+asio::awaitable<void> ApiHandlers::Healthz(HttpExchange& exchange) {
+  const json body = {{"status", "ok"}, {"version", BULKHEAD_VERSION}};
+  co_await exchange.SendJson(http::status::ok, body);
+}
+
+asio::awaitable<void> ApiHandlers::Metrics(HttpExchange& exchange) {
+  std::string text = context_.metrics.Render(context_.manager.Stats(), context_.open_connections());
+  co_await exchange.SendText(http::status::ok, "text/plain; version=0.0.4; charset=utf-8", std::move(text));
+}
+
+asio::awaitable<void> ApiHandlers::OpenApi(HttpExchange& exchange) {
+  co_await exchange.SendText(http::status::ok, "application/json", std::string(kOpenApiJson));
+}
+
+asio::awaitable<void> ApiHandlers::CreateSandbox(HttpExchange& exchange) {
+  std::optional<json> body = co_await ReadJson(exchange);
+  if (!body) co_return;
+  Result<core::SandboxSpec> spec = ParseSandboxSpec(*body, context_.host);
+  if (!spec.ok()) co_return co_await exchange.SendError(spec.error());
+  core::SandboxManager& manager = context_.manager;
+  Result<core::SandboxInfo> created =
+      co_await RunBlocking(context_.blocking_pool, [&] { return manager.Create(*spec); });
+  if (!created.ok()) co_return co_await exchange.SendError(created.error());
+  co_await exchange.SendJson(http::status::created, SandboxToJson(*created));
+}
+
+asio::awaitable<void> ApiHandlers::ListSandboxes(HttpExchange& exchange, const QueryParams& query) {
+  Result<core::ListFilter> filter = ParseListFilter(query);
+  if (!filter.ok()) co_return co_await exchange.SendError(filter.error());
+  json sandboxes = json::array();
+  for (const core::SandboxInfo& sandbox : context_.manager.List(*filter)) {
+    sandboxes.push_back(SandboxToJson(sandbox));
+  }
+  const json body = {{"sandboxes", std::move(sandboxes)}};
+  co_await exchange.SendJson(http::status::ok, body);
+}
+
+asio::awaitable<void> ApiHandlers::GetSandbox(HttpExchange& exchange, const std::string& id) {
+  if (!IsValidSandboxId(id)) co_return co_await exchange.SendError(SandboxNotFound(id));
+  Result<core::SandboxInfo> sandbox = context_.manager.Get(id);
+  if (!sandbox.ok()) co_return co_await exchange.SendError(sandbox.error());
+  co_await exchange.SendJson(http::status::ok, SandboxToJson(*sandbox));
+}
+
+asio::awaitable<void> ApiHandlers::DeleteSandbox(HttpExchange& exchange, const std::string& id) {
+  if (!IsValidSandboxId(id)) co_return co_await exchange.SendError(SandboxNotFound(id));
+  core::SandboxManager& manager = context_.manager;
+  Status deleted = co_await RunBlocking(context_.blocking_pool, [&] { return manager.Delete(id); });
+  if (!deleted.ok()) co_return co_await exchange.SendError(deleted.error());
+  co_await exchange.SendNoContent();
+}
+
+asio::awaitable<void> ApiHandlers::SetSandboxTimeout(HttpExchange& exchange, const std::string& id) {
+  if (!IsValidSandboxId(id)) co_return co_await exchange.SendError(SandboxNotFound(id));
+  std::optional<json> body = co_await ReadJson(exchange);
+  if (!body) co_return;
+  Result<int64_t> timeout_s = ParseTimeoutUpdate(*body);
+  if (!timeout_s.ok()) co_return co_await exchange.SendError(timeout_s.error());
+  core::SandboxManager& manager = context_.manager;
+  Result<core::SandboxInfo> sandbox =
+      co_await RunBlocking(context_.blocking_pool, [&] { return manager.SetTimeout(id, *timeout_s); });
+  if (!sandbox.ok()) co_return co_await exchange.SendError(sandbox.error());
+  co_await exchange.SendJson(http::status::ok, SandboxToJson(*sandbox));
+}
+
+asio::awaitable<void> ApiHandlers::Exec(HttpExchange& exchange, const std::string& id) {
+  if (!IsValidSandboxId(id)) co_return co_await exchange.SendError(SandboxNotFound(id));
+  std::optional<json> body = co_await ReadJson(exchange);
+  if (!body) co_return;
+  Result<ExecOptions> options = ParseExecOptions(*body);
+  if (!options.ok()) co_return co_await exchange.SendError(options.error());
+  body.reset();  // stdin may be large; do not keep two copies while the command runs
+  // Chunked encoding needs HTTP/1.1; an HTTP/1.0 client gets the one-shot result.
+  const bool stream = exchange.request().version() >= 11 &&
+                      WantsNdjson(FromBeast(exchange.request()[http::field::accept]));
+  co_await ServeExec(exchange, context_.manager, id, std::move(options.value()), stream);
+}
+
+asio::awaitable<void> ApiHandlers::ListImages(HttpExchange& exchange) {
+  json images = json::array();
+  for (const core::ImageInfo& image : context_.manager.ListImages()) images.push_back(ImageToJson(image));
+  const json body = {{"images", std::move(images)}};
+  co_await exchange.SendJson(http::status::ok, body);
+}
+
+asio::awaitable<void> ApiHandlers::PutImage(HttpExchange& exchange, const std::string& name) {
+  if (!IsValidImageName(name)) {
+    co_return co_await exchange.SendError(
+        MakeError(ErrorCode::kInvalid, "image name must match ^[a-z0-9][a-z0-9._-]{0,63}$"));
+  }
+  Result<core::ImageInfo> image = co_await ImportUploadedImage(exchange, name);
+  if (!image.ok()) co_return co_await exchange.SendError(image.error());
+  co_await exchange.SendJson(http::status::created, ImageToJson(*image));
+}
+
+asio::awaitable<Result<core::ImageInfo>> ApiHandlers::ImportUploadedImage(HttpExchange& exchange,
+                                                                         const std::string& name) {
+  // The tarball goes to disk as it arrives, never into memory; the core unpacks it from
+  // there. The spool file is gone when this returns, whatever happened.
+  std::string temp_path = context_.upload_dir + "/upload-XXXXXX";
+  UniqueFd fd(mkostemp(temp_path.data(), O_CLOEXEC));
+  if (!fd) co_return SystemError("create upload file", errno);
+  ScopeGuard remove_temp([&temp_path] { unlink(temp_path.c_str()); });
+
+  Result<uint64_t> received = co_await exchange.ReadBodyToFile(fd.get(), kMaxImageUpload);
+  if (!received.ok()) co_return received.error();
+  if (*received == 0) {
+    co_return MakeError(ErrorCode::kInvalid,
+                        "the body must be a tar archive (optionally compressed) of the image's root");
+  }
+  fd.reset();
+  core::SandboxManager& manager = context_.manager;
+  co_return co_await RunBlocking(context_.blocking_pool, [&] { return manager.ImportImage(name, temp_path); });
+}
+
+asio::awaitable<void> ApiHandlers::DeleteImage(HttpExchange& exchange, const std::string& name) {
+  if (!IsValidImageName(name)) co_return co_await exchange.SendError(ImageNotFound(name));
+  core::SandboxManager& manager = context_.manager;
+  Status deleted = co_await RunBlocking(context_.blocking_pool, [&] { return manager.DeleteImage(name); });
+  if (!deleted.ok()) co_return co_await exchange.SendError(deleted.error());
+  co_await exchange.SendNoContent();
+}
+
+asio::awaitable<void> ApiHandlers::NotImplemented(HttpExchange& exchange, const RouteMatch& route) {
+  // An unknown sandbox is 404 here as on every other route, so clients see one behaviour.
+  if (const std::string& id = route.Param("id"); !id.empty()) {
+    if (!IsValidSandboxId(id)) co_return co_await exchange.SendError(SandboxNotFound(id));
+    Result<core::SandboxInfo> sandbox = context_.manager.Get(id);
+    if (!sandbox.ok()) co_return co_await exchange.SendError(sandbox.error());
+  }
+  const json body = {{"error",
+                      {{"code", "not_implemented"},
+                       {"message", fmt::format("{} is not implemented yet", route.pattern)}}}};
+  co_await exchange.SendJson(http::status::not_implemented, body);
+}
+
+}  // namespace bulkhead::api

@@ -1,0 +1,60 @@
+// The route handlers: each parses and validates its request, calls the core and answers.
+// Authentication and routing happened before (server.cc).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include <boost/asio/thread_pool.hpp>
+
+#include "api/http_exchange.h"
+#include "api/metrics.h"
+#include "api/router.h"
+#include "api/validate.h"
+#include "core/sandbox_manager.h"
+
+namespace bulkhead::api {
+
+constexpr uint64_t kMaxImageUpload = uint64_t{16} << 30;  // 16 GiB
+
+struct HandlerContext {
+  core::SandboxManager& manager;
+  boost::asio::thread_pool& blocking_pool;  // for the manager's (blocking) calls
+  HttpMetrics& metrics;
+  std::string upload_dir;                   // <state>/tmp: image uploads land here
+  HostLimits host;
+  std::function<int64_t()> open_connections;
+};
+
+class ApiHandlers {
+ public:
+  explicit ApiHandlers(HandlerContext context) : context_(std::move(context)) {}
+
+  // Answers one routed request (route.outcome == kMatched).
+  boost::asio::awaitable<void> Handle(HttpExchange& exchange, const RouteMatch& route,
+                                      const QueryParams& query);
+
+ private:
+  boost::asio::awaitable<void> Healthz(HttpExchange& exchange);
+  boost::asio::awaitable<void> Metrics(HttpExchange& exchange);
+  boost::asio::awaitable<void> OpenApi(HttpExchange& exchange);
+  boost::asio::awaitable<void> CreateSandbox(HttpExchange& exchange);
+  boost::asio::awaitable<void> ListSandboxes(HttpExchange& exchange, const QueryParams& query);
+  boost::asio::awaitable<void> GetSandbox(HttpExchange& exchange, const std::string& id);
+  boost::asio::awaitable<void> DeleteSandbox(HttpExchange& exchange, const std::string& id);
+  boost::asio::awaitable<void> SetSandboxTimeout(HttpExchange& exchange, const std::string& id);
+  boost::asio::awaitable<void> Exec(HttpExchange& exchange, const std::string& id);
+  boost::asio::awaitable<void> ListImages(HttpExchange& exchange);
+  boost::asio::awaitable<void> PutImage(HttpExchange& exchange, const std::string& name);
+  boost::asio::awaitable<Result<core::ImageInfo>> ImportUploadedImage(HttpExchange& exchange,
+                                                                      const std::string& name);
+  boost::asio::awaitable<void> DeleteImage(HttpExchange& exchange, const std::string& name);
+  boost::asio::awaitable<void> NotImplemented(HttpExchange& exchange, const RouteMatch& route);
+
+  // Reads and parses a JSON object body; on failure the error is already answered.
+  boost::asio::awaitable<std::optional<nlohmann::json>> ReadJson(HttpExchange& exchange);
+
+  HandlerContext context_;
+};
+
+}  // namespace bulkhead::api

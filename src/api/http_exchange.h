@@ -1,0 +1,99 @@
+// One request and its response on a connection: reading the body within limits and
+// writing a response (whole or chunked). Every read and write has a deadline, so a stuck
+// or malicious client cannot hold a connection forever.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>  // before boost/asio/awaitable.hpp (Boost 1.74 uses std::exchange unincluded)
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/generic/stream_protocol.hpp>
+#include <boost/beast/core/basic_stream.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/status.hpp>
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+
+namespace bulkhead::api {
+
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+
+// TCP and unix socket connections look alike above the accept.
+using HttpStream = beast::basic_stream<boost::asio::generic::stream_protocol>;
+using RequestHeader = http::request<http::empty_body>;
+
+// Beast 1.74 speaks boost::string_view; these cross over to std::string_view.
+inline beast::string_view ToBeast(std::string_view s) { return {s.data(), s.size()}; }
+inline std::string_view FromBeast(beast::string_view s) { return {s.data(), s.size()}; }
+
+constexpr std::chrono::seconds kReadTimeout{30};   // for the headers, or a whole JSON body
+constexpr std::chrono::seconds kWriteTimeout{60};  // for each write of a response
+constexpr uint64_t kMaxJsonBody = 1024 * 1024;
+
+class HttpExchange {
+ public:
+  // `parser` has read the request's header; the body, if any, is still unread.
+  // While `server_stopping` is set, responses say "Connection: close".
+  HttpExchange(HttpStream& stream, beast::flat_buffer& buffer,
+               http::request_parser<http::empty_body>& parser, const std::atomic<bool>& server_stopping);
+
+  const RequestHeader& request() const { return request_; }
+  HttpStream& stream() { return stream_; }
+
+  // Reads the whole body into memory; 413 if it is (or announces to be) over `limit`.
+  boost::asio::awaitable<Result<std::string>> ReadBody(uint64_t limit);
+  // Streams the body into `fd`, never holding more than a small buffer; 413 over `limit`.
+  // Each read has its own deadline, so a large upload may take as long as it keeps moving.
+  // Answers the number of bytes written.
+  boost::asio::awaitable<Result<uint64_t>> ReadBodyToFile(int fd, uint64_t limit);
+
+  boost::asio::awaitable<void> SendJson(http::status status, const nlohmann::json& body);
+  boost::asio::awaitable<void> SendError(const Error& error);
+  boost::asio::awaitable<void> SendText(http::status status, std::string_view content_type,
+                                        std::string body);
+  boost::asio::awaitable<void> SendNoContent();
+
+  // A chunked response: the header, then one chunk per call (a write finishes before the
+  // next starts: backpressure), then the last chunk. False once the client is gone.
+  boost::asio::awaitable<bool> BeginChunked(http::status status, std::string_view content_type);
+  boost::asio::awaitable<bool> WriteChunk(std::string_view data);
+  boost::asio::awaitable<bool> EndChunked();
+
+  // Extra header for the next response (e.g. Allow on a 405).
+  void SetResponseHeader(http::field name, std::string value) {
+    extra_header_ = {name, std::move(value)};
+  }
+
+  int status() const { return status_; }               // 0 until a response started
+  bool response_started() const { return status_ != 0; }
+  // Whether the connection can carry another request after this one.
+  bool keep_alive() const { return keep_alive_; }
+  void set_keep_alive(bool keep_alive) { keep_alive_ = keep_alive; }
+
+ private:
+  // Sends "100 Continue" if the client waits for it before sending the body.
+  boost::asio::awaitable<Status> AnswerExpectContinue();
+  // Answers Status for a failed body read, and gives up on the connection.
+  Error BodyReadError(const boost::system::error_code& ec);
+  void PrepareResponse(http::response_header<>& header, http::status status);
+
+  HttpStream& stream_;
+  beast::flat_buffer& buffer_;
+  http::request_parser<http::empty_body>& parser_;
+  RequestHeader request_;  // a copy: the parser moves on to read the body
+  bool body_consumed_;
+  bool keep_alive_;
+  const std::atomic<bool>& server_stopping_;
+  int status_ = 0;
+  std::pair<http::field, std::string> extra_header_{http::field::unknown, {}};
+};
+
+}  // namespace bulkhead::api

@@ -1,0 +1,73 @@
+#include "api/json_output.h"
+
+#include <signal.h>
+#include <string.h>
+
+namespace bulkhead::api {
+
+using nlohmann::json;
+
+json SandboxToJson(const core::SandboxInfo& sandbox) {
+  const core::SandboxSpec& spec = sandbox.spec;
+  json out = {
+      {"id", sandbox.id},
+      {"state", sandbox.state},
+      {"image", spec.image},
+      {"runtime", spec.runtime},
+      {"created_at", sandbox.created_at},
+      {"expires_at", sandbox.expires_at ? json(*sandbox.expires_at) : json(nullptr)},
+      {"cpus", spec.cpus},
+      {"memory_mb", spec.memory_mb},
+      {"disk_mb", spec.disk_mb},
+      {"pids", spec.pids},
+      {"timeout_s", spec.timeout_s},
+      {"idle_timeout_s", spec.idle_timeout_s},
+      {"on_timeout", spec.on_timeout},
+      {"network", {{"mode", spec.network.mode}, {"allow", spec.network.allow}}},
+      {"metadata", spec.metadata},
+      {"env", spec.env},
+      {"workdir", spec.workdir},
+      {"user", spec.user},
+      {"parent_snapshot", sandbox.parent_snapshot ? json(*sandbox.parent_snapshot) : json(nullptr)},
+  };
+  if (sandbox.usage) {
+    out["usage"] = {
+        {"cpu_s", sandbox.usage->cpu_s},
+        {"memory_bytes", sandbox.usage->memory_bytes},
+        {"disk_bytes", sandbox.usage->disk_bytes},
+        {"pids", sandbox.usage->pids},
+    };
+  }
+  return out;
+}
+
+json ImageToJson(const core::ImageInfo& image) {
+  return {
+      {"name", image.name},
+      {"source", image.source},
+      {"created_at", image.created_at},
+      {"size_bytes", image.size_bytes},
+  };
+}
+
+std::string ErrorCodeOf(const Error& error) {
+  return error.detail_code.empty() ? std::string(ErrorName(error.code)) : error.detail_code;
+}
+
+json ErrorToJson(const Error& error) {
+  return {{"error", {{"code", ErrorCodeOf(error)}, {"message", error.message}}}};
+}
+
+std::string SignalName(int signal) {
+  if (signal >= SIGRTMIN && signal <= SIGRTMAX) {
+    return signal == SIGRTMIN ? "SIGRTMIN" : "SIGRTMIN+" + std::to_string(signal - SIGRTMIN);
+  }
+  if (const char* abbrev = sigabbrev_np(signal)) return std::string("SIG") + abbrev;
+  return "SIG" + std::to_string(signal);
+}
+
+std::string DumpJson(const json& value) {
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace bulkhead::api

@@ -1,0 +1,200 @@
+#include "api/router.h"
+
+#include <array>
+
+namespace bulkhead::api {
+namespace {
+
+struct RouteSpec {
+  std::string_view method;  // "*" = any method
+  std::string_view pattern;
+  RouteId id;
+};
+
+// Every route of API.md. A "{name}" segment matches one non-empty segment; a trailing
+// "{name...}" matches the rest of the path (possibly nothing).
+constexpr std::array kRoutes = {
+    RouteSpec{"GET", "/healthz", RouteId::kHealthz},
+    RouteSpec{"GET", "/metrics", RouteId::kMetrics},
+    RouteSpec{"GET", "/openapi.json", RouteId::kOpenApi},
+    RouteSpec{"POST", "/v1/sandboxes", RouteId::kCreateSandbox},
+    RouteSpec{"GET", "/v1/sandboxes", RouteId::kListSandboxes},
+    RouteSpec{"GET", "/v1/sandboxes/{id}", RouteId::kGetSandbox},
+    RouteSpec{"DELETE", "/v1/sandboxes/{id}", RouteId::kDeleteSandbox},
+    RouteSpec{"POST", "/v1/sandboxes/{id}/timeout", RouteId::kSetSandboxTimeout},
+    RouteSpec{"POST", "/v1/sandboxes/{id}/exec", RouteId::kExec},
+    RouteSpec{"GET", "/v1/images", RouteId::kListImages},
+    RouteSpec{"PUT", "/v1/images/{name}", RouteId::kPutImage},
+    RouteSpec{"DELETE", "/v1/images/{name}", RouteId::kDeleteImage},
+    // Specified by API.md, not served yet.
+    RouteSpec{"POST", "/v1/sandboxes/{id}/pause", RouteId::kNotImplemented},
+    RouteSpec{"POST", "/v1/sandboxes/{id}/resume", RouteId::kNotImplemented},
+    RouteSpec{"POST", "/v1/sandboxes/{id}/stop", RouteId::kNotImplemented},
+    RouteSpec{"POST", "/v1/sandboxes/{id}/start", RouteId::kNotImplemented},
+    RouteSpec{"PUT", "/v1/sandboxes/{id}/network", RouteId::kNotImplemented},
+    RouteSpec{"POST", "/v1/sandboxes/{id}/processes", RouteId::kNotImplemented},
+    RouteSpec{"GET", "/v1/sandboxes/{id}/processes", RouteId::kNotImplemented},
+    RouteSpec{"GET", "/v1/sandboxes/{id}/processes/{pid}", RouteId::kNotImplemented},
+    RouteSpec{"GET", "/v1/sandboxes/{id}/processes/{pid}/output", RouteId::kNotImplemented},
+    RouteSpec{"POST", "/v1/sandboxes/{id}/processes/{pid}/stdin", RouteId::kNotImplemented},
+    RouteSpec{"POST", "/v1/sandboxes/{id}/processes/{pid}/stdin/close", RouteId::kNotImplemented},
+    RouteSpec{"POST", "/v1/sandboxes/{id}/processes/{pid}/signal", RouteId::kNotImplemented},
+    RouteSpec{"POST", "/v1/sandboxes/{id}/processes/{pid}/resize", RouteId::kNotImplemented},
+    RouteSpec{"GET", "/v1/sandboxes/{id}/processes/{pid}/attach", RouteId::kNotImplemented},
+    RouteSpec{"GET", "/v1/sandboxes/{id}/files", RouteId::kNotImplemented},
+    RouteSpec{"PUT", "/v1/sandboxes/{id}/files", RouteId::kNotImplemented},
+    RouteSpec{"DELETE", "/v1/sandboxes/{id}/files", RouteId::kNotImplemented},
+    RouteSpec{"GET", "/v1/sandboxes/{id}/files/stat", RouteId::kNotImplemented},
+    RouteSpec{"GET", "/v1/sandboxes/{id}/files/list", RouteId::kNotImplemented},
+    RouteSpec{"POST", "/v1/sandboxes/{id}/files/mkdir", RouteId::kNotImplemented},
+    RouteSpec{"POST", "/v1/sandboxes/{id}/files/move", RouteId::kNotImplemented},
+    RouteSpec{"GET", "/v1/sandboxes/{id}/files/archive", RouteId::kNotImplemented},
+    RouteSpec{"PUT", "/v1/sandboxes/{id}/files/archive", RouteId::kNotImplemented},
+    RouteSpec{"GET", "/v1/sandboxes/{id}/files/watch", RouteId::kNotImplemented},
+    RouteSpec{"POST", "/v1/sandboxes/{id}/snapshots", RouteId::kNotImplemented},
+    RouteSpec{"POST", "/v1/sandboxes/{id}/fork", RouteId::kNotImplemented},
+    RouteSpec{"*", "/v1/sandboxes/{id}/ports/{port}/{path...}", RouteId::kNotImplemented},
+    RouteSpec{"GET", "/v1/snapshots", RouteId::kNotImplemented},
+    RouteSpec{"GET", "/v1/snapshots/{snapshot_id}", RouteId::kNotImplemented},
+    RouteSpec{"DELETE", "/v1/snapshots/{snapshot_id}", RouteId::kNotImplemented},
+    RouteSpec{"GET", "/v1/volumes", RouteId::kNotImplemented},
+    RouteSpec{"POST", "/v1/volumes", RouteId::kNotImplemented},
+    RouteSpec{"DELETE", "/v1/volumes/{name}", RouteId::kNotImplemented},
+};
+
+std::vector<std::string_view> SplitSegments(std::string_view path) {
+  std::vector<std::string_view> segments;
+  path.remove_prefix(1);  // the leading '/'
+  while (true) {
+    const size_t slash = path.find('/');
+    segments.push_back(path.substr(0, slash));
+    if (slash == std::string_view::npos) break;
+    path.remove_prefix(slash + 1);
+  }
+  return segments;
+}
+
+// Matches decoded path segments against a pattern; fills `params` on success.
+bool MatchPattern(std::string_view pattern, const std::vector<std::string>& segments,
+                  std::vector<std::pair<std::string_view, std::string>>& params) {
+  const std::vector<std::string_view> parts = SplitSegments(pattern);
+  params.clear();
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const std::string_view part = parts[i];
+    const bool is_param = part.size() > 2 && part.front() == '{' && part.back() == '}';
+    if (is_param && part.ends_with("...}")) {
+      std::string rest;
+      for (size_t j = i; j < segments.size(); ++j) {
+        if (j > i) rest += '/';
+        rest += segments[j];
+      }
+      params.emplace_back(part.substr(1, part.size() - 5), std::move(rest));
+      return true;
+    }
+    if (i >= segments.size()) return false;
+    if (is_param) {
+      if (segments[i].empty()) return false;
+      params.emplace_back(part.substr(1, part.size() - 2), segments[i]);
+    } else if (part != segments[i]) {
+      return false;
+    }
+  }
+  return parts.size() == segments.size();
+}
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+}  // namespace
+
+const std::string& RouteMatch::Param(std::string_view name) const {
+  static const std::string kEmpty;
+  for (const auto& [key, value] : params) {
+    if (key == name) return value;
+  }
+  return kEmpty;
+}
+
+RouteMatch MatchRoute(std::string_view method, std::string_view path) {
+  RouteMatch result;
+  if (path.empty() || path[0] != '/') return result;
+  std::vector<std::string> segments;
+  for (std::string_view raw : SplitSegments(path)) {
+    auto decoded = PercentDecode(raw, /*plus_is_space=*/false);
+    if (!decoded) return result;
+    segments.push_back(std::move(*decoded));
+  }
+  std::vector<std::pair<std::string_view, std::string>> params;
+  for (const RouteSpec& route : kRoutes) {
+    if (!MatchPattern(route.pattern, segments, params)) continue;
+    if (route.method == "*" || route.method == method) {
+      result.outcome = RouteMatch::Outcome::kMatched;
+      result.id = route.id;
+      result.pattern = route.pattern;
+      result.params = std::move(params);
+      result.allowed_methods.clear();
+      return result;
+    }
+    // The path exists with another method; keep looking in case a later route takes this one.
+    result.outcome = RouteMatch::Outcome::kMethodNotAllowed;
+    result.pattern = route.pattern;
+    if (!result.allowed_methods.empty()) result.allowed_methods += ", ";
+    result.allowed_methods += route.method;
+  }
+  return result;
+}
+
+std::vector<std::pair<std::string_view, std::string_view>> AllRoutes() {
+  std::vector<std::pair<std::string_view, std::string_view>> routes;
+  for (const RouteSpec& route : kRoutes) routes.emplace_back(route.method, route.pattern);
+  return routes;
+}
+
+std::optional<std::string> PercentDecode(std::string_view text, bool plus_is_space) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '%') {
+      if (i + 2 >= text.size()) return std::nullopt;
+      const int hi = HexValue(text[i + 1]);
+      const int lo = HexValue(text[i + 2]);
+      if (hi < 0 || lo < 0) return std::nullopt;
+      out += static_cast<char>(hi * 16 + lo);
+      i += 2;
+    } else if (c == '+' && plus_is_space) {
+      out += ' ';
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::optional<RequestTarget> ParseTarget(std::string_view target) {
+  if (target.empty() || target[0] != '/') return std::nullopt;
+  RequestTarget result;
+  const size_t question = target.find('?');
+  result.path = std::string(target.substr(0, question));
+  if (question == std::string_view::npos) return result;
+  std::string_view query = target.substr(question + 1);
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    if (pair.empty()) continue;
+    const size_t equals = pair.find('=');
+    auto key = PercentDecode(pair.substr(0, equals), true);
+    auto value = PercentDecode(
+        equals == std::string_view::npos ? std::string_view() : pair.substr(equals + 1), true);
+    if (!key || !value) return std::nullopt;
+    result.query.emplace_back(std::move(*key), std::move(*value));
+  }
+  return result;
+}
+
+}  // namespace bulkhead::api

@@ -1,0 +1,65 @@
+// Maps a request line onto a route of API.md. Pure: no I/O, so routing is tested alone.
+#pragma once
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace bulkhead::api {
+
+enum class RouteId {
+  kHealthz,
+  kMetrics,
+  kOpenApi,
+  kCreateSandbox,
+  kListSandboxes,
+  kGetSandbox,
+  kDeleteSandbox,
+  kSetSandboxTimeout,
+  kExec,
+  kListImages,
+  kPutImage,
+  kDeleteImage,
+  kNotImplemented,  // a route of API.md not served yet: 501 (after the sandbox id is checked)
+};
+
+using QueryParams = std::vector<std::pair<std::string, std::string>>;
+
+struct RouteMatch {
+  enum class Outcome { kMatched, kNotFound, kMethodNotAllowed };
+  Outcome outcome = Outcome::kNotFound;
+  RouteId id = RouteId::kNotImplemented;
+  // The route's pattern ("/v1/sandboxes/{id}"): a bounded label for metrics and logs.
+  // "unmatched" when no route has this path.
+  std::string_view pattern = "unmatched";
+  // Path parameters, percent-decoded, by their name in the pattern ("id", "name", ...).
+  std::vector<std::pair<std::string_view, std::string>> params;
+  // For kMethodNotAllowed: the methods the path accepts ("GET, DELETE"), for Allow.
+  std::string allowed_methods;
+
+  // The parameter `name`, or "" if the route has none by that name.
+  const std::string& Param(std::string_view name) const;
+  // GET /healthz is the only route served without the API key.
+  bool NeedsAuth() const { return !(outcome == Outcome::kMatched && id == RouteId::kHealthz); }
+};
+
+// `path` is the request target without its query string.
+RouteMatch MatchRoute(std::string_view method, std::string_view path);
+
+// The patterns of every route, in table order (for tests and documentation checks).
+std::vector<std::pair<std::string_view, std::string_view>> AllRoutes();  // {method, pattern}
+
+// Splits "/a/b?x=1&y" into path and query. The path is left encoded (MatchRoute decodes
+// each segment); the query is decoded ('+' is a space). nullopt if the target is not in
+// origin form ("/...").
+struct RequestTarget {
+  std::string path;
+  QueryParams query;
+};
+std::optional<RequestTarget> ParseTarget(std::string_view target);
+
+// Decodes %XX escapes (and '+' as space if asked). nullopt on a malformed escape.
+std::optional<std::string> PercentDecode(std::string_view text, bool plus_is_space);
+
+}  // namespace bulkhead::api

@@ -1,0 +1,404 @@
+#include "api/validate.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <limits>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "api/encoding.h"
+
+namespace bulkhead::api {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kMaxJsonDepth = 64;
+constexpr size_t kMaxPathBytes = 4096;
+constexpr size_t kMaxMetadataEntries = 64;
+constexpr size_t kMaxMetadataKeyBytes = 128;
+constexpr size_t kMaxMetadataValueBytes = 1024;
+
+Error Invalid(std::string message) { return MakeError(ErrorCode::kInvalid, std::move(message)); }
+
+// The value of `key`, or nullptr when it is absent or null (both mean "use the default").
+const json* Find(const json& object, const char* key) {
+  auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+bool HasNul(std::string_view s) { return s.find('\0') != std::string_view::npos; }
+
+const char* TypeName(const json& value) { return value.type_name(); }
+
+Status ReadString(const json& object, const char* key, std::string& out) {
+  const json* value = Find(object, key);
+  if (value == nullptr) return {};
+  if (!value->is_string()) return Invalid(fmt::format("{} must be a string, not {}", key, TypeName(*value)));
+  out = value->get<std::string>();
+  return {};
+}
+
+// Integers; a float is accepted when it holds an exact integer (30.0), as some clients send.
+Status ReadInt(const json& object, const char* key, int64_t min, int64_t max, int64_t& out) {
+  const json* value = Find(object, key);
+  if (value == nullptr) return {};
+  const Error range = Invalid(fmt::format("{} must be between {} and {}", key, min, max));
+  if (value->is_number_unsigned()) {
+    const uint64_t v = value->get<uint64_t>();
+    if (v > static_cast<uint64_t>(max)) return range;
+    out = static_cast<int64_t>(v);
+  } else if (value->is_number_integer()) {
+    const int64_t v = value->get<int64_t>();
+    if (v < min || v > max) return range;
+    out = v;
+  } else if (value->is_number_float()) {
+    const double v = value->get<double>();
+    if (!std::isfinite(v) || v != std::trunc(v)) return Invalid(fmt::format("{} must be an integer", key));
+    if (v < static_cast<double>(min) || v > static_cast<double>(max)) return range;
+    out = static_cast<int64_t>(v);
+  } else {
+    return Invalid(fmt::format("{} must be an integer, not {}", key, TypeName(*value)));
+  }
+  return {};
+}
+
+Status ReadNumber(const json& object, const char* key, double min, double max, double& out) {
+  const json* value = Find(object, key);
+  if (value == nullptr) return {};
+  if (!value->is_number()) return Invalid(fmt::format("{} must be a number, not {}", key, TypeName(*value)));
+  const double v = value->get<double>();
+  if (!std::isfinite(v) || v < min || v > max) {
+    return Invalid(fmt::format("{} must be between {} and {}", key, min, max));
+  }
+  out = v;
+  return {};
+}
+
+bool IsEnvKey(std::string_view key) {
+  if (key.empty()) return false;
+  for (size_t i = 0; i < key.size(); ++i) {
+    const char c = key[i];
+    const bool alpha = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
+    const bool digit = c >= '0' && c <= '9';
+    if (!alpha && !(digit && i > 0)) return false;
+  }
+  return true;
+}
+
+Status ReadEnv(const json& object, const char* key, std::map<std::string, std::string>& out) {
+  const json* value = Find(object, key);
+  if (value == nullptr) return {};
+  if (!value->is_object()) return Invalid(fmt::format("{} must be an object of strings", key));
+  size_t total = 0;
+  std::map<std::string, std::string> env;
+  for (const auto& [name, item] : value->items()) {
+    if (!IsEnvKey(name)) {
+      return Invalid(fmt::format("{}: invalid variable name (must match [A-Za-z_][A-Za-z0-9_]*)", key));
+    }
+    if (!item.is_string()) return Invalid(fmt::format("{}.{} must be a string", key, name));
+    const auto& text = item.get_ref<const std::string&>();
+    if (HasNul(text)) return Invalid(fmt::format("{}.{} must not contain NUL", key, name));
+    total += name.size() + text.size();
+    if (total > kMaxEnvBytes) return Invalid(fmt::format("{} exceeds {} bytes in total", key, kMaxEnvBytes));
+    env.emplace(name, text);
+  }
+  out = std::move(env);
+  return {};
+}
+
+Status ReadAbsolutePath(const json& object, const char* key, std::string& out) {
+  std::string path;
+  if (!Find(object, key)) return {};
+  BH_TRY(ReadString(object, key, path));
+  if (path.empty() || path[0] != '/') return Invalid(fmt::format("{} must be an absolute path", key));
+  if (HasNul(path)) return Invalid(fmt::format("{} must not contain NUL", key));
+  if (path.size() > kMaxPathBytes) return Invalid(fmt::format("{} exceeds {} bytes", key, kMaxPathBytes));
+  out = std::move(path);
+  return {};
+}
+
+Status ReadUser(const json& object, const char* key, std::string& out) {
+  std::string user;
+  if (!Find(object, key)) return {};
+  BH_TRY(ReadString(object, key, user));
+  if (!IsValidUser(user)) {
+    return Invalid(fmt::format("{} must be a user name, a uid or uid:gid", key));
+  }
+  out = std::move(user);
+  return {};
+}
+
+Status ReadMetadata(const json& object, std::map<std::string, std::string>& out) {
+  const json* value = Find(object, "metadata");
+  if (value == nullptr) return {};
+  if (!value->is_object()) return Invalid("metadata must be an object of strings");
+  if (value->size() > kMaxMetadataEntries) {
+    return Invalid(fmt::format("metadata has more than {} entries", kMaxMetadataEntries));
+  }
+  std::map<std::string, std::string> metadata;
+  for (const auto& [name, item] : value->items()) {
+    if (name.empty() || name.size() > kMaxMetadataKeyBytes || HasNul(name)) {
+      return Invalid(fmt::format("metadata keys must be 1 to {} bytes without NUL", kMaxMetadataKeyBytes));
+    }
+    if (!item.is_string()) return Invalid(fmt::format("metadata.{} must be a string", name));
+    const auto& text = item.get_ref<const std::string&>();
+    if (text.size() > kMaxMetadataValueBytes || HasNul(text)) {
+      return Invalid(fmt::format("metadata.{} must be at most {} bytes without NUL", name,
+                                 kMaxMetadataValueBytes));
+    }
+    metadata.emplace(name, text);
+  }
+  out = std::move(metadata);
+  return {};
+}
+
+Status ReadNetwork(const json& object, core::NetworkPolicy& out) {
+  const json* value = Find(object, "network");
+  if (value == nullptr) return {};
+  if (!value->is_object()) return Invalid("network must be an object");
+  core::NetworkPolicy policy;
+  if (Find(*value, "mode")) {
+    const json& mode = (*value)["mode"];
+    if (!mode.is_string()) return Invalid("network.mode must be a string");
+    policy.mode = mode.get<std::string>();
+  }
+  if (policy.mode == "allowlist" || policy.mode == "open") {
+    return Invalid(fmt::format("network.mode \"{}\" is not supported yet", policy.mode));
+  }
+  if (policy.mode != "none") return Invalid("network.mode must be one of none, allowlist, open");
+  if (const json* allow = Find(*value, "allow")) {
+    if (!allow->is_array()) return Invalid("network.allow must be an array of strings");
+    for (const auto& entry : *allow) {
+      if (!entry.is_string()) return Invalid("network.allow must be an array of strings");
+    }
+    // With mode none nothing leaves the sandbox; an allow list would be silently ignored.
+    if (!allow->empty()) return Invalid("network.allow requires network.mode \"allowlist\"");
+  }
+  out = std::move(policy);
+  return {};
+}
+
+bool AllDigits(std::string_view s) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+  }
+  return true;
+}
+
+// A decimal id below 2^32 - 1 ((uid_t)-1 means "no change" to the kernel).
+bool IsNumericId(std::string_view s) {
+  if (!AllDigits(s) || s.size() > 10) return false;
+  return std::stoull(std::string(s)) < 4294967295ull;
+}
+
+}  // namespace
+
+HostLimits HostLimits::Detect() {
+  HostLimits limits;
+  const unsigned cpus = std::thread::hardware_concurrency();
+  limits.max_cpus = cpus > 0 ? cpus : 1;
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page_size > 0) {
+    limits.max_memory_mb = static_cast<int64_t>(pages) * page_size / (1024 * 1024);
+  }
+  return limits;
+}
+
+Result<json> ParseJsonObject(std::string_view body) {
+  if (body.empty()) return json::object();
+  bool too_deep = false;
+  // Refuse deep nesting while parsing: a 1 MiB body of '[' must not build a deep tree.
+  json::parser_callback_t limit_depth = [&too_deep](int depth, json::parse_event_t event, json&) {
+    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
+        depth >= kMaxJsonDepth) {
+      too_deep = true;
+      return false;
+    }
+    return !too_deep;
+  };
+  json value = json::parse(body, limit_depth, /*allow_exceptions=*/false);
+  if (too_deep) {
+    return MakeError(ErrorCode::kBadRequest, fmt::format("JSON nested deeper than {}", kMaxJsonDepth));
+  }
+  if (value.is_discarded()) return MakeError(ErrorCode::kBadRequest, "malformed JSON body");
+  if (!value.is_object()) return Invalid(fmt::format("body must be a JSON object, not {}", TypeName(value)));
+  return value;
+}
+
+Result<core::SandboxSpec> ParseSandboxSpec(const json& body, const HostLimits& host) {
+  if (!body.is_object()) return Invalid("body must be a JSON object");
+  core::SandboxSpec spec;
+
+  BH_TRY(ReadString(body, "image", spec.image));
+  if (!IsValidImageName(spec.image)) {
+    return Invalid("image must match ^[a-z0-9][a-z0-9._-]{0,63}$");
+  }
+
+  BH_TRY(ReadString(body, "runtime", spec.runtime));
+  if (spec.runtime == "gvisor" || spec.runtime == "microvm") {
+    return Invalid(fmt::format("runtime \"{}\" is not available yet", spec.runtime));
+  }
+  if (spec.runtime != "native") return Invalid("runtime must be one of native, gvisor, microvm");
+
+  BH_TRY(ReadNumber(body, "cpus", 0.05, host.max_cpus, spec.cpus));
+  BH_TRY(ReadInt(body, "memory_mb", 32, std::max<int64_t>(32, host.max_memory_mb), spec.memory_mb));
+  BH_TRY(ReadInt(body, "disk_mb", 64, 1048576, spec.disk_mb));
+  BH_TRY(ReadInt(body, "pids", 16, 65536, spec.pids));
+  BH_TRY(ReadInt(body, "timeout_s", 0, kMaxLifetimeS, spec.timeout_s));
+  BH_TRY(ReadInt(body, "idle_timeout_s", 0, kMaxLifetimeS, spec.idle_timeout_s));
+
+  BH_TRY(ReadString(body, "on_timeout", spec.on_timeout));
+  if (spec.on_timeout == "pause") return Invalid("on_timeout \"pause\" is not supported yet");
+  if (spec.on_timeout != "kill") return Invalid("on_timeout must be one of kill, pause");
+
+  BH_TRY(ReadEnv(body, "env", spec.env));
+  BH_TRY(ReadAbsolutePath(body, "workdir", spec.workdir));
+  BH_TRY(ReadUser(body, "user", spec.user));
+  BH_TRY(ReadNetwork(body, spec.network));
+  BH_TRY(ReadMetadata(body, spec.metadata));
+
+  if (Find(body, "from_snapshot")) return Invalid("from_snapshot is not supported yet");
+  if (const json* volumes = Find(body, "volumes")) {
+    if (!volumes->is_array()) return Invalid("volumes must be an array");
+    if (!volumes->empty()) return Invalid("volumes are not supported yet");
+  }
+  return spec;
+}
+
+Result<ExecOptions> ParseExecOptions(const json& body) {
+  if (!body.is_object()) return Invalid("body must be a JSON object");
+  ExecOptions options;
+  core::ExecRequest& request = options.request;
+
+  const json* cmd = Find(body, "cmd");
+  if (cmd == nullptr) return Invalid("cmd is required");
+  if (cmd->is_string()) {
+    const auto& line = cmd->get_ref<const std::string&>();
+    if (line.empty()) return Invalid("cmd must not be empty");
+    if (HasNul(line)) return Invalid("cmd must not contain NUL");
+    if (line.size() > kMaxArgvBytes) return Invalid(fmt::format("cmd exceeds {} bytes", kMaxArgvBytes));
+    request.argv = {"/bin/sh", "-c", line};
+  } else if (cmd->is_array()) {
+    if (cmd->empty()) return Invalid("cmd must not be empty");
+    size_t total = 0;
+    for (size_t i = 0; i < cmd->size(); ++i) {
+      const json& arg = (*cmd)[i];
+      if (!arg.is_string()) return Invalid(fmt::format("cmd[{}] must be a string", i));
+      const auto& text = arg.get_ref<const std::string&>();
+      if (HasNul(text)) return Invalid(fmt::format("cmd[{}] must not contain NUL", i));
+      total += text.size() + 1;
+      if (total > kMaxArgvBytes) return Invalid(fmt::format("cmd exceeds {} bytes", kMaxArgvBytes));
+      request.argv.push_back(text);
+    }
+    if (request.argv[0].empty()) return Invalid("cmd[0] must not be empty");
+  } else {
+    return Invalid("cmd must be an array of strings or a string");
+  }
+
+  if (Find(body, "cwd")) {
+    std::string cwd;
+    BH_TRY(ReadAbsolutePath(body, "cwd", cwd));
+    request.cwd = std::move(cwd);
+  }
+  BH_TRY(ReadEnv(body, "env", request.env));
+  if (Find(body, "user")) {
+    std::string user;
+    BH_TRY(ReadUser(body, "user", user));
+    request.user = std::move(user);
+  }
+
+  const json* stdin_text = Find(body, "stdin");
+  const json* stdin_b64 = Find(body, "stdin_b64");
+  if (stdin_text && stdin_b64) return Invalid("give stdin or stdin_b64, not both");
+  if (stdin_text) {
+    if (!stdin_text->is_string()) return Invalid("stdin must be a string");
+    const auto& text = stdin_text->get_ref<const std::string&>();
+    if (text.size() > kMaxStdinBytes) return Invalid(fmt::format("stdin exceeds {} bytes", kMaxStdinBytes));
+    request.stdin_data = text;
+  } else if (stdin_b64) {
+    if (!stdin_b64->is_string()) return Invalid("stdin_b64 must be a string");
+    const auto& text = stdin_b64->get_ref<const std::string&>();
+    if (Base64DecodedSize(text) > kMaxStdinBytes) {
+      return Invalid(fmt::format("stdin_b64 decodes to more than {} bytes", kMaxStdinBytes));
+    }
+    auto decoded = Base64Decode(text);
+    if (!decoded) return Invalid("stdin_b64 is not valid base64");
+    request.stdin_data = std::move(*decoded);
+  }
+
+  BH_TRY(ReadInt(body, "timeout_s", 0, kMaxExecTimeoutS, request.timeout_s));
+  BH_TRY(ReadInt(body, "max_output_bytes", 0, kMaxOutputBytesLimit, options.max_output_bytes));
+  return options;
+}
+
+Result<int64_t> ParseTimeoutUpdate(const json& body) {
+  if (!body.is_object()) return Invalid("body must be a JSON object");
+  if (!Find(body, "timeout_s")) return Invalid("timeout_s is required");
+  int64_t timeout_s = 0;
+  BH_TRY(ReadInt(body, "timeout_s", 0, kMaxLifetimeS, timeout_s));
+  return timeout_s;
+}
+
+Result<core::ListFilter> ParseListFilter(const std::vector<std::pair<std::string, std::string>>& query) {
+  static constexpr std::string_view kMetadataPrefix = "metadata.";
+  core::ListFilter filter;
+  for (const auto& [key, value] : query) {
+    if (key == "state") {
+      if (value != "starting" && value != "running" && value != "paused" && value != "stopped" &&
+          value != "error") {
+        return Invalid("state must be one of starting, running, paused, stopped, error");
+      }
+      filter.state = value;
+    } else if (key.starts_with(kMetadataPrefix)) {
+      const std::string name = key.substr(kMetadataPrefix.size());
+      if (name.empty()) return Invalid("metadata filter needs a key: metadata.<key>=<value>");
+      filter.metadata[name] = value;
+    }
+    // Other parameters are ignored, like unknown JSON fields.
+  }
+  return filter;
+}
+
+bool IsValidImageName(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
+    const bool alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+    const bool punct = c == '.' || c == '_' || c == '-';
+    if (!alnum && !(punct && i > 0)) return false;
+  }
+  return true;
+}
+
+bool IsValidSandboxId(std::string_view id) {
+  if (id.empty() || id.size() > 128) return false;
+  for (char c : id) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+bool IsValidUser(std::string_view user) {
+  if (const size_t colon = user.find(':'); colon != std::string_view::npos) {
+    return IsNumericId(user.substr(0, colon)) && IsNumericId(user.substr(colon + 1));
+  }
+  if (AllDigits(user)) return IsNumericId(user);
+  if (user.empty() || user.size() > 32) return false;
+  for (size_t i = 0; i < user.size(); ++i) {
+    const char c = user[i];
+    const bool start = (c >= 'a' && c <= 'z') || c == '_';
+    const bool rest = (c >= '0' && c <= '9') || c == '-';
+    if (!start && !(rest && i > 0)) return false;
+  }
+  return true;
+}
+
+}  // namespace bulkhead::api

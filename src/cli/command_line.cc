@@ -1,0 +1,198 @@
+#include "cli/command_line.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+namespace bulkhead::cli {
+namespace {
+
+void AddSandboxFlags(CLI::App* sub, SandboxFlags& flags, bool for_run) {
+  sub->add_option("--image", flags.image, "Image or template to start from (default: host)");
+  sub->add_option("--runtime", flags.runtime, "Isolation tier: native | gvisor | microvm");
+  sub->add_option("--cpus", flags.cpus, "CPU limit, in CPUs (e.g. 0.5)")->check(CLI::PositiveNumber);
+  sub->add_option("--memory-mb", flags.memory_mb, "Memory limit in MiB, swap included")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--disk-mb", flags.disk_mb, "Writable disk quota in MiB")->check(CLI::PositiveNumber);
+  sub->add_option("--pids", flags.pids, "Maximum number of processes")->check(CLI::PositiveNumber);
+  sub->add_option("--timeout", flags.timeout_s,
+                  for_run ? "Seconds until the command is killed and the sandbox removed; 0 = no limit "
+                            "(default 300)"
+                          : "Sandbox lifetime in seconds; 0 = none (default: the daemon's)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("-e,--env", flags.env, "Environment variable K=V (K alone: take it from here); repeatable")
+      ->allow_extra_args(false);
+  sub->add_option("--workdir", flags.workdir, "Working directory (default /workspace)");
+  sub->add_option("--user", flags.user, "User that commands run as (default root)");
+}
+
+// Records which subcommand was chosen; CLI11 calls this once the subcommand parsed.
+void Selects(CLI::App* sub, CommandLine& line, Command command) {
+  sub->callback([&line, command] { line.command = command; });
+}
+
+const char* kCommandFooter =
+    "Put -- before the command when it has options of its own: bulkhead run -- ls -la.\n"
+    "The command is passed as argv, not through a shell: use -- sh -c '...' for one.";
+
+}  // namespace
+
+void DefineCommandLine(CLI::App& app, CommandLine& line) {
+  app.description("bulkhead: self-hosted sandboxes for AI coding agents");
+  app.require_subcommand(1);
+  app.fallthrough();  // global options may follow the subcommand
+  app.set_version_flag("--version", std::string("bulkhead ") + BULKHEAD_VERSION);
+  app.add_option("--url", line.url,
+                 "Daemon address: unix:///path/to/bulkhead.sock or http://HOST:PORT "
+                 "(default: unix://<state dir>/bulkhead.sock)")
+      ->envname("BULKHEAD_URL");
+  app.add_option("--state-dir", line.state_dir, "The daemon's state directory")
+      ->envname("BULKHEAD_STATE")
+      ->capture_default_str();
+
+  CLI::App* serve = app.add_subcommand("serve", "Run the daemon");
+  serve->add_option("--listen", line.listen,
+                    "TCP address to listen on as well as the unix socket; \"\" = unix socket only "
+                    "(default 127.0.0.1:7420)")
+      ->envname("BULKHEAD_LISTEN");
+  serve->add_option("--warm-pool", line.warm_pool, "Ready sandboxes of the host image kept in advance")
+      ->check(CLI::NonNegativeNumber);
+  Selects(serve, line, Command::kServe);
+
+  CLI::App* run = app.add_subcommand("run", "Run one command in a new sandbox, then remove it");
+  AddSandboxFlags(run, line.sandbox, /*for_run=*/true);
+  run->add_flag("-i,--stdin", line.exec.forward_stdin, "Send this command's stdin to the command");
+  run->add_option("command", line.exec.argv, "The command and its arguments")->required();
+  run->footer(kCommandFooter);
+  Selects(run, line, Command::kRun);
+
+  CLI::App* create = app.add_subcommand("create", "Create a sandbox and print its id");
+  AddSandboxFlags(create, line.sandbox, /*for_run=*/false);
+  create->add_option("--metadata", line.sandbox.metadata, "Label k=v; repeatable")->allow_extra_args(false);
+  create->add_flag("--json", line.json, "Print the whole sandbox object");
+  Selects(create, line, Command::kCreate);
+
+  CLI::App* exec = app.add_subcommand("exec", "Run a command in an existing sandbox");
+  exec->add_option("id", line.sandbox_id, "Sandbox id")->required();
+  exec->add_option("-e,--env", line.exec.env, "Environment variable K=V (K alone: take it from here); repeatable")
+      ->allow_extra_args(false);
+  exec->add_option("--cwd", line.exec.cwd, "Working directory (default: the sandbox's)");
+  exec->add_option("--user", line.exec.user, "User to run as (default: the sandbox's)");
+  exec->add_option("--timeout", line.exec.timeout_s, "Kill the command after this many seconds; 0 = no limit")
+      ->check(CLI::NonNegativeNumber);
+  exec->add_flag("-i,--stdin", line.exec.forward_stdin, "Send this command's stdin to the command");
+  exec->add_option("command", line.exec.argv, "The command and its arguments")->required();
+  exec->footer(kCommandFooter);
+  Selects(exec, line, Command::kExec);
+
+  CLI::App* list = app.add_subcommand("ls", "List sandboxes");
+  list->alias("list");
+  list->add_flag("--json", line.json, "Print the API's JSON");
+  list->add_option("--state", line.state_filter, "Only sandboxes in this state (running, paused, ...)");
+  list->add_option("--metadata", line.metadata_filter, "Only sandboxes labelled k=v; repeatable")
+      ->allow_extra_args(false);
+  Selects(list, line, Command::kList);
+
+  CLI::App* inspect = app.add_subcommand("inspect", "Show a sandbox as JSON");
+  inspect->add_option("id", line.sandbox_id, "Sandbox id")->required();
+  Selects(inspect, line, Command::kInspect);
+
+  CLI::App* remove = app.add_subcommand("rm", "Remove sandboxes");
+  remove->add_option("ids", line.sandbox_ids, "Sandbox ids")->required();
+  Selects(remove, line, Command::kRemove);
+
+  CLI::App* image = app.add_subcommand("image", "Manage images");
+  image->require_subcommand(1);
+  CLI::App* image_import = image->add_subcommand(
+      "import", "Import an image from a directory (sent as a tar stream) or a tarball (any compression)");
+  image_import->add_option("name", line.image_name, "Image name")->required();
+  image_import->add_option("path", line.image_path, "Root filesystem directory or tarball")
+      ->required()
+      ->check(CLI::ExistingPath);
+  Selects(image_import, line, Command::kImageImport);
+  CLI::App* image_list = image->add_subcommand("ls", "List images");
+  image_list->alias("list");
+  image_list->add_flag("--json", line.json, "Print the API's JSON");
+  Selects(image_list, line, Command::kImageList);
+  CLI::App* image_remove = image->add_subcommand("rm", "Remove an image");
+  image_remove->add_option("name", line.image_name, "Image name")->required();
+  Selects(image_remove, line, Command::kImageRemove);
+
+  CLI::App* version = app.add_subcommand("version", "Print the client's and the daemon's version");
+  Selects(version, line, Command::kVersion);
+}
+
+int ExitForParseError(CLI::App& app, const CLI::ParseError& error) {
+  int code = app.exit(error);
+  if (code == 0) return 0;  // --help, --version
+  // Unexpected arguments to run/exec are nearly always a command's own options.
+  if (dynamic_cast<const CLI::ExtrasError*>(&error) != nullptr) {
+    for (const char* name : {"run", "exec"}) {
+      if (app.got_subcommand(name)) {
+        std::cerr << "hint: put -- before the command: bulkhead " << name << " [flags] -- CMD ARGS...\n";
+      }
+    }
+  }
+  return 2;
+}
+
+core::DaemonConfig DaemonConfigFromCommandLine(const CommandLine& line) {
+  core::DaemonConfig config;
+  config.state_dir = line.state_dir;
+  if (line.listen) {
+    config.listen = *line.listen;
+  } else if (const char* listen = std::getenv("BULKHEAD_LISTEN"); listen != nullptr) {
+    config.listen = listen;  // set but empty = unix socket only (CLI11 skips empty variables)
+  }
+  if (line.warm_pool) config.warm_pool = *line.warm_pool;
+  if (const char* key = std::getenv("BULKHEAD_API_KEY"); key != nullptr && *key != '\0') config.api_key = key;
+  return config;
+}
+
+Result<std::pair<std::string, std::optional<std::string>>> ParseKeyValue(const std::string& text,
+                                                                          bool allow_from_environment) {
+  size_t equals = text.find('=');
+  std::string key = text.substr(0, equals);
+  if (key.empty()) {
+    return MakeError(ErrorCode::kBadRequest, "'" + text + "' is not KEY=VALUE", "invalid_argument");
+  }
+  if (equals != std::string::npos) return std::pair{key, std::optional(text.substr(equals + 1))};
+  if (!allow_from_environment) {
+    return MakeError(ErrorCode::kBadRequest, "'" + text + "' is not KEY=VALUE", "invalid_argument");
+  }
+  const char* value = std::getenv(key.c_str());
+  if (value == nullptr) return std::pair{key, std::optional<std::string>()};
+  return std::pair{key, std::optional<std::string>(value)};
+}
+
+Result<ClientSettings> ResolveClientSettings(const CommandLine& line) {
+  ClientSettings settings;
+  if (line.url.empty()) {
+    settings.address = DefaultServerAddress(line.state_dir);
+  } else {
+    auto address = ParseServerUrl(line.url);
+    if (!address.ok()) return address.error();
+    settings.address = *address;
+  }
+  if (const char* key = std::getenv("BULKHEAD_API_KEY"); key != nullptr && *key != '\0') {
+    settings.api_key = key;
+    settings.api_key_source = "BULKHEAD_API_KEY";
+    return settings;
+  }
+  // An unreadable key file is not an error here: /healthz needs no key, and a 401 from
+  // the daemon names the file.
+  settings.api_key_source = line.state_dir + "/api-key";
+  std::ifstream key_file(settings.api_key_source);
+  if (key_file) {
+    std::ostringstream contents;
+    contents << key_file.rdbuf();
+    std::string key = contents.str();
+    size_t end = key.find_last_not_of(" \t\r\n");
+    key.erase(end == std::string::npos ? 0 : end + 1);
+    settings.api_key = key.substr(std::min(key.size(), key.find_first_not_of(" \t\r\n")));
+  }
+  return settings;
+}
+
+}  // namespace bulkhead::cli

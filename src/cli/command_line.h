@@ -1,0 +1,111 @@
+// The `bulkhead` command line: every subcommand and flag, parsed with CLI11 into plain
+// values. Parsing only; running the commands lives in commands.h.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/server_url.h"
+#include "common/result.h"
+#include "core/config.h"
+
+namespace bulkhead::cli {
+
+enum class Command {
+  kNone,
+  kServe,
+  kRun,
+  kCreate,
+  kExec,
+  kList,
+  kInspect,
+  kRemove,
+  kImageImport,
+  kImageList,
+  kImageRemove,
+  kVersion,
+};
+
+// Flags that shape a new sandbox (run, create). Unset = the daemon's default.
+struct SandboxFlags {
+  std::optional<std::string> image;
+  std::optional<std::string> runtime;
+  std::optional<double> cpus;
+  std::optional<int64_t> memory_mb;
+  std::optional<int64_t> disk_mb;
+  std::optional<int64_t> pids;
+  std::optional<int64_t> timeout_s;
+  std::vector<std::string> env;  // K=V, or K to take the value from this environment
+  std::optional<std::string> workdir;
+  std::optional<std::string> user;
+  std::vector<std::string> metadata;  // k=v; create only
+};
+
+// Flags of one command (run, exec).
+struct ExecFlags {
+  std::vector<std::string> env;  // exec only (run puts env on the sandbox)
+  std::optional<std::string> cwd;
+  std::optional<std::string> user;
+  std::optional<int64_t> timeout_s;
+  bool forward_stdin = false;
+  std::vector<std::string> argv;
+};
+
+struct CommandLine {
+  Command command = Command::kNone;
+
+  // Global.
+  std::string url;                          // --url / BULKHEAD_URL; empty = the state dir's socket
+  std::string state_dir = "/var/lib/bulkhead";  // --state-dir / BULKHEAD_STATE
+
+  // serve
+  std::optional<std::string> listen;  // --listen / BULKHEAD_LISTEN
+  std::optional<int> warm_pool;
+
+  SandboxFlags sandbox;  // run, create
+  ExecFlags exec;        // run, exec
+
+  std::string sandbox_id;                // exec, inspect
+  std::vector<std::string> sandbox_ids;  // rm
+  bool json = false;                     // create, ls
+  std::optional<std::string> state_filter;    // ls --state
+  std::vector<std::string> metadata_filter;   // ls --metadata k=v
+  std::string image_name;                // image import, image rm
+  std::string image_path;                // image import
+};
+
+// The default sandbox lifetime and command timeout of `bulkhead run`.
+inline constexpr int64_t kRunDefaultTimeoutS = 300;
+
+// Declares every subcommand and flag of `app`, storing parsed values in `line`, which
+// must outlive `app`. Environment defaults (BULKHEAD_URL, BULKHEAD_STATE,
+// BULKHEAD_LISTEN) are applied by CLI11 while parsing.
+void DefineCommandLine(CLI::App& app, CommandLine& line);
+
+// Prints CLI11's message (help, or the error with a hint) and returns the exit code:
+// 0 for --help/--version, 2 for usage errors.
+int ExitForParseError(CLI::App& app, const CLI::ParseError& error);
+
+// `bulkhead serve`'s configuration: flags over environment over built-in defaults.
+core::DaemonConfig DaemonConfigFromCommandLine(const CommandLine& line);
+
+// "K=V" -> {K, V}. Without '=' the value is looked up in this process's environment when
+// `allow_from_environment` (like `docker run -e K`); a missing key is an error.
+Result<std::pair<std::string, std::optional<std::string>>> ParseKeyValue(const std::string& text,
+                                                                          bool allow_from_environment);
+
+// Where and how a client command talks to the daemon.
+struct ClientSettings {
+  ServerAddress address;
+  std::string api_key;  // empty = none found; the daemon then answers 401
+  std::string api_key_source;  // for messages: "BULKHEAD_API_KEY" or the key file's path
+};
+
+// --url (or the state dir's socket) and the key from BULKHEAD_API_KEY or <state dir>/api-key.
+Result<ClientSettings> ResolveClientSettings(const CommandLine& line);
+
+}  // namespace bulkhead::cli

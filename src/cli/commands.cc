@@ -1,0 +1,388 @@
+#include "cli/commands.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <ctime>
+#include <vector>
+
+#include "cli/api_client.h"
+#include "cli/base64.h"
+#include "cli/exec_stream.h"
+#include "cli/output_format.h"
+#include "cli/run_interrupt.h"
+#include "cli/tar_stream.h"
+#include "common/unique_fd.h"
+
+namespace bulkhead::cli {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kExitError = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitOutputClosed = 128 + SIGPIPE;
+// `run` gives its sandbox this much more life than its command, so the command's own
+// timeout fires first and reports timed_out (exit 124); the sandbox is removed right after.
+constexpr int64_t kRunLifetimeMarginS = 30;
+constexpr size_t kFileChunkBytes = 256 << 10;
+
+std::string CodeOf(const Error& error) {
+  return error.detail_code.empty() ? ErrorName(error.code) : error.detail_code;
+}
+
+bool IsOutputClosed(const Error& error) { return error.detail_code == kOutputClosed; }
+
+// Everything one command needs: the parsed line, the terminal and the daemon.
+class Session {
+ public:
+  Session(const CommandLine& line, const CommandIo& io, ApiClient api)
+      : line(line), io(io), api(std::move(api)) {}
+
+  void Out(std::string_view text) const { (void)WriteAll(io.stdout_fd, text); }
+  void Err(std::string_view text) const { (void)WriteAll(io.stderr_fd, text); }
+
+  // Prints `bulkhead: <message> (<code>)` and returns the exit code for it.
+  int Fail(const Error& error, int exit_code = kExitError) const {
+    Err("bulkhead: " + error.message + " (" + CodeOf(error) + ")\n");
+    return exit_code;
+  }
+  int UsageError(const Error& error) const { return Fail(error, kExitUsage); }
+
+  const CommandLine& line;
+  const CommandIo& io;
+  ApiClient api;
+};
+
+std::string StringField(const json& object, const char* field) {
+  auto it = object.find(field);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// -e/--env and --metadata lists as a JSON object.
+Result<json> KeyValueObject(const std::vector<std::string>& items, bool allow_from_environment) {
+  json object = json::object();
+  for (const std::string& item : items) {
+    auto parsed = ParseKeyValue(item, allow_from_environment);
+    if (!parsed.ok()) return parsed.error();
+    if (parsed->second) object[parsed->first] = *parsed->second;  // `-e K` with K unset: skipped
+  }
+  return object;
+}
+
+// The body of POST /v1/sandboxes; unset flags are left to the daemon.
+Result<json> SandboxRequest(const SandboxFlags& flags, std::optional<int64_t> lifetime_s) {
+  json request = json::object();
+  if (flags.image) request["image"] = *flags.image;
+  if (flags.runtime) request["runtime"] = *flags.runtime;
+  if (flags.cpus) request["cpus"] = *flags.cpus;
+  if (flags.memory_mb) request["memory_mb"] = *flags.memory_mb;
+  if (flags.disk_mb) request["disk_mb"] = *flags.disk_mb;
+  if (flags.pids) request["pids"] = *flags.pids;
+  if (lifetime_s) request["timeout_s"] = *lifetime_s;
+  if (flags.workdir) request["workdir"] = *flags.workdir;
+  if (flags.user) request["user"] = *flags.user;
+  if (!flags.env.empty()) {
+    auto env = KeyValueObject(flags.env, /*allow_from_environment=*/true);
+    if (!env.ok()) return env.error();
+    request["env"] = *env;
+  }
+  if (!flags.metadata.empty()) {
+    auto metadata = KeyValueObject(flags.metadata, /*allow_from_environment=*/false);
+    if (!metadata.ok()) return metadata.error();
+    request["metadata"] = *metadata;
+  }
+  return request;
+}
+
+Result<std::string> ReadAll(int fd) {
+  std::string data;
+  char buffer[64 << 10];
+  for (;;) {
+    ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return SystemError("reading stdin", errno);
+    }
+    if (n == 0) return data;
+    data.append(buffer, static_cast<size_t>(n));
+  }
+}
+
+// The body of POST .../exec. `stdin_data` is sent as stdin_b64 since it may be any bytes.
+json ExecRequest(const std::vector<std::string>& argv, const json& env, const std::optional<std::string>& cwd,
+                 const std::optional<std::string>& user, std::optional<int64_t> timeout_s,
+                 const std::optional<std::string>& stdin_data) {
+  json request = json::object();
+  request["cmd"] = argv;  // always argv: one word with spaces stays one word
+  if (!env.empty()) request["env"] = env;
+  if (cwd) request["cwd"] = *cwd;
+  if (user) request["user"] = *user;
+  if (timeout_s) request["timeout_s"] = *timeout_s;
+  if (stdin_data) request["stdin_b64"] = Base64Encode(*stdin_data);
+  return request;
+}
+
+// Streams a command's output to the terminal; the command's exit code, or ours on error.
+int StreamExec(const Session& session, const std::string& sandbox_id, const json& request,
+               std::optional<Error>* failure) {
+  ExecOutputPrinter printer(OutputFds{session.io.stdout_fd, session.io.stderr_fd});
+  Result<CommandOutcome> outcome = session.api.Exec(sandbox_id, request, printer);
+  if (!outcome.ok()) {
+    *failure = outcome.error();
+    return IsOutputClosed(outcome.error()) ? kExitOutputClosed : kExitError;
+  }
+  return ShellExitCode(*outcome);
+}
+
+Result<std::optional<std::string>> StdinIfWanted(const Session& session) {
+  if (!session.line.exec.forward_stdin) return std::optional<std::string>();
+  auto data = ReadAll(session.io.stdin_fd);
+  if (!data.ok()) return data.error();
+  return std::optional<std::string>(std::move(*data));
+}
+
+int RunCommand(Session& session) {
+  const CommandLine& line = session.line;
+  int64_t timeout_s = line.sandbox.timeout_s.value_or(kRunDefaultTimeoutS);
+  auto sandbox_request = SandboxRequest(line.sandbox, timeout_s == 0 ? 0 : timeout_s + kRunLifetimeMarginS);
+  if (!sandbox_request.ok()) return session.UsageError(sandbox_request.error());
+  // Read stdin before creating the sandbox, so it does not sit idle while we wait for input.
+  auto stdin_data = StdinIfWanted(session);
+  if (!stdin_data.ok()) return session.Fail(stdin_data.error());
+
+  const ApiClient& api = session.api;
+  RunInterruptGuard guard([&api, &session](const std::string& id) {
+    auto removed = api.Call(HttpMethod::kDelete, SandboxPath(id));
+    if (!removed.ok() && removed.error().code != ErrorCode::kNotFound) {
+      session.Err("bulkhead: could not remove sandbox " + id + ": " + removed.error().message + " (" +
+                  CodeOf(removed.error()) + ")\n");
+    }
+  });
+  if (session.io.handle_interrupts) {
+    if (Status started = guard.Start(); !started.ok()) return session.Fail(started.error());
+  }
+
+  auto sandbox = api.Call(HttpMethod::kPost, "/v1/sandboxes", *sandbox_request);
+  if (!sandbox.ok()) return session.Fail(sandbox.error());
+  if (!sandbox->is_object() || !(*sandbox)["id"].is_string()) {
+    return session.Fail(MakeError(ErrorCode::kInternal, "the daemon's answer has no sandbox id", "bad_response"));
+  }
+  std::string id = (*sandbox)["id"].get<std::string>();
+  if (auto interrupted = guard.SandboxCreated(id)) return *interrupted;
+
+  json request = ExecRequest(line.exec.argv, json::object(), std::nullopt, std::nullopt, timeout_s, *stdin_data);
+  std::optional<Error> failure;
+  int exit_code = StreamExec(session, id, request, &failure);
+  guard.RemoveSandbox();
+  if (failure && !IsOutputClosed(*failure)) session.Fail(*failure);
+  return exit_code;
+}
+
+int ExecCommand(Session& session) {
+  const ExecFlags& flags = session.line.exec;
+  auto env = KeyValueObject(flags.env, /*allow_from_environment=*/true);
+  if (!env.ok()) return session.UsageError(env.error());
+  auto stdin_data = StdinIfWanted(session);
+  if (!stdin_data.ok()) return session.Fail(stdin_data.error());
+  json request = ExecRequest(flags.argv, *env, flags.cwd, flags.user, flags.timeout_s, *stdin_data);
+  std::optional<Error> failure;
+  int exit_code = StreamExec(session, session.line.sandbox_id, request, &failure);
+  if (failure && !IsOutputClosed(*failure)) session.Fail(*failure);
+  return exit_code;
+}
+
+int CreateCommand(Session& session) {
+  auto request = SandboxRequest(session.line.sandbox, session.line.sandbox.timeout_s);
+  if (!request.ok()) return session.UsageError(request.error());
+  auto sandbox = session.api.Call(HttpMethod::kPost, "/v1/sandboxes", *request);
+  if (!sandbox.ok()) return session.Fail(sandbox.error());
+  if (session.line.json) {
+    session.Out(DumpJson(*sandbox, 2) + "\n");
+  } else {
+    session.Out(StringField(*sandbox, "id") + "\n");
+  }
+  return 0;
+}
+
+int ListCommand(Session& session) {
+  std::string query;
+  auto add_query = [&query](const std::string& key, const std::string& value) {
+    query += (query.empty() ? "?" : "&") + PercentEncode(key) + "=" + PercentEncode(value);
+  };
+  if (session.line.state_filter) add_query("state", *session.line.state_filter);
+  for (const std::string& item : session.line.metadata_filter) {
+    auto parsed = ParseKeyValue(item, /*allow_from_environment=*/false);
+    if (!parsed.ok()) return session.UsageError(parsed.error());
+    add_query("metadata." + parsed->first, parsed->second.value_or(""));
+  }
+  auto listing = session.api.Call(HttpMethod::kGet, "/v1/sandboxes" + query);
+  if (!listing.ok()) return session.Fail(listing.error());
+  if (session.line.json) {
+    session.Out(DumpJson(*listing, 2) + "\n");
+    return 0;
+  }
+  int64_t now = static_cast<int64_t>(std::time(nullptr));
+  std::vector<std::vector<std::string>> rows = {{"ID", "STATE", "IMAGE", "CREATED", "EXPIRES"}};
+  if (auto sandboxes = listing->find("sandboxes"); sandboxes != listing->end() && sandboxes->is_array()) {
+    for (const json& sandbox : *sandboxes) {
+      rows.push_back({StringField(sandbox, "id"), StringField(sandbox, "state"), StringField(sandbox, "image"),
+                      DescribeCreated(StringField(sandbox, "created_at"), now),
+                      DescribeExpiry(StringField(sandbox, "expires_at"), now)});
+    }
+  }
+  session.Out(FormatTable(rows));
+  return 0;
+}
+
+int InspectCommand(Session& session) {
+  auto sandbox = session.api.Call(HttpMethod::kGet, SandboxPath(session.line.sandbox_id));
+  if (!sandbox.ok()) return session.Fail(sandbox.error());
+  session.Out(DumpJson(*sandbox, 2) + "\n");
+  return 0;
+}
+
+int RemoveCommand(Session& session) {
+  int exit_code = 0;
+  for (const std::string& id : session.line.sandbox_ids) {
+    auto removed = session.api.Call(HttpMethod::kDelete, SandboxPath(id));
+    if (removed.ok()) {
+      session.Out(id + "\n");
+    } else {
+      Error error = removed.error();
+      error.message = id + ": " + error.message;
+      exit_code = session.Fail(error);
+    }
+  }
+  return exit_code;
+}
+
+// Sends the file as it is, stopping at `size` bytes so the body matches Content-Length.
+Status StreamFile(int fd, uint64_t size, const BodyChunkSink& sink) {
+  std::vector<char> buffer(kFileChunkBytes);
+  uint64_t sent = 0;
+  while (sent < size) {
+    size_t want = static_cast<size_t>(std::min<uint64_t>(buffer.size(), size - sent));
+    ssize_t n = ::read(fd, buffer.data(), want);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return SystemError("reading the image file", errno);
+    }
+    if (n == 0) return MakeError(ErrorCode::kInternal, "the image file shrank while being sent", "file_changed");
+    BH_TRY(sink(std::string_view(buffer.data(), static_cast<size_t>(n))));
+    sent += static_cast<uint64_t>(n);
+  }
+  return {};
+}
+
+int ImageImportCommand(Session& session) {
+  const std::string& path = session.line.image_path;
+  std::string target = "/v1/images/" + PercentEncode(session.line.image_name);
+  struct stat info{};
+  if (::stat(path.c_str(), &info) != 0) return session.UsageError(SystemError(path, errno));
+
+  Result<json> imported = json();
+  if (S_ISDIR(info.st_mode)) {
+    auto warn = [&session](const std::string& warning) { session.Err("bulkhead: warning: " + warning + "\n"); };
+    imported = session.api.Upload(target, "application/x-tar", std::nullopt, [&](const BodyChunkSink& sink) {
+      return StreamDirectoryAsTar(path, sink, warn);
+    });
+  } else if (S_ISREG(info.st_mode)) {
+    UniqueFd file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!file) return session.Fail(SystemError("opening " + path, errno));
+    uint64_t size = static_cast<uint64_t>(info.st_size);
+    // The daemon recognizes the compression (gzip, zstd, xz...) from the bytes.
+    imported = session.api.Upload(target, "application/x-tar", size, [&](const BodyChunkSink& sink) {
+      return StreamFile(file.get(), size, sink);
+    });
+  } else {
+    return session.UsageError(
+        MakeError(ErrorCode::kBadRequest, path + " is neither a directory nor a file", "invalid_argument"));
+  }
+  if (!imported.ok()) return session.Fail(imported.error());
+  std::string summary = "imported " + session.line.image_name;
+  if (imported->is_object() && (*imported)["size_bytes"].is_number_integer()) {
+    summary += " (" + FormatBytes((*imported)["size_bytes"].get<int64_t>()) + ")";
+  }
+  session.Out(summary + "\n");
+  return 0;
+}
+
+int ImageListCommand(Session& session) {
+  auto listing = session.api.Call(HttpMethod::kGet, "/v1/images");
+  if (!listing.ok()) return session.Fail(listing.error());
+  if (session.line.json) {
+    session.Out(DumpJson(*listing, 2) + "\n");
+    return 0;
+  }
+  int64_t now = static_cast<int64_t>(std::time(nullptr));
+  std::vector<std::vector<std::string>> rows = {{"NAME", "SOURCE", "SIZE", "CREATED"}};
+  if (auto images = listing->find("images"); images != listing->end() && images->is_array()) {
+    for (const json& image : *images) {
+      auto size = image.find("size_bytes");
+      rows.push_back({StringField(image, "name"), StringField(image, "source"),
+                      size != image.end() && size->is_number_integer() ? FormatBytes(size->get<int64_t>()) : "-",
+                      DescribeCreated(StringField(image, "created_at"), now)});
+    }
+  }
+  session.Out(FormatTable(rows));
+  return 0;
+}
+
+int ImageRemoveCommand(Session& session) {
+  auto removed = session.api.Call(HttpMethod::kDelete, "/v1/images/" + PercentEncode(session.line.image_name));
+  if (!removed.ok()) return session.Fail(removed.error());
+  session.Out(session.line.image_name + "\n");
+  return 0;
+}
+
+int VersionCommand(Session& session) {
+  session.Out(std::string("client: bulkhead ") + BULKHEAD_VERSION + "\n");
+  std::string url = session.api.http().address().ToUrl();
+  auto health = session.api.Call(HttpMethod::kGet, "/healthz");
+  if (health.ok() && health->is_object()) {
+    session.Out("daemon: bulkhead " + StringField(*health, "version") + " at " + url + "\n");
+  } else {
+    session.Out("daemon: " + (health.ok() ? "unexpected /healthz answer from " + url : health.error().message) +
+                "\n");
+  }
+  return 0;
+}
+
+}  // namespace
+
+int RunClientCommand(const CommandLine& line, const CommandIo& io) {
+  try {
+    auto settings = ResolveClientSettings(line);
+    if (!settings.ok()) {
+      (void)WriteAll(io.stderr_fd, "bulkhead: " + settings.error().message + " (" + CodeOf(settings.error()) + ")\n");
+      return kExitUsage;
+    }
+    Session session(line, io,
+                    ApiClient(HttpClient(settings->address, settings->api_key), settings->api_key_source));
+    switch (line.command) {
+      case Command::kRun: return RunCommand(session);
+      case Command::kExec: return ExecCommand(session);
+      case Command::kCreate: return CreateCommand(session);
+      case Command::kList: return ListCommand(session);
+      case Command::kInspect: return InspectCommand(session);
+      case Command::kRemove: return RemoveCommand(session);
+      case Command::kImageImport: return ImageImportCommand(session);
+      case Command::kImageList: return ImageListCommand(session);
+      case Command::kImageRemove: return ImageRemoveCommand(session);
+      case Command::kVersion: return VersionCommand(session);
+      case Command::kServe:
+      case Command::kNone: break;
+    }
+    (void)WriteAll(io.stderr_fd, "bulkhead: no client command given (usage)\n");
+    return kExitUsage;
+  } catch (const std::exception& e) {  // a bug; still end with a message, not a crash
+    (void)WriteAll(io.stderr_fd, std::string("bulkhead: ") + e.what() + " (internal)\n");
+    return kExitError;
+  }
+}
+
+}  // namespace bulkhead::cli

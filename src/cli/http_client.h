@@ -1,0 +1,58 @@
+// A small blocking HTTP/1.1 client for the daemon's API, over a unix socket or TCP.
+// One connection per request: the CLI makes few requests and this keeps failure simple.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "cli/line_splitter.h"
+#include "cli/server_url.h"
+#include "common/result.h"
+
+namespace bulkhead::cli {
+
+enum class HttpMethod { kGet, kPost, kPut, kDelete };
+
+struct HttpResponse {
+  int status = 0;
+  std::string content_type;  // without parameters, lower case
+  std::string body;          // empty when the body was handed out as lines
+  bool ok() const { return status >= 200 && status < 300; }
+};
+
+// Takes one piece of a request body and sends it.
+using BodyChunkSink = std::function<Status(std::string_view chunk)>;
+// Produces a request body by pushing it through the sink piece by piece.
+using BodyProducer = std::function<Status(const BodyChunkSink& sink)>;
+
+class HttpClient {
+ public:
+  HttpClient(ServerAddress address, std::string api_key);
+
+  // A request with an optional JSON body (`json_body` already serialized; empty = none).
+  Result<HttpResponse> Send(HttpMethod method, const std::string& target,
+                            const std::string& json_body = {}) const;
+
+  // A request whose body is produced while it is sent: chunked, or with Content-Length
+  // when `content_length` is known. Memory stays bounded whatever the body's size.
+  Result<HttpResponse> SendStreamingBody(HttpMethod method, const std::string& target,
+                                         const std::string& content_type,
+                                         std::optional<uint64_t> content_length,
+                                         const BodyProducer& produce) const;
+
+  // A JSON request answered with NDJSON (`Accept: application/x-ndjson`). A 2xx NDJSON
+  // response is handed to `on_line` line by line as it arrives; any other response
+  // (an error, or a plain JSON answer) comes back whole in `body`.
+  Result<HttpResponse> SendForLines(HttpMethod method, const std::string& target,
+                                    const std::string& json_body, const LineHandler& on_line) const;
+
+  const ServerAddress& address() const { return address_; }
+
+ private:
+  ServerAddress address_;
+  std::string api_key_;
+};
+
+}  // namespace bulkhead::cli

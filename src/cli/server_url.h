@@ -1,0 +1,36 @@
+// Where the CLI finds the daemon: `unix:///path/to/sock` or `http://host:port`.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/result.h"
+
+namespace bulkhead::cli {
+
+struct ServerAddress {
+  enum class Kind { kUnix, kTcp };
+  Kind kind = Kind::kUnix;
+  std::string socket_path;  // kUnix
+  std::string host;         // kTcp, without IPv6 brackets
+  uint16_t port = 0;        // kTcp
+
+  // The value for the Host header.
+  std::string HostHeader() const;
+  // Back in URL form, for messages.
+  std::string ToUrl() const;
+};
+
+// Accepts `unix:///abs/path`, `unix:relative/path`, a bare `/abs/path`, `http://host[:port]`
+// (port 80 when absent, `[::1]` for IPv6) and `host:port`. A path after the authority is
+// not allowed: the API lives at the root.
+Result<ServerAddress> ParseServerUrl(std::string_view url);
+
+// The default: the unix socket the daemon always opens in its state dir.
+ServerAddress DefaultServerAddress(const std::string& state_dir);
+
+// Percent-encodes everything but RFC 3986 unreserved characters, so ids and names
+// are safe as one path segment or one query value.
+std::string PercentEncode(std::string_view text);
+
+}  // namespace bulkhead::cli

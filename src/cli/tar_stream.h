@@ -1,0 +1,24 @@
+// A directory tree as a tar stream made on the fly (libarchive), for image import.
+#pragma once
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "common/result.h"
+
+namespace bulkhead::cli {
+
+// Takes the next piece of the tar stream.
+using TarChunkSink = std::function<Status(std::string_view chunk)>;
+// Hears about entries that were skipped or stored imperfectly (sockets, odd names).
+using TarWarningHandler = std::function<void(const std::string& warning)>;
+
+// Writes the tree under `root` as a pax tar through `sink`, in pieces of at most 64 KiB,
+// never holding more than one piece. Names are "./" and "./path/inside"; owners are kept
+// as numeric ids only; modes, times, symlinks (not followed), hard links, xattrs and
+// ACLs are kept; other filesystems mounted below `root` appear as empty directories.
+// `root` itself may be a symlink to a directory. Stops at the first sink error.
+Status StreamDirectoryAsTar(const std::string& root, const TarChunkSink& sink,
+                            const TarWarningHandler& on_warning);
+
+}  // namespace bulkhead::cli

@@ -1,0 +1,84 @@
+#include "init/exec_request.h"
+
+#include <nlohmann/json.hpp>
+
+namespace bulkhead::init {
+namespace {
+
+using nlohmann::json;
+
+Error Invalid(const std::string& message) { return MakeError(ErrorCode::kInvalid, message); }
+
+// execve() cannot carry a NUL inside a string; JSON can ("\u0000").
+bool HasNul(const std::string& s) { return s.find('\0') != std::string::npos; }
+
+Result<json> ParseObject(std::string_view json_text) {
+  json doc = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) return Invalid("payload is not a JSON object");
+  return doc;
+}
+
+Result<std::vector<std::string>> StringArray(const json& doc, const char* key) {
+  std::vector<std::string> out;
+  auto it = doc.find(key);
+  if (it == doc.end() || it->is_null()) return out;
+  if (!it->is_array()) return Invalid(std::string(key) + " must be an array of strings");
+  for (const auto& item : *it) {
+    if (!item.is_string()) return Invalid(std::string(key) + " must be an array of strings");
+    out.push_back(item.get<std::string>());
+    if (HasNul(out.back())) return Invalid(std::string(key) + " contains a NUL byte");
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<ExecRequest> ParseExecRequest(std::string_view json_text) {
+  auto parsed = ParseObject(json_text);
+  if (!parsed.ok()) return parsed.error();
+  const json& doc = *parsed;
+  ExecRequest request;
+
+  auto argv = StringArray(doc, "argv");
+  if (!argv.ok()) return argv.error();
+  if (argv->empty() || (*argv)[0].empty()) return Invalid("argv must name a program");
+  request.argv = std::move(*argv);
+
+  auto env = StringArray(doc, "env");
+  if (!env.ok()) return env.error();
+  for (const auto& entry : *env) {
+    if (entry.find('=') == std::string::npos || entry[0] == '=') return Invalid("env entry \"" + entry + "\" is not K=V");
+  }
+  request.env = std::move(*env);
+
+  if (auto it = doc.find("cwd"); it != doc.end() && !it->is_null()) {
+    if (!it->is_string() || it->get<std::string>().empty()) return Invalid("cwd must be a non-empty string");
+    request.cwd = it->get<std::string>();
+    if (HasNul(request.cwd)) return Invalid("cwd contains a NUL byte");
+  }
+  if (auto it = doc.find("user"); it != doc.end() && !it->is_null()) {
+    if (!it->is_string()) return Invalid("user must be a string");
+    if (!it->get<std::string>().empty()) request.user = it->get<std::string>();
+  }
+  if (auto it = doc.find("timeout_ms"); it != doc.end() && !it->is_null()) {
+    if (!it->is_number_unsigned()) return Invalid("timeout_ms must be a non-negative integer");
+    request.timeout_ms = it->get<uint64_t>();
+  }
+  if (auto it = doc.find("stdin"); it != doc.end() && !it->is_null()) {
+    if (!it->is_boolean()) return Invalid("stdin must be a boolean");
+    request.stdin_enabled = it->get<bool>();
+  }
+  return request;
+}
+
+Result<int> ParseSignalRequest(std::string_view json_text) {
+  auto parsed = ParseObject(json_text);
+  if (!parsed.ok()) return parsed.error();
+  auto it = parsed->find("signal");
+  if (it == parsed->end() || !it->is_number_integer()) return Invalid("signal must be an integer");
+  int64_t signal = it->get<int64_t>();
+  if (signal < 1 || signal > 64) return Invalid("signal must be in 1..64");
+  return int(signal);
+}
+
+}  // namespace bulkhead::init

@@ -1,0 +1,200 @@
+// bulkhead-init: PID 1 of a sandbox. Accepts control connections on fd 3, runs one command
+// per connection (ctl_protocol.h), reaps every process, and exits on SIGTERM.
+//
+// Single-threaded: one epoll loop, every fd nonblocking and close-on-exec, so no client can
+// stall another.
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <exception>
+#include <map>
+#include <memory>
+
+#include "common/ctl_protocol.h"
+#include "init/poller.h"
+#include "init/session.h"
+
+namespace bulkhead::init {
+namespace {
+
+// Session tokens are (id << 8) | kind with id >= 1, so they never collide with these.
+constexpr uint64_t kListenerToken = 1;
+constexpr uint64_t kSignalToken = 2;
+// Beyond this many connections init stops accepting until one ends (fds are finite).
+constexpr size_t kMaxSessions = 1024;
+
+// Commands get pipes for 0, 1 and 2; if init were started with one of them closed, a pipe
+// could land there and be clobbered by dup2 in the child.
+void EnsureStandardFdsOpen() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) < 0) ::open("/dev/null", O_RDWR);  // takes the lowest free fd
+  }
+}
+
+// As PID 1 the kernel already drops signals that have no handler; ignoring them explicitly
+// gives the same behaviour when init runs as an ordinary process (tests). SIGCHLD and SIGTERM
+// are blocked and read from a signalfd instead.
+UniqueFd SetUpSignals() {
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig == SIGKILL || sig == SIGSTOP || sig == SIGCHLD || sig == SIGTERM) continue;
+    ::sigaction(sig, &ignore, nullptr);  // fails harmlessly for glibc's internal signals
+  }
+  sigset_t handled;
+  ::sigemptyset(&handled);
+  ::sigaddset(&handled, SIGCHLD);
+  ::sigaddset(&handled, SIGTERM);
+  ::sigprocmask(SIG_BLOCK, &handled, nullptr);
+  return UniqueFd(::signalfd(-1, &handled, SFD_NONBLOCK | SFD_CLOEXEC));
+}
+
+class Init {
+ public:
+  int Run() {
+    EnsureStandardFdsOpen();
+    // Not PID 1 (a test): become the reaper of orphaned descendants anyway.
+    is_pid1_ = ::getpid() == 1;
+    if (!is_pid1_) ::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+
+    int accepting = 0;
+    socklen_t len = sizeof(accepting);
+    if (::getsockopt(ctl::kListenFd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) != 0 || !accepting) {
+      std::fprintf(stderr, "bulkhead-init: fd %d is not a listening socket\n", ctl::kListenFd);
+      return 1;
+    }
+    ::fcntl(ctl::kListenFd, F_SETFD, FD_CLOEXEC);
+    ::fcntl(ctl::kListenFd, F_SETFL, ::fcntl(ctl::kListenFd, F_GETFL) | O_NONBLOCK);
+    listener_.fd.reset(ctl::kListenFd);
+
+    signals_.fd = SetUpSignals();
+    if (!poller_.ok() || !signals_.fd) {
+      std::fprintf(stderr, "bulkhead-init: epoll or signalfd setup failed\n");
+      return 1;
+    }
+    poller_.Watch(signals_, kSignalToken, EPOLLIN);
+    UpdateListener();
+    ReapChildren();  // children that exited before the signalfd existed
+
+    epoll_event events[64];
+    while (true) {
+      int count = poller_.Wait(events, 64);
+      for (int i = 0; i < count; ++i) {
+        uint64_t token = events[i].data.u64;
+        if (token == kListenerToken) {
+          AcceptConnections();
+        } else if (token == kSignalToken) {
+          if (HandleSignals()) return Shutdown();
+        } else {
+          DispatchToSession(token, events[i].events);
+        }
+      }
+      RemoveFinishedSessions();
+      UpdateListener();
+    }
+  }
+
+ private:
+  void AcceptConnections() {
+    while (sessions_.size() < kMaxSessions) {
+      int fd = ::accept4(listener_.fd.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        // Out of fds: wait for a session to end instead of spinning on a ready listener.
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) out_of_fds_ = true;
+        return;
+      }
+      uint64_t id = next_session_id_++;
+      try {
+        sessions_.emplace(id, std::make_unique<Session>(id, UniqueFd(fd), poller_));
+      } catch (const std::exception&) {
+        return;  // out of memory: the socket closed with the failed Session
+      }
+    }
+  }
+
+  // Returns true on a SIGTERM that init should obey. As PID 1 that is only one sent from
+  // outside the sandbox (the sender is invisible in our pid namespace, ssi_pid 0): a command
+  // must not be able to shut its sandbox's init down with kill(1, SIGTERM).
+  bool HandleSignals() {
+    bool terminate = false;
+    signalfd_siginfo info;
+    while (::read(signals_.fd.get(), &info, sizeof(info)) == sizeof(info)) {
+      if (info.ssi_signo == SIGTERM && (!is_pid1_ || info.ssi_pid == 0)) terminate = true;
+    }
+    ReapChildren();
+    return terminate;
+  }
+
+  // Every exited child, including orphans reparented to init; SIGCHLDs coalesce, so loop.
+  void ReapChildren() {
+    while (true) {
+      int status = 0;
+      pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      if (pid < 0 && errno == EINTR) continue;
+      if (pid <= 0) return;
+      for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
+        try {
+          if (it->second->OnChildExit(pid, status)) break;
+        } catch (const std::exception&) {
+          sessions_.erase(it);  // out of memory: drop this connection, keep serving others
+          break;
+        }
+      }
+    }
+  }
+
+  void DispatchToSession(uint64_t token, uint32_t events) {
+    auto it = sessions_.find(Session::IdOf(token));
+    if (it == sessions_.end()) return;  // a stale event for a session already gone
+    try {
+      it->second->OnEvent(Session::FdOf(token), events);
+    } catch (const std::exception&) {
+      sessions_.erase(it);  // out of memory or a bug: drop this connection, keep serving others
+    }
+  }
+
+  void RemoveFinishedSessions() {
+    for (auto it = sessions_.begin(); it != sessions_.end();) {
+      if (it->second->finished()) {
+        it = sessions_.erase(it);
+        out_of_fds_ = false;
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  void UpdateListener() {
+    bool accepting = sessions_.size() < kMaxSessions && !out_of_fds_;
+    poller_.Watch(listener_, kListenerToken, accepting ? uint32_t(EPOLLIN) : 0u);
+  }
+
+  int Shutdown() {
+    for (auto& [id, session] : sessions_) session->KillCommand();
+    return 0;
+  }
+
+  Poller poller_;
+  PolledFd listener_;
+  PolledFd signals_;
+  std::map<uint64_t, std::unique_ptr<Session>> sessions_;
+  uint64_t next_session_id_ = 1;
+  bool out_of_fds_ = false;
+  bool is_pid1_ = false;
+};
+
+}  // namespace
+}  // namespace bulkhead::init
+
+int main() {
+  bulkhead::init::Init init;
+  return init.Run();
+}

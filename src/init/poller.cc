@@ -1,0 +1,41 @@
+#include "init/poller.h"
+
+#include <errno.h>
+
+namespace bulkhead::init {
+
+Poller::Poller() : epoll_fd_(::epoll_create1(EPOLL_CLOEXEC)) {}
+
+void Poller::Watch(PolledFd& target, uint64_t token, uint32_t events, bool report_hangup) {
+  if (!target.fd) return;
+  bool want_registered = events != 0 || report_hangup;
+  if (!want_registered) {
+    if (target.registered) ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, target.fd.get(), nullptr);
+    target.registered = false;
+    target.events = 0;
+    return;
+  }
+  if (target.registered && target.events == events) return;
+  epoll_event event{};
+  event.events = events;
+  event.data.u64 = token;
+  int op = target.registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+  if (::epoll_ctl(epoll_fd_.get(), op, target.fd.get(), &event) == 0) {
+    target.registered = true;
+    target.events = events;
+  }
+}
+
+void Poller::Close(PolledFd& target) {
+  if (target.registered) ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, target.fd.get(), nullptr);
+  target.registered = false;
+  target.events = 0;
+  target.fd.reset();
+}
+
+int Poller::Wait(epoll_event* events, int max_events) {
+  int n = ::epoll_wait(epoll_fd_.get(), events, max_events, -1);
+  return n < 0 ? 0 : n;
+}
+
+}  // namespace bulkhead::init

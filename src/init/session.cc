@@ -1,0 +1,327 @@
+#include "init/session.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/timerfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "common/ctl_protocol.h"
+#include "init/exec_request.h"
+#include "init/spawn.h"
+
+namespace bulkhead::init {
+namespace {
+
+using nlohmann::json;
+
+// Output is read in chunks of this size, and only while the connection's outgoing buffer has
+// room for a whole chunk: the buffer never holds more than kOutgoingLimit.
+constexpr size_t kOutputChunk = 64 * 1024;
+constexpr size_t kOutgoingLimit = 256 * 1024;
+// The connection is not read while this much stdin waits for the command to take it.
+constexpr size_t kStdinLimit = 256 * 1024;
+// How long init keeps reading output after the command exited while a descendant holds it open.
+constexpr uint64_t kOutputGraceMs = 100;
+
+// Invalid UTF-8 (a path in a message) is replaced rather than thrown about.
+std::string Dump(const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+const char* ProtocolCode(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kNotFound: return "not_found";
+    case ErrorCode::kBadRequest:
+    case ErrorCode::kInvalid: return "invalid_argument";
+    default: return "internal";
+  }
+}
+
+timespec Now() {
+  timespec now;
+  ::clock_gettime(CLOCK_MONOTONIC, &now);
+  return now;
+}
+
+double MillisecondsBetween(const timespec& from, const timespec& to) {
+  double ms = double(to.tv_sec - from.tv_sec) * 1e3 + double(to.tv_nsec - from.tv_nsec) / 1e6;
+  return std::round(ms * 1000) / 1000;
+}
+
+size_t BytesInPipe(const PolledFd& pipe) {
+  int bytes = 0;
+  if (!pipe.fd || ::ioctl(pipe.fd.get(), FIONREAD, &bytes) != 0 || bytes < 0) return 0;
+  return size_t(bytes);
+}
+
+}  // namespace
+
+Session::Session(uint64_t id, UniqueFd socket, Poller& poller) : id_(id), poller_(poller) {
+  socket_.fd = std::move(socket);
+  UpdateInterest();
+}
+
+Session::~Session() {
+  KillCommand();
+  poller_.Close(socket_);
+  poller_.Close(stdin_);
+  poller_.Close(stdout_);
+  poller_.Close(stderr_);
+  poller_.Close(timer_);
+}
+
+void Session::KillCommand() {
+  if (kill_on_close_) ::kill(-pid_, SIGKILL);
+}
+
+void Session::OnEvent(SessionFd which, uint32_t events) {
+  if (state_ == State::kFinished) return;
+  switch (which) {
+    case SessionFd::kSocket:
+      // The peer left (or the socket broke): before kExit this kills the command (destructor).
+      if (events & (EPOLLHUP | EPOLLERR)) {
+        state_ = State::kFinished;
+        return;
+      }
+      if (events & EPOLLIN) ReadFrames();
+      break;
+    case SessionFd::kStdout:
+    case SessionFd::kStderr: ReadOutput(which); break;
+    case SessionFd::kStdin: WriteStdin(); break;
+    case SessionFd::kTimer: OnTimer(); break;
+  }
+  SendPending();
+  UpdateInterest();
+}
+
+bool Session::OnChildExit(pid_t pid, int wait_status) {
+  if (pid != pid_ || exited_) return false;
+  exited_ = true;
+  wait_status_ = wait_status;
+  exited_at_ = Now();
+  if (state_ != State::kRunning) return true;
+
+  // Nobody is left to read stdin.
+  poller_.Close(stdin_);
+  stdin_pending_.clear();
+  stdin_written_ = 0;
+
+  stdout_owed_ = BytesInPipe(stdout_);
+  stderr_owed_ = BytesInPipe(stderr_);
+  if (stdout_.fd || stderr_.fd) ArmTimer(kOutputGraceMs);
+  FinishIfDone();
+  SendPending();
+  UpdateInterest();
+  return true;
+}
+
+void Session::ReadFrames() {
+  switch (in_.Read(socket_.fd.get())) {
+    case IncomingFrames::ReadResult::kClosed: state_ = State::kFinished; return;
+    case IncomingFrames::ReadResult::kWouldBlock: return;
+    case IncomingFrames::ReadResult::kData: break;
+  }
+  while (state_ == State::kAwaitingFirstFrame || state_ == State::kPinging || state_ == State::kRunning) {
+    IncomingFrames::Frame frame;
+    auto next = in_.Next(&frame);
+    if (next == IncomingFrames::NextResult::kNeedMore) break;
+    if (next == IncomingFrames::NextResult::kMalformed) {
+      FailWith(MakeError(ErrorCode::kInvalid, "malformed frame: length out of range"));
+      break;
+    }
+    HandleFrame(frame.type, frame.payload);
+  }
+}
+
+void Session::HandleFrame(uint8_t type, std::string_view payload) {
+  switch (state_) {
+    case State::kAwaitingFirstFrame:
+      if (type == ctl::kPing) {
+        out_.Append(ctl::kPong, {});
+        state_ = State::kPinging;
+      } else if (type == ctl::kExec) {
+        StartCommand(payload);
+      } else {
+        FailWith(MakeError(ErrorCode::kInvalid, "the first frame must be exec or ping"));
+      }
+      return;
+    case State::kPinging:
+      if (type == ctl::kPing) {
+        out_.Append(ctl::kPong, {});
+      } else {
+        FailWith(MakeError(ErrorCode::kInvalid, "only pings may follow a ping"));
+      }
+      return;
+    case State::kRunning:
+      if (type == ctl::kStdin) {
+        // Stdin sent after the command exited, after kStdinClose or with "stdin": false is dropped.
+        if (!stdin_.fd || stdin_close_requested_) return;
+        if (stdin_written_ > 0) {
+          stdin_pending_.erase(0, stdin_written_);
+          stdin_written_ = 0;
+        }
+        stdin_pending_.append(payload);
+        WriteStdin();
+      } else if (type == ctl::kStdinClose) {
+        stdin_close_requested_ = true;
+        WriteStdin();
+      } else if (type == ctl::kSignal) {
+        auto signal = ParseSignalRequest(payload);
+        if (!signal.ok()) {
+          FailWith(signal.error());
+        } else if (!exited_) {
+          ::kill(-pid_, *signal);
+        }
+      } else {
+        FailWith(MakeError(ErrorCode::kInvalid, "unexpected frame type " + std::to_string(type)));
+      }
+      return;
+    case State::kClosing:
+    case State::kFinished: return;
+  }
+}
+
+void Session::StartCommand(std::string_view payload) {
+  auto request = ParseExecRequest(payload);
+  if (!request.ok()) return FailWith(request.error());
+  started_at_ = Now();
+  auto command = SpawnCommand(*request);
+  if (!command.ok()) return FailWith(command.error());
+
+  pid_ = command->pid;
+  kill_on_close_ = true;
+  state_ = State::kRunning;
+  stdin_.fd = std::move(command->stdin_fd);
+  stdout_.fd = std::move(command->stdout_fd);
+  stderr_.fd = std::move(command->stderr_fd);
+  out_.Append(ctl::kStarted, Dump(json{{"pid", pid_}}));
+  if (request->timeout_ms > 0) ArmTimer(request->timeout_ms);
+}
+
+void Session::ReadOutput(SessionFd which) {
+  bool is_stdout = which == SessionFd::kStdout;
+  PolledFd& pipe = is_stdout ? stdout_ : stderr_;
+  size_t& owed = is_stdout ? stdout_owed_ : stderr_owed_;
+  if (!pipe.fd || state_ != State::kRunning) return;
+
+  size_t max = output_grace_over_ ? std::min(kOutputChunk, owed) : kOutputChunk;
+  ssize_t n = max == 0 ? 0 : out_.AppendReadFrom(pipe.fd.get(), is_stdout ? ctl::kStdout : ctl::kStderr, max);
+  if (n > 0) {
+    owed -= std::min(owed, size_t(n));
+    if (output_grace_over_ && owed == 0) poller_.Close(pipe);
+  } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+    poller_.Close(pipe);  // EOF: every writer is gone
+  }
+  FinishIfDone();
+}
+
+void Session::WriteStdin() {
+  while (stdin_.fd && stdin_written_ < stdin_pending_.size()) {
+    ssize_t n = ::write(stdin_.fd.get(), stdin_pending_.data() + stdin_written_, stdin_pending_.size() - stdin_written_);
+    if (n > 0) {
+      stdin_written_ += size_t(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && errno == EAGAIN) {
+      break;
+    } else {
+      poller_.Close(stdin_);  // the command closed its stdin: what it did not take is dropped
+    }
+  }
+  if (stdin_written_ == stdin_pending_.size()) {
+    stdin_pending_.clear();
+    stdin_written_ = 0;
+  }
+  if (!stdin_.fd) {
+    stdin_pending_.clear();
+    stdin_written_ = 0;
+  } else if (stdin_close_requested_ && stdin_pending_.empty()) {
+    poller_.Close(stdin_);
+  }
+}
+
+void Session::OnTimer() {
+  uint64_t expirations;
+  if (::read(timer_.fd.get(), &expirations, sizeof(expirations)) != sizeof(expirations)) return;
+  if (state_ != State::kRunning) return;
+  if (!exited_) {
+    timed_out_ = true;
+    ::kill(-pid_, SIGKILL);
+    return;
+  }
+  // The grace period after exit is over: something still holds the pipes open. Deliver what
+  // the command had written, then stop reading; the descendant keeps running.
+  output_grace_over_ = true;
+  if (stdout_owed_ == 0) poller_.Close(stdout_);
+  if (stderr_owed_ == 0) poller_.Close(stderr_);
+  FinishIfDone();
+}
+
+void Session::ArmTimer(uint64_t milliseconds) {
+  if (!timer_.fd) timer_.fd.reset(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+  if (!timer_.fd) return;
+  itimerspec spec{};
+  spec.it_value.tv_sec = time_t(milliseconds / 1000);
+  spec.it_value.tv_nsec = long(milliseconds % 1000) * 1000000L;
+  ::timerfd_settime(timer_.fd.get(), 0, &spec, nullptr);  // also resets a pending expiration
+}
+
+void Session::FinishIfDone() {
+  if (state_ != State::kRunning || !exited_ || stdout_.fd || stderr_.fd) return;
+  json exit = {{"exit_code", nullptr},
+               {"signal", nullptr},
+               {"timed_out", timed_out_},
+               {"duration_ms", MillisecondsBetween(started_at_, exited_at_)}};
+  if (WIFEXITED(wait_status_)) exit["exit_code"] = WEXITSTATUS(wait_status_);
+  if (WIFSIGNALED(wait_status_)) exit["signal"] = WTERMSIG(wait_status_);
+  out_.Append(ctl::kExit, Dump(exit));
+  kill_on_close_ = false;
+  poller_.Close(timer_);
+  state_ = State::kClosing;
+}
+
+void Session::FailWith(const Error& error) {
+  KillCommand();
+  kill_on_close_ = false;
+  poller_.Close(stdin_);
+  poller_.Close(stdout_);
+  poller_.Close(stderr_);
+  poller_.Close(timer_);
+  out_.Append(ctl::kError, Dump(json{{"code", ProtocolCode(error.code)}, {"message", error.message}}));
+  state_ = State::kClosing;
+}
+
+void Session::SendPending() {
+  if (state_ == State::kFinished) return;
+  if (!out_.empty() && !out_.SendTo(socket_.fd.get())) {
+    state_ = State::kFinished;
+    return;
+  }
+  if (state_ == State::kClosing && out_.empty()) state_ = State::kFinished;
+}
+
+void Session::UpdateInterest() {
+  if (state_ == State::kFinished) return;
+  bool read_socket = false;
+  switch (state_) {
+    case State::kAwaitingFirstFrame:
+    case State::kPinging: read_socket = out_.size() < kOutgoingLimit; break;  // pongs pile up otherwise
+    case State::kRunning: read_socket = stdin_pending_.size() - stdin_written_ < kStdinLimit; break;
+    default: break;
+  }
+  constexpr uint32_t kIn = EPOLLIN, kOut = EPOLLOUT;
+  uint32_t socket_events = (read_socket ? kIn : 0) | (out_.empty() ? 0 : kOut);
+  poller_.Watch(socket_, Token(id_, SessionFd::kSocket), socket_events, /*report_hangup=*/true);
+
+  bool room_for_output = out_.size() + ctl::kHeaderSize + kOutputChunk <= kOutgoingLimit;
+  poller_.Watch(stdout_, Token(id_, SessionFd::kStdout), room_for_output ? kIn : 0);
+  poller_.Watch(stderr_, Token(id_, SessionFd::kStderr), room_for_output ? kIn : 0);
+  poller_.Watch(stdin_, Token(id_, SessionFd::kStdin), stdin_pending_.size() > stdin_written_ ? kOut : 0);
+  poller_.Watch(timer_, Token(id_, SessionFd::kTimer), EPOLLIN);
+}
+
+}  // namespace bulkhead::init

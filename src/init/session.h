@@ -1,0 +1,90 @@
+// One control connection and the command it runs (ctl_protocol.h): reads frames, starts the
+// command, streams its output with bounded buffers, and reports how it ended.
+#pragma once
+#include <sys/types.h>
+#include <time.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/result.h"
+#include "common/unique_fd.h"
+#include "init/frame_buffer.h"
+#include "init/poller.h"
+
+namespace bulkhead::init {
+
+// Which of a session's fds an epoll event is for; the low byte of the event's token.
+enum class SessionFd : uint8_t { kSocket = 1, kStdin, kStdout, kStderr, kTimer };
+
+class Session {
+ public:
+  // `id` must be unique for the life of init: it tells stale epoll events apart.
+  Session(uint64_t id, UniqueFd socket, Poller& poller);
+  // Kills the command's process group unless kExit was already queued.
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  static uint64_t Token(uint64_t id, SessionFd which) { return (id << 8) | uint64_t(which); }
+  static uint64_t IdOf(uint64_t token) { return token >> 8; }
+  static SessionFd FdOf(uint64_t token) { return SessionFd(token & 0xff); }
+
+  void OnEvent(SessionFd which, uint32_t events);
+  // Returns true if `pid` is this session's command (which then counts as exited).
+  bool OnChildExit(pid_t pid, int wait_status);
+  // SIGKILLs the command's process group if it may still be running.
+  void KillCommand();
+  // The connection is done (closed, or its last frame sent): destroy the session.
+  bool finished() const { return state_ == State::kFinished; }
+
+ private:
+  enum class State {
+    kAwaitingFirstFrame,  // nothing received yet
+    kPinging,             // answered a ping; more pings may follow
+    kRunning,             // the command started; kExit not sent yet
+    kClosing,             // the last frame is queued; close once it is sent
+    kFinished,
+  };
+
+  void ReadFrames();
+  void HandleFrame(uint8_t type, std::string_view payload);
+  void StartCommand(std::string_view payload);
+  void ReadOutput(SessionFd which);
+  void WriteStdin();
+  void OnTimer();
+  void ArmTimer(uint64_t milliseconds);
+  void FinishIfDone();
+  // Queues kError as the last frame; the command, if any, is killed.
+  void FailWith(const Error& error);
+  void SendPending();
+  void UpdateInterest();
+
+  uint64_t id_;
+  Poller& poller_;
+  State state_ = State::kAwaitingFirstFrame;
+  PolledFd socket_;
+  OutgoingFrames out_;
+  IncomingFrames in_;
+
+  // The command, once started.
+  pid_t pid_ = -1;  // also its process group id
+  bool kill_on_close_ = false;  // true from start until kExit is queued
+  bool exited_ = false;
+  int wait_status_ = 0;
+  bool timed_out_ = false;
+  timespec started_at_{};
+  timespec exited_at_{};
+  PolledFd stdin_, stdout_, stderr_, timer_;
+  std::string stdin_pending_;  // received, not yet taken by the pipe
+  size_t stdin_written_ = 0;   // bytes at the front of stdin_pending_ already written
+  bool stdin_close_requested_ = false;
+  // After the command exited: bytes that were in each pipe at that moment. When a descendant
+  // keeps a pipe open, init still delivers these before giving up on the pipe.
+  bool output_grace_over_ = false;
+  size_t stdout_owed_ = 0;
+  size_t stderr_owed_ = 0;
+};
+
+}  // namespace bulkhead::init

@@ -1,0 +1,263 @@
+#include "init/spawn.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string_view>
+
+namespace bulkhead::init {
+namespace {
+
+constexpr const char* kDefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+// What the child reports on the error pipe when a step before exec fails.
+enum class ChildStep : int { kStdio, kGroups, kGid, kUid, kCwd };
+struct ChildFailure {
+  ChildStep step;
+  int error;
+};
+
+// Everything the child needs, prepared before fork so the child only makes system calls.
+struct ChildPlan {
+  std::vector<char*> argv;  // null-terminated, pointing into the request
+  std::vector<char*> envp;  // null-terminated, pointing into `environment`
+  std::vector<std::string> exec_paths;  // the files to try, in PATH order
+  const char* cwd;
+  uid_t uid;
+  gid_t gid;
+  std::vector<gid_t> groups;
+  // Init already is this uid/gid, so a refused setgroups() changes nothing (a non-root test run).
+  bool already_this_identity;
+  int stdin_fd, stdout_fd, stderr_fd;  // the child's ends
+  int error_fd;                         // write end of the close-on-exec error pipe
+};
+
+bool HasKey(const std::vector<std::string>& env, std::string_view key) {
+  for (const auto& entry : env) {
+    if (entry.size() > key.size() && entry.compare(0, key.size(), key) == 0 && entry[key.size()] == '=') return true;
+  }
+  return false;
+}
+
+std::string_view GetValue(const std::vector<std::string>& env, std::string_view key) {
+  for (const auto& entry : env) {
+    if (entry.size() > key.size() && entry.compare(0, key.size(), key) == 0 && entry[key.size()] == '=') {
+      return std::string_view(entry).substr(key.size() + 1);
+    }
+  }
+  return {};
+}
+
+// execvpe's search, with the command's own PATH rather than init's.
+std::vector<std::string> ExecPaths(const std::string& program, std::string_view path_var) {
+  if (program.find('/') != std::string::npos) return {program};
+  std::vector<std::string> paths;
+  size_t start = 0;
+  while (true) {
+    size_t end = path_var.find(':', start);
+    std::string_view dir = path_var.substr(start, end - start);
+    paths.push_back((dir.empty() ? std::string(".") : std::string(dir)) + "/" + program);
+    if (end == std::string_view::npos) break;
+    start = end + 1;
+  }
+  return paths;
+}
+
+Status MakePipe(UniqueFd* read_end, UniqueFd* write_end) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return MakeError(ErrorCode::kInternal, std::string("pipe2: ") + std::strerror(errno));
+  read_end->reset(fds[0]);
+  write_end->reset(fds[1]);
+  return {};
+}
+
+void SetNonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+[[noreturn]] void ReportAndExit(int error_fd, ChildStep step) {
+  ChildFailure failure{step, errno};
+  ssize_t ignored = ::write(error_fd, &failure, sizeof(failure));
+  (void)ignored;
+  ::_exit(127);
+}
+
+void CloseFdsAbove2() {
+  if (::close_range(3, ~0U, 0) == 0) return;
+  // close_range refused (an old kernel or a filter): close one by one.
+  struct rlimit limit;
+  int max_fd = ::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY ? int(limit.rlim_cur) : 65536;
+  for (int fd = 3; fd < max_fd; ++fd) ::close(fd);
+}
+
+// Runs in the forked child. Failures before exec go to the error pipe (the parent turns them
+// into kError); once every other fd is closed, failures are the command's own, as in a shell.
+[[noreturn]] void RunChild(const ChildPlan& plan) {
+  // Init ignores and blocks signals; the command starts from the defaults.
+  struct sigaction default_action {};
+  default_action.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; ++sig) ::sigaction(sig, &default_action, nullptr);
+  sigset_t empty;
+  ::sigemptyset(&empty);
+  ::sigprocmask(SIG_SETMASK, &empty, nullptr);
+
+  // Its own session and process group, so a timeout or disconnect can kill all of it.
+  ::setsid();
+
+  // Init runs with a low OOM score; the command must not inherit it. Best effort.
+  int oom_fd = ::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+  if (oom_fd >= 0) {
+    ssize_t ignored = ::write(oom_fd, "0", 1);
+    (void)ignored;
+    ::close(oom_fd);
+  }
+
+  if (::dup2(plan.stdin_fd, 0) < 0 || ::dup2(plan.stdout_fd, 1) < 0 || ::dup2(plan.stderr_fd, 2) < 0) {
+    ReportAndExit(plan.error_fd, ChildStep::kStdio);
+  }
+
+  if (::setgroups(plan.groups.size(), plan.groups.data()) != 0 && !(errno == EPERM && plan.already_this_identity)) {
+    ReportAndExit(plan.error_fd, ChildStep::kGroups);
+  }
+  if (::setresgid(plan.gid, plan.gid, plan.gid) != 0) ReportAndExit(plan.error_fd, ChildStep::kGid);
+  if (::setresuid(plan.uid, plan.uid, plan.uid) != 0) ReportAndExit(plan.error_fd, ChildStep::kUid);
+
+  // After setuid, so the directory is checked with the command's own permissions.
+  if (::chdir(plan.cwd) != 0) ReportAndExit(plan.error_fd, ChildStep::kCwd);
+
+  // Nothing of init's may reach the command (CVE-2024-21626). This also closes the error pipe,
+  // which tells the parent the command is starting.
+  CloseFdsAbove2();
+
+  int error = ENOENT;
+  bool saw_eacces = false;
+  for (const auto& path : plan.exec_paths) {
+    ::execve(path.c_str(), plan.argv.data(), plan.envp.data());
+    error = errno;
+    if (error == EACCES) {
+      saw_eacces = true;
+      continue;
+    }
+    // Like execvpe: keep searching past entries that do not hold the program.
+    if (error == ENOENT || error == ENOTDIR || error == ESTALE || error == ENODEV || error == ETIMEDOUT) continue;
+    break;
+  }
+  if (saw_eacces && (error == ENOENT || error == ENOTDIR)) error = EACCES;
+
+  std::string message = std::string("bulkhead: exec ") + plan.argv[0] + ": " + std::strerror(error) + "\n";
+  ssize_t ignored = ::write(2, message.data(), message.size());
+  (void)ignored;
+  ::_exit(error == EACCES || error == ENOEXEC ? 126 : 127);
+}
+
+Error ChildFailureToError(const ChildFailure& failure, const ExecRequest& request, const UserIdentity& user) {
+  std::string reason = std::strerror(failure.error);
+  switch (failure.step) {
+    case ChildStep::kCwd:
+      if (failure.error == ENOENT || failure.error == ENOTDIR) {
+        return MakeError(ErrorCode::kNotFound, "cwd " + request.cwd + ": " + reason);
+      }
+      return MakeError(ErrorCode::kInvalid, "cwd " + request.cwd + ": " + reason);
+    case ChildStep::kStdio: return MakeError(ErrorCode::kInternal, "dup2: " + reason);
+    case ChildStep::kGroups: return MakeError(ErrorCode::kInternal, "setgroups: " + reason);
+    case ChildStep::kGid: return MakeError(ErrorCode::kInternal, "setgid " + std::to_string(user.gid) + ": " + reason);
+    case ChildStep::kUid: return MakeError(ErrorCode::kInternal, "setuid " + std::to_string(user.uid) + ": " + reason);
+  }
+  return MakeError(ErrorCode::kInternal, "command setup failed: " + reason);
+}
+
+}  // namespace
+
+std::vector<std::string> BuildEnvironment(const std::vector<std::string>& requested, const UserIdentity& user) {
+  std::vector<std::string> env = requested;
+  if (!HasKey(env, "PATH")) env.push_back(std::string("PATH=") + kDefaultPath);
+  if (!HasKey(env, "HOME")) env.push_back("HOME=" + user.home);
+  if (!user.name.empty()) {
+    if (!HasKey(env, "USER")) env.push_back("USER=" + user.name);
+    if (!HasKey(env, "LOGNAME")) env.push_back("LOGNAME=" + user.name);
+  }
+  return env;
+}
+
+Result<SpawnedCommand> SpawnCommand(const ExecRequest& request) {
+  // Failures found here cost no fork.
+  auto user = ResolveUser(request.user ? *request.user : std::to_string(::getuid()));
+  if (!user.ok()) return user.error();
+  struct stat cwd_stat;
+  if (::stat(request.cwd.c_str(), &cwd_stat) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) {
+      return MakeError(ErrorCode::kNotFound, "cwd " + request.cwd + ": " + std::strerror(errno));
+    }
+  } else if (!S_ISDIR(cwd_stat.st_mode)) {
+    return MakeError(ErrorCode::kNotFound, "cwd " + request.cwd + ": " + std::strerror(ENOTDIR));
+  }
+
+  std::vector<std::string> environment = BuildEnvironment(request.env, *user);
+
+  SpawnedCommand command;
+  UniqueFd child_stdin, child_stdout, child_stderr, error_read, error_write;
+  if (request.stdin_enabled) {
+    BH_TRY(MakePipe(&child_stdin, &command.stdin_fd));
+  } else {
+    child_stdin.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    if (!child_stdin) return MakeError(ErrorCode::kInternal, std::string("open /dev/null: ") + std::strerror(errno));
+  }
+  BH_TRY(MakePipe(&command.stdout_fd, &child_stdout));
+  BH_TRY(MakePipe(&command.stderr_fd, &child_stderr));
+  BH_TRY(MakePipe(&error_read, &error_write));
+
+  ChildPlan plan;
+  for (const auto& arg : request.argv) plan.argv.push_back(const_cast<char*>(arg.c_str()));
+  plan.argv.push_back(nullptr);
+  for (const auto& entry : environment) plan.envp.push_back(const_cast<char*>(entry.c_str()));
+  plan.envp.push_back(nullptr);
+  plan.exec_paths = ExecPaths(request.argv[0], GetValue(environment, "PATH"));
+  plan.cwd = request.cwd.c_str();
+  plan.uid = user->uid;
+  plan.gid = user->gid;
+  plan.groups = user->groups;
+  plan.already_this_identity = ::getuid() == user->uid && ::geteuid() == user->uid &&
+                               ::getgid() == user->gid && ::getegid() == user->gid;
+  plan.stdin_fd = child_stdin.get();
+  plan.stdout_fd = child_stdout.get();
+  plan.stderr_fd = child_stderr.get();
+  plan.error_fd = error_write.get();
+
+  pid_t pid = ::fork();
+  if (pid < 0) return MakeError(ErrorCode::kInternal, std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) RunChild(plan);
+
+  command.pid = pid;
+  child_stdin.reset();
+  child_stdout.reset();
+  child_stderr.reset();
+  error_write.reset();
+
+  // Wait until the child has either closed the error pipe (it is about to exec) or reported
+  // a failed step. This is short: the child makes a handful of system calls before either.
+  ChildFailure failure;
+  size_t got = 0;
+  while (got < sizeof(failure)) {
+    ssize_t n = ::read(error_read.get(), reinterpret_cast<char*>(&failure) + got, sizeof(failure) - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += size_t(n);
+  }
+  if (got == sizeof(failure)) {
+    while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    return ChildFailureToError(failure, request, *user);
+  }
+
+  if (command.stdin_fd) SetNonblocking(command.stdin_fd.get());
+  SetNonblocking(command.stdout_fd.get());
+  SetNonblocking(command.stderr_fd.get());
+  return command;
+}
+
+}  // namespace bulkhead::init

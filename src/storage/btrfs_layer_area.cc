@@ -1,0 +1,155 @@
+// Layers on btrfs with qgroups, like Docker's btrfs driver: each layer is a subvolume, and
+// the subvolume's qgroup has a hard limit on referenced bytes (data and metadata).
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/btrfs.h>
+#include <linux/btrfs_tree.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+
+#include "common/unique_fd.h"
+#include "storage/fs_util.h"
+#include "storage/layer_area.h"
+
+namespace bulkhead::storage {
+namespace {
+
+class BtrfsLayerArea final : public LayerArea {
+ public:
+  BtrfsLayerArea(std::string mount_point, std::string qgroups_sysfs)
+      : LayerArea(mount_point + "/layers"), qgroups_sysfs_(std::move(qgroups_sysfs)) {}
+
+  std::string backend() const override { return "btrfs-qgroup"; }
+  bool enforced() const override { return true; }
+
+  Status CreateLayerDir(const std::string& id, int64_t disk_mb) override {
+    UniqueFd parent = OpenDirNoFollow(root());
+    if (!parent) return SystemError("open " + root(), errno);
+    btrfs_ioctl_vol_args args{};
+    std::strncpy(args.name, id.c_str(), BTRFS_PATH_NAME_MAX);
+    if (::ioctl(parent.get(), BTRFS_IOC_SUBVOL_CREATE, &args) != 0) {
+      return SystemError("create subvolume " + LayerPath(id), errno);
+    }
+    if (::chmod(LayerPath(id).c_str(), 0711) != 0) return SystemError("chmod " + LayerPath(id), errno);
+    return SetLimit(id, disk_mb);
+  }
+
+  Status SetLimit(const std::string& id, int64_t disk_mb) override {
+    UniqueFd layer = OpenLayer(id);
+    if (!layer) return LayerOpenError(id);
+    btrfs_ioctl_qgroup_limit_args args{};
+    args.qgroupid = 0;  // 0 = the qgroup of the subvolume the fd is in
+    if (disk_mb > 0) {
+      args.lim.flags = BTRFS_QGROUP_LIMIT_MAX_RFER;
+      args.lim.max_rfer = static_cast<uint64_t>(disk_mb) * 1024 * 1024;
+    } else {
+      // Clearing: the flag with "no limit" as value.
+      args.lim.flags = BTRFS_QGROUP_LIMIT_MAX_RFER;
+      args.lim.max_rfer = static_cast<uint64_t>(-1);
+    }
+    if (::ioctl(layer.get(), BTRFS_IOC_QGROUP_LIMIT, &args) != 0) {
+      return SystemError("qgroup limit " + LayerPath(id), errno);
+    }
+    return {};
+  }
+
+  Result<int64_t> UsageBytes(const std::string& id) const override {
+    UniqueFd layer = OpenLayer(id);
+    if (!layer) return LayerOpenError(id);
+    auto subvol = SubvolumeId(layer.get());
+    if (!subvol.ok()) return subvol.error();
+    // The qgroup's figure as of the last transaction commit.
+    auto text = ReadFile(qgroups_sysfs_ + "/0_" + std::to_string(*subvol) + "/referenced");
+    if (text.ok()) {
+      int64_t bytes = 0;
+      auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), bytes);
+      (void)end;
+      if (ec == std::errc()) return bytes;
+    }
+    return TreeAllocatedBytes(LayerPath(id));  // kernels without qgroups in sysfs
+  }
+
+  Status DestroyLayerDir(const std::string& id) override {
+    std::string path = LayerPath(id);
+    struct stat st;
+    if (::lstat(path.c_str(), &st) != 0) {
+      if (errno == ENOENT) return {};
+      return SystemError("stat " + path, errno);
+    }
+    if (!S_ISDIR(st.st_mode) || st.st_ino != BTRFS_FIRST_FREE_OBJECTID) {
+      return RemoveTree(path);  // a plain directory left by a half-made layer
+    }
+    UniqueFd layer = OpenLayer(id);
+    if (!layer) return LayerOpenError(id);
+    auto subvol = SubvolumeId(layer.get());
+    layer.reset();
+    UniqueFd parent = OpenDirNoFollow(root());
+    if (!parent) return SystemError("open " + root(), errno);
+    // Deletes the whole subvolume at once; the kernel frees its extents in the background.
+    btrfs_ioctl_vol_args args{};
+    std::strncpy(args.name, id.c_str(), BTRFS_PATH_NAME_MAX);
+    if (::ioctl(parent.get(), BTRFS_IOC_SNAP_DESTROY, &args) != 0 && errno != ENOENT) {
+      return SystemError("delete subvolume " + path, errno);
+    }
+    if (subvol.ok()) {
+      // Best effort: newer kernels drop the qgroup themselves once the subvolume is gone.
+      btrfs_ioctl_qgroup_create_args remove{};
+      remove.create = 0;
+      remove.qgroupid = *subvol;
+      (void)::ioctl(parent.get(), BTRFS_IOC_QGROUP_CREATE, &remove);
+    }
+    return {};
+  }
+
+ private:
+  UniqueFd OpenLayer(const std::string& id) const { return OpenDirNoFollow(LayerPath(id)); }
+
+  Error LayerOpenError(const std::string& id) const {
+    if (errno == ENOENT) return MakeError(ErrorCode::kNotFound, "no layer " + id);
+    return SystemError("open " + LayerPath(id), errno);
+  }
+
+  static Result<uint64_t> SubvolumeId(int fd) {
+    btrfs_ioctl_ino_lookup_args args{};
+    args.treeid = 0;
+    args.objectid = BTRFS_FIRST_FREE_OBJECTID;
+    if (::ioctl(fd, BTRFS_IOC_INO_LOOKUP, &args) != 0) return SystemError("BTRFS_IOC_INO_LOOKUP", errno);
+    return static_cast<uint64_t>(args.treeid);
+  }
+
+  std::string qgroups_sysfs_;
+};
+
+std::string FormatUuid(const __u8* b) {
+  char s[37];
+  std::snprintf(s, sizeof s, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+                b[15]);
+  return s;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<LayerArea>> OpenBtrfsLayerArea(const std::string& mount_point) {
+  UniqueFd mount_fd = OpenDirNoFollow(mount_point);
+  if (!mount_fd) return SystemError("open " + mount_point, errno);
+  btrfs_ioctl_quota_ctl_args quota{};
+  quota.cmd = BTRFS_QUOTA_CTL_ENABLE;  // no-op when already enabled
+  if (::ioctl(mount_fd.get(), BTRFS_IOC_QUOTA_CTL, &quota) != 0) {
+    return SystemError("enable btrfs quota on " + mount_point, errno);
+  }
+  btrfs_ioctl_fs_info_args info{};
+  if (::ioctl(mount_fd.get(), BTRFS_IOC_FS_INFO, &info) != 0) return SystemError("BTRFS_IOC_FS_INFO", errno);
+  std::string sysfs = "/sys/fs/btrfs/" + FormatUuid(info.fsid) + "/qgroups";
+  auto area = std::make_unique<BtrfsLayerArea>(mount_point, sysfs);
+  BH_TRY(MakeDir(area->root(), 0711));
+  return std::unique_ptr<LayerArea>(std::move(area));
+}
+
+}  // namespace bulkhead::storage

@@ -1,0 +1,266 @@
+#include "storage/storage.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <ctime>
+#include <nlohmann/json.hpp>
+
+#include "common/scope_guard.h"
+#include "storage/fs_util.h"
+#include "storage/host_image.h"
+#include "storage/image_import.h"
+#include "storage/layer_area.h"
+
+namespace bulkhead::storage {
+namespace {
+
+constexpr char kHostImage[] = "host";
+constexpr char kTmpMarker[] = ".tmp-";  // in-flight imports and deletes: images/<name>.tmp-XXXXXX
+
+bool IsValidImageName(const std::string& name) {
+  return IsSafeName(name) && name.find(kTmpMarker) == std::string::npos;
+}
+
+std::vector<std::string> ListDirNames(const std::string& path) {
+  std::vector<std::string> names;
+  if (DIR* dir = ::opendir(path.c_str())) {
+    while (dirent* e = ::readdir(dir)) {
+      std::string name = e->d_name;
+      if (name != "." && name != "..") names.push_back(name);
+    }
+    ::closedir(dir);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string MtimeRfc3339(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return {};
+  std::tm tm{};
+  ::gmtime_r(&st.st_mtime, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+Result<core::ImageInfo> ReadImageMeta(const std::string& image_dir) {
+  auto text = ReadFile(image_dir + "/meta.json");
+  if (!text.ok()) return text.error();
+  auto json = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object()) return MakeError(ErrorCode::kInternal, "bad meta.json in " + image_dir);
+  core::ImageInfo info;
+  info.name = json.value("name", "");
+  info.source = json.value("source", "");
+  info.created_at = json.value("created_at", "");
+  info.size_bytes = json.value("size_bytes", int64_t{0});
+  return info;
+}
+
+Status CheckLayerId(const std::string& sandbox_id) {
+  if (!IsSafeName(sandbox_id)) return MakeError(ErrorCode::kInvalid, "invalid sandbox id for a layer: " + sandbox_id);
+  return {};
+}
+
+}  // namespace
+
+Storage::Storage(std::string state_dir, std::unique_ptr<LayerArea> layers)
+    : state_dir_(std::move(state_dir)), layers_(std::move(layers)), host_bind_dirs_(storage::HostBindDirs()) {}
+
+Storage::~Storage() = default;
+
+Result<std::unique_ptr<Storage>> Storage::Open(const std::string& state_dir, int64_t size_gb) {
+  if (::mkdir(state_dir.c_str(), 0711) != 0 && errno != EEXIST) return SystemError("mkdir " + state_dir, errno);
+  char resolved[PATH_MAX];
+  if (::realpath(state_dir.c_str(), resolved) == nullptr) return SystemError("realpath " + state_dir, errno);
+  std::string root = resolved;
+  BH_TRY(MakeDir(root + "/images", 0711));
+  // Imports and deletes that a crash interrupted.
+  for (const auto& name : ListDirNames(root + "/images")) {
+    if (name.find(kTmpMarker) != std::string::npos) (void)RemoveTree(root + "/images/" + name);
+  }
+  auto layers = OpenLayerArea(root, size_gb);
+  if (!layers.ok()) return layers.error();
+  spdlog::info("storage: state {}, layers in {} (quota: {})", root, (*layers)->root(), (*layers)->backend());
+  return std::unique_ptr<Storage>(new Storage(root, std::move(*layers)));
+}
+
+std::string Storage::ImagesDir() const { return state_dir_ + "/images"; }
+std::string Storage::HostImageDir() const { return ImagesDir() + "/" + kHostImage; }
+std::string Storage::LayerDir(const std::string& sandbox_id) const { return layers_->LayerPath(sandbox_id); }
+
+// ---- images ----
+
+Result<std::string> Storage::EnsureHostImage() {
+  std::lock_guard lock(images_mu_);
+  return EnsureHostImageAt(HostImageDir(), state_dir_);
+}
+
+std::vector<std::string> Storage::HostBindDirs() const { return host_bind_dirs_; }
+
+bool Storage::ImageExists(const std::string& name) const { return ImageRootfs(name).ok(); }
+
+Result<std::string> Storage::ImageRootfs(const std::string& name) const {
+  if (!IsValidImageName(name)) return MakeError(ErrorCode::kNotFound, "no image " + name, "image_not_found");
+  // For "host" this resolves the current-version symlink to the version directory.
+  char resolved[PATH_MAX];
+  std::string path = ImagesDir() + "/" + name + "/rootfs";
+  struct stat st;
+  if (::realpath(path.c_str(), resolved) == nullptr || ::stat(resolved, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return MakeError(ErrorCode::kNotFound, "no image " + name, "image_not_found");
+  }
+  return std::string(resolved);
+}
+
+Result<core::ImageInfo> Storage::ImportImage(const std::string& name, const std::string& tar_path) {
+  if (name == kHostImage) return MakeError(ErrorCode::kConflict, "image name \"host\" is reserved", "image_exists");
+  if (!IsValidImageName(name)) {
+    return MakeError(ErrorCode::kInvalid, "invalid image name (letters, digits, . _ -): " + name);
+  }
+  std::string final_dir = ImagesDir() + "/" + name;
+  if (::access(final_dir.c_str(), F_OK) == 0) {
+    return MakeError(ErrorCode::kConflict, "image " + name + " exists", "image_exists");
+  }
+  std::string tmpl = ImagesDir() + "/" + name + kTmpMarker + "XXXXXX";
+  if (::mkdtemp(tmpl.data()) == nullptr) return SystemError("mkdtemp " + tmpl, errno);
+  std::string tmp_dir = tmpl;
+  ScopeGuard cleanup([&] { (void)RemoveTree(tmp_dir); });
+  BH_TRY(MakeDir(tmp_dir, 0755));
+  std::string rootfs = tmp_dir + "/rootfs";
+  BH_TRY(MakeDir(rootfs, 0755));
+  BH_TRY(ExtractRootfsTarball(tar_path, rootfs));
+  BH_TRY(EnsureMountPoints(rootfs));
+
+  core::ImageInfo info;
+  info.name = name;
+  info.source = "tarball";
+  info.created_at = NowRfc3339();
+  auto size = TreeAllocatedBytes(rootfs);
+  info.size_bytes = size.ok() ? *size : 0;
+  nlohmann::json meta = {{"name", info.name},
+                         {"source", info.source},
+                         {"created_at", info.created_at},
+                         {"size_bytes", info.size_bytes}};
+  BH_TRY(WriteFile(tmp_dir + "/meta.json", meta.dump(2) + "\n", 0644));
+
+  std::lock_guard lock(images_mu_);
+  if (::renameat2(AT_FDCWD, tmp_dir.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_NOREPLACE) != 0) {
+    if (errno == EEXIST || errno == ENOTEMPTY) {
+      return MakeError(ErrorCode::kConflict, "image " + name + " exists", "image_exists");
+    }
+    return SystemError("rename " + tmp_dir, errno);
+  }
+  cleanup.Dismiss();
+  spdlog::info("storage: imported image {} ({} bytes)", name, info.size_bytes);
+  return info;
+}
+
+std::vector<core::ImageInfo> Storage::ListImages() const {
+  std::vector<core::ImageInfo> images;
+  core::ImageInfo host;
+  host.name = kHostImage;
+  host.source = "host";
+  if (auto rootfs = ImageRootfs(kHostImage); rootfs.ok()) {
+    host.created_at = MtimeRfc3339(*rootfs);
+    auto size = TreeAllocatedBytes(*rootfs);
+    host.size_bytes = size.ok() ? *size : 0;
+  }
+  images.push_back(host);
+  for (const auto& name : ListDirNames(ImagesDir())) {
+    if (name == kHostImage || !IsValidImageName(name)) continue;
+    auto info = ReadImageMeta(ImagesDir() + "/" + name);
+    if (!info.ok()) continue;
+    info->name = name;
+    images.push_back(*info);
+  }
+  return images;
+}
+
+Status Storage::DeleteImage(const std::string& name) {
+  if (name == kHostImage) return MakeError(ErrorCode::kConflict, "the host image cannot be deleted", "image_in_use");
+  if (!IsValidImageName(name)) return MakeError(ErrorCode::kNotFound, "no image " + name, "image_not_found");
+  std::string dir = ImagesDir() + "/" + name;
+  std::string doomed;
+  {
+    std::lock_guard lock(images_mu_);
+    struct stat st;
+    if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      return MakeError(ErrorCode::kNotFound, "no image " + name, "image_not_found");
+    }
+    // Rename first so the name is free at once; the tree goes afterwards (or at next Open).
+    std::string tmpl = ImagesDir() + "/" + name + kTmpMarker + "del-XXXXXX";
+    if (::mkdtemp(tmpl.data()) == nullptr) return SystemError("mkdtemp " + tmpl, errno);
+    doomed = tmpl;
+    if (::rename(dir.c_str(), doomed.c_str()) != 0) return SystemError("rename " + dir, errno);
+  }
+  return RemoveTree(doomed);
+}
+
+// ---- layers ----
+
+Result<WritableLayer> Storage::CreateLayer(const std::string& sandbox_id, uid_t host_uid, gid_t host_gid,
+                                           int64_t disk_mb) {
+  BH_TRY(CheckLayerId(sandbox_id));
+  if (disk_mb <= 0) return MakeError(ErrorCode::kInvalid, "disk_mb must be positive");
+  std::string dir = LayerDir(sandbox_id);
+  struct stat st;
+  if (::lstat(dir.c_str(), &st) == 0) {
+    return MakeError(ErrorCode::kConflict, "a layer for " + sandbox_id + " exists");
+  }
+  BH_TRY(layers_->CreateLayerDir(sandbox_id, disk_mb));
+  ScopeGuard undo([&] { (void)layers_->DestroyLayerDir(sandbox_id); });
+  WritableLayer layer{dir + "/upper", dir + "/work"};
+  BH_TRY(MakeDir(layer.upper, 0755, host_uid, host_gid));
+  BH_TRY(MakeDir(layer.upper + "/workspace", 0755, host_uid, host_gid));
+  // Owned like upper/, so an overlay mounted from inside the sandbox's user namespace works too.
+  BH_TRY(MakeDir(layer.work, 0700, host_uid, host_gid));
+  undo.Dismiss();
+  return layer;
+}
+
+Result<WritableLayer> Storage::GetLayer(const std::string& sandbox_id) const {
+  BH_TRY(CheckLayerId(sandbox_id));
+  std::string dir = LayerDir(sandbox_id);
+  struct stat st;
+  if (::lstat((dir + "/upper").c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return MakeError(ErrorCode::kNotFound, "no layer for " + sandbox_id);
+  }
+  return WritableLayer{dir + "/upper", dir + "/work"};
+}
+
+Status Storage::SetLayerQuota(const std::string& sandbox_id, int64_t disk_mb) {
+  BH_TRY(CheckLayerId(sandbox_id));
+  if (disk_mb <= 0) return MakeError(ErrorCode::kInvalid, "disk_mb must be positive");
+  return layers_->SetLimit(sandbox_id, disk_mb);
+}
+
+Result<int64_t> Storage::LayerUsageBytes(const std::string& sandbox_id) const {
+  BH_TRY(CheckLayerId(sandbox_id));
+  return layers_->UsageBytes(sandbox_id);
+}
+
+Status Storage::DestroyLayer(const std::string& sandbox_id) {
+  BH_TRY(CheckLayerId(sandbox_id));
+  return layers_->DestroyLayerDir(sandbox_id);
+}
+
+std::vector<std::string> Storage::ListLayers() const {
+  std::vector<std::string> ids;
+  for (const auto& name : ListDirNames(layers_->root())) {
+    if (IsSafeName(name)) ids.push_back(name);
+  }
+  return ids;
+}
+
+bool Storage::quotas_enforced() const { return layers_->enforced(); }
+std::string Storage::quota_backend() const { return layers_->backend(); }
+
+}  // namespace bulkhead::storage

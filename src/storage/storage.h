@@ -1,0 +1,86 @@
+// Images and per-sandbox writable layers on disk.
+//
+// Layout under the state dir:
+//   images/host/rootfs -> v-<hash>   the host image (a symlink switched atomically on rebuild)
+//   images/<name>/rootfs, meta.json  imported images
+//   storage.img, storage/            a loop-mounted filesystem with per-layer hard quotas
+//   storage/layers/<id>/{upper,work} writable layers (or layers/<id>/ without quotas)
+//
+// Quotas: XFS project quotas when the kernel has them (like Docker's overlay2 on xfs
+// pquota), else btrfs qgroups (one subvolume per layer), else plain dirs without quotas.
+#pragma once
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "core/types.h"
+
+namespace bulkhead::storage {
+
+class LayerArea;  // storage/layer_area.h: how layers are made and limited on one filesystem
+
+struct WritableLayer {
+  std::string upper;  // overlayfs upperdir; holds upper/workspace
+  std::string work;   // overlayfs workdir (same filesystem as upper)
+};
+
+class Storage {
+ public:
+  // Opens the storage under state_dir: images/ and the per-sandbox layer area. (blocking)
+  // size_gb: size of the loop-mounted quota filesystem when it is first made; 0 = derive.
+  static Result<std::unique_ptr<Storage>> Open(const std::string& state_dir, int64_t size_gb);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  // The host image: built if missing or stale. Returns its rootfs path (a versioned
+  // directory that is never modified once built, safe to hand to a running sandbox).
+  Result<std::string> EnsureHostImage();
+  // Host directories bind-mounted read-only into a sandbox of the host image: "/usr" plus
+  // any of /bin /sbin /lib /lib32 /lib64 /libx32 that are real directories on this host.
+  std::vector<std::string> HostBindDirs() const;
+
+  bool ImageExists(const std::string& name) const;
+  Result<std::string> ImageRootfs(const std::string& name) const;  // kNotFound if unknown
+  // Unpacks a rootfs tarball (any compression libarchive knows). kConflict if the name
+  // exists or is "host", kInvalid for a bad name or archive, kDiskFull when out of space.
+  Result<core::ImageInfo> ImportImage(const std::string& name, const std::string& tar_path);
+  std::vector<core::ImageInfo> ListImages() const;
+  Status DeleteImage(const std::string& name);  // the caller checks it is unused; "host" -> kConflict
+
+  // A sandbox's writable layer: upper/ and work/ for overlayfs, upper/ owned by
+  // host_uid:host_gid (the sandbox's root) and containing upper/workspace (0755, same
+  // owner). disk_mb is a hard quota when quotas_enforced(). kConflict if it exists.
+  Result<WritableLayer> CreateLayer(const std::string& sandbox_id, uid_t host_uid, gid_t host_gid,
+                                    int64_t disk_mb);
+  // The paths of an existing layer (after a daemon restart). kNotFound if absent.
+  Result<WritableLayer> GetLayer(const std::string& sandbox_id) const;
+  Status SetLayerQuota(const std::string& sandbox_id, int64_t disk_mb);
+  // Bytes the layer holds. With btrfs the figure trails writes by up to one commit (~30 s).
+  Result<int64_t> LayerUsageBytes(const std::string& sandbox_id) const;
+  Status DestroyLayer(const std::string& sandbox_id);  // removes everything, idempotent
+  std::vector<std::string> ListLayers() const;          // sandbox ids with a layer on disk
+
+  bool quotas_enforced() const;
+  // "xfs-prjquota", "btrfs-qgroup" or "none": for logs and /metrics.
+  std::string quota_backend() const;
+  const std::string& state_dir() const { return state_dir_; }
+
+ private:
+  Storage(std::string state_dir, std::unique_ptr<LayerArea> layers);
+  std::string ImagesDir() const;
+  std::string HostImageDir() const;
+  std::string LayerDir(const std::string& sandbox_id) const;
+
+  std::string state_dir_;
+  std::unique_ptr<LayerArea> layers_;
+  std::vector<std::string> host_bind_dirs_;
+  std::mutex images_mu_;  // serializes host image builds and image imports/deletes
+};
+
+}  // namespace bulkhead::storage

@@ -1,0 +1,126 @@
+#include "api/router.h"
+
+#include <gtest/gtest.h>
+
+namespace bulkhead::api {
+namespace {
+
+using Outcome = RouteMatch::Outcome;
+
+TEST(MatchRoute, ServedRoutes) {
+  struct Case {
+    const char* method;
+    const char* path;
+    RouteId id;
+  };
+  for (const Case& c : {Case{"GET", "/healthz", RouteId::kHealthz}, Case{"GET", "/metrics", RouteId::kMetrics},
+                        Case{"GET", "/openapi.json", RouteId::kOpenApi},
+                        Case{"POST", "/v1/sandboxes", RouteId::kCreateSandbox},
+                        Case{"GET", "/v1/sandboxes", RouteId::kListSandboxes},
+                        Case{"GET", "/v1/sandboxes/sb1", RouteId::kGetSandbox},
+                        Case{"DELETE", "/v1/sandboxes/sb1", RouteId::kDeleteSandbox},
+                        Case{"POST", "/v1/sandboxes/sb1/timeout", RouteId::kSetSandboxTimeout},
+                        Case{"POST", "/v1/sandboxes/sb1/exec", RouteId::kExec},
+                        Case{"GET", "/v1/images", RouteId::kListImages},
+                        Case{"PUT", "/v1/images/alpine", RouteId::kPutImage},
+                        Case{"DELETE", "/v1/images/alpine", RouteId::kDeleteImage}}) {
+    const RouteMatch match = MatchRoute(c.method, c.path);
+    EXPECT_EQ(match.outcome, Outcome::kMatched) << c.method << " " << c.path;
+    EXPECT_EQ(match.id, c.id) << c.method << " " << c.path;
+  }
+}
+
+TEST(MatchRoute, ExtractsParametersAndPattern) {
+  const RouteMatch exec = MatchRoute("POST", "/v1/sandboxes/abc-123/exec");
+  EXPECT_EQ(exec.Param("id"), "abc-123");
+  EXPECT_EQ(exec.pattern, "/v1/sandboxes/{id}/exec");
+  EXPECT_EQ(exec.Param("missing"), "");
+  const RouteMatch image = MatchRoute("PUT", "/v1/images/my.image");
+  EXPECT_EQ(image.Param("name"), "my.image");
+  EXPECT_EQ(image.pattern, "/v1/images/{name}");
+}
+
+TEST(MatchRoute, DecodesPercentEscapesInSegments) {
+  const RouteMatch match = MatchRoute("GET", "/v1/sandboxes/a%2Fb");
+  ASSERT_EQ(match.outcome, Outcome::kMatched);
+  EXPECT_EQ(match.Param("id"), "a/b");  // one segment; the handler rejects the id
+  EXPECT_EQ(MatchRoute("GET", "/v1/sandboxes/a%zz").outcome, Outcome::kNotFound);
+  EXPECT_EQ(MatchRoute("GET", "/v1/sandboxes/a%2").outcome, Outcome::kNotFound);
+}
+
+TEST(MatchRoute, UnknownPathsAreNotFound) {
+  for (const char* path : {"/", "", "nope", "/v1", "/v2/sandboxes", "/v1/sandboxes/", "/v1/sandboxes//exec",
+                           "/v1/sandboxes/x/exec/more", "/healthz/", "/v1/sandboxes/x/unknown", "//healthz"}) {
+    const RouteMatch match = MatchRoute("GET", path);
+    EXPECT_EQ(match.outcome, Outcome::kNotFound) << path;
+    EXPECT_EQ(match.pattern, "unmatched") << path;
+    EXPECT_TRUE(match.NeedsAuth()) << path;
+  }
+}
+
+TEST(MatchRoute, KnownPathWithWrongMethodListsAllowedMethods) {
+  const RouteMatch sandbox = MatchRoute("PATCH", "/v1/sandboxes/x");
+  EXPECT_EQ(sandbox.outcome, Outcome::kMethodNotAllowed);
+  EXPECT_EQ(sandbox.allowed_methods, "GET, DELETE");
+  EXPECT_EQ(sandbox.pattern, "/v1/sandboxes/{id}");
+  const RouteMatch collection = MatchRoute("DELETE", "/v1/sandboxes");
+  EXPECT_EQ(collection.outcome, Outcome::kMethodNotAllowed);
+  EXPECT_EQ(collection.allowed_methods, "POST, GET");
+  EXPECT_EQ(MatchRoute("POST", "/healthz").outcome, Outcome::kMethodNotAllowed);
+  EXPECT_EQ(MatchRoute("get", "/healthz").outcome, Outcome::kMethodNotAllowed);  // methods are case-sensitive
+}
+
+TEST(MatchRoute, ContractRoutesNotServedYetAreRecognised) {
+  for (auto [method, path] : std::vector<std::pair<const char*, const char*>>{
+           {"POST", "/v1/sandboxes/x/pause"}, {"POST", "/v1/sandboxes/x/resume"},
+           {"POST", "/v1/sandboxes/x/stop"}, {"POST", "/v1/sandboxes/x/start"},
+           {"PUT", "/v1/sandboxes/x/network"}, {"POST", "/v1/sandboxes/x/processes"},
+           {"GET", "/v1/sandboxes/x/processes/12/output"}, {"POST", "/v1/sandboxes/x/processes/12/stdin/close"},
+           {"GET", "/v1/sandboxes/x/files"}, {"PUT", "/v1/sandboxes/x/files/archive"},
+           {"POST", "/v1/sandboxes/x/snapshots"}, {"GET", "/v1/snapshots/s1"}, {"POST", "/v1/sandboxes/x/fork"},
+           {"GET", "/v1/sandboxes/x/ports/8080"}, {"PATCH", "/v1/sandboxes/x/ports/8080/a/b/c"},
+           {"GET", "/v1/volumes"}}) {
+    const RouteMatch match = MatchRoute(method, path);
+    EXPECT_EQ(match.outcome, Outcome::kMatched) << method << " " << path;
+    EXPECT_EQ(match.id, RouteId::kNotImplemented) << method << " " << path;
+  }
+  const RouteMatch proxy = MatchRoute("GET", "/v1/sandboxes/x/ports/8080/a/b");
+  EXPECT_EQ(proxy.Param("id"), "x");
+  EXPECT_EQ(proxy.Param("port"), "8080");
+  EXPECT_EQ(proxy.Param("path"), "a/b");
+}
+
+TEST(MatchRoute, OnlyHealthzIsServedWithoutKey) {
+  EXPECT_FALSE(MatchRoute("GET", "/healthz").NeedsAuth());
+  EXPECT_TRUE(MatchRoute("GET", "/metrics").NeedsAuth());
+  EXPECT_TRUE(MatchRoute("POST", "/healthz").NeedsAuth());
+  EXPECT_TRUE(MatchRoute("GET", "/v1/sandboxes").NeedsAuth());
+}
+
+TEST(ParseTarget, SplitsPathAndDecodesQuery) {
+  auto target = ParseTarget("/v1/sandboxes?state=running&metadata.owner=a%20b+c&flag&=x&");
+  ASSERT_TRUE(target);
+  EXPECT_EQ(target->path, "/v1/sandboxes");
+  const QueryParams expected = {{"state", "running"}, {"metadata.owner", "a b c"}, {"flag", ""}, {"", "x"}};
+  EXPECT_EQ(target->query, expected);
+  auto plain = ParseTarget("/healthz");
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->path, "/healthz");
+  EXPECT_TRUE(plain->query.empty());
+  EXPECT_FALSE(ParseTarget("http://example.com/healthz"));
+  EXPECT_FALSE(ParseTarget("*"));
+  EXPECT_FALSE(ParseTarget(""));
+  EXPECT_FALSE(ParseTarget("/x?a=%G1"));
+}
+
+TEST(PercentDecode, HandlesEscapesAndPlus) {
+  EXPECT_EQ(PercentDecode("a%41%2f+", false), "aA/+");
+  EXPECT_EQ(PercentDecode("a+b", true), "a b");
+  EXPECT_EQ(PercentDecode("%00", false), std::string("\0", 1));
+  EXPECT_FALSE(PercentDecode("%", false));
+  EXPECT_FALSE(PercentDecode("%4", false));
+  EXPECT_FALSE(PercentDecode("%4g", false));
+}
+
+}  // namespace
+}  // namespace bulkhead::api

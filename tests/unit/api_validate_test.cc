@@ -1,0 +1,410 @@
+#include "api/validate.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "api/encoding.h"
+
+namespace bulkhead::api {
+namespace {
+
+using nlohmann::json;
+
+const HostLimits kHost{.max_cpus = 4, .max_memory_mb = 8192};
+
+// The 422 message of parsing `body` as a sandbox spec ("" if it was accepted).
+std::string SpecError(const json& body) {
+  auto spec = ParseSandboxSpec(body, kHost);
+  if (spec.ok()) return "";
+  EXPECT_EQ(spec.error().code, ErrorCode::kInvalid) << spec.error().message;
+  return spec.error().message;
+}
+
+std::string ExecError(const json& body) {
+  auto options = ParseExecOptions(body);
+  if (options.ok()) return "";
+  EXPECT_EQ(options.error().code, ErrorCode::kInvalid) << options.error().message;
+  return options.error().message;
+}
+
+bool Mentions(const std::string& message, const std::string& field) {
+  return message.find(field) != std::string::npos;
+}
+
+// ---- ParseJsonObject
+
+TEST(ParseJsonObject, EmptyBodyIsAnEmptyObject) {
+  auto body = ParseJsonObject("");
+  ASSERT_TRUE(body.ok());
+  EXPECT_TRUE(body->is_object());
+  EXPECT_TRUE(body->empty());
+}
+
+TEST(ParseJsonObject, MalformedJsonIsBadRequest) {
+  for (std::string text : {"{", "{\"a\":}", "nope", "{\"a\":1}x", "\xff", "{\"a\":\"\xff\"}"}) {
+    auto body = ParseJsonObject(text);
+    ASSERT_FALSE(body.ok()) << text;
+    EXPECT_EQ(body.error().code, ErrorCode::kBadRequest) << text;
+  }
+}
+
+TEST(ParseJsonObject, NonObjectIsInvalidArgument) {
+  for (std::string text : {"[]", "1", "\"s\"", "null", "true"}) {
+    auto body = ParseJsonObject(text);
+    ASSERT_FALSE(body.ok()) << text;
+    EXPECT_EQ(body.error().code, ErrorCode::kInvalid) << text;
+  }
+}
+
+TEST(ParseJsonObject, DeepNestingIsRefusedWithoutCrashing) {
+  const std::string deep = "{\"a\":" + std::string(500000, '[') + std::string(500000, ']') + "}";
+  auto body = ParseJsonObject(deep);
+  ASSERT_FALSE(body.ok());
+  EXPECT_EQ(body.error().code, ErrorCode::kBadRequest);
+  const std::string unterminated(1 << 20, '[');
+  EXPECT_FALSE(ParseJsonObject(unterminated).ok());
+  // Moderate nesting is fine.
+  EXPECT_TRUE(ParseJsonObject("{\"a\":" + std::string(30, '[') + std::string(30, ']') + "}").ok());
+}
+
+// ---- ParseSandboxSpec
+
+TEST(ParseSandboxSpec, EmptyBodyGivesTheDefaults) {
+  auto spec = ParseSandboxSpec(json::object(), kHost);
+  ASSERT_TRUE(spec.ok());
+  const core::SandboxSpec defaults;
+  EXPECT_EQ(spec->image, defaults.image);
+  EXPECT_EQ(spec->runtime, "native");
+  EXPECT_EQ(spec->cpus, defaults.cpus);
+  EXPECT_EQ(spec->memory_mb, defaults.memory_mb);
+  EXPECT_EQ(spec->disk_mb, defaults.disk_mb);
+  EXPECT_EQ(spec->pids, defaults.pids);
+  EXPECT_EQ(spec->timeout_s, defaults.timeout_s);
+  EXPECT_EQ(spec->idle_timeout_s, defaults.idle_timeout_s);
+  EXPECT_EQ(spec->on_timeout, "kill");
+  EXPECT_EQ(spec->workdir, "/workspace");
+  EXPECT_EQ(spec->user, "root");
+  EXPECT_EQ(spec->network.mode, "none");
+  EXPECT_TRUE(spec->env.empty());
+  EXPECT_TRUE(spec->metadata.empty());
+}
+
+TEST(ParseSandboxSpec, AcceptsAFullValidRequest) {
+  const json body = {
+      {"image", "python-3.12"}, {"runtime", "native"}, {"cpus", 0.5}, {"memory_mb", 512},
+      {"disk_mb", 4096}, {"pids", 128}, {"timeout_s", 0}, {"idle_timeout_s", 60}, {"on_timeout", "kill"},
+      {"env", {{"PATH_EXTRA", "/opt/bin"}, {"_X1", ""}}}, {"workdir", "/home/agent"}, {"user", "1000:1000"},
+      {"network", {{"mode", "none"}, {"allow", json::array()}}}, {"metadata", {{"owner", "ci"}, {"run", "42"}}},
+      {"volumes", json::array()}, {"from_snapshot", nullptr}, {"some_future_field", {1, 2, 3}}};
+  auto spec = ParseSandboxSpec(body, kHost);
+  ASSERT_TRUE(spec.ok()) << spec.error().message;
+  EXPECT_EQ(spec->image, "python-3.12");
+  EXPECT_DOUBLE_EQ(spec->cpus, 0.5);
+  EXPECT_EQ(spec->memory_mb, 512);
+  EXPECT_EQ(spec->disk_mb, 4096);
+  EXPECT_EQ(spec->pids, 128);
+  EXPECT_EQ(spec->timeout_s, 0);
+  EXPECT_EQ(spec->idle_timeout_s, 60);
+  EXPECT_EQ(spec->env.at("PATH_EXTRA"), "/opt/bin");
+  EXPECT_EQ(spec->env.at("_X1"), "");
+  EXPECT_EQ(spec->workdir, "/home/agent");
+  EXPECT_EQ(spec->user, "1000:1000");
+  EXPECT_EQ(spec->metadata.at("owner"), "ci");
+}
+
+TEST(ParseSandboxSpec, NullMeansDefault) {
+  auto spec = ParseSandboxSpec({{"image", nullptr}, {"cpus", nullptr}, {"env", nullptr}}, kHost);
+  ASSERT_TRUE(spec.ok());
+  EXPECT_EQ(spec->image, "host");
+  EXPECT_EQ(spec->cpus, 1.0);
+}
+
+TEST(ParseSandboxSpec, ImageName) {
+  EXPECT_EQ(SpecError({{"image", "a"}}), "");
+  EXPECT_EQ(SpecError({{"image", "0a._-z"}}), "");
+  EXPECT_EQ(SpecError({{"image", std::string(64, 'a')}}), "");
+  for (std::string bad : {"", "A", "-a", ".a", "_a", "a/b", "../x", "a b", "a:1", "é"}) {
+    EXPECT_TRUE(Mentions(SpecError({{"image", bad}}), "image")) << bad;
+  }
+  EXPECT_TRUE(Mentions(SpecError({{"image", std::string(65, 'a')}}), "image"));
+  EXPECT_TRUE(Mentions(SpecError({{"image", 7}}), "image"));
+}
+
+TEST(ParseSandboxSpec, Runtime) {
+  EXPECT_EQ(SpecError({{"runtime", "native"}}), "");
+  EXPECT_TRUE(Mentions(SpecError({{"runtime", "gvisor"}}), "not available yet"));
+  EXPECT_TRUE(Mentions(SpecError({{"runtime", "microvm"}}), "not available yet"));
+  EXPECT_TRUE(Mentions(SpecError({{"runtime", "docker"}}), "runtime"));
+  EXPECT_TRUE(Mentions(SpecError({{"runtime", ""}}), "runtime"));
+  EXPECT_TRUE(Mentions(SpecError({{"runtime", true}}), "runtime"));
+}
+
+TEST(ParseSandboxSpec, CpusRange) {
+  EXPECT_EQ(SpecError({{"cpus", 0.05}}), "");
+  EXPECT_EQ(SpecError({{"cpus", 4}}), "");
+  for (json bad : {json(0.04), json(0), json(-1), json(4.01), json(1e308), json(-1e308)}) {
+    EXPECT_TRUE(Mentions(SpecError({{"cpus", bad}}), "cpus")) << bad;
+  }
+  EXPECT_TRUE(Mentions(SpecError({{"cpus", "1"}}), "cpus"));
+  EXPECT_TRUE(Mentions(SpecError({{"cpus", json::array({1})}}), "cpus"));
+}
+
+TEST(ParseSandboxSpec, IntegerRanges) {
+  struct Case {
+    const char* field;
+    int64_t min, max;
+  };
+  for (const Case& c : {Case{"memory_mb", 32, 8192}, Case{"disk_mb", 64, 1048576}, Case{"pids", 16, 65536},
+                        Case{"timeout_s", 0, 2592000}, Case{"idle_timeout_s", 0, 2592000}}) {
+    EXPECT_EQ(SpecError({{c.field, c.min}}), "") << c.field;
+    EXPECT_EQ(SpecError({{c.field, c.max}}), "") << c.field;
+    EXPECT_TRUE(Mentions(SpecError({{c.field, c.min - 1}}), c.field)) << c.field;
+    EXPECT_TRUE(Mentions(SpecError({{c.field, c.max + 1}}), c.field)) << c.field;
+    EXPECT_TRUE(Mentions(SpecError({{c.field, "100"}}), c.field)) << c.field;
+    EXPECT_TRUE(Mentions(SpecError({{c.field, 100.5}}), c.field)) << c.field;
+    EXPECT_TRUE(Mentions(SpecError({{c.field, true}}), c.field)) << c.field;
+    EXPECT_TRUE(Mentions(SpecError({{c.field, json::object()}}), c.field)) << c.field;
+    // Absurd values of every JSON number kind.
+    EXPECT_TRUE(Mentions(SpecError({{c.field, std::numeric_limits<uint64_t>::max()}}), c.field)) << c.field;
+    EXPECT_TRUE(Mentions(SpecError({{c.field, std::numeric_limits<int64_t>::min()}}), c.field)) << c.field;
+    EXPECT_TRUE(Mentions(SpecError({{c.field, 1e300}}), c.field)) << c.field;
+  }
+  // An integral float is an integer.
+  auto spec = ParseSandboxSpec({{"memory_mb", 512.0}}, kHost);
+  ASSERT_TRUE(spec.ok());
+  EXPECT_EQ(spec->memory_mb, 512);
+}
+
+TEST(ParseSandboxSpec, HugeIntegersFromJsonTextAreRejected) {
+  auto body = ParseJsonObject(R"({"pids": 99999999999999999999999999999, "memory_mb": 1})");
+  ASSERT_TRUE(body.ok());
+  EXPECT_TRUE(Mentions(SpecError(*body), "pids"));
+}
+
+TEST(ParseSandboxSpec, OnTimeout) {
+  EXPECT_EQ(SpecError({{"on_timeout", "kill"}}), "");
+  EXPECT_TRUE(Mentions(SpecError({{"on_timeout", "pause"}}), "not supported yet"));
+  EXPECT_TRUE(Mentions(SpecError({{"on_timeout", "explode"}}), "on_timeout"));
+  EXPECT_TRUE(Mentions(SpecError({{"on_timeout", 1}}), "on_timeout"));
+}
+
+TEST(ParseSandboxSpec, Env) {
+  EXPECT_EQ(SpecError({{"env", {{"A", "1"}, {"_b2", "x y"}}}}), "");
+  for (std::string bad : {"", "1A", "A-B", "A=B", "A B", "É"}) {
+    EXPECT_TRUE(Mentions(SpecError({{"env", {{bad, "v"}}}}), "env")) << bad;
+  }
+  EXPECT_TRUE(Mentions(SpecError({{"env", {{"A", 1}}}}), "env.A"));
+  EXPECT_TRUE(Mentions(SpecError({{"env", {{"A", std::string("a\0b", 3)}}}}), "NUL"));
+  EXPECT_TRUE(Mentions(SpecError({{"env", json::array({"A=1"})}}), "env"));
+  EXPECT_TRUE(Mentions(SpecError({{"env", "A=1"}}), "env"));
+  // 256 KiB in total is the limit.
+  EXPECT_EQ(SpecError({{"env", {{"A", std::string(kMaxEnvBytes - 1, 'x')}}}}), "");
+  EXPECT_TRUE(Mentions(SpecError({{"env", {{"A", std::string(kMaxEnvBytes, 'x')}}}}), "env"));
+  json many = json::object();
+  for (int i = 0; i < 3000; ++i) many["V" + std::to_string(i)] = std::string(100, 'x');
+  EXPECT_TRUE(Mentions(SpecError({{"env", many}}), "env"));
+}
+
+TEST(ParseSandboxSpec, Workdir) {
+  EXPECT_EQ(SpecError({{"workdir", "/"}}), "");
+  EXPECT_EQ(SpecError({{"workdir", "/" + std::string(4095, 'a')}}), "");
+  EXPECT_TRUE(Mentions(SpecError({{"workdir", "/" + std::string(4096, 'a')}}), "workdir"));
+  EXPECT_TRUE(Mentions(SpecError({{"workdir", "relative/path"}}), "workdir"));
+  EXPECT_TRUE(Mentions(SpecError({{"workdir", ""}}), "workdir"));
+  EXPECT_TRUE(Mentions(SpecError({{"workdir", std::string("/a\0b", 4)}}), "workdir"));
+  EXPECT_TRUE(Mentions(SpecError({{"workdir", 1}}), "workdir"));
+}
+
+TEST(ParseSandboxSpec, User) {
+  for (std::string good : std::vector<std::string>{"root", "_apt", "user-1", "a", "0", "1000", "1000:1000", "4294967294",
+                           std::string(32, 'a')}) {
+    EXPECT_EQ(SpecError({{"user", good}}), "") << good;
+  }
+  for (std::string bad : std::vector<std::string>{"", "Root", "1user", "-x", "a b", "1000:", ":1000", "1:2:3", "4294967295",
+                          "99999999999", "-1", "root:root", std::string(33, 'a')}) {
+    EXPECT_TRUE(Mentions(SpecError({{"user", bad}}), "user")) << bad;
+  }
+  EXPECT_TRUE(Mentions(SpecError({{"user", 1000}}), "user"));
+}
+
+TEST(ParseSandboxSpec, Network) {
+  EXPECT_EQ(SpecError({{"network", {{"mode", "none"}}}}), "");
+  EXPECT_EQ(SpecError({{"network", json::object()}}), "");
+  EXPECT_TRUE(Mentions(SpecError({{"network", {{"mode", "allowlist"}}}}), "not supported yet"));
+  EXPECT_TRUE(Mentions(SpecError({{"network", {{"mode", "open"}}}}), "not supported yet"));
+  EXPECT_TRUE(Mentions(SpecError({{"network", {{"mode", "bridge"}}}}), "network.mode"));
+  EXPECT_TRUE(Mentions(SpecError({{"network", {{"mode", 1}}}}), "network.mode"));
+  EXPECT_TRUE(Mentions(SpecError({{"network", "none"}}), "network"));
+  EXPECT_TRUE(Mentions(SpecError({{"network", {{"allow", "example.com"}}}}), "network.allow"));
+  EXPECT_TRUE(Mentions(SpecError({{"network", {{"allow", {1}}}}}), "network.allow"));
+  // With mode none an allow list would be silently useless.
+  EXPECT_TRUE(Mentions(SpecError({{"network", {{"allow", {"example.com"}}}}}), "network.allow"));
+}
+
+TEST(ParseSandboxSpec, Metadata) {
+  json entries = json::object();
+  for (int i = 0; i < 64; ++i) entries["k" + std::to_string(i)] = "v";
+  EXPECT_EQ(SpecError({{"metadata", entries}}), "");
+  entries["one-too-many"] = "v";
+  EXPECT_TRUE(Mentions(SpecError({{"metadata", entries}}), "metadata"));
+  EXPECT_EQ(SpecError({{"metadata", {{std::string(128, 'k'), std::string(1024, 'v')}}}}), "");
+  EXPECT_TRUE(Mentions(SpecError({{"metadata", {{std::string(129, 'k'), "v"}}}}), "metadata"));
+  EXPECT_TRUE(Mentions(SpecError({{"metadata", {{"k", std::string(1025, 'v')}}}}), "metadata.k"));
+  EXPECT_TRUE(Mentions(SpecError({{"metadata", {{"", "v"}}}}), "metadata"));
+  EXPECT_TRUE(Mentions(SpecError({{"metadata", {{"k", 1}}}}), "metadata.k"));
+  EXPECT_TRUE(Mentions(SpecError({{"metadata", {{"k", nullptr}}}}), "metadata.k"));
+  EXPECT_TRUE(Mentions(SpecError({{"metadata", json::array()}}), "metadata"));
+}
+
+TEST(ParseSandboxSpec, SnapshotsAndVolumesAreNotSupportedYet) {
+  EXPECT_TRUE(Mentions(SpecError({{"from_snapshot", "snap-1"}}), "from_snapshot"));
+  EXPECT_TRUE(Mentions(SpecError({{"volumes", {{{"name", "cache"}, {"path", "/cache"}}}}}), "volumes"));
+  EXPECT_TRUE(Mentions(SpecError({{"volumes", "cache"}}), "volumes"));
+  EXPECT_EQ(SpecError({{"volumes", json::array()}}), "");
+}
+
+TEST(ParseSandboxSpec, HostLimitsBoundCpusAndMemory) {
+  const HostLimits small{.max_cpus = 1, .max_memory_mb = 512};
+  EXPECT_FALSE(ParseSandboxSpec({{"cpus", 2}}, small).ok());
+  EXPECT_FALSE(ParseSandboxSpec({{"memory_mb", 513}}, small).ok());
+  EXPECT_TRUE(ParseSandboxSpec({{"memory_mb", 512}}, small).ok());
+  const HostLimits detected = HostLimits::Detect();
+  EXPECT_GE(detected.max_cpus, 1);
+  EXPECT_GT(detected.max_memory_mb, 32);
+}
+
+// ---- ParseExecOptions
+
+TEST(ParseExecOptions, ArgvAndDefaults) {
+  auto options = ParseExecOptions({{"cmd", {"python3", "-c", "print(1)"}}});
+  ASSERT_TRUE(options.ok());
+  EXPECT_EQ(options->request.argv, (std::vector<std::string>{"python3", "-c", "print(1)"}));
+  EXPECT_EQ(options->request.timeout_s, 60);
+  EXPECT_EQ(options->max_output_bytes, 16 * 1024 * 1024);
+  EXPECT_FALSE(options->request.cwd);
+  EXPECT_FALSE(options->request.user);
+  EXPECT_FALSE(options->request.stdin_data);
+  EXPECT_TRUE(options->request.env.empty());
+}
+
+TEST(ParseExecOptions, StringCommandRunsUnderShell) {
+  auto options = ParseExecOptions({{"cmd", "echo hi | wc -c"}});
+  ASSERT_TRUE(options.ok());
+  EXPECT_EQ(options->request.argv, (std::vector<std::string>{"/bin/sh", "-c", "echo hi | wc -c"}));
+}
+
+TEST(ParseExecOptions, CmdRules) {
+  EXPECT_TRUE(Mentions(ExecError(json::object()), "cmd"));
+  EXPECT_TRUE(Mentions(ExecError({{"cmd", nullptr}}), "cmd"));
+  EXPECT_TRUE(Mentions(ExecError({{"cmd", ""}}), "cmd"));
+  EXPECT_TRUE(Mentions(ExecError({{"cmd", json::array()}}), "cmd"));
+  EXPECT_TRUE(Mentions(ExecError({{"cmd", {"ls", 1}}}), "cmd[1]"));
+  EXPECT_TRUE(Mentions(ExecError({{"cmd", {"ls", nullptr}}}), "cmd[1]"));
+  EXPECT_TRUE(Mentions(ExecError({{"cmd", {""}}}), "cmd[0]"));
+  EXPECT_TRUE(Mentions(ExecError({{"cmd", {"ls", std::string("a\0b", 3)}}}), "cmd[1]"));
+  EXPECT_TRUE(Mentions(ExecError({{"cmd", std::string("ls\0", 3)}}), "cmd"));
+  EXPECT_TRUE(Mentions(ExecError({{"cmd", 42}}), "cmd"));
+  EXPECT_TRUE(Mentions(ExecError({{"cmd", {{"a", "b"}}}}), "cmd"));
+  // 1 MiB of argv in total.
+  EXPECT_EQ(ExecError({{"cmd", {"echo", std::string(512 * 1024, 'x')}}}), "");
+  EXPECT_TRUE(Mentions(ExecError({{"cmd", {"echo", std::string(kMaxArgvBytes, 'x')}}}), "cmd"));
+  EXPECT_TRUE(Mentions(ExecError({{"cmd", std::string(kMaxArgvBytes + 1, 'x')}}), "cmd"));
+  json many = json::array();
+  for (int i = 0; i < 20000; ++i) many.push_back(std::string(60, 'x'));
+  EXPECT_TRUE(Mentions(ExecError({{"cmd", many}}), "cmd"));
+}
+
+TEST(ParseExecOptions, CwdEnvUser) {
+  auto options = ParseExecOptions(
+      {{"cmd", {"ls"}}, {"cwd", "/tmp"}, {"env", {{"A", "1"}}}, {"user", "nobody"}});
+  ASSERT_TRUE(options.ok());
+  EXPECT_EQ(options->request.cwd, "/tmp");
+  EXPECT_EQ(options->request.env.at("A"), "1");
+  EXPECT_EQ(options->request.user, "nobody");
+  EXPECT_TRUE(Mentions(ExecError({{"cmd", "ls"}, {"cwd", "tmp"}}), "cwd"));
+  EXPECT_TRUE(Mentions(ExecError({{"cmd", "ls"}, {"cwd", 1}}), "cwd"));
+  EXPECT_TRUE(Mentions(ExecError({{"cmd", "ls"}, {"env", {{"1X", "v"}}}}), "env"));
+  EXPECT_TRUE(Mentions(ExecError({{"cmd", "ls"}, {"user", "Bad User"}}), "user"));
+}
+
+TEST(ParseExecOptions, Stdin) {
+  auto text = ParseExecOptions({{"cmd", "cat"}, {"stdin", "hello"}});
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(text->request.stdin_data, "hello");
+  auto binary = ParseExecOptions({{"cmd", "cat"}, {"stdin_b64", Base64Encode(std::string("\x00\xff", 2))}});
+  ASSERT_TRUE(binary.ok());
+  EXPECT_EQ(binary->request.stdin_data, std::string("\x00\xff", 2));
+  auto empty = ParseExecOptions({{"cmd", "cat"}, {"stdin", ""}});
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(empty->request.stdin_data, "");
+
+  EXPECT_TRUE(Mentions(ExecError({{"cmd", "cat"}, {"stdin", "a"}, {"stdin_b64", "YQ=="}}), "stdin"));
+  EXPECT_TRUE(Mentions(ExecError({{"cmd", "cat"}, {"stdin_b64", "not base64!"}}), "stdin_b64"));
+  EXPECT_TRUE(Mentions(ExecError({{"cmd", "cat"}, {"stdin_b64", 5}}), "stdin_b64"));
+  EXPECT_TRUE(Mentions(ExecError({{"cmd", "cat"}, {"stdin", json::array()}}), "stdin"));
+  // 16 MiB decoded is the limit; refused before decoding.
+  const std::string big(kMaxStdinBytes / 3 * 4 + 8, 'A');
+  EXPECT_TRUE(Mentions(ExecError({{"cmd", "cat"}, {"stdin_b64", big}}), "stdin_b64"));
+  EXPECT_TRUE(Mentions(ExecError({{"cmd", "cat"}, {"stdin", std::string(kMaxStdinBytes + 1, 'x')}}), "stdin"));
+}
+
+TEST(ParseExecOptions, TimeoutAndOutputCap) {
+  auto options = ParseExecOptions({{"cmd", "ls"}, {"timeout_s", 0}, {"max_output_bytes", 0}});
+  ASSERT_TRUE(options.ok());
+  EXPECT_EQ(options->request.timeout_s, 0);
+  EXPECT_EQ(options->max_output_bytes, 0);
+  EXPECT_EQ(ExecError({{"cmd", "ls"}, {"timeout_s", 86400}}), "");
+  EXPECT_TRUE(Mentions(ExecError({{"cmd", "ls"}, {"timeout_s", 86401}}), "timeout_s"));
+  EXPECT_TRUE(Mentions(ExecError({{"cmd", "ls"}, {"timeout_s", -1}}), "timeout_s"));
+  EXPECT_TRUE(Mentions(ExecError({{"cmd", "ls"}, {"timeout_s", "60"}}), "timeout_s"));
+  EXPECT_EQ(ExecError({{"cmd", "ls"}, {"max_output_bytes", 64 * 1024 * 1024}}), "");
+  EXPECT_TRUE(Mentions(ExecError({{"cmd", "ls"}, {"max_output_bytes", 64 * 1024 * 1024 + 1}}), "max_output_bytes"));
+  EXPECT_TRUE(Mentions(ExecError({{"cmd", "ls"}, {"max_output_bytes", -5}}), "max_output_bytes"));
+}
+
+TEST(ParseExecOptions, UnknownFieldsAreIgnored) {
+  EXPECT_EQ(ExecError({{"cmd", "ls"}, {"pty", {{"cols", 80}}}, {"tag", "x"}}), "");
+}
+
+// ---- Other requests
+
+TEST(ParseTimeoutUpdate, RequiresAnIntegerInRange) {
+  auto timeout = ParseTimeoutUpdate({{"timeout_s", 600}});
+  ASSERT_TRUE(timeout.ok());
+  EXPECT_EQ(*timeout, 600);
+  EXPECT_TRUE(ParseTimeoutUpdate({{"timeout_s", 0}}).ok());
+  EXPECT_FALSE(ParseTimeoutUpdate(json::object()).ok());
+  EXPECT_FALSE(ParseTimeoutUpdate({{"timeout_s", nullptr}}).ok());
+  EXPECT_FALSE(ParseTimeoutUpdate({{"timeout_s", -1}}).ok());
+  EXPECT_FALSE(ParseTimeoutUpdate({{"timeout_s", 2592001}}).ok());
+  EXPECT_FALSE(ParseTimeoutUpdate({{"timeout_s", "600"}}).ok());
+}
+
+TEST(ParseListFilter, StateAndMetadata) {
+  auto filter = ParseListFilter({{"state", "running"}, {"metadata.owner", "ci"}, {"metadata.a.b", ""}, {"x", "y"}});
+  ASSERT_TRUE(filter.ok());
+  EXPECT_EQ(filter->state, "running");
+  EXPECT_EQ(filter->metadata.at("owner"), "ci");
+  EXPECT_EQ(filter->metadata.at("a.b"), "");
+  EXPECT_EQ(filter->metadata.size(), 2u);
+  EXPECT_FALSE(ParseListFilter({{"state", "sleeping"}}).ok());
+  EXPECT_FALSE(ParseListFilter({{"metadata.", "v"}}).ok());
+  auto none = ParseListFilter({});
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->state);
+}
+
+TEST(Names, SandboxIdsAreSafeTokens) {
+  EXPECT_TRUE(IsValidSandboxId("sb_01HZX3-abc"));
+  EXPECT_TRUE(IsValidSandboxId(std::string(128, 'a')));
+  EXPECT_FALSE(IsValidSandboxId(""));
+  EXPECT_FALSE(IsValidSandboxId(".."));
+  EXPECT_FALSE(IsValidSandboxId("a/b"));
+  EXPECT_FALSE(IsValidSandboxId("a.b"));
+  EXPECT_FALSE(IsValidSandboxId(std::string(129, 'a')));
+  EXPECT_FALSE(IsValidSandboxId(std::string("a\0", 2)));
+}
+
+}  // namespace
+}  // namespace bulkhead::api

@@ -1,0 +1,258 @@
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "cli/command_line.h"
+
+namespace bulkhead::cli {
+namespace {
+
+// Clears the environment variables the command line reads, for the test's duration.
+class CliCommandLine : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* name : {"BULKHEAD_URL", "BULKHEAD_STATE", "BULKHEAD_LISTEN", "BULKHEAD_API_KEY"}) {
+      unsetenv(name);
+    }
+  }
+  void TearDown() override { SetUp(); }
+
+  // Parses `args` (without the program name); returns 0 on success or the exit code.
+  int Parse(std::vector<std::string> args) {
+    args.insert(args.begin(), "bulkhead");
+    std::vector<const char*> argv;
+    for (const auto& arg : args) argv.push_back(arg.c_str());
+    try {
+      app_.parse(static_cast<int>(argv.size()), argv.data());
+    } catch (const CLI::ParseError& error) {
+      return error.get_exit_code() == 0 ? 0 : 2;
+    }
+    return 0;
+  }
+
+  CLI::App app_{"bulkhead", "bulkhead"};
+  CommandLine line_;
+  void Define() { DefineCommandLine(app_, line_); }
+};
+
+TEST_F(CliCommandLine, RunTakesSandboxFlagsAndTheCommandAfterDoubleDash) {
+  Define();
+  ASSERT_EQ(Parse({"run", "--image", "py", "--memory-mb", "512", "--cpus", "0.5", "--disk-mb", "100", "--pids",
+                   "64", "--timeout", "10", "-e", "A=1", "--env", "B=2", "--workdir", "/w", "--user", "u", "-i",
+                   "--", "sh", "-c", "echo a; echo b"}),
+            0);
+  EXPECT_EQ(line_.command, Command::kRun);
+  EXPECT_EQ(line_.sandbox.image, "py");
+  EXPECT_EQ(line_.sandbox.memory_mb, 512);
+  EXPECT_EQ(line_.sandbox.cpus, 0.5);
+  EXPECT_EQ(line_.sandbox.disk_mb, 100);
+  EXPECT_EQ(line_.sandbox.pids, 64);
+  EXPECT_EQ(line_.sandbox.timeout_s, 10);
+  EXPECT_EQ(line_.sandbox.env, (std::vector<std::string>{"A=1", "B=2"}));
+  EXPECT_EQ(line_.sandbox.workdir, "/w");
+  EXPECT_EQ(line_.sandbox.user, "u");
+  EXPECT_TRUE(line_.exec.forward_stdin);
+  EXPECT_EQ(line_.exec.argv, (std::vector<std::string>{"sh", "-c", "echo a; echo b"}));
+}
+
+TEST_F(CliCommandLine, RunKeepsAOneWordCommandWithSpacesAsOneArgument) {
+  Define();
+  ASSERT_EQ(Parse({"run", "echo hello world"}), 0);
+  EXPECT_EQ(line_.exec.argv, std::vector<std::string>{"echo hello world"});
+  EXPECT_FALSE(line_.sandbox.timeout_s.has_value());
+  EXPECT_FALSE(line_.exec.forward_stdin);
+}
+
+TEST_F(CliCommandLine, RunPassesOptionLikeWordsAfterDoubleDashToTheCommand) {
+  Define();
+  ASSERT_EQ(Parse({"run", "--", "ls", "-la", "--image", "x"}), 0);
+  EXPECT_EQ(line_.exec.argv, (std::vector<std::string>{"ls", "-la", "--image", "x"}));
+  EXPECT_FALSE(line_.sandbox.image.has_value());
+}
+
+TEST_F(CliCommandLine, RunWithoutACommandIsAUsageError) {
+  Define();
+  EXPECT_EQ(Parse({"run", "--image", "x"}), 2);
+}
+
+TEST_F(CliCommandLine, ExecTakesItsFlagsAfterTheId) {
+  Define();
+  ASSERT_EQ(Parse({"exec", "sb-1", "-e", "K=V", "--cwd", "/tmp", "--user", "nobody", "--timeout", "5", "-i", "--",
+                   "python3", "-c", "print(1)"}),
+            0);
+  EXPECT_EQ(line_.command, Command::kExec);
+  EXPECT_EQ(line_.sandbox_id, "sb-1");
+  EXPECT_EQ(line_.exec.env, std::vector<std::string>{"K=V"});
+  EXPECT_EQ(line_.exec.cwd, "/tmp");
+  EXPECT_EQ(line_.exec.user, "nobody");
+  EXPECT_EQ(line_.exec.timeout_s, 5);
+  EXPECT_TRUE(line_.exec.forward_stdin);
+  EXPECT_EQ(line_.exec.argv, (std::vector<std::string>{"python3", "-c", "print(1)"}));
+}
+
+TEST_F(CliCommandLine, GlobalOptionsWorkBeforeAndAfterTheSubcommand) {
+  Define();
+  ASSERT_EQ(Parse({"--state-dir", "/s", "ls", "--url", "http://127.0.0.1:1", "--state", "running", "--json"}), 0);
+  EXPECT_EQ(line_.command, Command::kList);
+  EXPECT_EQ(line_.state_dir, "/s");
+  EXPECT_EQ(line_.url, "http://127.0.0.1:1");
+  EXPECT_EQ(line_.state_filter, "running");
+  EXPECT_TRUE(line_.json);
+}
+
+TEST_F(CliCommandLine, EnvironmentGivesDefaultsThatFlagsOverride) {
+  setenv("BULKHEAD_URL", "unix:///env.sock", 1);
+  setenv("BULKHEAD_STATE", "/env-state", 1);
+  Define();
+  ASSERT_EQ(Parse({"inspect", "abc"}), 0);
+  EXPECT_EQ(line_.url, "unix:///env.sock");
+  EXPECT_EQ(line_.state_dir, "/env-state");
+  EXPECT_EQ(line_.sandbox_id, "abc");
+
+  CLI::App other{"bulkhead", "bulkhead"};
+  CommandLine overridden;
+  DefineCommandLine(other, overridden);
+  const char* argv[] = {"bulkhead", "--url", "http://127.0.0.1:9", "version"};
+  other.parse(4, argv);
+  EXPECT_EQ(overridden.url, "http://127.0.0.1:9");
+  EXPECT_EQ(overridden.command, Command::kVersion);
+}
+
+TEST_F(CliCommandLine, ServeConfigComesFromFlagsOverEnvironment) {
+  setenv("BULKHEAD_LISTEN", "127.0.0.1:9999", 1);
+  setenv("BULKHEAD_STATE", "/env-state", 1);
+  setenv("BULKHEAD_API_KEY", "secret", 1);
+  Define();
+  ASSERT_EQ(Parse({"serve", "--warm-pool", "0"}), 0);
+  EXPECT_EQ(line_.command, Command::kServe);
+  core::DaemonConfig config = DaemonConfigFromCommandLine(line_);
+  EXPECT_EQ(config.listen, "127.0.0.1:9999");
+  EXPECT_EQ(config.state_dir, "/env-state");
+  EXPECT_EQ(config.api_key, "secret");
+  EXPECT_EQ(config.warm_pool, 0);
+
+  CLI::App other{"bulkhead", "bulkhead"};
+  CommandLine flags;
+  DefineCommandLine(other, flags);
+  const char* argv[] = {"bulkhead", "serve", "--listen", "", "--state-dir", "/flag-state"};
+  other.parse(6, argv);
+  core::DaemonConfig from_flags = DaemonConfigFromCommandLine(flags);
+  EXPECT_EQ(from_flags.listen, "");  // unix socket only
+  EXPECT_EQ(from_flags.state_dir, "/flag-state");
+  EXPECT_EQ(from_flags.warm_pool, core::DaemonConfig{}.warm_pool);
+}
+
+TEST_F(CliCommandLine, AnEmptyListenVariableMeansUnixSocketOnly) {
+  setenv("BULKHEAD_LISTEN", "", 1);
+  Define();
+  ASSERT_EQ(Parse({"serve"}), 0);
+  EXPECT_EQ(DaemonConfigFromCommandLine(line_).listen, "");
+}
+
+TEST_F(CliCommandLine, ServeDefaultsMatchTheDaemonConfig) {
+  Define();
+  ASSERT_EQ(Parse({"serve"}), 0);
+  core::DaemonConfig config = DaemonConfigFromCommandLine(line_);
+  EXPECT_EQ(config.listen, "127.0.0.1:7420");
+  EXPECT_EQ(config.state_dir, "/var/lib/bulkhead");
+  EXPECT_EQ(config.api_key, "");
+}
+
+TEST_F(CliCommandLine, ParsesTheOtherSubcommands) {
+  Define();
+  ASSERT_EQ(Parse({"create", "--image", "host", "--metadata", "a=b", "--metadata", "c=d", "--json"}), 0);
+  EXPECT_EQ(line_.command, Command::kCreate);
+  EXPECT_EQ(line_.sandbox.metadata, (std::vector<std::string>{"a=b", "c=d"}));
+  EXPECT_TRUE(line_.json);
+
+  CLI::App rm_app{"bulkhead", "bulkhead"};
+  CommandLine rm_line;
+  DefineCommandLine(rm_app, rm_line);
+  const char* rm_argv[] = {"bulkhead", "rm", "a", "b", "c"};
+  rm_app.parse(5, rm_argv);
+  EXPECT_EQ(rm_line.command, Command::kRemove);
+  EXPECT_EQ(rm_line.sandbox_ids, (std::vector<std::string>{"a", "b", "c"}));
+
+  CLI::App image_app{"bulkhead", "bulkhead"};
+  CommandLine image_line;
+  DefineCommandLine(image_app, image_line);
+  const char* image_argv[] = {"bulkhead", "image", "import", "alpine", "/tmp"};
+  image_app.parse(5, image_argv);
+  EXPECT_EQ(image_line.command, Command::kImageImport);
+  EXPECT_EQ(image_line.image_name, "alpine");
+  EXPECT_EQ(image_line.image_path, "/tmp");
+}
+
+TEST_F(CliCommandLine, ImageImportOfAMissingPathIsAUsageError) {
+  Define();
+  EXPECT_EQ(Parse({"image", "import", "x", "/nonexistent/rootfs"}), 2);
+}
+
+TEST_F(CliCommandLine, NoSubcommandIsAUsageError) {
+  Define();
+  EXPECT_EQ(Parse({}), 2);
+  EXPECT_EQ(line_.command, Command::kNone);
+}
+
+TEST_F(CliCommandLine, ParseKeyValueSplitsAtTheFirstEquals) {
+  auto pair = ParseKeyValue("A=b=c", false);
+  ASSERT_TRUE(pair.ok());
+  EXPECT_EQ(pair->first, "A");
+  EXPECT_EQ(pair->second, "b=c");
+  auto empty_value = ParseKeyValue("A=", false);
+  ASSERT_TRUE(empty_value.ok());
+  EXPECT_EQ(empty_value->second, "");
+  EXPECT_FALSE(ParseKeyValue("=v", true).ok());
+  EXPECT_FALSE(ParseKeyValue("A", false).ok());
+}
+
+TEST_F(CliCommandLine, ParseKeyValueTakesABareKeyFromTheEnvironment) {
+  setenv("BULKHEAD_TEST_PASSTHROUGH", "from-env", 1);
+  auto present = ParseKeyValue("BULKHEAD_TEST_PASSTHROUGH", true);
+  unsetenv("BULKHEAD_TEST_PASSTHROUGH");
+  ASSERT_TRUE(present.ok());
+  EXPECT_EQ(present->second, "from-env");
+  auto absent = ParseKeyValue("BULKHEAD_TEST_PASSTHROUGH", true);
+  ASSERT_TRUE(absent.ok());
+  EXPECT_FALSE(absent->second.has_value());
+}
+
+TEST_F(CliCommandLine, ClientSettingsDefaultToTheStateDirSocketAndKeyFile) {
+  std::filesystem::path dir = std::filesystem::temp_directory_path() / "bulkhead-cli-settings-test";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "api-key") << "  key-from-file\n";
+  CommandLine line;
+  line.state_dir = dir.string();
+  auto settings = ResolveClientSettings(line);
+  ASSERT_TRUE(settings.ok());
+  EXPECT_EQ(settings->address.kind, ServerAddress::Kind::kUnix);
+  EXPECT_EQ(settings->address.socket_path, (dir / "bulkhead.sock").string());
+  EXPECT_EQ(settings->api_key, "key-from-file");
+
+  setenv("BULKHEAD_API_KEY", "key-from-env", 1);
+  line.url = "http://127.0.0.1:7420";
+  auto from_env = ResolveClientSettings(line);
+  ASSERT_TRUE(from_env.ok());
+  EXPECT_EQ(from_env->api_key, "key-from-env");
+  EXPECT_EQ(from_env->address.kind, ServerAddress::Kind::kTcp);
+
+  line.url = "https://x";
+  EXPECT_FALSE(ResolveClientSettings(line).ok());
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(CliCommandLine, ClientSettingsWithoutAKeyFileHaveNoKey) {
+  CommandLine line;
+  line.state_dir = "/nonexistent-bulkhead-state";
+  auto settings = ResolveClientSettings(line);
+  ASSERT_TRUE(settings.ok());
+  EXPECT_EQ(settings->api_key, "");
+  EXPECT_EQ(settings->api_key_source, "/nonexistent-bulkhead-state/api-key");
+}
+
+}  // namespace
+}  // namespace bulkhead::cli

@@ -1,0 +1,551 @@
+// bulkhead-init, run for real: the test starts the binary (built next to unit-tests) with a
+// listening socket on fd 3, as the native runtime does, and speaks ctl_protocol.h to it. Init
+// is not PID 1 here, so it runs as a child subreaper.
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "common/ctl_protocol.h"
+#include "common/unique_fd.h"
+
+namespace bulkhead {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+struct Frame {
+  uint8_t type;
+  std::string payload;
+};
+
+std::filesystem::path InitBinary() {
+  return std::filesystem::read_symlink("/proc/self/exe").parent_path() / "bulkhead-init";
+}
+
+// True once `pid` is gone or a zombie: it no longer runs.
+bool ProcessGone(pid_t pid) {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  size_t paren = text.rfind(')');
+  return paren == std::string::npos || (paren + 2 < text.size() && text[paren + 2] == 'Z');
+}
+
+bool WaitUntilGone(pid_t pid, std::chrono::milliseconds limit = std::chrono::seconds(5)) {
+  auto deadline = Clock::now() + limit;
+  while (Clock::now() < deadline) {
+    if (ProcessGone(pid)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return ProcessGone(pid);
+}
+
+// Resident memory of a process, in KiB.
+long RssKib(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return -1;
+}
+
+// The parent pid of `pid` from /proc, or -1.
+pid_t ParentOf(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  size_t paren = text.rfind(')');
+  if (paren == std::string::npos) return -1;
+  std::istringstream rest(text.substr(paren + 2));
+  char state;
+  pid_t ppid = -1;
+  rest >> state >> ppid;
+  return ppid;
+}
+
+class Client {
+ public:
+  explicit Client(const std::string& path) {
+    fd_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
+    connected_ = ::connect(fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  }
+  bool connected() const { return connected_; }
+
+  void SendRaw(const std::string& bytes) {
+    size_t off = 0;
+    while (off < bytes.size()) {
+      ssize_t n = ::send(fd_.get(), bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) return;
+      off += size_t(n);
+    }
+  }
+  void Send(uint8_t type, const std::string& payload = {}) {
+    uint8_t header[ctl::kHeaderSize];
+    ctl::EncodeHeader(header, type, uint32_t(payload.size()));
+    SendRaw(std::string(reinterpret_cast<char*>(header), sizeof(header)) + payload);
+  }
+  void SendExec(const json& request) { Send(ctl::kExec, request.dump()); }
+
+  // The next frame, or nothing on EOF or after `timeout` without one.
+  std::optional<Frame> Read(std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+    uint8_t header[ctl::kHeaderSize];
+    if (!ReadExactly(header, sizeof(header), timeout)) return std::nullopt;
+    int64_t len = ctl::DecodePayloadLength(header);
+    if (len < 0) return std::nullopt;
+    Frame frame{header[4], std::string(size_t(len), '\0')};
+    if (len > 0 && !ReadExactly(frame.payload.data(), size_t(len), timeout)) return std::nullopt;
+    return frame;
+  }
+
+  void Close() { fd_.reset(); }
+  // Unblocks a thread stuck in Send.
+  void Shutdown() { ::shutdown(fd_.get(), SHUT_RDWR); }
+
+ private:
+  bool ReadExactly(void* buf, size_t size, std::chrono::milliseconds timeout) {
+    auto deadline = Clock::now() + timeout;
+    size_t got = 0;
+    while (got < size) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      pollfd pfd{fd_.get(), POLLIN, 0};
+      if (left <= 0 || ::poll(&pfd, 1, int(left)) <= 0) return false;
+      ssize_t n = ::recv(fd_.get(), static_cast<char*>(buf) + got, size - got, 0);
+      if (n <= 0) return false;
+      got += size_t(n);
+    }
+    return true;
+  }
+
+  UniqueFd fd_;
+  bool connected_ = false;
+};
+
+// Everything a command sent, up to its last frame.
+struct Outcome {
+  std::optional<json> started;
+  std::string out;
+  std::string err;
+  std::optional<json> exit;
+  std::optional<json> error;
+  bool closed_after_last_frame = false;
+};
+
+Outcome ReadUntilEnd(Client& client, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  Outcome outcome;
+  while (auto frame = client.Read(timeout)) {
+    switch (frame->type) {
+      case ctl::kStarted: outcome.started = json::parse(frame->payload); break;
+      case ctl::kStdout: outcome.out += frame->payload; break;
+      case ctl::kStderr: outcome.err += frame->payload; break;
+      case ctl::kExit: outcome.exit = json::parse(frame->payload); break;
+      case ctl::kError: outcome.error = json::parse(frame->payload); break;
+      default: ADD_FAILURE() << "unexpected frame type " << int(frame->type);
+    }
+    if (outcome.exit || outcome.error) {
+      outcome.closed_after_last_frame = !client.Read(std::chrono::seconds(5)).has_value();
+      break;
+    }
+  }
+  return outcome;
+}
+
+json Exec(std::vector<std::string> argv) { return json{{"argv", argv}, {"env", json::array()}, {"cwd", "/"}}; }
+
+class InitTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char dir_template[] = "/tmp/bulkhead-init-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(dir_template), nullptr);
+    dir_ = dir_template;
+    socket_path_ = dir_ + "/ctl.sock";
+
+    std::filesystem::path binary = InitBinary();
+    ASSERT_TRUE(std::filesystem::exists(binary)) << binary << " is not built";
+
+    UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", socket_path_.c_str());
+    ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    ASSERT_EQ(::listen(listener.get(), 64), 0);
+
+    init_pid_ = ::fork();
+    ASSERT_GE(init_pid_, 0);
+    if (init_pid_ == 0) {
+      // As the runtime hands it over: 0-2 on /dev/null, the listener on fd 3. Fd 9 is a
+      // deliberately leaked descriptor: no command may see it (nor fd 3).
+      int null_fd = ::open("/dev/null", O_RDWR);
+      ::dup2(null_fd, 0);
+      ::dup2(null_fd, 1);
+      ::dup2(null_fd, 9);
+      if (listener.get() == ctl::kListenFd) {
+        ::fcntl(ctl::kListenFd, F_SETFD, 0);
+      } else {
+        ::dup2(listener.get(), ctl::kListenFd);
+      }
+      std::string path = binary.string();
+      char* argv[] = {const_cast<char*>("bulkhead-init"), nullptr};
+      ::execv(path.c_str(), argv);
+      ::_exit(127);
+    }
+    // Ready once it answers: a SIGTERM before its signal setup would simply kill it.
+    Client client(socket_path_);
+    client.Send(ctl::kPing);
+    auto pong = client.Read();
+    ASSERT_TRUE(pong && pong->type == ctl::kPong) << "bulkhead-init did not answer a ping";
+  }
+
+  void TearDown() override {
+    if (init_pid_ > 0) {
+      ::kill(init_pid_, SIGTERM);
+      int status = 0;
+      ::waitpid(init_pid_, &status, 0);
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "init did not exit 0 on SIGTERM";
+    }
+    std::filesystem::remove_all(dir_);
+  }
+
+  Outcome Run(const json& request) {
+    Client client(socket_path_);
+    EXPECT_TRUE(client.connected());
+    client.SendExec(request);
+    return ReadUntilEnd(client);
+  }
+
+  std::string dir_;
+  std::string socket_path_;
+  pid_t init_pid_ = -1;
+};
+
+TEST_F(InitTest, EchoPrintsOutputAndExitsZero) {
+  Outcome outcome = Run(Exec({"echo", "hello"}));
+  ASSERT_TRUE(outcome.started);
+  EXPECT_GT((*outcome.started)["pid"].get<int>(), 0);
+  EXPECT_EQ(outcome.out, "hello\n");
+  EXPECT_EQ(outcome.err, "");
+  ASSERT_TRUE(outcome.exit);
+  EXPECT_EQ((*outcome.exit)["exit_code"], 0);
+  EXPECT_TRUE((*outcome.exit)["signal"].is_null());
+  EXPECT_EQ((*outcome.exit)["timed_out"], false);
+  EXPECT_GE((*outcome.exit)["duration_ms"].get<double>(), 0.0);
+  EXPECT_TRUE(outcome.closed_after_last_frame);
+}
+
+TEST_F(InitTest, ExitCodeIsReported) {
+  Outcome outcome = Run(Exec({"sh", "-c", "exit 3"}));
+  ASSERT_TRUE(outcome.exit);
+  EXPECT_EQ((*outcome.exit)["exit_code"], 3);
+  EXPECT_TRUE((*outcome.exit)["signal"].is_null());
+}
+
+TEST_F(InitTest, StderrIsSeparateFromStdout) {
+  Outcome outcome = Run(Exec({"sh", "-c", "echo out; echo err >&2"}));
+  EXPECT_EQ(outcome.out, "out\n");
+  EXPECT_EQ(outcome.err, "err\n");
+  ASSERT_TRUE(outcome.exit);
+  EXPECT_EQ((*outcome.exit)["exit_code"], 0);
+}
+
+TEST_F(InitTest, StdinRoundTripsThroughCat) {
+  Client client(socket_path_);
+  json request = Exec({"cat"});
+  request["stdin"] = true;
+  client.SendExec(request);
+  // Megabytes, written while output is read, so both directions hit their bounds.
+  std::string input;
+  for (int i = 0; input.size() < 4 * 1024 * 1024; ++i) input += "line " + std::to_string(i) + "\n";
+  std::thread writer([&] {
+    for (size_t off = 0; off < input.size(); off += 60000) client.Send(ctl::kStdin, input.substr(off, 60000));
+    client.Send(ctl::kStdinClose);
+  });
+  Outcome outcome = ReadUntilEnd(client);
+  client.Shutdown();
+  writer.join();
+  EXPECT_TRUE(outcome.out == input) << "got " << outcome.out.size() << " of " << input.size() << " bytes";
+  ASSERT_TRUE(outcome.exit);
+  EXPECT_EQ((*outcome.exit)["exit_code"], 0);
+}
+
+TEST_F(InitTest, WithoutStdinTheCommandReadsDevNull) {
+  Outcome outcome = Run(Exec({"cat"}));  // would hang on a pipe nobody closes
+  EXPECT_EQ(outcome.out, "");
+  ASSERT_TRUE(outcome.exit);
+  EXPECT_EQ((*outcome.exit)["exit_code"], 0);
+}
+
+TEST_F(InitTest, MissingExecutableExits127WithMessage) {
+  Outcome outcome = Run(Exec({"bulkhead-no-such-program"}));
+  EXPECT_TRUE(outcome.started);
+  EXPECT_EQ(outcome.err, "bulkhead: exec bulkhead-no-such-program: No such file or directory\n");
+  ASSERT_TRUE(outcome.exit);
+  EXPECT_EQ((*outcome.exit)["exit_code"], 127);
+}
+
+TEST_F(InitTest, NonExecutableFileExits126) {
+  std::string file = dir_ + "/not-executable";
+  std::ofstream(file) << "data\n";
+  Outcome outcome = Run(Exec({file}));
+  ASSERT_TRUE(outcome.exit);
+  EXPECT_EQ((*outcome.exit)["exit_code"], 126);
+  EXPECT_EQ(outcome.err, "bulkhead: exec " + file + ": Permission denied\n");
+}
+
+TEST_F(InitTest, MissingCwdIsNotFoundError) {
+  json request = Exec({"true"});
+  request["cwd"] = "/bulkhead-no-such-dir";
+  Outcome outcome = Run(request);
+  EXPECT_FALSE(outcome.started);
+  ASSERT_TRUE(outcome.error);
+  EXPECT_EQ((*outcome.error)["code"], "not_found");
+  EXPECT_TRUE(outcome.closed_after_last_frame);
+}
+
+TEST_F(InitTest, UnknownUserIsNotFoundError) {
+  json request = Exec({"true"});
+  request["user"] = "bulkhead-no-such-user";
+  Outcome outcome = Run(request);
+  EXPECT_FALSE(outcome.started);
+  ASSERT_TRUE(outcome.error);
+  EXPECT_EQ((*outcome.error)["code"], "not_found");
+}
+
+TEST_F(InitTest, RunsAsRequestedUserAndGroup) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to change uid";
+  json request = Exec({"sh", "-c", "id -u; id -g; id -G; echo $HOME"});
+  request["user"] = "1234:4321";
+  Outcome outcome = Run(request);
+  EXPECT_EQ(outcome.out, "1234\n4321\n4321\n/\n");
+  ASSERT_TRUE(outcome.exit);
+  EXPECT_EQ((*outcome.exit)["exit_code"], 0);
+
+  // A name comes from /etc/passwd, and so do USER and LOGNAME.
+  request = Exec({"sh", "-c", "id -un; echo $USER $LOGNAME"});
+  request["user"] = "nobody";
+  outcome = Run(request);
+  EXPECT_EQ(outcome.out, "nobody\nnobody nobody\n");
+}
+
+TEST_F(InitTest, CommandDoesNotInheritInitsOomScore) {
+  // The runtime gives init its own OOM score; commands must start from 0. (Raising the score
+  // needs no privilege, lowering may, so the test raises it.)
+  std::string score_file = "/proc/" + std::to_string(init_pid_) + "/oom_score_adj";
+  std::ofstream(score_file) << "500";
+  std::string init_score;
+  std::ifstream(score_file) >> init_score;
+  if (init_score != "500") GTEST_SKIP() << "cannot change init's oom_score_adj here";
+  Outcome outcome = Run(Exec({"cat", "/proc/self/oom_score_adj"}));
+  EXPECT_EQ(outcome.out, "0\n");
+}
+
+TEST_F(InitTest, FillsDefaultEnvironmentButNoTerm) {
+  Outcome outcome = Run(Exec({"/usr/bin/env"}));
+  EXPECT_NE(outcome.out.find("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"), std::string::npos)
+      << outcome.out;
+  EXPECT_NE(outcome.out.find("HOME="), std::string::npos) << outcome.out;
+  EXPECT_EQ(outcome.out.find("TERM="), std::string::npos) << outcome.out;
+
+  json request = Exec({"/usr/bin/env"});
+  request["env"] = {"PATH=/bin", "FOO=bar", "HOME=/work"};
+  outcome = Run(request);
+  EXPECT_NE(outcome.out.find("PATH=/bin\n"), std::string::npos) << outcome.out;
+  EXPECT_NE(outcome.out.find("FOO=bar\n"), std::string::npos) << outcome.out;
+  EXPECT_NE(outcome.out.find("HOME=/work\n"), std::string::npos) << outcome.out;
+  EXPECT_EQ(outcome.out.find("PATH=/usr/local"), std::string::npos) << outcome.out;
+}
+
+TEST_F(InitTest, CommandInheritsNoDescriptorsAboveStderr) {
+  // Fd 3 is init's listening socket and fd 9 a descriptor leaked into init: neither may pass.
+  Outcome outcome = Run(Exec({"sh", "-c", "for i in 3 4 5 6 7 8 9 10 11 12; do [ -e /proc/$$/fd/$i ] && echo $i; done; true"}));
+  EXPECT_EQ(outcome.out, "");
+  ASSERT_TRUE(outcome.exit);
+  EXPECT_EQ((*outcome.exit)["exit_code"], 0);
+}
+
+TEST_F(InitTest, TimeoutKillsWholeProcessGroup) {
+  json request = Exec({"sh", "-c", "sleep 1000 & echo $!; sleep 1000 & echo $!; wait"});
+  request["timeout_ms"] = 300;
+  Outcome outcome = Run(request);
+  ASSERT_TRUE(outcome.exit);
+  EXPECT_EQ((*outcome.exit)["timed_out"], true);
+  EXPECT_EQ((*outcome.exit)["signal"], 9);
+  EXPECT_TRUE((*outcome.exit)["exit_code"].is_null());
+  EXPECT_GE((*outcome.exit)["duration_ms"].get<double>(), 250.0);
+
+  std::istringstream pids(outcome.out);
+  pid_t pid;
+  int children = 0;
+  while (pids >> pid) {
+    ++children;
+    EXPECT_TRUE(WaitUntilGone(pid)) << "background child " << pid << " survived the timeout";
+  }
+  EXPECT_EQ(children, 2);
+  pid_t group = (*outcome.started)["pid"].get<pid_t>();
+  auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (::kill(-group, 0) == 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(::kill(-group, 0), -1) << "a member of the process group survived";
+}
+
+TEST_F(InitTest, DisconnectKillsCommand) {
+  Client client(socket_path_);
+  client.SendExec(Exec({"sh", "-c", "echo ready; exec sleep 1000"}));
+  auto started = client.Read();
+  ASSERT_TRUE(started && started->type == ctl::kStarted);
+  pid_t pid = json::parse(started->payload)["pid"].get<pid_t>();
+  auto ready = client.Read();
+  ASSERT_TRUE(ready && ready->type == ctl::kStdout);
+  client.Close();
+  EXPECT_TRUE(WaitUntilGone(pid));
+}
+
+TEST_F(InitTest, SignalFrameSignalsTheCommand) {
+  Client client(socket_path_);
+  client.SendExec(Exec({"sleep", "1000"}));
+  auto started = client.Read();
+  ASSERT_TRUE(started && started->type == ctl::kStarted);
+  client.Send(ctl::kSignal, json{{"signal", 15}}.dump());
+  Outcome outcome = ReadUntilEnd(client);
+  ASSERT_TRUE(outcome.exit);
+  EXPECT_EQ((*outcome.exit)["signal"], 15);
+  EXPECT_TRUE((*outcome.exit)["exit_code"].is_null());
+  EXPECT_EQ((*outcome.exit)["timed_out"], false);
+}
+
+TEST_F(InitTest, LargeOutputArrivesIntactWithBoundedMemory) {
+  constexpr size_t kTotal = 50u * 1024 * 1024;
+  Client client(socket_path_);
+  client.SendExec(Exec({"sh", "-c", "yes abcdefghij | head -c " + std::to_string(kTotal)}));
+  // Not reading for a while: the producer must be held back, not buffered inside init.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  long rss_while_blocked = RssKib(init_pid_);
+
+  size_t total = 0;
+  bool pattern_ok = true;
+  std::optional<json> exit;
+  while (auto frame = client.Read()) {
+    if (frame->type == ctl::kStdout) {
+      for (char c : frame->payload) {
+        char expected = (total % 11 == 10) ? '\n' : char('a' + total % 11);
+        if (c != expected) pattern_ok = false;
+        ++total;
+      }
+    } else if (frame->type == ctl::kExit) {
+      exit = json::parse(frame->payload);
+      break;
+    }
+  }
+  long rss_after = RssKib(init_pid_);
+  EXPECT_EQ(total, kTotal);
+  EXPECT_TRUE(pattern_ok);
+  ASSERT_TRUE(exit);
+  EXPECT_EQ((*exit)["exit_code"], 0);
+  EXPECT_GT(rss_while_blocked, 0);
+  EXPECT_LT(rss_while_blocked, 8 * 1024) << "init RSS " << rss_while_blocked << " KiB while the reader was slow";
+  EXPECT_LT(rss_after, 8 * 1024) << "init RSS " << rss_after << " KiB after 50 MiB of output";
+}
+
+TEST_F(InitTest, DescendantHoldingStdoutDoesNotDelayExit) {
+  auto begin = Clock::now();
+  Outcome outcome = Run(Exec({"sh", "-c", "sleep 1000 & echo $!"}));
+  auto elapsed = Clock::now() - begin;
+  pid_t sleeper = std::atoi(outcome.out.c_str());
+  ASSERT_GT(sleeper, 0) << outcome.out;
+  EXPECT_FALSE(ProcessGone(sleeper)) << "the descendant should keep running after kExit";
+  ::kill(sleeper, SIGKILL);
+  EXPECT_TRUE(WaitUntilGone(sleeper));
+  ASSERT_TRUE(outcome.exit);
+  EXPECT_EQ((*outcome.exit)["exit_code"], 0);
+  EXPECT_LT(elapsed, std::chrono::seconds(1));
+}
+
+TEST_F(InitTest, OrphansAreReparentedToInitAndReaped) {
+  // The subshell exits at once, so its sleep is orphaned: init (a subreaper here, PID 1 in a
+  // sandbox) must adopt it and reap it, leaving no zombie.
+  Outcome outcome = Run(Exec({"sh", "-c", "(sleep 0.3 >/dev/null 2>&1 & echo $!)"}));
+  ASSERT_TRUE(outcome.exit);
+  pid_t orphan = std::stoi(outcome.out);
+  EXPECT_EQ(ParentOf(orphan), init_pid_);
+  auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (::kill(orphan, 0) == 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(::kill(orphan, 0), -1) << "the orphan was not reaped (still a zombie?)";
+}
+
+TEST_F(InitTest, MalformedFrameGetsErrorAndInitKeepsServing) {
+  {
+    Client client(socket_path_);
+    client.SendRaw(std::string("\0\0\0\0\1", 5));  // length 0 is invalid
+    Outcome outcome = ReadUntilEnd(client);
+    ASSERT_TRUE(outcome.error);
+    EXPECT_EQ((*outcome.error)["code"], "invalid_argument");
+    EXPECT_TRUE(outcome.closed_after_last_frame);
+  }
+  {
+    Client client(socket_path_);
+    client.Send(ctl::kExec, "{\"argv\": [");
+    Outcome outcome = ReadUntilEnd(client);
+    ASSERT_TRUE(outcome.error);
+    EXPECT_EQ((*outcome.error)["code"], "invalid_argument");
+  }
+  {
+    Client client(socket_path_);
+    client.Send(ctl::kExec, R"({"argv": "not an array"})");
+    Outcome outcome = ReadUntilEnd(client);
+    ASSERT_TRUE(outcome.error);
+    EXPECT_EQ((*outcome.error)["code"], "invalid_argument");
+  }
+  Client client(socket_path_);
+  client.Send(ctl::kPing);
+  auto pong = client.Read();
+  ASSERT_TRUE(pong);
+  EXPECT_EQ(pong->type, ctl::kPong);
+  EXPECT_EQ(::kill(init_pid_, 0), 0);
+}
+
+TEST_F(InitTest, PingIsAnsweredOnTheSameConnection) {
+  Client client(socket_path_);
+  for (int i = 0; i < 3; ++i) {
+    client.Send(ctl::kPing);
+    auto pong = client.Read();
+    ASSERT_TRUE(pong);
+    EXPECT_EQ(pong->type, ctl::kPong);
+    EXPECT_EQ(pong->payload, "");
+  }
+}
+
+TEST_F(InitTest, SigtermKillsCommandsAndExitsZero) {
+  Client client(socket_path_);
+  client.SendExec(Exec({"sleep", "1000"}));
+  auto started = client.Read();
+  ASSERT_TRUE(started && started->type == ctl::kStarted);
+  pid_t pid = json::parse(started->payload)["pid"].get<pid_t>();
+  ASSERT_EQ(::kill(init_pid_, SIGTERM), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(init_pid_, &status, 0), init_pid_);
+  init_pid_ = -1;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_TRUE(WaitUntilGone(pid));
+}
+
+}  // namespace
+}  // namespace bulkhead

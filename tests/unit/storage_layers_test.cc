@@ -1,0 +1,262 @@
+// Writable layers on the quota filesystem: real loop mounts, real quotas, as root.
+#include <fcntl.h>
+#include <grp.h>
+#include <gtest/gtest.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/unique_fd.h"
+#include "storage/fs_util.h"
+#include "storage/layer_area.h"
+#include "storage/storage.h"
+
+namespace bulkhead::storage {
+namespace {
+
+constexpr uid_t kSandboxRoot = 231072;  // an unprivileged host uid, as a sandbox's root would be
+constexpr int64_t kMiB = 1024 * 1024;
+
+class StorageLayersTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/bulkhead-storage-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    state_ = tmpl;
+    ASSERT_EQ(::chmod(tmpl, 0711), 0);  // the layer owner writes straight into upper/ below
+    auto opened = Storage::Open(state_, 4);
+    ASSERT_TRUE(opened.ok()) << opened.error().message;
+    storage_ = std::move(*opened);
+  }
+  void TearDown() override {
+    storage_.reset();
+    // Unmounting frees the loop device (it was attached with autoclear).
+    std::string mount_point = state_ + "/storage";
+    if (FindMount(mount_point)) {
+      if (::umount2(mount_point.c_str(), 0) != 0) ::umount2(mount_point.c_str(), MNT_DETACH);
+    }
+    EXPECT_FALSE(FindMount(mount_point).has_value());
+    EXPECT_TRUE(RemoveTree(state_).ok());
+  }
+
+  // Writes bytes of zeros to path as uid:gid in a child process; returns the errno of the
+  // first failing write/fsync, or 0 if everything was written.
+  static int WriteAs(uid_t uid, gid_t gid, const std::string& path, int64_t bytes) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      if (::setgroups(0, nullptr) != 0 || ::setgid(gid) != 0 || ::setuid(uid) != 0) ::_exit(250);
+      int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd < 0) ::_exit(errno);
+      std::vector<char> chunk(kMiB, 'x');
+      for (int64_t done = 0; done < bytes;) {
+        ssize_t n = ::write(fd, chunk.data(), std::min<int64_t>(kMiB, bytes - done));
+        if (n < 0) ::_exit(errno);
+        done += n;  // a short write at the limit is followed by a failing one
+      }
+      if (::fsync(fd) != 0) ::_exit(errno);
+      ::_exit(0);
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 255;
+  }
+
+  static bool IsOutOfSpace(int err) { return err == EDQUOT || err == ENOSPC; }
+
+  static void SyncFs(const std::string& path) {
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    ASSERT_TRUE(fd.valid());
+    ASSERT_EQ(::syncfs(fd.get()), 0);
+  }
+
+  std::string state_;
+  std::unique_ptr<Storage> storage_;
+};
+
+TEST_F(StorageLayersTest, QuotaFilesystemIsLoopMountedWithQuotas) {
+  // This machine's kernel has loop devices and btrfs or XFS quotas: no silent fallback.
+  EXPECT_TRUE(storage_->quotas_enforced()) << "backend: " << storage_->quota_backend();
+  auto mount = FindMount(state_ + "/storage");
+  ASSERT_TRUE(mount.has_value());
+  EXPECT_EQ(mount->source.rfind("/dev/loop", 0), 0u) << mount->source;
+  EXPECT_TRUE(mount->fs_type == "xfs" || mount->fs_type == "btrfs") << mount->fs_type;
+  struct stat st;
+  ASSERT_EQ(::stat((state_ + "/storage.img").c_str(), &st), 0);
+  EXPECT_GE(st.st_size, 4LL * 1024 * kMiB);
+  EXPECT_LT(st.st_blocks * 512, st.st_size / 4) << "the image should be sparse";
+}
+
+TEST_F(StorageLayersTest, CreateLayerMakesOwnedUpperWorkspaceAndWork) {
+  auto layer = storage_->CreateLayer("sbx1", kSandboxRoot, kSandboxRoot, 64);
+  ASSERT_TRUE(layer.ok()) << layer.error().message;
+  struct stat st;
+  ASSERT_EQ(::stat(layer->upper.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, kSandboxRoot);
+  EXPECT_EQ(st.st_gid, kSandboxRoot);
+  ASSERT_EQ(::stat((layer->upper + "/workspace").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(st.st_mode & 07777, 0755u);
+  EXPECT_EQ(st.st_uid, kSandboxRoot);
+  ASSERT_EQ(::stat(layer->work.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(storage_->ListLayers(), std::vector<std::string>{"sbx1"});
+  auto again = storage_->GetLayer("sbx1");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->upper, layer->upper);
+
+  auto duplicate = storage_->CreateLayer("sbx1", kSandboxRoot, kSandboxRoot, 64);
+  ASSERT_FALSE(duplicate.ok());
+  EXPECT_EQ(duplicate.error().code, ErrorCode::kConflict);
+  auto bad = storage_->CreateLayer("../escape", kSandboxRoot, kSandboxRoot, 64);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, ErrorCode::kInvalid);
+}
+
+TEST_F(StorageLayersTest, WritingBeyondTheQuotaFailsAndUsageIsReported) {
+  auto layer = storage_->CreateLayer("sbx-quota", kSandboxRoot, kSandboxRoot, 16);
+  ASSERT_TRUE(layer.ok()) << layer.error().message;
+  int err = WriteAs(kSandboxRoot, kSandboxRoot, layer->upper + "/workspace/big", 32 * kMiB);
+  EXPECT_TRUE(IsOutOfSpace(err)) << "writing 32 MiB into a 16 MiB layer ended with " << err;
+
+  SyncFs(layer->upper);  // btrfs qgroup figures are updated at commit
+  auto usage = storage_->LayerUsageBytes("sbx-quota");
+  ASSERT_TRUE(usage.ok()) << usage.error().message;
+  EXPECT_GE(*usage, 8 * kMiB);
+  EXPECT_LE(*usage, 17 * kMiB);
+
+  // A full layer recovers: deleting frees the space for new writes.
+  ASSERT_EQ(::unlink((layer->upper + "/workspace/big").c_str()), 0);
+  EXPECT_EQ(WriteAs(kSandboxRoot, kSandboxRoot, layer->upper + "/workspace/small", 8 * kMiB), 0);
+
+  // The limit can be raised for a running sandbox.
+  ASSERT_TRUE(storage_->SetLayerQuota("sbx-quota", 64).ok());
+  EXPECT_EQ(WriteAs(kSandboxRoot, kSandboxRoot, layer->upper + "/workspace/big", 32 * kMiB), 0);
+  SyncFs(layer->upper);
+  usage = storage_->LayerUsageBytes("sbx-quota");
+  ASSERT_TRUE(usage.ok());
+  EXPECT_GE(*usage, 32 * kMiB);
+}
+
+TEST_F(StorageLayersTest, LayersHaveSeparateQuotas) {
+  auto a = storage_->CreateLayer("sbx-a", kSandboxRoot, kSandboxRoot, 16);
+  auto b = storage_->CreateLayer("sbx-b", kSandboxRoot + 65536, kSandboxRoot + 65536, 48);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(IsOutOfSpace(WriteAs(kSandboxRoot, kSandboxRoot, a->upper + "/workspace/f", 24 * kMiB)));
+  EXPECT_EQ(WriteAs(kSandboxRoot + 65536, kSandboxRoot + 65536, b->upper + "/workspace/f", 24 * kMiB), 0);
+}
+
+TEST_F(StorageLayersTest, DestroyLayerRemovesEverythingAndIsIdempotent) {
+  auto layer = storage_->CreateLayer("sbx-gone", kSandboxRoot, kSandboxRoot, 64);
+  ASSERT_TRUE(layer.ok()) << layer.error().message;
+  // Content a sandbox might leave: deep nesting, unreadable dirs, symlinks out of the tree.
+  std::string deep = layer->upper + "/workspace";
+  for (int i = 0; i < 100; ++i) {
+    deep += "/d";
+    ASSERT_EQ(::mkdir(deep.c_str(), 0755), 0);
+  }
+  std::ofstream(deep + "/file") << "data";
+  ASSERT_EQ(::symlink("/etc", (layer->upper + "/workspace/etc-link").c_str()), 0);
+  ASSERT_EQ(::mkdir((layer->upper + "/locked").c_str(), 0), 0);
+  std::ofstream(layer->upper + "/locked/x") << "x";
+
+  ASSERT_TRUE(storage_->DestroyLayer("sbx-gone").ok());
+  std::string dir = layer->upper.substr(0, layer->upper.rfind('/'));
+  EXPECT_NE(::access(dir.c_str(), F_OK), 0);
+  EXPECT_TRUE(storage_->ListLayers().empty());
+  EXPECT_EQ(storage_->GetLayer("sbx-gone").error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(::access("/etc/passwd", F_OK), 0);  // the symlink was not followed
+  EXPECT_TRUE(storage_->DestroyLayer("sbx-gone").ok());
+  EXPECT_TRUE(storage_->DestroyLayer("never-existed").ok());
+}
+
+TEST_F(StorageLayersTest, ReopeningFindsTheMountedFilesystemAndItsLayers) {
+  ASSERT_TRUE(storage_->CreateLayer("sbx-keep", kSandboxRoot, kSandboxRoot, 16).ok());
+  std::string backend = storage_->quota_backend();
+  storage_.reset();  // a daemon restart: the mount stays
+  auto reopened = Storage::Open(state_, 4);
+  ASSERT_TRUE(reopened.ok()) << reopened.error().message;
+  storage_ = std::move(*reopened);
+  EXPECT_EQ(storage_->quota_backend(), backend);
+  EXPECT_EQ(storage_->ListLayers(), std::vector<std::string>{"sbx-keep"});
+  auto layer = storage_->GetLayer("sbx-keep");
+  ASSERT_TRUE(layer.ok());
+  EXPECT_TRUE(IsOutOfSpace(WriteAs(kSandboxRoot, kSandboxRoot, layer->upper + "/workspace/big", 32 * kMiB)));
+}
+
+TEST_F(StorageLayersTest, OverlayMountsOnALayerWithWhiteouts) {
+  auto layer = storage_->CreateLayer("sbx-ovl", kSandboxRoot, kSandboxRoot, 64);
+  ASSERT_TRUE(layer.ok());
+  std::string lower = state_ + "/lower", merged = state_ + "/merged";
+  ASSERT_EQ(::mkdir(lower.c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir(merged.c_str(), 0755), 0);
+  std::ofstream(lower + "/from-lower") << "lower";
+  std::string options = "lowerdir=" + lower + ",upperdir=" + layer->upper + ",workdir=" + layer->work;
+  ASSERT_EQ(::mount("overlay", merged.c_str(), "overlay", 0, options.c_str()), 0) << std::strerror(errno);
+  std::ofstream(merged + "/workspace/new") << "new";
+  int unlinked = ::unlink((merged + "/from-lower").c_str());
+  int unlink_errno = errno;
+  ASSERT_EQ(::umount2(merged.c_str(), 0), 0);
+  EXPECT_EQ(unlinked, 0) << std::strerror(unlink_errno);
+  EXPECT_EQ(::access((layer->upper + "/workspace/new").c_str(), F_OK), 0);
+  struct stat st;
+  ASSERT_EQ(::lstat((layer->upper + "/from-lower").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode)) << "overlayfs whiteout expected";
+  ASSERT_TRUE(storage_->DestroyLayer("sbx-ovl").ok());
+}
+
+TEST(StorageUnmountTest, UnmountingFreesTheLoopDevice) {
+  char tmpl[] = "/tmp/bulkhead-storage-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  std::string state = tmpl;
+  {
+    auto storage = Storage::Open(state, 4);
+    ASSERT_TRUE(storage.ok()) << storage.error().message;
+  }
+  auto mount = FindMount(state + "/storage");
+  ASSERT_TRUE(mount.has_value());
+  std::string device = mount->source.substr(mount->source.rfind('/') + 1);
+  std::string backing = "/sys/block/" + device + "/loop/backing_file";
+  EXPECT_EQ(::access(backing.c_str(), F_OK), 0);
+  ASSERT_EQ(::umount2((state + "/storage").c_str(), 0), 0);
+  bool freed = false;
+  for (int i = 0; i < 200 && !freed; ++i) {
+    freed = ::access(backing.c_str(), F_OK) != 0;
+    if (!freed) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(freed) << device << " still attached";
+  EXPECT_TRUE(RemoveTree(state).ok());
+}
+
+// The fallback where no quota filesystem can be had: plain directories, usage by walking.
+TEST(StoragePlainLayerAreaTest, PlainDirectoriesWithoutQuota) {
+  char tmpl[] = "/tmp/bulkhead-storage-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  std::string state = tmpl;
+  auto area = OpenPlainLayerArea(state + "/layers");
+  ASSERT_TRUE(area.ok()) << area.error().message;
+  EXPECT_FALSE((*area)->enforced());
+  EXPECT_EQ((*area)->backend(), "none");
+  ASSERT_TRUE((*area)->CreateLayerDir("plain", 16).ok());
+  std::ofstream((*area)->LayerPath("plain") + "/data") << std::string(1 << 20, 'x');
+  auto usage = (*area)->UsageBytes("plain");
+  ASSERT_TRUE(usage.ok());
+  EXPECT_GE(*usage, 1 << 20);
+  ASSERT_TRUE((*area)->SetLimit("plain", 32).ok());
+  EXPECT_EQ((*area)->SetLimit("missing", 32).error().code, ErrorCode::kNotFound);
+  ASSERT_TRUE((*area)->DestroyLayerDir("plain").ok());
+  EXPECT_NE(::access((*area)->LayerPath("plain").c_str(), F_OK), 0);
+  EXPECT_TRUE(RemoveTree(state).ok());
+}
+
+}  // namespace
+}  // namespace bulkhead::storage
