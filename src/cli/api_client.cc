@@ -58,8 +58,10 @@ ApiClient::ApiClient(HttpClient http, std::string api_key_source)
 
 Error ApiClient::WithHint(Error error) const {
   if (error.code == ErrorCode::kUnauthorized) {
-    error.message += " (the API key comes from " + api_key_source_ +
-                     "; set BULKHEAD_API_KEY or check that file is readable)";
+    error.message += api_key_source_ == "BULKHEAD_API_KEY"
+                         ? "; the key sent came from BULKHEAD_API_KEY"
+                         : "; the key is read from " + api_key_source_ +
+                               " (readable by the daemon's user only), or set BULKHEAD_API_KEY";
   }
   return error;
 }

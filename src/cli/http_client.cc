@@ -197,7 +197,13 @@ Result<HttpResponse> SendBuffered(const ServerAddress& address, const std::strin
   request.prepare_payload();
   error_code ec;
   http::write(connection.socket(), request, ec);
-  if (ec) return ConnectionLost(address, "sending the request", ec);
+  if (ec) {
+    // The daemon may have refused the body early (413...) and closed: its answer
+    // explains more than our broken pipe does.
+    Result<HttpResponse> early_answer = ReadResponse(connection, address, nullptr);
+    if (early_answer.ok()) return early_answer;
+    return ConnectionLost(address, "sending the request", ec);
+  }
   return ReadResponse(connection, address, on_line);
 }
 

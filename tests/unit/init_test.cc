@@ -21,6 +21,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "common/read_file.h"
 #include <nlohmann/json.hpp>
 
 #include "common/ctl_protocol.h"
@@ -44,8 +46,7 @@ std::filesystem::path InitBinary() {
 // True once `pid` is gone or a zombie: it no longer runs.
 bool ProcessGone(pid_t pid) {
   if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  std::string text = ReadSmallFile("/proc/" + std::to_string(pid) + "/stat").value_or("");
   size_t paren = text.rfind(')');
   return paren == std::string::npos || (paren + 2 < text.size() && text[paren + 2] == 'Z');
 }
@@ -71,8 +72,7 @@ long RssKib(pid_t pid) {
 
 // The parent pid of `pid` from /proc, or -1.
 pid_t ParentOf(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  std::string text = ReadSmallFile("/proc/" + std::to_string(pid) + "/stat").value_or("");
   size_t paren = text.rfind(')');
   if (paren == std::string::npos) return -1;
   std::istringstream rest(text.substr(paren + 2));

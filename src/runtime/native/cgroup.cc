@@ -1,5 +1,7 @@
 #include "runtime/native/cgroup.h"
 
+#include "common/read_file.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -11,7 +13,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <fstream>
 #include <sstream>
 #include <thread>
 
@@ -33,12 +34,7 @@ Status WriteFile(const std::string& path, const std::string& value) {
   return {};
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string ReadFile(const std::string& path) { return ReadSmallFile(path).value_or(""); }
 
 int64_t ReadInt(const std::string& path) {
   std::string s = ReadFile(path);
@@ -71,7 +67,7 @@ std::vector<pid_t> Procs(const std::string& dir) {
 // cgroup2 mount flips it to favour frequent moves, which a sandbox runtime makes. Best
 // effort: keep the mount's other options, and carry on without it.
 void FavorDynamicMoves() {
-  std::ifstream in("/proc/self/mountinfo");
+  std::istringstream in(ReadFile("/proc/self/mountinfo"));
   std::string line;
   while (std::getline(in, line)) {
     size_t dash = line.find(" - cgroup2 ");

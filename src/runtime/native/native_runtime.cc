@@ -14,9 +14,9 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 
+#include "common/read_file.h"
 #include "common/scope_guard.h"
 #include "runtime/native/contain.h"
 #include "runtime/native/seccomp.h"
@@ -81,8 +81,7 @@ Result<UniqueFd> ListenOn(const std::string& path) {
 }  // namespace
 
 uint64_t ProcessStartTime(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string stat = ReadSmallFile("/proc/" + std::to_string(pid) + "/stat").value_or("");
   // The command name may hold spaces and parentheses: fields start after the last ')'.
   size_t close = stat.rfind(')');
   if (close == std::string::npos) return 0;
