@@ -476,6 +476,12 @@ boost::asio::awaitable<Result<std::unique_ptr<ExecSession>>> SandboxManagerImpl:
     auto it = sandboxes_.find(id);
     if (it == sandboxes_.end() || it->second->deleting)
       co_return MakeError(ErrorCode::kNotFound, "no sandbox " + id, "sandbox_not_found");
+    if (it->second->info.state == "running" && !runtime_->Alive(it->second->init)) {
+      // Its init died under it (killed from outside, or a crash): nothing can run there now.
+      spdlog::warn("sandbox {}: init {} is gone; marking it as error", id, it->second->init.pid);
+      it->second->info.state = "error";
+      (void)db_->Put(RowOf(*it->second));
+    }
     if (it->second->info.state != "running")
       co_return MakeError(ErrorCode::kConflict, "sandbox " + id + " is " + it->second->info.state,
                           "sandbox_not_running");
@@ -569,6 +575,7 @@ void SandboxManagerImpl::Shutdown() {
       pool.swap(pool_);
     }
     for (const auto& sb : pool) (void)Teardown(sb->info.id, sb->uid_base, sb->init);
+    runtime_->Release();
   });
 }
 

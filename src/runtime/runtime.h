@@ -47,6 +47,8 @@ class Runtime {
   virtual Status Destroy(const std::string& id, const InitProcess& init) = 0;
   // Cgroups of sandboxes this daemon created, for cleaning up after a crash.
   virtual std::vector<std::string> ListCgroups() = 0;
+  // The daemon is stopping: release host-wide things that no sandbox uses any more.
+  virtual void Release() = 0;
 };
 
 }  // namespace bulkhead::runtime

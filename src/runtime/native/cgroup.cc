@@ -207,6 +207,11 @@ Status Cgroups::Destroy(const std::string& id) {
   return {};
 }
 
+void Cgroups::RemoveParentsIfEmpty() {
+  if (!List().empty()) return;
+  for (const auto& p : parents_) ::rmdir(p.c_str());
+}
+
 std::vector<std::string> Cgroups::List() {
   std::vector<std::string> ids;
   DIR* d = ::opendir(parents_[0].c_str());

@@ -26,6 +26,8 @@ class Cgroups {
   // Kills whatever is left in the groups and removes them; waits up to ~2 s for them to empty.
   Status Destroy(const std::string& id);
   std::vector<std::string> List();
+  // Removes this daemon's parent groups if no sandbox group is left in them.
+  void RemoveParentsIfEmpty();
   // Paths of the sandbox's group in each hierarchy (for tests and diagnostics).
   std::vector<std::string> Paths(const std::string& id) const;
 

@@ -24,6 +24,7 @@ class NativeRuntime : public Runtime {
   bool Alive(const InitProcess& init) override;
   Status Destroy(const std::string& id, const InitProcess& init) override;
   std::vector<std::string> ListCgroups() override;
+  void Release() override { cgroups_.RemoveParentsIfEmpty(); }
 
   const Cgroups& cgroups() const { return cgroups_; }
 

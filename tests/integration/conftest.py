@@ -1,0 +1,119 @@
+"""Fixtures: one shared daemon for the session, a factory for tests that need their own,
+sandboxes that are always deleted, and a session temp dir (short path: sockets live there)."""
+
+import atexit
+import itertools
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+import harness
+
+atexit.register(harness.destroy_all_daemons)  # last resort if pytest itself is interrupted
+
+
+@pytest.fixture(scope="session")
+def session_dir(request):
+    path = Path(tempfile.mkdtemp(prefix="bhit-", dir="/tmp"))
+
+    def cleanup():
+        harness.destroy_all_daemons()
+        # Keep the logs of a failed run for a look; a clean run leaves nothing behind.
+        if request.session.testsfailed == 0:
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            print(f"\nbulkhead integration logs kept in {path}")
+
+    request.addfinalizer(cleanup)
+    return path
+
+
+_daemon_numbers = itertools.count(1)
+
+
+def _new_daemon(session_dir: Path, warm_pool: int = 0) -> harness.Daemon:
+    n = next(_daemon_numbers)
+    return harness.Daemon(state_dir=session_dir / f"d{n}", log_path=session_dir / f"daemon-{n}.log",
+                          warm_pool=warm_pool)
+
+
+@pytest.fixture(scope="session")
+def daemon(session_dir, request):
+    d = _new_daemon(session_dir, warm_pool=2)
+    request.addfinalizer(d.destroy)
+    d.start()
+    return d
+
+
+@pytest.fixture
+def daemon_factory(session_dir, request):
+    """Makes daemons of the test's own (not started); each is destroyed after the test."""
+    made = []
+
+    def make(warm_pool: int = 0) -> harness.Daemon:
+        d = _new_daemon(session_dir, warm_pool)
+        made.append(d)
+        return d
+
+    def cleanup():
+        for d in made:
+            d.destroy()
+
+    request.addfinalizer(cleanup)
+    return make
+
+
+@pytest.fixture
+def client(daemon) -> harness.Client:
+    return daemon.client()
+
+
+@pytest.fixture
+def sandbox_factory(client, request):
+    """Creates sandboxes on the session daemon; deletes the ones still there after the test."""
+    made = []
+
+    def make(**spec) -> dict:
+        sandbox = client.create(**spec)
+        made.append(sandbox["id"])
+        return sandbox
+
+    def cleanup():
+        for sandbox_id in made:
+            client.delete(f"/v1/sandboxes/{sandbox_id}")
+
+    request.addfinalizer(cleanup)
+    return make
+
+
+@pytest.fixture
+def sandbox(sandbox_factory) -> str:
+    """The id of a fresh sandbox with default settings."""
+    return sandbox_factory()["id"]
+
+
+def compile_static(source: str, output: Path) -> Path:
+    """Compiles C `source` statically into `output`."""
+    src = output.with_suffix(".c")
+    src.write_text(source)
+    subprocess.run(["cc", "-O2", "-static", "-o", str(output), str(src)], check=True, capture_output=True)
+    return output
+
+
+@pytest.fixture(scope="session")
+def hello_binary(session_dir) -> Path:
+    """A static program that prints a fixed line: runs in an image that has nothing else."""
+    return compile_static('#include <stdio.h>\nint main(void) { puts("hello from a bulkhead image"); return 0; }\n',
+                          session_dir / "hello")
+
+
+@pytest.fixture(scope="session")
+def escape_binary(session_dir) -> Path:
+    source = harness.shared_dir() / "probes" / "escape.c"
+    assert source.exists(), f"probe source missing: {source}"
+    output = session_dir / "escape"
+    subprocess.run(["cc", "-O2", "-static", "-o", str(output), str(source)], check=True, capture_output=True)
+    return output

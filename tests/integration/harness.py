@@ -1,0 +1,399 @@
+"""Test harness for bulkhead's integration tests: real daemons, a small HTTP client, and
+host-side inspection helpers. Standard library only (the suite runs on Debian's python3)."""
+
+import base64
+import glob
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BUILD_DIR = Path(os.environ.get("BULKHEAD_BUILD_DIR", REPO_ROOT / "build"))
+BULKHEAD = BUILD_DIR / "bulkhead"
+
+
+def shared_dir() -> Path:
+    """The team's shared/ directory: ../shared next to the repo, else /work/shared."""
+    beside_repo = REPO_ROOT.parent / "shared"
+    if (beside_repo / "probes" / "escape.c").exists():
+        return beside_repo
+    return Path("/work/shared")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate, timeout: float, interval: float = 0.1):
+    """Polls `predicate` until it returns something truthy; returns that value or the last falsy one."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(interval)
+
+
+# ---------------------------------------------------------------- HTTP client
+
+@dataclass
+class Response:
+    status: int
+    headers: dict  # lower-case names
+    body: bytes
+
+    def json(self):
+        return json.loads(self.body)
+
+    def __repr__(self):
+        text = self.body[:600].decode("utf-8", "replace")
+        return f"<Response {self.status} {text!r}>"
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP over an AF_UNIX stream socket."""
+
+    def __init__(self, path: str, timeout: float):
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        sock.connect(self.unix_path)
+        self.sock = sock
+
+
+_DEFAULT_KEY = object()
+
+
+class Client:
+    """A small bulkhead API client: one connection per request, JSON in and out."""
+
+    def __init__(self, key: str, port: int | None = None, unix_path: str | None = None, timeout: float = 120):
+        self.key = key
+        self.port = port
+        self.unix_path = unix_path
+        self.timeout = timeout
+
+    def connection(self, timeout: float | None = None) -> http.client.HTTPConnection:
+        t = self.timeout if timeout is None else timeout
+        if self.unix_path:
+            return UnixHTTPConnection(self.unix_path, t)
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=t)
+
+    def _headers(self, body, headers, key):
+        h = {}
+        key = self.key if key is _DEFAULT_KEY else key
+        if key is not None:
+            h["Authorization"] = f"Bearer {key}"
+        if isinstance(body, (dict, list)):
+            h["Content-Type"] = "application/json"
+        h.update(headers or {})
+        return h
+
+    @staticmethod
+    def _encode(body):
+        if body is None:
+            return None
+        if isinstance(body, (dict, list)):
+            return json.dumps(body).encode()
+        if isinstance(body, str):
+            return body.encode()
+        return body
+
+    def request(self, method, path, body=None, headers=None, key=_DEFAULT_KEY, timeout=None) -> Response:
+        conn = self.connection(timeout)
+        try:
+            conn.request(method, path, body=self._encode(body), headers=self._headers(body, headers, key))
+            resp = conn.getresponse()
+            data = resp.read()
+            return Response(resp.status, {k.lower(): v for k, v in resp.getheaders()}, data)
+        finally:
+            conn.close()
+
+    def get(self, path, **kw):
+        return self.request("GET", path, **kw)
+
+    def post(self, path, body=None, **kw):
+        return self.request("POST", path, body=body, **kw)
+
+    def delete(self, path, **kw):
+        return self.request("DELETE", path, **kw)
+
+    # -- typed helpers; each asserts the call worked so tests read as the behaviour.
+
+    def create(self, **spec) -> dict:
+        r = self.post("/v1/sandboxes", spec)
+        assert r.status == 201, f"create {spec} -> {r!r}"
+        return r.json()
+
+    def sandbox(self, sandbox_id) -> dict:
+        r = self.get(f"/v1/sandboxes/{sandbox_id}")
+        assert r.status == 200, f"get {sandbox_id} -> {r!r}"
+        return r.json()
+
+    def list(self, query: str = "") -> list:
+        r = self.get("/v1/sandboxes" + (f"?{query}" if query else ""))
+        assert r.status == 200, f"list {query} -> {r!r}"
+        return r.json()["sandboxes"]
+
+    def remove(self, sandbox_id):
+        r = self.delete(f"/v1/sandboxes/{sandbox_id}")
+        assert r.status == 204, f"delete {sandbox_id} -> {r!r}"
+
+    def exec_raw(self, sandbox_id, cmd, timeout=None, **options) -> Response:
+        return self.post(f"/v1/sandboxes/{sandbox_id}/exec", {"cmd": cmd, **options}, timeout=timeout)
+
+    def exec(self, sandbox_id, cmd, timeout=None, **options) -> dict:
+        r = self.exec_raw(sandbox_id, cmd, timeout=timeout, **options)
+        assert r.status == 200, f"exec {cmd!r} -> {r!r}"
+        return r.json()
+
+    def sh(self, sandbox_id, script, **options) -> str:
+        """Runs a shell script that must succeed; returns its stdout."""
+        result = self.exec(sandbox_id, script, **options)
+        assert result["exit_code"] == 0, f"{script!r} failed: {result}"
+        return result["stdout"]
+
+    def upload(self, sandbox_id, path: str, data: bytes, mode: str = "0755"):
+        """Writes `data` to `path` inside the sandbox with `cat`, in chunks that fit a JSON body."""
+        chunk = 384 * 1024
+        self.sh(sandbox_id, f": > {path}")
+        for start in range(0, len(data), chunk):
+            piece = base64.b64encode(data[start:start + chunk]).decode()
+            self.sh(sandbox_id, f"cat >> {path}", stdin_b64=piece)
+        self.sh(sandbox_id, f"chmod {mode} {path}")
+
+    def stream_exec(self, sandbox_id, cmd, **options):
+        """Opens a streaming exec; returns (connection, response). Read lines with response.readline()."""
+        conn = self.connection()
+        body = json.dumps({"cmd": cmd, **options}).encode()
+        conn.request("POST", f"/v1/sandboxes/{sandbox_id}/exec", body=body,
+                     headers={**self._headers({}, None, _DEFAULT_KEY), "Accept": "application/x-ndjson"})
+        return conn, conn.getresponse()
+
+
+def assert_error_shape(r: Response, status: int | tuple | None = None):
+    """Asserts an error response: the status (if given) and the {"error":{"code","message"}} body."""
+    if status is not None:
+        wanted = status if isinstance(status, tuple) else (status,)
+        assert r.status in wanted, f"expected {wanted}, got {r!r}"
+    assert r.status >= 400, r
+    try:
+        body = r.json()
+    except ValueError:
+        raise AssertionError(f"error body is not JSON: {r!r}")
+    assert isinstance(body, dict) and isinstance(body.get("error"), dict), f"no error object: {r!r}"
+    code, message = body["error"].get("code"), body["error"].get("message")
+    assert isinstance(code, str) and re.fullmatch(r"[a-z][a-z0-9_]*", code), f"bad code: {r!r}"
+    assert isinstance(message, str) and message, f"bad message: {r!r}"
+    return body["error"]
+
+
+# ---------------------------------------------------------------- daemons
+
+_LIVE_DAEMONS: list = []
+
+
+@dataclass
+class Daemon:
+    """One `bulkhead serve` process on a temp state dir and a free loopback port."""
+    state_dir: Path
+    log_path: Path
+    warm_pool: int = 0
+    port: int = 0
+    process: subprocess.Popen | None = None
+    destroyed: bool = False
+    starts: int = field(default=0)
+
+    @property
+    def key(self) -> str:
+        return (self.state_dir / "api-key").read_text().strip()
+
+    @property
+    def socket_path(self) -> Path:
+        return self.state_dir / "bulkhead.sock"
+
+    def client(self, timeout: float = 120) -> Client:
+        return Client(self.key, port=self.port, timeout=timeout)
+
+    def unix_client(self, timeout: float = 120) -> Client:
+        return Client(self.key, unix_path=str(self.socket_path), timeout=timeout)
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def start(self, timeout: float = 60):
+        assert BULKHEAD.exists(), f"{BULKHEAD} missing: run scripts/build.sh first"
+        assert len(str(self.state_dir)) <= 70, f"state dir path too long: {self.state_dir}"
+        if self not in _LIVE_DAEMONS:
+            _LIVE_DAEMONS.append(self)
+        self.port = free_port()
+        self.starts += 1
+        log = open(self.log_path, "ab")
+        log.write(f"==== start #{self.starts} on port {self.port}\n".encode())
+        log.flush()
+        self.process = subprocess.Popen(
+            [str(BULKHEAD), "serve", "--state-dir", str(self.state_dir),
+             "--listen", f"127.0.0.1:{self.port}", "--warm-pool", str(self.warm_pool)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            env={k: v for k, v in os.environ.items() if not k.startswith("BULKHEAD_")})
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"daemon exited with {self.process.returncode}:\n{self.log_tail()}")
+            if self.healthy():
+                return self
+            time.sleep(0.1)
+        raise RuntimeError(f"daemon not healthy after {timeout}s:\n{self.log_tail()}")
+
+    def healthy(self) -> bool:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+            conn.request("GET", "/healthz")
+            ok = conn.getresponse().status == 200
+            conn.close()
+            return ok and (self.state_dir / "api-key").exists()
+        except OSError:
+            return False
+
+    def stop(self, sig=signal.SIGTERM, timeout: float = 30) -> int | None:
+        """Sends `sig` and waits for the process to end (SIGKILL after `timeout`)."""
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def delete_all_sandboxes(self):
+        client = self.client(timeout=60)
+        r = client.get("/v1/sandboxes")
+        if r.status != 200:
+            return
+        for sandbox in r.json().get("sandboxes", []):
+            client.delete(f"/v1/sandboxes/{sandbox['id']}")
+
+    def destroy(self):
+        """Removes every trace: sandboxes, the process, the storage mount, the state dir.
+        Safe to call twice and after failures."""
+        if self.destroyed:
+            return
+        self.destroyed = True
+        try:
+            # Sandboxes outlive their daemon, so a daemon that is down must come back to reap them.
+            sandboxes_dir = self.state_dir / "sandboxes"
+            if not self.running() and sandboxes_dir.is_dir() and any(sandboxes_dir.iterdir()):
+                try:
+                    self.start()
+                except Exception:
+                    pass
+            if self.running():
+                try:
+                    self.delete_all_sandboxes()
+                except Exception:
+                    pass
+            self.stop(signal.SIGTERM)
+        finally:
+            unmount_storage(self.state_dir)
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+            if self in _LIVE_DAEMONS:
+                _LIVE_DAEMONS.remove(self)
+
+
+def unmount_storage(state_dir: Path):
+    storage = state_dir / "storage"
+    for _ in range(20):
+        if not is_mountpoint(storage):
+            return
+        if subprocess.run(["umount", str(storage)], capture_output=True).returncode == 0:
+            continue
+        time.sleep(0.25)
+    if is_mountpoint(storage):
+        subprocess.run(["umount", "-l", str(storage)], capture_output=True)
+
+
+def is_mountpoint(path: Path) -> bool:
+    target = str(path)
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == target for line in f)
+
+
+def destroy_all_daemons():
+    for daemon in list(_LIVE_DAEMONS):
+        try:
+            daemon.destroy()
+        except Exception:
+            pass
+
+
+# ---------------------------------------------------------------- host-side inspection
+
+def sandbox_host_uid_range(client: Client, sandbox_id) -> tuple[int, int]:
+    """(first host uid, count) of the sandbox, from /proc/self/uid_map read inside it."""
+    out = client.sh(sandbox_id, "cat /proc/self/uid_map")
+    inside, outside, count = (int(x) for x in out.split())
+    assert inside == 0
+    return outside, count
+
+
+def host_processes_in_uid_range(first: int, count: int) -> list[str]:
+    """Processes on the host whose real/effective/saved/fs uid lies in [first, first+count)."""
+    found = []
+    for status_path in glob.glob("/proc/[0-9]*/status"):
+        try:
+            with open(status_path) as f:
+                text = f.read()
+        except OSError:
+            continue
+        name = uid_line = ""
+        for line in text.splitlines():
+            if line.startswith("Name:"):
+                name = line.split(None, 1)[1] if len(line.split()) > 1 else ""
+            elif line.startswith("Uid:"):
+                uid_line = line
+        uids = [int(x) for x in uid_line.split()[1:]]
+        if any(first <= u < first + count for u in uids):
+            found.append(f"{status_path.split('/')[2]}:{name}:{uid_line}")
+    return found
+
+
+def cgroup_dirs_of(sandbox_id) -> list[str]:
+    return (glob.glob(f"/sys/fs/cgroup/*/bulkhead-*/{sandbox_id}")
+            + glob.glob(f"/sys/fs/cgroup/bulkhead-*/{sandbox_id}"))
+
+
+def mountinfo_lines_mentioning(text: str, pid: int | str = "self") -> list[str]:
+    try:
+        with open(f"/proc/{pid}/mountinfo") as f:
+            return [line for line in f if text in line]
+    except OSError:
+        return []
+
+
+def process_names_inside(client: Client, sandbox_id) -> list[str]:
+    """The comm of every process visible in the sandbox, read from its /proc."""
+    out = client.sh(sandbox_id, "for d in /proc/[0-9]*; do cat $d/comm 2>/dev/null; done")
+    return out.split()
