@@ -126,6 +126,8 @@ class SandboxManagerImpl : public SandboxManager {
     return spec.image == "host" && spec.runtime == "native" && spec.network.mode == "none";
   }
   store::SandboxRow RowOf(const Sandbox& sb) const;
+  // The live (not being deleted) sandbox with this id, or nullptr. Caller holds mu_.
+  std::shared_ptr<Sandbox> FindLocked(const std::string& id) const;
   // Makes a running sandbox (state "starting" in the database until the caller says otherwise).
   Result<std::shared_ptr<Sandbox>> Launch(const SandboxSpec& spec, const std::string& db_state);
   // Frees everything a sandbox may hold; each step tolerates the resource being absent.
@@ -258,6 +260,16 @@ store::SandboxRow SandboxManagerImpl::RowOf(const Sandbox& sb) const {
   r.init_pid = sb.init.pid;
   r.init_start_time = sb.init.start_time;
   return r;
+}
+
+std::shared_ptr<Sandbox> SandboxManagerImpl::FindLocked(const std::string& id) const {
+  auto it = sandboxes_.find(id);
+  if (it == sandboxes_.end() || it->second->deleting) return nullptr;
+  return it->second;
+}
+
+Error NoSandbox(const std::string& id) {
+  return MakeError(ErrorCode::kNotFound, "no sandbox " + id, "sandbox_not_found");
 }
 
 Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::Launch(const SandboxSpec& spec, const std::string& db_state) {
@@ -399,17 +411,11 @@ Result<SandboxInfo> SandboxManagerImpl::Create(const SandboxSpec& spec) {
 }
 
 Result<SandboxInfo> SandboxManagerImpl::Get(const std::string& id) {
-  std::shared_ptr<Sandbox> sb;
-  {
-    std::lock_guard lock(mu_);
-    auto it = sandboxes_.find(id);
-    if (it == sandboxes_.end() || it->second->deleting)
-      return MakeError(ErrorCode::kNotFound, "no sandbox " + id, "sandbox_not_found");
-    sb = it->second;
-  }
   SandboxInfo info;
   {
     std::lock_guard lock(mu_);
+    auto sb = FindLocked(id);
+    if (!sb) return NoSandbox(id);
     info = sb->info;
   }
   SandboxUsage usage;
@@ -444,10 +450,8 @@ Status SandboxManagerImpl::Delete(const std::string& id) {
   std::shared_ptr<Sandbox> sb;
   {
     std::lock_guard lock(mu_);
-    auto it = sandboxes_.find(id);
-    if (it == sandboxes_.end() || it->second->deleting)
-      return MakeError(ErrorCode::kNotFound, "no sandbox " + id, "sandbox_not_found");
-    sb = it->second;
+    sb = FindLocked(id);
+    if (!sb) return NoSandbox(id);
     sb->deleting = true;
   }
   Status st = Teardown(id, sb->uid_base, sb->init);
@@ -460,12 +464,11 @@ Status SandboxManagerImpl::Delete(const std::string& id) {
 
 Result<SandboxInfo> SandboxManagerImpl::SetTimeout(const std::string& id, int64_t timeout_s) {
   std::lock_guard lock(mu_);
-  auto it = sandboxes_.find(id);
-  if (it == sandboxes_.end() || it->second->deleting)
-    return MakeError(ErrorCode::kNotFound, "no sandbox " + id, "sandbox_not_found");
-  ApplyLifetime(*it->second, timeout_s);
-  BH_TRY(db_->Put(RowOf(*it->second)));
-  return it->second->info;
+  auto sb = FindLocked(id);
+  if (!sb) return NoSandbox(id);
+  ApplyLifetime(*sb, timeout_s);
+  BH_TRY(db_->Put(RowOf(*sb)));
+  return sb->info;
 }
 
 boost::asio::awaitable<Result<std::unique_ptr<ExecSession>>> SandboxManagerImpl::StartExec(
@@ -473,19 +476,17 @@ boost::asio::awaitable<Result<std::unique_ptr<ExecSession>>> SandboxManagerImpl:
   SandboxSpec spec;
   {
     std::lock_guard lock(mu_);
-    auto it = sandboxes_.find(id);
-    if (it == sandboxes_.end() || it->second->deleting)
-      co_return MakeError(ErrorCode::kNotFound, "no sandbox " + id, "sandbox_not_found");
-    if (it->second->info.state == "running" && !runtime_->Alive(it->second->init)) {
+    auto sb = FindLocked(id);
+    if (!sb) co_return NoSandbox(id);
+    if (sb->info.state == "running" && !runtime_->Alive(sb->init)) {
       // Its init died under it (killed from outside, or a crash): nothing can run there now.
-      spdlog::warn("sandbox {}: init {} is gone; marking it as error", id, it->second->init.pid);
-      it->second->info.state = "error";
-      (void)db_->Put(RowOf(*it->second));
+      spdlog::warn("sandbox {}: init {} is gone; marking it as error", id, sb->init.pid);
+      sb->info.state = "error";
+      (void)db_->Put(RowOf(*sb));
     }
-    if (it->second->info.state != "running")
-      co_return MakeError(ErrorCode::kConflict, "sandbox " + id + " is " + it->second->info.state,
-                          "sandbox_not_running");
-    spec = it->second->info.spec;
+    if (sb->info.state != "running")
+      co_return MakeError(ErrorCode::kConflict, "sandbox " + id + " is " + sb->info.state, "sandbox_not_running");
+    spec = sb->info.spec;
     stats_.execs_total++;
   }
   std::map<std::string, std::string> env = spec.env;

@@ -187,6 +187,27 @@ TEST(CliHttpClient, AProducerErrorAbortsTheUploadWithThatError) {
   EXPECT_TRUE(server.requests().empty());
 }
 
+TEST(CliHttpClient, ADaemonRefusingABodyEarlyIsHeardOverTheBrokenPipe) {
+  TestServer server([](const RecordedRequest&, Reply& reply) {
+    reply.Json(413, R"({"error":{"code":"payload_too_large","message":"request body exceeds 1048576 bytes"}})");
+  });
+  server.AnswerBeforeBody();
+  std::string big_json = "{\"stdin\":\"" + std::string(32 << 20, 'x') + "\"}";
+  auto buffered = ClientFor(server).Send(HttpMethod::kPost, "/v1/sandboxes/x/exec", big_json);
+  ASSERT_TRUE(buffered.ok()) << buffered.error().message;
+  EXPECT_EQ(buffered->status, 413);
+  EXPECT_EQ(ErrorFromResponse(*buffered).detail_code, "payload_too_large");
+
+  auto streamed = ClientFor(server).SendStreamingBody(
+      HttpMethod::kPut, "/v1/images/big", "application/x-tar", std::nullopt, [](const BodyChunkSink& sink) -> Status {
+        std::string piece(1 << 20, 'y');
+        for (int i = 0; i < 64; ++i) BH_TRY(sink(piece));
+        return {};
+      });
+  ASSERT_TRUE(streamed.ok()) << streamed.error().message;
+  EXPECT_EQ(streamed->status, 413);
+}
+
 TEST(CliHttpClient, NoDaemonMeansAClearMessageWithHowToStartIt) {
   HttpClient client(DefaultServerAddress("/nonexistent-bulkhead-state"), "");
   auto response = client.Send(HttpMethod::kGet, "/healthz");

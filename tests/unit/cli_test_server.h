@@ -112,6 +112,10 @@ class TestServer {
   }
   const std::string& dir() const { return dir_; }
 
+  // From now on the handler answers as soon as the request's header is in, and the
+  // connection is closed without reading the body: a daemon refusing an upload early.
+  void AnswerBeforeBody() { answer_before_body_ = true; }
+
   std::vector<RecordedRequest> requests() {
     std::lock_guard lock(mutex_);
     return requests_;
@@ -142,7 +146,11 @@ class TestServer {
     http::request_parser<http::string_body> parser;
     parser.body_limit(1u << 30);
     boost::system::error_code ec;
-    http::read(socket, buffer, parser, ec);
+    if (answer_before_body_) {
+      http::read_header(socket, buffer, parser, ec);
+    } else {
+      http::read(socket, buffer, parser, ec);
+    }
     if (ec) return;
     const auto& message = parser.get();
     RecordedRequest request;
@@ -153,7 +161,7 @@ class TestServer {
     request.accept = std::string(message[http::field::accept]);
     request.host = std::string(message[http::field::host]);
     request.chunked = message.chunked();
-    request.body = message.body();
+    if (!answer_before_body_) request.body = message.body();
     {
       std::lock_guard lock(mutex_);
       requests_.push_back(request);
@@ -171,6 +179,7 @@ class TestServer {
   boost::asio::basic_socket_acceptor<boost::asio::generic::stream_protocol> acceptor_{io_};
   std::thread accept_thread_;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> answer_before_body_{false};
   std::mutex mutex_;
   std::vector<std::thread> connection_threads_;
   std::vector<RecordedRequest> requests_;
