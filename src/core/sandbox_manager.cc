@@ -35,10 +35,13 @@ using runtime::InitProcess;
 
 namespace {
 
-int64_t NowUnix() { return static_cast<int64_t>(std::time(nullptr)); }
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
-std::string Rfc3339(int64_t seconds) {
-  std::time_t t = static_cast<std::time_t>(seconds);
+std::string Rfc3339(int64_t ms) {
+  std::time_t t = static_cast<std::time_t>(ms / 1000);
   std::tm tm{};
   gmtime_r(&t, &tm);
   char buf[32];
@@ -78,7 +81,7 @@ struct Sandbox {
   SandboxInfo info;
   uid_t uid_base = 0;
   InitProcess init;
-  int64_t expires_unix = 0;  // 0 = never
+  int64_t expires_ms = 0;  // unix milliseconds; 0 = never
   bool deleting = false;
 };
 
@@ -216,8 +219,8 @@ Status SandboxManagerImpl::Recover() {
     sb->info.created_at = row.created_at;
     sb->uid_base = row.uid_base;
     sb->init = init;
-    sb->expires_unix = row.expires_at;
-    if (row.expires_at) sb->info.expires_at = Rfc3339(row.expires_at);
+    sb->expires_ms = row.expires_at_ms;
+    if (row.expires_at_ms) sb->info.expires_at = Rfc3339(row.expires_at_ms);
     if (row.state == "running" && runtime_->Alive(init)) {
       sb->info.state = "running";
       (void)uids_.Reclaim(row.uid_base, row.id);
@@ -255,7 +258,7 @@ store::SandboxRow SandboxManagerImpl::RowOf(const Sandbox& sb) const {
   r.state = sb.info.state;
   r.spec_json = SpecToJson(sb.info.spec);
   r.created_at = sb.info.created_at;
-  r.expires_at = sb.expires_unix;
+  r.expires_at_ms = sb.expires_ms;
   r.uid_base = sb.uid_base;
   r.init_pid = sb.init.pid;
   r.init_start_time = sb.init.start_time;
@@ -277,7 +280,7 @@ Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::Launch(const SandboxSpec& s
   sb->info.id = NewId();
   sb->info.spec = spec;
   sb->info.state = "starting";
-  sb->info.created_at = Rfc3339(NowUnix());
+  sb->info.created_at = Rfc3339(NowMs());
   const std::string& id = sb->info.id;
 
   std::string rootfs = host_rootfs_;
@@ -351,9 +354,9 @@ Status SandboxManagerImpl::Teardown(const std::string& id, uid_t uid_base, const
 
 void SandboxManagerImpl::ApplyLifetime(Sandbox& sb, int64_t timeout_s) {
   sb.info.spec.timeout_s = timeout_s;
-  sb.expires_unix = timeout_s > 0 ? NowUnix() + timeout_s : 0;
-  if (sb.expires_unix)
-    sb.info.expires_at = Rfc3339(sb.expires_unix);
+  sb.expires_ms = timeout_s > 0 ? NowMs() + timeout_s * 1000 : 0;
+  if (sb.expires_ms)
+    sb.info.expires_at = Rfc3339(sb.expires_ms);
   else
     sb.info.expires_at.reset();
 }
@@ -386,7 +389,7 @@ Result<SandboxInfo> SandboxManagerImpl::Create(const SandboxSpec& spec) {
     } else {
       sb->info.spec = spec;
       sb->info.state = "running";
-      sb->info.created_at = Rfc3339(NowUnix());
+      sb->info.created_at = Rfc3339(NowMs());
     }
   }
   if (!sb) {
@@ -551,11 +554,11 @@ void SandboxManagerImpl::TimerLoop() {
     }
     if (stopping_) break;
     std::vector<std::string> expired;
-    int64_t now = NowUnix();
+    int64_t now = NowMs();
     {
       std::lock_guard lock(mu_);
       for (const auto& [id, sb] : sandboxes_)
-        if (!sb->deleting && sb->expires_unix && sb->expires_unix <= now) expired.push_back(id);
+        if (!sb->deleting && sb->expires_ms && sb->expires_ms <= now) expired.push_back(id);
     }
     for (const auto& id : expired) {
       spdlog::info("sandbox {} reached its timeout; deleting it", id);

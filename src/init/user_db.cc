@@ -130,10 +130,15 @@ Result<UserIdentity> ResolveUser(std::string_view spec, const std::string& passw
     }
   } else {
     auto it = std::find_if(passwd.begin(), passwd.end(), [&](const PasswdEntry& e) { return e.name == user_part; });
-    if (it == passwd.end()) {
+    if (it == passwd.end() && user_part == "root") {
+      // An image without /etc/passwd (a "scratch" image) still has a root: uid 0.
+      identity.name = "root";
+      identity.home = "/root";
+    } else if (it == passwd.end()) {
       return MakeError(ErrorCode::kNotFound, "user " + std::string(user_part) + " not found in /etc/passwd");
+    } else {
+      identity = FromPasswd(*it);
     }
-    identity = FromPasswd(*it);
   }
 
   std::vector<GroupEntry> groups = ReadGroups(group_path);

@@ -10,7 +10,7 @@ CREATE TABLE IF NOT EXISTS sandboxes (
   state TEXT NOT NULL,
   spec_json TEXT NOT NULL,
   created_at TEXT NOT NULL,
-  expires_at INTEGER NOT NULL DEFAULT 0,
+  expires_at_ms INTEGER NOT NULL DEFAULT 0,
   uid_base INTEGER NOT NULL,
   init_pid INTEGER NOT NULL,
   init_start_time INTEGER NOT NULL
@@ -56,14 +56,14 @@ Status StateDb::Put(const SandboxRow& r) {
   std::lock_guard lock(mu_);
   Stmt st;
   const char* sql =
-      "INSERT OR REPLACE INTO sandboxes (id, state, spec_json, created_at, expires_at, uid_base, init_pid, "
+      "INSERT OR REPLACE INTO sandboxes (id, state, spec_json, created_at, expires_at_ms, uid_base, init_pid, "
       "init_start_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?)";
   if (sqlite3_prepare_v2(db_, sql, -1, &st.s, nullptr) != SQLITE_OK) return DbError(db_, "prepare put");
   sqlite3_bind_text(st.s, 1, r.id.c_str(), -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(st.s, 2, r.state.c_str(), -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(st.s, 3, r.spec_json.c_str(), -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(st.s, 4, r.created_at.c_str(), -1, SQLITE_TRANSIENT);
-  sqlite3_bind_int64(st.s, 5, r.expires_at);
+  sqlite3_bind_int64(st.s, 5, r.expires_at_ms);
   sqlite3_bind_int64(st.s, 6, r.uid_base);
   sqlite3_bind_int64(st.s, 7, r.init_pid);
   sqlite3_bind_int64(st.s, 8, static_cast<int64_t>(r.init_start_time));
@@ -85,7 +85,7 @@ Result<std::vector<SandboxRow>> StateDb::LoadAll() {
   std::lock_guard lock(mu_);
   Stmt st;
   const char* sql =
-      "SELECT id, state, spec_json, created_at, expires_at, uid_base, init_pid, init_start_time FROM sandboxes "
+      "SELECT id, state, spec_json, created_at, expires_at_ms, uid_base, init_pid, init_start_time FROM sandboxes "
       "ORDER BY created_at";
   if (sqlite3_prepare_v2(db_, sql, -1, &st.s, nullptr) != SQLITE_OK) return DbError(db_, "prepare load");
   std::vector<SandboxRow> rows;
@@ -97,7 +97,7 @@ Result<std::vector<SandboxRow>> StateDb::LoadAll() {
     r.state = text(1);
     r.spec_json = text(2);
     r.created_at = text(3);
-    r.expires_at = sqlite3_column_int64(st.s, 4);
+    r.expires_at_ms = sqlite3_column_int64(st.s, 4);
     r.uid_base = static_cast<uint32_t>(sqlite3_column_int64(st.s, 5));
     r.init_pid = sqlite3_column_int64(st.s, 6);
     r.init_start_time = static_cast<uint64_t>(sqlite3_column_int64(st.s, 7));

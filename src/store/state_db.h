@@ -19,7 +19,7 @@ struct SandboxRow {
   std::string state;       // running | paused | stopped | error | pooled
   std::string spec_json;   // core::SandboxSpec as JSON
   std::string created_at;  // RFC 3339
-  int64_t expires_at = 0;  // unix seconds; 0 = never
+  int64_t expires_at_ms = 0;  // unix milliseconds; 0 = never
   uint32_t uid_base = 0;
   int64_t init_pid = 0;
   uint64_t init_start_time = 0;

@@ -67,8 +67,10 @@ def daemon_factory(session_dir, request):
 
 
 @pytest.fixture
-def client(daemon) -> harness.Client:
-    return daemon.client()
+def client(daemon):
+    yield daemon.client()
+    # Whatever the test did, the shared daemon must have survived it.
+    assert daemon.running(), f"the daemon died (exit {daemon.process.returncode}):\n{daemon.log_tail()}"
 
 
 @pytest.fixture

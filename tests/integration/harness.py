@@ -12,7 +12,7 @@ import signal
 import socket
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -215,7 +215,7 @@ class Daemon:
     port: int = 0
     process: subprocess.Popen | None = None
     destroyed: bool = False
-    starts: int = field(default=0)
+    starts: int = 0
 
     @property
     def key(self) -> str:
@@ -359,8 +359,10 @@ def sandbox_host_uid_range(client: Client, sandbox_id) -> tuple[int, int]:
     return outside, count
 
 
-def host_processes_in_uid_range(first: int, count: int) -> list[str]:
-    """Processes on the host whose real/effective/saved/fs uid lies in [first, first+count)."""
+def host_processes_in_uid_range(first: int, count: int, orphan_zombies: bool = True) -> list[str]:
+    """Processes on the host whose real/effective/saved/fs uid lies in [first, first+count).
+    orphan_zombies=False skips zombies waiting for the host's PID 1 to reap them (what is left
+    of a sandbox whose daemon was restarted: no daemon can reap a process it did not start)."""
     found = []
     for status_path in glob.glob("/proc/[0-9]*/status"):
         try:
@@ -368,15 +370,15 @@ def host_processes_in_uid_range(first: int, count: int) -> list[str]:
                 text = f.read()
         except OSError:
             continue
-        name = uid_line = ""
-        for line in text.splitlines():
-            if line.startswith("Name:"):
-                name = line.split(None, 1)[1] if len(line.split()) > 1 else ""
-            elif line.startswith("Uid:"):
-                uid_line = line
-        uids = [int(x) for x in uid_line.split()[1:]]
-        if any(first <= u < first + count for u in uids):
-            found.append(f"{status_path.split('/')[2]}:{name}:{uid_line}")
+        fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+        uids = [int(x) for x in fields.get("Uid", "").split()]
+        if not any(first <= u < first + count for u in uids):
+            continue
+        zombie = fields.get("State", "").strip().startswith("Z")
+        if zombie and not orphan_zombies and fields.get("PPid", "").strip() == "1":
+            continue
+        found.append(f"{status_path.split('/')[2]}:{fields.get('Name', '').strip()}:"
+                     f"{fields.get('State', '').strip()}:uid {uids[0]}")
     return found
 
 

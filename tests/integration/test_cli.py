@@ -1,0 +1,163 @@
+"""The bulkhead CLI against a real daemon (over its unix socket, found through BULKHEAD_STATE)."""
+
+import io
+import json
+import os
+import subprocess
+import tarfile
+import time
+import uuid
+
+import pytest
+
+from harness import BULKHEAD
+
+
+@pytest.fixture
+def cli(daemon):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BULKHEAD_")}
+    env["BULKHEAD_STATE"] = str(daemon.state_dir)
+
+    def run(*args, input=None, timeout=120) -> subprocess.CompletedProcess:
+        return subprocess.run([str(BULKHEAD), *args], env=env, input=input, capture_output=True, text=True,
+                              timeout=timeout)
+
+    run.env = env
+    return run
+
+
+def test_cli_run_forwards_streams_and_exit_code(cli):
+    r = cli("run", "--", "sh", "-c", "echo out; echo err >&2; exit 7")
+    assert r.returncode == 7, r
+    assert r.stdout == "out\n"
+    assert r.stderr == "err\n"
+
+
+def test_cli_run_passes_stdin_with_dash_i(cli):
+    r = cli("run", "-i", "--", "tr", "a-z", "A-Z", input="shout\n")
+    assert r.returncode == 0, r
+    assert r.stdout == "SHOUT\n"
+
+
+def test_cli_run_removes_its_sandbox(cli, client):
+    before = {s["id"] for s in client.list()}
+    proc = subprocess.Popen([str(BULKHEAD), "run", "--", "sleep", "3"], env=cli.env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        seen = set()
+        deadline = time.monotonic() + 10
+        while not seen and time.monotonic() < deadline and proc.poll() is None:
+            seen = {s["id"] for s in client.list()} - before
+            time.sleep(0.1)
+        assert len(seen) == 1, f"run's sandbox never showed up in the list: {seen}"
+        assert proc.wait(30) == 0, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    run_id = seen.pop()
+    assert run_id not in {s["id"] for s in client.list()}
+    assert client.get(f"/v1/sandboxes/{run_id}").status == 404
+    assert run_id not in cli("ls").stdout
+
+
+def test_cli_create_exec_ls_inspect_rm_round_trip(cli, client):
+    tag = uuid.uuid4().hex[:10]
+    created = cli("create", "--metadata", f"cli={tag}", "--memory-mb", "256", "-e", "FROM_CLI=yes")
+    assert created.returncode == 0, created
+    sandbox_id = created.stdout.strip()
+    assert sandbox_id and "\n" not in sandbox_id
+    try:
+        assert client.sandbox(sandbox_id)["memory_mb"] == 256
+
+        r = cli("exec", sandbox_id, "--", "sh", "-c", "echo $FROM_CLI > /workspace/x; cat /workspace/x; exit 4")
+        assert (r.returncode, r.stdout) == (4, "yes\n"), r
+        r = cli("exec", "-i", sandbox_id, "--", "cat")
+        assert r.returncode == 0
+
+        listing = cli("ls")
+        assert listing.returncode == 0 and sandbox_id in listing.stdout
+        assert any(sandbox_id in line and "running" in line for line in listing.stdout.splitlines())
+        filtered = json.loads(cli("ls", "--json", "--metadata", f"cli={tag}").stdout)
+        assert [s["id"] for s in filtered["sandboxes"]] == [sandbox_id]
+
+        inspected = cli("inspect", sandbox_id)
+        assert inspected.returncode == 0, inspected
+        shown = json.loads(inspected.stdout)
+        assert shown["id"] == sandbox_id and shown["metadata"] == {"cli": tag} and "usage" in shown
+
+        removed = cli("rm", sandbox_id)
+        assert removed.returncode == 0, removed
+    finally:
+        client.delete(f"/v1/sandboxes/{sandbox_id}")
+    assert client.get(f"/v1/sandboxes/{sandbox_id}").status == 404
+    assert sandbox_id not in cli("ls").stdout
+    gone = cli("exec", sandbox_id, "--", "true")
+    assert gone.returncode != 0 and gone.stderr.strip()
+    assert cli("inspect", sandbox_id).returncode != 0
+
+
+PASSWD = "root:x:0:0:root:/root:/hello\n"
+GROUP = "root:x:0:\n"
+
+
+def make_hello_rootfs(root, hello_binary, with_etc=True):
+    """A rootfs holding only a static /hello (and, unless told otherwise, a minimal /etc/passwd)."""
+    root.mkdir()
+    (root / "hello").write_bytes(hello_binary.read_bytes())
+    (root / "hello").chmod(0o755)
+    if with_etc:
+        (root / "etc").mkdir()
+        (root / "etc" / "passwd").write_text(PASSWD)
+        (root / "etc" / "group").write_text(GROUP)
+    return root
+
+
+def test_cli_image_import_from_directory_then_run(cli, client, session_dir, hello_binary):
+    name = f"hello-dir-{uuid.uuid4().hex[:8]}"
+    rootfs = make_hello_rootfs(session_dir / f"rootfs-{name}", hello_binary)
+    imported = cli("image", "import", name, str(rootfs))
+    assert imported.returncode == 0, imported
+    try:
+        assert name in cli("image", "ls").stdout
+        r = cli("run", "--image", name, "--", "/hello")
+        assert r.returncode == 0, r
+        assert r.stdout == "hello from a bulkhead image\n"
+        # it really runs in that image: the host's tools are not there
+        r = cli("run", "--image", name, "--", "/bin/sh", "-c", "true")
+        assert r.returncode == 127, r
+    finally:
+        cli("image", "rm", name)
+
+
+def test_cli_image_import_from_tar_gz_then_run(cli, session_dir, hello_binary):
+    name = f"hello-tgz-{uuid.uuid4().hex[:8]}"
+    tarball = session_dir / f"{name}.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        for path, data, mode in [("hello", hello_binary.read_bytes(), 0o755),
+                                 ("etc/passwd", PASSWD.encode(), 0o644), ("etc/group", GROUP.encode(), 0o644)]:
+            info = tarfile.TarInfo(path)
+            info.size, info.mode = len(data), mode
+            tar.addfile(info, io.BytesIO(data))
+    imported = cli("image", "import", name, str(tarball))
+    assert imported.returncode == 0, imported
+    try:
+        r = cli("run", "--image", name, "--", "/hello")
+        assert r.returncode == 0, r
+        assert r.stdout == "hello from a bulkhead image\n"
+    finally:
+        cli("image", "rm", name)
+
+
+def test_image_without_etc_passwd_runs_commands_as_root(cli, session_dir, hello_binary):
+    # Like a Docker "scratch" image: no /etc at all; the default user root (uid 0) still works.
+    name = f"hello-bare-{uuid.uuid4().hex[:8]}"
+    rootfs = make_hello_rootfs(session_dir / f"rootfs-{name}", hello_binary, with_etc=False)
+    imported = cli("image", "import", name, str(rootfs))
+    assert imported.returncode == 0, imported
+    try:
+        r = cli("run", "--image", name, "--", "/hello")
+        assert r.returncode == 0, r
+        assert r.stdout == "hello from a bulkhead image\n"
+    finally:
+        cli("image", "rm", name)

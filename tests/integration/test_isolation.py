@@ -1,0 +1,84 @@
+"""What a sandbox sees from the inside: its own users, host name, files and processes."""
+
+import os
+import socket
+import uuid
+
+from harness import process_names_inside
+
+
+def test_root_inside_maps_to_unprivileged_host_uid(client, sandbox):
+    assert client.sh(sandbox, "id -u") == "0\n"
+    inside, outside, count = (int(x) for x in client.sh(sandbox, "cat /proc/self/uid_map").split())
+    assert inside == 0
+    assert outside >= 65536, f"sandbox root maps to host uid {outside}"
+    assert count >= 1001  # room for the "user" account (1000)
+    gid_inside, gid_outside, _ = (int(x) for x in client.sh(sandbox, "cat /proc/self/gid_map").split())
+    assert gid_inside == 0 and gid_outside >= 65536
+
+
+def test_two_sandboxes_get_distinct_host_uid_ranges(client, sandbox_factory):
+    a, b = sandbox_factory()["id"], sandbox_factory()["id"]
+    start_a, count_a = (int(x) for x in client.sh(a, "cat /proc/self/uid_map").split()[1:])
+    start_b, count_b = (int(x) for x in client.sh(b, "cat /proc/self/uid_map").split()[1:])
+    assert start_a + count_a <= start_b or start_b + count_b <= start_a, "uid ranges overlap"
+
+
+def test_sandbox_has_its_own_hostname(client, sandbox):
+    inside = client.sh(sandbox, "hostname").strip()
+    assert inside and inside != socket.gethostname()
+    # changing it inside does not touch the host's
+    client.exec(sandbox, "hostname changed-inside")
+    assert socket.gethostname() != "changed-inside"
+
+
+def test_etc_shadow_and_host_secrets_are_absent(client, sandbox):
+    assert client.exec(sandbox, ["test", "-e", "/etc/shadow"])["exit_code"] != 0
+    assert client.exec(sandbox, ["cat", "/etc/shadow"])["exit_code"] != 0
+    passwd = client.sh(sandbox, "cat /etc/passwd")
+    assert passwd.startswith("root:") and "user:x:1000:1000" in passwd
+    # nothing of the host's /root (the host does have one)
+    assert os.path.isdir("/root")
+    assert client.sh(sandbox, "ls -A /root 2>/dev/null | wc -l").strip() == "0"
+
+
+def test_workspace_files_persist_between_execs(client, sandbox):
+    token = uuid.uuid4().hex
+    client.sh(sandbox, f"mkdir -p /workspace/d && echo {token} > /workspace/d/note.txt")
+    assert client.sh(sandbox, "cat /workspace/d/note.txt") == token + "\n"
+    assert client.sh(sandbox, "cat d/note.txt", user="root") == token + "\n"
+
+
+def test_file_written_in_one_sandbox_is_invisible_in_another(client, sandbox_factory):
+    a, b = sandbox_factory()["id"], sandbox_factory()["id"]
+    token = uuid.uuid4().hex
+    client.sh(a, f"echo {token} > /workspace/secret-{token}; echo {token} > /tmp/secret-{token}")
+    assert client.sh(a, f"cat /workspace/secret-{token}") == token + "\n"
+    for path in (f"/workspace/secret-{token}", f"/tmp/secret-{token}"):
+        assert client.exec(b, ["test", "-e", path])["exit_code"] != 0, f"{path} leaked into another sandbox"
+    found = client.exec(b, f"grep -rl {token} /workspace /tmp 2>/dev/null")
+    assert found["stdout"] == ""
+
+
+def test_each_sandbox_has_its_own_pid_namespace(client, sandbox_factory):
+    a, b = sandbox_factory()["id"], sandbox_factory()["id"]
+    listing = client.sh(a, "for d in /proc/[0-9]*; do echo \"${d#/proc/} $(cat $d/comm)\"; done")
+    processes = dict(line.split(" ", 1) for line in listing.splitlines())
+    # Only the sandbox's init (PID 1) and the probe's own shell and cat: no host process at all.
+    assert "1" in processes, processes
+    others = {pid: name for pid, name in processes.items() if pid != "1"}
+    assert set(others.values()) <= {"sh", "cat"}, processes
+    init_comm = client.sh(a, "cat /proc/1/comm").strip()
+    with open("/proc/1/comm") as f:
+        assert init_comm != f.read().strip(), "PID 1 inside is the host's init"
+    ns_a = client.sh(a, "readlink /proc/self/ns/pid").strip()
+    ns_b = client.sh(b, "readlink /proc/self/ns/pid").strip()
+    assert ns_a != ns_b and ns_a != os.readlink("/proc/self/ns/pid")
+    # A process started in one sandbox is not visible in the other.
+    conn, response = client.stream_exec(a, ["sleep", "77"])
+    try:
+        assert b'"start"' in response.readline()
+        assert "sleep" in process_names_inside(client, a)
+        assert "sleep" not in process_names_inside(client, b)
+    finally:
+        conn.close()

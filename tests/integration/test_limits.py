@@ -1,0 +1,59 @@
+"""Resource limits hurt only the sandbox that hits them."""
+
+ALLOCATE_200MB = "data = b'\\x01' * (200 * 1024 * 1024); print('allocated', len(data))"
+
+FORK_UNTIL_REFUSED = """
+import os, signal, time
+children = []
+try:
+    while len(children) < 1000:
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(60)
+            os._exit(0)
+        children.append(pid)
+except OSError as e:
+    print('refused', e.errno)
+print('forked', len(children))
+for pid in children:
+    os.kill(pid, signal.SIGKILL)
+for pid in children:
+    os.waitpid(pid, 0)
+"""
+
+
+def test_memory_limit_kills_a_process_that_exceeds_it(client, sandbox_factory):
+    sandbox_id = sandbox_factory(memory_mb=64)["id"]
+    result = client.exec(sandbox_id, ["python3", "-c", ALLOCATE_200MB], timeout_s=60)
+    assert result["timed_out"] is False, result
+    assert "allocated" not in result["stdout"], "200 MB allocation succeeded under a 64 MB limit"
+    assert result["signal"] == "SIGKILL" or (result["exit_code"] not in (0, None)), result
+    # the sandbox still answers, and a small allocation works
+    assert client.sh(sandbox_id, "echo alive") == "alive\n"
+    small = client.exec(sandbox_id, ["python3", "-c", "b = b'x' * (8 << 20); print(len(b))"])
+    assert small["stdout"] == f"{8 << 20}\n", small
+
+
+def test_pids_limit_stops_a_fork_loop_near_it(client, sandbox_factory):
+    sandbox_id = sandbox_factory(pids=32)["id"]
+    result = client.exec(sandbox_id, ["python3", "-c", FORK_UNTIL_REFUSED], timeout_s=60)
+    assert result["exit_code"] == 0, result
+    assert "refused" in result["stdout"], f"1000 forks went through with pids=32: {result}"
+    forked = int(result["stdout"].split("forked")[1].split()[0])
+    # init + python are already two of the 32
+    assert 20 <= forked <= 31, f"forked {forked} children with pids=32"
+    assert client.sh(sandbox_id, "echo alive") == "alive\n"
+
+
+def test_disk_quota_stops_writes_and_sandbox_keeps_working(client, sandbox_factory):
+    sandbox_id = sandbox_factory(disk_mb=64)["id"]
+    result = client.exec(sandbox_id, "dd if=/dev/zero of=/workspace/big bs=1M count=200 conv=fsync", timeout_s=120)
+    assert result["exit_code"] != 0, f"200 MB written under a 64 MB quota: {result}"
+    assert "no space" in result["stderr"].lower() or "quota" in result["stderr"].lower(), result
+    size = int(client.sh(sandbox_id, "stat -c %s /workspace/big").strip())
+    assert size <= 80 * 1024 * 1024, f"{size} bytes landed despite disk_mb=64"
+    # freeing the space makes the sandbox usable again
+    client.sh(sandbox_id, "rm -f /workspace/big")
+    assert client.sh(sandbox_id, "echo ok > /workspace/after && cat /workspace/after") == "ok\n"
+    assert client.sh(sandbox_id, "head -c 10000000 /dev/zero > /workspace/ten && stat -c %s /workspace/ten") \
+        == "10000000\n"
