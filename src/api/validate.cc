@@ -49,7 +49,8 @@ Status ReadInt(const json& object, const char* key, int64_t min, int64_t max, in
   const Error range = Invalid(fmt::format("{} must be between {} and {}", key, min, max));
   if (value->is_number_unsigned()) {
     const uint64_t v = value->get<uint64_t>();
-    if (v > static_cast<uint64_t>(max)) return range;
+    // nlohmann types every non-negative literal as unsigned: both bounds apply here too.
+    if (v > static_cast<uint64_t>(max) || (min > 0 && v < static_cast<uint64_t>(min))) return range;
     out = static_cast<int64_t>(v);
   } else if (value->is_number_integer()) {
     const int64_t v = value->get<int64_t>();

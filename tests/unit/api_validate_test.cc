@@ -176,8 +176,17 @@ TEST(ParseSandboxSpec, IntegerRanges) {
   EXPECT_EQ(spec->memory_mb, 512);
 }
 
+TEST(ParseSandboxSpec, SmallIntegersFromJsonTextAreRejected) {
+  // Parsed from text, a non-negative number is unsigned JSON: the minimum must still hold.
+  for (const char* text : {R"({"pids": 0})", R"({"pids": 1})", R"({"memory_mb": 1})", R"({"disk_mb": 1})"}) {
+    auto body = ParseJsonObject(text);
+    ASSERT_TRUE(body.ok()) << text;
+    EXPECT_FALSE(ParseSandboxSpec(*body, kHost).ok()) << text;
+  }
+}
+
 TEST(ParseSandboxSpec, HugeIntegersFromJsonTextAreRejected) {
-  auto body = ParseJsonObject(R"({"pids": 99999999999999999999999999999, "memory_mb": 1})");
+  auto body = ParseJsonObject(R"({"pids": 99999999999999999999999999999, "memory_mb": 64})");
   ASSERT_TRUE(body.ok());
   EXPECT_TRUE(Mentions(SpecError(*body), "pids"));
 }
