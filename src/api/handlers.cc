@@ -58,8 +58,8 @@ asio::awaitable<void> ApiHandlers::Handle(HttpExchange& exchange, const RouteMat
   co_await exchange.SendError(MakeError(ErrorCode::kInternal, "unhandled route"));
 }
 
-asio::awaitable<std::optional<json>> ApiHandlers::ReadJson(HttpExchange& exchange) {
-  Result<std::string> body = co_await exchange.ReadBody(kMaxJsonBody);
+asio::awaitable<std::optional<json>> ApiHandlers::ReadJson(HttpExchange& exchange, uint64_t limit) {
+  Result<std::string> body = co_await exchange.ReadBody(limit);
   if (!body.ok()) {
     co_await exchange.SendError(body.error());
     co_return std::nullopt;
@@ -139,7 +139,7 @@ asio::awaitable<void> ApiHandlers::SetSandboxTimeout(HttpExchange& exchange, con
 
 asio::awaitable<void> ApiHandlers::Exec(HttpExchange& exchange, const std::string& id) {
   if (!IsValidSandboxId(id)) co_return co_await exchange.SendError(SandboxNotFound(id));
-  std::optional<json> body = co_await ReadJson(exchange);
+  std::optional<json> body = co_await ReadJson(exchange, kMaxExecBody);
   if (!body) co_return;
   Result<ExecOptions> options = ParseExecOptions(*body);
   if (!options.ok()) co_return co_await exchange.SendError(options.error());

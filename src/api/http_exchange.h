@@ -37,6 +37,8 @@ inline std::string_view FromBeast(beast::string_view s) { return {s.data(), s.si
 constexpr std::chrono::seconds kReadTimeout{30};   // for the headers, or a whole JSON body
 constexpr std::chrono::seconds kWriteTimeout{60};  // for each write of a response
 constexpr uint64_t kMaxJsonBody = 1024 * 1024;
+// An exec body carries up to 16 MiB of stdin, base64-encoded (4/3) inside JSON.
+constexpr uint64_t kMaxExecBody = 24 * 1024 * 1024;
 
 class HttpExchange {
  public:

@@ -50,7 +50,7 @@ constexpr uint32_t kMaxHeaderBytes = 16 * 1024;
 // After a response that ends a connection, how long unread client bytes are drained so
 // that closing does not reset the connection before the client read the response.
 constexpr std::chrono::seconds kLingerTime{2};
-constexpr size_t kMaxLingerBytes = 1024 * 1024;
+constexpr size_t kMaxLingerBytes = 64 * 1024 * 1024;  // drained into a 16 KiB sink: time-bound, not memory
 
 auto Redirect(error_code& ec) { return asio::redirect_error(asio::use_awaitable, ec); }
 

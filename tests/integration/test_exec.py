@@ -65,6 +65,13 @@ def test_exec_stdin_b64_round_trips_binary_through_cat(client, sandbox):
     assert digest == hashlib.sha256(payload).hexdigest()
 
 
+def test_exec_accepts_16_mib_of_stdin(client, sandbox):
+    payload = os.urandom(16 * 1024 * 1024)
+    result = client.exec(sandbox, "sha256sum", stdin_b64=base64.b64encode(payload).decode(), timeout=120)
+    assert result["exit_code"] == 0, result
+    assert result["stdout"].split()[0] == hashlib.sha256(payload).hexdigest()
+
+
 def test_exec_env_merges_sandbox_env_and_exec_env_exec_wins(client, sandbox_factory):
     sandbox_id = sandbox_factory(env={"A": "sandbox-a", "B": "sandbox-b"})["id"]
     out = client.sh(sandbox_id, 'echo "$A|$B|$C"', env={"B": "exec-b", "C": "exec-c"})
