@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "cli/api_client.h"
-#include "cli/base64.h"
+#include "common/base64.h"
 #include "cli/exec_stream.h"
 #include "cli/output_format.h"
 #include "cli/run_interrupt.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <utility>
 
-#include "cli/base64.h"
+#include "common/base64.h"
 
 namespace bulkhead::cli {
 namespace {
