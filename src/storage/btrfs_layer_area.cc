@@ -5,6 +5,9 @@
 #include <linux/btrfs.h>
 #include <linux/btrfs_tree.h>
 #include <sys/ioctl.h>
+
+#include <mutex>
+#include <vector>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -98,16 +101,32 @@ class BtrfsLayerArea final : public LayerArea {
       return SystemError("delete subvolume " + path, errno);
     }
     if (subvol.ok()) {
-      // Best effort: newer kernels drop the qgroup themselves once the subvolume is gone.
-      btrfs_ioctl_qgroup_create_args remove{};
-      remove.create = 0;
-      remove.qgroupid = *subvol;
-      (void)::ioctl(parent.get(), BTRFS_IOC_QGROUP_CREATE, &remove);
+      std::lock_guard lock(stale_mu_);
+      stale_qgroups_.push_back(*subvol);
     }
+    DropStaleQgroups(parent.get());
     return {};
   }
 
  private:
+  // A deleted subvolume's qgroup can only go once the kernel's cleaner has freed the
+  // subvolume (EBUSY until then), so removals wait here and are retried on later deletes
+  // instead of piling up as "<stale>" qgroups.
+  void DropStaleQgroups(int fs_fd) {
+    std::lock_guard lock(stale_mu_);
+    std::vector<uint64_t> still;
+    for (uint64_t qgroup : stale_qgroups_) {
+      btrfs_ioctl_qgroup_create_args remove{};
+      remove.create = 0;
+      remove.qgroupid = qgroup;
+      if (::ioctl(fs_fd, BTRFS_IOC_QGROUP_CREATE, &remove) != 0 && errno == EBUSY) still.push_back(qgroup);
+    }
+    stale_qgroups_ = std::move(still);
+  }
+
+  std::mutex stale_mu_;
+  std::vector<uint64_t> stale_qgroups_;
+
   UniqueFd OpenLayer(const std::string& id) const { return OpenDirNoFollow(LayerPath(id)); }
 
   Error LayerOpenError(const std::string& id) const {

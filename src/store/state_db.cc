@@ -3,7 +3,8 @@
 namespace bulkhead::store {
 namespace {
 
-// Schema changes get a new version number and a migration step below.
+// The schema, at version kSchemaVersion. A change gets a new version and a step in Migrate.
+constexpr int kSchemaVersion = 2;
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS sandboxes (
   id TEXT PRIMARY KEY,
@@ -15,7 +16,6 @@ CREATE TABLE IF NOT EXISTS sandboxes (
   init_pid INTEGER NOT NULL,
   init_start_time INTEGER NOT NULL
 );
-PRAGMA user_version = 1;
 )sql";
 
 struct Stmt {
@@ -36,11 +36,37 @@ Result<std::unique_ptr<StateDb>> StateDb::Open(const std::string& path) {
   if (rc != SQLITE_OK) return DbError(db, "open " + path);
   sqlite3_busy_timeout(db, 5000);
   BH_TRY(out->Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;"));
-  BH_TRY(out->Exec(kSchema));
+  BH_TRY(out->Migrate());
   return out;
 }
 
 StateDb::~StateDb() { sqlite3_close(db_); }
+
+Status StateDb::Migrate() {
+  int version = 0;
+  {
+    Stmt st;
+    if (sqlite3_prepare_v2(db_, "PRAGMA user_version", -1, &st.s, nullptr) != SQLITE_OK) return DbError(db_, "version");
+    if (sqlite3_step(st.s) == SQLITE_ROW) version = sqlite3_column_int(st.s, 0);
+  }
+  if (version > kSchemaVersion)
+    return MakeError(ErrorCode::kInternal, "the state database is from a newer bulkhead (schema " +
+                                               std::to_string(version) + ")");
+  BH_TRY(Exec("BEGIN IMMEDIATE"));
+  Status st;
+  if (version == 1) {
+    // Version 1 kept expiry in whole seconds, which cut lifetimes short by up to a second.
+    st = Exec("ALTER TABLE sandboxes RENAME COLUMN expires_at TO expires_at_ms; "
+              "UPDATE sandboxes SET expires_at_ms = expires_at_ms * 1000;");
+  }
+  if (st.ok()) st = Exec(kSchema);
+  if (st.ok()) st = Exec(("PRAGMA user_version = " + std::to_string(kSchemaVersion)).c_str());
+  if (!st.ok()) {
+    (void)Exec("ROLLBACK");
+    return st;
+  }
+  return Exec("COMMIT");
+}
 
 Status StateDb::Exec(const char* sql) {
   char* err = nullptr;

@@ -37,6 +37,7 @@ class StateDb {
  private:
   explicit StateDb(sqlite3* db) : db_(db) {}
   Status Exec(const char* sql);
+  Status Migrate();
   sqlite3* db_;
   std::mutex mu_;
 };

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <sqlite3.h>
+
 #include <filesystem>
 
 #include "core/spec_json.h"
@@ -61,6 +63,32 @@ TEST(StateDb, PersistsRowsAcrossReopen) {
   EXPECT_EQ(rows->at(0).id, "abc");
   EXPECT_EQ(rows->at(0).uid_base, 0x10000000u);
   EXPECT_EQ(rows->at(0).init_start_time, 99u);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(StateDb, MigratesVersion1ExpiryFromSecondsToMilliseconds) {
+  std::string dir = std::filesystem::temp_directory_path() / ("bh-db-v1-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  {
+    sqlite3* raw = nullptr;
+    ASSERT_EQ(sqlite3_open((dir + "/s.db").c_str(), &raw), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(raw,
+                           "CREATE TABLE sandboxes (id TEXT PRIMARY KEY, state TEXT NOT NULL, spec_json TEXT NOT NULL,"
+                           " created_at TEXT NOT NULL, expires_at INTEGER NOT NULL DEFAULT 0, uid_base INTEGER NOT NULL,"
+                           " init_pid INTEGER NOT NULL, init_start_time INTEGER NOT NULL);"
+                           "INSERT INTO sandboxes VALUES ('old', 'running', '{}', 'x', 1700000000, 1, 2, 3);"
+                           "PRAGMA user_version = 1;",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(raw);
+  }
+  auto db = store::StateDb::Open(dir + "/s.db");
+  ASSERT_TRUE(db.ok()) << db.error().message;
+  auto rows = (*db)->LoadAll();
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_EQ(rows->at(0).expires_at_ms, 1700000000000);
+  EXPECT_EQ(rows->at(0).init_start_time, 3u);
   std::filesystem::remove_all(dir);
 }
 
