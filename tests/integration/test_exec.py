@@ -146,6 +146,25 @@ def test_exec_output_cap_truncates_to_exactly_max_output_bytes(client, sandbox):
     assert small["stdout"] == "fine\n" and small["truncated"] is False
 
 
+def vm_rss_kib(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_exec_printing_1_gib_keeps_daemon_memory_bounded(daemon, client, sandbox):
+    """The default cap keeps 16 MiB per stream; the rest streams through and is dropped."""
+    client.exec(sandbox, "head -c 20000000 /dev/zero")  # warm up buffers and allocator arenas
+    before = vm_rss_kib(daemon.process.pid)
+    result = client.exec(sandbox, "head -c 1073741824 /dev/zero | tr '\\0' x", timeout_s=300, timeout=320)
+    after = vm_rss_kib(daemon.process.pid)
+    assert result["exit_code"] == 0 and result["truncated"] is True
+    assert len(result["stdout"]) == 16 * 1024 * 1024
+    # 1 GiB went through; the daemon holds at most the capped 16 MiB (plus its JSON copy).
+    assert after - before < 64 * 1024, f"daemon RSS grew by {(after - before) // 1024} MiB"
+
+
 def read_events(response, until_type="exit", deadline_s=30):
     """Reads NDJSON lines; returns [(seconds since call, event)]."""
     started = time.monotonic()
