@@ -19,6 +19,7 @@
 #include "common/unique_fd.h"
 #include "storage/fs_util.h"
 #include "storage/layer_area.h"
+#include "storage/run_program.h"
 
 namespace bulkhead::storage {
 namespace {
@@ -168,6 +169,12 @@ Result<std::unique_ptr<LayerArea>> OpenBtrfsLayerArea(const std::string& mount_p
   std::string sysfs = "/sys/fs/btrfs/" + FormatUuid(info.fsid) + "/qgroups";
   auto area = std::make_unique<BtrfsLayerArea>(mount_point, sysfs);
   BH_TRY(MakeDir(area->root(), 0711));
+  // Qgroups of subvolumes deleted before a restart were only queued in memory: sweep them.
+  // Best effort (btrfs-progs older than 6.1 lacks the command).
+  if (std::string btrfs = FindProgram({"/usr/bin/btrfs", "/bin/btrfs", "/usr/sbin/btrfs", "/sbin/btrfs"});
+      !btrfs.empty()) {
+    (void)RunProgram({btrfs, "qgroup", "clear-stale", mount_point});
+  }
   return std::unique_ptr<LayerArea>(std::move(area));
 }
 

@@ -33,6 +33,26 @@ def test_cli_run_forwards_streams_and_exit_code(cli):
     assert r.stderr == "err\n"
 
 
+def test_cli_run_streams_output_live(cli):
+    """The first line reaches the terminal while the command is still running."""
+    proc = subprocess.Popen([str(BULKHEAD), "run", "--", "sh", "-c", "echo a; sleep 3; echo b"], env=cli.env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        started = time.monotonic()
+        first = proc.stdout.readline()
+        first_at = time.monotonic() - started
+        rest = proc.stdout.read()
+        done_at = time.monotonic() - started
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert (first, rest) == (b"a\n", b"b\n")
+    # "a" came while `sleep 3` still ran, not with "b" at the end.
+    assert done_at - first_at > 2.0, f"a after {first_at:.2f}s, b after {done_at:.2f}s"
+
+
 def test_cli_run_passes_stdin_with_dash_i(cli):
     r = cli("run", "-i", "--", "tr", "a-z", "A-Z", input="shout\n")
     assert r.returncode == 0, r
