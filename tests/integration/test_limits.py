@@ -57,3 +57,14 @@ def test_disk_quota_stops_writes_and_sandbox_keeps_working(client, sandbox_facto
     assert client.sh(sandbox_id, "echo ok > /workspace/after && cat /workspace/after") == "ok\n"
     assert client.sh(sandbox_id, "head -c 10000000 /dev/zero > /workspace/ten && stat -c %s /workspace/ten") \
         == "10000000\n"
+
+
+def test_cpu_limit_caps_a_spinner(client, sandbox_factory):
+    """Two busy loops for 2 s of wall time under cpus=0.25 get about 0.5 s of CPU, not 2-4 s."""
+    sandbox_id = sandbox_factory(cpus=0.25)["id"]
+    before = client.get(f"/v1/sandboxes/{sandbox_id}").json()["usage"]["cpu_s"]
+    spin = "timeout 2 sh -c 'while :; do :; done' & timeout 2 sh -c 'while :; do :; done'; wait"
+    result = client.exec(sandbox_id, spin, timeout_s=30)
+    assert result["timed_out"] is False, result
+    used = client.get(f"/v1/sandboxes/{sandbox_id}").json()["usage"]["cpu_s"] - before
+    assert 0.2 < used < 1.0, f"{used:.2f} s of CPU in 2 s of wall time under cpus=0.25"
