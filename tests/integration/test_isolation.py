@@ -42,6 +42,12 @@ def test_etc_shadow_and_host_secrets_are_absent(client, sandbox):
     assert client.sh(sandbox, "ls -A /root 2>/dev/null | wc -l").strip() == "0"
 
 
+def test_mount_table_names_no_host_path_of_the_state_dir(daemon, client, sandbox):
+    mountinfo = client.sh(sandbox, "cat /proc/self/mountinfo")
+    assert " / / " in mountinfo and "overlay" in mountinfo
+    assert str(daemon.state_dir) not in mountinfo, mountinfo
+
+
 def test_workspace_files_persist_between_execs(client, sandbox):
     token = uuid.uuid4().hex
     client.sh(sandbox, f"mkdir -p /workspace/d && echo {token} > /workspace/d/note.txt")

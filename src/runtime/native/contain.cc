@@ -143,6 +143,12 @@ void JoinCgroups(ChildPlan* plan) {
 void MountRoot(ChildPlan* plan) {
   STEP(::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0, "make mounts private");
   IdmappedBind(plan, plan->image.c_str(), plan->lower.c_str(), false);
+  const char* layers[3] = {plan->lower.c_str(), plan->upper.c_str(), plan->work.c_str()};
+  for (int i = 0; i < 3; i++) {
+    int fd = ::open(layers[i], O_PATH | O_DIRECTORY | O_CLOEXEC);
+    STEP(fd >= 0 && ::dup3(fd, plan->layer_fds[i], O_CLOEXEC) == plan->layer_fds[i], "open layer");
+    ::close(fd);
+  }
   STEP(::mount("overlay", plan->root.c_str(), "overlay", MS_NOSUID | MS_NODEV, plan->overlay_options.c_str()) == 0,
        "mount overlay");
   // The idmapped lower stays attached until the old root is detached in PivotRoot (one

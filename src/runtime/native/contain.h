@@ -17,7 +17,13 @@ struct ChildPlan {
   std::string image;             // image rootfs on the host (idmapped, read-only lower layer)
   std::string lower;             // empty dir where the idmapped image is attached
   std::string root;              // empty dir where the overlay (the sandbox's /) is mounted
-  std::string overlay_options;   // "lowerdir=<lower>,upperdir=..,workdir=.."
+  // "lowerdir=/proc/self/fd/<lower_fd>,upperdir=/proc/self/fd/..,workdir=..": layers named by
+  // descriptor, so the sandbox's mountinfo shows no host path of the state dir.
+  // The child opens the layers itself: a descriptor opened before the clone names a mount of
+  // the daemon's namespace, which overlayfs refuses.
+  std::string overlay_options;
+  std::string upper, work;       // the writable layer's dirs on the host
+  int layer_fds[3] = {-1, -1, -1};  // reserved descriptor numbers for lower, upper, work
   std::vector<std::string> host_binds;         // host dirs, e.g. "/usr"
   std::vector<std::string> host_bind_targets;  // root + dir
   std::vector<std::string> root_paths;         // root + "/proc", "/dev", ... (see contain.cc)

@@ -142,7 +142,18 @@ Result<InitProcess> NativeRuntime::Launch(const LaunchSpec& spec) {
   plan.root = spec.staging + "/root";
   for (const auto& dir : {plan.lower, plan.root})
     if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return SystemError("mkdir " + dir, errno);
-  plan.overlay_options = "lowerdir=" + plan.lower + ",upperdir=" + spec.upper + ",workdir=" + spec.work;
+  // Three descriptor numbers reserved for the child to open the layers into.
+  UniqueFd slots[3];
+  for (int i = 0; i < 3; i++) {
+    slots[i].reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    if (!slots[i]) return SystemError("open /dev/null", errno);
+    plan.layer_fds[i] = slots[i].get();
+  }
+  plan.upper = spec.upper;
+  plan.work = spec.work;
+  auto fd_path = [](int fd) { return "/proc/self/fd/" + std::to_string(fd); };
+  plan.overlay_options = "lowerdir=" + fd_path(plan.layer_fds[0]) + ",upperdir=" + fd_path(plan.layer_fds[1]) +
+                         ",workdir=" + fd_path(plan.layer_fds[2]);
   for (const auto& dir : spec.host_binds) {
     plan.host_binds.push_back(dir);
     plan.host_bind_targets.push_back(plan.root + dir);
