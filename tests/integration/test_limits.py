@@ -68,3 +68,16 @@ def test_cpu_limit_caps_a_spinner(client, sandbox_factory):
     assert result["timed_out"] is False, result
     used = client.get(f"/v1/sandboxes/{sandbox_id}").json()["usage"]["cpu_s"] - before
     assert 0.2 < used < 1.0, f"{used:.2f} s of CPU in 2 s of wall time under cpus=0.25"
+
+
+def test_sandbox_reads_its_own_limits_under_sys_fs_cgroup_read_only(client, sandbox_factory):
+    """Runtimes (JVM, Go, Node) size heaps and threads from the cgroup they find there."""
+    sandbox_id = sandbox_factory(memory_mb=256, pids=100)["id"]
+    v2 = client.exec(sandbox_id, ["test", "-e", "/sys/fs/cgroup/cgroup.controllers"])["exit_code"] == 0
+    memory = "/sys/fs/cgroup/memory.max" if v2 else "/sys/fs/cgroup/memory/memory.limit_in_bytes"
+    pids = "/sys/fs/cgroup/pids.max" if v2 else "/sys/fs/cgroup/pids/pids.max"
+    assert client.sh(sandbox_id, f"cat {memory}").strip() == str(256 * 1024 * 1024)
+    assert client.sh(sandbox_id, f"cat {pids}").strip() == "100"
+    attempt = client.exec(sandbox_id, f"echo 100000 > {pids}")
+    assert attempt["exit_code"] != 0 and "Read-only" in attempt["stderr"], attempt
+    assert client.sh(sandbox_id, f"cat {pids}").strip() == "100"

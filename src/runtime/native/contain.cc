@@ -111,9 +111,9 @@ void IdmappedBind(ChildPlan* plan, const char* source, const char* target, bool 
   ::close(fd);
 }
 
-void ReadOnlyBind(ChildPlan* plan, const char* path) {
-  STEP(::mount(path, path, nullptr, MS_BIND | MS_REC, nullptr) == 0, "bind read-only path");
-  STEP(::mount(nullptr, path, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+void BindReadOnly(ChildPlan* plan, const char* source, const char* target) {
+  STEP(::mount(source, target, nullptr, MS_BIND | MS_REC, nullptr) == 0, "bind read-only path");
+  STEP(::mount(nullptr, target, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
                nullptr) == 0,
        "remount read-only path");
 }
@@ -173,7 +173,7 @@ void MountProc(ChildPlan* plan) {
   }
   for (int i = kReadOnlyFirst; i < kPathCount; i++) {
     const char* p = At(plan, PathIndex(i));
-    if (Exists(p)) ReadOnlyBind(plan, p);
+    if (Exists(p)) BindReadOnly(plan, p, p);
   }
 }
 
@@ -206,7 +206,15 @@ void MountSys(ChildPlan* plan) {
                  nullptr) == 0,
          "mount cgroup2");
   } else {
-    EmptyReadOnlyDir(plan, At(plan, kSysCgroup));
+    STEP(::mount("tmpfs", At(plan, kSysCgroup), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=755") == 0,
+         "mount cgroup dir");
+    for (size_t i = 0; i < plan->cgroup_v1_sources.size(); i++) {
+      MakeDir(plan, plan->cgroup_v1_targets[i].c_str(), "mkdir cgroup controller");
+      BindReadOnly(plan, plan->cgroup_v1_sources[i].c_str(), plan->cgroup_v1_targets[i].c_str());
+    }
+    STEP(::mount(nullptr, At(plan, kSysCgroup), nullptr, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                 "size=4k,mode=755") == 0,
+         "cgroup dir read-only");
   }
 }
 

@@ -37,6 +37,9 @@ struct ChildPlan {
   sock_fprog seccomp{};
   int64_t pids = 512;
   bool v2_cgroups = false;
+  // cgroup v1: the sandbox's own group in each hierarchy, shown read-only at
+  // /sys/fs/cgroup/<controller> so runtimes (JVM, Go, Node) can size themselves to its limits.
+  std::vector<std::string> cgroup_v1_sources, cgroup_v1_targets;
   // Filled by the child when a step fails (the memory is shared with the parent).
   const char* failed_step = nullptr;
   int failed_errno = 0;

@@ -171,6 +171,15 @@ Result<InitProcess> NativeRuntime::Launch(const LaunchSpec& spec) {
   plan.seccomp.filter = seccomp_.data();
   plan.pids = spec.limits.pids;
   plan.v2_cgroups = cgroups_.v2();
+  if (!plan.v2_cgroups) {
+    for (const auto& dir : cgroups_.Paths(spec.id)) {
+      // /sys/fs/cgroup/<controller>/bulkhead-<tag>/<id> -> <root>/sys/fs/cgroup/<controller>
+      std::string controller = dir.substr(std::strlen("/sys/fs/cgroup/"));
+      controller = controller.substr(0, controller.find('/'));
+      plan.cgroup_v1_sources.push_back(dir);
+      plan.cgroup_v1_targets.push_back(plan.root + "/sys/fs/cgroup/" + controller);
+    }
+  }
 
   void* stack = ::mmap(nullptr, kChildStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
   if (stack == MAP_FAILED) return SystemError("mmap stack", errno);
