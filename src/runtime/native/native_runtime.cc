@@ -55,14 +55,11 @@ Result<UniqueFd> SealedInit(const std::string& path) {
   return mem;
 }
 
-int WaitForParent(void* arg) {
-  int* pipefd = static_cast<int*>(arg);
-  // Our copy of the write end would keep the pipe open forever.
-  ::close(pipefd[1]);
-  char c;
-  // Returns (EOF) once the parent has mapped ids, opened the namespace and closed its end.
-  (void)!::read(pipefd[0], &c, 1);
-  return 0;
+// The user-namespace holder: it only has to exist until the parent has an fd for the
+// namespace, and is then killed. (Not "wait for EOF on a pipe": a concurrent clone on another
+// thread copies our descriptors, and a copy of the write end would keep the pipe open.)
+int HoldNamespace(void*) {
+  for (;;) ::pause();
 }
 
 Result<UniqueFd> ListenOn(const std::string& path) {
@@ -94,16 +91,12 @@ uint64_t ProcessStartTime(pid_t pid) {
 }
 
 Result<UniqueFd> CreateUserNamespace(uid_t host_id) {
-  int pipefd[2];
-  if (::pipe2(pipefd, O_CLOEXEC) != 0) return SystemError("pipe", errno);
-  UniqueFd rd(pipefd[0]), wr(pipefd[1]);
-  // A tiny child that owns the new namespace only until we have a descriptor for it.
+  // A tiny child that owns the new namespace until we have a descriptor for it.
   alignas(16) static thread_local char stack[16 * 1024];
-  int fds[2] = {rd.get(), wr.get()};
-  pid_t pid = ::clone(WaitForParent, stack + sizeof stack, CLONE_NEWUSER | CLONE_VM | SIGCHLD, fds);
+  pid_t pid = ::clone(HoldNamespace, stack + sizeof stack, CLONE_NEWUSER | CLONE_VM | SIGCHLD, nullptr);
   if (pid < 0) return SystemError("clone user namespace", errno);
   ScopeGuard reap([&] {
-    wr.reset();
+    ::kill(pid, SIGKILL);
     ::waitpid(pid, nullptr, __WALL);
   });
   std::string map = "0 " + std::to_string(host_id) + " " + std::to_string(kIdCount) + "\n";
