@@ -131,8 +131,9 @@ class SandboxManagerImpl : public SandboxManager {
   store::SandboxRow RowOf(const Sandbox& sb) const;
   // The live (not being deleted) sandbox with this id, or nullptr. Caller holds mu_.
   std::shared_ptr<Sandbox> FindLocked(const std::string& id) const;
-  // Makes a running sandbox (state "starting" in the database until the caller says otherwise).
-  Result<std::shared_ptr<Sandbox>> Launch(const SandboxSpec& spec, const std::string& db_state);
+  // Makes a running sandbox. Its row stays "starting" until the caller sets the state it
+  // hands the sandbox out in and writes the row (once): a crash before that is cleaned up.
+  Result<std::shared_ptr<Sandbox>> Launch(const SandboxSpec& spec);
   // Frees everything a sandbox may hold; each step tolerates the resource being absent.
   Status Teardown(const std::string& id, uid_t uid_base, const InitProcess& init);
   void ApplyLifetime(Sandbox& sb, int64_t timeout_s);
@@ -275,7 +276,7 @@ Error NoSandbox(const std::string& id) {
   return MakeError(ErrorCode::kNotFound, "no sandbox " + id, "sandbox_not_found");
 }
 
-Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::Launch(const SandboxSpec& spec, const std::string& db_state) {
+Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::Launch(const SandboxSpec& spec) {
   auto sb = std::make_shared<Sandbox>();
   sb->info.id = NewId();
   sb->info.spec = spec;
@@ -325,8 +326,6 @@ Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::Launch(const SandboxSpec& s
   auto init = runtime_->Launch(ls);
   if (!init) return init.error();
   sb->init = *init;
-  sb->info.state = db_state;
-  BH_TRY(db_->Put(RowOf(*sb)));
   undo.Dismiss();
   return sb;
 }
@@ -393,13 +392,14 @@ Result<SandboxInfo> SandboxManagerImpl::Create(const SandboxSpec& spec) {
     }
   }
   if (!sb) {
-    auto launched = Launch(spec, "running");
+    auto launched = Launch(spec);
     if (!launched) {
       std::lock_guard lock(mu_);
       stats_.sandbox_create_failures_total++;
       return launched.error();
     }
     sb = *launched;
+    sb->info.state = "running";
   }
   ApplyLifetime(*sb, spec.timeout_s);
   if (auto st = db_->Put(RowOf(*sb)); !st) {
@@ -534,7 +534,14 @@ void SandboxManagerImpl::PoolLoop() {
       if (stopping_) break;
       if (static_cast<int>(pool_.size()) >= config_.warm_pool) continue;
     }
-    auto sb = Launch(defaults, "pooled");
+    auto sb = Launch(defaults);
+    if (sb) {
+      (*sb)->info.state = "pooled";
+      if (auto st = db_->Put(RowOf(**sb)); !st) {
+        (void)Teardown((*sb)->info.id, (*sb)->uid_base, (*sb)->init);
+        sb = st.error();
+      }
+    }
     if (!sb) {
       spdlog::warn("warm pool: {}", sb.error().message);
       std::unique_lock lock(mu_);

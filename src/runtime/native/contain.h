@@ -10,8 +10,6 @@
 
 namespace bulkhead::runtime::native {
 
-struct MountStep;  // internal
-
 struct ChildPlan {
   // Filesystem
   std::string image;             // image rootfs on the host (idmapped, read-only lower layer)
