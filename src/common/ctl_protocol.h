@@ -2,27 +2,60 @@
 //
 // Transport: a SOCK_STREAM unix socket. The daemon creates and binds the listening
 // socket on the host (<state>/sandboxes/<id>/ctl.sock) and hands it to init as fd 3;
-// sandbox processes never see its path. One connection carries one command.
+// sandbox processes never see its path. One connection carries one request.
 //
 // Framing: every message is a frame
 //     u32 length (little endian, counts the type byte and the payload) | u8 type | payload
 // Payloads marked (json) are a UTF-8 JSON object; (bytes) are raw.
 //
+// A connection's first frame says what it is for:
+//   kExec      a command (foreground: the connection lives as long as the command),
+//              a background process (registered, then the connection ends) or a file
+//              operation (run by a worker that init forks; see "File operations").
+//   kProcList  list init's process table.
+//   kProcAttach  read a background process's output and/or drive it (stdin, signals, size).
+//   kPing      health check.
+//
 // daemon -> init
 //   kExec      (json) {"argv": [..], "env": ["K=V", ..], "cwd": "/workspace",
 //                      "user": "root" | "1000" | "1000:1000", "timeout_ms": 0,
-//                      "stdin": true|false}
-//              First frame of a connection. "env" is complete except that init fills
-//              PATH, HOME, USER, LOGNAME and TERM where absent. If "stdin" is false the
+//                      "stdin": true|false,
+//                      "background": false, "tag": "dev-server",
+//                      "pty": {"cols": 80, "rows": 24},
+//                      "file_op": {"op": "read", ...}}
+//              "env" is complete except that init fills PATH, HOME, USER, LOGNAME and TERM
+//              where absent (TERM=xterm-256color with a pty). If "stdin" is false the
 //              command's stdin is /dev/null; otherwise kStdin frames follow, ended by
-//              kStdinClose.
+//              kStdinClose. With "pty" the command runs on a new pseudo-terminal (its
+//              controlling tty; stdin, stdout and stderr all on it) and all output is kStdout.
+//              With "background": true the command is registered in init's process table
+//              (stdin always open, output kept in the process's ring), init answers
+//              kStarted and ends the connection; the process lives on until it exits, is
+//              signalled or the sandbox goes away. "tag" is kept in the table as given.
+//              With "file_op" there is no "argv": see "File operations".
 //   kStdin     (bytes) data for the command's stdin
 //   kStdinClose ()     close the command's stdin
 //   kSignal    (json) {"signal": 15} send a signal to the command's process group
-//   kPing      ()     init answers kPong; used as a health check (first frame instead of kExec)
+//   kResize    (json) {"cols": 120, "rows": 40}  set the pty's size (TIOCSWINSZ); ignored
+//              without a pty
+//   kPing      ()     init answers kPong. As a first frame: a health check. On an attach
+//              connection: a barrier (every frame sent before it has been applied).
+//   kProcList  ()     init answers kResult {"processes": [Process...]} and ends the connection.
+//   kProcAttach (json) {"pid": 12, "output": true, "follow": false,
+//                       "stdout_offset": 0, "stderr_offset": 0}
+//              Unknown pid: kError not_found. Otherwise kAttached, then (with "output")
+//              the process's output from the given offsets: kStdout/kStderr frames in the
+//              order it was produced. Without "follow": once what the ring holds was sent,
+//              kExit if the process has exited, else kEnd; then the connection ends. With
+//              "follow": new output as it arrives, and kExit once the process exited and all
+//              its output was sent. Meanwhile the daemon may send kStdin, kStdinClose,
+//              kSignal, kResize and kPing on the same connection; they apply to that process
+//              (kStdin to a process whose stdin is closed, or that exited, is dropped). Closing
+//              an attach connection never affects the process.
 //
 // init -> daemon
-//   kStarted   (json) {"pid": 12}   the command was exec'd (pid as seen in the sandbox)
+//   kStarted   (json) {"pid": 12}   the command was exec'd (pid as seen in the sandbox);
+//              for a background process: {"pid": 12, "process": Process}
 //   kStdout    (bytes)
 //   kStderr    (bytes)
 //   kExit      (json) {"exit_code": 0 | null, "signal": null | 9, "timed_out": false,
@@ -35,11 +68,67 @@
 //              kStderr "bulkhead: exec <argv0>: <strerror>" and kExit with exit_code 127
 //              (126 for a permission problem), as a shell would report it.
 //   kPong      ()
+//   kResult    (json) the answer to kProcList. Last frame.
+//   kAttached  (json) {"process": Process, "stdout_offset": N, "stderr_offset": M}
+//              the offsets where the output that follows starts: the requested ones, or
+//              later ones if the ring no longer holds those bytes (the client missed
+//              M - requested bytes), or the end if a requested offset lies beyond it.
+//   kGap       (json) {"stdout_offset": N, "stderr_offset": M}  a follower fell so far behind
+//              that the ring dropped bytes it had not been sent; output continues at these
+//              offsets.
+//   kEnd       ()     a non-follow attach sent all its ring holds; the process still runs.
 //
-// If the daemon closes the connection before kExit, init kills the command's process group
-// with SIGKILL: a client that goes away does not leave its command running.
-// Init stops reading a command's output while the connection's send buffer is full, so a
-// slow reader slows the writer instead of growing any buffer.
+// Process (json) = {"pid": 12, "tag": "dev" | null, "cmd": ["sh", "-c", ".."],
+//   "state": "running" | "exited", "exit_code": 0 | null, "signal": null | 9,
+//   "started_at": "2026-11-29T21:00:00.123Z", "exited_at": ".." | null,
+//   "pty": {"cols": 80, "rows": 24} | null,
+//   "stdout_offset": N, "stderr_offset": M,     (bytes each stream produced so far)
+//   "stdout_start": A, "stderr_start": B}       (oldest offsets the ring still holds)
+// Output offsets count the bytes of one stream since the process started. Each background
+// process keeps its output in a ring of kProcessRingBytes (both streams together); older
+// output is dropped as new output arrives. init keeps at most kMaxExitedProcesses exited
+// processes in its table (the oldest are forgotten first).
+//
+// File operations
+// A kExec with "file_op" runs the operation in a worker process that init forks (no exec):
+// the worker closes every inherited descriptor but its stdio, takes the request's user and
+// runs inside the sandbox like any command, so a path reaches exactly what the sandbox's own
+// programs reach and never a host file. Its stdio are the connection's streams as for any
+// command (kStdin -> stdin; stdout -> kStdout; stderr -> kStderr; then kExit). The worker
+// exits 0 on success; on failure it writes one JSON line to stderr,
+//     {"code": "not_found" | "exists" | "not_a_directory" | "is_a_directory" | "not_empty" |
+//              "permission_denied" | "read_only" | "disk_full" | "invalid_argument" |
+//              "too_large" | "internal", "message": ".."}
+// and exits 1. Paths must be absolute. An Entry (json) is
+//     {"path": "/workspace/a.txt", "name": "a.txt", "type": "file" | "dir" | "symlink" | "other",
+//      "size": 3, "mode": 420 (permission bits, & 07777), "uid": 0, "gid": 0,
+//      "mtime": "2026-11-29T21:00:00.123Z", "target": "/x" (symlinks only, else absent)}
+// Ops ("file_op" = {"op": .., fields}):
+//   read    {"path"}  stdout: one line {"size": N}, then the file's bytes (a regular file
+//           only). If it shrinks while read the worker fails after what it sent.
+//   write   {"path", "mode"?: 420, "parents": true, "append": false}  stdin: the content.
+//           Written to a temporary file beside the target and renamed over it, so a failed
+//           write (disk full, cut off) leaves the old content intact. Without "mode" an
+//           existing file keeps its mode, a new one gets 0644. stdout: one Entry line.
+//   stat    {"path"}  stdout: one Entry line (a symlink is reported, not followed)
+//   list    {"path", "depth": 1}  stdout: one line {"entries": [Entry..], "truncated": bool}
+//           (at most kMaxListEntries entries; symlinks are not followed)
+//   mkdir   {"path", "parents": true, "mode"?: 493}  stdout: one Entry line. An existing
+//           directory is fine with "parents", else "exists".
+//   move    {"from", "to"}  rename(2); stdout: one Entry line for "to".
+//   remove  {"path", "recursive": false}  a non-empty directory without "recursive" is
+//           "not_empty". Never follows symlinks.
+//   archive_create {"path"}  stdout: a POSIX pax tar of the directory (entries named relative
+//           to it; symlinks stored as symlinks, never followed) or of the single file.
+//   archive_extract {"path"}  stdin: a tar (plain, gzip, bzip2 or xz). Unpacked under the
+//           directory "path" (created with parents). Entries with absolute names or ".."
+//           components, hard links leaving the directory, device nodes, and any entry whose
+//           path would pass through a symlink are refused with "invalid_argument" (entries
+//           before it stay unpacked). stdout: one line {"entries": N, "bytes": M}.
+//   watch   {"path", "recursive": true}  stdout: one line {"type": "ready"} once the inotify
+//           watches are set, then one line per event
+//           {"type": "create" | "write" | "remove" | "rename" | "chmod", "path": "/abs", "dir": bool}
+//           until the connection closes. New subdirectories are watched as they appear.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -52,17 +141,30 @@ enum FrameType : uint8_t {
   kStdinClose = 3,
   kSignal = 4,
   kPing = 5,
+  kProcList = 6,
+  kProcAttach = 7,
+  kResize = 8,
   kStarted = 16,
   kStdout = 17,
   kStderr = 18,
   kExit = 19,
   kError = 20,
   kPong = 21,
+  kResult = 22,
+  kAttached = 23,
+  kGap = 24,
+  kEnd = 25,
 };
 
 // Frames larger than this are a protocol error; output is sent in chunks well below it.
 constexpr uint32_t kMaxFrame = 1u << 20;
 constexpr size_t kHeaderSize = 5;
+// Output kept per background process (stdout and stderr together).
+constexpr size_t kProcessRingBytes = 4u << 20;
+// Exited background processes init still reports (with their output).
+constexpr size_t kMaxExitedProcesses = 256;
+// Entries one "list" file operation returns at most.
+constexpr size_t kMaxListEntries = 100000;
 // The fd on which init finds its listening control socket.
 constexpr int kListenFd = 3;
 

@@ -39,10 +39,16 @@ Result<ExecRequest> ParseExecRequest(std::string_view json_text) {
   const json& doc = *parsed;
   ExecRequest request;
 
-  auto argv = StringArray(doc, "argv");
-  if (!argv.ok()) return argv.error();
-  if (argv->empty() || (*argv)[0].empty()) return Invalid("argv must name a program");
-  request.argv = std::move(*argv);
+  if (auto it = doc.find("file_op"); it != doc.end() && !it->is_null()) {
+    if (!it->is_object()) return Invalid("file_op must be an object");
+    if (doc.contains("argv")) return Invalid("a file operation has no argv");
+    request.file_op = it->dump();
+  } else {
+    auto argv = StringArray(doc, "argv");
+    if (!argv.ok()) return argv.error();
+    if (argv->empty() || (*argv)[0].empty()) return Invalid("argv must name a program");
+    request.argv = std::move(*argv);
+  }
 
   auto env = StringArray(doc, "env");
   if (!env.ok()) return env.error();
@@ -68,7 +74,38 @@ Result<ExecRequest> ParseExecRequest(std::string_view json_text) {
     if (!it->is_boolean()) return Invalid("stdin must be a boolean");
     request.stdin_enabled = it->get<bool>();
   }
+  if (auto it = doc.find("background"); it != doc.end() && !it->is_null()) {
+    if (!it->is_boolean()) return Invalid("background must be a boolean");
+    request.background = it->get<bool>();
+  }
+  if (auto it = doc.find("tag"); it != doc.end() && !it->is_null()) {
+    if (!it->is_string()) return Invalid("tag must be a string");
+    request.tag = it->get<std::string>();
+  }
+  if (auto it = doc.find("pty"); it != doc.end() && !it->is_null()) {
+    auto size = ParsePtySize(it->dump());
+    if (!size.ok()) return size.error();
+    request.pty = *size;
+  }
+  if (request.file_op && (request.background || request.pty)) {
+    return Invalid("a file operation runs in the foreground without a pty");
+  }
   return request;
+}
+
+Result<PtySize> ParsePtySize(std::string_view json_text) {
+  auto parsed = ParseObject(json_text);
+  if (!parsed.ok()) return parsed.error();
+  PtySize size;
+  for (auto [key, field] : {std::pair{"cols", &size.cols}, std::pair{"rows", &size.rows}}) {
+    auto it = parsed->find(key);
+    if (it == parsed->end() || it->is_null()) continue;
+    if (!it->is_number_unsigned() || it->get<uint64_t>() < 1 || it->get<uint64_t>() > 10000) {
+      return Invalid(std::string("pty ") + key + " must be an integer in 1..10000");
+    }
+    *field = uint16_t(it->get<uint64_t>());
+  }
+  return size;
 }
 
 Result<int> ParseSignalRequest(std::string_view json_text) {
