@@ -87,6 +87,19 @@ struct Sandbox {
 
 }  // namespace
 
+nlohmann::json InitExecPayload(const ExecRequest& request, const SandboxSpec& spec) {
+  std::map<std::string, std::string> env = spec.env;
+  for (const auto& [k, v] : request.env) env[k] = v;
+  nlohmann::json env_list = nlohmann::json::array();
+  for (const auto& [k, v] : env) env_list.push_back(k + "=" + v);
+  return {{"argv", request.argv},
+          {"env", env_list},
+          {"cwd", request.cwd.value_or(spec.workdir)},
+          {"user", request.user.value_or(spec.user)},
+          {"timeout_ms", request.timeout_s * 1000},
+          {"stdin", request.stdin_data.has_value()}};
+}
+
 class SandboxManagerImpl : public SandboxManager {
  public:
   SandboxManagerImpl(DaemonConfig config, UniqueFd lock, std::unique_ptr<store::StateDb> db,
@@ -113,6 +126,8 @@ class SandboxManagerImpl : public SandboxManager {
   boost::asio::awaitable<Result<std::unique_ptr<ExecSession>>> StartExec(boost::asio::any_io_executor executor,
                                                                          const std::string& id,
                                                                          ExecRequest request) override;
+  boost::asio::awaitable<Result<InitConnection>> ConnectInit(boost::asio::any_io_executor executor,
+                                                             const std::string& id) override;
   std::vector<ImageInfo> ListImages() override { return storage_->ListImages(); }
   Result<ImageInfo> ImportImage(const std::string& name, const std::string& tar_path) override {
     return storage_->ImportImage(name, tar_path);
@@ -129,6 +144,8 @@ class SandboxManagerImpl : public SandboxManager {
     return spec.image == "host" && spec.runtime == "native" && spec.network.mode == "none";
   }
   store::SandboxRow RowOf(const Sandbox& sb) const;
+  // The spec of a running sandbox; 404 if unknown, 409 if not running.
+  Result<SandboxSpec> RunningSpec(const std::string& id);
   // The live (not being deleted) sandbox with this id, or nullptr. Caller holds mu_.
   std::shared_ptr<Sandbox> FindLocked(const std::string& id) const;
   // Makes a running sandbox. Its row stays "starting" until the caller sets the state it
@@ -474,35 +491,40 @@ Result<SandboxInfo> SandboxManagerImpl::SetTimeout(const std::string& id, int64_
   return sb->info;
 }
 
+Result<SandboxSpec> SandboxManagerImpl::RunningSpec(const std::string& id) {
+  std::lock_guard lock(mu_);
+  auto sb = FindLocked(id);
+  if (!sb) return NoSandbox(id);
+  if (sb->info.state == "running" && !runtime_->Alive(sb->init)) {
+    // Its init died under it (killed from outside, or a crash): nothing can run there now.
+    spdlog::warn("sandbox {}: init {} is gone; marking it as error", id, sb->init.pid);
+    sb->info.state = "error";
+    (void)db_->Put(RowOf(*sb));
+  }
+  if (sb->info.state != "running")
+    return MakeError(ErrorCode::kConflict, "sandbox " + id + " is " + sb->info.state, "sandbox_not_running");
+  return sb->info.spec;
+}
+
 boost::asio::awaitable<Result<std::unique_ptr<ExecSession>>> SandboxManagerImpl::StartExec(
     boost::asio::any_io_executor executor, const std::string& id, ExecRequest req) {
-  SandboxSpec spec;
+  Result<SandboxSpec> spec = RunningSpec(id);
+  if (!spec.ok()) co_return spec.error();
   {
     std::lock_guard lock(mu_);
-    auto sb = FindLocked(id);
-    if (!sb) co_return NoSandbox(id);
-    if (sb->info.state == "running" && !runtime_->Alive(sb->init)) {
-      // Its init died under it (killed from outside, or a crash): nothing can run there now.
-      spdlog::warn("sandbox {}: init {} is gone; marking it as error", id, sb->init.pid);
-      sb->info.state = "error";
-      (void)db_->Put(RowOf(*sb));
-    }
-    if (sb->info.state != "running")
-      co_return MakeError(ErrorCode::kConflict, "sandbox " + id + " is " + sb->info.state, "sandbox_not_running");
-    spec = sb->info.spec;
     stats_.execs_total++;
   }
-  std::map<std::string, std::string> env = spec.env;
-  for (const auto& [k, v] : req.env) env[k] = v;
-  nlohmann::json env_list = nlohmann::json::array();
-  for (const auto& [k, v] : env) env_list.push_back(k + "=" + v);
-  nlohmann::json j = {{"argv", req.argv},
-                      {"env", env_list},
-                      {"cwd", req.cwd.value_or(spec.workdir)},
-                      {"user", req.user.value_or(spec.user)},
-                      {"timeout_ms", req.timeout_s * 1000},
-                      {"stdin", req.stdin_data.has_value()}};
-  co_return co_await ExecSession::Start(executor, CtlPath(id), j.dump(), std::move(req.stdin_data));
+  const std::string payload = InitExecPayload(req, *spec).dump();
+  co_return co_await ExecSession::Start(executor, CtlPath(id), payload, std::move(req.stdin_data));
+}
+
+boost::asio::awaitable<Result<InitConnection>> SandboxManagerImpl::ConnectInit(boost::asio::any_io_executor executor,
+                                                                               const std::string& id) {
+  Result<SandboxSpec> spec = RunningSpec(id);
+  if (!spec.ok()) co_return spec.error();
+  Result<std::unique_ptr<CtlClient>> client = co_await CtlClient::Connect(executor, CtlPath(id));
+  if (!client.ok()) co_return client.error();
+  co_return InitConnection{std::move(client.value()), std::move(spec.value())};
 }
 
 Status SandboxManagerImpl::DeleteImage(const std::string& name) {

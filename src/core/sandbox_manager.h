@@ -9,11 +9,13 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "common/result.h"
 #include "core/config.h"
+#include "core/ctl_client.h"
 #include "core/exec_session.h"
 #include "core/types.h"
 
@@ -29,6 +31,17 @@ struct ManagerStats {
   int64_t warm_pool_hits_total = 0;
   int64_t warm_pool_misses_total = 0;
 };
+
+// A fresh control connection to a running sandbox's init, with the sandbox's settings
+// (the defaults for cwd, env and user of what runs there).
+struct InitConnection {
+  std::unique_ptr<CtlClient> client;
+  SandboxSpec spec;
+};
+
+// The kExec payload (ctl_protocol.h) for `request` in a sandbox with `spec`: the sandbox's
+// env under the request's, and its workdir and user unless the request names others.
+nlohmann::json InitExecPayload(const ExecRequest& request, const SandboxSpec& spec);
 
 class SandboxManager {
  public:
@@ -47,6 +60,11 @@ class SandboxManager {
   // Starts a command; the session then streams its events. Non-blocking (io thread).
   virtual boost::asio::awaitable<Result<std::unique_ptr<ExecSession>>> StartExec(
       boost::asio::any_io_executor executor, const std::string& id, ExecRequest request) = 0;
+
+  // Connects to a running sandbox's init for a request of ctl_protocol.h (processes, file
+  // operations). 404 unknown sandbox, 409 not running. Non-blocking (io thread).
+  virtual boost::asio::awaitable<Result<InitConnection>> ConnectInit(boost::asio::any_io_executor executor,
+                                                                     const std::string& id) = 0;
 
   virtual std::vector<ImageInfo> ListImages() = 0;
   // Unpacks a rootfs tarball (any compression libarchive reads) into a new image. (blocking)

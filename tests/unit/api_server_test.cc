@@ -172,6 +172,9 @@ class FakeManager : public core::SandboxManager {
     it->second.expires_at = "2024-05-01T11:00:00Z";
     return it->second;
   }
+  asio::awaitable<Result<core::InitConnection>> ConnectInit(asio::any_io_executor, const std::string& id) override {
+    co_return NotFound(id);  // these tests cover the HTTP layer; integration tests cover init
+  }
   asio::awaitable<Result<std::unique_ptr<core::ExecSession>>> StartExec(asio::any_io_executor executor,
                                                                          const std::string& id,
                                                                          core::ExecRequest request) override {

@@ -1,0 +1,48 @@
+// A raw connection to a sandbox's init speaking ctl_protocol.h: send frames, receive frames.
+// One Send and one Receive may be in flight at the same time (asio allows one read and one
+// write outstanding per socket); callers serialize their own Sends and Receives.
+// Lives on an io_context; every call must come from its executor.
+#pragma once
+#include <utility>  // boost 1.74 awaitable.hpp uses std::exchange without including it
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/result.h"
+
+namespace bulkhead::core {
+
+class CtlClient {
+ public:
+  struct Frame {
+    uint8_t type = 0;
+    std::string payload;
+  };
+
+  explicit CtlClient(boost::asio::local::stream_protocol::socket socket) : socket_(std::move(socket)) {}
+  ~CtlClient() { Close(); }
+  CtlClient(const CtlClient&) = delete;
+  CtlClient& operator=(const CtlClient&) = delete;
+
+  static boost::asio::awaitable<Result<std::unique_ptr<CtlClient>>> Connect(boost::asio::any_io_executor executor,
+                                                                          std::string ctl_path);
+
+  // Sends one frame; payloads over ctl::kMaxFrame - 1 bytes are an error (split them).
+  boost::asio::awaitable<Status> Send(uint8_t type, std::string_view payload);
+  // The next frame; an Error ("sandbox_unreachable") once the connection is lost or closed.
+  boost::asio::awaitable<Result<Frame>> Receive();
+  // Shuts the connection down both ways; pending operations complete with an error.
+  void Close();
+
+ private:
+  boost::asio::local::stream_protocol::socket socket_;
+};
+
+// An init kError payload as an Error ("not_found" -> kNotFound, "invalid_argument" -> kInvalid,
+// else kInternal).
+Error ErrorFromInit(std::string_view payload);
+
+}  // namespace bulkhead::core
