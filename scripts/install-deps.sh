@@ -9,6 +9,8 @@ packages=(
   # libraries the daemon links
   libboost-dev libboost-system-dev nlohmann-json3-dev libseccomp-dev libsqlite3-dev
   libspdlog-dev libfmt-dev libcli11-dev libarchive-dev libgtest-dev libgmock-dev
+  # static archives bulkhead-init links libarchive with (tar, gzip, bzip2, xz)
+  nettle-dev liblzma-dev libbz2-dev zlib1g-dev
   # storage: the loop-mounted xfs or btrfs image that carries per-sandbox disk quotas
   xfsprogs btrfs-progs util-linux
   # tests and benchmarks

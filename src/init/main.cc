@@ -1,5 +1,6 @@
 // bulkhead-init: PID 1 of a sandbox. Accepts control connections on fd 3, runs one command
-// per connection (ctl_protocol.h), reaps every process, and exits on SIGTERM.
+// per connection or keeps it in its process table (ctl_protocol.h), reaps every process, and
+// exits on SIGTERM.
 //
 // Single-threaded: one epoll loop, every fd nonblocking and close-on-exec, so no client can
 // stall another.
@@ -19,6 +20,7 @@
 
 #include "common/ctl_protocol.h"
 #include "init/poller.h"
+#include "init/process_table.h"
 #include "init/session.h"
 
 namespace bulkhead::init {
@@ -92,10 +94,13 @@ class Init {
           AcceptConnections();
         } else if (token == kSignalToken) {
           if (HandleSignals()) return Shutdown();
+        } else if (ProcessTable::OwnsToken(token)) {
+          DispatchToProcess(token);
         } else {
           DispatchToSession(token, events[i].events);
         }
       }
+      if (processes_.TakeChanged()) NotifyAttachedSessions();
       RemoveFinishedSessions();
       UpdateListener();
     }
@@ -113,7 +118,7 @@ class Init {
       }
       uint64_t id = next_session_id_++;
       try {
-        sessions_.emplace(id, std::make_unique<Session>(id, UniqueFd(fd), poller_));
+        sessions_.emplace(id, std::make_unique<Session>(id, UniqueFd(fd), poller_, processes_));
       } catch (const std::exception&) {
         return;  // out of memory: the socket closed with the failed Session
       }
@@ -140,13 +145,39 @@ class Init {
       pid_t pid = ::waitpid(-1, &status, WNOHANG);
       if (pid < 0 && errno == EINTR) continue;
       if (pid <= 0) return;
+      bool found = false;
       for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
         try {
-          if (it->second->OnChildExit(pid, status)) break;
+          if (it->second->OnChildExit(pid, status)) {
+            found = true;
+            break;
+          }
         } catch (const std::exception&) {
           sessions_.erase(it);  // out of memory: drop this connection, keep serving others
+          found = true;
           break;
         }
+      }
+      if (!found) processes_.OnChildExit(pid, status);
+    }
+  }
+
+  void DispatchToProcess(uint64_t token) {
+    try {
+      processes_.OnEvent(token);
+    } catch (const std::exception&) {
+      // Out of memory: that output is lost; the process keeps running and being read.
+    }
+  }
+
+  // Attached connections follow their process's output and stdin buffer.
+  void NotifyAttachedSessions() {
+    for (auto it = sessions_.begin(); it != sessions_.end();) {
+      try {
+        it->second->OnProcessesChanged();
+        ++it;
+      } catch (const std::exception&) {
+        it = sessions_.erase(it);
       }
     }
   }
@@ -179,12 +210,14 @@ class Init {
 
   int Shutdown() {
     for (auto& [id, session] : sessions_) session->KillCommand();
+    processes_.KillAll();
     return 0;
   }
 
   Poller poller_;
   PolledFd listener_;
   PolledFd signals_;
+  ProcessTable processes_{poller_};  // after poller_, before sessions_: sessions hold its processes
   std::map<uint64_t, std::unique_ptr<Session>> sessions_;
   uint64_t next_session_id_ = 1;
   bool out_of_fds_ = false;

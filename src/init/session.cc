@@ -8,29 +8,19 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "common/ctl_protocol.h"
+#include "init/command_limits.h"
 #include "init/exec_request.h"
+#include "init/exit_report.h"
+#include "init/pty.h"
 #include "init/spawn.h"
 
 namespace bulkhead::init {
 namespace {
 
 using nlohmann::json;
-
-// Output is read in chunks of this size, and only while the connection's outgoing buffer has
-// room for a whole chunk: the buffer never holds more than kOutgoingLimit.
-constexpr size_t kOutputChunk = 64 * 1024;
-constexpr size_t kOutgoingLimit = 256 * 1024;
-// The connection is not read while this much stdin waits for the command to take it.
-constexpr size_t kStdinLimit = 256 * 1024;
-// How long init keeps reading output after the command exited while a descendant holds it open.
-constexpr uint64_t kOutputGraceMs = 100;
-
-// Invalid UTF-8 (a path in a message) is replaced rather than thrown about.
-std::string Dump(const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 const char* ProtocolCode(ErrorCode code) {
   switch (code) {
@@ -41,17 +31,6 @@ const char* ProtocolCode(ErrorCode code) {
   }
 }
 
-timespec Now() {
-  timespec now;
-  ::clock_gettime(CLOCK_MONOTONIC, &now);
-  return now;
-}
-
-double MillisecondsBetween(const timespec& from, const timespec& to) {
-  double ms = double(to.tv_sec - from.tv_sec) * 1e3 + double(to.tv_nsec - from.tv_nsec) / 1e6;
-  return std::round(ms * 1000) / 1000;
-}
-
 size_t BytesInPipe(const PolledFd& pipe) {
   int bytes = 0;
   if (!pipe.fd || ::ioctl(pipe.fd.get(), FIONREAD, &bytes) != 0 || bytes < 0) return 0;
@@ -60,7 +39,8 @@ size_t BytesInPipe(const PolledFd& pipe) {
 
 }  // namespace
 
-Session::Session(uint64_t id, UniqueFd socket, Poller& poller) : id_(id), poller_(poller) {
+Session::Session(uint64_t id, UniqueFd socket, Poller& poller, ProcessTable& processes)
+    : id_(id), poller_(poller), processes_(processes) {
   socket_.fd = std::move(socket);
   UpdateInterest();
 }
@@ -95,6 +75,15 @@ void Session::OnEvent(SessionFd which, uint32_t events) {
     case SessionFd::kTimer: OnTimer(); break;
   }
   SendPending();
+  PumpAttachment();
+  UpdateInterest();
+}
+
+void Session::OnProcessesChanged() {
+  if (state_ != State::kAttached) return;
+  HandleBufferedFrames();  // frames held back while the process's stdin buffer was full
+  SendPending();
+  PumpAttachment();
   UpdateInterest();
 }
 
@@ -102,7 +91,7 @@ bool Session::OnChildExit(pid_t pid, int wait_status) {
   if (pid != pid_ || exited_) return false;
   exited_ = true;
   wait_status_ = wait_status;
-  exited_at_ = Now();
+  exited_at_ = MonotonicNow();
   if (state_ != State::kRunning) return true;
 
   // Nobody is left to read stdin.
@@ -125,7 +114,21 @@ void Session::ReadFrames() {
     case IncomingFrames::ReadResult::kWouldBlock: return;
     case IncomingFrames::ReadResult::kData: break;
   }
-  while (state_ == State::kAwaitingFirstFrame || state_ == State::kPinging || state_ == State::kRunning) {
+  HandleBufferedFrames();
+}
+
+bool Session::TakesFrames() const {
+  switch (state_) {
+    case State::kAwaitingFirstFrame:
+    case State::kPinging:
+    case State::kRunning: return true;
+    case State::kAttached: return attachment_->TakesFrames() && out_.size() < kOutgoingLimit;
+    default: return false;
+  }
+}
+
+void Session::HandleBufferedFrames() {
+  while (TakesFrames()) {
     IncomingFrames::Frame frame;
     auto next = in_.Next(&frame);
     if (next == IncomingFrames::NextResult::kNeedMore) break;
@@ -145,8 +148,13 @@ void Session::HandleFrame(uint8_t type, std::string_view payload) {
         state_ = State::kPinging;
       } else if (type == ctl::kExec) {
         StartCommand(payload);
+      } else if (type == ctl::kProcList) {
+        out_.Append(ctl::kResult, DumpJson(processes_.List()));
+        state_ = State::kClosing;
+      } else if (type == ctl::kProcAttach) {
+        StartAttach(payload);
       } else {
-        FailWith(MakeError(ErrorCode::kInvalid, "the first frame must be exec or ping"));
+        FailWith(MakeError(ErrorCode::kInvalid, "the first frame must be exec, proc_list, proc_attach or ping"));
       }
       return;
     case State::kPinging:
@@ -167,8 +175,21 @@ void Session::HandleFrame(uint8_t type, std::string_view payload) {
         stdin_pending_.append(payload);
         WriteStdin();
       } else if (type == ctl::kStdinClose) {
+        if (pty_) {
+          // A terminal's end of input is its EOF character; closing the master would hang it up.
+          char eof = PtyEofChar(pty_.get());
+          HandleFrame(ctl::kStdin, std::string_view(&eof, 1));
+          return;
+        }
         stdin_close_requested_ = true;
         WriteStdin();
+      } else if (type == ctl::kResize) {
+        auto size = ParsePtySize(payload);
+        if (!size.ok()) {
+          FailWith(size.error());
+        } else if (pty_) {
+          SetPtySize(pty_.get(), *size);
+        }
       } else if (type == ctl::kSignal) {
         auto signal = ParseSignalRequest(payload);
         if (!signal.ok()) {
@@ -180,6 +201,9 @@ void Session::HandleFrame(uint8_t type, std::string_view payload) {
         FailWith(MakeError(ErrorCode::kInvalid, "unexpected frame type " + std::to_string(type)));
       }
       return;
+    case State::kAttached:
+      if (auto applied = attachment_->HandleFrame(type, payload, out_); !applied.ok()) FailWith(applied.error());
+      return;
     case State::kClosing:
     case State::kFinished: return;
   }
@@ -188,7 +212,8 @@ void Session::HandleFrame(uint8_t type, std::string_view payload) {
 void Session::StartCommand(std::string_view payload) {
   auto request = ParseExecRequest(payload);
   if (!request.ok()) return FailWith(request.error());
-  started_at_ = Now();
+  if (request->background) return StartBackground(*request);
+  started_at_ = MonotonicNow();
   auto command = SpawnCommand(*request);
   if (!command.ok()) return FailWith(command.error());
 
@@ -198,8 +223,42 @@ void Session::StartCommand(std::string_view payload) {
   stdin_.fd = std::move(command->stdin_fd);
   stdout_.fd = std::move(command->stdout_fd);
   stderr_.fd = std::move(command->stderr_fd);
-  out_.Append(ctl::kStarted, Dump(json{{"pid", pid_}}));
+  pty_ = std::move(command->pty_fd);
+  out_.Append(ctl::kStarted, DumpJson(json{{"pid", pid_}}));
   if (request->timeout_ms > 0) ArmTimer(request->timeout_ms);
+  if (pty_ && !request->stdin_enabled) {
+    // The terminal is its stdin regardless; "stdin": false then means input ends at once.
+    stdin_pending_.push_back(PtyEofChar(pty_.get()));
+    stdin_close_requested_ = true;
+    WriteStdin();
+  }
+}
+
+void Session::StartBackground(const ExecRequest& request) {
+  auto process = processes_.Start(request);
+  if (!process.ok()) return FailWith(process.error());
+  out_.Append(ctl::kStarted, DumpJson(json{{"pid", (*process)->pid()}, {"process", (*process)->ToJson()}}));
+  state_ = State::kClosing;  // the process is the table's now; this connection is done
+}
+
+void Session::StartAttach(std::string_view payload) {
+  auto request = ParseAttachRequest(payload);
+  if (!request.ok()) return FailWith(request.error());
+  auto process = processes_.Find(request->pid);
+  if (!process) return FailWith(MakeError(ErrorCode::kNotFound, "no process " + std::to_string(request->pid)));
+  attachment_ = std::make_unique<Attachment>(std::move(process), *request, out_);
+  state_ = State::kAttached;
+}
+
+void Session::PumpAttachment() {
+  while (state_ == State::kAttached) {
+    size_t queued = out_.size();
+    attachment_->Pump(out_);
+    if (attachment_->finished()) state_ = State::kClosing;
+    if (out_.size() == queued) break;  // caught up, or no room until the socket takes more
+    SendPending();
+    if (!out_.empty()) break;  // the socket is full: EPOLLOUT resumes
+  }
 }
 
 void Session::ReadOutput(SessionFd which) {
@@ -272,13 +331,7 @@ void Session::ArmTimer(uint64_t milliseconds) {
 
 void Session::FinishIfDone() {
   if (state_ != State::kRunning || !exited_ || stdout_.fd || stderr_.fd) return;
-  json exit = {{"exit_code", nullptr},
-               {"signal", nullptr},
-               {"timed_out", timed_out_},
-               {"duration_ms", MillisecondsBetween(started_at_, exited_at_)}};
-  if (WIFEXITED(wait_status_)) exit["exit_code"] = WEXITSTATUS(wait_status_);
-  if (WIFSIGNALED(wait_status_)) exit["signal"] = WTERMSIG(wait_status_);
-  out_.Append(ctl::kExit, Dump(exit));
+  out_.Append(ctl::kExit, DumpJson(ExitReport(wait_status_, timed_out_, started_at_, exited_at_)));
   kill_on_close_ = false;
   poller_.Close(timer_);
   state_ = State::kClosing;
@@ -291,7 +344,7 @@ void Session::FailWith(const Error& error) {
   poller_.Close(stdout_);
   poller_.Close(stderr_);
   poller_.Close(timer_);
-  out_.Append(ctl::kError, Dump(json{{"code", ProtocolCode(error.code)}, {"message", error.message}}));
+  out_.Append(ctl::kError, DumpJson(json{{"code", ProtocolCode(error.code)}, {"message", error.message}}));
   state_ = State::kClosing;
 }
 
@@ -311,6 +364,7 @@ void Session::UpdateInterest() {
     case State::kAwaitingFirstFrame:
     case State::kPinging: read_socket = out_.size() < kOutgoingLimit; break;  // pongs pile up otherwise
     case State::kRunning: read_socket = stdin_pending_.size() - stdin_written_ < kStdinLimit; break;
+    case State::kAttached: read_socket = TakesFrames(); break;
     default: break;
   }
   constexpr uint32_t kIn = EPOLLIN, kOut = EPOLLOUT;

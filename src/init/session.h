@@ -5,13 +5,17 @@
 #include <time.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
 #include "common/result.h"
 #include "common/unique_fd.h"
+#include "init/attachment.h"
+#include "init/exec_request.h"
 #include "init/frame_buffer.h"
 #include "init/poller.h"
+#include "init/process_table.h"
 
 namespace bulkhead::init {
 
@@ -20,8 +24,9 @@ enum class SessionFd : uint8_t { kSocket = 1, kStdin, kStdout, kStderr, kTimer }
 
 class Session {
  public:
-  // `id` must be unique for the life of init: it tells stale epoll events apart.
-  Session(uint64_t id, UniqueFd socket, Poller& poller);
+  // `id` must be unique for the life of init: it tells stale epoll events apart. Background
+  // processes, listing and attaching go to `processes`.
+  Session(uint64_t id, UniqueFd socket, Poller& poller, ProcessTable& processes);
   // Kills the command's process group unless kExit was already queued.
   ~Session();
   Session(const Session&) = delete;
@@ -36,6 +41,8 @@ class Session {
   bool OnChildExit(pid_t pid, int wait_status);
   // SIGKILLs the command's process group if it may still be running.
   void KillCommand();
+  // Something happened to a background process: an attached connection may send more.
+  void OnProcessesChanged();
   // The connection is done (closed, or its last frame sent): destroy the session.
   bool finished() const { return state_ == State::kFinished; }
 
@@ -44,13 +51,21 @@ class Session {
     kAwaitingFirstFrame,  // nothing received yet
     kPinging,             // answered a ping; more pings may follow
     kRunning,             // the command started; kExit not sent yet
+    kAttached,            // attached to a background process (kProcAttach)
     kClosing,             // the last frame is queued; close once it is sent
     kFinished,
   };
 
   void ReadFrames();
+  // Hands out the frames received so far, while the state takes them.
+  void HandleBufferedFrames();
+  bool TakesFrames() const;
   void HandleFrame(uint8_t type, std::string_view payload);
   void StartCommand(std::string_view payload);
+  void StartBackground(const ExecRequest& request);
+  void StartAttach(std::string_view payload);
+  // Moves the attached process's output into the outgoing buffer while the socket takes it.
+  void PumpAttachment();
   void ReadOutput(SessionFd which);
   void WriteStdin();
   void OnTimer();
@@ -63,6 +78,8 @@ class Session {
 
   uint64_t id_;
   Poller& poller_;
+  ProcessTable& processes_;
+  std::unique_ptr<Attachment> attachment_;  // in kAttached
   State state_ = State::kAwaitingFirstFrame;
   PolledFd socket_;
   OutgoingFrames out_;
@@ -77,6 +94,7 @@ class Session {
   timespec started_at_{};
   timespec exited_at_{};
   PolledFd stdin_, stdout_, stderr_, timer_;
+  UniqueFd pty_;  // the terminal's master, when the command runs on one; not polled
   std::string stdin_pending_;  // received, not yet taken by the pipe
   size_t stdin_written_ = 0;   // bytes at the front of stdin_pending_ already written
   bool stdin_close_requested_ = false;

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -12,13 +13,16 @@
 #include <cstring>
 #include <string_view>
 
+#include "init/file_worker.h"
+#include "init/pty.h"
+
 namespace bulkhead::init {
 namespace {
 
 constexpr const char* kDefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 // What the child reports on the error pipe when a step before exec fails.
-enum class ChildStep : int { kStdio, kGroups, kGid, kUid, kCwd };
+enum class ChildStep : int { kStdio, kGroups, kGid, kUid, kCwd, kTerminal };
 struct ChildFailure {
   ChildStep step;
   int error;
@@ -36,7 +40,9 @@ struct ChildPlan {
   // Init already is this uid/gid, so a refused setgroups() changes nothing (a non-root test run).
   bool already_this_identity;
   int stdin_fd, stdout_fd, stderr_fd;  // the child's ends
+  bool controlling_tty;                 // stdin_fd is a pty slave to make the session's terminal
   int error_fd;                         // write end of the close-on-exec error pipe
+  const std::string* file_op;           // a file operation to run instead of exec, or null
 };
 
 bool HasKey(const std::vector<std::string>& env, std::string_view key) {
@@ -108,6 +114,7 @@ void CloseFdsAbove2() {
 
   // Its own session and process group, so a timeout or disconnect can kill all of it.
   ::setsid();
+  if (plan.controlling_tty && ::ioctl(plan.stdin_fd, TIOCSCTTY, 0) != 0) ReportAndExit(plan.error_fd, ChildStep::kTerminal);
 
   // Init runs with a low OOM score; the command must not inherit it. Best effort.
   int oom_fd = ::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
@@ -133,6 +140,9 @@ void CloseFdsAbove2() {
   // Nothing of init's may reach the command (CVE-2024-21626). This also closes the error pipe,
   // which tells the parent the command is starting.
   CloseFdsAbove2();
+
+  // A file operation's worker is this process, as the request's user in the sandbox: no exec.
+  if (plan.file_op) ::_exit(RunFileOp(*plan.file_op));
 
   int error = ENOENT;
   bool saw_eacces = false;
@@ -164,6 +174,7 @@ Error ChildFailureToError(const ChildFailure& failure, const ExecRequest& reques
       }
       return MakeError(ErrorCode::kInvalid, "cwd " + request.cwd + ": " + reason);
     case ChildStep::kStdio: return MakeError(ErrorCode::kInternal, "dup2: " + reason);
+    case ChildStep::kTerminal: return MakeError(ErrorCode::kInternal, "TIOCSCTTY: " + reason);
     case ChildStep::kGroups: return MakeError(ErrorCode::kInternal, "setgroups: " + reason);
     case ChildStep::kGid: return MakeError(ErrorCode::kInternal, "setgid " + std::to_string(user.gid) + ": " + reason);
     case ChildStep::kUid: return MakeError(ErrorCode::kInternal, "setuid " + std::to_string(user.uid) + ": " + reason);
@@ -173,8 +184,10 @@ Error ChildFailureToError(const ChildFailure& failure, const ExecRequest& reques
 
 }  // namespace
 
-std::vector<std::string> BuildEnvironment(const std::vector<std::string>& requested, const UserIdentity& user) {
+std::vector<std::string> BuildEnvironment(const std::vector<std::string>& requested, const UserIdentity& user,
+                                          bool terminal) {
   std::vector<std::string> env = requested;
+  if (terminal && !HasKey(env, "TERM")) env.push_back("TERM=xterm-256color");
   if (!HasKey(env, "PATH")) env.push_back(std::string("PATH=") + kDefaultPath);
   if (!HasKey(env, "HOME")) env.push_back("HOME=" + user.home);
   if (!user.name.empty()) {
@@ -197,18 +210,29 @@ Result<SpawnedCommand> SpawnCommand(const ExecRequest& request) {
     return MakeError(ErrorCode::kNotFound, "cwd " + request.cwd + ": " + std::strerror(ENOTDIR));
   }
 
-  std::vector<std::string> environment = BuildEnvironment(request.env, *user);
+  std::vector<std::string> environment = BuildEnvironment(request.env, *user, request.pty.has_value());
 
   SpawnedCommand command;
   UniqueFd child_stdin, child_stdout, child_stderr, error_read, error_write;
-  if (request.stdin_enabled) {
+  if (request.pty) {
+    // The slave is the child's stdin, stdout and stderr alike.
+    auto pty = OpenPty(*request.pty, user->uid);
+    if (!pty.ok()) return pty.error();
+    child_stdin = std::move(pty->slave);
+    command.stdin_fd.reset(::fcntl(pty->master.get(), F_DUPFD_CLOEXEC, 3));
+    command.stdout_fd.reset(::fcntl(pty->master.get(), F_DUPFD_CLOEXEC, 3));
+    command.pty_fd = std::move(pty->master);
+    if (!command.stdin_fd || !command.stdout_fd) return MakeError(ErrorCode::kInternal, std::string("dup: ") + std::strerror(errno));
+  } else if (request.stdin_enabled) {
     BH_TRY(MakePipe(&child_stdin, &command.stdin_fd));
   } else {
     child_stdin.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
     if (!child_stdin) return MakeError(ErrorCode::kInternal, std::string("open /dev/null: ") + std::strerror(errno));
   }
-  BH_TRY(MakePipe(&command.stdout_fd, &child_stdout));
-  BH_TRY(MakePipe(&command.stderr_fd, &child_stderr));
+  if (!request.pty) {
+    BH_TRY(MakePipe(&command.stdout_fd, &child_stdout));
+    BH_TRY(MakePipe(&command.stderr_fd, &child_stderr));
+  }
   BH_TRY(MakePipe(&error_read, &error_write));
 
   ChildPlan plan;
@@ -216,7 +240,8 @@ Result<SpawnedCommand> SpawnCommand(const ExecRequest& request) {
   plan.argv.push_back(nullptr);
   for (const auto& entry : environment) plan.envp.push_back(const_cast<char*>(entry.c_str()));
   plan.envp.push_back(nullptr);
-  plan.exec_paths = ExecPaths(request.argv[0], GetValue(environment, "PATH"));
+  if (!request.file_op) plan.exec_paths = ExecPaths(request.argv[0], GetValue(environment, "PATH"));
+  plan.file_op = request.file_op ? &*request.file_op : nullptr;
   plan.cwd = request.cwd.c_str();
   plan.uid = user->uid;
   plan.gid = user->gid;
@@ -224,8 +249,9 @@ Result<SpawnedCommand> SpawnCommand(const ExecRequest& request) {
   plan.already_this_identity = ::getuid() == user->uid && ::geteuid() == user->uid &&
                                ::getgid() == user->gid && ::getegid() == user->gid;
   plan.stdin_fd = child_stdin.get();
-  plan.stdout_fd = child_stdout.get();
-  plan.stderr_fd = child_stderr.get();
+  plan.stdout_fd = request.pty ? child_stdin.get() : child_stdout.get();
+  plan.stderr_fd = request.pty ? child_stdin.get() : child_stderr.get();
+  plan.controlling_tty = request.pty.has_value();
   plan.error_fd = error_write.get();
 
   pid_t pid = ::fork();
@@ -256,7 +282,7 @@ Result<SpawnedCommand> SpawnCommand(const ExecRequest& request) {
 
   if (command.stdin_fd) SetNonblocking(command.stdin_fd.get());
   SetNonblocking(command.stdout_fd.get());
-  SetNonblocking(command.stderr_fd.get());
+  if (command.stderr_fd) SetNonblocking(command.stderr_fd.get());
   return command;
 }
 

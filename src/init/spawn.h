@@ -14,16 +14,21 @@
 namespace bulkhead::init {
 
 // Init's ends of a started command's pipes, all nonblocking and close-on-exec.
+// With a pty, stdin_fd and stdout_fd are both the terminal's master (separate descriptors,
+// so each can be polled on its own), stderr_fd is invalid and pty_fd is the master for
+// resizing; stdin_fd is then always valid.
 struct SpawnedCommand {
   pid_t pid = -1;      // also the process group id: the command runs in its own session
   UniqueFd stdin_fd;   // invalid when the request has "stdin": false
   UniqueFd stdout_fd;
   UniqueFd stderr_fd;
+  UniqueFd pty_fd;     // valid only with a pty
 };
 
 // The environment a command gets: the request's entries, then PATH, HOME, USER and LOGNAME
-// where absent. TERM is left alone: there is no terminal.
-std::vector<std::string> BuildEnvironment(const std::vector<std::string>& requested, const UserIdentity& user);
+// where absent, and TERM=xterm-256color on a terminal. Without one TERM is left alone.
+std::vector<std::string> BuildEnvironment(const std::vector<std::string>& requested, const UserIdentity& user,
+                                          bool terminal = false);
 
 // Errors (returned before anything runs): unknown user or group, missing cwd -> kNotFound;
 // cwd not usable by the user -> kInvalid; anything else -> kInternal. An executable that

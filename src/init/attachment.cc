@@ -1,0 +1,117 @@
+#include "init/attachment.h"
+
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "common/ctl_protocol.h"
+#include "init/command_limits.h"
+#include "init/exec_request.h"
+#include "init/exit_report.h"
+
+namespace bulkhead::init {
+namespace {
+
+using nlohmann::json;
+
+Error Invalid(const std::string& message) { return MakeError(ErrorCode::kInvalid, message); }
+
+constexpr uint64_t kNoLimit = std::numeric_limits<uint64_t>::max();
+
+}  // namespace
+
+Result<AttachRequest> ParseAttachRequest(std::string_view json_text) {
+  json doc = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) return Invalid("payload is not a JSON object");
+  AttachRequest request;
+  auto pid = doc.find("pid");
+  if (pid == doc.end() || !pid->is_number_unsigned() || pid->get<uint64_t>() < 1 ||
+      pid->get<uint64_t>() > uint64_t(std::numeric_limits<pid_t>::max())) {
+    return Invalid("pid must be a positive integer");
+  }
+  request.pid = pid_t(pid->get<uint64_t>());
+  for (auto [key, field] : {std::pair{"output", &request.output}, std::pair{"follow", &request.follow}}) {
+    auto it = doc.find(key);
+    if (it == doc.end() || it->is_null()) continue;
+    if (!it->is_boolean()) return Invalid(std::string(key) + " must be a boolean");
+    *field = it->get<bool>();
+  }
+  for (auto [key, field] : {std::pair{"stdout_offset", &request.stdout_offset},
+                            std::pair{"stderr_offset", &request.stderr_offset}}) {
+    auto it = doc.find(key);
+    if (it == doc.end() || it->is_null()) continue;
+    if (!it->is_number_unsigned()) return Invalid(std::string(key) + " must be a non-negative integer");
+    *field = it->get<uint64_t>();
+  }
+  return request;
+}
+
+Attachment::Attachment(std::shared_ptr<BackgroundProcess> process, const AttachRequest& request, OutgoingFrames& out)
+    : process_(std::move(process)), output_(request.output), follow_(request.follow) {
+  const OutputRing& ring = process_->output();
+  cursor_ = ring.CursorAt(request.stdout_offset, request.stderr_offset);
+  limit_[kStdoutStream] = follow_ ? kNoLimit : ring.total(kStdoutStream);
+  limit_[kStderrStream] = follow_ ? kNoLimit : ring.total(kStderrStream);
+  json attached = {{"process", process_->ToJson()},
+                   {"stdout_offset", cursor_.offset[kStdoutStream]},
+                   {"stderr_offset", cursor_.offset[kStderrStream]}};
+  out.Append(ctl::kAttached, DumpJson(attached));
+}
+
+Status Attachment::HandleFrame(uint8_t type, std::string_view payload, OutgoingFrames& out) {
+  switch (type) {
+    case ctl::kStdin: process_->WriteStdin(payload); return {};
+    case ctl::kStdinClose: process_->CloseStdin(); return {};
+    case ctl::kSignal: {
+      auto signal = ParseSignalRequest(payload);
+      if (!signal.ok()) return signal.error();
+      process_->Signal(*signal);
+      return {};
+    }
+    case ctl::kResize: {
+      auto size = ParsePtySize(payload);
+      if (!size.ok()) return size.error();
+      process_->Resize(*size);
+      return {};
+    }
+    case ctl::kPing: out.Append(ctl::kPong, {}); return {};
+    default: return Invalid("unexpected frame type " + std::to_string(type) + " on an attached connection");
+  }
+}
+
+void Attachment::Pump(OutgoingFrames& out) {
+  if (finished_) return;
+  bool done = process_->done();
+  if (!output_) {
+    // A connection that only drives the process; with "follow" it still learns how it ended.
+    if (follow_ && done) {
+      out.Append(ctl::kExit, DumpJson(process_->ExitJson()));
+      finished_ = true;
+    }
+    return;
+  }
+  // A finished process produces nothing more, so sending all it has ends too.
+  if (done) limit_[kStdoutStream] = limit_[kStderrStream] = kNoLimit;
+
+  const OutputRing& ring = process_->output();
+  while (true) {
+    if (ring.SkipDropped(cursor_)) {
+      out.Append(ctl::kGap, DumpJson(json{{"stdout_offset", cursor_.offset[kStdoutStream]},
+                                          {"stderr_offset", cursor_.offset[kStderrStream]}}));
+    }
+    if (out.size() + ctl::kHeaderSize + kOutputChunk > kOutgoingLimit) return;  // resumed once sent
+    auto piece = ring.Read(cursor_, kOutputChunk, limit_);
+    if (!piece) break;
+    out.Append(piece->stream == kStdoutStream ? ctl::kStdout : ctl::kStderr, piece->data);
+  }
+  // Everything up to the limit was sent.
+  if (done) {
+    out.Append(ctl::kExit, DumpJson(process_->ExitJson()));
+    finished_ = true;
+  } else if (!follow_) {
+    out.Append(ctl::kEnd, {});
+    finished_ = true;
+  }
+}
+
+}  // namespace bulkhead::init

@@ -1,0 +1,237 @@
+#include "init/background_process.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/timerfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "init/exit_report.h"
+#include "init/pty.h"
+
+namespace bulkhead::init {
+namespace {
+
+using nlohmann::json;
+
+size_t BytesInPipe(const PolledFd& pipe) {
+  int bytes = 0;
+  if (!pipe.fd || ::ioctl(pipe.fd.get(), FIONREAD, &bytes) != 0 || bytes < 0) return 0;
+  return size_t(bytes);
+}
+
+timespec RealtimeNow() {
+  timespec now;
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  return now;
+}
+
+// RFC 3339, UTC, milliseconds: "2026-11-29T21:00:00.123Z".
+std::string FormatTime(const timespec& time) {
+  tm utc{};
+  ::gmtime_r(&time.tv_sec, &utc);
+  char text[96];
+  std::snprintf(text, sizeof(text), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", utc.tm_year + 1900, utc.tm_mon + 1,
+                utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec, long(time.tv_nsec / 1000000));
+  return text;
+}
+
+// Output is read into this, then copied into a ring; init is single-threaded.
+char read_buffer[kOutputChunk];
+
+}  // namespace
+
+BackgroundProcess::BackgroundProcess(uint64_t token_base, Poller& poller, SpawnedCommand command,
+                                     const ExecRequest& request, const timespec& started, const timespec& started_real)
+    : token_base_(token_base),
+      poller_(poller),
+      pid_(command.pid),
+      cmd_(request.argv),
+      tag_(request.tag),
+      pty_size_(request.pty),
+      pty_(std::move(command.pty_fd)),
+      started_at_(started),
+      started_at_real_(started_real) {
+  stdin_.fd = std::move(command.stdin_fd);
+  stdout_.fd = std::move(command.stdout_fd);
+  stderr_.fd = std::move(command.stderr_fd);
+  if (request.timeout_ms > 0) ArmTimer(request.timeout_ms);
+  UpdateInterest();
+}
+
+BackgroundProcess::~BackgroundProcess() { Close(); }
+
+void BackgroundProcess::Close() {
+  poller_.Close(stdin_);
+  poller_.Close(stdout_);
+  poller_.Close(stderr_);
+  poller_.Close(timer_);
+  pty_.reset();
+  stdin_pending_.clear();
+  stdin_written_ = 0;
+}
+
+void BackgroundProcess::OnEvent(ProcessFd which) {
+  switch (which) {
+    case ProcessFd::kStdout:
+    case ProcessFd::kStderr: ReadOutput(which); break;
+    case ProcessFd::kStdin: WriteStdinNow(); break;
+    case ProcessFd::kTimer: OnTimer(); break;
+  }
+  UpdateInterest();
+}
+
+bool BackgroundProcess::OnChildExit(pid_t pid, int wait_status) {
+  if (pid != pid_ || exited_) return false;
+  exited_ = true;
+  wait_status_ = wait_status;
+  exited_at_ = MonotonicNow();
+  exited_at_real_ = RealtimeNow();
+
+  // Nobody is left to read stdin.
+  poller_.Close(stdin_);
+  stdin_pending_.clear();
+  stdin_written_ = 0;
+
+  stdout_owed_ = BytesInPipe(stdout_);
+  stderr_owed_ = BytesInPipe(stderr_);
+  if (stdout_.fd || stderr_.fd) ArmTimer(kOutputGraceMs);
+  UpdateInterest();
+  return true;
+}
+
+void BackgroundProcess::ReadOutput(ProcessFd which) {
+  bool is_stdout = which == ProcessFd::kStdout;
+  PolledFd& pipe = is_stdout ? stdout_ : stderr_;
+  size_t& owed = is_stdout ? stdout_owed_ : stderr_owed_;
+  if (!pipe.fd) return;
+
+  size_t max = output_grace_over_ ? std::min(kOutputChunk, owed) : kOutputChunk;
+  ssize_t n = max == 0 ? 0 : ::read(pipe.fd.get(), read_buffer, max);
+  if (n > 0) {
+    ring_.Append(is_stdout ? kStdoutStream : kStderrStream, std::string_view(read_buffer, size_t(n)));
+    owed -= std::min(owed, size_t(n));
+    if (output_grace_over_ && owed == 0) poller_.Close(pipe);
+  } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+    poller_.Close(pipe);  // EOF (EIO on a pty master): every writer is gone
+  }
+}
+
+void BackgroundProcess::WriteStdin(std::string_view data) {
+  if (!stdin_.fd || stdin_close_requested_) return;
+  if (stdin_written_ > 0) {
+    stdin_pending_.erase(0, stdin_written_);
+    stdin_written_ = 0;
+  }
+  stdin_pending_.append(data);
+  WriteStdinNow();
+  UpdateInterest();
+}
+
+void BackgroundProcess::CloseStdin() {
+  if (!stdin_.fd || stdin_close_requested_) return;
+  if (pty_) {
+    char eof = PtyEofChar(pty_.get());
+    WriteStdin(std::string_view(&eof, 1));
+    return;
+  }
+  stdin_close_requested_ = true;
+  WriteStdinNow();
+  UpdateInterest();
+}
+
+void BackgroundProcess::WriteStdinNow() {
+  while (stdin_.fd && stdin_written_ < stdin_pending_.size()) {
+    ssize_t n = ::write(stdin_.fd.get(), stdin_pending_.data() + stdin_written_, stdin_pending_.size() - stdin_written_);
+    if (n > 0) {
+      stdin_written_ += size_t(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && errno == EAGAIN) {
+      break;
+    } else {
+      poller_.Close(stdin_);  // the process closed its stdin: what it did not take is dropped
+    }
+  }
+  if (stdin_written_ == stdin_pending_.size() || !stdin_.fd) {
+    stdin_pending_.clear();
+    stdin_written_ = 0;
+  }
+  if (stdin_.fd && stdin_close_requested_ && stdin_pending_.empty()) poller_.Close(stdin_);
+}
+
+void BackgroundProcess::Signal(int signal) {
+  if (!exited_) ::kill(-pid_, signal);
+}
+
+void BackgroundProcess::Resize(PtySize size) {
+  if (!pty_) return;
+  SetPtySize(pty_.get(), size);
+  pty_size_ = size;
+}
+
+void BackgroundProcess::OnTimer() {
+  uint64_t expirations;
+  if (::read(timer_.fd.get(), &expirations, sizeof(expirations)) != sizeof(expirations)) return;
+  if (!exited_) {
+    timed_out_ = true;
+    ::kill(-pid_, SIGKILL);
+    return;
+  }
+  // The grace period after exit is over: something still holds the output open. Keep what
+  // the process had written, then stop reading; the descendant keeps running.
+  output_grace_over_ = true;
+  if (stdout_owed_ == 0) poller_.Close(stdout_);
+  if (stderr_owed_ == 0) poller_.Close(stderr_);
+}
+
+void BackgroundProcess::ArmTimer(uint64_t milliseconds) {
+  if (!timer_.fd) timer_.fd.reset(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+  if (!timer_.fd) return;
+  itimerspec spec{};
+  spec.it_value.tv_sec = time_t(milliseconds / 1000);
+  spec.it_value.tv_nsec = long(milliseconds % 1000) * 1000000L;
+  ::timerfd_settime(timer_.fd.get(), 0, &spec, nullptr);  // also resets a pending expiration
+}
+
+void BackgroundProcess::UpdateInterest() {
+  if (done()) {
+    poller_.Close(timer_);
+    pty_.reset();  // a finished process keeps its output, not its terminal
+  }
+  constexpr uint32_t kIn = EPOLLIN, kOut = EPOLLOUT;
+  auto token = [this](ProcessFd which) { return token_base_ | uint64_t(which); };
+  // Output is always read: the ring, not the readers, decides what is kept.
+  poller_.Watch(stdout_, token(ProcessFd::kStdout), kIn);
+  poller_.Watch(stderr_, token(ProcessFd::kStderr), kIn);
+  poller_.Watch(stdin_, token(ProcessFd::kStdin), stdin_pending_.size() > stdin_written_ ? kOut : 0);
+  poller_.Watch(timer_, token(ProcessFd::kTimer), kIn);
+}
+
+json BackgroundProcess::ToJson() const {
+  bool finished = done();
+  json process = {{"pid", pid_},
+                  {"tag", tag_ ? json(*tag_) : json(nullptr)},
+                  {"cmd", cmd_},
+                  {"state", finished ? "exited" : "running"},
+                  {"exit_code", nullptr},
+                  {"signal", nullptr},
+                  {"started_at", FormatTime(started_at_real_)},
+                  {"exited_at", finished ? json(FormatTime(exited_at_real_)) : json(nullptr)},
+                  {"pty", pty_size_ ? json{{"cols", pty_size_->cols}, {"rows", pty_size_->rows}} : json(nullptr)},
+                  {"stdout_offset", ring_.total(kStdoutStream)},
+                  {"stderr_offset", ring_.total(kStderrStream)},
+                  {"stdout_start", ring_.start(kStdoutStream)},
+                  {"stderr_start", ring_.start(kStderrStream)}};
+  if (finished && WIFEXITED(wait_status_)) process["exit_code"] = WEXITSTATUS(wait_status_);
+  if (finished && WIFSIGNALED(wait_status_)) process["signal"] = WTERMSIG(wait_status_);
+  return process;
+}
+
+json BackgroundProcess::ExitJson() const { return ExitReport(wait_status_, timed_out_, started_at_, exited_at_); }
+
+}  // namespace bulkhead::init

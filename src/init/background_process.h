@@ -1,0 +1,98 @@
+// One process of init's process table (ctl_protocol.h, "background"): it outlives the
+// connection that started it. Its output is read as it comes, whoever listens, into its
+// OutputRing; stdin comes from attached connections through a bounded buffer.
+#pragma once
+#include <sys/types.h>
+#include <time.h>
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/unique_fd.h"
+#include "init/command_limits.h"
+#include "init/exec_request.h"
+#include "init/output_ring.h"
+#include "init/poller.h"
+#include "init/spawn.h"
+
+namespace bulkhead::init {
+
+// Which of a process's fds an epoll event is for; the low byte of the event's token.
+enum class ProcessFd : uint8_t { kStdin = 1, kStdout, kStderr, kTimer };
+
+class BackgroundProcess {
+ public:
+  // `command` was spawned from `request` at `started` (CLOCK_MONOTONIC and CLOCK_REALTIME).
+  // `token_base` | ProcessFd is the epoll token of each of its fds.
+  BackgroundProcess(uint64_t token_base, Poller& poller, SpawnedCommand command, const ExecRequest& request,
+                    const timespec& started, const timespec& started_real);
+  // Stops reading (the process itself is left alone).
+  ~BackgroundProcess();
+  BackgroundProcess(const BackgroundProcess&) = delete;
+  BackgroundProcess& operator=(const BackgroundProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  // Reaped, and its output read to the end (or to the grace limit): nothing more will change.
+  bool done() const { return exited_ && !stdout_.fd && !stderr_.fd; }
+  const OutputRing& output() const { return ring_; }
+
+  void OnEvent(ProcessFd which);
+  // Returns true if `pid` is this process, not reaped before.
+  bool OnChildExit(pid_t pid, int wait_status);
+
+  // Queued for its stdin; dropped once stdin was closed or the process exited.
+  void WriteStdin(std::string_view data);
+  // Closes its stdin once what is queued was written; on a pty, writes the terminal's EOF
+  // character instead (the terminal stays usable).
+  void CloseStdin();
+  // The stdin buffer is full: attached connections stop taking frames until it drains.
+  bool stdin_full() const { return stdin_pending_.size() - stdin_written_ >= kStdinLimit; }
+  // To the process group, while the process runs.
+  void Signal(int signal);
+  // Ignored without a pty.
+  void Resize(PtySize size);
+  // Stops reading its output and writing its stdin (it is being forgotten).
+  void Close();
+
+  // Process (json) of ctl_protocol.h.
+  nlohmann::json ToJson() const;
+  // The kExit payload; once done().
+  nlohmann::json ExitJson() const;
+
+ private:
+  void ReadOutput(ProcessFd which);
+  void WriteStdinNow();
+  void OnTimer();
+  void ArmTimer(uint64_t milliseconds);
+  void UpdateInterest();
+
+  uint64_t token_base_;
+  Poller& poller_;
+  pid_t pid_;  // also its process group id
+  std::vector<std::string> cmd_;
+  std::optional<std::string> tag_;
+  std::optional<PtySize> pty_size_;
+  UniqueFd pty_;  // the terminal's master while the process runs; not polled
+  timespec started_at_, started_at_real_;
+  timespec exited_at_{}, exited_at_real_{};
+  bool exited_ = false;  // reaped
+  int wait_status_ = 0;
+  bool timed_out_ = false;
+
+  PolledFd stdin_, stdout_, stderr_, timer_;
+  std::string stdin_pending_;  // received, not yet taken by the pipe
+  size_t stdin_written_ = 0;   // bytes at the front of stdin_pending_ already written
+  bool stdin_close_requested_ = false;
+  // After the process exited: bytes that were in each pipe at that moment (see Session).
+  bool output_grace_over_ = false;
+  size_t stdout_owed_ = 0;
+  size_t stderr_owed_ = 0;
+
+  OutputRing ring_;
+};
+
+}  // namespace bulkhead::init

@@ -1,0 +1,258 @@
+// watch (ctl_protocol.h, "File operations"): inotify events as NDJSON lines on stdout.
+//
+// Event mapping:
+//   IN_CREATE                  create
+//   IN_MOVED_FROM, IN_MOVED_TO rename (one line for the old path, one for the new)
+//   IN_CLOSE_WRITE             write: once per close of a file that was open for writing,
+//                              so a burst of write(2) calls is one event, not thousands
+//                              (a writer that never closes is not reported until it does)
+//   IN_DELETE                  remove
+//   IN_ATTRIB                  chmod (any metadata change: mode, owner, times)
+// With "recursive", a new directory is watched as soon as it appears and its contents are
+// scanned, so entries made inside it before its watch was in place are reported as create,
+// and a non-empty file found so also as write (one made by a concurrent writer during the
+// scan may be reported twice; a chmod done before the watch is lost). Its create line
+// goes out only once its watch is set. A directory moved within the tree keeps its watches under
+// its new name; one moved out of the tree loses them. The watch ends when stdout is closed,
+// or when the watched path itself is removed or moved (after a last remove or rename line).
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/unique_fd.h"
+#include "init/file_worker.h"
+
+namespace bulkhead::init {
+namespace {
+
+using nlohmann::json;
+
+constexpr uint32_t kEvents =
+    IN_CREATE | IN_MOVED_FROM | IN_MOVED_TO | IN_CLOSE_WRITE | IN_DELETE | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF;
+
+class Watcher {
+ public:
+  Watcher(std::string root, bool recursive) : root_(std::move(root)), recursive_(recursive) {}
+
+  // Sets every watch; the caller reports "ready" after this.
+  Status Start() {
+    inotify_.reset(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
+    if (!inotify_) {
+      if (errno == EMFILE) return FileError("too_large", "too many watches in this sandbox (fs.inotify.max_user_instances)");
+      return ErrnoError(errno, "watch", root_);
+    }
+    struct stat st;
+    if (::stat(root_.c_str(), &st) != 0) return ErrnoError(errno, "stat", root_);
+    root_is_dir_ = S_ISDIR(st.st_mode);
+    // The root itself may be a symlink (followed); nothing below it is.
+    root_wd_ = ::inotify_add_watch(inotify_.get(), root_.c_str(), kEvents);
+    if (root_wd_ < 0) return WatchError(errno, root_);
+    paths_[root_wd_] = root_;
+    if (!root_is_dir_ || !recursive_) return {};
+    UniqueFd root(::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!root) return ErrnoError(errno, "open", root_);
+    return WatchContents(root.get(), root_, /*found=*/nullptr);
+  }
+
+  // Reports events until stdout is closed or the root goes away.
+  Status Run() {
+    alignas(struct inotify_event) char buf[64 * 1024];
+    pollfd fds[2] = {{inotify_.get(), POLLIN, 0}, {1, 0, 0}};  // stdout: POLLERR once the reader is gone
+    while (!done_) {
+      if (::poll(fds, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoError(errno, "poll", root_);
+      }
+      if (fds[1].revents & (POLLERR | POLLHUP)) return {};
+      if (!(fds[0].revents & POLLIN)) continue;
+      ssize_t len = ::read(inotify_.get(), buf, sizeof(buf));
+      if (len < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (len < 0) return ErrnoError(errno, "read events of", root_);
+      for (ssize_t off = 0; off < len && !done_;) {
+        const auto* event = reinterpret_cast<const struct inotify_event*>(buf + off);
+        BH_TRY(Handle(*event));
+        off += ssize_t(sizeof(struct inotify_event) + event->len);
+      }
+      // A directory moved out of the tree: its watches would report under a stale name.
+      for (const auto& [cookie, old_path] : moved_from_) ForgetTree(old_path, /*remove_watches=*/true);
+      moved_from_.clear();
+    }
+    return {};
+  }
+
+ private:
+  Error WatchError(int err, const std::string& path) {
+    if (err == ENOSPC) return FileError("too_large", "too many directories to watch (fs.inotify.max_user_watches)");
+    return ErrnoError(err, "watch", path);
+  }
+
+  // Watches the directory `path`. False (not an error) if it is gone, unreadable or no longer
+  // a directory.
+  Result<bool> AddWatch(const std::string& path) {
+    int wd = ::inotify_add_watch(inotify_.get(), path.c_str(), kEvents | IN_ONLYDIR | IN_DONT_FOLLOW);
+    if (wd >= 0) {
+      paths_[wd] = path;
+      return true;
+    }
+    if (errno == ENOENT || errno == EACCES || errno == ENOTDIR || errno == ELOOP) return false;
+    return WatchError(errno, path);
+  }
+
+  struct PendingEvent {
+    const char* type;
+    std::string path;
+    bool dir;
+  };
+
+  // Watches the subdirectories of `dir_fd` (named `path`), recursively. With `found`, every
+  // entry met is added to it as created.
+  Status WatchContents(int dir_fd, const std::string& path, std::vector<PendingEvent>* found) {
+    auto names = DirectoryNames(dir_fd, path);
+    if (!names.ok()) return {};  // unreadable: its own watch reports what it can
+    for (const auto& name : *names) {
+      std::string child = JoinPath(path, name);
+      struct stat st;
+      if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+      bool is_dir = S_ISDIR(st.st_mode);
+      if (found) found->push_back({"create", child, is_dir});
+      // Content written before the watch was in place: its close went unseen.
+      if (found && S_ISREG(st.st_mode) && st.st_size > 0) found->push_back({"write", child, false});
+      if (!is_dir) continue;
+      UniqueFd sub(::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (!sub) continue;
+      auto added = AddWatch(child);
+      if (!added.ok()) return added.error();
+      if (*added) BH_TRY(WatchContents(sub.get(), child, found));
+    }
+    return {};
+  }
+
+  // A directory appeared at `path`, reported as `type`. Its watches are set and its contents
+  // scanned before any line goes out: a client reacting to the line is seen inside it, and
+  // what it does there is not also found by the scan.
+  Status WatchNewDirectory(const std::string& path, const char* type, bool report_contents) {
+    std::vector<PendingEvent> events = {{type, path, true}};
+    UniqueFd dir(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (dir) {
+      auto added = AddWatch(path);
+      if (!added.ok()) return added.error();
+      if (*added) BH_TRY(WatchContents(dir.get(), path, report_contents ? &events : nullptr));
+    }
+    for (const auto& event : events) BH_TRY(Emit(event.type, event.path, event.dir));
+    return {};
+  }
+
+  // Renames (or forgets) the watches of `old_path` and everything below it.
+  void ForgetTree(const std::string& old_path, bool remove_watches, const std::string& new_path = {}) {
+    for (auto it = paths_.begin(); it != paths_.end();) {
+      const std::string& p = it->second;
+      bool inside = p == old_path || (p.size() > old_path.size() && p.compare(0, old_path.size(), old_path) == 0 &&
+                                      p[old_path.size()] == '/');
+      if (!inside || it->first == root_wd_) {
+        ++it;
+      } else if (remove_watches) {
+        ::inotify_rm_watch(inotify_.get(), it->first);
+        it = paths_.erase(it);
+      } else {
+        it->second = new_path + p.substr(old_path.size());
+        ++it;
+      }
+    }
+  }
+
+  Status Handle(const struct inotify_event& event) {
+    if (event.mask & IN_Q_OVERFLOW) {
+      // Events were lost: end the watch rather than let the client believe it saw them all.
+      return FileError("too_large", "too many events at once: the watch of " + root_ + " overflowed");
+    }
+    auto it = paths_.find(event.wd);
+    if (it == paths_.end()) return {};
+    bool is_root = event.wd == root_wd_;
+    if (event.mask & IN_IGNORED) {
+      paths_.erase(it);
+      if (is_root) done_ = true;
+      return {};
+    }
+    bool is_dir = (event.mask & IN_ISDIR) != 0;
+    if (event.len == 0) {
+      // About the watched inode itself; for a subdirectory its parent's watch reports the same.
+      if (!is_root) return {};
+      if (event.mask & (IN_DELETE_SELF | IN_MOVE_SELF)) {
+        BH_TRY(Emit(event.mask & IN_DELETE_SELF ? "remove" : "rename", root_, root_is_dir_));
+        done_ = true;
+        return {};
+      }
+      if (event.mask & IN_ATTRIB) return Emit("chmod", root_, root_is_dir_);
+      if (event.mask & IN_CLOSE_WRITE) return Emit("write", root_, false);
+      return {};
+    }
+
+    std::string path = JoinPath(it->second, event.name);  // copied: the handlers below may change paths_
+    if (event.mask & IN_CREATE) {
+      if (is_dir && recursive_) return WatchNewDirectory(path, "create", /*report_contents=*/true);
+      BH_TRY(Emit("create", path, is_dir));
+    } else if (event.mask & IN_MOVED_FROM) {
+      BH_TRY(Emit("rename", path, is_dir));
+      if (is_dir) moved_from_[event.cookie] = path;
+    } else if (event.mask & IN_MOVED_TO) {
+      auto from = moved_from_.find(event.cookie);
+      if (!is_dir || !recursive_) {
+        BH_TRY(Emit("rename", path, is_dir));
+      } else if (from != moved_from_.end()) {
+        // Moved within the tree: its watches stay, under the new name.
+        ForgetTree(from->second, /*remove_watches=*/false, path);
+        moved_from_.erase(from);
+        BH_TRY(Emit("rename", path, true));
+      } else {
+        BH_TRY(WatchNewDirectory(path, "rename", /*report_contents=*/false));
+      }
+    } else if (event.mask & IN_CLOSE_WRITE) {
+      BH_TRY(Emit("write", path, false));
+    } else if (event.mask & IN_DELETE) {
+      BH_TRY(Emit("remove", path, is_dir));
+    } else if (event.mask & IN_ATTRIB) {
+      BH_TRY(Emit("chmod", path, is_dir));
+    }
+    return {};
+  }
+
+  // One event line, written at once. A closed stdout ends the watch (if SIGPIPE has not).
+  Status Emit(const char* type, const std::string& path, bool is_dir) {
+    if (done_) return {};
+    Status written = WriteJsonLine(json{{"type", type}, {"path", path}, {"dir", is_dir}});
+    if (!written.ok()) done_ = true;
+    return {};
+  }
+
+  std::string root_;
+  bool recursive_;
+  bool root_is_dir_ = false;
+  UniqueFd inotify_;
+  int root_wd_ = -1;
+  std::map<int, std::string> paths_;             // watch descriptor -> the directory's path
+  std::map<uint32_t, std::string> moved_from_;   // this batch's IN_MOVED_FROM directories, by cookie
+  bool done_ = false;
+};
+
+}  // namespace
+
+Status WatchOp(const FileOpArgs& args) {
+  auto path = args.Path("path");
+  if (!path.ok()) return path.error();
+  auto recursive = args.Bool("recursive", true);
+  if (!recursive.ok()) return recursive.error();
+  Watcher watcher(*path, *recursive);
+  BH_TRY(watcher.Start());
+  BH_TRY(WriteJsonLine(json{{"type", "ready"}}));
+  return watcher.Run();
+}
+
+}  // namespace bulkhead::init
