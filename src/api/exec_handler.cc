@@ -1,17 +1,10 @@
 #include "api/exec_handler.h"
 
-#include <sys/socket.h>
-
-#include <cerrno>
-#include <functional>
 #include <memory>
 
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/redirect_error.hpp>
 #include <boost/asio/this_coro.hpp>
-#include <boost/asio/use_awaitable.hpp>
 
+#include "api/client_hangup_watch.h"
 #include "api/exec_output.h"
 #include "api/json_output.h"
 
@@ -24,56 +17,6 @@ namespace {
 
 namespace asio = boost::asio;
 using nlohmann::json;
-using Socket = asio::generic::stream_protocol::socket;
-
-// Notices a client that hangs up while its command runs, even when no output is being
-// written (a long silent command), so the command is cancelled instead of running on.
-// Everything runs on the connection's strand; the destructor stops the watch.
-class ClientHangupWatch {
- public:
-  ClientHangupWatch(Socket& socket, std::function<void()> on_hangup)
-      : socket_(socket), state_(std::make_shared<State>()) {
-    state_->on_hangup = std::move(on_hangup);
-    asio::co_spawn(socket.get_executor(), Watch(socket, state_), asio::detached);
-  }
-  ~ClientHangupWatch() {
-    state_->active = false;
-    boost::system::error_code ignored;
-    socket_.cancel(ignored);  // the pending wait completes as aborted and finds active=false
-  }
-  ClientHangupWatch(const ClientHangupWatch&) = delete;
-  ClientHangupWatch& operator=(const ClientHangupWatch&) = delete;
-
-  bool client_gone() const { return state_->client_gone; }
-
- private:
-  struct State {
-    bool active = true;
-    bool client_gone = false;
-    std::function<void()> on_hangup;
-  };
-
-  static asio::awaitable<void> Watch(Socket& socket, std::shared_ptr<State> state) {
-    for (;;) {
-      boost::system::error_code ec;
-      co_await socket.async_wait(asio::socket_base::wait_read, asio::redirect_error(asio::use_awaitable, ec));
-      if (!state->active) co_return;  // the watch ended; `socket` may be gone
-      if (!ec) {
-        char byte;
-        const ssize_t n = recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-        // Bytes waiting are the client's next (pipelined) request: it is still there.
-        if (n > 0) co_return;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
-      }
-      state->client_gone = true;
-      state->on_hangup();
-      co_return;
-    }
-  }
-
-  Socket& socket_;
-  std::shared_ptr<State> state_;
-};
 
 std::string Line(const json& event) { return DumpJson(event) + "\n"; }
 

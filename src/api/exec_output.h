@@ -40,6 +40,8 @@ class OutputEventEncoder {
   // At the end of the stream: the held-back bytes (an unfinished character), if any.
   std::optional<nlohmann::json> Flush();
   bool truncated() const { return truncated_; }
+  // Bytes pushed but not yet in an event (the start of a character still incomplete).
+  size_t held_back_bytes() const { return held_back_.size(); }
 
  private:
   nlohmann::json MakeEvent(std::string_view bytes) const;

@@ -10,6 +10,7 @@
 
 #include "api/blocking.h"
 #include "api/exec_handler.h"
+#include "api/file_handler.h"
 #include "api/json_output.h"
 #include "common/scope_guard.h"
 #include "common/unique_fd.h"
@@ -53,6 +54,27 @@ asio::awaitable<void> ApiHandlers::Handle(HttpExchange& exchange, const RouteMat
     case RouteId::kListImages: co_return co_await ListImages(exchange);
     case RouteId::kPutImage: co_return co_await PutImage(exchange, route.Param("name"));
     case RouteId::kDeleteImage: co_return co_await DeleteImage(exchange, route.Param("name"));
+    case RouteId::kReadFile:
+    case RouteId::kWriteFile:
+    case RouteId::kDeleteFile:
+    case RouteId::kStatFile:
+    case RouteId::kListFiles:
+    case RouteId::kMakeDirectory:
+    case RouteId::kMoveFile:
+    case RouteId::kDownloadArchive:
+    case RouteId::kUploadArchive:
+    case RouteId::kWatchFiles:
+      co_return co_await ServeFiles(exchange, context_.manager, route.id, route.Param("id"), query);
+    case RouteId::kCreateProcess:
+    case RouteId::kListProcesses:
+    case RouteId::kGetProcess:
+    case RouteId::kProcessOutput:
+    case RouteId::kProcessStdin:
+    case RouteId::kProcessStdinClose:
+    case RouteId::kProcessSignal:
+    case RouteId::kProcessResize:
+    case RouteId::kProcessAttach:
+      co_return co_await processes_.Handle(exchange, route, query);
     case RouteId::kNotImplemented: co_return co_await NotImplemented(exchange, route);
   }
   co_await exchange.SendError(MakeError(ErrorCode::kInternal, "unhandled route"));

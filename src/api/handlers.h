@@ -9,6 +9,7 @@
 
 #include "api/http_exchange.h"
 #include "api/metrics.h"
+#include "api/process_handlers.h"
 #include "api/router.h"
 #include "api/validate.h"
 #include "core/sandbox_manager.h"
@@ -56,6 +57,7 @@ class ApiHandlers {
                                                                   uint64_t limit = kMaxJsonBody);
 
   HandlerContext context_;
+  ProcessHandlers processes_{context_.manager};
 };
 
 }  // namespace bulkhead::api

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cerrno>
+#include <vector>
 
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -29,6 +30,8 @@ namespace asio = boost::asio;
 using boost::system::error_code;
 
 constexpr std::string_view kServerName = "bulkhead/" BULKHEAD_VERSION;
+// The most Beast's HTTP reads take from the socket at once.
+constexpr size_t kSocketReadBytes = 64 * 1024;
 
 Error TooLarge(uint64_t limit) {
   return MakeError(ErrorCode::kTooLarge, fmt::format("request body exceeds {} bytes", limit));
@@ -101,6 +104,23 @@ asio::awaitable<Result<std::string>> HttpExchange::ReadBody(uint64_t limit) {
 }
 
 asio::awaitable<Result<uint64_t>> HttpExchange::ReadBodyToFile(int fd, uint64_t limit) {
+  // Writing to a local file on the io thread: page-cache writes of a piece take
+  // microseconds, far less than the hop to the blocking pool would cost.
+  const BodySink write_to_file = [fd](std::string_view piece) -> asio::awaitable<Status> {
+    for (size_t written = 0; written < piece.size();) {
+      const ssize_t n = write(fd, piece.data() + written, piece.size() - written);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        co_return SystemError("write upload", errno);
+      }
+      written += size_t(n);
+    }
+    co_return Status{};
+  };
+  co_return co_await ReadBodyStreamed(limit, write_to_file);
+}
+
+asio::awaitable<Result<uint64_t>> HttpExchange::ReadBodyStreamed(uint64_t limit, const BodySink& sink) {
   if (body_consumed_) co_return uint64_t{0};
   if (auto length = parser_.content_length(); length && *length > limit) {
     keep_alive_ = false;
@@ -112,30 +132,37 @@ asio::awaitable<Result<uint64_t>> HttpExchange::ReadBodyToFile(int fd, uint64_t 
   http::request_parser<http::buffer_body> body_parser(std::move(parser_));
   body_parser.body_limit(limit);
   body_consumed_ = true;
-  std::array<char, 64 * 1024> chunk;
+  std::vector<char> piece(kBodyPieceBytes);
+  // Beast reads into the connection's buffer as much as its capacity allows (at least 512
+  // bytes, at most 64 KiB) before copying into the piece: give it room for 64 KiB reads
+  // while the body streams, and hand the memory back after.
+  buffer_.reserve(kSocketReadBytes);
+  struct ShrinkAfter {
+    beast::flat_buffer& buffer;
+    ~ShrinkAfter() { buffer.shrink_to_fit(); }
+  } shrink_after{buffer_};
   while (!body_parser.is_done()) {
-    body_parser.get().body().data = chunk.data();
-    body_parser.get().body().size = chunk.size();
-    error_code ec;
-    stream_.expires_after(kReadTimeout);
-    co_await http::async_read_some(stream_, buffer_, body_parser,
-                                   asio::redirect_error(asio::use_awaitable, ec));
-    if (ec == http::error::body_limit) {
-      keep_alive_ = false;
-      co_return TooLarge(limit);
-    }
-    if (ec && ec != http::error::need_buffer) co_return BodyReadError(ec);
-    // Writing to a local file on the io thread: page-cache writes of 64 KiB take
-    // microseconds, far less than the hop to the blocking pool would cost.
-    const size_t filled = chunk.size() - body_parser.get().body().size;
-    for (size_t written = 0; written < filled;) {
-      const ssize_t n = write(fd, chunk.data() + written, filled - written);
-      if (n < 0) {
-        if (errno == EINTR) continue;
+    // Fill the piece (a read brings at most what one socket read holds), then hand it on.
+    size_t filled = 0;
+    while (filled < piece.size() && !body_parser.is_done()) {
+      body_parser.get().body().data = piece.data() + filled;
+      body_parser.get().body().size = piece.size() - filled;
+      error_code ec;
+      stream_.expires_after(kReadTimeout);
+      co_await http::async_read_some(stream_, buffer_, body_parser,
+                                     asio::redirect_error(asio::use_awaitable, ec));
+      if (ec == http::error::body_limit) {
         keep_alive_ = false;
-        co_return SystemError("write upload", errno);
+        co_return TooLarge(limit);
       }
-      written += size_t(n);
+      if (ec && ec != http::error::need_buffer) co_return BodyReadError(ec);
+      filled = piece.size() - body_parser.get().body().size;
+    }
+    if (filled == 0) continue;
+    Status handed = co_await sink(std::string_view(piece.data(), filled));
+    if (!handed.ok()) {
+      if (!body_parser.is_done()) keep_alive_ = false;  // the rest of the body stays unread
+      co_return handed.error();
     }
     total += filled;
   }
@@ -206,6 +233,30 @@ asio::awaitable<bool> HttpExchange::WriteChunk(std::string_view data) {
   stream_.expires_after(kWriteTimeout);
   co_await asio::async_write(stream_, http::make_chunk(asio::buffer(data.data(), data.size())),
                              asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) keep_alive_ = false;
+  co_return !ec;
+}
+
+asio::awaitable<bool> HttpExchange::BeginFixedLength(http::status status, std::string_view content_type,
+                                                     uint64_t content_length) {
+  http::response<http::empty_body> response;
+  PrepareResponse(response.base(), status);
+  response.set(http::field::content_type, ToBeast(content_type));
+  response.content_length(content_length);
+  response.keep_alive(keep_alive_);
+  http::response_serializer<http::empty_body> serializer(response);
+  error_code ec;
+  stream_.expires_after(kWriteTimeout);
+  co_await http::async_write_header(stream_, serializer, asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) keep_alive_ = false;
+  co_return !ec;
+}
+
+asio::awaitable<bool> HttpExchange::WriteBodyPart(std::string_view data) {
+  if (data.empty()) co_return true;
+  error_code ec;
+  stream_.expires_after(kWriteTimeout);
+  co_await asio::async_write(stream_, asio::buffer(data.data(), data.size()), asio::redirect_error(asio::use_awaitable, ec));
   if (ec) keep_alive_ = false;
   co_return !ec;
 }

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>  // before boost/asio/awaitable.hpp (Boost 1.74 uses std::exchange unincluded)
@@ -39,6 +40,8 @@ constexpr std::chrono::seconds kWriteTimeout{60};  // for each write of a respon
 constexpr uint64_t kMaxJsonBody = 1024 * 1024;
 // An exec body carries up to 16 MiB of stdin, base64-encoded (4/3) inside JSON.
 constexpr uint64_t kMaxExecBody = 24 * 1024 * 1024;
+// The piece size of a streamed request body (ReadBodyStreamed).
+constexpr size_t kBodyPieceBytes = 256 * 1024;
 
 class HttpExchange {
  public:
@@ -56,6 +59,13 @@ class HttpExchange {
   // Each read has its own deadline, so a large upload may take as long as it keeps moving.
   // Answers the number of bytes written.
   boost::asio::awaitable<Result<uint64_t>> ReadBodyToFile(int fd, uint64_t limit);
+  // Streams the body (Content-Length or chunked) to `sink` in pieces of at most
+  // kBodyPieceBytes, reading on only once the sink's call completed: one buffer of memory,
+  // and a slow sink slows the client down. 413 over `limit`. If the sink fails, reading
+  // stops there and its error is answered; the unread rest means the connection closes
+  // after the response. Answers the number of bytes handed to the sink.
+  using BodySink = std::function<boost::asio::awaitable<Status>(std::string_view piece)>;
+  boost::asio::awaitable<Result<uint64_t>> ReadBodyStreamed(uint64_t limit, const BodySink& sink);
 
   boost::asio::awaitable<void> SendJson(http::status status, const nlohmann::json& body);
   boost::asio::awaitable<void> SendError(const Error& error);
@@ -69,6 +79,14 @@ class HttpExchange {
   boost::asio::awaitable<bool> WriteChunk(std::string_view data);
   boost::asio::awaitable<bool> EndChunked();
 
+  // A response of exactly `content_length` bytes written in parts: the header, then the
+  // body with WriteBodyPart (a write finishes before the next starts). A sender that cannot
+  // deliver all of it must give up the connection (set_keep_alive(false)): a body cut short
+  // of its Content-Length is how HTTP reports the failure. False once the client is gone.
+  boost::asio::awaitable<bool> BeginFixedLength(http::status status, std::string_view content_type,
+                                                uint64_t content_length);
+  boost::asio::awaitable<bool> WriteBodyPart(std::string_view data);
+
   // Extra header for the next response (e.g. Allow on a 405).
   void SetResponseHeader(http::field name, std::string value) {
     extra_header_ = {name, std::move(value)};
@@ -79,6 +97,12 @@ class HttpExchange {
   // Whether the connection can carry another request after this one.
   bool keep_alive() const { return keep_alive_; }
   void set_keep_alive(bool keep_alive) { keep_alive_ = keep_alive; }
+  // The connection was handed to another protocol (a WebSocket) whose handshake answered
+  // with `status`: record it (metrics, logs); the connection carries no more HTTP requests.
+  void HandOver(int status) {
+    status_ = status;
+    keep_alive_ = false;
+  }
 
  private:
   // Sends "100 Continue" if the client waits for it before sending the body.

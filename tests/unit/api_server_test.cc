@@ -631,7 +631,7 @@ TEST_F(ApiServerTest, ContractRoutesNotServedYetAre501AfterTheIdCheck) {
   EXPECT_EQ(pause.result_int(), 501);
   EXPECT_EQ(ErrorCode(pause), "not_implemented");
   EXPECT_EQ(Call(http::verb::get, "/v1/snapshots").result_int(), 501);
-  EXPECT_EQ(Call(http::verb::get, "/v1/sandboxes/" + id + "/files?path=/etc/hostname").result_int(), 501);
+  EXPECT_EQ(Call(http::verb::post, "/v1/sandboxes/" + id + "/fork").result_int(), 501);
 }
 
 TEST_F(ApiServerTest, MetricsAndOpenApiAreServed) {

@@ -1,0 +1,203 @@
+#include "api/init_process.h"
+
+#include <fmt/format.h>
+
+#include "common/ctl_protocol.h"
+
+// g++ 12 reports a false -Wmismatched-new-delete on asio's coroutine frames, whose
+// awaitable_frame_base brings its own matching operator new and delete.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
+namespace bulkhead::api {
+
+namespace asio = boost::asio;
+using nlohmann::json;
+
+namespace {
+
+// Stdin frames well below ctl::kMaxFrame, as exec sends them.
+constexpr size_t kStdinFrameBytes = ctl::kMaxFrame / 2;
+
+Error ProtocolError(std::string_view what) {
+  return MakeError(ErrorCode::kInternal, fmt::format("unexpected answer from the sandbox's init: {}", what),
+                   "sandbox_protocol_error");
+}
+
+Result<json> ParseObject(std::string_view payload, std::string_view frame) {
+  json doc = json::parse(payload, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object()) return ProtocolError(fmt::format("{} is not a JSON object", frame));
+  return doc;
+}
+
+// Reads an offset field of init's JSON: a non-negative integer.
+std::optional<uint64_t> OffsetField(const json& object, const char* key) {
+  auto it = object.find(key);
+  if (it == object.end() || !it->is_number_integer()) return std::nullopt;  // signed or unsigned
+  if (!it->is_number_unsigned() && it->get<int64_t>() < 0) return std::nullopt;
+  return it->get<uint64_t>();
+}
+
+std::string StringField(const json& object, const char* key) {
+  auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+}  // namespace
+
+Error ProcessNotFound(std::string_view segment) {
+  return MakeError(ErrorCode::kNotFound, fmt::format("no process \"{}\" in this sandbox", segment.substr(0, 200)),
+                   "process_not_found");
+}
+
+Error ProcessExited(const json& process) {
+  const json pid = process.is_object() ? process.value("pid", json(nullptr)) : json(nullptr);
+  return MakeError(ErrorCode::kConflict, fmt::format("process {} has exited", pid.dump()), "process_exited");
+}
+
+bool HasExited(const json& process) { return StringField(process, "state") == "exited"; }
+
+Result<StreamOffsets> ParseStreamOffsets(const json& payload) {
+  std::optional<uint64_t> out = OffsetField(payload, "stdout_offset");
+  std::optional<uint64_t> err = OffsetField(payload, "stderr_offset");
+  if (!out || !err) return ProtocolError("missing stream offsets");
+  return StreamOffsets{*out, *err};
+}
+
+asio::awaitable<Result<json>> StartProcess(core::SandboxManager& manager, asio::any_io_executor executor,
+                                           const std::string& sandbox_id, const ProcessOptions& options) {
+  Result<core::InitConnection> init = co_await manager.ConnectInit(executor, sandbox_id);
+  if (!init.ok()) co_return init.error();
+  json payload = core::InitExecPayload(options.request, init->spec);
+  payload["background"] = true;
+  if (options.tag) payload["tag"] = *options.tag;
+  if (options.pty) payload["pty"] = {{"cols", options.pty->cols}, {"rows", options.pty->rows}};
+  const std::string request = payload.dump();
+  if (Status sent = co_await init->client->Send(ctl::kExec, request); !sent.ok()) co_return sent.error();
+  for (;;) {
+    Result<core::CtlClient::Frame> frame = co_await init->client->Receive();
+    if (!frame.ok()) co_return frame.error();
+    if (frame->type == ctl::kError) co_return core::ErrorFromInit(frame->payload);
+    if (frame->type != ctl::kStarted) continue;  // nothing else is expected; skip what is unknown
+    Result<json> started = ParseObject(frame->payload, "kStarted");
+    if (!started.ok()) co_return started.error();
+    auto process = started->find("process");
+    if (process == started->end() || !process->is_object()) co_return ProtocolError("kStarted without a process");
+    co_return std::move(*process);
+  }
+}
+
+asio::awaitable<Result<json>> ListProcesses(core::SandboxManager& manager, asio::any_io_executor executor,
+                                            const std::string& sandbox_id) {
+  Result<core::InitConnection> init = co_await manager.ConnectInit(executor, sandbox_id);
+  if (!init.ok()) co_return init.error();
+  if (Status sent = co_await init->client->Send(ctl::kProcList, {}); !sent.ok()) co_return sent.error();
+  for (;;) {
+    Result<core::CtlClient::Frame> frame = co_await init->client->Receive();
+    if (!frame.ok()) co_return frame.error();
+    if (frame->type == ctl::kError) co_return core::ErrorFromInit(frame->payload);
+    if (frame->type != ctl::kResult) continue;
+    Result<json> result = ParseObject(frame->payload, "kResult");
+    if (!result.ok()) co_return result.error();
+    auto processes = result->find("processes");
+    if (processes == result->end() || !processes->is_array()) co_return ProtocolError("kResult without processes");
+    co_return std::move(*processes);
+  }
+}
+
+const json* SelectProcess(const json& processes, const ProcessRef& ref) {
+  if (!processes.is_array()) return nullptr;
+  const json* best = nullptr;
+  for (const json& process : processes) {
+    if (!process.is_object()) continue;
+    if (ref.pid > 0) {
+      auto pid = process.find("pid");
+      if (pid != process.end() && pid->is_number_integer() && pid->get<int64_t>() == ref.pid) return &process;
+      continue;
+    }
+    if (StringField(process, "tag") != ref.tag) continue;
+    if (!HasExited(process)) return &process;  // tags are unique among running processes
+    // Among exited ones the last started; times are RFC 3339 of one format, so they sort as text.
+    if (best == nullptr || StringField(process, "started_at") >= StringField(*best, "started_at")) best = &process;
+  }
+  return best;
+}
+
+asio::awaitable<Result<json>> FindProcess(core::SandboxManager& manager, asio::any_io_executor executor,
+                                          const std::string& sandbox_id, std::string_view segment) {
+  Result<json> processes = co_await ListProcesses(manager, executor, sandbox_id);
+  if (!processes.ok()) co_return processes.error();
+  std::optional<ProcessRef> ref = ParseProcessRef(segment);
+  const json* process = ref ? SelectProcess(*processes, *ref) : nullptr;
+  if (process == nullptr) co_return ProcessNotFound(segment);
+  co_return *process;
+}
+
+asio::awaitable<Result<ProcessAttachment>> AttachProcess(core::SandboxManager& manager,
+                                                         asio::any_io_executor executor,
+                                                         const std::string& sandbox_id, std::string_view segment,
+                                                         AttachRequest request) {
+  std::optional<ProcessRef> ref = ParseProcessRef(segment);
+  int pid = ref ? ref->pid : 0;
+  if (!ref || pid == 0) {
+    // A tag (or nothing valid): the table says which pid it names. This also answers an
+    // unknown sandbox with its own 404 before process_not_found.
+    Result<json> process = co_await FindProcess(manager, executor, sandbox_id, segment);
+    if (!process.ok()) co_return process.error();
+    auto found = process->find("pid");
+    if (found == process->end() || !found->is_number_integer() || found->get<int64_t>() < 1 ||
+        found->get<int64_t>() > INT32_MAX) {
+      co_return ProtocolError("a process without a pid");
+    }
+    pid = static_cast<int>(found->get<int64_t>());
+  }
+  Result<core::InitConnection> init = co_await manager.ConnectInit(executor, sandbox_id);
+  if (!init.ok()) co_return init.error();
+  const json attach = {{"pid", pid},
+                       {"output", request.output},
+                       {"follow", request.follow},
+                       {"stdout_offset", request.stdout_offset},
+                       {"stderr_offset", request.stderr_offset}};
+  const std::string payload = attach.dump();
+  if (Status sent = co_await init->client->Send(ctl::kProcAttach, payload); !sent.ok()) co_return sent.error();
+  Result<core::CtlClient::Frame> frame = co_await init->client->Receive();
+  if (!frame.ok()) co_return frame.error();
+  if (frame->type == ctl::kError) {
+    Error error = core::ErrorFromInit(frame->payload);
+    if (error.code == ErrorCode::kNotFound) co_return ProcessNotFound(segment);
+    co_return error;
+  }
+  if (frame->type != ctl::kAttached) co_return ProtocolError("expected kAttached");
+  Result<json> attached = ParseObject(frame->payload, "kAttached");
+  if (!attached.ok()) co_return attached.error();
+  Result<StreamOffsets> start = ParseStreamOffsets(*attached);
+  if (!start.ok()) co_return start.error();
+  auto process = attached->find("process");
+  if (process == attached->end() || !process->is_object()) co_return ProtocolError("kAttached without a process");
+  ProcessAttachment result;
+  result.client = std::move(init->client);
+  result.process = std::move(*process);
+  result.stdout_start = start->stdout_offset;
+  result.stderr_start = start->stderr_offset;
+  co_return result;
+}
+
+asio::awaitable<Status> SendStdin(core::CtlClient& client, std::string_view data) {
+  for (size_t at = 0; at < data.size(); at += kStdinFrameBytes) {
+    Status sent = co_await client.Send(ctl::kStdin, data.substr(at, kStdinFrameBytes));
+    if (!sent.ok()) co_return sent;
+  }
+  co_return Status{};
+}
+
+asio::awaitable<Status> AwaitBarrier(core::CtlClient& client) {
+  if (Status sent = co_await client.Send(ctl::kPing, {}); !sent.ok()) co_return sent;
+  for (;;) {
+    Result<core::CtlClient::Frame> frame = co_await client.Receive();
+    if (!frame.ok()) co_return frame.error();
+    if (frame->type == ctl::kPong) co_return Status{};
+    if (frame->type == ctl::kError) co_return core::ErrorFromInit(frame->payload);
+    // Anything else (an attach without output sends nothing more) is skipped.
+  }
+}
+
+}  // namespace bulkhead::api
