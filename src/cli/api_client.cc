@@ -84,6 +84,14 @@ Result<json> ApiClient::Upload(const std::string& target, const std::string& con
   return JsonFrom(http_.SendStreamingBody(HttpMethod::kPut, target, content_type, content_length, produce));
 }
 
+Result<StreamedResponse> ApiClient::Download(const std::string& target, const std::string& accept) const {
+  Result<StreamedResponse> response = http_.Open(HttpMethod::kGet, target, accept);
+  if (!response.ok() || response->ok()) return response;
+  Result<HttpResponse> answer = response->ReadRest();
+  if (!answer.ok()) return answer.error();
+  return WithHint(ErrorFromResponse(*answer));
+}
+
 Result<CommandOutcome> ApiClient::Exec(const std::string& sandbox_id, const json& request,
                                        ExecOutputPrinter& printer) const {
   Result<HttpResponse> response =

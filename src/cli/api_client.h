@@ -37,6 +37,10 @@ class ApiClient {
   Result<nlohmann::json> Upload(const std::string& target, const std::string& content_type,
                                 std::optional<uint64_t> content_length, const BodyProducer& produce) const;
 
+  // GET whose body the caller reads as it arrives (file downloads, tar and event streams).
+  // A non-2xx answer becomes its Error.
+  Result<StreamedResponse> Download(const std::string& target, const std::string& accept) const;
+
   const HttpClient& http() const { return http_; }
 
  private:

@@ -82,17 +82,77 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
   exec->add_option("--timeout", line.exec.timeout_s, "Kill the command after this many seconds; 0 = no limit")
       ->check(CLI::NonNegativeNumber);
   exec->add_flag("-i,--stdin", line.exec.forward_stdin, "Send this command's stdin to the command");
+  exec->add_flag("-d,--detach", line.detach,
+                 "Start the command in the background and print its pid; see ps, logs, kill");
+  exec->add_option("--tag", line.tag, "With -d: a name for the process, usable instead of its pid");
   exec->add_option("command", line.exec.argv, "The command and its arguments")->required();
-  exec->footer(kCommandFooter);
+  exec->footer(std::string(kCommandFooter) +
+               "\nWith -d the command keeps running after bulkhead returns; its output is kept:\n"
+               "  bulkhead exec -d --tag web ID -- python3 -m http.server 8000\n"
+               "  bulkhead logs -f ID web");
   Selects(exec, line, Command::kExec);
 
-  CLI::App* list = app.add_subcommand("ls", "List sandboxes");
+  CLI::App* list = app.add_subcommand("ls", "List sandboxes; with an ID, list files in that sandbox");
   list->alias("list");
+  list->add_option("id", line.sandbox_id, "Sandbox id: list its files instead of the sandboxes");
+  list->add_option("path", line.path, "Directory or file in the sandbox (default: its workdir)");
+  list->add_option("-d,--depth", line.depth, "With ID: levels of subdirectories to list (1..32, default 1)")
+      ->check(CLI::Range(1, 32));
   list->add_flag("--json", line.json, "Print the API's JSON");
   list->add_option("--state", line.state_filter, "Only sandboxes in this state (running, paused, ...)");
   list->add_option("--metadata", line.metadata_filter, "Only sandboxes labelled k=v; repeatable")
       ->allow_extra_args(false);
   Selects(list, line, Command::kList);
+
+  CLI::App* copy = app.add_subcommand("cp", "Copy files and directories between this machine and a sandbox");
+  copy->add_option("source", line.copy_source, "ID:PATH, a local path, or - for stdin")->required();
+  copy->add_option("destination", line.copy_destination, "ID:PATH, a local path, or - for stdout")->required();
+  copy->footer(
+      "Like docker cp: one side is ID:PATH (relative paths start at the sandbox's workdir).\n"
+      "A destination that is an existing directory receives the source under its own name;\n"
+      "otherwise the source is copied to the destination path. SOURCE/. copies a directory's\n"
+      "contents. - reads a file's content from stdin or writes it to stdout (a directory as tar).\n"
+      "Symlinks inside a directory are copied as symlinks. Examples:\n"
+      "  bulkhead cp ./src ID:/workspace/\n"
+      "  bulkhead cp ID:/workspace/out.txt .\n"
+      "  echo hi | bulkhead cp - ID:/workspace/hi.txt");
+  Selects(copy, line, Command::kCopy);
+
+  CLI::App* watch = app.add_subcommand("watch", "Print file changes in a sandbox as they happen (Ctrl-C stops)");
+  watch->add_option("id", line.sandbox_id, "Sandbox id")->required();
+  watch->add_option("path", line.path, "Directory to watch (default: the workdir)");
+  watch->add_flag("--no-recursive", line.no_recursive, "Only the directory itself, not its subdirectories");
+  watch->add_flag("--json", line.json, "Print each event as the API's JSON line");
+  Selects(watch, line, Command::kWatch);
+
+  CLI::App* shell = app.add_subcommand("shell", "Open an interactive terminal in a sandbox");
+  shell->add_option("id", line.sandbox_id, "Sandbox id")->required();
+  shell->add_option("--cmd", line.shell_command, "Command line to run on the terminal (default: bash, else sh)");
+  shell->add_option("-e,--env", line.exec.env, "Environment variable K=V (K alone: take it from here); repeatable")
+      ->allow_extra_args(false);
+  shell->add_option("--cwd", line.exec.cwd, "Working directory (default: the sandbox's)");
+  shell->add_option("--user", line.exec.user, "User to run as (default: the sandbox's)");
+  shell->footer("Exits with the shell's exit code. The shell runs on a pseudo-terminal sized like this one.");
+  Selects(shell, line, Command::kShell);
+
+  CLI::App* processes = app.add_subcommand("ps", "List a sandbox's background processes");
+  processes->add_option("id", line.sandbox_id, "Sandbox id")->required();
+  processes->add_flag("--json", line.json, "Print the API's JSON");
+  Selects(processes, line, Command::kProcessList);
+
+  CLI::App* logs = app.add_subcommand("logs", "Print a background process's output");
+  logs->add_option("id", line.sandbox_id, "Sandbox id")->required();
+  logs->add_option("process", line.process, "The process's pid or tag")->required();
+  logs->add_flag("-f,--follow", line.follow, "Keep printing new output until the process exits, then exit with its code");
+  logs->add_option("--offset", line.offset, "Start at this byte of each stream (default 0: all that is kept)")
+      ->check(CLI::NonNegativeNumber);
+  Selects(logs, line, Command::kLogs);
+
+  CLI::App* kill_process = app.add_subcommand("kill", "Send a signal to a background process");
+  kill_process->add_option("id", line.sandbox_id, "Sandbox id")->required();
+  kill_process->add_option("process", line.process, "The process's pid or tag")->required();
+  kill_process->add_option("-s,--signal", line.signal, "Signal name or number (TERM, SIGKILL, 9...)")->capture_default_str();
+  Selects(kill_process, line, Command::kKill);
 
   CLI::App* inspect = app.add_subcommand("inspect", "Show a sandbox as JSON");
   inspect->add_option("id", line.sandbox_id, "Sandbox id")->required();

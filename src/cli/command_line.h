@@ -28,6 +28,12 @@ enum class Command {
   kImageList,
   kImageRemove,
   kVersion,
+  kCopy,         // cp
+  kWatch,        // watch
+  kShell,        // shell
+  kProcessList,  // ps
+  kLogs,         // logs
+  kKill,         // kill
 };
 
 // Flags that shape a new sandbox (run, create). Unset = the daemon's default.
@@ -76,6 +82,20 @@ struct CommandLine {
   std::vector<std::string> metadata_filter;   // ls --metadata k=v
   std::string image_name;                // image import, image rm
   std::string image_path;                // image import
+
+  // Files and processes inside a sandbox.
+  std::string path;                      // ls ID [PATH], watch ID [PATH]
+  std::optional<int> depth;              // ls ID -d
+  bool no_recursive = false;             // watch
+  std::string copy_source;               // cp
+  std::string copy_destination;          // cp
+  std::optional<std::string> shell_command;  // shell --cmd
+  bool detach = false;                   // exec -d
+  std::optional<std::string> tag;        // exec -d --tag
+  std::string process;                   // logs, kill: a pid or a tag
+  bool follow = false;                   // logs -f
+  std::optional<int64_t> offset;         // logs --offset
+  std::string signal = "TERM";           // kill -s
 };
 
 // The default sandbox lifetime and command timeout of `bulkhead run`.

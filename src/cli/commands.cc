@@ -13,8 +13,12 @@
 #include "cli/api_client.h"
 #include "common/base64.h"
 #include "cli/exec_stream.h"
+#include "cli/file_commands.h"
 #include "cli/output_format.h"
+#include "cli/process_commands.h"
 #include "cli/run_interrupt.h"
+#include "cli/session.h"
+#include "cli/shell_command.h"
 #include "cli/tar_stream.h"
 #include "common/unique_fd.h"
 
@@ -23,40 +27,10 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int kExitError = 1;
-constexpr int kExitUsage = 2;
-constexpr int kExitOutputClosed = 128 + SIGPIPE;
 // `run` gives its sandbox this much more life than its command, so the command's own
 // timeout fires first and reports timed_out (exit 124); the sandbox is removed right after.
 constexpr int64_t kRunLifetimeMarginS = 30;
 constexpr size_t kFileChunkBytes = 256 << 10;
-
-std::string CodeOf(const Error& error) {
-  return error.detail_code.empty() ? ErrorName(error.code) : error.detail_code;
-}
-
-bool IsOutputClosed(const Error& error) { return error.detail_code == kOutputClosed; }
-
-// Everything one command needs: the parsed line, the terminal and the daemon.
-class Session {
- public:
-  Session(const CommandLine& line, const CommandIo& io, ApiClient api)
-      : line(line), io(io), api(std::move(api)) {}
-
-  void Out(std::string_view text) const { (void)WriteAll(io.stdout_fd, text); }
-  void Err(std::string_view text) const { (void)WriteAll(io.stderr_fd, text); }
-
-  // Prints `bulkhead: <message> (<code>)` and returns the exit code for it.
-  int Fail(const Error& error, int exit_code = kExitError) const {
-    Err("bulkhead: " + error.message + " (" + CodeOf(error) + ")\n");
-    return exit_code;
-  }
-  int UsageError(const Error& error) const { return Fail(error, kExitUsage); }
-
-  const CommandLine& line;
-  const CommandIo& io;
-  ApiClient api;
-};
 
 std::string StringField(const json& object, const char* field) {
   auto it = object.find(field);
@@ -187,9 +161,14 @@ int ExecCommand(Session& session) {
   const ExecFlags& flags = session.line.exec;
   auto env = KeyValueObject(flags.env, /*allow_from_environment=*/true);
   if (!env.ok()) return session.UsageError(env.error());
+  if (session.line.tag && !session.line.detach) return session.UsageError("--tag names a background process: add -d");
+  if (session.line.detach && flags.forward_stdin) {
+    return session.UsageError("-i cannot be combined with -d: a background process reads no terminal");
+  }
   auto stdin_data = StdinIfWanted(session);
   if (!stdin_data.ok()) return session.Fail(stdin_data.error());
   json request = ExecRequest(flags.argv, *env, flags.cwd, flags.user, flags.timeout_s, *stdin_data);
+  if (session.line.detach) return DetachedExecCommand(session, request);
   std::optional<Error> failure;
   int exit_code = StreamExec(session, session.line.sandbox_id, request, &failure);
   if (failure && !IsOutputClosed(*failure)) session.Fail(*failure);
@@ -210,6 +189,7 @@ int CreateCommand(Session& session) {
 }
 
 int ListCommand(Session& session) {
+  if (!session.line.sandbox_id.empty()) return FileListCommand(session);
   std::string query;
   auto add_query = [&query](const std::string& key, const std::string& value) {
     query += (query.empty() ? "?" : "&") + PercentEncode(key) + "=" + PercentEncode(value);
@@ -375,6 +355,12 @@ int RunClientCommand(const CommandLine& line, const CommandIo& io) {
       case Command::kImageList: return ImageListCommand(session);
       case Command::kImageRemove: return ImageRemoveCommand(session);
       case Command::kVersion: return VersionCommand(session);
+      case Command::kCopy: return CopyCommand(session);
+      case Command::kWatch: return WatchCommand(session);
+      case Command::kShell: return ShellCommand(session);
+      case Command::kProcessList: return ProcessListCommand(session);
+      case Command::kLogs: return LogsCommand(session);
+      case Command::kKill: return KillCommand(session);
       case Command::kServe:
       case Command::kNone: break;
     }

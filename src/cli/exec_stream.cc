@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -70,6 +71,23 @@ std::optional<int> SignalFromJson(const json& value) {
   return std::nullopt;
 }
 
+std::optional<int> ParseSignal(std::string_view text) {
+  if (text.empty()) return std::nullopt;
+  if (text.find_first_not_of("0123456789") == std::string_view::npos) {
+    if (text.size() > 2) return std::nullopt;
+    int number = std::stoi(std::string(text));
+    if (number < 1 || number > 64) return std::nullopt;
+    return number;
+  }
+  std::string name;
+  for (char c : text) name += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (name.rfind("SIG", 0) == 0) name = name.substr(3);
+  for (const auto& [signal_name, number] : kSignalNames) {
+    if (name == signal_name) return number;
+  }
+  return std::nullopt;
+}
+
 Status WriteAll(int fd, std::string_view bytes) {
   while (!bytes.empty()) {
     ssize_t written = ::write(fd, bytes.data(), bytes.size());
@@ -113,6 +131,10 @@ Status ExecOutputPrinter::WriteOutput(int fd, const json& event, const char* tex
 Status ExecOutputPrinter::HandleLine(std::string_view line) {
   json event = json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (event.is_discarded() || !event.is_object()) return MalformedStream("a line is not a JSON object");
+  return HandleEvent(event);
+}
+
+Status ExecOutputPrinter::HandleEvent(const json& event) {
   auto type_it = event.find("type");
   if (type_it == event.end() || !type_it->is_string()) return MalformedStream("an event has no type");
   const std::string& type = type_it->get_ref<const std::string&>();

@@ -29,6 +29,10 @@ int ShellExitCode(const CommandOutcome& outcome);
 // A signal from JSON: 9, "9", "SIGKILL" or "KILL"; nullopt for null or unknown.
 std::optional<int> SignalFromJson(const nlohmann::json& value);
 
+// A signal as a person writes it: "TERM", "SIGTERM", "sigterm", "15"; nullopt when the
+// name is unknown or the number is outside 1..64.
+std::optional<int> ParseSignal(std::string_view text);
+
 // The error code of a Status when this terminal's stdout or stderr is closed (EPIPE):
 // the command is abandoned quietly, as a shell pipeline expects.
 inline constexpr std::string_view kOutputClosed = "output_closed";
@@ -44,6 +48,8 @@ class ExecOutputPrinter {
   // written at once (unbuffered) so it appears as the command produces it. An "error"
   // event, or a line that is not an event, becomes an Error.
   Status HandleLine(std::string_view line);
+  // The same for an event already parsed.
+  Status HandleEvent(const nlohmann::json& event);
 
   // The non-streaming answer `{"exit_code", "stdout", "stderr", ...}`, for a daemon that
   // answered application/json.

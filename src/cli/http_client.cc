@@ -1,21 +1,18 @@
 #include "cli/http_client.h"
 
-#include <sys/un.h>
-
 #include <algorithm>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/generic/stream_protocol.hpp>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <cctype>
-#include <cerrno>
 #include <exception>
 #include <limits>
 #include <vector>
+
+#include "cli/daemon_socket.h"
 
 namespace bulkhead::cli {
 namespace {
@@ -37,37 +34,6 @@ http::verb ToVerb(HttpMethod method) {
     case HttpMethod::kDelete: return http::verb::delete_;
   }
   return http::verb::get;
-}
-
-std::string ParentDir(const std::string& path) {
-  size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-
-// What to tell the user when nothing answers at `address`.
-Error ConnectError(const ServerAddress& address, const error_code& ec) {
-  int err = ec.category() == boost::system::system_category() ? ec.value() : 0;
-  std::string url = address.ToUrl();
-  if (err == EACCES || err == EPERM) {
-    return MakeError(ErrorCode::kForbidden,
-                     "permission denied connecting to the daemon at " + url +
-                         " (run as the daemon's user, e.g. with sudo, or use --url http://HOST:PORT)",
-                     "permission_denied");
-  }
-  if (err == ENOENT || err == ECONNREFUSED || err == ENOTDIR) {
-    std::string start_hint =
-        address.kind == ServerAddress::Kind::kUnix
-            ? "bulkhead serve --state-dir " + ParentDir(address.socket_path)
-            : "bulkhead serve --listen " + address.HostHeader();
-    return MakeError(ErrorCode::kUnavailable,
-                     "cannot reach the bulkhead daemon at " + url + ": " + ec.message() +
-                         ". Is it running? Start it with: sudo " + start_hint,
-                     "daemon_not_running");
-  }
-  return MakeError(ErrorCode::kUnavailable, "cannot connect to the daemon at " + url + ": " + ec.message(),
-                   "daemon_unreachable");
 }
 
 Error ConnectionLost(const ServerAddress& address, const std::string& during, const error_code& ec) {
@@ -95,32 +61,7 @@ class Connection {
  public:
   explicit Connection(const ServerAddress& address) : address_(address) {}
 
-  Status Open() {
-    error_code ec;
-    if (address_.kind == ServerAddress::Kind::kUnix) {
-      if (address_.socket_path.size() >= sizeof(sockaddr_un::sun_path)) {
-        return MakeError(ErrorCode::kBadRequest,
-                         "socket path too long for a unix socket: " + address_.socket_path, "invalid_url");
-      }
-      asio::local::stream_protocol::endpoint endpoint(address_.socket_path);
-      socket_.connect(asio::generic::stream_protocol::endpoint(endpoint), ec);
-      if (ec) return ConnectError(address_, ec);
-      return {};
-    }
-    asio::ip::tcp::resolver resolver(io_);
-    auto endpoints = resolver.resolve(address_.host, std::to_string(address_.port), ec);
-    if (ec) {
-      return MakeError(ErrorCode::kUnavailable,
-                       "cannot resolve daemon host '" + address_.host + "': " + ec.message(),
-                       "daemon_unreachable");
-    }
-    for (const auto& entry : endpoints) {
-      if (socket_.is_open()) socket_.close(ec);
-      socket_.connect(asio::generic::stream_protocol::endpoint(entry.endpoint()), ec);
-      if (!ec) return {};
-    }
-    return ConnectError(address_, ec);
-  }
+  Status Open() { return ConnectToDaemon(address_, socket_); }
 
   asio::generic::stream_protocol::socket& socket() { return socket_; }
   beast::flat_buffer& read_buffer() { return read_buffer_; }
@@ -139,47 +80,92 @@ void SetCommonHeaders(Fields& message, const ServerAddress& address, const std::
   if (!api_key.empty()) message.set(http::field::authorization, "Bearer " + api_key);
 }
 
+// Reads one response from a connection: the header, then the body piece by piece as it
+// arrives, never holding more than one piece.
+class ResponseReader {
+ public:
+  ResponseReader(Connection& connection, const ServerAddress& address)
+      : connection_(connection), address_(address), chunk_(kReadChunkBytes) {
+    // No limit: a buffered body is capped by kMaxBufferedBody, a stream is not. (Not
+    // boost::none: Boost 1.74 then refuses every body with a Content-Length.)
+    parser_.body_limit(std::numeric_limits<std::uint64_t>::max());
+  }
+
+  // Fills head(): status and content type, body empty.
+  Status ReadHeader() {
+    error_code ec;
+    http::read_header(connection_.socket(), connection_.read_buffer(), parser_, ec);
+    if (ec) return ConnectionLost(address_, "reading the response", ec);
+    auto& message = parser_.get();
+    head_.status = static_cast<int>(message.result_int());
+    auto content_type = message[http::field::content_type];
+    head_.content_type = MediaType(std::string_view(content_type.data(), content_type.size()));
+    return {};
+  }
+
+  // The next piece of the body (valid until the next call); empty once the body ended.
+  Result<std::string_view> ReadSome() {
+    auto& message = parser_.get();
+    while (!parser_.is_done()) {
+      message.body().data = chunk_.data();
+      message.body().size = chunk_.size();
+      error_code ec;
+      // read_some returns as soon as some input was parsed: output reaches us live.
+      http::read_some(connection_.socket(), connection_.read_buffer(), parser_, ec);
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec) return ConnectionLost(address_, "reading the response", ec);
+      std::string_view piece(chunk_.data(), chunk_.size() - message.body().size);
+      if (!piece.empty()) return piece;
+    }
+    return std::string_view();
+  }
+
+  // The rest of the body, collected into head().body (bounded).
+  Result<HttpResponse> ReadRest() {
+    HttpResponse response = head_;
+    for (;;) {
+      auto piece = ReadSome();
+      if (!piece.ok()) return piece.error();
+      if (piece->empty()) return response;
+      if (response.body.size() + piece->size() > kMaxBufferedBody) {
+        return MakeError(ErrorCode::kTooLarge, "response from the daemon is too large", "response_too_large");
+      }
+      response.body.append(*piece);
+    }
+  }
+
+  const HttpResponse& head() const { return head_; }
+  std::optional<uint64_t> content_length() const {
+    auto length = parser_.content_length();
+    return length ? std::optional<uint64_t>(*length) : std::nullopt;
+  }
+
+ private:
+  Connection& connection_;
+  const ServerAddress& address_;
+  http::response_parser<http::buffer_body> parser_;
+  std::vector<char> chunk_;
+  HttpResponse head_;
+};
+
 // Reads one response. With `on_line`, a 2xx NDJSON body goes there line by line as it
 // arrives; every other body is collected into the response.
 Result<HttpResponse> ReadResponse(Connection& connection, const ServerAddress& address,
                                   const LineHandler* on_line) {
-  http::response_parser<http::buffer_body> parser;
-  // No limit: a buffered body is capped by kMaxBufferedBody below, a stream is not. (Not
-  // boost::none: Boost 1.74 then refuses every body with a Content-Length.)
-  parser.body_limit(std::numeric_limits<std::uint64_t>::max());
-  error_code ec;
-  http::read_header(connection.socket(), connection.read_buffer(), parser, ec);
-  if (ec) return ConnectionLost(address, "reading the response", ec);
-
-  auto& message = parser.get();
-  HttpResponse response;
-  response.status = static_cast<int>(message.result_int());
-  auto content_type = message[http::field::content_type];
-  response.content_type = MediaType(std::string_view(content_type.data(), content_type.size()));
-  bool as_lines = on_line != nullptr && response.ok() && response.content_type == "application/x-ndjson";
-
+  ResponseReader reader(connection, address);
+  BH_TRY(reader.ReadHeader());
+  const HttpResponse& head = reader.head();
+  bool as_lines = on_line != nullptr && head.ok() && head.content_type == "application/x-ndjson";
+  if (!as_lines) return reader.ReadRest();
   LineSplitter splitter;
-  std::vector<char> chunk(kReadChunkBytes);
-  while (!parser.is_done()) {
-    message.body().data = chunk.data();
-    message.body().size = chunk.size();
-    // read_some returns as soon as some input was parsed: output reaches us live.
-    http::read_some(connection.socket(), connection.read_buffer(), parser, ec);
-    if (ec == http::error::need_buffer) ec = {};
-    if (ec) return ConnectionLost(address, "reading the response", ec);
-    std::string_view piece(chunk.data(), chunk.size() - message.body().size);
-    if (piece.empty()) continue;
-    if (as_lines) {
-      BH_TRY(splitter.Feed(piece, *on_line));
-    } else {
-      if (response.body.size() + piece.size() > kMaxBufferedBody) {
-        return MakeError(ErrorCode::kTooLarge, "response from the daemon is too large", "response_too_large");
-      }
-      response.body.append(piece);
-    }
+  for (;;) {
+    auto piece = reader.ReadSome();
+    if (!piece.ok()) return piece.error();
+    if (piece->empty()) break;
+    BH_TRY(splitter.Feed(*piece, *on_line));
   }
-  if (as_lines) BH_TRY(splitter.Finish(*on_line));
-  return response;
+  BH_TRY(splitter.Finish(*on_line));
+  return head;
 }
 
 Result<HttpResponse> SendBuffered(const ServerAddress& address, const std::string& api_key, HttpMethod method,
@@ -280,6 +266,59 @@ Result<HttpResponse> HttpClient::SendStreamingBody(HttpMethod method, const std:
     Result<HttpResponse> response = ReadResponse(connection, address_, nullptr);
     if (!response.ok() && write_failed && !produced.ok()) return produced.error();
     return response;
+  } catch (const std::exception& e) {
+    return FromException(e);
+  }
+}
+
+// The connection and reader of a response read piece by piece; on the heap so the reader's
+// references into the connection stay valid when the StreamedResponse moves.
+struct StreamedResponse::State {
+  explicit State(ServerAddress server) : address(std::move(server)), connection(address), reader(connection, address) {}
+  ServerAddress address;
+  Connection connection;
+  ResponseReader reader;
+};
+
+StreamedResponse::StreamedResponse(std::unique_ptr<State> state) : state_(std::move(state)) {}
+StreamedResponse::StreamedResponse(StreamedResponse&&) noexcept = default;
+StreamedResponse& StreamedResponse::operator=(StreamedResponse&&) noexcept = default;
+StreamedResponse::~StreamedResponse() = default;
+
+int StreamedResponse::status() const { return state_->reader.head().status; }
+const std::string& StreamedResponse::content_type() const { return state_->reader.head().content_type; }
+std::optional<uint64_t> StreamedResponse::content_length() const { return state_->reader.content_length(); }
+
+Result<std::string_view> StreamedResponse::Read() {
+  try {
+    return state_->reader.ReadSome();
+  } catch (const std::exception& e) {
+    return FromException(e);
+  }
+}
+
+Result<HttpResponse> StreamedResponse::ReadRest() {
+  try {
+    return state_->reader.ReadRest();
+  } catch (const std::exception& e) {
+    return FromException(e);
+  }
+}
+
+Result<StreamedResponse> HttpClient::Open(HttpMethod method, const std::string& target,
+                                          const std::string& accept) const {
+  try {
+    auto state = std::make_unique<StreamedResponse::State>(address_);
+    BH_TRY(state->connection.Open());
+    http::request<http::empty_body> request{ToVerb(method), target, 11};
+    SetCommonHeaders(request, address_, api_key_);
+    request.set(http::field::accept, accept);
+    request.prepare_payload();
+    error_code ec;
+    http::write(state->connection.socket(), request, ec);
+    if (ec) return ConnectionLost(address_, "sending the request", ec);
+    BH_TRY(state->reader.ReadHeader());
+    return StreamedResponse(std::move(state));
   } catch (const std::exception& e) {
     return FromException(e);
   }

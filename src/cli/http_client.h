@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -27,6 +28,31 @@ using BodyChunkSink = std::function<Status(std::string_view chunk)>;
 // Produces a request body by pushing it through the sink piece by piece.
 using BodyProducer = std::function<Status(const BodyChunkSink& sink)>;
 
+// A response whose body is read piece by piece as it arrives (downloads, tar streams,
+// endless event streams), in bounded memory. Holds its connection until destroyed.
+class StreamedResponse {
+ public:
+  StreamedResponse(StreamedResponse&&) noexcept;
+  StreamedResponse& operator=(StreamedResponse&&) noexcept;
+  ~StreamedResponse();
+
+  int status() const;
+  bool ok() const { return status() >= 200 && status() < 300; }
+  const std::string& content_type() const;  // without parameters, lower case
+  std::optional<uint64_t> content_length() const;
+
+  // The next piece of the body, valid until the next call; empty once the body ended.
+  Result<std::string_view> Read();
+  // The rest of the body collected in memory (bounded), e.g. an error answer.
+  Result<HttpResponse> ReadRest();
+
+ private:
+  friend class HttpClient;
+  struct State;
+  explicit StreamedResponse(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
 class HttpClient {
  public:
   HttpClient(ServerAddress address, std::string api_key);
@@ -48,7 +74,12 @@ class HttpClient {
   Result<HttpResponse> SendForLines(HttpMethod method, const std::string& target,
                                     const std::string& json_body, const LineHandler& on_line) const;
 
+  // A request without a body whose answer is read by the caller as it arrives; returns
+  // once the response's header is in.
+  Result<StreamedResponse> Open(HttpMethod method, const std::string& target, const std::string& accept) const;
+
   const ServerAddress& address() const { return address_; }
+  const std::string& api_key() const { return api_key_; }
 
  private:
   ServerAddress address_;

@@ -1,0 +1,20 @@
+// The commands for a sandbox's background processes: exec -d, ps, logs, kill.
+#pragma once
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/session.h"
+
+namespace bulkhead::cli {
+
+// `exec -d`: POSTs `request` (an exec-style body) to .../processes and prints the pid.
+int DetachedExecCommand(Session& session, nlohmann::json request);
+int ProcessListCommand(Session& session);
+int LogsCommand(Session& session);
+int KillCommand(Session& session);
+
+// /v1/sandboxes/{id}/processes/{pid or tag}
+std::string ProcessPath(const std::string& sandbox_id, const std::string& process);
+
+}  // namespace bulkhead::cli

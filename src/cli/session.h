@@ -1,0 +1,54 @@
+// What every client command works with: the parsed command line, the terminal's file
+// descriptors and the daemon's API, plus the CLI's way of reporting errors.
+#pragma once
+#include <signal.h>
+
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "cli/api_client.h"
+#include "cli/command_line.h"
+#include "cli/commands.h"
+#include "cli/exec_stream.h"
+
+namespace bulkhead::cli {
+
+inline constexpr int kExitError = 1;
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitOutputClosed = 128 + SIGPIPE;
+
+// The code shown after an error message: the API's snake_case code when there is one.
+inline std::string CodeOf(const Error& error) {
+  return error.detail_code.empty() ? ErrorName(error.code) : error.detail_code;
+}
+
+inline bool IsOutputClosed(const Error& error) { return error.detail_code == kOutputClosed; }
+
+// Everything one command needs: the parsed line, the terminal and the daemon.
+class Session {
+ public:
+  Session(const CommandLine& line, const CommandIo& io, ApiClient api)
+      : line(line), io(io), api(std::move(api)) {}
+
+  void Out(std::string_view text) const { (void)WriteAll(io.stdout_fd, text); }
+  void Err(std::string_view text) const { (void)WriteAll(io.stderr_fd, text); }
+
+  // Prints `bulkhead: <message> (<code>)` and returns the exit code for it; a closed
+  // stdout ends the command quietly.
+  int Fail(const Error& error, int exit_code = kExitError) const {
+    if (IsOutputClosed(error)) return kExitOutputClosed;
+    Err("bulkhead: " + error.message + " (" + CodeOf(error) + ")\n");
+    return exit_code;
+  }
+  int UsageError(const Error& error) const { return Fail(error, kExitUsage); }
+  int UsageError(const std::string& message) const {
+    return Fail(MakeError(ErrorCode::kBadRequest, message, "usage"), kExitUsage);
+  }
+
+  const CommandLine& line;
+  const CommandIo& io;
+  ApiClient api;
+};
+
+}  // namespace bulkhead::cli
