@@ -3,6 +3,7 @@ host-side inspection helpers. Standard library only (the suite runs on Debian's 
 
 import base64
 import glob
+import hashlib
 import http.client
 import json
 import os
@@ -10,10 +11,12 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_DIR = Path(os.environ.get("BULKHEAD_BUILD_DIR", REPO_ROOT / "build"))
@@ -182,6 +185,43 @@ class Client:
         conn.request("POST", f"/v1/sandboxes/{sandbox_id}/exec", body=body,
                      headers={**self._headers({}, None, _DEFAULT_KEY), "Accept": "application/x-ndjson"})
         return conn, conn.getresponse()
+
+
+def files_url(sandbox_id, route: str = "", **query) -> str:
+    """/v1/sandboxes/{id}/files{route}?{query}, every value percent-encoded."""
+    q = "&".join(f"{k}={quote(str(v), safe='')}" for k, v in query.items())
+    return f"/v1/sandboxes/{sandbox_id}/files{route}" + (f"?{q}" if q else "")
+
+
+def stream_upload(client: "Client", method: str, path: str, chunks, length: int | None = None) -> Response:
+    """Sends the body from the iterable `chunks` without holding it: with Content-Length if
+    `length` is given, else chunked."""
+    conn = client.connection()
+    try:
+        headers = {"Authorization": f"Bearer {client.key}", "Content-Type": "application/octet-stream"}
+        if length is not None:
+            headers["Content-Length"] = str(length)
+        conn.request(method, path, body=iter(chunks), headers=headers, encode_chunked=length is None)
+        resp = conn.getresponse()
+        return Response(resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read())
+    finally:
+        conn.close()
+
+
+def stream_download(client: "Client", path: str, sink, piece: int = 1 << 20) -> Response:
+    """GETs `path` and hands the body to `sink(bytes)` piece by piece; the Response's body is empty."""
+    conn = client.connection()
+    try:
+        conn.request("GET", path, headers={"Authorization": f"Bearer {client.key}"})
+        resp = conn.getresponse()
+        headers = {k.lower(): v for k, v in resp.getheaders()}
+        if resp.status != 200:
+            return Response(resp.status, headers, resp.read())
+        while chunk := resp.read(piece):
+            sink(chunk)
+        return Response(resp.status, headers, b"")
+    finally:
+        conn.close()
 
 
 def assert_error_shape(r: Response, status: int | tuple | None = None):
@@ -399,3 +439,120 @@ def process_names_inside(client: Client, sandbox_id) -> list[str]:
     """The comm of every process visible in the sandbox, read from its /proc."""
     out = client.sh(sandbox_id, "for d in /proc/[0-9]*; do cat $d/comm 2>/dev/null; done")
     return out.split()
+
+
+# ---------------------------------------------------------------- WebSocket client
+
+class WebSocketRefused(Exception):
+    """The server answered the upgrade with an HTTP response instead of 101."""
+
+    def __init__(self, response: Response):
+        super().__init__(f"upgrade refused: {response!r}")
+        self.response = response
+
+
+class WebSocket:
+    """A minimal RFC 6455 client: the handshake, masked frames out, frames in (pings are
+    answered, fragments joined). Enough to drive attach in tests."""
+    OP_CONT, OP_TEXT, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG = 0, 1, 2, 8, 9, 10
+    GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+    def __init__(self, sock: socket.socket, pending: bytes):
+        self.sock = sock
+        self.pending = pending  # bytes read past the handshake
+
+    @classmethod
+    def connect(cls, client: Client, path: str, timeout: float = 60) -> "WebSocket":
+        sock = socket.create_connection(("127.0.0.1", client.port), timeout=timeout)
+        key = base64.b64encode(os.urandom(16)).decode()
+        sock.sendall((f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                      f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+                      f"Authorization: Bearer {client.key}\r\n\r\n").encode())
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(4096)
+            if not chunk:
+                sock.close()
+                raise ConnectionError(f"connection closed during the handshake: {data!r}")
+            data += chunk
+        head, rest = data.split(b"\r\n\r\n", 1)
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+        if status != 101:
+            length = int(headers.get("content-length", "0"))
+            while len(rest) < length and (chunk := sock.recv(4096)):
+                rest += chunk
+            sock.close()
+            raise WebSocketRefused(Response(status, headers, rest[:length]))
+        accept = base64.b64encode(hashlib.sha1((key + cls.GUID).encode()).digest()).decode()
+        assert headers.get("sec-websocket-accept") == accept, headers
+        return cls(sock, rest)
+
+    def _read(self, n: int) -> bytes:
+        while len(self.pending) < n:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("connection closed")
+            self.pending += chunk
+        data, self.pending = self.pending[:n], self.pending[n:]
+        return data
+
+    def send_frame(self, opcode: int, payload: bytes = b""):
+        header = bytes([0x80 | opcode])
+        n = len(payload)
+        if n < 126:
+            header += bytes([0x80 | n])
+        elif n < 1 << 16:
+            header += bytes([0x80 | 126]) + struct.pack("!H", n)
+        else:
+            header += bytes([0x80 | 127]) + struct.pack("!Q", n)
+        mask = os.urandom(4)
+        masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+        self.sock.sendall(header + mask + masked)
+
+    def send_binary(self, data: bytes):
+        self.send_frame(self.OP_BINARY, data)
+
+    def send_text(self, text: str):
+        self.send_frame(self.OP_TEXT, text.encode())
+
+    def send_json(self, message: dict):
+        self.send_text(json.dumps(message))
+
+    def recv(self) -> tuple[int, bytes]:
+        """The next message: (OP_TEXT | OP_BINARY, payload) or (OP_CLOSE, close payload)."""
+        message, message_op = b"", None
+        while True:
+            b0, b1 = self._read(2)
+            opcode, n = b0 & 0x0F, b1 & 0x7F
+            if n == 126:
+                n = struct.unpack("!H", self._read(2))[0]
+            elif n == 127:
+                n = struct.unpack("!Q", self._read(8))[0]
+            mask = self._read(4) if b1 & 0x80 else None
+            payload = self._read(n)
+            if mask:
+                payload = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+            if opcode == self.OP_PING:
+                self.send_frame(self.OP_PONG, payload)
+                continue
+            if opcode == self.OP_PONG:
+                continue
+            if opcode == self.OP_CLOSE:
+                return opcode, payload
+            if opcode != self.OP_CONT:
+                message_op = opcode
+            message += payload
+            if b0 & 0x80:
+                return message_op, message
+
+    def close(self, code: int = 1000):
+        """Sends a close frame and waits for the server's; then closes the socket."""
+        try:
+            self.send_frame(self.OP_CLOSE, struct.pack("!H", code))
+            while self.recv()[0] != self.OP_CLOSE:
+                pass
+        except OSError:
+            pass
+        self.sock.close()

@@ -2,6 +2,8 @@
 
 import re
 
+import harness
+
 from harness import assert_error_shape
 
 SERVED_PATHS = ["/healthz", "/metrics", "/openapi.json", "/v1/sandboxes", "/v1/sandboxes/{id}",
@@ -34,13 +36,18 @@ def test_metrics_is_prometheus_text_with_running_sandboxes(client, sandbox_facto
     for line in text.splitlines():
         if line and not line.startswith("#"):
             assert sample.match(line), f"not a Prometheus sample line: {line!r}"
-    running_before = metric_value(text, "bulkhead_sandboxes_running")
-    assert running_before >= 1
-    # The gauge follows reality.
+    assert metric_value(text, "bulkhead_sandboxes_running") >= 1
+
+    # The gauge follows reality: it counts the sandboxes the API lists. (Compared with the
+    # list rather than a remembered number: an earlier test's sandbox may expire meanwhile.)
+    def gauge_matches_list():
+        gauge = metric_value(client.get("/metrics").body.decode(), "bulkhead_sandboxes_running")
+        return gauge == len(client.list())
+
     extra = sandbox_factory()
-    assert metric_value(client.get("/metrics").body.decode(), "bulkhead_sandboxes_running") == running_before + 1
+    assert harness.wait_until(gauge_matches_list, timeout=10)
     client.remove(extra["id"])
-    assert metric_value(client.get("/metrics").body.decode(), "bulkhead_sandboxes_running") == running_before
+    assert harness.wait_until(gauge_matches_list, timeout=10)
 
 
 def test_openapi_document_describes_every_served_path(client):
