@@ -64,6 +64,12 @@ void Session::OnEvent(SessionFd which, uint32_t events) {
     case SessionFd::kSocket:
       // The peer left (or the socket broke): before kExit this kills the command (destructor).
       if (events & (EPOLLHUP | EPOLLERR)) {
+        // Frames an attach client sent just before it left still apply (a signal, the last
+        // stdin): read what is buffered first. Bounded: the peer can send no more.
+        for (int reads = 0; state_ == State::kAttached && reads < 64; ++reads) {
+          if (in_.Read(socket_.fd.get()) != IncomingFrames::ReadResult::kData) break;
+          HandleBufferedFrames();
+        }
         state_ = State::kFinished;
         return;
       }
