@@ -337,10 +337,15 @@ def test_watch_reports_changes_in_nested_directories(client, sandbox):
         assert watch.response.status == 200
         assert watch.response.getheader("content-type") == "application/x-ndjson"
         # Everything after the 200 is reported: no sleep needed before changing things.
-        client.sh(sandbox, "cd /workspace/w && mkdir -p new/deeper && echo hi > new/deeper/file && "
+        # inotify cannot report what happens inside a new directory before its watch exists
+        # (the worker then reports the files it finds there as created): wait for the
+        # directory's event before changing things inside it.
+        client.sh(sandbox, "mkdir -p /workspace/w/new/deeper")
+        events = watch.events_until(lambda e: e.get("path") == "/workspace/w/new/deeper")
+        client.sh(sandbox, "cd /workspace/w && echo hi > new/deeper/file && "
                            "chmod 600 new/deeper/file && echo more >> existing/log && mv existing/log existing/log2 && "
                            "rm new/deeper/file && touch done")
-        events = watch.events_until(lambda e: e.get("path") == "/workspace/w/done")
+        events += watch.events_until(lambda e: e.get("path") == "/workspace/w/done")
     finally:
         watch.close()
     seen = {(e["type"], e["path"]) for e in events}
