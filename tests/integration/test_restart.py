@@ -1,5 +1,6 @@
 """Sandboxes outlive their daemon: a new daemon on the same state dir re-attaches to them."""
 
+import json
 import signal
 import uuid
 
@@ -46,3 +47,35 @@ def test_sandbox_survives_daemon_restart(daemon_factory, stop_signal):
         host_processes_in_uid_range(first_uid, count)
     assert cgroup_dirs_of(sandbox_id) == []
     assert not (daemon.state_dir / "sandboxes" / sandbox_id).exists()
+
+
+def test_background_processes_and_their_output_survive_a_daemon_kill(daemon_factory):
+    """Processes and their output rings live in the sandbox's init, not in the daemon: after a
+    SIGKILL and a restart the same process is listed, its output reads from offset 0, and a
+    follower picks up where it left off."""
+    daemon = daemon_factory()
+    daemon.start()
+    client = daemon.client()
+    sandbox_id = client.create()["id"]
+    r = client.post(f"/v1/sandboxes/{sandbox_id}/processes",
+                    {"cmd": "echo before; read line; echo got $line", "tag": "survivor"})
+    assert r.status == 201, r
+    pid = r.json()["pid"]
+    assert wait_until(lambda: client.get(f"/v1/sandboxes/{sandbox_id}/processes/{pid}").json()["stdout_offset"] >= 7,
+                      timeout=10)
+
+    daemon.stop(signal.SIGKILL)
+    daemon.start()
+    client = daemon.client()
+
+    process = client.get(f"/v1/sandboxes/{sandbox_id}/processes/survivor").json()
+    assert (process["pid"], process["state"]) == (pid, "running")
+    r = client.post(f"/v1/sandboxes/{sandbox_id}/processes/{pid}/stdin", {"data": "hello\n"})
+    assert r.status == 204, r
+    r = client.get(f"/v1/sandboxes/{sandbox_id}/processes/{pid}/output?follow=true")
+    assert r.status == 200, r
+    events = [json.loads(line) for line in r.body.splitlines()]
+    text = "".join(e.get("data", "") for e in events if e["type"] == "stdout")
+    assert text == "before\ngot hello\n", events
+    assert events[-1]["type"] == "exit" and events[-1]["exit_code"] == 0, events
+    client.remove(sandbox_id)
