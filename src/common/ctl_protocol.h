@@ -84,6 +84,19 @@
 //   "pty": {"cols": 80, "rows": 24} | null,
 //   "stdout_offset": N, "stderr_offset": M,     (bytes each stream produced so far)
 //   "stdout_start": A, "stderr_start": B}       (oldest offsets the ring still holds)
+// Details of background processes:
+//   - A process shows "exited" (with exit_code, exited_at, and kExit on attach) once it was
+//     reaped and its output read to EOF or the 100 ms grace; until then it shows "running".
+//   - A non-follow attach sends the output that existed when it attached, then kEnd (kExit
+//     if the process has finished by then).
+//   - With "output": false the connection only drives the process and stays open until the
+//     daemon closes it; with "follow" it still gets kExit when the process ends.
+//   - kPong on an attach means every earlier frame was applied: kStdin data sits in the
+//     process's stdin buffer and reaches it in order. Frames sent just before the daemon
+//     hangs up are still applied.
+//   - kStdinClose on a pty writes the terminal's EOF character (^D); later kStdin still goes in.
+//   - If a new process gets the pid of a listed exited one, the old entry is dropped. Tags
+//     are not checked for uniqueness here (the daemon does that).
 // Output offsets count the bytes of one stream since the process started. Each background
 // process keeps its output in a ring of kProcessRingBytes (both streams together); older
 // output is dropped as new output arrives. init keeps at most kMaxExitedProcesses exited
