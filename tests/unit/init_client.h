@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <thread>
@@ -50,6 +51,16 @@ inline bool WaitUntilGone(pid_t pid, std::chrono::milliseconds limit = std::chro
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return ProcessGone(pid);
+}
+
+// Resident memory of a process, in KiB.
+inline long RssKib(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return -1;
 }
 
 class Client {
@@ -89,6 +100,8 @@ class Client {
   }
 
   void Close() { fd_.reset(); }
+  // Unblocks a thread stuck in Send.
+  void Shutdown() { ::shutdown(fd_.get(), SHUT_RDWR); }
 
  private:
   bool ReadExactly(void* buf, size_t size, std::chrono::milliseconds timeout) {
@@ -113,8 +126,9 @@ class Client {
 // runs as a child subreaper.
 class RunningInit {
  public:
-  // Empty on success, else what went wrong.
-  std::string Start(const std::string& dir) {
+  // Empty on success, else what went wrong. A `leaked_fd` >= 0 is left open (on /dev/null) in
+  // init, as a descriptor leaked into it that no command may see.
+  std::string Start(const std::string& dir, int leaked_fd = -1) {
     socket_path_ = dir + "/ctl.sock";
     std::filesystem::path binary = InitBinary();
     if (!std::filesystem::exists(binary)) return binary.string() + " is not built";
@@ -132,6 +146,7 @@ class RunningInit {
       int null_fd = ::open("/dev/null", O_RDWR);
       ::dup2(null_fd, 0);
       ::dup2(null_fd, 1);
+      if (leaked_fd >= 0) ::dup2(null_fd, leaked_fd);
       if (listener.get() == ctl::kListenFd) {
         ::fcntl(ctl::kListenFd, F_SETFD, 0);
       } else {
@@ -150,14 +165,14 @@ class RunningInit {
     return {};
   }
 
-  // SIGTERM; returns init's wait status, or -1 if it was not running.
+  // SIGTERM; returns init's wait status, or -1 if it was not running or could not be signalled
+  // or waited for.
   int Stop() {
     if (pid_ <= 0) return -1;
-    ::kill(pid_, SIGTERM);
     int status = 0;
-    ::waitpid(pid_, &status, 0);
+    bool stopped = ::kill(pid_, SIGTERM) == 0 && ::waitpid(pid_, &status, 0) == pid_;
     pid_ = -1;
-    return status;
+    return stopped ? status : -1;
   }
 
   pid_t pid() const { return pid_; }

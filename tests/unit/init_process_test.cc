@@ -5,7 +5,6 @@
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <regex>
 #include <sstream>
@@ -26,18 +25,9 @@ using init_testing::Client;
 using init_testing::Clock;
 using init_testing::Frame;
 using init_testing::ProcessGone;
+using init_testing::RssKib;
 using init_testing::WaitUntilGone;
 using nlohmann::json;
-
-// Resident memory of a process, in KiB.
-long RssKib(pid_t pid) {
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  }
-  return -1;
-}
 
 json Command(std::vector<std::string> argv) { return json{{"argv", argv}, {"env", json::array()}, {"cwd", "/"}}; }
 

@@ -1,15 +1,9 @@
 // bulkhead-init, run for real: the test starts the binary (built next to unit-tests) with a
 // listening socket on fd 3, as the native runtime does, and speaks ctl_protocol.h to it. Init
 // is not PID 1 here, so it runs as a child subreaper.
-#include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -21,54 +15,21 @@
 #include <vector>
 
 #include <gtest/gtest.h>
-
-#include "common/read_file.h"
 #include <nlohmann/json.hpp>
 
 #include "common/ctl_protocol.h"
-#include "common/unique_fd.h"
+#include "common/read_file.h"
+#include "init_client.h"
 
 namespace bulkhead {
 namespace {
 
+using init_testing::Client;
+using init_testing::Clock;
+using init_testing::ProcessGone;
+using init_testing::RssKib;
+using init_testing::WaitUntilGone;
 using nlohmann::json;
-using Clock = std::chrono::steady_clock;
-
-struct Frame {
-  uint8_t type;
-  std::string payload;
-};
-
-std::filesystem::path InitBinary() {
-  return std::filesystem::read_symlink("/proc/self/exe").parent_path() / "bulkhead-init";
-}
-
-// True once `pid` is gone or a zombie: it no longer runs.
-bool ProcessGone(pid_t pid) {
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
-  std::string text = ReadSmallFile("/proc/" + std::to_string(pid) + "/stat").value_or("");
-  size_t paren = text.rfind(')');
-  return paren == std::string::npos || (paren + 2 < text.size() && text[paren + 2] == 'Z');
-}
-
-bool WaitUntilGone(pid_t pid, std::chrono::milliseconds limit = std::chrono::seconds(5)) {
-  auto deadline = Clock::now() + limit;
-  while (Clock::now() < deadline) {
-    if (ProcessGone(pid)) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return ProcessGone(pid);
-}
-
-// Resident memory of a process, in KiB.
-long RssKib(pid_t pid) {
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  }
-  return -1;
-}
 
 // The parent pid of `pid` from /proc, or -1.
 pid_t ParentOf(pid_t pid) {
@@ -81,66 +42,6 @@ pid_t ParentOf(pid_t pid) {
   rest >> state >> ppid;
   return ppid;
 }
-
-class Client {
- public:
-  explicit Client(const std::string& path) {
-    fd_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
-    connected_ = ::connect(fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  }
-  bool connected() const { return connected_; }
-
-  void SendRaw(const std::string& bytes) {
-    size_t off = 0;
-    while (off < bytes.size()) {
-      ssize_t n = ::send(fd_.get(), bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
-      if (n <= 0) return;
-      off += size_t(n);
-    }
-  }
-  void Send(uint8_t type, const std::string& payload = {}) {
-    uint8_t header[ctl::kHeaderSize];
-    ctl::EncodeHeader(header, type, uint32_t(payload.size()));
-    SendRaw(std::string(reinterpret_cast<char*>(header), sizeof(header)) + payload);
-  }
-  void SendExec(const json& request) { Send(ctl::kExec, request.dump()); }
-
-  // The next frame, or nothing on EOF or after `timeout` without one.
-  std::optional<Frame> Read(std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
-    uint8_t header[ctl::kHeaderSize];
-    if (!ReadExactly(header, sizeof(header), timeout)) return std::nullopt;
-    int64_t len = ctl::DecodePayloadLength(header);
-    if (len < 0) return std::nullopt;
-    Frame frame{header[4], std::string(size_t(len), '\0')};
-    if (len > 0 && !ReadExactly(frame.payload.data(), size_t(len), timeout)) return std::nullopt;
-    return frame;
-  }
-
-  void Close() { fd_.reset(); }
-  // Unblocks a thread stuck in Send.
-  void Shutdown() { ::shutdown(fd_.get(), SHUT_RDWR); }
-
- private:
-  bool ReadExactly(void* buf, size_t size, std::chrono::milliseconds timeout) {
-    auto deadline = Clock::now() + timeout;
-    size_t got = 0;
-    while (got < size) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      pollfd pfd{fd_.get(), POLLIN, 0};
-      if (left <= 0 || ::poll(&pfd, 1, int(left)) <= 0) return false;
-      ssize_t n = ::recv(fd_.get(), static_cast<char*>(buf) + got, size - got, 0);
-      if (n <= 0) return false;
-      got += size_t(n);
-    }
-    return true;
-  }
-
-  UniqueFd fd_;
-  bool connected_ = false;
-};
 
 // Everything a command sent, up to its last frame.
 struct Outcome {
@@ -171,6 +72,8 @@ Outcome ReadUntilEnd(Client& client, std::chrono::milliseconds timeout = std::ch
   return outcome;
 }
 
+void SendExec(Client& client, const json& request) { client.Send(ctl::kExec, request.dump()); }
+
 json Exec(std::vector<std::string> argv) { return json{{"argv", argv}, {"env", json::array()}, {"cwd", "/"}}; }
 
 class InitTest : public ::testing::Test {
@@ -179,49 +82,15 @@ class InitTest : public ::testing::Test {
     char dir_template[] = "/tmp/bulkhead-init-test-XXXXXX";
     ASSERT_NE(::mkdtemp(dir_template), nullptr);
     dir_ = dir_template;
-    socket_path_ = dir_ + "/ctl.sock";
-
-    std::filesystem::path binary = InitBinary();
-    ASSERT_TRUE(std::filesystem::exists(binary)) << binary << " is not built";
-
-    UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", socket_path_.c_str());
-    ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    ASSERT_EQ(::listen(listener.get(), 64), 0);
-
-    init_pid_ = ::fork();
-    ASSERT_GE(init_pid_, 0);
-    if (init_pid_ == 0) {
-      // As the runtime hands it over: 0-2 on /dev/null, the listener on fd 3. Fd 9 is a
-      // deliberately leaked descriptor: no command may see it (nor fd 3).
-      int null_fd = ::open("/dev/null", O_RDWR);
-      ::dup2(null_fd, 0);
-      ::dup2(null_fd, 1);
-      ::dup2(null_fd, 9);
-      if (listener.get() == ctl::kListenFd) {
-        ::fcntl(ctl::kListenFd, F_SETFD, 0);
-      } else {
-        ::dup2(listener.get(), ctl::kListenFd);
-      }
-      std::string path = binary.string();
-      char* argv[] = {const_cast<char*>("bulkhead-init"), nullptr};
-      ::execv(path.c_str(), argv);
-      ::_exit(127);
-    }
-    // Ready once it answers: a SIGTERM before its signal setup would simply kill it.
-    Client client(socket_path_);
-    client.Send(ctl::kPing);
-    auto pong = client.Read();
-    ASSERT_TRUE(pong && pong->type == ctl::kPong) << "bulkhead-init did not answer a ping";
+    // Fd 9 is a deliberately leaked descriptor: no command may see it (nor init's listener, fd 3).
+    std::string failure = init_.Start(dir_, 9);
+    ASSERT_EQ(failure, "");
+    socket_path_ = init_.socket_path();
   }
 
   void TearDown() override {
-    if (init_pid_ > 0) {
-      ::kill(init_pid_, SIGTERM);
-      int status = 0;
-      ::waitpid(init_pid_, &status, 0);
+    if (init_.pid() > 0) {
+      int status = init_.Stop();
       EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "init did not exit 0 on SIGTERM";
     }
     std::filesystem::remove_all(dir_);
@@ -230,13 +99,13 @@ class InitTest : public ::testing::Test {
   Outcome Run(const json& request) {
     Client client(socket_path_);
     EXPECT_TRUE(client.connected());
-    client.SendExec(request);
+    SendExec(client, request);
     return ReadUntilEnd(client);
   }
 
   std::string dir_;
+  init_testing::RunningInit init_;
   std::string socket_path_;
-  pid_t init_pid_ = -1;
 };
 
 TEST_F(InitTest, EchoPrintsOutputAndExitsZero) {
@@ -272,7 +141,7 @@ TEST_F(InitTest, StdinRoundTripsThroughCat) {
   Client client(socket_path_);
   json request = Exec({"cat"});
   request["stdin"] = true;
-  client.SendExec(request);
+  SendExec(client, request);
   // Megabytes, written while output is read, so both directions hit their bounds.
   std::string input;
   for (int i = 0; input.size() < 4 * 1024 * 1024; ++i) input += "line " + std::to_string(i) + "\n";
@@ -350,7 +219,7 @@ TEST_F(InitTest, RunsAsRequestedUserAndGroup) {
 TEST_F(InitTest, CommandDoesNotInheritInitsOomScore) {
   // The runtime gives init its own OOM score; commands must start from 0. (Raising the score
   // needs no privilege, lowering may, so the test raises it.)
-  std::string score_file = "/proc/" + std::to_string(init_pid_) + "/oom_score_adj";
+  std::string score_file = "/proc/" + std::to_string(init_.pid()) + "/oom_score_adj";
   std::ofstream(score_file) << "500";
   std::string init_score;
   std::ifstream(score_file) >> init_score;
@@ -409,7 +278,7 @@ TEST_F(InitTest, TimeoutKillsWholeProcessGroup) {
 
 TEST_F(InitTest, DisconnectKillsCommand) {
   Client client(socket_path_);
-  client.SendExec(Exec({"sh", "-c", "echo ready; exec sleep 1000"}));
+  SendExec(client, Exec({"sh", "-c", "echo ready; exec sleep 1000"}));
   auto started = client.Read();
   ASSERT_TRUE(started && started->type == ctl::kStarted);
   pid_t pid = json::parse(started->payload)["pid"].get<pid_t>();
@@ -421,7 +290,7 @@ TEST_F(InitTest, DisconnectKillsCommand) {
 
 TEST_F(InitTest, SignalFrameSignalsTheCommand) {
   Client client(socket_path_);
-  client.SendExec(Exec({"sleep", "1000"}));
+  SendExec(client, Exec({"sleep", "1000"}));
   auto started = client.Read();
   ASSERT_TRUE(started && started->type == ctl::kStarted);
   client.Send(ctl::kSignal, json{{"signal", 15}}.dump());
@@ -435,10 +304,10 @@ TEST_F(InitTest, SignalFrameSignalsTheCommand) {
 TEST_F(InitTest, LargeOutputArrivesIntactWithBoundedMemory) {
   constexpr size_t kTotal = 50u * 1024 * 1024;
   Client client(socket_path_);
-  client.SendExec(Exec({"sh", "-c", "yes abcdefghij | head -c " + std::to_string(kTotal)}));
+  SendExec(client, Exec({"sh", "-c", "yes abcdefghij | head -c " + std::to_string(kTotal)}));
   // Not reading for a while: the producer must be held back, not buffered inside init.
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  long rss_while_blocked = RssKib(init_pid_);
+  long rss_while_blocked = RssKib(init_.pid());
 
   size_t total = 0;
   bool pattern_ok = true;
@@ -455,7 +324,7 @@ TEST_F(InitTest, LargeOutputArrivesIntactWithBoundedMemory) {
       break;
     }
   }
-  long rss_after = RssKib(init_pid_);
+  long rss_after = RssKib(init_.pid());
   EXPECT_EQ(total, kTotal);
   EXPECT_TRUE(pattern_ok);
   ASSERT_TRUE(exit);
@@ -485,7 +354,7 @@ TEST_F(InitTest, OrphansAreReparentedToInitAndReaped) {
   Outcome outcome = Run(Exec({"sh", "-c", "(sleep 0.3 >/dev/null 2>&1 & echo $!)"}));
   ASSERT_TRUE(outcome.exit);
   pid_t orphan = std::stoi(outcome.out);
-  EXPECT_EQ(ParentOf(orphan), init_pid_);
+  EXPECT_EQ(ParentOf(orphan), init_.pid());
   auto deadline = Clock::now() + std::chrono::seconds(5);
   while (::kill(orphan, 0) == 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(::kill(orphan, 0), -1) << "the orphan was not reaped (still a zombie?)";
@@ -519,7 +388,7 @@ TEST_F(InitTest, MalformedFrameGetsErrorAndInitKeepsServing) {
   auto pong = client.Read();
   ASSERT_TRUE(pong);
   EXPECT_EQ(pong->type, ctl::kPong);
-  EXPECT_EQ(::kill(init_pid_, 0), 0);
+  EXPECT_EQ(::kill(init_.pid(), 0), 0);
 }
 
 TEST_F(InitTest, PingIsAnsweredOnTheSameConnection) {
@@ -535,14 +404,12 @@ TEST_F(InitTest, PingIsAnsweredOnTheSameConnection) {
 
 TEST_F(InitTest, SigtermKillsCommandsAndExitsZero) {
   Client client(socket_path_);
-  client.SendExec(Exec({"sleep", "1000"}));
+  SendExec(client, Exec({"sleep", "1000"}));
   auto started = client.Read();
   ASSERT_TRUE(started && started->type == ctl::kStarted);
   pid_t pid = json::parse(started->payload)["pid"].get<pid_t>();
-  ASSERT_EQ(::kill(init_pid_, SIGTERM), 0);
-  int status = 0;
-  ASSERT_EQ(::waitpid(init_pid_, &status, 0), init_pid_);
-  init_pid_ = -1;
+  int status = init_.Stop();
+  ASSERT_NE(status, -1) << "init could not be signalled or waited for";
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   EXPECT_TRUE(WaitUntilGone(pid));
 }
