@@ -237,11 +237,9 @@ asio::awaitable<void> ServeFiles(HttpExchange& exchange, core::SandboxManager& m
 
   Result<FileRequest> request = MakeError(ErrorCode::kInternal, "unparsed");
   if (op == FileOp::kMkdir || op == FileOp::kMove) {
-    Result<std::string> body = co_await exchange.ReadBody(kMaxJsonBody);
-    if (!body.ok()) co_return co_await exchange.SendError(body.error());
-    Result<json> parsed = ParseJsonObject(*body);
-    if (!parsed.ok()) co_return co_await exchange.SendError(parsed.error());
-    request = ParseFileBody(op, *parsed, query);
+    std::optional<json> body = co_await exchange.ReadJsonObject(kMaxJsonBody);
+    if (!body) co_return;
+    request = ParseFileBody(op, *body, query);
   } else {
     request = ParseFileQuery(op, query);
   }

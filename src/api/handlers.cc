@@ -80,20 +80,6 @@ asio::awaitable<void> ApiHandlers::Handle(HttpExchange& exchange, const RouteMat
   co_await exchange.SendError(MakeError(ErrorCode::kInternal, "unhandled route"));
 }
 
-asio::awaitable<std::optional<json>> ApiHandlers::ReadJson(HttpExchange& exchange, uint64_t limit) {
-  Result<std::string> body = co_await exchange.ReadBody(limit);
-  if (!body.ok()) {
-    co_await exchange.SendError(body.error());
-    co_return std::nullopt;
-  }
-  Result<json> parsed = ParseJsonObject(*body);
-  if (!parsed.ok()) {
-    co_await exchange.SendError(parsed.error());
-    co_return std::nullopt;
-  }
-  co_return std::move(parsed.value());
-}
-
 asio::awaitable<void> ApiHandlers::Healthz(HttpExchange& exchange) {
   const json body = {{"status", "ok"}, {"version", BULKHEAD_VERSION}};
   co_await exchange.SendJson(http::status::ok, body);
@@ -109,7 +95,7 @@ asio::awaitable<void> ApiHandlers::OpenApi(HttpExchange& exchange) {
 }
 
 asio::awaitable<void> ApiHandlers::CreateSandbox(HttpExchange& exchange) {
-  std::optional<json> body = co_await ReadJson(exchange);
+  std::optional<json> body = co_await exchange.ReadJsonObject(kMaxJsonBody);
   if (!body) co_return;
   Result<core::SandboxSpec> spec = ParseSandboxSpec(*body, context_.host);
   if (!spec.ok()) co_return co_await exchange.SendError(spec.error());
@@ -148,7 +134,7 @@ asio::awaitable<void> ApiHandlers::DeleteSandbox(HttpExchange& exchange, const s
 
 asio::awaitable<void> ApiHandlers::SetSandboxTimeout(HttpExchange& exchange, const std::string& id) {
   if (!IsValidSandboxId(id)) co_return co_await exchange.SendError(SandboxNotFound(id));
-  std::optional<json> body = co_await ReadJson(exchange);
+  std::optional<json> body = co_await exchange.ReadJsonObject(kMaxJsonBody);
   if (!body) co_return;
   Result<int64_t> timeout_s = ParseTimeoutUpdate(*body);
   if (!timeout_s.ok()) co_return co_await exchange.SendError(timeout_s.error());
@@ -161,7 +147,7 @@ asio::awaitable<void> ApiHandlers::SetSandboxTimeout(HttpExchange& exchange, con
 
 asio::awaitable<void> ApiHandlers::Exec(HttpExchange& exchange, const std::string& id) {
   if (!IsValidSandboxId(id)) co_return co_await exchange.SendError(SandboxNotFound(id));
-  std::optional<json> body = co_await ReadJson(exchange, kMaxExecBody);
+  std::optional<json> body = co_await exchange.ReadJsonObject(kMaxExecBody);
   if (!body) co_return;
   Result<ExecOptions> options = ParseExecOptions(*body);
   if (!options.ok()) co_return co_await exchange.SendError(options.error());

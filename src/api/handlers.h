@@ -52,10 +52,6 @@ class ApiHandlers {
   boost::asio::awaitable<void> DeleteImage(HttpExchange& exchange, const std::string& name);
   boost::asio::awaitable<void> NotImplemented(HttpExchange& exchange, const RouteMatch& route);
 
-  // Reads and parses a JSON object body; on failure the error is already answered.
-  boost::asio::awaitable<std::optional<nlohmann::json>> ReadJson(HttpExchange& exchange,
-                                                                  uint64_t limit = kMaxJsonBody);
-
   HandlerContext context_;
   ProcessHandlers processes_{context_.manager};
 };

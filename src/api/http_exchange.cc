@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "api/json_output.h"
+#include "api/validate.h"
 
 // g++ 12 reports a false -Wmismatched-new-delete on asio's coroutine frames, whose
 // awaitable_frame_base brings its own matching operator new and delete.
@@ -209,6 +210,20 @@ asio::awaitable<void> HttpExchange::SendNoContent() {
   stream_.expires_after(kWriteTimeout);
   co_await http::async_write(stream_, response, asio::redirect_error(asio::use_awaitable, ec));
   if (ec) keep_alive_ = false;
+}
+
+asio::awaitable<std::optional<nlohmann::json>> HttpExchange::ReadJsonObject(uint64_t limit) {
+  Result<std::string> body = co_await ReadBody(limit);
+  if (!body.ok()) {
+    co_await SendError(body.error());
+    co_return std::nullopt;
+  }
+  Result<nlohmann::json> parsed = ParseJsonObject(*body);
+  if (!parsed.ok()) {
+    co_await SendError(parsed.error());
+    co_return std::nullopt;
+  }
+  co_return std::move(parsed.value());
 }
 
 asio::awaitable<bool> HttpExchange::BeginChunked(http::status status, std::string_view content_type) {

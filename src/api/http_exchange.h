@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>  // before boost/asio/awaitable.hpp (Boost 1.74 uses std::exchange unincluded)
@@ -55,6 +56,9 @@ class HttpExchange {
 
   // Reads the whole body into memory; 413 if it is (or announces to be) over `limit`.
   boost::asio::awaitable<Result<std::string>> ReadBody(uint64_t limit);
+  // Reads the body as a JSON object. On failure (413 over `limit`, 400 malformed) the error
+  // is already answered and the result is empty.
+  boost::asio::awaitable<std::optional<nlohmann::json>> ReadJsonObject(uint64_t limit);
   // Streams the body into `fd`, never holding more than a small buffer; 413 over `limit`.
   // Each read has its own deadline, so a large upload may take as long as it keeps moving.
   // Answers the number of bytes written.

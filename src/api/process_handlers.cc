@@ -53,21 +53,6 @@ std::string ErrorLine(const Error& error) {
   return DumpJson(line) + "\n";
 }
 
-// Reads and parses a JSON object body; on failure the error is already answered.
-asio::awaitable<std::optional<json>> ReadJsonBody(HttpExchange& exchange, uint64_t limit) {
-  Result<std::string> body = co_await exchange.ReadBody(limit);
-  if (!body.ok()) {
-    co_await exchange.SendError(body.error());
-    co_return std::nullopt;
-  }
-  Result<json> parsed = ParseJsonObject(*body);
-  if (!parsed.ok()) {
-    co_await exchange.SendError(parsed.error());
-    co_return std::nullopt;
-  }
-  co_return std::move(parsed.value());
-}
-
 }  // namespace
 
 asio::awaitable<void> ProcessHandlers::Handle(HttpExchange& exchange, const RouteMatch& route,
@@ -101,7 +86,7 @@ void ProcessHandlers::ReleaseTag(const std::string& sandbox_id, const std::strin
 }
 
 asio::awaitable<void> ProcessHandlers::Create(HttpExchange& exchange, const std::string& id) {
-  std::optional<json> body = co_await ReadJsonBody(exchange, kMaxStartBody);
+  std::optional<json> body = co_await exchange.ReadJsonObject(kMaxStartBody);
   if (!body) co_return;
   Result<ProcessOptions> options = ParseProcessOptions(*body);
   if (!options.ok()) co_return co_await exchange.SendError(options.error());
@@ -219,7 +204,7 @@ asio::awaitable<void> ProcessHandlers::Control(HttpExchange& exchange, RouteId r
   PtySize size;
   if (route != RouteId::kProcessStdinClose) {
     std::optional<json> body =
-        co_await ReadJsonBody(exchange, route == RouteId::kProcessStdin ? kMaxExecBody : kMaxJsonBody);
+        co_await exchange.ReadJsonObject(route == RouteId::kProcessStdin ? kMaxExecBody : kMaxJsonBody);
     if (!body) co_return;
     Status parsed;
     if (route == RouteId::kProcessStdin) {
