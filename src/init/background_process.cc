@@ -1,13 +1,10 @@
 #include "init/background_process.h"
 
-#include <errno.h>
 #include <signal.h>
-#include <sys/ioctl.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdio>
 
 #include "init/exit_report.h"
@@ -17,12 +14,6 @@ namespace bulkhead::init {
 namespace {
 
 using nlohmann::json;
-
-size_t BytesInPipe(const PolledFd& pipe) {
-  int bytes = 0;
-  if (!pipe.fd || ::ioctl(pipe.fd.get(), FIONREAD, &bytes) != 0 || bytes < 0) return 0;
-  return size_t(bytes);
-}
 
 timespec RealtimeNow() {
   timespec now;
@@ -55,10 +46,10 @@ BackgroundProcess::BackgroundProcess(uint64_t token_base, Poller& poller, Spawne
       pty_size_(request.pty),
       pty_(std::move(command.pty_fd)),
       started_at_(started),
-      started_at_real_(started_real) {
-  stdin_.fd = std::move(command.stdin_fd);
-  stdout_.fd = std::move(command.stdout_fd);
-  stderr_.fd = std::move(command.stderr_fd);
+      started_at_real_(started_real),
+      stdin_(poller, std::move(command.stdin_fd)),
+      stdout_(poller, std::move(command.stdout_fd)),
+      stderr_(poller, std::move(command.stderr_fd)) {
   if (request.timeout_ms > 0) ArmTimer(request.timeout_ms);
   UpdateInterest();
 }
@@ -66,20 +57,18 @@ BackgroundProcess::BackgroundProcess(uint64_t token_base, Poller& poller, Spawne
 BackgroundProcess::~BackgroundProcess() { Close(); }
 
 void BackgroundProcess::Close() {
-  poller_.Close(stdin_);
-  poller_.Close(stdout_);
-  poller_.Close(stderr_);
+  stdin_.Close();
+  stdout_.Close();
+  stderr_.Close();
   poller_.Close(timer_);
   pty_.reset();
-  stdin_pending_.clear();
-  stdin_written_ = 0;
 }
 
 void BackgroundProcess::OnEvent(ProcessFd which) {
   switch (which) {
     case ProcessFd::kStdout:
     case ProcessFd::kStderr: ReadOutput(which); break;
-    case ProcessFd::kStdin: WriteStdinNow(); break;
+    case ProcessFd::kStdin: stdin_.WriteNow(); break;
     case ProcessFd::kTimer: OnTimer(); break;
   }
   UpdateInterest();
@@ -93,75 +82,39 @@ bool BackgroundProcess::OnChildExit(pid_t pid, int wait_status) {
   exited_at_real_ = RealtimeNow();
 
   // Nobody is left to read stdin.
-  poller_.Close(stdin_);
-  stdin_pending_.clear();
-  stdin_written_ = 0;
+  stdin_.Close();
 
-  stdout_owed_ = BytesInPipe(stdout_);
-  stderr_owed_ = BytesInPipe(stderr_);
-  if (stdout_.fd || stderr_.fd) ArmTimer(kOutputGraceMs);
+  stdout_.OnCommandExit();
+  stderr_.OnCommandExit();
+  if (stdout_.open() || stderr_.open()) ArmTimer(kOutputGraceMs);
   UpdateInterest();
   return true;
 }
 
 void BackgroundProcess::ReadOutput(ProcessFd which) {
   bool is_stdout = which == ProcessFd::kStdout;
-  PolledFd& pipe = is_stdout ? stdout_ : stderr_;
-  size_t& owed = is_stdout ? stdout_owed_ : stderr_owed_;
-  if (!pipe.fd) return;
-
-  size_t max = output_grace_over_ ? std::min(kOutputChunk, owed) : kOutputChunk;
-  ssize_t n = max == 0 ? 0 : ::read(pipe.fd.get(), read_buffer, max);
-  if (n > 0) {
-    ring_.Append(is_stdout ? kStdoutStream : kStderrStream, std::string_view(read_buffer, size_t(n)));
-    owed -= std::min(owed, size_t(n));
-    if (output_grace_over_ && owed == 0) poller_.Close(pipe);
-  } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-    poller_.Close(pipe);  // EOF (EIO on a pty master): every writer is gone
-  }
+  (is_stdout ? stdout_ : stderr_).ReadWith([&](int fd, size_t max) {
+    ssize_t n = ::read(fd, read_buffer, max);
+    if (n > 0) ring_.Append(is_stdout ? kStdoutStream : kStderrStream, std::string_view(read_buffer, size_t(n)));
+    return n;
+  });
 }
 
 void BackgroundProcess::WriteStdin(std::string_view data) {
-  if (!stdin_.fd || stdin_close_requested_) return;
-  if (stdin_written_ > 0) {
-    stdin_pending_.erase(0, stdin_written_);
-    stdin_written_ = 0;
-  }
-  stdin_pending_.append(data);
-  WriteStdinNow();
+  if (!stdin_.accepting()) return;
+  stdin_.Append(data);
   UpdateInterest();
 }
 
 void BackgroundProcess::CloseStdin() {
-  if (!stdin_.fd || stdin_close_requested_) return;
+  if (!stdin_.accepting()) return;
   if (pty_) {
     char eof = PtyEofChar(pty_.get());
     WriteStdin(std::string_view(&eof, 1));
     return;
   }
-  stdin_close_requested_ = true;
-  WriteStdinNow();
+  stdin_.RequestClose();
   UpdateInterest();
-}
-
-void BackgroundProcess::WriteStdinNow() {
-  while (stdin_.fd && stdin_written_ < stdin_pending_.size()) {
-    ssize_t n = ::write(stdin_.fd.get(), stdin_pending_.data() + stdin_written_, stdin_pending_.size() - stdin_written_);
-    if (n > 0) {
-      stdin_written_ += size_t(n);
-    } else if (n < 0 && errno == EINTR) {
-      continue;
-    } else if (n < 0 && errno == EAGAIN) {
-      break;
-    } else {
-      poller_.Close(stdin_);  // the process closed its stdin: what it did not take is dropped
-    }
-  }
-  if (stdin_written_ == stdin_pending_.size() || !stdin_.fd) {
-    stdin_pending_.clear();
-    stdin_written_ = 0;
-  }
-  if (stdin_.fd && stdin_close_requested_ && stdin_pending_.empty()) poller_.Close(stdin_);
 }
 
 void BackgroundProcess::Signal(int signal) {
@@ -184,9 +137,8 @@ void BackgroundProcess::OnTimer() {
   }
   // The grace period after exit is over: something still holds the output open. Keep what
   // the process had written, then stop reading; the descendant keeps running.
-  output_grace_over_ = true;
-  if (stdout_owed_ == 0) poller_.Close(stdout_);
-  if (stderr_owed_ == 0) poller_.Close(stderr_);
+  stdout_.EndGrace();
+  stderr_.EndGrace();
 }
 
 void BackgroundProcess::ArmTimer(uint64_t milliseconds) {
@@ -203,12 +155,12 @@ void BackgroundProcess::UpdateInterest() {
     poller_.Close(timer_);
     pty_.reset();  // a finished process keeps its output, not its terminal
   }
-  constexpr uint32_t kIn = EPOLLIN, kOut = EPOLLOUT;
+  constexpr uint32_t kIn = EPOLLIN;
   auto token = [this](ProcessFd which) { return token_base_ | uint64_t(which); };
   // Output is always read: the ring, not the readers, decides what is kept.
-  poller_.Watch(stdout_, token(ProcessFd::kStdout), kIn);
-  poller_.Watch(stderr_, token(ProcessFd::kStderr), kIn);
-  poller_.Watch(stdin_, token(ProcessFd::kStdin), stdin_pending_.size() > stdin_written_ ? kOut : 0);
+  stdout_.Watch(token(ProcessFd::kStdout), kIn);
+  stderr_.Watch(token(ProcessFd::kStderr), kIn);
+  stdin_.Watch(token(ProcessFd::kStdin));
   poller_.Watch(timer_, token(ProcessFd::kTimer), kIn);
 }
 

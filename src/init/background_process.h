@@ -15,9 +15,11 @@
 #include "common/unique_fd.h"
 #include "init/command_limits.h"
 #include "init/exec_request.h"
+#include "init/output_pipe.h"
 #include "init/output_ring.h"
 #include "init/poller.h"
 #include "init/spawn.h"
+#include "init/stdin_feeder.h"
 
 namespace bulkhead::init {
 
@@ -37,7 +39,7 @@ class BackgroundProcess {
 
   pid_t pid() const { return pid_; }
   // Reaped, and its output read to the end (or to the grace limit): nothing more will change.
-  bool done() const { return exited_ && !stdout_.fd && !stderr_.fd; }
+  bool done() const { return exited_ && !stdout_.open() && !stderr_.open(); }
   const OutputRing& output() const { return ring_; }
 
   void OnEvent(ProcessFd which);
@@ -50,7 +52,7 @@ class BackgroundProcess {
   // character instead (the terminal stays usable).
   void CloseStdin();
   // The stdin buffer is full: attached connections stop taking frames until it drains.
-  bool stdin_full() const { return stdin_pending_.size() - stdin_written_ >= kStdinLimit; }
+  bool stdin_full() const { return stdin_.full(); }
   // To the process group, while the process runs.
   void Signal(int signal);
   // Ignored without a pty.
@@ -65,7 +67,6 @@ class BackgroundProcess {
 
  private:
   void ReadOutput(ProcessFd which);
-  void WriteStdinNow();
   void OnTimer();
   void ArmTimer(uint64_t milliseconds);
   void UpdateInterest();
@@ -83,14 +84,9 @@ class BackgroundProcess {
   int wait_status_ = 0;
   bool timed_out_ = false;
 
-  PolledFd stdin_, stdout_, stderr_, timer_;
-  std::string stdin_pending_;  // received, not yet taken by the pipe
-  size_t stdin_written_ = 0;   // bytes at the front of stdin_pending_ already written
-  bool stdin_close_requested_ = false;
-  // After the process exited: bytes that were in each pipe at that moment (see Session).
-  bool output_grace_over_ = false;
-  size_t stdout_owed_ = 0;
-  size_t stderr_owed_ = 0;
+  StdinFeeder stdin_;
+  OutputPipe stdout_, stderr_;
+  PolledFd timer_;
 
   OutputRing ring_;
 };

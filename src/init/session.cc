@@ -1,13 +1,10 @@
 #include "init/session.h"
 
-#include <errno.h>
 #include <signal.h>
-#include <sys/ioctl.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "common/ctl_protocol.h"
@@ -31,16 +28,10 @@ const char* ProtocolCode(ErrorCode code) {
   }
 }
 
-size_t BytesInPipe(const PolledFd& pipe) {
-  int bytes = 0;
-  if (!pipe.fd || ::ioctl(pipe.fd.get(), FIONREAD, &bytes) != 0 || bytes < 0) return 0;
-  return size_t(bytes);
-}
-
 }  // namespace
 
 Session::Session(uint64_t id, UniqueFd socket, Poller& poller, ProcessTable& processes)
-    : id_(id), poller_(poller), processes_(processes) {
+    : id_(id), poller_(poller), processes_(processes), stdin_(poller), stdout_(poller), stderr_(poller) {
   socket_.fd = std::move(socket);
   UpdateInterest();
 }
@@ -48,9 +39,9 @@ Session::Session(uint64_t id, UniqueFd socket, Poller& poller, ProcessTable& pro
 Session::~Session() {
   KillCommand();
   poller_.Close(socket_);
-  poller_.Close(stdin_);
-  poller_.Close(stdout_);
-  poller_.Close(stderr_);
+  stdin_.Close();
+  stdout_.Close();
+  stderr_.Close();
   poller_.Close(timer_);
 }
 
@@ -77,7 +68,7 @@ void Session::OnEvent(SessionFd which, uint32_t events) {
       break;
     case SessionFd::kStdout:
     case SessionFd::kStderr: ReadOutput(which); break;
-    case SessionFd::kStdin: WriteStdin(); break;
+    case SessionFd::kStdin: stdin_.WriteNow(); break;
     case SessionFd::kTimer: OnTimer(); break;
   }
   SendPending();
@@ -101,13 +92,11 @@ bool Session::OnChildExit(pid_t pid, int wait_status) {
   if (state_ != State::kRunning) return true;
 
   // Nobody is left to read stdin.
-  poller_.Close(stdin_);
-  stdin_pending_.clear();
-  stdin_written_ = 0;
+  stdin_.Close();
 
-  stdout_owed_ = BytesInPipe(stdout_);
-  stderr_owed_ = BytesInPipe(stderr_);
-  if (stdout_.fd || stderr_.fd) ArmTimer(kOutputGraceMs);
+  stdout_.OnCommandExit();
+  stderr_.OnCommandExit();
+  if (stdout_.open() || stderr_.open()) ArmTimer(kOutputGraceMs);
   FinishIfDone();
   SendPending();
   UpdateInterest();
@@ -173,13 +162,7 @@ void Session::HandleFrame(uint8_t type, std::string_view payload) {
     case State::kRunning:
       if (type == ctl::kStdin) {
         // Stdin sent after the command exited, after kStdinClose or with "stdin": false is dropped.
-        if (!stdin_.fd || stdin_close_requested_) return;
-        if (stdin_written_ > 0) {
-          stdin_pending_.erase(0, stdin_written_);
-          stdin_written_ = 0;
-        }
-        stdin_pending_.append(payload);
-        WriteStdin();
+        stdin_.Append(payload);
       } else if (type == ctl::kStdinClose) {
         if (pty_) {
           // A terminal's end of input is its EOF character; closing the master would hang it up.
@@ -187,8 +170,7 @@ void Session::HandleFrame(uint8_t type, std::string_view payload) {
           HandleFrame(ctl::kStdin, std::string_view(&eof, 1));
           return;
         }
-        stdin_close_requested_ = true;
-        WriteStdin();
+        stdin_.RequestClose();
       } else if (type == ctl::kResize) {
         auto size = ParsePtySize(payload);
         if (!size.ok()) {
@@ -226,17 +208,17 @@ void Session::StartCommand(std::string_view payload) {
   pid_ = command->pid;
   kill_on_close_ = true;
   state_ = State::kRunning;
-  stdin_.fd = std::move(command->stdin_fd);
-  stdout_.fd = std::move(command->stdout_fd);
-  stderr_.fd = std::move(command->stderr_fd);
+  stdin_.Open(std::move(command->stdin_fd));
+  stdout_.Open(std::move(command->stdout_fd));
+  stderr_.Open(std::move(command->stderr_fd));
   pty_ = std::move(command->pty_fd);
   out_.Append(ctl::kStarted, DumpJson(json{{"pid", pid_}}));
   if (request->timeout_ms > 0) ArmTimer(request->timeout_ms);
   if (pty_ && !request->stdin_enabled) {
     // The terminal is its stdin regardless; "stdin": false then means input ends at once.
-    stdin_pending_.push_back(PtyEofChar(pty_.get()));
-    stdin_close_requested_ = true;
-    WriteStdin();
+    char eof = PtyEofChar(pty_.get());
+    stdin_.Append(std::string_view(&eof, 1));
+    stdin_.RequestClose();
   }
 }
 
@@ -268,45 +250,12 @@ void Session::PumpAttachment() {
 }
 
 void Session::ReadOutput(SessionFd which) {
+  if (state_ != State::kRunning) return;
   bool is_stdout = which == SessionFd::kStdout;
-  PolledFd& pipe = is_stdout ? stdout_ : stderr_;
-  size_t& owed = is_stdout ? stdout_owed_ : stderr_owed_;
-  if (!pipe.fd || state_ != State::kRunning) return;
-
-  size_t max = output_grace_over_ ? std::min(kOutputChunk, owed) : kOutputChunk;
-  ssize_t n = max == 0 ? 0 : out_.AppendReadFrom(pipe.fd.get(), is_stdout ? ctl::kStdout : ctl::kStderr, max);
-  if (n > 0) {
-    owed -= std::min(owed, size_t(n));
-    if (output_grace_over_ && owed == 0) poller_.Close(pipe);
-  } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-    poller_.Close(pipe);  // EOF: every writer is gone
-  }
+  (is_stdout ? stdout_ : stderr_).ReadWith([&](int fd, size_t max) {
+    return out_.AppendReadFrom(fd, is_stdout ? ctl::kStdout : ctl::kStderr, max);
+  });
   FinishIfDone();
-}
-
-void Session::WriteStdin() {
-  while (stdin_.fd && stdin_written_ < stdin_pending_.size()) {
-    ssize_t n = ::write(stdin_.fd.get(), stdin_pending_.data() + stdin_written_, stdin_pending_.size() - stdin_written_);
-    if (n > 0) {
-      stdin_written_ += size_t(n);
-    } else if (n < 0 && errno == EINTR) {
-      continue;
-    } else if (n < 0 && errno == EAGAIN) {
-      break;
-    } else {
-      poller_.Close(stdin_);  // the command closed its stdin: what it did not take is dropped
-    }
-  }
-  if (stdin_written_ == stdin_pending_.size()) {
-    stdin_pending_.clear();
-    stdin_written_ = 0;
-  }
-  if (!stdin_.fd) {
-    stdin_pending_.clear();
-    stdin_written_ = 0;
-  } else if (stdin_close_requested_ && stdin_pending_.empty()) {
-    poller_.Close(stdin_);
-  }
 }
 
 void Session::OnTimer() {
@@ -320,9 +269,8 @@ void Session::OnTimer() {
   }
   // The grace period after exit is over: something still holds the pipes open. Deliver what
   // the command had written, then stop reading; the descendant keeps running.
-  output_grace_over_ = true;
-  if (stdout_owed_ == 0) poller_.Close(stdout_);
-  if (stderr_owed_ == 0) poller_.Close(stderr_);
+  stdout_.EndGrace();
+  stderr_.EndGrace();
   FinishIfDone();
 }
 
@@ -336,7 +284,7 @@ void Session::ArmTimer(uint64_t milliseconds) {
 }
 
 void Session::FinishIfDone() {
-  if (state_ != State::kRunning || !exited_ || stdout_.fd || stderr_.fd) return;
+  if (state_ != State::kRunning || !exited_ || stdout_.open() || stderr_.open()) return;
   out_.Append(ctl::kExit, DumpJson(ExitReport(wait_status_, timed_out_, started_at_, exited_at_)));
   kill_on_close_ = false;
   poller_.Close(timer_);
@@ -346,9 +294,9 @@ void Session::FinishIfDone() {
 void Session::FailWith(const Error& error) {
   KillCommand();
   kill_on_close_ = false;
-  poller_.Close(stdin_);
-  poller_.Close(stdout_);
-  poller_.Close(stderr_);
+  stdin_.Close();
+  stdout_.Close();
+  stderr_.Close();
   poller_.Close(timer_);
   out_.Append(ctl::kError, DumpJson(json{{"code", ProtocolCode(error.code)}, {"message", error.message}}));
   state_ = State::kClosing;
@@ -369,7 +317,7 @@ void Session::UpdateInterest() {
   switch (state_) {
     case State::kAwaitingFirstFrame:
     case State::kPinging: read_socket = out_.size() < kOutgoingLimit; break;  // pongs pile up otherwise
-    case State::kRunning: read_socket = stdin_pending_.size() - stdin_written_ < kStdinLimit; break;
+    case State::kRunning: read_socket = !stdin_.full(); break;
     case State::kAttached: read_socket = TakesFrames(); break;
     default: break;
   }
@@ -378,9 +326,9 @@ void Session::UpdateInterest() {
   poller_.Watch(socket_, Token(id_, SessionFd::kSocket), socket_events, /*report_hangup=*/true);
 
   bool room_for_output = out_.size() + ctl::kHeaderSize + kOutputChunk <= kOutgoingLimit;
-  poller_.Watch(stdout_, Token(id_, SessionFd::kStdout), room_for_output ? kIn : 0);
-  poller_.Watch(stderr_, Token(id_, SessionFd::kStderr), room_for_output ? kIn : 0);
-  poller_.Watch(stdin_, Token(id_, SessionFd::kStdin), stdin_pending_.size() > stdin_written_ ? kOut : 0);
+  stdout_.Watch(Token(id_, SessionFd::kStdout), room_for_output ? kIn : 0);
+  stderr_.Watch(Token(id_, SessionFd::kStderr), room_for_output ? kIn : 0);
+  stdin_.Watch(Token(id_, SessionFd::kStdin));
   poller_.Watch(timer_, Token(id_, SessionFd::kTimer), EPOLLIN);
 }
 

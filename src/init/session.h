@@ -14,8 +14,10 @@
 #include "init/attachment.h"
 #include "init/exec_request.h"
 #include "init/frame_buffer.h"
+#include "init/output_pipe.h"
 #include "init/poller.h"
 #include "init/process_table.h"
+#include "init/stdin_feeder.h"
 
 namespace bulkhead::init {
 
@@ -67,7 +69,6 @@ class Session {
   // Moves the attached process's output into the outgoing buffer while the socket takes it.
   void PumpAttachment();
   void ReadOutput(SessionFd which);
-  void WriteStdin();
   void OnTimer();
   void ArmTimer(uint64_t milliseconds);
   void FinishIfDone();
@@ -93,16 +94,10 @@ class Session {
   bool timed_out_ = false;
   timespec started_at_{};
   timespec exited_at_{};
-  PolledFd stdin_, stdout_, stderr_, timer_;
+  StdinFeeder stdin_;
+  OutputPipe stdout_, stderr_;
+  PolledFd timer_;
   UniqueFd pty_;  // the terminal's master, when the command runs on one; not polled
-  std::string stdin_pending_;  // received, not yet taken by the pipe
-  size_t stdin_written_ = 0;   // bytes at the front of stdin_pending_ already written
-  bool stdin_close_requested_ = false;
-  // After the command exited: bytes that were in each pipe at that moment. When a descendant
-  // keeps a pipe open, init still delivers these before giving up on the pipe.
-  bool output_grace_over_ = false;
-  size_t stdout_owed_ = 0;
-  size_t stderr_owed_ = 0;
 };
 
 }  // namespace bulkhead::init
