@@ -28,6 +28,7 @@
 #include "runtime/native/uid_range.h"
 #include "storage/storage.h"
 #include "store/state_db.h"
+#include "common/time_format.h"
 
 namespace bulkhead::core {
 namespace fs = std::filesystem;
@@ -38,15 +39,6 @@ namespace {
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-std::string Rfc3339(int64_t ms) {
-  std::time_t t = static_cast<std::time_t>(ms / 1000);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 // 20 characters of [a-z0-9]: unguessable (~103 bits) and short enough for socket paths.
@@ -238,7 +230,7 @@ Status SandboxManagerImpl::Recover() {
     sb->uid_base = row.uid_base;
     sb->init = init;
     sb->expires_ms = row.expires_at_ms;
-    if (row.expires_at_ms) sb->info.expires_at = Rfc3339(row.expires_at_ms);
+    if (row.expires_at_ms) sb->info.expires_at = Rfc3339(static_cast<time_t>(row.expires_at_ms / 1000));
     if (row.state == "running" && runtime_->Alive(init)) {
       sb->info.state = "running";
       (void)uids_.Reclaim(row.uid_base, row.id);
@@ -298,7 +290,7 @@ Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::Launch(const SandboxSpec& s
   sb->info.id = NewId();
   sb->info.spec = spec;
   sb->info.state = "starting";
-  sb->info.created_at = Rfc3339(NowMs());
+  sb->info.created_at = Rfc3339(static_cast<time_t>(NowMs() / 1000));
   const std::string& id = sb->info.id;
 
   std::string rootfs = host_rootfs_;
@@ -372,7 +364,7 @@ void SandboxManagerImpl::ApplyLifetime(Sandbox& sb, int64_t timeout_s) {
   sb.info.spec.timeout_s = timeout_s;
   sb.expires_ms = timeout_s > 0 ? NowMs() + timeout_s * 1000 : 0;
   if (sb.expires_ms)
-    sb.info.expires_at = Rfc3339(sb.expires_ms);
+    sb.info.expires_at = Rfc3339(static_cast<time_t>(sb.expires_ms / 1000));
   else
     sb.info.expires_at.reset();
 }
@@ -405,7 +397,7 @@ Result<SandboxInfo> SandboxManagerImpl::Create(const SandboxSpec& spec) {
     } else {
       sb->info.spec = spec;
       sb->info.state = "running";
-      sb->info.created_at = Rfc3339(NowMs());
+      sb->info.created_at = Rfc3339(static_cast<time_t>(NowMs() / 1000));
     }
   }
   if (!sb) {

@@ -9,6 +9,7 @@
 
 #include "init/exit_report.h"
 #include "init/pty.h"
+#include "common/time_format.h"
 
 namespace bulkhead::init {
 namespace {
@@ -19,16 +20,6 @@ timespec RealtimeNow() {
   timespec now;
   ::clock_gettime(CLOCK_REALTIME, &now);
   return now;
-}
-
-// RFC 3339, UTC, milliseconds: "2026-11-29T21:00:00.123Z".
-std::string FormatTime(const timespec& time) {
-  tm utc{};
-  ::gmtime_r(&time.tv_sec, &utc);
-  char text[96];
-  std::snprintf(text, sizeof(text), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", utc.tm_year + 1900, utc.tm_mon + 1,
-                utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec, long(time.tv_nsec / 1000000));
-  return text;
 }
 
 // Output is read into this, then copied into a ring; init is single-threaded.
@@ -172,8 +163,8 @@ json BackgroundProcess::ToJson() const {
                   {"state", finished ? "exited" : "running"},
                   {"exit_code", nullptr},
                   {"signal", nullptr},
-                  {"started_at", FormatTime(started_at_real_)},
-                  {"exited_at", finished ? json(FormatTime(exited_at_real_)) : json(nullptr)},
+                  {"started_at", Rfc3339Millis(started_at_real_)},
+                  {"exited_at", finished ? json(Rfc3339Millis(exited_at_real_)) : json(nullptr)},
                   {"pty", pty_size_ ? json{{"cols", pty_size_->cols}, {"rows", pty_size_->rows}} : json(nullptr)},
                   {"stdout_offset", ring_.total(kStdoutStream)},
                   {"stderr_offset", ring_.total(kStderrStream)},

@@ -1,4 +1,5 @@
 #include "init/file_worker.h"
+#include "common/time_format.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -57,16 +58,6 @@ const char* CodeOfErrno(int err) {
       return "invalid_argument";
     default: return "internal";
   }
-}
-
-std::string FormatTime(const struct timespec& ts) {
-  struct tm tm;
-  time_t seconds = ts.tv_sec;
-  ::gmtime_r(&seconds, &tm);
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
-                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
-  return buf;
 }
 
 const char* TypeName(mode_t mode) {
@@ -194,7 +185,7 @@ json EntryJson(const std::string& path, const struct stat& st, const std::option
                 {"mode", st.st_mode & 07777},
                 {"uid", st.st_uid},
                 {"gid", st.st_gid},
-                {"mtime", FormatTime(st.st_mtim)}};
+                {"mtime", Rfc3339Millis(st.st_mtim)}};
   if (target) entry["target"] = *target;
   return entry;
 }

@@ -1,4 +1,5 @@
 #include "storage/fs_util.h"
+#include "common/time_format.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -239,13 +240,6 @@ bool IsSafeName(const std::string& name) {
   return true;
 }
 
-std::string NowRfc3339() {
-  std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  ::gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
+std::string NowRfc3339() { return Rfc3339(std::time(nullptr)); }
 
 }  // namespace bulkhead::storage

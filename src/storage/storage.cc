@@ -18,6 +18,7 @@
 #include "storage/host_image.h"
 #include "storage/image_import.h"
 #include "storage/layer_area.h"
+#include "common/time_format.h"
 
 namespace bulkhead::storage {
 namespace {
@@ -45,11 +46,7 @@ std::vector<std::string> ListDirNames(const std::string& path) {
 std::string MtimeRfc3339(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return {};
-  std::tm tm{};
-  ::gmtime_r(&st.st_mtime, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
+  return Rfc3339(st.st_mtime);
 }
 
 Result<core::ImageInfo> ReadImageMeta(const std::string& image_dir) {
