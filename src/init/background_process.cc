@@ -41,7 +41,7 @@ BackgroundProcess::BackgroundProcess(uint64_t token_base, Poller& poller, Spawne
       stdin_(poller, std::move(command.stdin_fd)),
       stdout_(poller, std::move(command.stdout_fd)),
       stderr_(poller, std::move(command.stderr_fd)) {
-  if (request.timeout_ms > 0) ArmTimer(request.timeout_ms);
+  if (request.timeout_ms > 0) ArmTimer(timer_, request.timeout_ms);
   UpdateInterest();
 }
 
@@ -77,7 +77,7 @@ bool BackgroundProcess::OnChildExit(pid_t pid, int wait_status) {
 
   stdout_.OnCommandExit();
   stderr_.OnCommandExit();
-  if (stdout_.open() || stderr_.open()) ArmTimer(kOutputGraceMs);
+  if (stdout_.open() || stderr_.open()) ArmTimer(timer_, kOutputGraceMs);
   UpdateInterest();
   return true;
 }
@@ -130,15 +130,6 @@ void BackgroundProcess::OnTimer() {
   // the process had written, then stop reading; the descendant keeps running.
   stdout_.EndGrace();
   stderr_.EndGrace();
-}
-
-void BackgroundProcess::ArmTimer(uint64_t milliseconds) {
-  if (!timer_.fd) timer_.fd.reset(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
-  if (!timer_.fd) return;
-  itimerspec spec{};
-  spec.it_value.tv_sec = time_t(milliseconds / 1000);
-  spec.it_value.tv_nsec = long(milliseconds % 1000) * 1000000L;
-  ::timerfd_settime(timer_.fd.get(), 0, &spec, nullptr);  // also resets a pending expiration
 }
 
 void BackgroundProcess::UpdateInterest() {

@@ -68,7 +68,6 @@ class BackgroundProcess {
  private:
   void ReadOutput(ProcessFd which);
   void OnTimer();
-  void ArmTimer(uint64_t milliseconds);
   void UpdateInterest();
 
   uint64_t token_base_;

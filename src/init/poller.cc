@@ -1,8 +1,18 @@
 #include "init/poller.h"
 
 #include <errno.h>
+#include <sys/timerfd.h>
 
 namespace bulkhead::init {
+
+void ArmTimer(PolledFd& timer, uint64_t milliseconds) {
+  if (!timer.fd) timer.fd.reset(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+  if (!timer.fd) return;
+  itimerspec spec{};
+  spec.it_value.tv_sec = time_t(milliseconds / 1000);
+  spec.it_value.tv_nsec = long(milliseconds % 1000) * 1000000L;
+  ::timerfd_settime(timer.fd.get(), 0, &spec, nullptr);
+}
 
 Poller::Poller() : epoll_fd_(::epoll_create1(EPOLL_CLOEXEC)) {}
 

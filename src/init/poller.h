@@ -16,6 +16,10 @@ struct PolledFd {
   bool registered = false;
 };
 
+// Makes `timer` (a timerfd, created on first use) fire once after `milliseconds`; re-arming
+// replaces a pending expiration.
+void ArmTimer(PolledFd& timer, uint64_t milliseconds);
+
 class Poller {
  public:
   Poller();

@@ -96,7 +96,7 @@ bool Session::OnChildExit(pid_t pid, int wait_status) {
 
   stdout_.OnCommandExit();
   stderr_.OnCommandExit();
-  if (stdout_.open() || stderr_.open()) ArmTimer(kOutputGraceMs);
+  if (stdout_.open() || stderr_.open()) ArmTimer(timer_, kOutputGraceMs);
   FinishIfDone();
   SendPending();
   UpdateInterest();
@@ -213,7 +213,7 @@ void Session::StartCommand(std::string_view payload) {
   stderr_.Open(std::move(command->stderr_fd));
   pty_ = std::move(command->pty_fd);
   out_.Append(ctl::kStarted, DumpJson(json{{"pid", pid_}}));
-  if (request->timeout_ms > 0) ArmTimer(request->timeout_ms);
+  if (request->timeout_ms > 0) ArmTimer(timer_, request->timeout_ms);
   if (pty_ && !request->stdin_enabled) {
     // The terminal is its stdin regardless; "stdin": false then means input ends at once.
     char eof = PtyEofChar(pty_.get());
@@ -272,15 +272,6 @@ void Session::OnTimer() {
   stdout_.EndGrace();
   stderr_.EndGrace();
   FinishIfDone();
-}
-
-void Session::ArmTimer(uint64_t milliseconds) {
-  if (!timer_.fd) timer_.fd.reset(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
-  if (!timer_.fd) return;
-  itimerspec spec{};
-  spec.it_value.tv_sec = time_t(milliseconds / 1000);
-  spec.it_value.tv_nsec = long(milliseconds % 1000) * 1000000L;
-  ::timerfd_settime(timer_.fd.get(), 0, &spec, nullptr);  // also resets a pending expiration
 }
 
 void Session::FinishIfDone() {

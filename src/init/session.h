@@ -70,7 +70,6 @@ class Session {
   void PumpAttachment();
   void ReadOutput(SessionFd which);
   void OnTimer();
-  void ArmTimer(uint64_t milliseconds);
   void FinishIfDone();
   // Queues kError as the last frame; the command, if any, is killed.
   void FailWith(const Error& error);
