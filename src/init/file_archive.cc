@@ -399,7 +399,7 @@ Status ArchiveCreateOp(const FileOpArgs& args) {
 Status ArchiveExtractOp(const FileOpArgs& args) {
   auto path = args.Path("path");
   if (!path.ok()) return path.error();
-  BH_TRY(MakeDirectories(*path, 0755));
+  BH_TRY(MakeDirectories(*path, 0755, /*path_is_a_parent=*/true));
   UniqueFd root(::open(path->c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!root) return ErrnoError(errno, "open", *path);
 

@@ -254,7 +254,7 @@ Status WriteFileOp(const FileOpArgs& args) {
   if (!append.ok()) return append.error();
   if (*path == "/") return FileError("is_a_directory", "/ is a directory");
 
-  if (*parents) BH_TRY(MakeDirectories(SplitParent(*path).first, 0755));
+  if (*parents) BH_TRY(MakeDirectories(SplitParent(*path).first, 0755, /*path_is_a_parent=*/true));
   if (*append) return AppendInPlace(*path, *mode);
 
   auto parent = OpenParent(*path);

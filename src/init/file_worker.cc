@@ -249,7 +249,7 @@ Result<std::vector<std::string>> DirectoryNames(int dir_fd, const std::string& p
   return names;
 }
 
-Status MakeDirectories(const std::string& path, mode_t mode) {
+Status MakeDirectories(const std::string& path, mode_t mode, bool path_is_a_parent) {
   // Each prefix in turn: mkdir, and an existing one must be a directory (following a symlink,
   // as any program in the sandbox would).
   size_t pos = 0;
@@ -263,7 +263,7 @@ Status MakeDirectories(const std::string& path, mode_t mode) {
     struct stat st;
     if (::stat(prefix.c_str(), &st) == 0) {
       if (S_ISDIR(st.st_mode)) continue;
-      if (err == EEXIST) err = last ? EEXIST : ENOTDIR;
+      if (err == EEXIST) err = last && !path_is_a_parent ? EEXIST : ENOTDIR;
     }
     return ErrnoError(err, "mkdir", prefix);
   }

@@ -75,8 +75,9 @@ std::string JoinPath(const std::string& dir, const std::string& name);
 // The names in the directory `dir_fd` (without "." and ".."), sorted; `path` names it in errors.
 Result<std::vector<std::string>> DirectoryNames(int dir_fd, const std::string& path);
 // Creates `path` and its missing parents as directories (mode 0755 for the parents, `mode`
-// for the last); an existing directory anywhere is fine.
-Status MakeDirectories(const std::string& path, mode_t mode);
+// for the last); an existing directory anywhere is fine. Something else at `path` itself is
+// "exists", or "not_a_directory" when `path` is where something else is to go (a parent).
+Status MakeDirectories(const std::string& path, mode_t mode, bool path_is_a_parent = false);
 
 // ---- The operations (ctl_protocol.h lists their arguments and output) ----
 Status ReadFileOp(const FileOpArgs& args);

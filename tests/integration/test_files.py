@@ -408,8 +408,8 @@ def test_a_directory_is_not_a_file(client, sandbox):
     assert error_code(get(client, sandbox, "/workspace/dir"), 409) == "is_a_directory"
     assert error_code(put(client, sandbox, "/workspace/dir", b"x"), 409) == "is_a_directory"
     write(client, sandbox, "/workspace/file", b"x")
-    # A file where a parent directory should be (the worker names it not_a_directory or exists).
-    assert error_code(put(client, sandbox, "/workspace/file/child", b"x"), 409) in ("not_a_directory", "exists")
+    # A file where a parent directory should be.
+    assert error_code(put(client, sandbox, "/workspace/file/child", b"x"), 409) == "not_a_directory"
     assert error_code(get(client, sandbox, "/workspace/file", "/list"), 409) == "not_a_directory"
 
 
