@@ -95,11 +95,13 @@ void Attachment::Pump(OutgoingFrames& out) {
 
   const OutputRing& ring = process_->output();
   while (true) {
+    if (out.size() + ctl::kHeaderSize + kOutputChunk > kOutgoingLimit) return;  // resumed once sent
+    // Checked only when there is room to send: everything the ring dropped while this
+    // follower's buffer was full becomes one gap, not one per dropped chunk.
     if (ring.SkipDropped(cursor_)) {
       out.Append(ctl::kGap, DumpJson(json{{"stdout_offset", cursor_.offset[kStdoutStream]},
                                           {"stderr_offset", cursor_.offset[kStderrStream]}}));
     }
-    if (out.size() + ctl::kHeaderSize + kOutputChunk > kOutgoingLimit) return;  // resumed once sent
     auto piece = ring.Read(cursor_, kOutputChunk, limit_);
     if (!piece) break;
     out.Append(piece->stream == kStdoutStream ? ctl::kStdout : ctl::kStderr, piece->data);
