@@ -227,13 +227,22 @@ asio::awaitable<std::optional<nlohmann::json>> HttpExchange::ReadJsonObject(uint
 }
 
 asio::awaitable<bool> HttpExchange::BeginChunked(http::status status, std::string_view content_type) {
+  co_return co_await WriteStreamHeader(status, content_type, std::nullopt);
+}
+
+asio::awaitable<bool> HttpExchange::WriteStreamHeader(http::status status, std::string_view content_type,
+                                                      std::optional<uint64_t> content_length) {
   http::response<http::empty_body> response;
   PrepareResponse(response.base(), status);
   response.set(http::field::content_type, ToBeast(content_type));
-  // Streams are read as they come; tell proxies not to hold them back.
-  response.set(http::field::cache_control, "no-store");
   response.keep_alive(keep_alive_);
-  response.chunked(true);
+  if (content_length) {
+    response.content_length(*content_length);
+  } else {
+    // Streams are read as they come; tell proxies not to hold them back.
+    response.set(http::field::cache_control, "no-store");
+    response.chunked(true);
+  }
   http::response_serializer<http::empty_body> serializer(response);
   error_code ec;
   stream_.expires_after(kWriteTimeout);
@@ -254,17 +263,7 @@ asio::awaitable<bool> HttpExchange::WriteChunk(std::string_view data) {
 
 asio::awaitable<bool> HttpExchange::BeginFixedLength(http::status status, std::string_view content_type,
                                                      uint64_t content_length) {
-  http::response<http::empty_body> response;
-  PrepareResponse(response.base(), status);
-  response.set(http::field::content_type, ToBeast(content_type));
-  response.content_length(content_length);
-  response.keep_alive(keep_alive_);
-  http::response_serializer<http::empty_body> serializer(response);
-  error_code ec;
-  stream_.expires_after(kWriteTimeout);
-  co_await http::async_write_header(stream_, serializer, asio::redirect_error(asio::use_awaitable, ec));
-  if (ec) keep_alive_ = false;
-  co_return !ec;
+  co_return co_await WriteStreamHeader(status, content_type, content_length);
 }
 
 asio::awaitable<bool> HttpExchange::WriteBodyPart(std::string_view data) {

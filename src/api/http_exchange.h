@@ -111,6 +111,9 @@ class HttpExchange {
  private:
   // Sends "100 Continue" if the client waits for it before sending the body.
   boost::asio::awaitable<Status> AnswerExpectContinue();
+  // The header of a streamed response: chunked (and not cached) without a content length.
+  boost::asio::awaitable<bool> WriteStreamHeader(http::status status, std::string_view content_type,
+                                                 std::optional<uint64_t> content_length);
   // Answers Status for a failed body read, and gives up on the connection.
   Error BodyReadError(const boost::system::error_code& ec);
   void PrepareResponse(http::response_header<>& header, http::status status);
