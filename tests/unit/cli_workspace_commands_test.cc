@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli_run.h"
 #include "cli_test_server.h"
 #include "common/unique_fd.h"
 
@@ -28,61 +29,15 @@ using nlohmann::json;
 using testing::RecordedRequest;
 using testing::Reply;
 using testing::TestServer;
-
-std::string ReadBack(int fd) {
-  std::string data;
-  char buffer[4096];
-  ssize_t n;
-  off_t offset = 0;
-  while ((n = pread(fd, buffer, sizeof(buffer), offset)) > 0) {
-    data.append(buffer, static_cast<size_t>(n));
-    offset += n;
-  }
-  return data;
-}
+using testing::CliResult;
+using testing::Find;
+using testing::RunCli;
 
 std::string ReadFile(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-struct CliResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-// Parses `args` like main() does and runs the command with memfds as its terminal.
-CliResult RunCli(const TestServer& server, std::vector<std::string> args, const std::string& stdin_data = "") {
-  unsetenv("BULKHEAD_API_KEY");
-  unsetenv("BULKHEAD_URL");
-  unsetenv("BULKHEAD_STATE");
-  args.insert(args.begin(), {"bulkhead", "--url", server.url(), "--state-dir", server.dir()});
-  std::vector<const char*> argv;
-  for (const auto& arg : args) argv.push_back(arg.c_str());
-  CLI::App app{"bulkhead", "bulkhead"};
-  CommandLine line;
-  DefineCommandLine(app, line);
-  app.parse(static_cast<int>(argv.size()), argv.data());
-
-  UniqueFd in(memfd_create("in", MFD_CLOEXEC)), out(memfd_create("out", MFD_CLOEXEC)),
-      err(memfd_create("err", MFD_CLOEXEC));
-  EXPECT_EQ(write(in.get(), stdin_data.data(), stdin_data.size()), static_cast<ssize_t>(stdin_data.size()));
-  lseek(in.get(), 0, SEEK_SET);
-  CliResult result;
-  result.exit_code = RunClientCommand(line, CommandIo{in.get(), out.get(), err.get(), /*handle_interrupts=*/false});
-  result.out = ReadBack(out.get());
-  result.err = ReadBack(err.get());
-  return result;
-}
-
-const RecordedRequest* Find(const std::vector<RecordedRequest>& requests, const std::string& method,
-                            const std::string& target) {
-  for (const auto& request : requests) {
-    if (request.method == method && request.target == target) return &request;
-  }
-  return nullptr;
-}
 
 la_ssize_t AppendToString(archive*, void* client_data, const void* buffer, size_t length) {
   static_cast<std::string*>(client_data)->append(static_cast<const char*>(buffer), length);
