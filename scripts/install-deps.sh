@@ -9,12 +9,14 @@ packages=(
   # libraries the daemon links
   libboost-dev libboost-system-dev nlohmann-json3-dev libseccomp-dev libsqlite3-dev
   libspdlog-dev libfmt-dev libcli11-dev libarchive-dev libgtest-dev libgmock-dev
+  # network namespaces: nftables rules and routes for the egress proxy
+  libnftables-dev libnl-route-3-dev nftables
   # static archives bulkhead-init links libarchive with (tar, gzip, bzip2, xz)
   nettle-dev liblzma-dev libbz2-dev zlib1g-dev
   # storage: the loop-mounted xfs or btrfs image that carries per-sandbox disk quotas
   xfsprogs btrfs-progs util-linux
   # tests and benchmarks
-  python3 python3-pytest curl iproute2 procps psmisc tmux
+  python3 python3-pytest curl iproute2 procps psmisc tmux git openssl
   bubblewrap crun runsc
 )
 
