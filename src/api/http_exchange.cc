@@ -60,7 +60,8 @@ HttpExchange::HttpExchange(HttpStream& stream, beast::flat_buffer& buffer,
       server_stopping_(server_stopping) {}
 
 asio::awaitable<Status> HttpExchange::AnswerExpectContinue() {
-  if (!IEquals(FromBeast(request_[http::field::expect]), "100-continue")) co_return Status{};
+  if (continue_answered_ || !IEquals(FromBeast(request_[http::field::expect]), "100-continue")) co_return Status{};
+  continue_answered_ = true;
   http::response<http::empty_body> interim{http::status::continue_, request_.version()};
   interim.set(http::field::server, ToBeast(kServerName));
   error_code ec;
@@ -121,7 +122,8 @@ asio::awaitable<Result<uint64_t>> HttpExchange::ReadBodyToFile(int fd, uint64_t 
   co_return co_await ReadBodyStreamed(limit, write_to_file);
 }
 
-asio::awaitable<Result<uint64_t>> HttpExchange::ReadBodyStreamed(uint64_t limit, const BodySink& sink) {
+asio::awaitable<Result<uint64_t>> HttpExchange::ReadBodyStreamed(uint64_t limit, const BodySink& sink,
+                                                                  bool hand_on_arrivals) {
   if (body_consumed_) co_return uint64_t{0};
   if (auto length = parser_.content_length(); length && *length > limit) {
     keep_alive_ = false;
@@ -145,7 +147,7 @@ asio::awaitable<Result<uint64_t>> HttpExchange::ReadBodyStreamed(uint64_t limit,
   while (!body_parser.is_done()) {
     // Fill the piece (a read brings at most what one socket read holds), then hand it on.
     size_t filled = 0;
-    while (filled < piece.size() && !body_parser.is_done()) {
+    while (filled < piece.size() && !body_parser.is_done() && !(hand_on_arrivals && filled > 0)) {
       body_parser.get().body().data = piece.data() + filled;
       body_parser.get().body().size = piece.size() - filled;
       error_code ec;

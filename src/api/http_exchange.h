@@ -68,8 +68,19 @@ class HttpExchange {
   // and a slow sink slows the client down. 413 over `limit`. If the sink fails, reading
   // stops there and its error is answered; the unread rest means the connection closes
   // after the response. Answers the number of bytes handed to the sink.
+  // With `hand_on_arrivals`, each piece goes to the sink as soon as it arrived rather than
+  // once it is full (a proxy must not hold back the bytes of a slow stream).
   using BodySink = std::function<boost::asio::awaitable<Status>(std::string_view piece)>;
-  boost::asio::awaitable<Result<uint64_t>> ReadBodyStreamed(uint64_t limit, const BodySink& sink);
+  boost::asio::awaitable<Result<uint64_t>> ReadBodyStreamed(uint64_t limit, const BodySink& sink,
+                                                            bool hand_on_arrivals = false);
+
+  // Sends "100 Continue" if the client waits for it before sending the body; once (the body
+  // reads call it too). For a handler that answers it before others may write.
+  boost::asio::awaitable<Status> AnswerExpectContinue();
+
+  // Bytes read past the request's header and body: the first bytes of an upgraded
+  // protocol, which a handler taking the connection over must pass on.
+  beast::flat_buffer& buffer() { return buffer_; }
 
   boost::asio::awaitable<void> SendJson(http::status status, const nlohmann::json& body);
   boost::asio::awaitable<void> SendError(const Error& error);
@@ -109,8 +120,6 @@ class HttpExchange {
   }
 
  private:
-  // Sends "100 Continue" if the client waits for it before sending the body.
-  boost::asio::awaitable<Status> AnswerExpectContinue();
   // The header of a streamed response: chunked (and not cached) without a content length.
   boost::asio::awaitable<bool> WriteStreamHeader(http::status status, std::string_view content_type,
                                                  std::optional<uint64_t> content_length);
@@ -123,6 +132,7 @@ class HttpExchange {
   http::request_parser<http::empty_body>& parser_;
   RequestHeader request_;  // a copy: the parser moves on to read the body
   bool body_consumed_;
+  bool continue_answered_ = false;
   bool keep_alive_;
   const std::atomic<bool>& server_stopping_;
   int status_ = 0;
