@@ -105,6 +105,7 @@ int RunDaemon(const core::DaemonConfig& config) {
                                    .blocking_threads = std::max(1, config.blocking_threads),
                                    .upload_dir = upload_dir,
                                    .handle_signals = true,
+                                   .preview_domain = config.preview_domain,
                                });
     if (!config.listen.empty()) {
       auto endpoint = server.ListenTcp(config.listen);

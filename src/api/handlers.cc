@@ -12,6 +12,7 @@
 #include "api/exec_handler.h"
 #include "api/file_handler.h"
 #include "api/json_output.h"
+#include "api/port_proxy.h"
 #include "common/scope_guard.h"
 #include "common/unique_fd.h"
 
@@ -50,6 +51,8 @@ asio::awaitable<void> ApiHandlers::Handle(HttpExchange& exchange, const RouteMat
     case RouteId::kGetSandbox: co_return co_await GetSandbox(exchange, route.Param("id"));
     case RouteId::kDeleteSandbox: co_return co_await DeleteSandbox(exchange, route.Param("id"));
     case RouteId::kSetSandboxTimeout: co_return co_await SetSandboxTimeout(exchange, route.Param("id"));
+    case RouteId::kSetNetwork: co_return co_await SetNetwork(exchange, route.Param("id"));
+    case RouteId::kEgress: co_return co_await Egress(exchange, route.Param("id"), query);
     case RouteId::kExec: co_return co_await Exec(exchange, route.Param("id"));
     case RouteId::kListImages: co_return co_await ListImages(exchange);
     case RouteId::kPutImage: co_return co_await PutImage(exchange, route.Param("name"));
@@ -75,6 +78,15 @@ asio::awaitable<void> ApiHandlers::Handle(HttpExchange& exchange, const RouteMat
     case RouteId::kProcessResize:
     case RouteId::kProcessAttach:
       co_return co_await processes_.Handle(exchange, route, query);
+    case RouteId::kPortProxy: {
+      // The path after /ports/{port}, as the client encoded it, plus the query.
+      const PortProxyRequest request{.sandbox_id = route.Param("id"),
+                                     .port = route.Param("port"),
+                                     .app_target = PortProxyAppTarget(FromBeast(exchange.request().target()))};
+      co_return co_await ServePortProxy(exchange, context_.manager, request);
+    }
+    case RouteId::kTcpForward:
+      co_return co_await ServeTcpForward(exchange, context_.manager, route.Param("id"), route.Param("port"));
     case RouteId::kNotImplemented: co_return co_await NotImplemented(exchange, route);
   }
   co_await exchange.SendError(MakeError(ErrorCode::kInternal, "unhandled route"));
@@ -143,6 +155,33 @@ asio::awaitable<void> ApiHandlers::SetSandboxTimeout(HttpExchange& exchange, con
       co_await RunBlocking(context_.blocking_pool, [&] { return manager.SetTimeout(id, *timeout_s); });
   if (!sandbox.ok()) co_return co_await exchange.SendError(sandbox.error());
   co_await exchange.SendJson(http::status::ok, SandboxToJson(*sandbox));
+}
+
+asio::awaitable<void> ApiHandlers::SetNetwork(HttpExchange& exchange, const std::string& id) {
+  if (!IsValidSandboxId(id)) co_return co_await exchange.SendError(SandboxNotFound(id));
+  std::optional<json> body = co_await exchange.ReadJsonObject(kMaxJsonBody);
+  if (!body) co_return;
+  Result<core::NetworkPolicy> policy = ParseNetworkUpdate(*body);
+  if (!policy.ok()) co_return co_await exchange.SendError(policy.error());
+  core::SandboxManager& manager = context_.manager;
+  Result<core::SandboxInfo> sandbox =
+      co_await RunBlocking(context_.blocking_pool, [&] { return manager.SetNetwork(id, *policy); });
+  if (!sandbox.ok()) co_return co_await exchange.SendError(sandbox.error());
+  co_await exchange.SendJson(http::status::ok, SandboxToJson(*sandbox));
+}
+
+asio::awaitable<void> ApiHandlers::Egress(HttpExchange& exchange, const std::string& id, const QueryParams& query) {
+  if (!IsValidSandboxId(id)) co_return co_await exchange.SendError(SandboxNotFound(id));
+  Result<int64_t> limit = ParseEgressLimit(query);
+  if (!limit.ok()) co_return co_await exchange.SendError(limit.error());
+  core::SandboxManager& manager = context_.manager;
+  Result<std::vector<net::EgressRecord>> records =
+      co_await RunBlocking(context_.blocking_pool, [&] { return manager.Egress(id, *limit); });
+  if (!records.ok()) co_return co_await exchange.SendError(records.error());
+  json entries = json::array();
+  for (const net::EgressRecord& record : *records) entries.push_back(EgressRecordToJson(record));
+  const json response = {{"entries", std::move(entries)}};
+  co_await exchange.SendJson(http::status::ok, response);
 }
 
 asio::awaitable<void> ApiHandlers::Exec(HttpExchange& exchange, const std::string& id) {

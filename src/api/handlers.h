@@ -44,6 +44,8 @@ class ApiHandlers {
   boost::asio::awaitable<void> GetSandbox(HttpExchange& exchange, const std::string& id);
   boost::asio::awaitable<void> DeleteSandbox(HttpExchange& exchange, const std::string& id);
   boost::asio::awaitable<void> SetSandboxTimeout(HttpExchange& exchange, const std::string& id);
+  boost::asio::awaitable<void> SetNetwork(HttpExchange& exchange, const std::string& id);
+  boost::asio::awaitable<void> Egress(HttpExchange& exchange, const std::string& id, const QueryParams& query);
   boost::asio::awaitable<void> Exec(HttpExchange& exchange, const std::string& id);
   boost::asio::awaitable<void> ListImages(HttpExchange& exchange);
   boost::asio::awaitable<void> PutImage(HttpExchange& exchange, const std::string& name);

@@ -7,10 +7,13 @@
 
 #include "common/result.h"
 #include "core/types.h"
+#include "net/egress_proxy.h"
 
 namespace bulkhead::api {
 
 nlohmann::json SandboxToJson(const core::SandboxInfo& sandbox);
+// One entry of GET /v1/sandboxes/{id}/egress.
+nlohmann::json EgressRecordToJson(const net::EgressRecord& record);
 nlohmann::json ImageToJson(const core::ImageInfo& image);
 
 // The snake_case code of an error: its detail_code if set, else the generic name.

@@ -1,6 +1,7 @@
 #include "api/router.h"
 
 #include <array>
+#include <cctype>
 
 namespace bulkhead::api {
 namespace {
@@ -31,7 +32,8 @@ constexpr std::array kRoutes = {
     RouteSpec{"POST", "/v1/sandboxes/{id}/resume", RouteId::kNotImplemented},
     RouteSpec{"POST", "/v1/sandboxes/{id}/stop", RouteId::kNotImplemented},
     RouteSpec{"POST", "/v1/sandboxes/{id}/start", RouteId::kNotImplemented},
-    RouteSpec{"PUT", "/v1/sandboxes/{id}/network", RouteId::kNotImplemented},
+    RouteSpec{"PUT", "/v1/sandboxes/{id}/network", RouteId::kSetNetwork},
+    RouteSpec{"GET", "/v1/sandboxes/{id}/egress", RouteId::kEgress},
     RouteSpec{"POST", "/v1/sandboxes/{id}/processes", RouteId::kCreateProcess},
     RouteSpec{"GET", "/v1/sandboxes/{id}/processes", RouteId::kListProcesses},
     RouteSpec{"GET", "/v1/sandboxes/{id}/processes/{pid}", RouteId::kGetProcess},
@@ -53,7 +55,8 @@ constexpr std::array kRoutes = {
     RouteSpec{"GET", "/v1/sandboxes/{id}/files/watch", RouteId::kWatchFiles},
     RouteSpec{"POST", "/v1/sandboxes/{id}/snapshots", RouteId::kNotImplemented},
     RouteSpec{"POST", "/v1/sandboxes/{id}/fork", RouteId::kNotImplemented},
-    RouteSpec{"*", "/v1/sandboxes/{id}/ports/{port}/{path...}", RouteId::kNotImplemented},
+    RouteSpec{"*", "/v1/sandboxes/{id}/ports/{port}/{path...}", RouteId::kPortProxy},
+    RouteSpec{"GET", "/v1/sandboxes/{id}/tcp/{port}", RouteId::kTcpForward},
     RouteSpec{"GET", "/v1/snapshots", RouteId::kNotImplemented},
     RouteSpec{"GET", "/v1/snapshots/{snapshot_id}", RouteId::kNotImplemented},
     RouteSpec{"DELETE", "/v1/snapshots/{snapshot_id}", RouteId::kNotImplemented},
@@ -152,6 +155,32 @@ std::vector<std::pair<std::string_view, std::string_view>> AllRoutes() {
   std::vector<std::pair<std::string_view, std::string_view>> routes;
   for (const RouteSpec& route : kRoutes) routes.emplace_back(route.method, route.pattern);
   return routes;
+}
+
+std::optional<PreviewHost> MatchPreviewHost(std::string_view host, std::string_view preview_domain) {
+  if (preview_domain.empty() || host.size() <= preview_domain.size() + 1) return std::nullopt;
+  std::string lower(host);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::string domain(preview_domain);
+  for (char& c : domain) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const size_t label_size = lower.size() - domain.size() - 1;
+  if (lower.compare(label_size + 1, std::string::npos, domain) != 0 || lower[label_size] != '.') return std::nullopt;
+  const std::string label = lower.substr(0, label_size);
+  // The port has no '-'; the id may (so the first '-' splits).
+  const size_t dash = label.find('-');
+  if (dash == std::string::npos || dash == 0 || dash + 1 == label.size()) return std::nullopt;
+  return PreviewHost{label.substr(0, dash), label.substr(dash + 1)};
+}
+
+std::string PortProxyAppTarget(std::string_view target) {
+  // Past "/v1/sandboxes/ID/ports/PORT": the sixth '/' starts the app's path.
+  size_t at = 0;
+  for (int slashes = 0; slashes < 6; ++slashes) {
+    at = target.find_first_of(slashes < 5 ? "/" : "/?", at + (slashes == 0 ? 0 : 1));
+    if (at == std::string_view::npos) return "/";
+  }
+  if (target[at] == '?') return "/" + std::string(target.substr(at));
+  return std::string(target.substr(at));
 }
 
 std::optional<std::string> PercentDecode(std::string_view text, bool plus_is_space) {

@@ -17,6 +17,8 @@ enum class RouteId {
   kGetSandbox,
   kDeleteSandbox,
   kSetSandboxTimeout,
+  kSetNetwork,
+  kEgress,
   kExec,
   kListImages,
   kPutImage,
@@ -40,6 +42,8 @@ enum class RouteId {
   kDownloadArchive,
   kUploadArchive,
   kWatchFiles,
+  kPortProxy,  // HTTP to a sandbox's 127.0.0.1:{port}
+  kTcpForward,  // raw TCP to a sandbox's port (Upgrade: tcp), for port-forward
   kNotImplemented,  // a route of API.md not served yet: 501 (after the sandbox id is checked)
 };
 
@@ -77,6 +81,18 @@ struct RequestTarget {
   QueryParams query;
 };
 std::optional<RequestTarget> ParseTarget(std::string_view target);
+
+// A Host of the form "{port}-{id}.{preview_domain}" (case-insensitive): a request for a
+// sandbox's port by host name. The parts are as written (lower case), not yet validated.
+struct PreviewHost {
+  std::string port;
+  std::string sandbox_id;
+};
+std::optional<PreviewHost> MatchPreviewHost(std::string_view host, std::string_view preview_domain);
+
+// The request target for a sandbox's app from a port route's target
+// ("/v1/sandboxes/ID/ports/PORT/a/b?q" -> "/a/b?q"), still encoded as the client sent it.
+std::string PortProxyAppTarget(std::string_view target);
 
 // Decodes %XX escapes (and '+' as space if asked). nullopt on a malformed escape.
 std::optional<std::string> PercentDecode(std::string_view text, bool plus_is_space);

@@ -30,6 +30,7 @@
 
 #include "api/api_key.h"
 #include "api/json_output.h"
+#include "api/port_proxy.h"
 #include "api/router.h"
 #include "common/unique_fd.h"
 
@@ -396,8 +397,26 @@ asio::awaitable<bool> ApiServer::ServeRequest(HttpStream& stream, beast::flat_bu
   RouteMatch route;
   std::string failure;
   try {
-    std::optional<RequestTarget> parsed = ParseTarget(target);
-    if (!parsed) {
+    const std::optional<PreviewHost> preview =
+        MatchPreviewHost(FromBeast(exchange.request()[http::field::host]), options_.preview_domain);
+    std::optional<RequestTarget> parsed;
+    if (preview) {
+      // A sandbox's port by host name, before authentication: the id is the capability
+      // (preview URLs open in browsers), and under such a name nothing but the port is
+      // reachable, the API least of all.
+      route.pattern = "{port}-{id}.{preview_domain}";
+      if (target.empty() || target[0] != '/') {
+        co_await exchange.SendError(MakeError(ErrorCode::kBadRequest, "malformed request target"));
+      } else {
+        const std::string_view authorization = FromBeast(exchange.request()[http::field::authorization]);
+        const PortProxyRequest request{.sandbox_id = preview->sandbox_id,
+                                       .port = preview->port,
+                                       .app_target = target,
+                                       .by_host = true,
+                                       .strip_authorization = IsAuthorized(authorization, options_.api_key)};
+        co_await ServePortProxy(exchange, manager_, request);
+      }
+    } else if (!(parsed = ParseTarget(target))) {
       co_await exchange.SendError(MakeError(ErrorCode::kBadRequest, "malformed request target"));
     } else {
       route = MatchRoute(method, parsed->path);

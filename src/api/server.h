@@ -35,6 +35,9 @@ struct ServerOptions {
   // On shutdown, how long requests in flight may take to finish.
   std::chrono::milliseconds shutdown_grace{5000};
   bool handle_signals = false;  // SIGINT/SIGTERM begin the shutdown
+  // Requests for host {port}-{id}.{preview_domain} go to that sandbox's port, without the
+  // API key. Empty = no host routing.
+  std::string preview_domain = "localhost:7420";
 };
 
 class ApiServer {

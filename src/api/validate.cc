@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "api/encoding.h"
+#include "net/allow_rules.h"
 
 namespace bulkhead::api {
 namespace {
@@ -157,29 +158,36 @@ Status ReadMetadata(const json& object, std::map<std::string, std::string>& out)
   return {};
 }
 
-Status ReadNetwork(const json& object, core::NetworkPolicy& out) {
-  const json* value = Find(object, "network");
-  if (value == nullptr) return {};
-  if (!value->is_object()) return Invalid("network must be an object");
+// A network object ({"mode", "allow"}) as in POST /v1/sandboxes and PUT .../network. Every
+// entry is checked here (net::ParsePolicy), so the manager only ever sees valid policies.
+Result<core::NetworkPolicy> ParseNetworkObject(const json& value) {
+  if (!value.is_object()) return Invalid("network must be an object");
   core::NetworkPolicy policy;
-  if (Find(*value, "mode")) {
-    const json& mode = (*value)["mode"];
-    if (!mode.is_string()) return Invalid("network.mode must be a string");
-    policy.mode = mode.get<std::string>();
+  for (const auto& [key, unused] : value.items()) {
+    if (key != "mode" && key != "allow") return Invalid(fmt::format("network.{} is not a known field", key));
   }
-  if (policy.mode == "allowlist" || policy.mode == "open") {
-    return Invalid(fmt::format("network.mode \"{}\" is not supported yet", policy.mode));
+  if (const json* mode = Find(value, "mode")) {
+    if (!mode->is_string()) return Invalid("network.mode must be a string");
+    policy.mode = mode->get<std::string>();
   }
-  if (policy.mode != "none") return Invalid("network.mode must be one of none, allowlist, open");
-  if (const json* allow = Find(*value, "allow")) {
+  if (const json* allow = Find(value, "allow")) {
     if (!allow->is_array()) return Invalid("network.allow must be an array of strings");
     for (const auto& entry : *allow) {
       if (!entry.is_string()) return Invalid("network.allow must be an array of strings");
+      policy.allow.push_back(entry.get<std::string>());
     }
-    // With mode none nothing leaves the sandbox; an allow list would be silently ignored.
-    if (!allow->empty()) return Invalid("network.allow requires network.mode \"allowlist\"");
   }
-  out = std::move(policy);
+  auto parsed = net::ParsePolicy(policy.mode, policy.allow);
+  if (!parsed.ok()) return Invalid("network: " + parsed.error().message);
+  return policy;
+}
+
+Status ReadNetwork(const json& object, core::NetworkPolicy& out) {
+  const json* value = Find(object, "network");
+  if (value == nullptr) return {};
+  auto policy = ParseNetworkObject(*value);
+  if (!policy.ok()) return policy.error();
+  out = std::move(*policy);
   return {};
 }
 
@@ -344,6 +352,19 @@ Result<int64_t> ParseTimeoutUpdate(const json& body) {
   int64_t timeout_s = 0;
   BH_TRY(ReadInt(body, "timeout_s", 0, kMaxLifetimeS, timeout_s));
   return timeout_s;
+}
+
+Result<core::NetworkPolicy> ParseNetworkUpdate(const json& body) { return ParseNetworkObject(body); }
+
+Result<int64_t> ParseEgressLimit(const std::vector<std::pair<std::string, std::string>>& query) {
+  int64_t limit = 1000;
+  for (const auto& [key, value] : query) {
+    if (key != "limit") return Invalid(fmt::format("unknown query parameter \"{}\"", key));
+    if (!AllDigits(value) || value.size() > 5 || std::stoll(value) < 1 || std::stoll(value) > 10000)
+      return Invalid("limit must be a whole number from 1 to 10000");
+    limit = std::stoll(value);
+  }
+  return limit;
 }
 
 Result<core::ListFilter> ParseListFilter(const std::vector<std::pair<std::string, std::string>>& query) {

@@ -47,6 +47,10 @@ Result<core::SandboxSpec> ParseSandboxSpec(const nlohmann::json& body, const Hos
 Result<ExecOptions> ParseExecOptions(const nlohmann::json& body);
 // POST /v1/sandboxes/{id}/timeout: {"timeout_s": N}, required.
 Result<int64_t> ParseTimeoutUpdate(const nlohmann::json& body);
+// PUT /v1/sandboxes/{id}/network: {"mode", "allow"} (the network object of a sandbox).
+Result<core::NetworkPolicy> ParseNetworkUpdate(const nlohmann::json& body);
+// GET /v1/sandboxes/{id}/egress?limit=N: 1..10000, default 1000.
+Result<int64_t> ParseEgressLimit(const std::vector<std::pair<std::string, std::string>>& query);
 // GET /v1/sandboxes?state=running&metadata.k=v (already percent-decoded pairs).
 Result<core::ListFilter> ParseListFilter(
     const std::vector<std::pair<std::string, std::string>>& query);

@@ -21,6 +21,7 @@ ErrorCode CodeForStatus(int status) {
     case 413: return ErrorCode::kTooLarge;
     case 422: return ErrorCode::kInvalid;
     case 429: return ErrorCode::kTooMany;
+    case 502: return ErrorCode::kBadGateway;
     case 503: return ErrorCode::kUnavailable;
     case 507: return ErrorCode::kDiskFull;
     default: return status >= 400 && status < 500 ? ErrorCode::kBadRequest : ErrorCode::kInternal;

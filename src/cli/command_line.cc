@@ -25,6 +25,12 @@ void AddSandboxFlags(CLI::App* sub, SandboxFlags& flags, bool for_run) {
       ->allow_extra_args(false);
   sub->add_option("--workdir", flags.workdir, "Working directory (default /workspace)");
   sub->add_option("--user", flags.user, "User that commands run as (default root)");
+  sub->add_option("--network", flags.network, "Egress: none (default), allowlist or open")
+      ->check(CLI::IsMember({"none", "allowlist", "open"}));
+  sub->add_option("--allow", flags.allow,
+                  "A destination the sandbox may reach (example.com, *.example.com, 1.2.3.4, 10.0.0.0/8, "
+                  "each optionally :PORT); repeatable; implies --network allowlist")
+      ->allow_extra_args(false);
 }
 
 // Records which subcommand was chosen; CLI11 calls this once the subcommand parsed.
@@ -58,6 +64,12 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
       ->envname("BULKHEAD_LISTEN");
   serve->add_option("--warm-pool", line.warm_pool, "Ready sandboxes of the host image kept in advance")
       ->check(CLI::NonNegativeNumber);
+  serve->add_option("--dns-server", line.dns_servers,
+                    "Upstream DNS server (IP or IP:PORT) for sandboxes with network access; repeatable "
+                    "(default: the host's /etc/resolv.conf)")
+      ->allow_extra_args(false);
+  serve->add_option("--preview-domain", line.preview_domain,
+                    "Host names PORT-ID.DOMAIN reach a sandbox's ports (default localhost:7420)");
   Selects(serve, line, Command::kServe);
 
   CLI::App* run = app.add_subcommand("run", "Run one command in a new sandbox, then remove it");
@@ -154,6 +166,35 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
   kill_process->add_option("-s,--signal", line.signal, "Signal name or number (TERM, SIGKILL, 9...)")->capture_default_str();
   Selects(kill_process, line, Command::kKill);
 
+  CLI::App* forward = app.add_subcommand("port-forward", "Forward a local TCP port to a port of a sandbox (Ctrl-C stops)");
+  forward->add_option("id", line.sandbox_id, "Sandbox id")->required();
+  forward->add_option("port", line.port, "The port in the sandbox (on its 127.0.0.1)")->required()->check(CLI::Range(1, 65535));
+  forward->add_option("local_port", line.local_port, "The port to listen on at 127.0.0.1 (default: PORT; 0: any free port)")
+      ->check(CLI::Range(0, 65535));
+  forward->footer(
+      "Each connection to 127.0.0.1:LOCAL_PORT becomes a connection to the sandbox's 127.0.0.1:PORT:\n"
+      "  bulkhead exec -d ID -- python3 -m http.server 8000\n"
+      "  bulkhead port-forward ID 8000 &\n"
+      "  curl http://127.0.0.1:8000/");
+  Selects(forward, line, Command::kPortForward);
+
+  CLI::App* network = app.add_subcommand("network", "Show or change a sandbox's egress policy");
+  network->add_option("id", line.sandbox_id, "Sandbox id")->required();
+  network->add_option("mode", line.network_mode, "none | allowlist | open (omit to show the policy)")
+      ->check(CLI::IsMember({"none", "allowlist", "open"}));
+  network->add_option("--allow", line.sandbox.allow,
+                      "A destination (example.com, *.example.com, 1.2.3.4, 10.0.0.0/8, each optionally "
+                      ":PORT); repeatable")
+      ->allow_extra_args(false);
+  network->footer("Open connections the new policy no longer allows are cut at once.");
+  Selects(network, line, Command::kNetwork);
+
+  CLI::App* egress = app.add_subcommand("egress", "Show a sandbox's egress log (connections and DNS lookups)");
+  egress->add_option("id", line.sandbox_id, "Sandbox id")->required();
+  egress->add_option("--limit", line.egress_limit, "The last N records (default 1000)")->check(CLI::Range(1, 10000));
+  egress->add_flag("--json", line.json, "Print the API's answer");
+  Selects(egress, line, Command::kEgress);
+
   CLI::App* inspect = app.add_subcommand("inspect", "Show a sandbox as JSON");
   inspect->add_option("id", line.sandbox_id, "Sandbox id")->required();
   Selects(inspect, line, Command::kInspect);
@@ -206,6 +247,8 @@ core::DaemonConfig DaemonConfigFromCommandLine(const CommandLine& line) {
     config.listen = listen;  // set but empty = unix socket only (CLI11 skips empty variables)
   }
   if (line.warm_pool) config.warm_pool = *line.warm_pool;
+  config.dns_servers = line.dns_servers;
+  if (line.preview_domain) config.preview_domain = *line.preview_domain;
   if (const char* key = std::getenv("BULKHEAD_API_KEY"); key != nullptr && *key != '\0') config.api_key = key;
   return config;
 }

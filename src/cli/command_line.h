@@ -34,6 +34,9 @@ enum class Command {
   kProcessList,  // ps
   kLogs,         // logs
   kKill,         // kill
+  kPortForward,  // port-forward
+  kNetwork,      // network
+  kEgress,       // egress
 };
 
 // Flags that shape a new sandbox (run, create). Unset = the daemon's default.
@@ -49,6 +52,8 @@ struct SandboxFlags {
   std::optional<std::string> workdir;
   std::optional<std::string> user;
   std::vector<std::string> metadata;  // k=v; create only
+  std::optional<std::string> network;  // none | allowlist | open
+  std::vector<std::string> allow;      // allowlist entries
 };
 
 // Flags of one command (run, exec).
@@ -71,8 +76,12 @@ struct CommandLine {
   // serve
   std::optional<std::string> listen;  // --listen / BULKHEAD_LISTEN
   std::optional<int> warm_pool;
+  std::vector<std::string> dns_servers;
+  std::optional<std::string> preview_domain;
 
-  SandboxFlags sandbox;  // run, create
+  SandboxFlags sandbox;  // run, create; network uses sandbox.allow
+  std::optional<std::string> network_mode;  // network
+  std::optional<int64_t> egress_limit;      // egress
   ExecFlags exec;        // run, exec
 
   std::string sandbox_id;                // exec, inspect
@@ -96,6 +105,8 @@ struct CommandLine {
   bool follow = false;                   // logs -f
   std::optional<int64_t> offset;         // logs --offset
   std::string signal = "TERM";           // kill -s
+  int port = 0;                          // port-forward: the sandbox's port
+  std::optional<int> local_port;         // port-forward: where to listen (default: port)
 };
 
 // The default sandbox lifetime and command timeout of `bulkhead run`.

@@ -14,7 +14,9 @@
 #include "common/base64.h"
 #include "cli/exec_stream.h"
 #include "cli/file_commands.h"
+#include "cli/network_commands.h"
 #include "cli/output_format.h"
+#include "cli/port_forward.h"
 #include "cli/process_commands.h"
 #include "cli/run_interrupt.h"
 #include "cli/session.h"
@@ -60,6 +62,9 @@ Result<json> SandboxRequest(const SandboxFlags& flags, std::optional<int64_t> li
   if (lifetime_s) request["timeout_s"] = *lifetime_s;
   if (flags.workdir) request["workdir"] = *flags.workdir;
   if (flags.user) request["user"] = *flags.user;
+  if (flags.network || !flags.allow.empty()) {
+    request["network"] = {{"mode", flags.network.value_or("allowlist")}, {"allow", flags.allow}};
+  }
   if (!flags.env.empty()) {
     auto env = KeyValueObject(flags.env, /*allow_from_environment=*/true);
     if (!env.ok()) return env.error();
@@ -361,6 +366,9 @@ int RunClientCommand(const CommandLine& line, const CommandIo& io) {
       case Command::kProcessList: return ProcessListCommand(session);
       case Command::kLogs: return LogsCommand(session);
       case Command::kKill: return KillCommand(session);
+      case Command::kPortForward: return PortForwardCommand(session);
+      case Command::kNetwork: return NetworkCommand(session);
+      case Command::kEgress: return EgressCommand(session);
       case Command::kServe:
       case Command::kNone: break;
     }

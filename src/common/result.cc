@@ -18,6 +18,7 @@ int HttpStatus(ErrorCode code) {
     case ErrorCode::kInternal: return 500;
     case ErrorCode::kUnavailable: return 503;
     case ErrorCode::kDiskFull: return 507;
+    case ErrorCode::kBadGateway: return 502;
   }
   return 500;
 }
@@ -36,6 +37,7 @@ const char* ErrorName(ErrorCode code) {
     case ErrorCode::kInternal: return "internal";
     case ErrorCode::kUnavailable: return "unavailable";
     case ErrorCode::kDiskFull: return "disk_full";
+    case ErrorCode::kBadGateway: return "bad_gateway";
   }
   return "internal";
 }

@@ -19,6 +19,7 @@ enum class ErrorCode {
   kInvalid,          // 422 valid JSON, invalid values
   kTooMany,          // 429 quota
   kInternal,         // 500 a bug or an unexpected system failure
+  kBadGateway,       // 502 what we proxy to did not answer (a sandbox port, an upstream)
   kUnavailable,      // 503 overloaded or shutting down
   kDiskFull,         // 507
 };

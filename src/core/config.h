@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace bulkhead::core {
 
@@ -14,6 +15,11 @@ struct DaemonConfig {
   int blocking_threads = 4;  // threads running sandbox setup and teardown
   int64_t max_sandboxes = 1000;
   int64_t storage_gb = 0;  // size of the loop-mounted xfs image; 0 = derive from free disk
+  // Upstream DNS servers of the sandboxes' resolver and the egress proxy ("IP" or "IP:port",
+  // "[v6]:port"); empty = the nameservers in the host's /etc/resolv.conf. --dns-server
+  std::vector<std::string> dns_servers;
+  // Host names {port}-{id}.{preview_domain} reach a sandbox's ports. --preview-domain
+  std::string preview_domain = "localhost:7420";
 };
 
 }  // namespace bulkhead::core

@@ -23,7 +23,9 @@
 
 #include "common/scope_guard.h"
 #include "common/unique_fd.h"
+#include "core/network_controller.h"
 #include "core/spec_json.h"
+#include "net/netns.h"
 #include "runtime/native/native_runtime.h"
 #include "runtime/native/uid_range.h"
 #include "storage/storage.h"
@@ -75,12 +77,26 @@ struct Sandbox {
   InitProcess init;
   int64_t expires_ms = 0;  // unix milliseconds; 0 = never
   bool deleting = false;
+  // The sandbox's network namespace, opened while its init is known alive (no pid reuse).
+  std::shared_ptr<UniqueFd> netns;
+  std::mutex network_mu;  // one network change at a time
 };
+
+// What every command in a sandbox with egress gets, so that programs that honour proxy
+// settings use the explicit proxy (the rest is redirected to it anyway).
+std::map<std::string, std::string> ProxyEnv() {
+  const std::string proxy = "http://127.0.0.1:" + std::to_string(net::kProxyPort);
+  const std::string direct = "localhost,127.0.0.1,::1";
+  return {{"HTTP_PROXY", proxy}, {"HTTPS_PROXY", proxy}, {"ALL_PROXY", proxy}, {"http_proxy", proxy},
+          {"https_proxy", proxy}, {"all_proxy", proxy}, {"NO_PROXY", direct}, {"no_proxy", direct}};
+}
 
 }  // namespace
 
 nlohmann::json InitExecPayload(const ExecRequest& request, const SandboxSpec& spec) {
-  std::map<std::string, std::string> env = spec.env;
+  std::map<std::string, std::string> env;
+  if (spec.network.mode != "none") env = ProxyEnv();
+  for (const auto& [k, v] : spec.env) env[k] = v;
   for (const auto& [k, v] : request.env) env[k] = v;
   nlohmann::json env_list = nlohmann::json::array();
   for (const auto& [k, v] : env) env_list.push_back(k + "=" + v);
@@ -95,11 +111,12 @@ nlohmann::json InitExecPayload(const ExecRequest& request, const SandboxSpec& sp
 class SandboxManagerImpl : public SandboxManager {
  public:
   SandboxManagerImpl(DaemonConfig config, UniqueFd lock, std::unique_ptr<store::StateDb> db,
-                     std::unique_ptr<storage::Storage> storage,
+                     std::unique_ptr<NetworkController> network, std::unique_ptr<storage::Storage> storage,
                      std::unique_ptr<runtime::native::NativeRuntime> runtime, std::string host_rootfs)
       : config_(std::move(config)),
         lock_(std::move(lock)),
         db_(std::move(db)),
+        network_(std::move(network)),
         storage_(std::move(storage)),
         runtime_(std::move(runtime)),
         uids_(config_.state_dir),
@@ -115,6 +132,9 @@ class SandboxManagerImpl : public SandboxManager {
   std::vector<SandboxInfo> List(const ListFilter& filter) override;
   Status Delete(const std::string& id) override;
   Result<SandboxInfo> SetTimeout(const std::string& id, int64_t timeout_s) override;
+  Result<UniqueFd> SandboxSocket(const std::string& id, int domain) override;
+  Result<SandboxInfo> SetNetwork(const std::string& id, const NetworkPolicy& policy) override;
+  Result<std::vector<net::EgressRecord>> Egress(const std::string& id, int64_t limit) override;
   boost::asio::awaitable<Result<std::unique_ptr<ExecSession>>> StartExec(boost::asio::any_io_executor executor,
                                                                          const std::string& id,
                                                                          ExecRequest request) override;
@@ -132,9 +152,8 @@ class SandboxManagerImpl : public SandboxManager {
  private:
   std::string SandboxDir(const std::string& id) const { return config_.state_dir + "/sandboxes/" + id; }
   std::string CtlPath(const std::string& id) const { return SandboxDir(id) + "/ctl.sock"; }
-  bool PoolEligible(const SandboxSpec& spec) const {
-    return spec.image == "host" && spec.runtime == "native" && spec.network.mode == "none";
-  }
+  // Pooled sandboxes start with network mode none; Create gives them the requested one.
+  bool PoolEligible(const SandboxSpec& spec) const { return spec.image == "host" && spec.runtime == "native"; }
   store::SandboxRow RowOf(const Sandbox& sb) const;
   // The spec of a running sandbox; 404 if unknown, 409 if not running.
   Result<SandboxSpec> RunningSpec(const std::string& id);
@@ -146,12 +165,17 @@ class SandboxManagerImpl : public SandboxManager {
   // Frees everything a sandbox may hold; each step tolerates the resource being absent.
   Status Teardown(const std::string& id, uid_t uid_base, const InitProcess& init);
   void ApplyLifetime(Sandbox& sb, int64_t timeout_s);
+  // The network namespace of a sandbox's init, checked to be that init's (not a reused pid).
+  Result<std::shared_ptr<UniqueFd>> OpenLiveNetns(const InitProcess& init);
+  // The running sandbox with this id (Alive checked as RunningSpec does).
+  Result<std::shared_ptr<Sandbox>> RunningSandbox(const std::string& id);
   void PoolLoop();
   void TimerLoop();
 
   DaemonConfig config_;
   UniqueFd lock_;
   std::unique_ptr<store::StateDb> db_;
+  std::unique_ptr<NetworkController> network_;  // writes to db_
   std::unique_ptr<storage::Storage> storage_;
   std::unique_ptr<runtime::native::NativeRuntime> runtime_;
   runtime::native::UidRanges uids_;
@@ -198,8 +222,10 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::Open(const DaemonConfig&
   if (!rt) return rt.error();
   if (!(*storage)->quotas_enforced()) spdlog::warn("disk quotas are not enforced on this host");
 
-  auto mgr = std::make_unique<SandboxManagerImpl>(config, std::move(lock), std::move(*db), std::move(*storage),
-                                                  std::move(*rt), std::move(*host));
+  auto network = NetworkController::Start(config, **db);
+  if (!network) return network.error();
+  auto mgr = std::make_unique<SandboxManagerImpl>(config, std::move(lock), std::move(*db), std::move(*network),
+                                                  std::move(*storage), std::move(*rt), std::move(*host));
   BH_TRY(mgr->Recover());
   mgr->StartBackground();
   return std::unique_ptr<SandboxManager>(std::move(mgr));
@@ -234,6 +260,14 @@ Status SandboxManagerImpl::Recover() {
     if (row.state == "running" && runtime_->Alive(init)) {
       sb->info.state = "running";
       (void)uids_.Reclaim(row.uid_base, row.id);
+      if (auto netns = OpenLiveNetns(init)) {
+        sb->netns = *netns;
+        // The listeners in its namespace died with the old daemon: serve it again.
+        if (sb->info.spec.network.mode != "none") {
+          if (auto st = network_->Apply(row.id, sb->netns->get(), sb->info.spec.network); !st)
+            spdlog::error("recover: sandbox {}: network: {}", row.id, st.error().message);
+        }
+      }
       spdlog::info("recover: re-attached to sandbox {} (init pid {})", row.id, init.pid);
     } else {
       // Its processes are gone (host reboot, or killed): the files stay, the sandbox is stopped.
@@ -335,6 +369,9 @@ Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::Launch(const SandboxSpec& s
   auto init = runtime_->Launch(ls);
   if (!init) return init.error();
   sb->init = *init;
+  auto netns = OpenLiveNetns(sb->init);
+  if (!netns) return netns.error();
+  sb->netns = *netns;
   undo.Dismiss();
   return sb;
 }
@@ -344,6 +381,7 @@ Status SandboxManagerImpl::Teardown(const std::string& id, uid_t uid_base, const
   auto note = [&](Status st) {
     if (!st && first) first = st;
   };
+  network_->Forget(id);
   note(runtime_->Destroy(id, init));
   note(storage_->DestroyLayer(id));
   std::error_code ec;
@@ -409,6 +447,12 @@ Result<SandboxInfo> SandboxManagerImpl::Create(const SandboxSpec& spec) {
     }
     sb = *launched;
     sb->info.state = "running";
+  }
+  if (spec.network.mode != "none") {
+    if (auto st = network_->Apply(sb->info.id, sb->netns->get(), spec.network); !st) {
+      (void)Teardown(sb->info.id, sb->uid_base, sb->init);
+      return st.error();
+    }
   }
   ApplyLifetime(*sb, spec.timeout_s);
   if (auto st = db_->Put(RowOf(*sb)); !st) {
@@ -496,6 +540,48 @@ Result<SandboxSpec> SandboxManagerImpl::RunningSpec(const std::string& id) {
   if (sb->info.state != "running")
     return MakeError(ErrorCode::kConflict, "sandbox " + id + " is " + sb->info.state, "sandbox_not_running");
   return sb->info.spec;
+}
+
+Result<std::shared_ptr<UniqueFd>> SandboxManagerImpl::OpenLiveNetns(const InitProcess& init) {
+  auto fd = net::OpenNetns(init.pid);
+  if (!fd) return fd.error();
+  if (!runtime_->Alive(init)) return MakeError(ErrorCode::kConflict, "the sandbox's init is gone");
+  return std::make_shared<UniqueFd>(std::move(*fd));
+}
+
+Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::RunningSandbox(const std::string& id) {
+  BH_TRY(RunningSpec(id));
+  std::lock_guard lock(mu_);
+  auto sb = FindLocked(id);
+  if (!sb) return NoSandbox(id);
+  if (!sb->netns) return MakeError(ErrorCode::kConflict, "sandbox " + id + " has no network namespace");
+  return sb;
+}
+
+Result<UniqueFd> SandboxManagerImpl::SandboxSocket(const std::string& id, int domain) {
+  auto sb = RunningSandbox(id);
+  if (!sb) return sb.error();
+  return net::SocketInNetns((*sb)->netns->get(), domain, SOCK_STREAM);
+}
+
+Result<SandboxInfo> SandboxManagerImpl::SetNetwork(const std::string& id, const NetworkPolicy& policy) {
+  auto found = RunningSandbox(id);
+  if (!found) return found.error();
+  Sandbox& sb = **found;
+  std::lock_guard change(sb.network_mu);
+  BH_TRY(network_->Apply(id, sb.netns->get(), policy));
+  std::lock_guard lock(mu_);
+  sb.info.spec.network = policy;
+  BH_TRY(db_->Put(RowOf(sb)));
+  return sb.info;
+}
+
+Result<std::vector<net::EgressRecord>> SandboxManagerImpl::Egress(const std::string& id, int64_t limit) {
+  {
+    std::lock_guard lock(mu_);
+    if (!FindLocked(id)) return NoSandbox(id);
+  }
+  return network_->Egress(id, limit);
 }
 
 boost::asio::awaitable<Result<std::unique_ptr<ExecSession>>> SandboxManagerImpl::StartExec(

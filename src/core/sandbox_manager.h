@@ -14,10 +14,12 @@
 #include <vector>
 
 #include "common/result.h"
+#include "common/unique_fd.h"
 #include "core/config.h"
 #include "core/ctl_client.h"
 #include "core/exec_session.h"
 #include "core/types.h"
+#include "net/egress_proxy.h"
 
 namespace bulkhead::core {
 
@@ -65,6 +67,18 @@ class SandboxManager {
   // operations). 404 unknown sandbox, 409 not running. Non-blocking (io thread).
   virtual boost::asio::awaitable<Result<InitConnection>> ConnectInit(boost::asio::any_io_executor executor,
                                                                      const std::string& id) = 0;
+
+  // A socket (SOCK_STREAM, `domain` AF_INET or AF_INET6) inside a running sandbox's network
+  // namespace, not yet connected: the port proxy and port-forward connect it to the sandbox's
+  // loopback. 404 unknown sandbox, 409 not running. Quick (one short thread): io-thread safe.
+  virtual Result<UniqueFd> SandboxSocket(const std::string& id, int domain) = 0;
+
+  // PUT /v1/sandboxes/{id}/network: the new policy applies at once, open connections it no
+  // longer allows are cut. `policy` was validated (net::ParsePolicy). (blocking)
+  virtual Result<SandboxInfo> SetNetwork(const std::string& id, const NetworkPolicy& policy) = 0;
+  // GET /v1/sandboxes/{id}/egress: the last `limit` records, oldest first, then the
+  // connections open now (open = true).
+  virtual Result<std::vector<net::EgressRecord>> Egress(const std::string& id, int64_t limit) = 0;
 
   virtual std::vector<ImageInfo> ListImages() = 0;
   // Unpacks a rootfs tarball (any compression libarchive reads) into a new image. (blocking)

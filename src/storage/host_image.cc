@@ -199,7 +199,9 @@ Plan MakePlan(const std::string& state_dir) {
   plan.File("etc/group", kGroup);
   plan.File("etc/hosts", kHosts);
   plan.File("etc/hostname", "sandbox\n");
-  plan.File("etc/resolv.conf", "");  // no network yet
+  // The sandbox's resolver is the daemon's, on its loopback (net/netns.h); with network mode
+  // none nothing answers there and lookups fail at once.
+  plan.File("etc/resolv.conf", "nameserver 127.0.0.1\n");
   plan.File("etc/nsswitch.conf", kNsswitch);
   plan.Symlink("etc/mtab", "/proc/self/mounts");
   char resolved_state[PATH_MAX];

@@ -4,7 +4,7 @@ namespace bulkhead::store {
 namespace {
 
 // The schema, at version kSchemaVersion. A change gets a new version and a step in Migrate.
-constexpr int kSchemaVersion = 2;
+constexpr int kSchemaVersion = 3;
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS sandboxes (
   id TEXT PRIMARY KEY,
@@ -16,18 +16,29 @@ CREATE TABLE IF NOT EXISTS sandboxes (
   init_pid INTEGER NOT NULL,
   init_start_time INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS egress (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  sandbox_id TEXT NOT NULL,
+  time_ms INTEGER NOT NULL,
+  protocol TEXT NOT NULL,
+  name TEXT NOT NULL,
+  address TEXT NOT NULL,
+  port INTEGER NOT NULL,
+  query_type TEXT NOT NULL,
+  allowed INTEGER NOT NULL,
+  reason TEXT NOT NULL,
+  bytes_out INTEGER NOT NULL DEFAULT 0,
+  bytes_in INTEGER NOT NULL DEFAULT 0,
+  duration_ms INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS egress_by_sandbox ON egress (sandbox_id, id);
 )sql";
 
-struct Stmt {
-  sqlite3_stmt* s = nullptr;
-  ~Stmt() { sqlite3_finalize(s); }
-};
+}  // namespace
 
 Error DbError(sqlite3* db, const std::string& what) {
   return MakeError(ErrorCode::kInternal, what + ": " + sqlite3_errmsg(db));
 }
-
-}  // namespace
 
 Result<std::unique_ptr<StateDb>> StateDb::Open(const std::string& path) {
   sqlite3* db = nullptr;

@@ -25,6 +25,26 @@ struct SandboxRow {
   uint64_t init_start_time = 0;
 };
 
+// One egress record (net::EgressRecord without the live-only fields), as stored.
+struct EgressRow {
+  int64_t id = 0;
+  std::string sandbox_id;
+  int64_t time_ms = 0;
+  std::string protocol, name, address;
+  int64_t port = 0;
+  std::string query_type;
+  bool allowed = false;
+  std::string reason;
+  int64_t bytes_out = 0, bytes_in = 0, duration_ms = 0;
+};
+
+// A prepared statement, finalized on scope exit.
+struct Stmt {
+  sqlite3_stmt* s = nullptr;
+  ~Stmt() { sqlite3_finalize(s); }
+};
+Error DbError(sqlite3* db, const std::string& what);
+
 class StateDb {
  public:
   static Result<std::unique_ptr<StateDb>> Open(const std::string& path);
@@ -33,6 +53,13 @@ class StateDb {
   Status Put(const SandboxRow& row);  // insert or replace
   Status Remove(const std::string& id);
   Result<std::vector<SandboxRow>> LoadAll();
+
+  // The egress log (egress_log.cc). Each sandbox keeps its last kEgressKept records.
+  static constexpr int64_t kEgressKept = 10000;
+  Result<int64_t> InsertEgress(const EgressRow& row);  // answers the row id
+  Status FinishEgress(int64_t id, int64_t bytes_out, int64_t bytes_in, int64_t duration_ms, const std::string& reason);
+  Result<std::vector<EgressRow>> LoadEgress(const std::string& sandbox_id, int64_t limit);  // oldest first
+  Status RemoveEgress(const std::string& sandbox_id);
 
  private:
   explicit StateDb(sqlite3* db) : db_(db) {}

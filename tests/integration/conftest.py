@@ -119,3 +119,32 @@ def escape_binary(session_dir) -> Path:
     output = session_dir / "escape"
     subprocess.run(["cc", "-O2", "-static", "-o", str(output), str(source)], check=True, capture_output=True)
     return output
+
+
+@pytest.fixture(scope="session")
+def fakenet(session_dir):
+    """The fake internet of fakenet.py: two namespaces, servers, logs; removed after the session."""
+    import fakenet as fakenet_module
+    net = fakenet_module.FakeNet(session_dir / "fakenet")
+    net.start()
+    yield net
+    net.stop()
+
+
+def new_net_daemon(session_dir: Path, fakenet) -> harness.Daemon:
+    """A daemon (not started) inside fakenet's host namespace, resolving through its DNS server.
+    It listens on 0.0.0.0 there so sandboxes can try to reach the API on the host's address."""
+    import fakenet as fakenet_module
+    d = _new_daemon(session_dir)
+    d.netns = fakenet.host_ns
+    d.listen_host = "0.0.0.0"
+    d.extra_args = ("--dns-server", fakenet_module.DNS_SERVER)
+    return d
+
+
+@pytest.fixture(scope="module")
+def net_daemon(session_dir, fakenet, request):
+    d = new_net_daemon(session_dir, fakenet)
+    request.addfinalizer(d.destroy)
+    d.start()
+    return d

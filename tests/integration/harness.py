@@ -256,6 +256,11 @@ class Daemon:
     process: subprocess.Popen | None = None
     destroyed: bool = False
     starts: int = 0
+    # Run inside this network namespace (/run/netns/NAME; see fakenet.py). The test reaches
+    # such a daemon through its unix socket, which works across namespaces.
+    netns: str | None = None
+    listen_host: str = "127.0.0.1"
+    extra_args: tuple = ()
 
     @property
     def key(self) -> str:
@@ -266,6 +271,8 @@ class Daemon:
         return self.state_dir / "bulkhead.sock"
 
     def client(self, timeout: float = 120) -> Client:
+        if self.netns:
+            return self.unix_client(timeout)
         return Client(self.key, port=self.port, timeout=timeout)
 
     def unix_client(self, timeout: float = 120) -> Client:
@@ -284,9 +291,12 @@ class Daemon:
         log = open(self.log_path, "ab")
         log.write(f"==== start #{self.starts} on port {self.port}\n".encode())
         log.flush()
+        # nsenter, not `ip netns exec`: that also remounts /sys, hiding the cgroup mounts.
+        prefix = ["nsenter", f"--net=/run/netns/{self.netns}"] if self.netns else []
         self.process = subprocess.Popen(
-            [str(BULKHEAD), "serve", "--state-dir", str(self.state_dir),
-             "--listen", f"127.0.0.1:{self.port}", "--warm-pool", str(self.warm_pool)],
+            prefix + [str(BULKHEAD), "serve", "--state-dir", str(self.state_dir),
+                      "--listen", f"{self.listen_host}:{self.port}", "--warm-pool", str(self.warm_pool),
+                      *self.extra_args],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             env={k: v for k, v in os.environ.items() if not k.startswith("BULKHEAD_")})
         log.close()
@@ -301,7 +311,10 @@ class Daemon:
 
     def healthy(self) -> bool:
         try:
-            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+            if self.netns:
+                conn = UnixHTTPConnection(str(self.socket_path), 2)
+            else:
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
             conn.request("GET", "/healthz")
             ok = conn.getresponse().status == 200
             conn.close()

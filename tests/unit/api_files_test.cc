@@ -197,6 +197,9 @@ class FileManager : public core::SandboxManager {
     spec.user = "dev";
     co_return core::InitConnection{std::make_unique<core::CtlClient>(std::move(daemon_end)), spec};
   }
+  Result<UniqueFd> SandboxSocket(const std::string&, int) override { return NotFound(); }
+  Result<core::SandboxInfo> SetNetwork(const std::string&, const core::NetworkPolicy&) override { return NotFound(); }
+  Result<std::vector<net::EgressRecord>> Egress(const std::string&, int64_t) override { return NotFound(); }
   std::vector<core::ImageInfo> ListImages() override { return {}; }
   Result<core::ImageInfo> ImportImage(const std::string&, const std::string&) override { return NotFound(); }
   Status DeleteImage(const std::string&) override { return NotFound(); }

@@ -115,18 +115,83 @@ TEST(MatchRoute, ContractRoutesNotServedYetAreRecognised) {
   for (auto [method, path] : std::vector<std::pair<const char*, const char*>>{
            {"POST", "/v1/sandboxes/x/pause"}, {"POST", "/v1/sandboxes/x/resume"},
            {"POST", "/v1/sandboxes/x/stop"}, {"POST", "/v1/sandboxes/x/start"},
-           {"PUT", "/v1/sandboxes/x/network"},
            {"POST", "/v1/sandboxes/x/snapshots"}, {"GET", "/v1/snapshots/s1"}, {"POST", "/v1/sandboxes/x/fork"},
-           {"GET", "/v1/sandboxes/x/ports/8080"}, {"PATCH", "/v1/sandboxes/x/ports/8080/a/b/c"},
            {"GET", "/v1/volumes"}}) {
     const RouteMatch match = MatchRoute(method, path);
     EXPECT_EQ(match.outcome, Outcome::kMatched) << method << " " << path;
     EXPECT_EQ(match.id, RouteId::kNotImplemented) << method << " " << path;
   }
+}
+
+TEST(MatchRoute, NetworkRoutes) {
+  EXPECT_EQ(MatchRoute("PUT", "/v1/sandboxes/x/network").id, RouteId::kSetNetwork);
+  EXPECT_EQ(MatchRoute("GET", "/v1/sandboxes/x/egress").id, RouteId::kEgress);
+  EXPECT_EQ(MatchRoute("POST", "/v1/sandboxes/x/egress").outcome, Outcome::kMethodNotAllowed);
+}
+
+TEST(MatchRoute, PortRoutesTakeAnyMethodAndTheRestOfThePath) {
+  for (auto [method, path] : std::vector<std::pair<const char*, const char*>>{
+           {"GET", "/v1/sandboxes/x/ports/8080"}, {"GET", "/v1/sandboxes/x/ports/8080/"},
+           {"PATCH", "/v1/sandboxes/x/ports/8080/a/b/c"}, {"PROPFIND", "/v1/sandboxes/x/ports/8080/dav"},
+           {"DELETE", "/v1/sandboxes/x/ports/1/items/3"}}) {
+    const RouteMatch match = MatchRoute(method, path);
+    EXPECT_EQ(match.outcome, Outcome::kMatched) << method << " " << path;
+    EXPECT_EQ(match.id, RouteId::kPortProxy) << method << " " << path;
+    EXPECT_TRUE(match.NeedsAuth());
+  }
   const RouteMatch proxy = MatchRoute("GET", "/v1/sandboxes/x/ports/8080/a/b");
   EXPECT_EQ(proxy.Param("id"), "x");
   EXPECT_EQ(proxy.Param("port"), "8080");
   EXPECT_EQ(proxy.Param("path"), "a/b");
+
+  const RouteMatch tcp = MatchRoute("GET", "/v1/sandboxes/x/tcp/5432");
+  EXPECT_EQ(tcp.outcome, Outcome::kMatched);
+  EXPECT_EQ(tcp.id, RouteId::kTcpForward);
+  EXPECT_EQ(tcp.Param("port"), "5432");
+  EXPECT_TRUE(tcp.NeedsAuth());
+  EXPECT_EQ(MatchRoute("POST", "/v1/sandboxes/x/tcp/5432").outcome, Outcome::kMethodNotAllowed);
+  EXPECT_EQ(MatchRoute("GET", "/v1/sandboxes/x/tcp/5432/more").outcome, Outcome::kNotFound);
+}
+
+TEST(PortProxyAppTarget, KeepsThePathAfterThePortAsEncodedAndTheQuery) {
+  EXPECT_EQ(PortProxyAppTarget("/v1/sandboxes/x/ports/80"), "/");
+  EXPECT_EQ(PortProxyAppTarget("/v1/sandboxes/x/ports/80/"), "/");
+  EXPECT_EQ(PortProxyAppTarget("/v1/sandboxes/x/ports/80?a=1"), "/?a=1");
+  EXPECT_EQ(PortProxyAppTarget("/v1/sandboxes/x/ports/80/a/b%2Fc?q=a+b&r=%20"), "/a/b%2Fc?q=a+b&r=%20");
+  EXPECT_EQ(PortProxyAppTarget("/v1/sandboxes/x/ports/80//double"), "//double");
+  EXPECT_EQ(PortProxyAppTarget("/v1/sandboxes/x/ports/80/p?next=/v1/x"), "/p?next=/v1/x");
+}
+
+TEST(MatchPreviewHost, SplitsPortAndIdUnderThePreviewDomain) {
+  auto host = MatchPreviewHost("8000-abcdefghij0123456789.localhost:7420", "localhost:7420");
+  ASSERT_TRUE(host);
+  EXPECT_EQ(host->port, "8000");
+  EXPECT_EQ(host->sandbox_id, "abcdefghij0123456789");
+  // Host names are case-insensitive: browsers may send either.
+  host = MatchPreviewHost("3000-ABCdef.Preview.Example.COM", "preview.example.com");
+  ASSERT_TRUE(host);
+  EXPECT_EQ(host->port, "3000");
+  EXPECT_EQ(host->sandbox_id, "abcdef");
+  // The first dash splits; the rest belongs to the id (validated later).
+  host = MatchPreviewHost("80-a-b.localhost:7420", "localhost:7420");
+  ASSERT_TRUE(host);
+  EXPECT_EQ(host->sandbox_id, "a-b");
+  // A bad port is still a preview host (answered 404 by the proxy), not an API request.
+  host = MatchPreviewHost("x-abc.localhost:7420", "localhost:7420");
+  ASSERT_TRUE(host);
+  EXPECT_EQ(host->port, "x");
+}
+
+TEST(MatchPreviewHost, OtherHostsAreNotPreviewHosts) {
+  EXPECT_FALSE(MatchPreviewHost("localhost:7420", "localhost:7420"));
+  EXPECT_FALSE(MatchPreviewHost("127.0.0.1:7420", "localhost:7420"));
+  EXPECT_FALSE(MatchPreviewHost("8000-abc.localhost:7421", "localhost:7420"));
+  EXPECT_FALSE(MatchPreviewHost("8000-abc.evillocalhost:7420", "localhost:7420"));
+  EXPECT_FALSE(MatchPreviewHost("8000abc.localhost:7420", "localhost:7420"));
+  EXPECT_FALSE(MatchPreviewHost("-abc.localhost:7420", "localhost:7420"));
+  EXPECT_FALSE(MatchPreviewHost("8000-.localhost:7420", "localhost:7420"));
+  EXPECT_FALSE(MatchPreviewHost("", "localhost:7420"));
+  EXPECT_FALSE(MatchPreviewHost("8000-abc.localhost:7420", ""));  // host routing off
 }
 
 TEST(MatchRoute, OnlyHealthzIsServedWithoutKey) {

@@ -175,6 +175,20 @@ class FakeManager : public core::SandboxManager {
   asio::awaitable<Result<core::InitConnection>> ConnectInit(asio::any_io_executor, const std::string& id) override {
     co_return NotFound(id);  // these tests cover the HTTP layer; integration tests cover init
   }
+  Result<UniqueFd> SandboxSocket(const std::string& id, int) override { return NotFound(id); }
+  Result<core::SandboxInfo> SetNetwork(const std::string& id, const core::NetworkPolicy& policy) override {
+    std::lock_guard lock(mutex_);
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end()) return NotFound(id);
+    it->second.spec.network = policy;
+    return it->second;
+  }
+  Result<std::vector<net::EgressRecord>> Egress(const std::string& id, int64_t limit) override {
+    std::lock_guard lock(mutex_);
+    if (!sandboxes_.contains(id)) return NotFound(id);
+    last_egress_limit = limit;
+    return egress;
+  }
   asio::awaitable<Result<std::unique_ptr<core::ExecSession>>> StartExec(asio::any_io_executor executor,
                                                                          const std::string& id,
                                                                          core::ExecRequest request) override {
@@ -218,6 +232,8 @@ class FakeManager : public core::SandboxManager {
   std::map<std::string, std::string> imported;
   std::string imported_from;
   std::shared_ptr<InitLog> init_log = std::make_shared<InitLog>();
+  std::vector<net::EgressRecord> egress;
+  int64_t last_egress_limit = 0;
 
  private:
   static Error NotFound(const std::string& id) {

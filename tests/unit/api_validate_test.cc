@@ -240,15 +240,43 @@ TEST(ParseSandboxSpec, User) {
 TEST(ParseSandboxSpec, Network) {
   EXPECT_EQ(SpecError({{"network", {{"mode", "none"}}}}), "");
   EXPECT_EQ(SpecError({{"network", json::object()}}), "");
-  EXPECT_TRUE(Mentions(SpecError({{"network", {{"mode", "allowlist"}}}}), "not supported yet"));
-  EXPECT_TRUE(Mentions(SpecError({{"network", {{"mode", "open"}}}}), "not supported yet"));
-  EXPECT_TRUE(Mentions(SpecError({{"network", {{"mode", "bridge"}}}}), "network.mode"));
+  EXPECT_EQ(SpecError({{"network", {{"mode", "allowlist"}}}}), "");  // allows nothing yet
+  EXPECT_EQ(SpecError({{"network", {{"mode", "allowlist"}, {"allow", {"a.test", "*.b.test:443", "10.0.0.0/8"}}}}}), "");
+  EXPECT_EQ(SpecError({{"network", {{"mode", "open"}}}}), "");
+  EXPECT_TRUE(Mentions(SpecError({{"network", {{"mode", "bridge"}}}}), "network"));
   EXPECT_TRUE(Mentions(SpecError({{"network", {{"mode", 1}}}}), "network.mode"));
   EXPECT_TRUE(Mentions(SpecError({{"network", "none"}}), "network"));
   EXPECT_TRUE(Mentions(SpecError({{"network", {{"allow", "example.com"}}}}), "network.allow"));
   EXPECT_TRUE(Mentions(SpecError({{"network", {{"allow", {1}}}}}), "network.allow"));
+  EXPECT_TRUE(Mentions(SpecError({{"network", {{"mode", "allowlist"}, {"proxy", true}}}}), "network.proxy"));
   // With mode none an allow list would be silently useless.
-  EXPECT_TRUE(Mentions(SpecError({{"network", {{"allow", {"example.com"}}}}}), "network.allow"));
+  EXPECT_NE(SpecError({{"network", {{"allow", {"example.com"}}}}}), "");
+  // Entries are checked one by one: a typo never silently widens or voids the policy.
+  for (const char* bad : {"", "*", "*.", "exa mple.com", "10.0.0.1/8", "1.2.3.4:0", "1.2.3.4:65536", "a..b"}) {
+    EXPECT_NE(SpecError({{"network", {{"mode", "allowlist"}, {"allow", {bad}}}}}), "") << bad;
+  }
+  // open takes address entries only (they re-open always-denied ranges).
+  EXPECT_EQ(SpecError({{"network", {{"mode", "open"}, {"allow", {"10.1.2.3:5432"}}}}}), "");
+  EXPECT_NE(SpecError({{"network", {{"mode", "open"}, {"allow", {"a.test"}}}}}), "");
+}
+
+TEST(ParseNetworkUpdate, SameRulesAsCreate) {
+  auto ok = ParseNetworkUpdate({{"mode", "allowlist"}, {"allow", {"a.test"}}});
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->mode, "allowlist");
+  EXPECT_EQ(ok->allow, std::vector<std::string>{"a.test"});
+  EXPECT_FALSE(ParseNetworkUpdate({{"mode", "everything"}}).ok());
+  EXPECT_FALSE(ParseNetworkUpdate(json::array()).ok());
+  EXPECT_EQ(ParseNetworkUpdate(json::object())->mode, "none");
+}
+
+TEST(ParseEgressLimit, Bounds) {
+  EXPECT_EQ(*ParseEgressLimit({}), 1000);
+  EXPECT_EQ(*ParseEgressLimit({{"limit", "1"}}), 1);
+  EXPECT_EQ(*ParseEgressLimit({{"limit", "10000"}}), 10000);
+  for (const char* bad : {"0", "10001", "-1", "x", "", "99999999999999999999"})
+    EXPECT_FALSE(ParseEgressLimit({{"limit", bad}}).ok()) << bad;
+  EXPECT_FALSE(ParseEgressLimit({{"since", "1"}}).ok());
 }
 
 TEST(ParseSandboxSpec, Metadata) {

@@ -254,5 +254,33 @@ TEST_F(CliCommandLine, ClientSettingsWithoutAKeyFileHaveNoKey) {
   EXPECT_EQ(settings->api_key_source, "/nonexistent-bulkhead-state/api-key");
 }
 
+TEST_F(CliCommandLine, PortForwardTakesTheSandboxPortAndAnOptionalLocalPort) {
+  Define();
+  ASSERT_EQ(Parse({"port-forward", "sb1", "8000"}), 0);
+  EXPECT_EQ(line_.command, Command::kPortForward);
+  EXPECT_EQ(line_.sandbox_id, "sb1");
+  EXPECT_EQ(line_.port, 8000);
+  EXPECT_FALSE(line_.local_port);  // the same port locally
+}
+
+TEST_F(CliCommandLine, PortForwardLocalPortZeroMeansAnyAndBadPortsAreUsageErrors) {
+  Define();
+  ASSERT_EQ(Parse({"port-forward", "sb1", "5432", "0"}), 0);
+  EXPECT_EQ(line_.local_port, 0);
+  for (std::vector<std::string> args : {std::vector<std::string>{"port-forward", "sb1", "0"},
+                                        {"port-forward", "sb1", "65536"},
+                                        {"port-forward", "sb1", "http"},
+                                        {"port-forward", "sb1", "80", "70000"},
+                                        {"port-forward", "sb1"}}) {
+    CLI::App app{"bulkhead", "bulkhead"};
+    CommandLine line;
+    DefineCommandLine(app, line);
+    args.insert(args.begin(), "bulkhead");
+    std::vector<const char*> argv;
+    for (const auto& arg : args) argv.push_back(arg.c_str());
+    EXPECT_THROW(app.parse(static_cast<int>(argv.size()), argv.data()), CLI::ParseError) << args.back();
+  }
+}
+
 }  // namespace
 }  // namespace bulkhead::cli

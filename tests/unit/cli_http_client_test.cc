@@ -126,10 +126,11 @@ TEST(CliHttpClient, AnErrorAnswerToAStreamingRequestComesBackWhole) {
 }
 
 TEST(CliHttpClient, ErrorsWithoutTheApiShapeStillSayWhatHappened) {
-  Error error = ErrorFromResponse(HttpResponse{502, "text/plain", "bad gateway\n"});
+  Error error = ErrorFromResponse(HttpResponse{500, "text/plain", "it broke\n"});
   EXPECT_EQ(error.code, ErrorCode::kInternal);
-  EXPECT_EQ(error.message, "the daemon answered HTTP 502: bad gateway");
+  EXPECT_EQ(error.message, "the daemon answered HTTP 500: it broke");
   EXPECT_EQ(error.detail_code, "internal");
+  EXPECT_EQ(ErrorFromResponse(HttpResponse{502, "text/plain", "bad gateway\n"}).code, ErrorCode::kBadGateway);
   Error html = ErrorFromResponse(HttpResponse{501, "text/html", "<!DOCTYPE HTML>\n<html>...</html>"});
   EXPECT_EQ(html.message, "the daemon answered HTTP 501");
   Error too_many = ErrorFromResponse(HttpResponse{429, "", ""});

@@ -76,7 +76,7 @@ TEST_F(StorageHostImageTest, EtcHasGeneratedUsersAndNoHostSecrets) {
   EXPECT_NE(group.find("user:x:1000:"), std::string::npos);
   EXPECT_EQ(Slurp(rootfs_ + "/etc/hostname"), "sandbox\n");
   EXPECT_NE(Slurp(rootfs_ + "/etc/hosts").find("localhost"), std::string::npos);
-  EXPECT_EQ(Slurp(rootfs_ + "/etc/resolv.conf"), "");
+  EXPECT_EQ(Slurp(rootfs_ + "/etc/resolv.conf"), "nameserver 127.0.0.1\n");
   EXPECT_NE(Slurp(rootfs_ + "/etc/nsswitch.conf").find("hosts: files dns"), std::string::npos);
 
   for (const char* secret : {"etc/shadow", "etc/gshadow", "etc/shadow-", "etc/ssh", "etc/ssl/private",

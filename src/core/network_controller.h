@@ -1,0 +1,43 @@
+// The network side of the sandboxes of one daemon: shapes each sandbox's network namespace
+// for its mode (net/netns.h), serves its egress through the proxy (net/egress_proxy.h) and
+// keeps the egress log in the state database. Thread-safe.
+#pragma once
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "core/config.h"
+#include "core/types.h"
+#include "net/egress_proxy.h"
+#include "store/state_db.h"
+
+namespace bulkhead::core {
+
+class NetworkController {
+ public:
+  static Result<std::unique_ptr<NetworkController>> Start(const DaemonConfig& config, store::StateDb& db);
+  ~NetworkController();
+
+  // Brings the sandbox whose network namespace is `netns_fd` to `policy` (also after a daemon
+  // restart, to serve it again). Open connections the new policy forbids are cut. (blocking)
+  Status Apply(const std::string& sandbox_id, int netns_fd, const NetworkPolicy& policy);
+  // The sandbox is going away: stop serving it and forget its log.
+  void Forget(const std::string& sandbox_id);
+  // The last `limit` log records, oldest first, then the open connections.
+  Result<std::vector<net::EgressRecord>> Egress(const std::string& sandbox_id, int64_t limit);
+
+ private:
+  class Sink;
+  NetworkController(store::StateDb& db, std::unique_ptr<Sink> sink);
+
+  store::StateDb& db_;
+  std::unique_ptr<Sink> sink_;
+  std::unique_ptr<net::EgressProxy> proxy_;
+  std::mutex mu_;  // serializes Apply and Forget; guards attached_
+  std::set<std::string> attached_;  // sandboxes whose namespace has the proxy's listeners
+};
+
+}  // namespace bulkhead::core
