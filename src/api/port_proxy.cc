@@ -21,13 +21,17 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/beast/core/string.hpp>
 #include <boost/beast/http/chunk_encode.hpp>
+#include <boost/beast/http/rfc7230.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "api/validate.h"
+#include "net/allow_rules.h"
+#include "net/ip_address.h"
 #include "net/relay.h"
 
 // g++ 12 reports a false -Wmismatched-new-delete on asio's coroutine frames, whose
@@ -49,33 +53,9 @@ constexpr size_t kResponsePieceBytes = 64 * 1024;
 
 auto Redirect(error_code& ec) { return asio::redirect_error(asio::use_awaitable, ec); }
 
-bool IEquals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
-  }
-  return true;
-}
-
-// The comma-separated tokens of a header value, trimmed ("keep-alive, Upgrade").
-std::vector<std::string_view> Tokens(std::string_view value) {
-  std::vector<std::string_view> tokens;
-  while (!value.empty()) {
-    const size_t comma = value.find(',');
-    std::string_view token = value.substr(0, comma);
-    value = comma == std::string_view::npos ? std::string_view() : value.substr(comma + 1);
-    while (!token.empty() && (token.front() == ' ' || token.front() == '\t')) token.remove_prefix(1);
-    while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
-    if (!token.empty()) tokens.push_back(token);
-  }
-  return tokens;
-}
-
-bool HasToken(std::string_view value, std::string_view wanted) {
-  for (std::string_view token : Tokens(value)) {
-    if (IEquals(token, wanted)) return true;
-  }
-  return false;
+// Whether a comma-separated header value ("keep-alive, Upgrade") holds `token` (any case).
+bool HasToken(std::string_view value, std::string_view token) {
+  return http::token_list(ToBeast(value)).exists(ToBeast(token));
 }
 
 // Headers that describe one connection, not the message (RFC 9110 7.6.1), plus those
@@ -85,8 +65,8 @@ bool IsHopByHop(std::string_view name, std::string_view connection_header) {
                                            "proxy-authenticate",  "proxy-authorization",
                                            "te",                  "trailer",    "transfer-encoding",
                                            "upgrade"};
-  for (std::string_view hop : kHopByHop) {
-    if (IEquals(name, hop)) return true;
+  for (const char* hop : kHopByHop) {
+    if (beast::iequals(ToBeast(name), hop)) return true;
   }
   return HasToken(connection_header, name);
 }
@@ -95,32 +75,13 @@ Error SandboxNotFound(const std::string& id) {
   return MakeError(ErrorCode::kNotFound, fmt::format("no sandbox with id \"{}\"", id), "sandbox_not_found");
 }
 
-// 1..65535 written in decimal, else nullopt.
-std::optional<uint16_t> ParsePort(std::string_view text) {
-  if (text.empty() || text.size() > 5) return std::nullopt;
-  unsigned value = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return std::nullopt;
-    value = value * 10 + unsigned(c - '0');
-  }
-  if (value < 1 || value > 65535) return std::nullopt;
-  return static_cast<uint16_t>(value);
-}
-
 // The peer's IP address for X-Forwarded-For; "" for a unix socket client.
 std::string ClientAddress(HttpStream& stream) {
   error_code ec;
   const auto endpoint = stream.socket().remote_endpoint(ec);
-  if (ec) return {};
-  char text[INET6_ADDRSTRLEN] = {};
-  if (endpoint.protocol().family() == AF_INET) {
-    const auto* address = reinterpret_cast<const sockaddr_in*>(endpoint.data());
-    if (inet_ntop(AF_INET, &address->sin_addr, text, sizeof(text)) != nullptr) return text;
-  } else if (endpoint.protocol().family() == AF_INET6) {
-    const auto* address = reinterpret_cast<const sockaddr_in6*>(endpoint.data());
-    if (inet_ntop(AF_INET6, &address->sin6_addr, text, sizeof(text)) != nullptr) return text;
-  }
-  return {};
+  const int family = ec ? AF_UNSPEC : endpoint.protocol().family();
+  if (family != AF_INET && family != AF_INET6) return {};
+  return net::IpAddress::FromSockaddr(endpoint.data()).ToString();
 }
 
 Error NotListening(const std::string& id, uint16_t port) {
@@ -167,7 +128,7 @@ asio::awaitable<Result<StreamSocket>> ConnectToApp(core::SandboxManager& manager
 asio::awaitable<Result<StreamSocket>> OpenAppConnection(core::SandboxManager& manager, const std::string& id,
                                                          const std::string& port_text, ErrorCode bad_port) {
   if (!IsValidSandboxId(id)) co_return SandboxNotFound(id);
-  const std::optional<uint16_t> port = ParsePort(port_text);
+  const std::optional<uint16_t> port = net::ParsePort(port_text);
   if (!port) {
     co_return MakeError(bad_port, fmt::format("port must be a number from 1 to 65535, not \"{}\"", port_text),
                         bad_port == ErrorCode::kNotFound ? "not_found" : "invalid_argument");
@@ -387,8 +348,10 @@ RequestHeader AppRequestHead(const RequestHeader& client, const PortProxyRequest
         if (request.strip_authorization) continue;
         break;
       default:
-        if (IEquals(name, "x-forwarded-for") || IEquals(name, "x-forwarded-host") ||
-            IEquals(name, "x-forwarded-proto") || IEquals(name, "x-forwarded-prefix")) {
+        if (beast::iequals(field.name_string(), "x-forwarded-for") ||
+            beast::iequals(field.name_string(), "x-forwarded-host") ||
+            beast::iequals(field.name_string(), "x-forwarded-proto") ||
+            beast::iequals(field.name_string(), "x-forwarded-prefix")) {
           continue;
         }
     }
@@ -458,7 +421,7 @@ asio::awaitable<void> ServePortProxy(HttpExchange& exchange, core::SandboxManage
 asio::awaitable<void> ServeTcpForward(HttpExchange& exchange, core::SandboxManager& manager,
                                       const std::string& sandbox_id, const std::string& port) {
   const RequestHeader& request = exchange.request();
-  if (!IsUpgradeRequest(request) || !IEquals(FromBeast(request[http::field::upgrade]), "tcp")) {
+  if (!IsUpgradeRequest(request) || !beast::iequals(request[http::field::upgrade], "tcp")) {
     co_return co_await exchange.SendError(MakeError(
         ErrorCode::kBadRequest, "port-forward is a protocol upgrade: send Connection: Upgrade and Upgrade: tcp"));
   }

@@ -2,11 +2,18 @@
 #pragma once
 #include <time.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <string>
 
 namespace bulkhead {
+
+// Now, in milliseconds since the Unix epoch.
+inline int64_t UnixMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 // "2026-11-29T21:00:00Z"
 inline std::string Rfc3339(time_t seconds) {

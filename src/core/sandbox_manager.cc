@@ -38,11 +38,6 @@ using runtime::InitProcess;
 
 namespace {
 
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // 20 characters of [a-z0-9]: unguessable (~103 bits) and short enough for socket paths.
 std::string NewId() {
   static constexpr char kAlphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
@@ -78,7 +73,7 @@ struct Sandbox {
   int64_t expires_ms = 0;  // unix milliseconds; 0 = never
   bool deleting = false;
   // The sandbox's network namespace, opened while its init is known alive (no pid reuse).
-  std::shared_ptr<UniqueFd> netns;
+  UniqueFd netns;
   std::mutex network_mu;  // one network change at a time
 };
 
@@ -166,9 +161,13 @@ class SandboxManagerImpl : public SandboxManager {
   Status Teardown(const std::string& id, uid_t uid_base, const InitProcess& init);
   void ApplyLifetime(Sandbox& sb, int64_t timeout_s);
   // The network namespace of a sandbox's init, checked to be that init's (not a reused pid).
-  Result<std::shared_ptr<UniqueFd>> OpenLiveNetns(const InitProcess& init);
-  // The running sandbox with this id (Alive checked as RunningSpec does).
+  Result<UniqueFd> OpenLiveNetns(const InitProcess& init);
+  // The running sandbox with this id; 404 if unknown, 409 if not running (an init found dead
+  // marks it "error").
   Result<std::shared_ptr<Sandbox>> RunningSandbox(const std::string& id);
+  // Its network namespace, or 409 (only a sandbox whose namespace could not be reopened after
+  // a daemon restart lacks one).
+  static Result<int> NetnsOf(const Sandbox& sb);
   void PoolLoop();
   void TimerLoop();
 
@@ -261,10 +260,10 @@ Status SandboxManagerImpl::Recover() {
       sb->info.state = "running";
       (void)uids_.Reclaim(row.uid_base, row.id);
       if (auto netns = OpenLiveNetns(init)) {
-        sb->netns = *netns;
+        sb->netns = std::move(*netns);
         // The listeners in its namespace died with the old daemon: serve it again.
         if (sb->info.spec.network.mode != "none") {
-          if (auto st = network_->Apply(row.id, sb->netns->get(), sb->info.spec.network); !st)
+          if (auto st = network_->Apply(row.id, sb->netns.get(), sb->info.spec.network); !st)
             spdlog::error("recover: sandbox {}: network: {}", row.id, st.error().message);
         }
       }
@@ -324,7 +323,7 @@ Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::Launch(const SandboxSpec& s
   sb->info.id = NewId();
   sb->info.spec = spec;
   sb->info.state = "starting";
-  sb->info.created_at = Rfc3339(static_cast<time_t>(NowMs() / 1000));
+  sb->info.created_at = Rfc3339(static_cast<time_t>(UnixMillis() / 1000));
   const std::string& id = sb->info.id;
 
   std::string rootfs = host_rootfs_;
@@ -371,7 +370,7 @@ Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::Launch(const SandboxSpec& s
   sb->init = *init;
   auto netns = OpenLiveNetns(sb->init);
   if (!netns) return netns.error();
-  sb->netns = *netns;
+  sb->netns = std::move(*netns);
   undo.Dismiss();
   return sb;
 }
@@ -400,7 +399,7 @@ Status SandboxManagerImpl::Teardown(const std::string& id, uid_t uid_base, const
 
 void SandboxManagerImpl::ApplyLifetime(Sandbox& sb, int64_t timeout_s) {
   sb.info.spec.timeout_s = timeout_s;
-  sb.expires_ms = timeout_s > 0 ? NowMs() + timeout_s * 1000 : 0;
+  sb.expires_ms = timeout_s > 0 ? UnixMillis() + timeout_s * 1000 : 0;
   if (sb.expires_ms)
     sb.info.expires_at = Rfc3339(static_cast<time_t>(sb.expires_ms / 1000));
   else
@@ -435,7 +434,7 @@ Result<SandboxInfo> SandboxManagerImpl::Create(const SandboxSpec& spec) {
     } else {
       sb->info.spec = spec;
       sb->info.state = "running";
-      sb->info.created_at = Rfc3339(static_cast<time_t>(NowMs() / 1000));
+      sb->info.created_at = Rfc3339(static_cast<time_t>(UnixMillis() / 1000));
     }
   }
   if (!sb) {
@@ -449,7 +448,7 @@ Result<SandboxInfo> SandboxManagerImpl::Create(const SandboxSpec& spec) {
     sb->info.state = "running";
   }
   if (spec.network.mode != "none") {
-    if (auto st = network_->Apply(sb->info.id, sb->netns->get(), spec.network); !st) {
+    if (auto st = network_->Apply(sb->info.id, sb->netns.get(), spec.network); !st) {
       (void)Teardown(sb->info.id, sb->uid_base, sb->init);
       return st.error();
     }
@@ -528,6 +527,13 @@ Result<SandboxInfo> SandboxManagerImpl::SetTimeout(const std::string& id, int64_
 }
 
 Result<SandboxSpec> SandboxManagerImpl::RunningSpec(const std::string& id) {
+  auto sb = RunningSandbox(id);
+  if (!sb) return sb.error();
+  std::lock_guard lock(mu_);
+  return (*sb)->info.spec;
+}
+
+Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::RunningSandbox(const std::string& id) {
   std::lock_guard lock(mu_);
   auto sb = FindLocked(id);
   if (!sb) return NoSandbox(id);
@@ -539,37 +545,37 @@ Result<SandboxSpec> SandboxManagerImpl::RunningSpec(const std::string& id) {
   }
   if (sb->info.state != "running")
     return MakeError(ErrorCode::kConflict, "sandbox " + id + " is " + sb->info.state, "sandbox_not_running");
-  return sb->info.spec;
+  return sb;
 }
 
-Result<std::shared_ptr<UniqueFd>> SandboxManagerImpl::OpenLiveNetns(const InitProcess& init) {
+Result<UniqueFd> SandboxManagerImpl::OpenLiveNetns(const InitProcess& init) {
   auto fd = net::OpenNetns(init.pid);
   if (!fd) return fd.error();
   if (!runtime_->Alive(init)) return MakeError(ErrorCode::kConflict, "the sandbox's init is gone");
-  return std::make_shared<UniqueFd>(std::move(*fd));
+  return fd;
 }
 
-Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::RunningSandbox(const std::string& id) {
-  BH_TRY(RunningSpec(id));
-  std::lock_guard lock(mu_);
-  auto sb = FindLocked(id);
-  if (!sb) return NoSandbox(id);
-  if (!sb->netns) return MakeError(ErrorCode::kConflict, "sandbox " + id + " has no network namespace");
-  return sb;
+Result<int> SandboxManagerImpl::NetnsOf(const Sandbox& sb) {
+  if (!sb.netns) return MakeError(ErrorCode::kConflict, "sandbox " + sb.info.id + " has no network namespace");
+  return sb.netns.get();
 }
 
 Result<UniqueFd> SandboxManagerImpl::SandboxSocket(const std::string& id, int domain) {
   auto sb = RunningSandbox(id);
   if (!sb) return sb.error();
-  return net::SocketInNetns((*sb)->netns->get(), domain, SOCK_STREAM);
+  auto netns = NetnsOf(**sb);
+  if (!netns) return netns.error();
+  return net::SocketInNetns(*netns, domain, SOCK_STREAM);
 }
 
 Result<SandboxInfo> SandboxManagerImpl::SetNetwork(const std::string& id, const NetworkPolicy& policy) {
   auto found = RunningSandbox(id);
   if (!found) return found.error();
   Sandbox& sb = **found;
+  auto netns = NetnsOf(sb);
+  if (!netns) return netns.error();
   std::lock_guard change(sb.network_mu);
-  BH_TRY(network_->Apply(id, sb.netns->get(), policy));
+  BH_TRY(network_->Apply(id, *netns, policy));
   std::lock_guard lock(mu_);
   sb.info.spec.network = policy;
   BH_TRY(db_->Put(RowOf(sb)));
@@ -661,7 +667,7 @@ void SandboxManagerImpl::TimerLoop() {
     }
     if (stopping_) break;
     std::vector<std::string> expired;
-    int64_t now = NowMs();
+    int64_t now = UnixMillis();
     {
       std::lock_guard lock(mu_);
       for (const auto& [id, sb] : sandboxes_)

@@ -75,15 +75,6 @@ std::string Lower(std::string_view text) {
   return out;
 }
 
-// Decimal 1..65535 without sign or leading zeros.
-std::optional<uint16_t> ParsePort(std::string_view text) {
-  if (!IsDigits(text) || text.size() > 5 || text[0] == '0') return std::nullopt;
-  uint32_t value = 0;
-  for (char c : text) value = value * 10 + static_cast<uint32_t>(c - '0');
-  if (value > 65535) return std::nullopt;
-  return static_cast<uint16_t>(value);
-}
-
 bool PortMatches(const AllowEntry& entry, uint16_t port, bool zero_is_any) {
   if (!entry.port) return true;
   return *entry.port == port || (zero_is_any && port == 0);
@@ -340,6 +331,22 @@ bool NameAllowed(const Policy& policy, std::string_view name, uint16_t port) {
 
 bool AddressExplicitlyAllowed(const Policy& policy, const IpAddress& address, uint16_t port) {
   return AddressAllowedOnPort(policy, address, port, /*zero_is_any=*/true);
+}
+
+std::optional<uint16_t> ParsePort(std::string_view text) {
+  if (!IsDigits(text) || text.size() > 5 || text[0] == '0') return std::nullopt;
+  uint32_t value = 0;
+  for (char c : text) value = value * 10 + static_cast<uint32_t>(c - '0');
+  if (value > 65535) return std::nullopt;
+  return static_cast<uint16_t>(value);
+}
+
+Verdict DecideName(const Policy& policy, std::string_view name, uint16_t port) {
+  if (policy.mode == Mode::kNone) return {false, "network mode is none"};
+  const std::optional<std::string> normalized = NormalizeName(name);
+  if (!normalized) return {false, Quote(name) + " is not a valid host name"};
+  if (policy.mode == Mode::kOpen || NameAllowed(policy, *normalized, port)) return {true, {}};
+  return {false, *normalized + (port != 0 ? ":" + std::to_string(port) : "") + " is not in the allowlist"};
 }
 
 Verdict Decide(const Policy& policy, const std::optional<std::string>& name, const IpAddress& address, uint16_t port,

@@ -81,6 +81,15 @@ struct Verdict {
 Verdict Decide(const Policy& policy, const std::optional<std::string>& name, const IpAddress& address, uint16_t port,
                const std::vector<IpAddress>& host_addresses);
 
+// Whether `name` may be looked up, or connected to by name, before it is resolved (the DNS
+// resolver; the proxy's CONNECT and absolute-form hosts): mode none never, an invalid host
+// name never, mode open always, allowlist when NameAllowed (port 0: any port). What the name
+// resolves to is judged afterwards by Decide.
+Verdict DecideName(const Policy& policy, std::string_view name, uint16_t port);
+
+// Decimal 1..65535 without sign or leading zeros, else nullopt.
+std::optional<uint16_t> ParsePort(std::string_view text);
+
 // A DNS name as the resolver and the proxy compare it: lower case, no trailing dot. nullopt if
 // it is not a syntactically valid host name (then it is never allowed). An IP literal is not a
 // host name ("1.2.3.4" -> nullopt: its last label is all digits).

@@ -14,6 +14,7 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/buffers_to_string.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/string.hpp>
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
@@ -102,22 +103,9 @@ std::optional<std::string> AnnouncedName(const SniffResult& sniff) {
   return std::nullopt;
 }
 
-// Why a connection to `name`:`port` cannot be allowed by its name; nullopt if it can. Asked
-// before the name is looked up, so a name the policy does not allow never reaches a DNS server.
-std::optional<std::string> NameDenial(const Policy& policy, const std::string& name, uint16_t port) {
-  if (policy.mode == Mode::kNone) return "network mode is none";
-  if (policy.mode == Mode::kOpen || NameAllowed(policy, name, port)) return std::nullopt;
-  return name + ":" + std::to_string(port) + " is not in the allowlist";
-}
-
-bool IEquals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-         });
-}
-
 bool IStartsWith(std::string_view text, std::string_view prefix) {
-  return text.size() >= prefix.size() && IEquals(text.substr(0, prefix.size()), prefix);
+  return text.size() >= prefix.size() &&
+         beast::iequals(beast::string_view(text.data(), prefix.size()), beast::string_view(prefix.data(), prefix.size()));
 }
 
 std::string_view View(beast::string_view text) { return std::string_view(text.data(), text.size()); }
@@ -134,8 +122,12 @@ std::string OriginFormHead(const http::request<http::empty_body>& request, std::
   bool has_host = false;
   for (const auto& field : request) {
     const std::string_view name = View(field.name_string());
-    if (IEquals(name, "connection") || IEquals(name, "keep-alive") || IStartsWith(name, "proxy-")) continue;
-    if (IEquals(name, "host")) has_host = true;
+    const beast::string_view field_name = field.name_string();
+    if (beast::iequals(field_name, "connection") || beast::iequals(field_name, "keep-alive") ||
+        beast::iequals(field_name.substr(0, 6), "proxy-")) {
+      continue;
+    }
+    if (beast::iequals(field_name, "host")) has_host = true;
     head += name;
     head += ": ";
     head += View(field.value());
@@ -445,7 +437,9 @@ asio::awaitable<ProxyConnection::Reached> ProxyConnection::Reach(Destination des
     candidates.push_back(*destination.address);
   } else {
     const std::string name = *destination.name;
-    if (auto denial = NameDenial(*policy, name, port)) co_return Reached{Reached::Outcome::kDenied, *denial, {}};
+    // Asked before the lookup: a name the policy does not allow never reaches a DNS server.
+    const Verdict by_name = DecideName(*policy, name, port);
+    if (!by_name.allowed) co_return Reached{Reached::Outcome::kDenied, by_name.reason, {}};
     Result<std::vector<IpAddress>> resolved = co_await context_.upstream.Resolve(name);
     if (cut()) co_return Reached{Reached::Outcome::kFailed, cut_reason_, {}};
     if (!resolved.ok()) co_return Reached{Reached::Outcome::kFailed, resolved.error().message, {}};
@@ -610,12 +604,9 @@ std::optional<Destination> ParseAuthority(std::string_view authority, std::optio
   }
   Destination destination;
   if (port_text) {
-    if (port_text->empty() || port_text->size() > 5 || port_text->find_first_not_of("0123456789") != std::string::npos) {
-      return std::nullopt;
-    }
-    const unsigned long port = std::stoul(std::string(*port_text));
-    if (port == 0 || port > 65535) return std::nullopt;
-    destination.port = static_cast<uint16_t>(port);
+    const std::optional<uint16_t> port = ParsePort(*port_text);
+    if (!port) return std::nullopt;
+    destination.port = *port;
   } else if (default_port) {
     destination.port = *default_port;
   } else {

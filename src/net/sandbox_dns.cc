@@ -59,15 +59,6 @@ std::optional<std::string> FormatError(std::string_view packet) {
   return reply;
 }
 
-// Whether the policy lets the sandbox resolve `name`; the reason when not.
-std::optional<std::string> NameDenial(const Policy& policy, const std::optional<std::string>& name,
-                                      const std::string& raw_name) {
-  if (policy.mode == Mode::kNone) return "network mode is none";
-  if (!name) return "\"" + raw_name + "\" is not a valid host name";
-  if (policy.mode == Mode::kOpen || NameAllowed(policy, *name, 0)) return std::nullopt;
-  return *name + " is not in the allowlist";
-}
-
 }  // namespace
 
 asio::awaitable<std::optional<std::string>> AnswerQuery(ProxyContext& context, std::shared_ptr<SandboxEgress> sandbox,
@@ -82,9 +73,10 @@ asio::awaitable<std::optional<std::string>> AnswerQuery(ProxyContext& context, s
   record.name = name.value_or(question->name);
   record.port = kDnsPort;
   record.query_type = TypeName(question->type);
-  if (auto denial = NameDenial(*sandbox->policy(), name, question->name)) {
+  const Verdict verdict = DecideName(*sandbox->policy(), question->name, 0);  // any port: a lookup
+  if (!verdict.allowed) {
     record.allowed = false;
-    record.reason = *denial;
+    record.reason = verdict.reason;
     sandbox->Log(std::move(record));
     co_return dns::ErrorReply(*question, dns::kRcodeNxDomain);
   }

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "common/time_format.h"
+
 namespace bulkhead::net {
 namespace {
 
@@ -22,11 +24,6 @@ int64_t MillisSince(std::chrono::steady_clock::time_point start) {
 }
 
 }  // namespace
-
-int64_t UnixMillis() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 SandboxEgress::SandboxEgress(ProxyContext& context, std::string sandbox_id, Policy policy)
     : context_(context), id_(std::move(sandbox_id)), policy_(std::make_shared<const Policy>(std::move(policy))) {}

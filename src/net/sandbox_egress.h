@@ -31,8 +31,6 @@ struct ProxyContext {
   std::chrono::milliseconds connect_timeout;
 };
 
-int64_t UnixMillis();
-
 // Thread-safe.
 class SandboxEgress {
  public:

@@ -384,3 +384,29 @@ TEST(NormalizeNameTest, RejectsWhatIsNotAHostName) {
 
 }  // namespace
 }  // namespace bulkhead::net
+
+namespace bulkhead::net {
+namespace {
+
+TEST(DecideNameTest, ModeSyntaxAndNameEntriesDecideBeforeAnyLookup) {
+  const Policy allowlist = MakePolicy("allowlist", {"a.test:443", "*.b.test", "198.18.0.5"});
+  EXPECT_TRUE(DecideName(allowlist, "A.Test.", 443).allowed);
+  EXPECT_TRUE(DecideName(allowlist, "a.test", 0).allowed);  // a lookup: any port
+  EXPECT_EQ(DecideName(allowlist, "a.test", 80).reason, "a.test:80 is not in the allowlist");
+  EXPECT_TRUE(DecideName(allowlist, "x.b.test", 8080).allowed);
+  EXPECT_EQ(DecideName(allowlist, "secret.evil.test", 0).reason, "secret.evil.test is not in the allowlist");
+  EXPECT_FALSE(DecideName(allowlist, "198.18.0.5", 0).allowed);  // an address is not a name
+  EXPECT_FALSE(DecideName(allowlist, "bad name", 0).allowed);
+  EXPECT_TRUE(DecideName(MakePolicy("open", {}), "anything.example", 0).allowed);
+  EXPECT_FALSE(DecideName(MakePolicy("open", {}), "bad..name", 0).allowed);
+  EXPECT_EQ(DecideName(MakePolicy("none", {}), "a.test", 443).reason, "network mode is none");
+}
+
+TEST(ParsePortTest, DecimalOneTo65535Only) {
+  EXPECT_EQ(ParsePort("1"), 1);
+  EXPECT_EQ(ParsePort("65535"), 65535);
+  for (const char* bad : {"", "0", "65536", "08080", "+80", "-1", "80a", "999999"}) EXPECT_FALSE(ParsePort(bad)) << bad;
+}
+
+}  // namespace
+}  // namespace bulkhead::net
