@@ -70,6 +70,9 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
       ->allow_extra_args(false);
   serve->add_option("--preview-domain", line.preview_domain,
                     "Host names PORT-ID.DOMAIN reach a sandbox's ports (default localhost:7420)");
+  serve->add_option("--open-subnet", line.open_subnet,
+                    "IPv4 prefix whose /30s give open-mode sandboxes their link for UDP and ICMP "
+                    "(default 10.213.0.0/16)");
   Selects(serve, line, Command::kServe);
 
   CLI::App* run = app.add_subcommand("run", "Run one command in a new sandbox, then remove it");
@@ -249,6 +252,7 @@ core::DaemonConfig DaemonConfigFromCommandLine(const CommandLine& line) {
   if (line.warm_pool) config.warm_pool = *line.warm_pool;
   config.dns_servers = line.dns_servers;
   if (line.preview_domain) config.preview_domain = *line.preview_domain;
+  if (line.open_subnet) config.open_subnet = *line.open_subnet;
   if (const char* key = std::getenv("BULKHEAD_API_KEY"); key != nullptr && *key != '\0') config.api_key = key;
   return config;
 }

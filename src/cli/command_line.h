@@ -78,6 +78,7 @@ struct CommandLine {
   std::optional<int> warm_pool;
   std::vector<std::string> dns_servers;
   std::optional<std::string> preview_domain;
+  std::optional<std::string> open_subnet;
 
   SandboxFlags sandbox;  // run, create; network uses sandbox.allow
   std::optional<std::string> network_mode;  // network

@@ -20,6 +20,9 @@ struct DaemonConfig {
   std::vector<std::string> dns_servers;
   // Host names {port}-{id}.{preview_domain} reach a sandbox's ports. --preview-domain
   std::string preview_domain = "localhost:7420";
+  // Open-mode sandboxes take a /30 each from this IPv4 prefix for their veth pair (UDP and
+  // ICMP out, NATed). --open-subnet
+  std::string open_subnet = "10.213.0.0/16";
 };
 
 }  // namespace bulkhead::core

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstdio>
+#include <functional>
 #include <set>
 
 #include "net/netns.h"
@@ -59,28 +61,46 @@ Result<std::unique_ptr<NetworkController>> NetworkController::Start(const Daemon
   auto proxy = net::EgressProxy::Start(options, *controller->sink_);
   if (!proxy) return proxy.error();
   controller->proxy_ = std::move(*proxy);
+  auto subnet = net::IpPrefix::Parse(config.open_subnet);
+  if (!subnet) return MakeError(ErrorCode::kInvalid, "--open-subnet " + config.open_subnet + " is not an IPv4 prefix");
+  // One tag per state directory: a restarted daemon finds (and removes) its predecessor's links.
+  char tag[8];
+  std::snprintf(tag, sizeof(tag), "%04zx", std::hash<std::string>{}(config.state_dir) & 0xffff);
+  auto links = net::OpenLinks::Start(*subnet, tag);
+  if (!links) return links.error();
+  controller->links_ = std::move(*links);
   return controller;
 }
 
 Status NetworkController::Apply(const std::string& sandbox_id, int netns_fd, const NetworkPolicy& spec) {
   auto policy = net::ParsePolicy(spec.mode, spec.allow);
   if (!policy) return policy.error();
+  const net::Mode mode = policy->mode;
   std::lock_guard lock(mu_);
-  if (policy->mode == net::Mode::kNone) {
+  auto attached = attached_.find(sandbox_id);
+  if (mode == net::Mode::kNone) {
     proxy_->Detach(sandbox_id);  // first: its connections end before the routes do
-    attached_.erase(sandbox_id);
+    bool had_link = attached != attached_.end() && attached->second == net::Mode::kOpen;
+    if (attached != attached_.end()) attached_.erase(attached);
+    if (had_link) BH_TRY(links_->Remove(sandbox_id, netns_fd));
     auto done = net::ConfigureNetns(netns_fd, net::Mode::kNone);
     return done ? Status() : done.error();
   }
-  if (attached_.count(sandbox_id)) {
-    // allowlist and open shape the namespace alike: only the proxy's policy changes.
+  if (attached != attached_.end()) {
+    // allowlist and open share the namespace's listeners and table; open adds the link.
+    if (attached->second == net::Mode::kOpen && mode != net::Mode::kOpen) {
+      BH_TRY(links_->Remove(sandbox_id, netns_fd));  // before the policy opens nothing more
+    }
     proxy_->SetPolicy(sandbox_id, *policy);
+    attached->second = mode;
+    if (mode == net::Mode::kOpen) return links_->Add(sandbox_id, netns_fd);
     return {};
   }
-  auto listeners = net::ConfigureNetns(netns_fd, policy->mode);
+  auto listeners = net::ConfigureNetns(netns_fd, mode);
   if (!listeners) return listeners.error();
   proxy_->Attach(sandbox_id, std::move(*listeners), *policy);
-  attached_.insert(sandbox_id);
+  attached_[sandbox_id] = mode;
+  if (mode == net::Mode::kOpen) return links_->Add(sandbox_id, netns_fd);
   return {};
 }
 
@@ -89,6 +109,8 @@ void NetworkController::Forget(const std::string& sandbox_id) {
     std::lock_guard lock(mu_);
     proxy_->Detach(sandbox_id);
     attached_.erase(sandbox_id);
+    // The namespace is gone or going, and the link with it; this frees its address.
+    if (auto st = links_->Remove(sandbox_id, -1); !st) spdlog::warn("open-mode link: {}", st.error().message);
   }
   if (auto st = db_.RemoveEgress(sandbox_id); !st) spdlog::warn("egress log: {}", st.error().message);
 }

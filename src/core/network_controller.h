@@ -1,10 +1,11 @@
 // The network side of the sandboxes of one daemon: shapes each sandbox's network namespace
-// for its mode (net/netns.h), serves its egress through the proxy (net/egress_proxy.h) and
-// keeps the egress log in the state database. Thread-safe.
+// for its mode (net/netns.h), gives open-mode sandboxes their link for UDP and ICMP
+// (net/open_link.h), serves their egress through the proxy (net/egress_proxy.h) and keeps
+// the egress log in the state database. Thread-safe.
 #pragma once
 #include <memory>
 #include <mutex>
-#include <set>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "core/config.h"
 #include "core/types.h"
 #include "net/egress_proxy.h"
+#include "net/open_link.h"
 #include "store/state_db.h"
 
 namespace bulkhead::core {
@@ -36,8 +38,10 @@ class NetworkController {
   store::StateDb& db_;
   std::unique_ptr<Sink> sink_;
   std::unique_ptr<net::EgressProxy> proxy_;
+  std::unique_ptr<net::OpenLinks> links_;
   std::mutex mu_;  // serializes Apply and Forget; guards attached_
-  std::set<std::string> attached_;  // sandboxes whose namespace has the proxy's listeners
+  // Sandboxes whose namespace has the proxy's listeners, and their mode (allowlist or open).
+  std::map<std::string, net::Mode> attached_;
 };
 
 }  // namespace bulkhead::core

@@ -131,7 +131,10 @@ const std::vector<DeniedRange>& DeniedV6() {
       {Prefix("::1/128"), "loopback"},
       {Prefix("fe80::/10"), "link-local"},
       {Prefix("fc00::/7"), "unique local and cloud metadata"},
+      {Prefix("fec0::/10"), "site-local"},
       {Prefix("ff00::/8"), "multicast"},
+      {Prefix("64:ff9b:1::/48"), "local-use NAT64"},
+      {Prefix("2001::/32"), "Teredo"},
   };
   return ranges;
 }
@@ -319,6 +322,12 @@ Result<Policy> ParsePolicy(std::string_view mode, const std::vector<std::string>
     policy.allow.push_back(std::move(*entry));
   }
   return policy;
+}
+
+std::vector<IpPrefix> AlwaysDeniedPrefixes(bool v6) {
+  std::vector<IpPrefix> out;
+  for (const auto& range : v6 ? DeniedV6() : DeniedV4()) out.push_back(range.prefix);
+  return out;
 }
 
 bool IsAlwaysDenied(const IpAddress& address, const std::vector<IpAddress>& host_addresses) {

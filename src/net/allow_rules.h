@@ -52,10 +52,13 @@ Result<Policy> ParsePolicy(std::string_view mode, const std::vector<std::string>
 // Addresses never reached unless an address entry (kPrefix) explicitly matches them, in every
 // mode: 0.0.0.0/8, 127.0.0.0/8, 10/8, 172.16/12, 192.168/16, 100.64/10 (CGNAT), 169.254/16
 // (link-local, cloud metadata), 192.0.0.0/24, 224.0.0.0/4 and up (multicast, reserved,
-// broadcast); ::/128, ::1, fe80::/10, fc00::/7 (includes fd00:ec2::254), ff00::/8 (multicast),
-// 64:ff9b::/96 and 2002::/16 when they embed one of the v4 ranges above.
+// broadcast); ::/128, ::1, fe80::/10, fc00::/7 (includes fd00:ec2::254), fec0::/10 (site-local),
+// ff00::/8 (multicast), 64:ff9b:1::/48 (local-use NAT64), 2001::/32 (Teredo), and 64:ff9b::/96
+// and 2002::/16 when they embed one of the v4 ranges above.
 // `host_addresses`: the daemon host's own addresses (always denied too).
 bool IsAlwaysDenied(const IpAddress& address, const std::vector<IpAddress>& host_addresses);
+// The fixed ranges above (not the host's addresses, nor the embedding forms), for nftables sets.
+std::vector<IpPrefix> AlwaysDeniedPrefixes(bool v6);
 
 // True if `name` (already lower-cased, no trailing dot) is allowed by a kName/kSuffix entry
 // that has no port or has `port`. port 0 = "any port is fine" (used by the DNS resolver:

@@ -7,7 +7,6 @@
 #include <linux/rtnetlink.h>
 #include <net/if.h>
 #include <netinet/in.h>
-#include <nftables/libnftables.h>
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -15,25 +14,31 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
-#include <mutex>
-#include <optional>
 #include <string>
-#include <thread>
 
 #include "net/netns.h"
+#include "net/nftables.h"
+#include "net/open_link.h"
 
 namespace bulkhead::net {
 namespace {
 
 constexpr int kListenBacklog = 1024;
+constexpr char kWhere[] = "sandbox network namespace";
 
 // allowlist and open. In nat_out, traffic to loopback stays as it is; DNS (any address, port
 // 53) goes to the DNS listener and every other TCP connection to the proxy listener. The
 // filter runs after the redirect, so it sees the rewritten destination: only packets to
 // loopback pass, everything else (other UDP, QUIC, ICMP) is dropped and the sender gets
 // EPERM. ("oif lo accept" alone would not do: the default routes make every packet leave
-// through lo.)
-constexpr char kTable[] = R"(table inet bulkhead {
+// through lo.) The eth0 rules only matter in open mode, the one mode with an eth0 (OpenLinks):
+// UDP and ICMP to public IPv4 addresses leave through it, and only answers come back in.
+std::string TableRules() {
+  std::string denied;
+  for (const IpPrefix& prefix : AlwaysDeniedPrefixes(/*v6=*/false)) {
+    denied += (denied.empty() ? "" : ", ") + prefix.ToString();
+  }
+  return std::string(R"(table inet bulkhead {
   chain nat_out {
     type nat hook output priority -100; policy accept;
     oif lo ip daddr 127.0.0.0/8 return
@@ -45,10 +50,17 @@ constexpr char kTable[] = R"(table inet bulkhead {
     type filter hook output priority 0; policy drop;
     oif lo ip daddr 127.0.0.0/8 accept
     oif lo ip6 daddr ::1 accept
+    oifname ")") + kOpenLinkName + R"(" meta l4proto { udp, icmp } ip daddr != { )" + denied + R"( } accept
+  }
+  chain filter_in {
+    type filter hook input priority 0; policy accept;
+    iifname ")" + kOpenLinkName + R"(" ct state established,related accept
+    iifname ")" + kOpenLinkName + R"(" drop
   }
 }
 )";
-static_assert(kProxyPort == 1000 && kDnsPort == 53, "kTable names the ports literally");
+}
+static_assert(kProxyPort == 1000 && kDnsPort == 53, "TableRules names the ports literally");
 
 // Removing the table, alone or to replace it: the empty table in front makes the delete work
 // whether or not it exists, and the whole program is one transaction.
@@ -127,34 +139,12 @@ int ChangeDefaultRoute(int family, int lo_index, bool present) {
   return -static_cast<nlmsgerr*>(NLMSG_DATA(header))->error;
 }
 
-// libnftables keeps process-wide state (its interface cache, one-time initialisation of gmp
-// and xtables) that concurrent contexts would race on, so one context exists at a time.
-std::mutex nftables_mutex;
-
-using NftContext = std::unique_ptr<nft_ctx, decltype(&::nft_ctx_free)>;
-
-// Runs an nft program as one transaction; answers its output.
-Result<std::string> RunNft(nft_ctx* ctx, const std::string& program) {
-  if (::nft_run_cmd_from_buffer(ctx, program.c_str()) == 0) return std::string(::nft_ctx_get_output_buffer(ctx));
-  std::string message = ::nft_ctx_get_error_buffer(ctx);
-  while (!message.empty() && message.back() == '\n') message.pop_back();
-  if (message.empty()) message = "failed";
-  return MakeError(ErrorCode::kInternal, "nftables in sandbox network namespace: " + message);
-}
-
 // Brings the `inet bulkhead` table of the calling thread's namespace to the mode's. A fresh
 // namespace (the sandbox-create path) gets a plain create. An existing table is deleted (and
 // for allowlist/open re-made in the same transaction): correct whatever state it is in, but
 // deleting costs the kernel an RCU grace period (several ms) when the netlink socket closes.
 Status ApplyNftables(Mode mode) {
-  std::lock_guard lock(nftables_mutex);
-  // The context opens its netlink socket here, so after the setns: in the sandbox namespace.
-  NftContext ctx(::nft_ctx_new(NFT_CTX_DEFAULT), &::nft_ctx_free);
-  if (!ctx) return MakeError(ErrorCode::kInternal, "nftables: cannot create a context");
-  ::nft_ctx_buffer_output(ctx.get());  // keep the daemon's stdout and stderr clean
-  ::nft_ctx_buffer_error(ctx.get());
-
-  auto tables = RunNft(ctx.get(), "list tables inet");
+  auto tables = RunNft("list tables inet", kWhere);
   if (!tables.ok()) return tables.error();
   bool exists = ("\n" + *tables).find("\ntable inet bulkhead\n") != std::string::npos;
   std::string program;
@@ -165,9 +155,9 @@ Status ApplyNftables(Mode mode) {
     // "create" fails (and with it the transaction) if the table exists after all, rather than
     // add a second copy of the rules. (`create table X { ... }` would create the table but
     // silently drop the chains in its body: nft 1.0.6.)
-    program = std::string(exists ? kDeleteTable : "create table inet bulkhead\n") + kTable;
+    program = std::string(exists ? kDeleteTable : "create table inet bulkhead\n") + TableRules();
   }
-  auto done = RunNft(ctx.get(), program);
+  auto done = RunNft(program, kWhere);
   if (!done.ok()) return done.error();
   return {};
 }
@@ -277,16 +267,14 @@ Result<NetnsListeners> ConfigureCurrentNetns(Mode mode) {
 }  // namespace
 
 Result<NetnsListeners> ConfigureNetns(int netns_fd, Mode mode) {
-  std::optional<Result<NetnsListeners>> result;
-  std::thread worker([&] {
-    if (::setns(netns_fd, CLONE_NEWNET) != 0) {
-      result = SystemError("enter sandbox network namespace", errno);
-      return;
-    }
-    result = ConfigureCurrentNetns(mode);
-  });
-  worker.join();
-  return std::move(*result);
+  NetnsListeners listeners;
+  BH_TRY(RunInNetns(netns_fd, [&]() -> Status {
+    auto made = ConfigureCurrentNetns(mode);
+    if (!made) return made.error();
+    listeners = std::move(*made);
+    return {};
+  }));
+  return listeners;
 }
 
 }  // namespace bulkhead::net

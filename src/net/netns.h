@@ -11,6 +11,7 @@
 // (the redirect happened in that namespace's conntrack).
 #pragma once
 #include <cstdint>
+#include <functional>
 
 #include "common/result.h"
 #include "common/unique_fd.h"
@@ -42,6 +43,10 @@ Result<NetnsListeners> ConfigureNetns(int netns_fd, Mode mode);
 // A socket created inside the namespace (for the port proxy and port-forward: connecting to
 // the sandbox's 127.0.0.1:PORT). SOCK_NONBLOCK | SOCK_CLOEXEC are added to `type`.
 Result<UniqueFd> SocketInNetns(int netns_fd, int domain, int type);
+
+// Runs `fn` on a short-lived thread that has entered the namespace: netlink sockets, sockets
+// and /proc/sys/net it opens are that namespace's. (blocking)
+Status RunInNetns(int netns_fd, const std::function<Status()>& fn);
 
 // The network namespace of a running process, for ConfigureNetns / SocketInNetns.
 Result<UniqueFd> OpenNetns(pid_t pid);

@@ -1,6 +1,6 @@
-// Sockets in another network namespace: a thread's network namespace is its own (setns on one
+// Work in another network namespace: a thread's network namespace is its own (setns on one
 // thread leaves the others alone), and a socket stays in the namespace it was made in. So a
-// short-lived thread enters the namespace, makes the socket and ends.
+// short-lived thread enters the namespace, does the work and ends.
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/socket.h>
@@ -13,19 +13,27 @@
 
 namespace bulkhead::net {
 
-Result<UniqueFd> SocketInNetns(int netns_fd, int domain, int type) {
-  int fd = -1, err = 0;
+Status RunInNetns(int netns_fd, const std::function<Status()>& fn) {
+  Status result;
   std::thread worker([&] {
     if (::setns(netns_fd, CLONE_NEWNET) != 0) {
-      err = errno;
+      result = SystemError("enter sandbox network namespace", errno);
       return;
     }
-    fd = ::socket(domain, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) err = errno;
+    result = fn();
   });
   worker.join();
-  if (fd < 0) return SystemError("socket in sandbox network namespace", err);
-  return UniqueFd(fd);
+  return result;
+}
+
+Result<UniqueFd> SocketInNetns(int netns_fd, int domain, int type) {
+  UniqueFd fd;
+  BH_TRY(RunInNetns(netns_fd, [&]() -> Status {
+    fd.reset(::socket(domain, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!fd) return SystemError("socket in sandbox network namespace", errno);
+    return {};
+  }));
+  return fd;
 }
 
 Result<UniqueFd> OpenNetns(pid_t pid) {

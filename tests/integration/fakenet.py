@@ -118,6 +118,11 @@ def nsenter_argv(name: str) -> list[str]:
     return ["nsenter", f"--net={netns_path(name)}"]
 
 
+def run_in(name: str, argv: list[str]) -> str:
+    """Runs a command in namespace `name`; answers its stdout (raises if it fails)."""
+    return _run(nsenter_argv(name) + argv)
+
+
 def _run(argv, **kw):
     result = subprocess.run(argv, capture_output=True, text=True, **kw)
     if result.returncode != 0:

@@ -84,6 +84,12 @@ try:
         sock.settimeout(3)
         sock.sendto(b"ping from the sandbox", (args[0], int(args[1])))
         report(ok=True, body=sock.recv(4096).decode(errors="replace"))
+    elif cmd == "ping":  # ADDRESS: one ICMP echo over a ping socket (no CAP_NET_RAW needed)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP)
+        sock.settimeout(3)
+        sock.sendto(struct.pack("!BBHHH", 8, 0, 0, 0, 1) + b"bulkhead", (args[0], 0))
+        reply = sock.recv(4096)
+        report(ok=reply[0] == 0 and reply.endswith(b"bulkhead"), reply=reply.hex())
     elif cmd == "resolve":  # NAME
         report(ok=True, addresses=sorted({a[4][0] for a in socket.getaddrinfo(args[0], 80, proto=socket.IPPROTO_TCP)}))
 except (OSError, ValueError) as exc:
@@ -500,6 +506,106 @@ def test_open_with_an_address_entry_reopens_a_denied_range(make_box, fakenet):
     assert_blocked(box, fakenet, [*CURL, *NOPROXY, f"http://{fn.METADATA}/"])
 
 
+@pytest.fixture
+def udp_bait(fakenet):
+    """A UDP socket on every IPv4 address of the daemon's namespace (198.18.0.1, the open links'
+    host sides): returns (port, received()) where received() lists the datagrams' senders."""
+    sock = fn.socket_in_netns(fakenet.host_ns, socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("0.0.0.0", 0))
+    sock.setblocking(False)
+
+    def received():
+        peers = []
+        while True:
+            try:
+                peers.append(sock.recvfrom(4096)[1])
+            except BlockingIOError:
+                return peers
+
+    yield sock.getsockname()[1], received
+    sock.close()
+
+
+def open_link(box: Box) -> tuple[str, str] | None:
+    """(the sandbox side's address, its gateway) of the box's eth0, or None without one."""
+    result = box.run(["sh", "-c", "ip -4 -o addr show dev eth0 && ip -4 route show table 100"])
+    if result["exit_code"] != 0:
+        return None
+    address = re.search(r"inet (\d+\.\d+\.\d+\.\d+)/30", result["stdout"])
+    gateway = re.search(r"default via (\S+) dev eth0", result["stdout"])
+    assert address and gateway, result
+    return address.group(1), gateway.group(1)
+
+
+def host_links(fakenet) -> list[str]:
+    """The open links' host sides in the daemon's namespace."""
+    out = fn.run_in(fakenet.host_ns, ["ip", "-o", "link", "show", "type", "veth"])
+    return [m.group(1) for m in re.finditer(r"^\d+: (bh[0-9a-f]+)@", out, re.M)]
+
+
+def test_open_carries_udp_and_icmp_to_public_addresses(make_box, fakenet):
+    box = make_box("open", [])
+    mark = fakenet.mark()
+    for address in (fn.A_TEST, fn.NAMELESS):
+        outcome = box.probe("udp", address, fn.UDP_ECHO_PORT)
+        assert outcome["ok"] and outcome["body"] == "ping from the sandbox", (address, outcome)
+        outcome = box.probe("ping", address)
+        assert outcome["ok"], (address, outcome)
+    settle()
+    # The echo saw the datagrams come from the daemon host's address: NAT, as a router would.
+    datagrams = [e for e in fakenet.events_since(mark, ("udp",)) if e.kind == "datagram"]
+    assert {e.local_ip for e in datagrams} == {fn.A_TEST, fn.NAMELESS}, datagrams
+    assert all(e.peer.startswith(fn.HOST_ADDRESS + ":") for e in datagrams), datagrams
+    # DNS still goes to bulkhead's resolver, whatever server the sandbox names.
+    outcome = box.probe("dns", "9.9.9.9", "a.test", "A", "udp")
+    assert outcome["ok"] and outcome["answers"] == 1, outcome
+
+
+def test_open_drops_udp_and_icmp_to_denied_ranges_the_host_and_other_sandboxes(make_box, fakenet, udp_bait):
+    box, neighbour = make_box("open", []), make_box("open", [])
+    bait_port, received = udp_bait
+    _, gateway = open_link(box)
+    neighbour_address, _ = open_link(neighbour)
+    mark = fakenet.mark()
+    for address in (fn.LAN_HOST, fn.METADATA, fn.HOST_ADDRESS, gateway, neighbour_address,
+                    fn.A_TEST6, fn.OTHER_TEST6):
+        port = bait_port if address in (fn.HOST_ADDRESS, gateway) else fn.UDP_ECHO_PORT
+        outcome = box.probe("udp", address, port)
+        assert not outcome["ok"], (address, outcome)
+        if ":" not in address:
+            assert not box.probe("ping", address)["ok"], address
+    # An address entry re-opens a denied range for TCP only: UDP there stays dropped.
+    box.network("open", [fn.LAN_HOST])
+    assert not box.probe("udp", fn.LAN_HOST, fn.UDP_ECHO_PORT)["ok"]
+    settle()
+    assert fakenet.events_since(mark, ("udp", "metadata")) == []
+    assert received() == []
+
+
+def test_open_link_follows_the_mode_and_the_sandbox(make_box, fakenet, net_client):
+    box = make_box("allowlist", ["a.test"])
+    before = set(host_links(fakenet))
+    assert open_link(box) is None and not box.probe("udp", fn.A_TEST, fn.UDP_ECHO_PORT)["ok"]
+    for _ in range(2):
+        box.network("open")
+        assert open_link(box) is not None and box.probe("udp", fn.A_TEST, fn.UDP_ECHO_PORT)["ok"]
+        assert len(set(host_links(fakenet)) - before) == 1
+        box.network("open", [fn.LAN_HOST])  # only the policy changes: the link stays as it is
+        assert box.probe("udp", fn.A_TEST, fn.UDP_ECHO_PORT)["ok"]
+        box.network("allowlist", ["a.test"])
+        assert open_link(box) is None and not box.probe("udp", fn.A_TEST, fn.UDP_ECHO_PORT)["ok"]
+        assert set(host_links(fakenet)) == before
+        # TCP through the proxy is unaffected by the link coming and going.
+        assert box.curl("http://a.test/")["exit_code"] == 0
+    box.network("open")
+    box.network("none")
+    assert open_link(box) is None and set(host_links(fakenet)) == before
+    box.network("open")
+    assert box.probe("udp", fn.A_TEST, fn.UDP_ECHO_PORT)["ok"]
+    net_client.remove(box.id)
+    assert wait_until(lambda: set(host_links(fakenet)) == before, timeout=10), host_links(fakenet)
+
+
 # ---------------------------------------------------------------- PUT .../network
 
 def start_stream(box: Box, name: str, transparent: bool) -> int:
@@ -647,6 +753,11 @@ def test_policy_holds_across_a_daemon_kill_and_restart(net_daemon_factory, faken
     sandbox_id = client.create(network={"mode": "allowlist", "allow": ["a.test"]})["id"]
     prepare(client, sandbox_id, fakenet)
     box = Box(client, sandbox_id, ["a.test"])
+    open_id = client.create(network={"mode": "open"})["id"]
+    prepare(client, open_id, fakenet)
+    open_box = Box(client, open_id, [], mode="open")
+    assert open_box.probe("udp", fn.A_TEST, fn.UDP_ECHO_PORT)["ok"]
+    links = host_links(fakenet)
     assert box.curl("http://a.test/")["exit_code"] == 0
     before = box.egress()
     # Hammer other.test, by name and by address, before, during and after the restart.
@@ -661,7 +772,10 @@ def test_policy_holds_across_a_daemon_kill_and_restart(net_daemon_factory, faken
     time.sleep(1)  # the loop keeps trying while no daemon runs (connections refused: fail closed)
     daemon.start()
     client = daemon.client()
-    box.client = client
+    box.client = open_box.client = client
+    # The open sandbox's link was made again, and the old one is gone.
+    assert open_box.probe("udp", fn.A_TEST, fn.UDP_ECHO_PORT)["ok"]
+    assert len(host_links(fakenet)) == len(links), (links, host_links(fakenet))
 
     for extra in ([], NOPROXY):
         result = box.curl(*extra, *CACERT, "https://a.test/")
@@ -676,6 +790,7 @@ def test_policy_holds_across_a_daemon_kill_and_restart(net_daemon_factory, faken
     after = box.egress()
     assert [e["time"] for e in after[:len(before)]] == [e["time"] for e in before], (before, after)
     client.remove(sandbox_id)
+    client.remove(open_id)
 
 
 # ---------------------------------------------------------------- the probe suite

@@ -19,6 +19,7 @@
 
 #include "common/unique_fd.h"
 #include "net/netns.h"
+#include "net/open_link.h"
 
 namespace bulkhead::net {
 namespace {
@@ -356,6 +357,15 @@ TEST(NetnsErrorTest, NotANetworkNamespaceIsACleanError) {
   EXPECT_NE(result.error().message.find("Invalid argument"), std::string::npos) << result.error().message;
 
   EXPECT_FALSE(ConfigureNetns(-1, Mode::kNone).ok());
+}
+
+TEST(OpenLinksTest, TheSubnetMustBeAnIpv4PrefixWithRoomForLinks) {
+  for (const char* text : {"2001:db8::/64", "10.0.0.0/29", "10.0.0.0/32", "0.0.0.0/0", "10.0.0.0/7"}) {
+    auto links = OpenLinks::Start(*IpPrefix::Parse(text), "test");
+    ASSERT_FALSE(links.ok()) << text;
+    EXPECT_EQ(links.error().code, ErrorCode::kInvalid) << text;
+    EXPECT_NE(links.error().message.find("length 8 to 28"), std::string::npos) << links.error().message;
+  }
 }
 
 }  // namespace
