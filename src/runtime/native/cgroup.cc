@@ -24,6 +24,7 @@ namespace {
 constexpr const char* kRoot = "/sys/fs/cgroup";
 // v1 hierarchies we use: limits on memory, pids and cpu; cpuacct for usage; freezer to pause.
 constexpr const char* kV1Controllers[] = {"memory", "pids", "cpu", "cpuacct", "freezer"};
+constexpr size_t kV1Freezer = 4;  // its index in parents_
 
 Status WriteFile(const std::string& path, const std::string& value) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
@@ -188,8 +189,35 @@ Result<core::SandboxUsage> Cgroups::Usage(const std::string& id) {
   return u;
 }
 
+Status Cgroups::SetFrozen(const std::string& id, bool frozen) {
+  // v1: freezer.state FROZEN/THAWED, reads FREEZING until every task stopped; v2:
+  // cgroup.freeze 1/0, and cgroup.events says "frozen 1" once done.
+  std::string dir = v2_ ? Paths(id)[0] : parents_[kV1Freezer] + "/" + id;
+  if (!Exists(dir)) return MakeError(ErrorCode::kNotFound, "no cgroup for sandbox " + id);
+  if (v2_) {
+    BH_TRY(WriteFile(dir + "/cgroup.freeze", frozen ? "1" : "0"));
+  } else {
+    BH_TRY(WriteFile(dir + "/freezer.state", frozen ? "FROZEN" : "THAWED"));
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (Frozen(id) != frozen) {
+    if (std::chrono::steady_clock::now() > deadline)
+      return MakeError(ErrorCode::kUnavailable, std::string("sandbox ") + id + " did not " +
+                                                    (frozen ? "freeze" : "thaw") + " within 5 s");
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return {};
+}
+
+bool Cgroups::Frozen(const std::string& id) const {
+  if (v2_) return ReadFile(Paths(id)[0] + "/cgroup.events").find("frozen 1") != std::string::npos;
+  return ReadFile(parents_[kV1Freezer] + "/" + id + "/freezer.state").rfind("FROZEN", 0) == 0;
+}
+
 Status Cgroups::Destroy(const std::string& id) {
   auto paths = Paths(id);
+  // Frozen tasks do not die until thawed (v1; v2's cgroup.kill handles frozen groups).
+  if (!v2_ && Exists(parents_[kV1Freezer] + "/" + id)) (void)WriteFile(parents_[kV1Freezer] + "/" + id + "/freezer.state", "THAWED");
   if (v2_ && Exists(paths[0] + "/cgroup.kill")) (void)WriteFile(paths[0] + "/cgroup.kill", "1");
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   for (const auto& dir : paths) {

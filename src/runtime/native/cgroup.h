@@ -23,7 +23,12 @@ class Cgroups {
   // Opens the files a process writes "0" into to join the sandbox's groups (one per hierarchy).
   Result<std::vector<UniqueFd>> OpenJoinFds(const std::string& id);
   Result<core::SandboxUsage> Usage(const std::string& id);
-  // Kills whatever is left in the groups and removes them; waits up to ~2 s for them to empty.
+  // Freezes (or thaws) every process of the sandbox: the v1 freezer or v2's cgroup.freeze.
+  // Returns once the kernel reports the group frozen (a few ms; kUnavailable after ~5 s).
+  Status SetFrozen(const std::string& id, bool frozen);
+  bool Frozen(const std::string& id) const;
+  // Kills whatever is left in the groups (thawing them first) and removes them; waits up to
+  // ~2 s for them to empty.
   Status Destroy(const std::string& id);
   std::vector<std::string> List();
   // Removes this daemon's parent groups if no sandbox group is left in them.
