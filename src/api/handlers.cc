@@ -51,6 +51,10 @@ asio::awaitable<void> ApiHandlers::Handle(HttpExchange& exchange, const RouteMat
     case RouteId::kGetSandbox: co_return co_await GetSandbox(exchange, route.Param("id"));
     case RouteId::kDeleteSandbox: co_return co_await DeleteSandbox(exchange, route.Param("id"));
     case RouteId::kSetSandboxTimeout: co_return co_await SetSandboxTimeout(exchange, route.Param("id"));
+    case RouteId::kPauseSandbox:
+    case RouteId::kResumeSandbox:
+    case RouteId::kStopSandbox:
+    case RouteId::kStartSandbox: co_return co_await ChangeLifecycle(exchange, route.Param("id"), route.id);
     case RouteId::kSetNetwork: co_return co_await SetNetwork(exchange, route.Param("id"));
     case RouteId::kEgress: co_return co_await Egress(exchange, route.Param("id"), query);
     case RouteId::kExec: co_return co_await Exec(exchange, route.Param("id"));
@@ -153,6 +157,21 @@ asio::awaitable<void> ApiHandlers::SetSandboxTimeout(HttpExchange& exchange, con
   core::SandboxManager& manager = context_.manager;
   Result<core::SandboxInfo> sandbox =
       co_await RunBlocking(context_.blocking_pool, [&] { return manager.SetTimeout(id, *timeout_s); });
+  if (!sandbox.ok()) co_return co_await exchange.SendError(sandbox.error());
+  co_await exchange.SendJson(http::status::ok, SandboxToJson(*sandbox));
+}
+
+asio::awaitable<void> ApiHandlers::ChangeLifecycle(HttpExchange& exchange, const std::string& id, RouteId route) {
+  if (!IsValidSandboxId(id)) co_return co_await exchange.SendError(SandboxNotFound(id));
+  core::SandboxManager& manager = context_.manager;
+  Result<core::SandboxInfo> sandbox = co_await RunBlocking(context_.blocking_pool, [&] {
+    switch (route) {
+      case RouteId::kPauseSandbox: return manager.Pause(id);
+      case RouteId::kResumeSandbox: return manager.Resume(id);
+      case RouteId::kStopSandbox: return manager.Stop(id);
+      default: return manager.Start(id);
+    }
+  });
   if (!sandbox.ok()) co_return co_await exchange.SendError(sandbox.error());
   co_await exchange.SendJson(http::status::ok, SandboxToJson(*sandbox));
 }

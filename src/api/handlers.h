@@ -44,6 +44,8 @@ class ApiHandlers {
   boost::asio::awaitable<void> GetSandbox(HttpExchange& exchange, const std::string& id);
   boost::asio::awaitable<void> DeleteSandbox(HttpExchange& exchange, const std::string& id);
   boost::asio::awaitable<void> SetSandboxTimeout(HttpExchange& exchange, const std::string& id);
+  // POST .../pause, resume, stop, start: no body (an empty JSON object is accepted too).
+  boost::asio::awaitable<void> ChangeLifecycle(HttpExchange& exchange, const std::string& id, RouteId route);
   boost::asio::awaitable<void> SetNetwork(HttpExchange& exchange, const std::string& id);
   boost::asio::awaitable<void> Egress(HttpExchange& exchange, const std::string& id, const QueryParams& query);
   boost::asio::awaitable<void> Exec(HttpExchange& exchange, const std::string& id);

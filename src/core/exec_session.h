@@ -30,8 +30,12 @@ class ExecSession {
   // Closes the connection: init then kills the command's process group.
   void Cancel();
 
+  // Something to keep alive as long as the session (the manager's "sandbox in use" mark).
+  void Hold(std::shared_ptr<void> token) { token_ = std::move(token); }
+
  private:
   boost::asio::local::stream_protocol::socket socket_;
+  std::shared_ptr<void> token_;
   bool done_ = false;
 };
 

@@ -104,14 +104,16 @@ Status NetworkController::Apply(const std::string& sandbox_id, int netns_fd, con
   return {};
 }
 
+void NetworkController::Detach(const std::string& sandbox_id) {
+  std::lock_guard lock(mu_);
+  proxy_->Detach(sandbox_id);
+  attached_.erase(sandbox_id);
+  // The namespace is gone or going, and the link with it; this frees its address.
+  if (auto st = links_->Remove(sandbox_id, -1); !st) spdlog::warn("open-mode link: {}", st.error().message);
+}
+
 void NetworkController::Forget(const std::string& sandbox_id) {
-  {
-    std::lock_guard lock(mu_);
-    proxy_->Detach(sandbox_id);
-    attached_.erase(sandbox_id);
-    // The namespace is gone or going, and the link with it; this frees its address.
-    if (auto st = links_->Remove(sandbox_id, -1); !st) spdlog::warn("open-mode link: {}", st.error().message);
-  }
+  Detach(sandbox_id);
   if (auto st = db_.RemoveEgress(sandbox_id); !st) spdlog::warn("egress log: {}", st.error().message);
 }
 

@@ -26,6 +26,8 @@ class NetworkController {
   // Brings the sandbox whose network namespace is `netns_fd` to `policy` (also after a daemon
   // restart, to serve it again). Open connections the new policy forbids are cut. (blocking)
   Status Apply(const std::string& sandbox_id, int netns_fd, const NetworkPolicy& policy);
+  // The sandbox stopped (its namespace is going away): stop serving it; its log stays.
+  void Detach(const std::string& sandbox_id);
   // The sandbox is going away: stop serving it and forget its log.
   void Forget(const std::string& sandbox_id);
   // The last `limit` log records, oldest first, then the open connections.

@@ -70,8 +70,11 @@ struct Sandbox {
   SandboxInfo info;
   uid_t uid_base = 0;
   InitProcess init;
-  int64_t expires_ms = 0;  // unix milliseconds; 0 = never
+  int64_t expires_ms = 0;  // unix milliseconds; 0 = never (and while paused or stopped)
   bool deleting = false;
+  int64_t last_activity_ms = 0;  // the last API call that needed it (idle_timeout_s)
+  int busy = 0;                  // API sessions using it now (never idle-paused meanwhile)
+  std::mutex lifecycle_mu;       // one pause/resume/stop/start/delete at a time
   // The sandbox's network namespace, opened while its init is known alive (no pid reuse).
   UniqueFd netns;
   std::mutex network_mu;  // one network change at a time
@@ -127,6 +130,10 @@ class SandboxManagerImpl : public SandboxManager {
   std::vector<SandboxInfo> List(const ListFilter& filter) override;
   Status Delete(const std::string& id) override;
   Result<SandboxInfo> SetTimeout(const std::string& id, int64_t timeout_s) override;
+  Result<SandboxInfo> Pause(const std::string& id) override;
+  Result<SandboxInfo> Resume(const std::string& id) override;
+  Result<SandboxInfo> Stop(const std::string& id) override;
+  Result<SandboxInfo> Start(const std::string& id) override;
   Result<UniqueFd> SandboxSocket(const std::string& id, int domain) override;
   Result<SandboxInfo> SetNetwork(const std::string& id, const NetworkPolicy& policy) override;
   Result<std::vector<net::EgressRecord>> Egress(const std::string& id, int64_t limit) override;
@@ -150,20 +157,27 @@ class SandboxManagerImpl : public SandboxManager {
   // Pooled sandboxes start with network mode none; Create gives them the requested one.
   bool PoolEligible(const SandboxSpec& spec) const { return spec.image == "host" && spec.runtime == "native"; }
   store::SandboxRow RowOf(const Sandbox& sb) const;
-  // The spec of a running sandbox; 404 if unknown, 409 if not running.
-  Result<SandboxSpec> RunningSpec(const std::string& id);
   // The live (not being deleted) sandbox with this id, or nullptr. Caller holds mu_.
   std::shared_ptr<Sandbox> FindLocked(const std::string& id) const;
   // Makes a running sandbox. Its row stays "starting" until the caller sets the state it
   // hands the sandbox out in and writes the row (once): a crash before that is cleaned up.
   Result<std::shared_ptr<Sandbox>> Launch(const SandboxSpec& spec);
+  // Starts the sandbox's init on its writable layer: sets sb.init and sb.netns.
+  Status Boot(Sandbox& sb, const storage::WritableLayer& layer);
+  // The live sandbox with this id (404 otherwise), locked for a lifecycle change: the lock
+  // is held by the caller through `lock`. 404 too if it was deleted while we waited.
+  Result<std::shared_ptr<Sandbox>> LockForChange(const std::string& id, std::unique_lock<std::mutex>& lock);
+  // Pause/Resume with the sandbox's lifecycle lock held.
+  Status FreezeLocked(Sandbox& sb, bool frozen);
+  // A token that keeps the sandbox counted as busy while it lives.
+  std::shared_ptr<void> BusyToken(const std::shared_ptr<Sandbox>& sb);
   // Frees everything a sandbox may hold; each step tolerates the resource being absent.
   Status Teardown(const std::string& id, uid_t uid_base, const InitProcess& init);
   void ApplyLifetime(Sandbox& sb, int64_t timeout_s);
   // The network namespace of a sandbox's init, checked to be that init's (not a reused pid).
   Result<UniqueFd> OpenLiveNetns(const InitProcess& init);
-  // The running sandbox with this id; 404 if unknown, 409 if not running (an init found dead
-  // marks it "error").
+  // The running sandbox with this id, resumed first if paused; 404 if unknown, 409 if not
+  // running (an init found dead marks it "error"). Counts as API activity.
   Result<std::shared_ptr<Sandbox>> RunningSandbox(const std::string& id);
   // Its network namespace, or 409 (only a sandbox whose namespace could not be reopened after
   // a daemon restart lacks one).
@@ -256,8 +270,11 @@ Status SandboxManagerImpl::Recover() {
     sb->init = init;
     sb->expires_ms = row.expires_at_ms;
     if (row.expires_at_ms) sb->info.expires_at = Rfc3339(static_cast<time_t>(row.expires_at_ms / 1000));
-    if (row.state == "running" && runtime_->Alive(init)) {
-      sb->info.state = "running";
+    if ((row.state == "running" || row.state == "paused") && runtime_->Alive(init)) {
+      // The cgroup says what it is: a crash may have come between the freeze and the row.
+      sb->info.state = runtime_->Frozen(row.id) ? "paused" : "running";
+      if (sb->info.state == "paused") sb->expires_ms = 0, sb->info.expires_at.reset();
+      sb->last_activity_ms = UnixMillis();
       (void)uids_.Reclaim(row.uid_base, row.id);
       if (auto netns = OpenLiveNetns(init)) {
         sb->netns = std::move(*netns);
@@ -269,12 +286,16 @@ Status SandboxManagerImpl::Recover() {
       }
       spdlog::info("recover: re-attached to sandbox {} (init pid {})", row.id, init.pid);
     } else {
-      // Its processes are gone (host reboot, or killed): the files stay, the sandbox is stopped.
+      // Its processes are gone (host reboot, or killed) or it was stopped: the files stay,
+      // the sandbox is stopped, and POST .../start boots it again.
       sb->info.state = "stopped";
+      sb->init = {};
+      sb->expires_ms = 0;
+      sb->info.expires_at.reset();
       (void)runtime_->Destroy(row.id, init);
       (void)uids_.Reclaim(row.uid_base, row.id);
       (void)db_->Put(RowOf(*sb));
-      spdlog::info("recover: sandbox {} is stopped (its init is gone)", row.id);
+      if (row.state != "stopped") spdlog::info("recover: sandbox {} is stopped (its init is gone)", row.id);
     }
     known.insert(row.id);
     sandboxes_[row.id] = sb;
@@ -325,15 +346,9 @@ Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::Launch(const SandboxSpec& s
   sb->info.state = "starting";
   sb->info.created_at = Rfc3339(static_cast<time_t>(UnixMillis() / 1000));
   const std::string& id = sb->info.id;
-
-  std::string rootfs = host_rootfs_;
-  std::vector<std::string> binds;
-  if (spec.image == "host") {
-    binds = storage_->HostBindDirs();
-  } else {
+  if (spec.image != "host") {
     auto image = storage_->ImageRootfs(spec.image);
     if (!image) return image.error();
-    rootfs = *image;
   }
   {
     std::lock_guard lock(uids_mu_);
@@ -352,27 +367,37 @@ Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::Launch(const SandboxSpec& s
 
   auto layer = storage_->CreateLayer(id, sb->uid_base, sb->uid_base, spec.disk_mb);
   if (!layer) return layer.error();
-  std::string dir = SandboxDir(id);
-  if (::mkdir(dir.c_str(), 0700) != 0) return SystemError("mkdir " + dir, errno);
+  BH_TRY(Boot(*sb, *layer));
+  undo.Dismiss();
+  return sb;
+}
 
+Status SandboxManagerImpl::Boot(Sandbox& sb, const storage::WritableLayer& layer) {
+  const SandboxSpec& spec = sb.info.spec;
   runtime::LaunchSpec ls;
-  ls.id = id;
-  ls.rootfs = rootfs;
-  ls.host_binds = binds;
-  ls.upper = layer->upper;
-  ls.work = layer->work;
-  ls.staging = dir;
-  ls.ctl_socket = CtlPath(id);
-  ls.host_uid = sb->uid_base;
+  ls.id = sb.info.id;
+  if (spec.image == "host") {
+    ls.rootfs = host_rootfs_;
+    ls.host_binds = storage_->HostBindDirs();
+  } else {
+    auto image = storage_->ImageRootfs(spec.image);
+    if (!image) return image.error();
+    ls.rootfs = *image;
+  }
+  ls.upper = layer.upper;
+  ls.work = layer.work;
+  ls.staging = SandboxDir(sb.info.id);
+  if (::mkdir(ls.staging.c_str(), 0700) != 0 && errno != EEXIST) return SystemError("mkdir " + ls.staging, errno);
+  ls.ctl_socket = CtlPath(sb.info.id);
+  ls.host_uid = sb.uid_base;
   ls.limits = {spec.cpus, spec.memory_mb, spec.pids};
   auto init = runtime_->Launch(ls);
   if (!init) return init.error();
-  sb->init = *init;
-  auto netns = OpenLiveNetns(sb->init);
+  sb.init = *init;
+  auto netns = OpenLiveNetns(sb.init);
   if (!netns) return netns.error();
-  sb->netns = std::move(*netns);
-  undo.Dismiss();
-  return sb;
+  sb.netns = std::move(*netns);
+  return {};
 }
 
 Status SandboxManagerImpl::Teardown(const std::string& id, uid_t uid_base, const InitProcess& init) {
@@ -454,6 +479,7 @@ Result<SandboxInfo> SandboxManagerImpl::Create(const SandboxSpec& spec) {
     }
   }
   ApplyLifetime(*sb, spec.timeout_s);
+  sb->last_activity_ms = UnixMillis();
   if (auto st = db_->Put(RowOf(*sb)); !st) {
     (void)Teardown(sb->info.id, sb->uid_base, sb->init);
     return st.error();
@@ -471,7 +497,7 @@ Result<SandboxInfo> SandboxManagerImpl::Get(const std::string& id) {
     std::lock_guard lock(mu_);
     auto sb = FindLocked(id);
     if (!sb) return NoSandbox(id);
-    info = sb->info;
+    info = sb->info;  // (reading it is not activity: a dashboard must not keep it awake)
   }
   SandboxUsage usage;
   if (info.state == "running") {
@@ -502,11 +528,12 @@ std::vector<SandboxInfo> SandboxManagerImpl::List(const ListFilter& filter) {
 }
 
 Status SandboxManagerImpl::Delete(const std::string& id) {
-  std::shared_ptr<Sandbox> sb;
+  std::unique_lock<std::mutex> life;
+  auto found = LockForChange(id, life);
+  if (!found) return found.error();
+  std::shared_ptr<Sandbox> sb = *found;
   {
     std::lock_guard lock(mu_);
-    sb = FindLocked(id);
-    if (!sb) return NoSandbox(id);
     sb->deleting = true;
   }
   Status st = Teardown(id, sb->uid_base, sb->init);
@@ -522,18 +549,174 @@ Result<SandboxInfo> SandboxManagerImpl::SetTimeout(const std::string& id, int64_
   auto sb = FindLocked(id);
   if (!sb) return NoSandbox(id);
   ApplyLifetime(*sb, timeout_s);
+  if (sb->info.state != "running") {  // the clock starts when it runs again
+    sb->expires_ms = 0;
+    sb->info.expires_at.reset();
+  }
   BH_TRY(db_->Put(RowOf(*sb)));
   return sb->info;
 }
 
-Result<SandboxSpec> SandboxManagerImpl::RunningSpec(const std::string& id) {
-  auto sb = RunningSandbox(id);
-  if (!sb) return sb.error();
+Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::LockForChange(const std::string& id,
+                                                                   std::unique_lock<std::mutex>& life) {
+  std::shared_ptr<Sandbox> sb;
+  {
+    std::lock_guard lock(mu_);
+    sb = FindLocked(id);
+    if (!sb) return NoSandbox(id);
+  }
+  life = std::unique_lock(sb->lifecycle_mu);
   std::lock_guard lock(mu_);
-  return (*sb)->info.spec;
+  if (sb->deleting) return NoSandbox(id);
+  return sb;
+}
+
+Error WrongState(const std::string& id, const std::string& state, const std::string& what) {
+  return MakeError(ErrorCode::kConflict, "sandbox " + id + " is " + state + ": " + what, "sandbox_not_running");
+}
+
+Status SandboxManagerImpl::FreezeLocked(Sandbox& sb, bool frozen) {
+  const std::string& id = sb.info.id;
+  if (!runtime_->Alive(sb.init)) {
+    std::lock_guard lock(mu_);
+    sb.info.state = "error";
+    (void)db_->Put(RowOf(sb));
+    return WrongState(id, "error", "its init is gone; POST .../start boots it again");
+  }
+  BH_TRY(runtime_->SetFrozen(id, frozen));
+  std::lock_guard lock(mu_);
+  sb.info.state = frozen ? "paused" : "running";
+  if (frozen) {
+    sb.expires_ms = 0;  // a paused sandbox does not expire; its clock restarts on resume
+    sb.info.expires_at.reset();
+  } else {
+    ApplyLifetime(sb, sb.info.spec.timeout_s);
+    sb.last_activity_ms = UnixMillis();
+  }
+  if (auto st = db_->Put(RowOf(sb)); !st) {
+    spdlog::warn("sandbox {}: state {} not saved: {}", id, sb.info.state, st.error().message);
+  }
+  return {};
+}
+
+Result<SandboxInfo> SandboxManagerImpl::Pause(const std::string& id) {
+  std::unique_lock<std::mutex> life;
+  auto sb = LockForChange(id, life);
+  if (!sb) return sb.error();
+  std::string state;
+  {
+    std::lock_guard lock(mu_);
+    state = (*sb)->info.state;
+  }
+  if (state == "running") BH_TRY(FreezeLocked(**sb, true));
+  else if (state != "paused") return WrongState(id, state, "only a running sandbox can be paused");
+  std::lock_guard lock(mu_);
+  return (*sb)->info;
+}
+
+Result<SandboxInfo> SandboxManagerImpl::Resume(const std::string& id) {
+  std::unique_lock<std::mutex> life;
+  auto sb = LockForChange(id, life);
+  if (!sb) return sb.error();
+  std::string state;
+  {
+    std::lock_guard lock(mu_);
+    state = (*sb)->info.state;
+  }
+  if (state == "paused") BH_TRY(FreezeLocked(**sb, false));
+  else if (state != "running") return WrongState(id, state, "only a paused sandbox can be resumed (POST .../start boots a stopped one)");
+  std::lock_guard lock(mu_);
+  return (*sb)->info;
+}
+
+Result<SandboxInfo> SandboxManagerImpl::Stop(const std::string& id) {
+  std::unique_lock<std::mutex> life;
+  auto found = LockForChange(id, life);
+  if (!found) return found.error();
+  Sandbox& sb = **found;
+  {
+    std::lock_guard lock(mu_);
+    if (sb.info.state == "stopped") return sb.info;
+    // The row says stopped before anything ends: a crash from here on recovers as stopped.
+    sb.info.state = "stopped";
+    sb.expires_ms = 0;
+    sb.info.expires_at.reset();
+    BH_TRY(db_->Put(RowOf(sb)));
+  }
+  network_->Detach(id);
+  BH_TRY(runtime_->Destroy(id, sb.init));  // thaws a paused one first
+  std::lock_guard lock(mu_);
+  sb.init = {};
+  sb.netns.reset();
+  (void)db_->Put(RowOf(sb));
+  return sb.info;
+}
+
+Result<SandboxInfo> SandboxManagerImpl::Start(const std::string& id) {
+  std::unique_lock<std::mutex> life;
+  auto found = LockForChange(id, life);
+  if (!found) return found.error();
+  Sandbox& sb = **found;
+  std::string state;
+  {
+    std::lock_guard lock(mu_);
+    state = sb.info.state;
+  }
+  if (state == "running") {
+    std::lock_guard lock(mu_);
+    return sb.info;
+  }
+  if (state == "paused") {
+    BH_TRY(FreezeLocked(sb, false));
+    std::lock_guard lock(mu_);
+    return sb.info;
+  }
+  // stopped, or error (its init died): boot it again on its files.
+  if (stopping_) return MakeError(ErrorCode::kUnavailable, "the daemon is shutting down");
+  auto layer = storage_->GetLayer(id);
+  if (!layer) return layer.error();
+  network_->Detach(id);
+  BH_TRY(runtime_->Destroy(id, sb.init));  // whatever an init that died left behind
+  ScopeGuard undo([&] { (void)runtime_->Destroy(id, sb.init); sb.init = {}; sb.netns.reset(); });
+  BH_TRY(Boot(sb, *layer));
+  if (sb.info.spec.network.mode != "none") BH_TRY(network_->Apply(id, sb.netns.get(), sb.info.spec.network));
+  std::lock_guard lock(mu_);
+  sb.info.state = "running";
+  ApplyLifetime(sb, sb.info.spec.timeout_s);
+  sb.last_activity_ms = UnixMillis();
+  if (auto st = db_->Put(RowOf(sb)); !st) {
+    sb.info.state = state;
+    return st.error();
+  }
+  undo.Dismiss();
+  return sb.info;
+}
+
+std::shared_ptr<void> SandboxManagerImpl::BusyToken(const std::shared_ptr<Sandbox>& sb) {
+  {
+    std::lock_guard lock(mu_);
+    sb->busy++;
+  }
+  return std::shared_ptr<void>(nullptr, [this, sb](void*) {
+    std::lock_guard lock(mu_);
+    sb->busy--;
+    sb->last_activity_ms = UnixMillis();
+  });
 }
 
 Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::RunningSandbox(const std::string& id) {
+  bool paused = false;
+  {
+    std::lock_guard lock(mu_);
+    auto sb = FindLocked(id);
+    if (!sb) return NoSandbox(id);
+    sb->last_activity_ms = UnixMillis();
+    paused = sb->info.state == "paused";
+  }
+  if (paused) {
+    auto resumed = Resume(id);
+    if (!resumed) return resumed.error();
+  }
   std::lock_guard lock(mu_);
   auto sb = FindLocked(id);
   if (!sb) return NoSandbox(id);
@@ -543,6 +726,7 @@ Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::RunningSandbox(const std::s
     sb->info.state = "error";
     (void)db_->Put(RowOf(*sb));
   }
+  if (sb->info.state == "stopped") return WrongState(id, "stopped", "POST .../start boots it again");
   if (sb->info.state != "running")
     return MakeError(ErrorCode::kConflict, "sandbox " + id + " is " + sb->info.state, "sandbox_not_running");
   return sb;
@@ -569,6 +753,15 @@ Result<UniqueFd> SandboxManagerImpl::SandboxSocket(const std::string& id, int do
 }
 
 Result<SandboxInfo> SandboxManagerImpl::SetNetwork(const std::string& id, const NetworkPolicy& policy) {
+  {
+    std::lock_guard lock(mu_);
+    auto sb = FindLocked(id);
+    if (sb && sb->info.state == "stopped") {  // applies when it starts
+      sb->info.spec.network = policy;
+      BH_TRY(db_->Put(RowOf(*sb)));
+      return sb->info;
+    }
+  }
   auto found = RunningSandbox(id);
   if (!found) return found.error();
   Sandbox& sb = **found;
@@ -592,23 +785,35 @@ Result<std::vector<net::EgressRecord>> SandboxManagerImpl::Egress(const std::str
 
 boost::asio::awaitable<Result<std::unique_ptr<ExecSession>>> SandboxManagerImpl::StartExec(
     boost::asio::any_io_executor executor, const std::string& id, ExecRequest req) {
-  Result<SandboxSpec> spec = RunningSpec(id);
-  if (!spec.ok()) co_return spec.error();
+  Result<std::shared_ptr<Sandbox>> sb = RunningSandbox(id);
+  if (!sb.ok()) co_return sb.error();
+  SandboxSpec spec;
   {
     std::lock_guard lock(mu_);
     stats_.execs_total++;
+    spec = (*sb)->info.spec;
   }
-  const std::string payload = InitExecPayload(req, *spec).dump();
-  co_return co_await ExecSession::Start(executor, CtlPath(id), payload, std::move(req.stdin_data));
+  std::shared_ptr<void> busy = BusyToken(*sb);
+  const std::string payload = InitExecPayload(req, spec).dump();
+  Result<std::unique_ptr<ExecSession>> session =
+      co_await ExecSession::Start(executor, CtlPath(id), payload, std::move(req.stdin_data));
+  if (session.ok()) (*session)->Hold(std::move(busy));
+  co_return session;
 }
 
 boost::asio::awaitable<Result<InitConnection>> SandboxManagerImpl::ConnectInit(boost::asio::any_io_executor executor,
                                                                                const std::string& id) {
-  Result<SandboxSpec> spec = RunningSpec(id);
-  if (!spec.ok()) co_return spec.error();
+  Result<std::shared_ptr<Sandbox>> sb = RunningSandbox(id);
+  if (!sb.ok()) co_return sb.error();
+  SandboxSpec spec;
+  {
+    std::lock_guard lock(mu_);
+    spec = (*sb)->info.spec;
+  }
+  std::shared_ptr<void> busy = BusyToken(*sb);
   Result<std::unique_ptr<CtlClient>> client = co_await CtlClient::Connect(executor, CtlPath(id));
   if (!client.ok()) co_return client.error();
-  co_return InitConnection{std::move(client.value()), std::move(spec.value())};
+  co_return InitConnection{std::move(client.value()), std::move(spec), std::move(busy)};
 }
 
 Status SandboxManagerImpl::DeleteImage(const std::string& name) {
@@ -666,16 +871,27 @@ void SandboxManagerImpl::TimerLoop() {
       wake_.wait_for(lock, std::chrono::milliseconds(250), [&] { return stopping_.load(); });
     }
     if (stopping_) break;
-    std::vector<std::string> expired;
+    std::vector<std::string> expired, to_pause;
     int64_t now = UnixMillis();
     {
       std::lock_guard lock(mu_);
-      for (const auto& [id, sb] : sandboxes_)
-        if (!sb->deleting && sb->expires_ms && sb->expires_ms <= now) expired.push_back(id);
+      for (const auto& [id, sb] : sandboxes_) {
+        if (sb->deleting || sb->info.state != "running") continue;
+        if (sb->expires_ms && sb->expires_ms <= now) {
+          (sb->info.spec.on_timeout == "pause" ? to_pause : expired).push_back(id);
+        } else if (sb->info.spec.idle_timeout_s > 0 && sb->busy == 0 &&
+                   now - sb->last_activity_ms >= sb->info.spec.idle_timeout_s * 1000) {
+          to_pause.push_back(id);
+        }
+      }
     }
     for (const auto& id : expired) {
       spdlog::info("sandbox {} reached its timeout; deleting it", id);
       (void)Delete(id);
+    }
+    for (const auto& id : to_pause) {
+      spdlog::info("sandbox {} reached its timeout or idle timeout; pausing it", id);
+      if (auto paused = Pause(id); !paused) spdlog::warn("sandbox {}: pause: {}", id, paused.error().message);
     }
   }
 }

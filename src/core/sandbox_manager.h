@@ -39,6 +39,7 @@ struct ManagerStats {
 struct InitConnection {
   std::unique_ptr<CtlClient> client;
   SandboxSpec spec;
+  std::shared_ptr<void> in_use;  // while held, the sandbox counts as busy (no idle pause)
 };
 
 // The kExec payload (ctl_protocol.h) for `request` in a sandbox with `spec`: the sandbox's
@@ -57,7 +58,20 @@ class SandboxManager {
   virtual Result<SandboxInfo> Get(const std::string& id) = 0;                 // with usage
   virtual std::vector<SandboxInfo> List(const ListFilter& filter) = 0;
   virtual Status Delete(const std::string& id) = 0;                           // (blocking)
+  // Restarts the lifetime clock: the sandbox ends (or pauses, per on_timeout) timeout_s from
+  // now; 0 = never. A paused or stopped sandbox's clock starts when it runs again.
   virtual Result<SandboxInfo> SetTimeout(const std::string& id, int64_t timeout_s) = 0;
+
+  // Lifecycle (blocking). Pause freezes every process (memory kept, no CPU); Resume thaws.
+  // Stop ends the processes and keeps the files (state "stopped", no memory used); Start boots
+  // a stopped (or failed) sandbox again on the same files, with its settings. Each answers the
+  // sandbox; asking for the state it is already in is not an error. 409 when the transition
+  // does not exist (pause a stopped sandbox). A call that needs a paused sandbox (exec, files,
+  // processes, ports, network) resumes it first.
+  virtual Result<SandboxInfo> Pause(const std::string& id) = 0;
+  virtual Result<SandboxInfo> Resume(const std::string& id) = 0;
+  virtual Result<SandboxInfo> Stop(const std::string& id) = 0;
+  virtual Result<SandboxInfo> Start(const std::string& id) = 0;
 
   // Starts a command; the session then streams its events. Non-blocking (io thread).
   virtual boost::asio::awaitable<Result<std::unique_ptr<ExecSession>>> StartExec(

@@ -43,6 +43,7 @@ class Runtime {
   virtual Result<core::SandboxUsage> Usage(const std::string& id) = 0;
   // Pause and resume: every process of the sandbox stops (keeping its memory) or goes on.
   virtual Status SetFrozen(const std::string& id, bool frozen) = 0;
+  virtual bool Frozen(const std::string& id) = 0;
   // True if this init is still the live process it was.
   virtual bool Alive(const InitProcess& init) = 0;
   // Kills every process of the sandbox and removes its cgroups. Idempotent.

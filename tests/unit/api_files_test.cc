@@ -183,6 +183,10 @@ class FileManager : public core::SandboxManager {
   std::vector<core::SandboxInfo> List(const core::ListFilter&) override { return {}; }
   Status Delete(const std::string&) override { return NotFound(); }
   Result<core::SandboxInfo> SetTimeout(const std::string&, int64_t) override { return NotFound(); }
+  Result<core::SandboxInfo> Pause(const std::string&) override { return NotFound(); }
+  Result<core::SandboxInfo> Resume(const std::string&) override { return NotFound(); }
+  Result<core::SandboxInfo> Stop(const std::string&) override { return NotFound(); }
+  Result<core::SandboxInfo> Start(const std::string&) override { return NotFound(); }
   asio::awaitable<Result<std::unique_ptr<core::ExecSession>>> StartExec(asio::any_io_executor, const std::string&,
                                                                          core::ExecRequest) override {
     co_return NotFound();

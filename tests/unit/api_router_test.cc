@@ -113,14 +113,20 @@ TEST(MatchRoute, KnownPathWithWrongMethodListsAllowedMethods) {
 
 TEST(MatchRoute, ContractRoutesNotServedYetAreRecognised) {
   for (auto [method, path] : std::vector<std::pair<const char*, const char*>>{
-           {"POST", "/v1/sandboxes/x/pause"}, {"POST", "/v1/sandboxes/x/resume"},
-           {"POST", "/v1/sandboxes/x/stop"}, {"POST", "/v1/sandboxes/x/start"},
            {"POST", "/v1/sandboxes/x/snapshots"}, {"GET", "/v1/snapshots/s1"}, {"POST", "/v1/sandboxes/x/fork"},
            {"GET", "/v1/volumes"}}) {
     const RouteMatch match = MatchRoute(method, path);
     EXPECT_EQ(match.outcome, Outcome::kMatched) << method << " " << path;
     EXPECT_EQ(match.id, RouteId::kNotImplemented) << method << " " << path;
   }
+}
+
+TEST(MatchRoute, LifecycleRoutes) {
+  EXPECT_EQ(MatchRoute("POST", "/v1/sandboxes/x/pause").id, RouteId::kPauseSandbox);
+  EXPECT_EQ(MatchRoute("POST", "/v1/sandboxes/x/resume").id, RouteId::kResumeSandbox);
+  EXPECT_EQ(MatchRoute("POST", "/v1/sandboxes/x/stop").id, RouteId::kStopSandbox);
+  EXPECT_EQ(MatchRoute("POST", "/v1/sandboxes/x/start").id, RouteId::kStartSandbox);
+  EXPECT_EQ(MatchRoute("GET", "/v1/sandboxes/x/pause").outcome, Outcome::kMethodNotAllowed);
 }
 
 TEST(MatchRoute, NetworkRoutes) {

@@ -172,6 +172,17 @@ class FakeManager : public core::SandboxManager {
     it->second.expires_at = "2024-05-01T11:00:00Z";
     return it->second;
   }
+  Result<core::SandboxInfo> Pause(const std::string& id) override { return SetState(id, "paused"); }
+  Result<core::SandboxInfo> Resume(const std::string& id) override { return SetState(id, "running"); }
+  Result<core::SandboxInfo> Stop(const std::string& id) override { return SetState(id, "stopped"); }
+  Result<core::SandboxInfo> Start(const std::string& id) override { return SetState(id, "running"); }
+  Result<core::SandboxInfo> SetState(const std::string& id, const std::string& state) {
+    std::lock_guard lock(mutex_);
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end()) return NotFound(id);
+    it->second.state = state;
+    return it->second;
+  }
   asio::awaitable<Result<core::InitConnection>> ConnectInit(asio::any_io_executor, const std::string& id) override {
     co_return NotFound(id);  // these tests cover the HTTP layer; integration tests cover init
   }
@@ -640,14 +651,25 @@ TEST_F(ApiServerTest, ImagesListAndDelete) {
 
 TEST_F(ApiServerTest, ContractRoutesNotServedYetAre501AfterTheIdCheck) {
   const std::string id = CreateSandbox();
-  Response unknown = Call(http::verb::post, "/v1/sandboxes/nope/pause");
+  Response unknown = Call(http::verb::post, "/v1/sandboxes/nope/fork");
   EXPECT_EQ(unknown.result_int(), 404);
   EXPECT_EQ(ErrorCode(unknown), "sandbox_not_found");
-  Response pause = Call(http::verb::post, "/v1/sandboxes/" + id + "/pause");
-  EXPECT_EQ(pause.result_int(), 501);
-  EXPECT_EQ(ErrorCode(pause), "not_implemented");
+  Response fork = Call(http::verb::post, "/v1/sandboxes/" + id + "/fork");
+  EXPECT_EQ(fork.result_int(), 501);
+  EXPECT_EQ(ErrorCode(fork), "not_implemented");
   EXPECT_EQ(Call(http::verb::get, "/v1/snapshots").result_int(), 501);
   EXPECT_EQ(Call(http::verb::post, "/v1/sandboxes/" + id + "/fork").result_int(), 501);
+}
+
+TEST_F(ApiServerTest, LifecycleRoutesAnswerTheSandbox) {
+  const std::string id = CreateSandbox();
+  for (auto [action, state] : std::vector<std::pair<std::string, std::string>>{
+           {"pause", "paused"}, {"resume", "running"}, {"stop", "stopped"}, {"start", "running"}}) {
+    Response r = Call(http::verb::post, "/v1/sandboxes/" + id + "/" + action);
+    EXPECT_EQ(r.result_int(), 200) << action;
+    EXPECT_EQ(Body(r)["state"], state) << action;
+    EXPECT_EQ(Call(http::verb::post, "/v1/sandboxes/nope/" + action).result_int(), 404) << action;
+  }
 }
 
 TEST_F(ApiServerTest, MetricsAndOpenApiAreServed) {

@@ -209,6 +209,8 @@ Status NativeRuntime::Destroy(const std::string& id, const InitProcess& init) {
     // Killing PID 1 of the sandbox ends every process in its pid namespace.
     UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, init.pid, 0)));
     ::kill(init.pid, SIGKILL);
+    // A paused sandbox dies only once thawed; the pending SIGKILL runs before any of its code.
+    if (cgroups_.Frozen(id)) (void)cgroups_.SetFrozen(id, false);
     if (pidfd) {
       pollfd p{pidfd.get(), POLLIN, 0};
       ::poll(&p, 1, 5000);

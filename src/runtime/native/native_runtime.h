@@ -22,6 +22,7 @@ class NativeRuntime : public Runtime {
   Status SetLimits(const std::string& id, const Limits& limits) override;
   Result<core::SandboxUsage> Usage(const std::string& id) override;
   Status SetFrozen(const std::string& id, bool frozen) override { return cgroups_.SetFrozen(id, frozen); }
+  bool Frozen(const std::string& id) override { return cgroups_.Frozen(id); }
   bool Alive(const InitProcess& init) override;
   Status Destroy(const std::string& id, const InitProcess& init) override;
   std::vector<std::string> ListCgroups() override;
