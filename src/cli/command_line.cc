@@ -202,6 +202,18 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
   inspect->add_option("id", line.sandbox_id, "Sandbox id")->required();
   Selects(inspect, line, Command::kInspect);
 
+  for (auto [action, what] : {std::pair{"pause", "Pause sandboxes (processes and memory kept, no CPU used)"},
+                              std::pair{"resume", "Resume paused sandboxes"},
+                              std::pair{"stop", "Stop sandboxes: end their processes, keep their files"},
+                              std::pair{"start", "Start stopped sandboxes again on their files"}}) {
+    CLI::App* lifecycle = app.add_subcommand(action, what);
+    lifecycle->add_option("ids", line.sandbox_ids, "Sandbox ids")->required();
+    lifecycle->callback([&line, name = std::string(action)] {
+      line.command = Command::kLifecycle;
+      line.lifecycle_action = name;
+    });
+  }
+
   CLI::App* remove = app.add_subcommand("rm", "Remove sandboxes");
   remove->add_option("ids", line.sandbox_ids, "Sandbox ids")->required();
   Selects(remove, line, Command::kRemove);

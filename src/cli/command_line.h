@@ -37,6 +37,7 @@ enum class Command {
   kPortForward,  // port-forward
   kNetwork,      // network
   kEgress,       // egress
+  kLifecycle,    // pause, resume, stop, start
 };
 
 // Flags that shape a new sandbox (run, create). Unset = the daemon's default.
@@ -86,7 +87,8 @@ struct CommandLine {
   ExecFlags exec;        // run, exec
 
   std::string sandbox_id;                // exec, inspect
-  std::vector<std::string> sandbox_ids;  // rm
+  std::vector<std::string> sandbox_ids;  // rm, pause, resume, stop, start
+  std::string lifecycle_action;          // pause | resume | stop | start
   bool json = false;                     // create, ls
   std::optional<std::string> state_filter;    // ls --state
   std::vector<std::string> metadata_filter;   // ls --metadata k=v

@@ -246,6 +246,22 @@ int RemoveCommand(Session& session) {
   return exit_code;
 }
 
+// pause | resume | stop | start ID...: prints "ID STATE" for each.
+int LifecycleCommand(Session& session) {
+  int exit_code = 0;
+  for (const std::string& id : session.line.sandbox_ids) {
+    auto sandbox = session.api.Call(HttpMethod::kPost, SandboxPath(id) + "/" + session.line.lifecycle_action);
+    if (sandbox.ok()) {
+      session.Out(id + " " + StringField(*sandbox, "state") + "\n");
+    } else {
+      Error error = sandbox.error();
+      error.message = id + ": " + error.message;
+      exit_code = session.Fail(error);
+    }
+  }
+  return exit_code;
+}
+
 // Sends the file as it is, stopping at `size` bytes so the body matches Content-Length.
 Status StreamFile(int fd, uint64_t size, const BodyChunkSink& sink) {
   std::vector<char> buffer(kFileChunkBytes);
@@ -369,6 +385,7 @@ int RunClientCommand(const CommandLine& line, const CommandIo& io) {
       case Command::kPortForward: return PortForwardCommand(session);
       case Command::kNetwork: return NetworkCommand(session);
       case Command::kEgress: return EgressCommand(session);
+      case Command::kLifecycle: return LifecycleCommand(session);
       case Command::kServe:
       case Command::kNone: break;
     }

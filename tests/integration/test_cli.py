@@ -106,6 +106,13 @@ def test_cli_create_exec_ls_inspect_rm_round_trip(cli, client):
         shown = json.loads(inspected.stdout)
         assert shown["id"] == sandbox_id and shown["metadata"] == {"cli": tag} and "usage" in shown
 
+        for action, state in (("pause", "paused"), ("resume", "running"), ("stop", "stopped"), ("start", "running")):
+            r = cli(action, sandbox_id)
+            assert (r.returncode, r.stdout) == (0, f"{sandbox_id} {state}\n"), r
+        assert cli("exec", sandbox_id, "--", "cat", "/workspace/x").stdout == "yes\n"  # kept across stop/start
+        r = cli("pause", "nosuchsandbox0000000")
+        assert r.returncode != 0 and "nosuchsandbox0000000" in r.stderr, r
+
         removed = cli("rm", sandbox_id)
         assert removed.returncode == 0, removed
     finally:

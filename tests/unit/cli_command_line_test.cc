@@ -177,6 +177,17 @@ TEST_F(CliCommandLine, ParsesTheOtherSubcommands) {
   EXPECT_EQ(rm_line.command, Command::kRemove);
   EXPECT_EQ(rm_line.sandbox_ids, (std::vector<std::string>{"a", "b", "c"}));
 
+  for (const char* action : {"pause", "resume", "stop", "start"}) {
+    CLI::App lifecycle_app{"bulkhead", "bulkhead"};
+    CommandLine lifecycle_line;
+    DefineCommandLine(lifecycle_app, lifecycle_line);
+    const char* argv[] = {"bulkhead", action, "a", "b"};
+    lifecycle_app.parse(4, argv);
+    EXPECT_EQ(lifecycle_line.command, Command::kLifecycle) << action;
+    EXPECT_EQ(lifecycle_line.lifecycle_action, action);
+    EXPECT_EQ(lifecycle_line.sandbox_ids, (std::vector<std::string>{"a", "b"}));
+  }
+
   CLI::App image_app{"bulkhead", "bulkhead"};
   CommandLine image_line;
   DefineCommandLine(image_app, image_line);
