@@ -721,8 +721,9 @@ def remove_cgroup_tree(top: str) -> bool:
 class Daemon:
     """`bulkhead serve` in a fresh state dir on a free loopback port, torn down completely."""
 
-    def __init__(self, build_dir: Path) -> None:
+    def __init__(self, build_dir: Path, extra_args: tuple[str, ...] = ()) -> None:
         self.binary = build_dir / "bulkhead"
+        self.extra_args = list(extra_args)  # more `bulkhead serve` flags
         self.state_dir = ""
         self.log_path = ""
         self.port = 0
@@ -760,7 +761,7 @@ class Daemon:
         with os.fdopen(log_fd, "wb") as log:
             self.process = subprocess.Popen(
                 [str(self.binary), "serve", "--state-dir", self.state_dir,
-                 "--listen", f"127.0.0.1:{self.port}"],
+                 "--listen", f"127.0.0.1:{self.port}", *self.extra_args],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=environment)
         self._wait_ready()
 

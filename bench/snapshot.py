@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Snapshot, fork and lifecycle figures (issue 5), for each storage driver. Prints figures;
+asserts nothing.
+
+For each driver (`bulkhead serve --storage-driver overlay|btrfs`, one fresh daemon each):
+  1. pause and resume latency of a sandbox running a CPU spinner, and exec latency right after
+     the resume;
+  2. for workspaces of 1 MiB, 100 MiB and 1 GiB (one file of random bytes) and of 10,000 small
+     files (4 KiB each): time of POST .../snapshots, of POST .../fork with count 1 and count 10,
+     and of POST /v1/sandboxes {"from_snapshot"} (to its 201 and to the first output of an exec
+     in it), beside a fresh create (warm pool as configured) in the same daemon.
+
+    python3 bench/snapshot.py [--build build] [--runs 5] [--quick] [--drivers overlay,btrfs]
+"""
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from startup import BulkheadApi, Daemon, RunFailed, percentile  # noqa: E402  (same folder)
+
+WORKLOADS = [
+    ("1 MiB", "head -c 1048576 /dev/urandom > /workspace/data"),
+    ("100 MiB", "head -c 104857600 /dev/urandom > /workspace/data"),
+    ("1 GiB", "head -c 1073741824 /dev/urandom > /workspace/data"),
+    ("10,000 files", "mkdir -p /workspace/many && cd /workspace/many && head -c 4096 /dev/urandom > seed && "
+                     "for d in $(seq 100); do mkdir $d; for f in $(seq 100); do cp seed $d/$f; done; done"),
+]
+
+
+def timed(fn) -> tuple[float, object]:
+    start = time.perf_counter()
+    value = fn()
+    return (time.perf_counter() - start) * 1000, value
+
+
+def figures(values: list[float]) -> str:
+    values = sorted(values)
+    return f"median {percentile(values, 50):8.2f}  min {values[0]:8.2f}  max {values[-1]:8.2f} ms"
+
+
+def exec_ms(api: BulkheadApi, sandbox_id: str) -> float:
+    """From sending an exec to its first stdout event."""
+    start = time.perf_counter()
+    first_stdout, _ = api.exec_until_first_stdout(sandbox_id, ["echo", "ready"])
+    return (first_stdout - start) * 1000
+
+
+def bench_pause(api: BulkheadApi, runs: int) -> None:
+    sandbox_id = api.create_sandbox()
+    try:
+        api.call("POST", f"/v1/sandboxes/{sandbox_id}/processes", {"cmd": "while :; do :; done"}, expect=201)
+        pause, resume, after = [], [], []
+        for _ in range(runs):
+            pause.append(timed(lambda: api.call("POST", f"/v1/sandboxes/{sandbox_id}/pause"))[0])
+            resume.append(timed(lambda: api.call("POST", f"/v1/sandboxes/{sandbox_id}/resume"))[0])
+            after.append(exec_ms(api, sandbox_id))
+        print(f"  pause (a CPU spinner inside)            {figures(pause)}")
+        print(f"  resume                                  {figures(resume)}")
+        print(f"  exec right after the resume             {figures(after)}")
+    finally:
+        api.delete_sandbox(sandbox_id)
+
+
+def bench_workload(api: BulkheadApi, name: str, fill: str, runs: int) -> None:
+    source = api.call("POST", "/v1/sandboxes", {"disk_mb": 4096, "timeout_s": 0}, expect=201)["id"]
+    made: list[str] = []
+    snapshots: list[str] = []
+    try:
+        api.call("POST", f"/v1/sandboxes/{source}/exec", {"cmd": fill, "timeout_s": 600})
+        snap_ms, fork1_ms, fork10_ms, from_ms, from_exec_ms = [], [], [], [], []
+        for _ in range(runs):
+            ms, snapshot = timed(lambda: api.call("POST", f"/v1/sandboxes/{source}/snapshots", {}, expect=201))
+            snap_ms.append(ms)
+            snapshots.append(snapshot["id"])
+            ms, forked = timed(lambda: api.call("POST", f"/v1/sandboxes/{source}/fork", {"count": 1}, expect=201))
+            fork1_ms.append(ms)
+            made += [s["id"] for s in forked["sandboxes"]]
+            ms, forked = timed(lambda: api.call("POST", f"/v1/sandboxes/{source}/fork", {"count": 10}, expect=201))
+            fork10_ms.append(ms)
+            made += [s["id"] for s in forked["sandboxes"]]
+            ms, started = timed(lambda: api.call("POST", "/v1/sandboxes", {"from_snapshot": snapshot["id"],
+                                                                          "disk_mb": 4096}, expect=201))
+            from_ms.append(ms)
+            made.append(started["id"])
+            from_exec_ms.append(ms + exec_ms(api, started["id"]))
+            for sandbox_id in made:
+                api.delete_sandbox(sandbox_id)
+            made.clear()
+        print(f"  {name:13s} snapshot                {figures(snap_ms)}")
+        print(f"  {name:13s} fork x1                 {figures(fork1_ms)}")
+        print(f"  {name:13s} fork x10                {figures(fork10_ms)}")
+        print(f"  {name:13s} from_snapshot to 201    {figures(from_ms)}")
+        print(f"  {name:13s} ... to first exec output{figures(from_exec_ms)}")
+    finally:
+        for sandbox_id in made + [source]:
+            try:
+                api.delete_sandbox(sandbox_id)
+            except (RunFailed, OSError):
+                pass
+        for snapshot_id in snapshots:
+            try:
+                api.call("DELETE", f"/v1/snapshots/{snapshot_id}", expect=204)
+            except (RunFailed, OSError):
+                pass
+
+
+def bench_fresh(api: BulkheadApi, runs: int) -> None:
+    create, first = [], []
+    for _ in range(runs):
+        ms, sandbox_id = timed(api.create_sandbox)
+        create.append(ms)
+        first.append(ms + exec_ms(api, sandbox_id))
+        api.delete_sandbox(sandbox_id)
+        time.sleep(0.2)  # let the warm pool refill, as between a user's creates
+    print(f"  fresh create to 201 (warm pool)         {figures(create)}")
+    print(f"  ... to first exec output                {figures(first)}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--build", default="build", type=Path)
+    parser.add_argument("--runs", default=None, type=int, help="samples per figure (5; 2 with --quick)")
+    parser.add_argument("--quick", action="store_true", help="short run: 2 samples, no 1 GiB workspace")
+    parser.add_argument("--drivers", default="overlay,btrfs")
+    args = parser.parse_args()
+    runs = args.runs or (2 if args.quick else 5)
+    workloads = [w for w in WORKLOADS if not (args.quick and w[0] == "1 GiB")]
+    print(f"snapshot benchmark, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, "
+          f"load average {os.getloadavg()[0]:.1f}")
+    for driver in args.drivers.split(","):
+        daemon = Daemon(args.build, extra_args=("--storage-driver", driver))
+        try:
+            daemon.start()
+            api = BulkheadApi(daemon.port, daemon.api_key)
+            print(f"\ndriver {driver}:")
+            bench_pause(api, max(runs * 4, 10))
+            bench_fresh(api, max(runs * 2, 5))
+            for name, fill in workloads:
+                bench_workload(api, name, fill, runs)
+            api.close()
+        finally:
+            daemon.stop()
+            for line in daemon.cleanup_report:
+                print(f"note: {line}")
+    print("\ngoals (issue 5): fork of a 1 GiB workspace x10 under 100 ms on btrfs; start from a snapshot as fast "
+          "as a fresh create")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
