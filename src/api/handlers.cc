@@ -276,7 +276,8 @@ asio::awaitable<void> ApiHandlers::ListVolumes(HttpExchange& exchange) {
 asio::awaitable<void> ApiHandlers::GetVolume(HttpExchange& exchange, const std::string& name) {
   if (!IsValidVolumeName(name)) co_return co_await exchange.SendError(VolumeNotFound(name));
   core::SandboxManager& manager = context_.manager;
-  Result<core::VolumeInfo> volume = co_await RunBlocking(context_.blocking_pool, [&] { return manager.GetVolume(name); });
+  Result<core::VolumeInfo> volume =
+      co_await RunBlocking(context_.blocking_pool, [&] { return manager.GetVolume(name); });
   if (!volume.ok()) co_return co_await exchange.SendError(volume.error());
   co_await exchange.SendJson(http::status::ok, VolumeToJson(*volume));
 }

@@ -33,7 +33,9 @@ json SandboxToJson(const core::SandboxInfo& sandbox) {
       {"parent_snapshot", sandbox.parent_snapshot ? json(*sandbox.parent_snapshot) : json(nullptr)},
   };
   json volumes = json::array();
-  for (const auto& v : spec.volumes) volumes.push_back({{"name", v.name}, {"path", v.path}, {"read_only", v.read_only}});
+  for (const auto& v : spec.volumes) {
+    volumes.push_back({{"name", v.name}, {"path", v.path}, {"read_only", v.read_only}});
+  }
   out["volumes"] = std::move(volumes);
   if (sandbox.usage) {
     out["usage"] = {

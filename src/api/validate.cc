@@ -224,7 +224,9 @@ Status ReadVolumes(const json& object, std::vector<core::VolumeMount>& out) {
   const json* value = Find(object, "volumes");
   if (value == nullptr) return {};
   if (!value->is_array()) return Invalid("volumes must be an array");
-  if (value->size() > kMaxVolumeMounts) return Invalid(fmt::format("volumes has more than {} entries", kMaxVolumeMounts));
+  if (value->size() > kMaxVolumeMounts) {
+    return Invalid(fmt::format("volumes has more than {} entries", kMaxVolumeMounts));
+  }
   std::vector<core::VolumeMount> mounts;
   for (size_t i = 0; i < value->size(); ++i) {
     const json& entry = (*value)[i];
@@ -232,7 +234,9 @@ Status ReadVolumes(const json& object, std::vector<core::VolumeMount>& out) {
     if (!entry.is_object()) return Invalid(field + " must be an object {name, path, read_only}");
     // A misspelt read_only must not quietly mount read-write.
     for (const auto& [key, unused] : entry.items()) {
-      if (key != "name" && key != "path" && key != "read_only") return Invalid(fmt::format("{}.{} is not a known field", field, key));
+      if (key != "name" && key != "path" && key != "read_only") {
+        return Invalid(fmt::format("{}.{} is not a known field", field, key));
+      }
     }
     core::VolumeMount mount;
     const json* name = Find(entry, "name");

@@ -238,7 +238,8 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
   volume_list->alias("list");
   volume_list->add_flag("--json", line.json, "Print the API's JSON");
   Selects(volume_list, line, Command::kVolumeList);
-  CLI::App* volume_remove = volume->add_subcommand("rm", "Remove volumes and their data (refused while a sandbox lists one)");
+  CLI::App* volume_remove =
+      volume->add_subcommand("rm", "Remove volumes and their data (refused while a sandbox lists one)");
   volume_remove->add_option("names", line.volume_names, "Volume names")->required();
   Selects(volume_remove, line, Command::kVolumeRemove);
 

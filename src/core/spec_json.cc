@@ -48,7 +48,8 @@ Result<SandboxSpec> SpecFromJson(const std::string& text) {
     s.metadata = j.at("metadata").get<std::map<std::string, std::string>>();
     // Rows written before volumes existed have none.
     for (const auto& v : j.value("volumes", json::array()))
-      s.volumes.push_back({v.at("name").get<std::string>(), v.at("path").get<std::string>(), v.at("read_only").get<bool>()});
+      s.volumes.push_back(
+          {v.at("name").get<std::string>(), v.at("path").get<std::string>(), v.at("read_only").get<bool>()});
     return s;
   } catch (const json::exception& e) {
     return MakeError(ErrorCode::kInternal, std::string("corrupt sandbox spec: ") + e.what());

@@ -45,7 +45,8 @@ Status VolumeRegistry::Recover() {
 Result<VolumeInfo> VolumeRegistry::Create(const std::string& name, int64_t size_mb) {
   {
     std::lock_guard lock(mu_);
-    if (volumes_.count(name)) return MakeError(ErrorCode::kConflict, "a volume named " + name + " exists", "volume_exists");
+    if (volumes_.count(name))
+      return MakeError(ErrorCode::kConflict, "a volume named " + name + " exists", "volume_exists");
   }
   store::VolumeRow row{name, size_mb, Rfc3339(static_cast<time_t>(UnixMillis() / 1000))};
   // The row first: a crash before the directory is made leaves a row that Recover drops.
