@@ -34,6 +34,10 @@ Error SandboxNotFound(const std::string& id) {
   return MakeError(ErrorCode::kNotFound, fmt::format("no sandbox with id \"{}\"", id), "sandbox_not_found");
 }
 
+Error VolumeNotFound(const std::string& name) {
+  return MakeError(ErrorCode::kNotFound, fmt::format("no volume named \"{}\"", name), "volume_not_found");
+}
+
 Error ImageNotFound(const std::string& name) {
   return MakeError(ErrorCode::kNotFound, fmt::format("no image named \"{}\"", name), "image_not_found");
 }
@@ -61,6 +65,10 @@ asio::awaitable<void> ApiHandlers::Handle(HttpExchange& exchange, const RouteMat
     case RouteId::kListImages: co_return co_await ListImages(exchange);
     case RouteId::kPutImage: co_return co_await PutImage(exchange, route.Param("name"));
     case RouteId::kDeleteImage: co_return co_await DeleteImage(exchange, route.Param("name"));
+    case RouteId::kCreateVolume: co_return co_await CreateVolume(exchange);
+    case RouteId::kListVolumes: co_return co_await ListVolumes(exchange);
+    case RouteId::kGetVolume: co_return co_await GetVolume(exchange, route.Param("name"));
+    case RouteId::kDeleteVolume: co_return co_await DeleteVolume(exchange, route.Param("name"));
     case RouteId::kReadFile:
     case RouteId::kWriteFile:
     case RouteId::kDeleteFile:
@@ -257,6 +265,46 @@ asio::awaitable<void> ApiHandlers::DeleteImage(HttpExchange& exchange, const std
   if (!IsValidImageName(name)) co_return co_await exchange.SendError(ImageNotFound(name));
   core::SandboxManager& manager = context_.manager;
   Status deleted = co_await RunBlocking(context_.blocking_pool, [&] { return manager.DeleteImage(name); });
+  if (!deleted.ok()) co_return co_await exchange.SendError(deleted.error());
+  co_await exchange.SendNoContent();
+}
+
+asio::awaitable<void> ApiHandlers::CreateVolume(HttpExchange& exchange) {
+  std::optional<json> body = co_await exchange.ReadJsonObject(kMaxJsonBody);
+  if (!body) co_return;
+  Result<VolumeRequest> request = ParseVolumeRequest(*body);
+  if (!request.ok()) co_return co_await exchange.SendError(request.error());
+  core::SandboxManager& manager = context_.manager;
+  Result<core::VolumeInfo> volume = co_await RunBlocking(
+      context_.blocking_pool, [&] { return manager.CreateVolume(request->name, request->size_mb); });
+  if (!volume.ok()) co_return co_await exchange.SendError(volume.error());
+  co_await exchange.SendJson(http::status::created, VolumeToJson(*volume));
+}
+
+asio::awaitable<void> ApiHandlers::ListVolumes(HttpExchange& exchange) {
+  core::SandboxManager& manager = context_.manager;
+  // Usage figures may walk a tree (no quotas): off the io thread.
+  std::vector<core::VolumeInfo> volumes =
+      co_await RunBlocking(context_.blocking_pool, [&] { return manager.ListVolumes(); });
+  json entries = json::array();
+  for (const core::VolumeInfo& volume : volumes) entries.push_back(VolumeToJson(volume));
+  const json body = {{"volumes", std::move(entries)}};
+  co_await exchange.SendJson(http::status::ok, body);
+}
+
+asio::awaitable<void> ApiHandlers::GetVolume(HttpExchange& exchange, const std::string& name) {
+  if (!IsValidVolumeName(name)) co_return co_await exchange.SendError(VolumeNotFound(name));
+  core::SandboxManager& manager = context_.manager;
+  Result<core::VolumeInfo> volume =
+      co_await RunBlocking(context_.blocking_pool, [&] { return manager.GetVolume(name); });
+  if (!volume.ok()) co_return co_await exchange.SendError(volume.error());
+  co_await exchange.SendJson(http::status::ok, VolumeToJson(*volume));
+}
+
+asio::awaitable<void> ApiHandlers::DeleteVolume(HttpExchange& exchange, const std::string& name) {
+  if (!IsValidVolumeName(name)) co_return co_await exchange.SendError(VolumeNotFound(name));
+  core::SandboxManager& manager = context_.manager;
+  Status deleted = co_await RunBlocking(context_.blocking_pool, [&] { return manager.DeleteVolume(name); });
   if (!deleted.ok()) co_return co_await exchange.SendError(deleted.error());
   co_await exchange.SendNoContent();
 }

@@ -54,6 +54,10 @@ class ApiHandlers {
   boost::asio::awaitable<Result<core::ImageInfo>> ImportUploadedImage(HttpExchange& exchange,
                                                                       const std::string& name);
   boost::asio::awaitable<void> DeleteImage(HttpExchange& exchange, const std::string& name);
+  boost::asio::awaitable<void> CreateVolume(HttpExchange& exchange);
+  boost::asio::awaitable<void> ListVolumes(HttpExchange& exchange);
+  boost::asio::awaitable<void> GetVolume(HttpExchange& exchange, const std::string& name);
+  boost::asio::awaitable<void> DeleteVolume(HttpExchange& exchange, const std::string& name);
   boost::asio::awaitable<void> NotImplemented(HttpExchange& exchange, const RouteMatch& route);
 
   HandlerContext context_;

@@ -32,6 +32,11 @@ json SandboxToJson(const core::SandboxInfo& sandbox) {
       {"user", spec.user},
       {"parent_snapshot", sandbox.parent_snapshot ? json(*sandbox.parent_snapshot) : json(nullptr)},
   };
+  json volumes = json::array();
+  for (const auto& v : spec.volumes) {
+    volumes.push_back({{"name", v.name}, {"path", v.path}, {"read_only", v.read_only}});
+  }
+  out["volumes"] = std::move(volumes);
   if (sandbox.usage) {
     out["usage"] = {
         {"cpu_s", sandbox.usage->cpu_s},
@@ -68,6 +73,16 @@ json ImageToJson(const core::ImageInfo& image) {
       {"source", image.source},
       {"created_at", image.created_at},
       {"size_bytes", image.size_bytes},
+  };
+}
+
+json VolumeToJson(const core::VolumeInfo& volume) {
+  return {
+      {"name", volume.name},
+      {"size_mb", volume.size_mb},
+      {"created_at", volume.created_at},
+      {"used_bytes", volume.used_bytes},
+      {"mounted_by", volume.mounted_by},
   };
 }
 

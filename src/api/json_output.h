@@ -15,6 +15,7 @@ nlohmann::json SandboxToJson(const core::SandboxInfo& sandbox);
 // One entry of GET /v1/sandboxes/{id}/egress.
 nlohmann::json EgressRecordToJson(const net::EgressRecord& record);
 nlohmann::json ImageToJson(const core::ImageInfo& image);
+nlohmann::json VolumeToJson(const core::VolumeInfo& volume);
 
 // The snake_case code of an error: its detail_code if set, else the generic name.
 std::string ErrorCodeOf(const Error& error);

@@ -60,9 +60,10 @@ constexpr std::array kRoutes = {
     RouteSpec{"GET", "/v1/snapshots", RouteId::kNotImplemented},
     RouteSpec{"GET", "/v1/snapshots/{snapshot_id}", RouteId::kNotImplemented},
     RouteSpec{"DELETE", "/v1/snapshots/{snapshot_id}", RouteId::kNotImplemented},
-    RouteSpec{"GET", "/v1/volumes", RouteId::kNotImplemented},
-    RouteSpec{"POST", "/v1/volumes", RouteId::kNotImplemented},
-    RouteSpec{"DELETE", "/v1/volumes/{name}", RouteId::kNotImplemented},
+    RouteSpec{"GET", "/v1/volumes", RouteId::kListVolumes},
+    RouteSpec{"POST", "/v1/volumes", RouteId::kCreateVolume},
+    RouteSpec{"GET", "/v1/volumes/{name}", RouteId::kGetVolume},
+    RouteSpec{"DELETE", "/v1/volumes/{name}", RouteId::kDeleteVolume},
 };
 
 std::vector<std::string_view> SplitSegments(std::string_view path) {

@@ -21,6 +21,7 @@ constexpr size_t kMaxPathBytes = 4096;
 constexpr size_t kMaxMetadataEntries = 64;
 constexpr size_t kMaxMetadataKeyBytes = 128;
 constexpr size_t kMaxMetadataValueBytes = 1024;
+constexpr size_t kMaxVolumePathBytes = 1024;
 
 Error Invalid(std::string message) { return MakeError(ErrorCode::kInvalid, std::move(message)); }
 
@@ -32,6 +33,11 @@ const json* Find(const json& object, const char* key) {
 }
 
 bool HasNul(std::string_view s) { return s.find('\0') != std::string_view::npos; }
+
+// "/a/b" is the same as or under "/a"; "/ab" is not.
+bool IsSameOrUnder(std::string_view path, std::string_view dir) {
+  return path == dir || (path.starts_with(dir) && path.size() > dir.size() && path[dir.size()] == '/');
+}
 
 const char* TypeName(const json& value) { return value.type_name(); }
 
@@ -191,6 +197,70 @@ Status ReadNetwork(const json& object, core::NetworkPolicy& out) {
   return {};
 }
 
+// A volume's mount path: absolute and normalized, so that "/a/" and "/a/./b" cannot slip past
+// the checks below, and outside the kernel's file systems that the sandbox gets fresh.
+Status CheckVolumePath(const std::string& field, const std::string& path) {
+  if (path.empty() || path[0] != '/') return Invalid(field + " must be an absolute path");
+  if (path == "/") return Invalid(field + " must not be /");
+  if (path.size() > kMaxVolumePathBytes) return Invalid(fmt::format("{} exceeds {} bytes", field, kMaxVolumePathBytes));
+  if (HasNul(path)) return Invalid(field + " must not contain NUL");
+  size_t start = 1;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string::npos) end = path.size();
+    const std::string_view name(path.data() + start, end - start);
+    if (name.empty() || name == "." || name == "..")
+      return Invalid(field + " must be normalized (no empty, . or .. components, no trailing /)");
+    if (name.size() > 255) return Invalid(field + " has a component longer than 255 bytes");
+    start = end + 1;
+  }
+  for (const char* reserved : {"/proc", "/sys", "/dev"}) {
+    if (IsSameOrUnder(path, reserved)) return Invalid(fmt::format("{} must not be in {}", field, reserved));
+  }
+  return {};
+}
+
+Status ReadVolumes(const json& object, std::vector<core::VolumeMount>& out) {
+  const json* value = Find(object, "volumes");
+  if (value == nullptr) return {};
+  if (!value->is_array()) return Invalid("volumes must be an array");
+  if (value->size() > kMaxVolumeMounts) {
+    return Invalid(fmt::format("volumes has more than {} entries", kMaxVolumeMounts));
+  }
+  std::vector<core::VolumeMount> mounts;
+  for (size_t i = 0; i < value->size(); ++i) {
+    const json& entry = (*value)[i];
+    const std::string field = fmt::format("volumes[{}]", i);
+    if (!entry.is_object()) return Invalid(field + " must be an object {name, path, read_only}");
+    // A misspelt read_only must not quietly mount read-write.
+    for (const auto& [key, unused] : entry.items()) {
+      if (key != "name" && key != "path" && key != "read_only") {
+        return Invalid(fmt::format("{}.{} is not a known field", field, key));
+      }
+    }
+    core::VolumeMount mount;
+    const json* name = Find(entry, "name");
+    if (name == nullptr || !name->is_string() || !IsValidVolumeName(name->get<std::string>()))
+      return Invalid(field + ".name must be a volume name (^[a-z0-9][a-z0-9_.-]{0,62}$)");
+    mount.name = name->get<std::string>();
+    const json* path = Find(entry, "path");
+    if (path == nullptr || !path->is_string()) return Invalid(field + ".path must be a string");
+    mount.path = path->get<std::string>();
+    BH_TRY(CheckVolumePath(field + ".path", mount.path));
+    if (const json* read_only = Find(entry, "read_only")) {
+      if (!read_only->is_boolean()) return Invalid(field + ".read_only must be a boolean");
+      mount.read_only = read_only->get<bool>();
+    }
+    for (const auto& other : mounts) {
+      if (IsSameOrUnder(mount.path, other.path) || IsSameOrUnder(other.path, mount.path))
+        return Invalid(fmt::format("{}.path {} overlaps the path {} of another volume", field, mount.path, other.path));
+    }
+    mounts.push_back(std::move(mount));
+  }
+  out = std::move(mounts);
+  return {};
+}
+
 bool AllDigits(std::string_view s) {
   if (s.empty()) return false;
   for (char c : s) {
@@ -272,10 +342,7 @@ Result<core::SandboxSpec> ParseSandboxSpec(const json& body, const HostLimits& h
   BH_TRY(ReadMetadata(body, spec.metadata));
 
   if (Find(body, "from_snapshot")) return Invalid("from_snapshot is not supported yet");
-  if (const json* volumes = Find(body, "volumes")) {
-    if (!volumes->is_array()) return Invalid("volumes must be an array");
-    if (!volumes->empty()) return Invalid("volumes are not supported yet");
-  }
+  BH_TRY(ReadVolumes(body, spec.volumes));
   return spec;
 }
 
@@ -396,6 +463,20 @@ bool IsValidImageName(std::string_view name) {
   }
   return true;
 }
+
+Result<VolumeRequest> ParseVolumeRequest(const json& body) {
+  if (!body.is_object()) return Invalid("body must be a JSON object");
+  VolumeRequest request;
+  const json* name = Find(body, "name");
+  if (name == nullptr) return Invalid("name is required");
+  if (!name->is_string() || !IsValidVolumeName(name->get<std::string>()))
+    return Invalid("name must match ^[a-z0-9][a-z0-9_.-]{0,62}$");
+  request.name = name->get<std::string>();
+  BH_TRY(ReadInt(body, "size_mb", 1, kMaxVolumeSizeMb, request.size_mb));
+  return request;
+}
+
+bool IsValidVolumeName(std::string_view name) { return name.size() <= 63 && IsValidImageName(name); }
 
 bool IsValidSandboxId(std::string_view id) {
   if (id.empty() || id.size() > 128) return false;

@@ -33,6 +33,16 @@ constexpr int64_t kDefaultMaxOutputBytes = 16 * 1024 * 1024;
 constexpr int64_t kMaxLifetimeS = 30 * 24 * 3600;      // timeout_s / idle_timeout_s
 constexpr int64_t kMaxExecTimeoutS = 24 * 3600;
 
+constexpr size_t kMaxVolumeMounts = 16;               // entries of a sandbox's "volumes"
+constexpr int64_t kMaxVolumeSizeMb = 1048576;
+constexpr int64_t kDefaultVolumeSizeMb = 1024;
+
+// POST /v1/volumes after validation.
+struct VolumeRequest {
+  std::string name;
+  int64_t size_mb = kDefaultVolumeSizeMb;
+};
+
 // POST /v1/sandboxes/{id}/exec after validation, plus the API-side output cap.
 struct ExecOptions {
   core::ExecRequest request;
@@ -43,7 +53,12 @@ struct ExecOptions {
 // 400 bad_request; anything but an object is 422.
 Result<nlohmann::json> ParseJsonObject(std::string_view body);
 
+// "volumes" entries: the name must be valid (its existence is the core's to check: 404
+// volume_not_found); the path absolute, normalized (no "//", ".", ".." or trailing "/"), not
+// "/", not in /proc, /sys or /dev, and neither equal to nor inside another entry's path.
 Result<core::SandboxSpec> ParseSandboxSpec(const nlohmann::json& body, const HostLimits& host);
+// POST /v1/volumes: {"name" (required), "size_mb" (1..1048576, default 1024)}.
+Result<VolumeRequest> ParseVolumeRequest(const nlohmann::json& body);
 Result<ExecOptions> ParseExecOptions(const nlohmann::json& body);
 // POST /v1/sandboxes/{id}/timeout: {"timeout_s": N}, required.
 Result<int64_t> ParseTimeoutUpdate(const nlohmann::json& body);
@@ -57,6 +72,8 @@ Result<core::ListFilter> ParseListFilter(
 
 // ^[a-z0-9][a-z0-9._-]{0,63}$
 bool IsValidImageName(std::string_view name);
+// ^[a-z0-9][a-z0-9_.-]{0,62}$
+bool IsValidVolumeName(std::string_view name);
 // A sandbox id as it may appear in a path: ^[A-Za-z0-9_-]{1,128}$. Anything else cannot
 // name a sandbox and is answered 404 without asking the core.
 bool IsValidSandboxId(std::string_view id);

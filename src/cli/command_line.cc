@@ -31,6 +31,9 @@ void AddSandboxFlags(CLI::App* sub, SandboxFlags& flags, bool for_run) {
                   "A destination the sandbox may reach (example.com, *.example.com, 1.2.3.4, 10.0.0.0/8, "
                   "each optionally :PORT); repeatable; implies --network allowlist")
       ->allow_extra_args(false);
+  sub->add_option("-v,--volume", flags.volumes,
+                  "Mount a named volume: NAME:/PATH, or NAME:/PATH:ro for read-only; repeatable")
+      ->allow_extra_args(false);
 }
 
 // Records which subcommand was chosen; CLI11 calls this once the subcommand parsed.
@@ -234,6 +237,23 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
   CLI::App* image_remove = image->add_subcommand("rm", "Remove an image");
   image_remove->add_option("name", line.image_name, "Image name")->required();
   Selects(image_remove, line, Command::kImageRemove);
+
+  CLI::App* volume = app.add_subcommand("volume", "Manage named volumes (shared between sandboxes, outliving them)");
+  volume->require_subcommand(1);
+  CLI::App* volume_create = volume->add_subcommand("create", "Create a named volume");
+  volume_create->add_option("name", line.volume_names, "Volume name")->required()->expected(1);
+  volume_create->add_option("--size-mb", line.volume_size_mb, "Size cap in MiB (default 1024)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1048576}));
+  volume_create->add_flag("--json", line.json, "Print the API's JSON");
+  Selects(volume_create, line, Command::kVolumeCreate);
+  CLI::App* volume_list = volume->add_subcommand("ls", "List volumes");
+  volume_list->alias("list");
+  volume_list->add_flag("--json", line.json, "Print the API's JSON");
+  Selects(volume_list, line, Command::kVolumeList);
+  CLI::App* volume_remove =
+      volume->add_subcommand("rm", "Remove volumes and their data (refused while a sandbox lists one)");
+  volume_remove->add_option("names", line.volume_names, "Volume names")->required();
+  Selects(volume_remove, line, Command::kVolumeRemove);
 
   CLI::App* version = app.add_subcommand("version", "Print the client's and the daemon's version");
   Selects(version, line, Command::kVersion);

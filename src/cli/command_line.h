@@ -38,6 +38,9 @@ enum class Command {
   kNetwork,      // network
   kEgress,       // egress
   kLifecycle,    // pause, resume, stop, start
+  kVolumeCreate,  // volume create
+  kVolumeList,    // volume ls
+  kVolumeRemove,  // volume rm
 };
 
 // Flags that shape a new sandbox (run, create). Unset = the daemon's default.
@@ -55,6 +58,7 @@ struct SandboxFlags {
   std::vector<std::string> metadata;  // k=v; create only
   std::optional<std::string> network;  // none | allowlist | open
   std::vector<std::string> allow;      // allowlist entries
+  std::vector<std::string> volumes;    // NAME:/path[:ro]
 };
 
 // Flags of one command (run, exec).
@@ -94,6 +98,8 @@ struct CommandLine {
   std::vector<std::string> metadata_filter;   // ls --metadata k=v
   std::string image_name;                // image import, image rm
   std::string image_path;                // image import
+  std::vector<std::string> volume_names; // volume create (one), volume rm
+  std::optional<int64_t> volume_size_mb; // volume create --size-mb
 
   // Files and processes inside a sandbox.
   std::string path;                      // ls ID [PATH], watch ID [PATH]

@@ -22,6 +22,7 @@
 #include "cli/session.h"
 #include "cli/shell_command.h"
 #include "cli/tar_stream.h"
+#include "cli/volume_commands.h"
 #include "common/unique_fd.h"
 
 namespace bulkhead::cli {
@@ -74,6 +75,15 @@ Result<json> SandboxRequest(const SandboxFlags& flags, std::optional<int64_t> li
     auto metadata = KeyValueObject(flags.metadata, /*allow_from_environment=*/false);
     if (!metadata.ok()) return metadata.error();
     request["metadata"] = *metadata;
+  }
+  if (!flags.volumes.empty()) {
+    json volumes = json::array();
+    for (const std::string& text : flags.volumes) {
+      auto mount = ParseVolumeFlag(text);
+      if (!mount.ok()) return mount.error();
+      volumes.push_back(*mount);
+    }
+    request["volumes"] = std::move(volumes);
   }
   return request;
 }
@@ -386,6 +396,9 @@ int RunClientCommand(const CommandLine& line, const CommandIo& io) {
       case Command::kNetwork: return NetworkCommand(session);
       case Command::kEgress: return EgressCommand(session);
       case Command::kLifecycle: return LifecycleCommand(session);
+      case Command::kVolumeCreate: return VolumeCreateCommand(session);
+      case Command::kVolumeList: return VolumeListCommand(session);
+      case Command::kVolumeRemove: return VolumeRemoveCommand(session);
       case Command::kServe:
       case Command::kNone: break;
     }

@@ -25,6 +25,7 @@
 #include "common/unique_fd.h"
 #include "core/network_controller.h"
 #include "core/spec_json.h"
+#include "core/volume_registry.h"
 #include "net/netns.h"
 #include "runtime/native/native_runtime.h"
 #include "runtime/native/uid_range.h"
@@ -147,6 +148,12 @@ class SandboxManagerImpl : public SandboxManager {
     return storage_->ImportImage(name, tar_path);
   }
   Status DeleteImage(const std::string& name) override;
+  Result<VolumeInfo> CreateVolume(const std::string& name, int64_t size_mb) override {
+    return volumes_.Create(name, size_mb);
+  }
+  Result<VolumeInfo> GetVolume(const std::string& name) override { return volumes_.Get(name); }
+  std::vector<VolumeInfo> ListVolumes() override { return volumes_.List(); }
+  Status DeleteVolume(const std::string& name) override { return volumes_.Delete(name); }
   ManagerStats Stats() override;
   const DaemonConfig& config() const override { return config_; }
   void Shutdown() override;
@@ -155,7 +162,10 @@ class SandboxManagerImpl : public SandboxManager {
   std::string SandboxDir(const std::string& id) const { return config_.state_dir + "/sandboxes/" + id; }
   std::string CtlPath(const std::string& id) const { return SandboxDir(id) + "/ctl.sock"; }
   // Pooled sandboxes start with network mode none; Create gives them the requested one.
-  bool PoolEligible(const SandboxSpec& spec) const { return spec.image == "host" && spec.runtime == "native"; }
+  // Volumes are attached at launch, so a sandbox with volumes never comes from the pool.
+  bool PoolEligible(const SandboxSpec& spec) const {
+    return spec.image == "host" && spec.runtime == "native" && spec.volumes.empty();
+  }
   store::SandboxRow RowOf(const Sandbox& sb) const;
   // The live (not being deleted) sandbox with this id, or nullptr. Caller holds mu_.
   std::shared_ptr<Sandbox> FindLocked(const std::string& id) const;
@@ -191,6 +201,7 @@ class SandboxManagerImpl : public SandboxManager {
   std::unique_ptr<NetworkController> network_;  // writes to db_
   std::unique_ptr<storage::Storage> storage_;
   std::unique_ptr<runtime::native::NativeRuntime> runtime_;
+  VolumeRegistry volumes_{*db_, *storage_};
   runtime::native::UidRanges uids_;
   std::mutex uids_mu_;
   std::string host_rootfs_;
@@ -247,6 +258,7 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::Open(const DaemonConfig&
 // After a restart: re-attach to sandboxes whose init still runs, and free everything a
 // crash left half-made (rows still "starting" or "pooled", cgroups and layers without a row).
 Status SandboxManagerImpl::Recover() {
+  BH_TRY(volumes_.Recover());
   auto rows = db_->LoadAll();
   if (!rows) return rows.error();
   std::set<std::string> known;
@@ -298,6 +310,7 @@ Status SandboxManagerImpl::Recover() {
       if (row.state != "stopped") spdlog::info("recover: sandbox {} is stopped (its init is gone)", row.id);
     }
     known.insert(row.id);
+    volumes_.Attach(row.id, sb->info.spec.volumes);
     sandboxes_[row.id] = sb;
   }
   for (const auto& id : runtime_->ListCgroups())
@@ -391,6 +404,9 @@ Status SandboxManagerImpl::Boot(Sandbox& sb, const storage::WritableLayer& layer
   ls.ctl_socket = CtlPath(sb.info.id);
   ls.host_uid = sb.uid_base;
   ls.limits = {spec.cpus, spec.memory_mb, spec.pids};
+  auto volume_binds = volumes_.Acquire(sb.info.id, spec.volumes);  // marks them in use (again)
+  if (!volume_binds) return volume_binds.error();
+  ls.volumes = std::move(*volume_binds);
   auto init = runtime_->Launch(ls);
   if (!init) return init.error();
   sb.init = *init;
@@ -408,6 +424,7 @@ Status SandboxManagerImpl::Teardown(const std::string& id, uid_t uid_base, const
   network_->Forget(id);
   note(runtime_->Destroy(id, init));
   note(storage_->DestroyLayer(id));
+  volumes_.Release(id);  // its volumes' data stays
   std::error_code ec;
   fs::remove_all(SandboxDir(id), ec);
   {

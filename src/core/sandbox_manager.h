@@ -99,6 +99,13 @@ class SandboxManager {
   virtual Result<ImageInfo> ImportImage(const std::string& name, const std::string& tar_path) = 0;
   virtual Status DeleteImage(const std::string& name) = 0;  // 409 while a sandbox uses it
 
+  // Named volumes (volume_registry.h). Create and Delete are (blocking); Delete is 409
+  // volume_in_use while a sandbox lists the volume.
+  virtual Result<VolumeInfo> CreateVolume(const std::string& name, int64_t size_mb) = 0;
+  virtual Result<VolumeInfo> GetVolume(const std::string& name) = 0;
+  virtual std::vector<VolumeInfo> ListVolumes() = 0;
+  virtual Status DeleteVolume(const std::string& name) = 0;
+
   virtual ManagerStats Stats() = 0;
   virtual const DaemonConfig& config() const = 0;
 

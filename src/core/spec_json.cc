@@ -20,6 +20,9 @@ std::string SpecToJson(const SandboxSpec& s) {
             {"user", s.user},
             {"network", {{"mode", s.network.mode}, {"allow", s.network.allow}}},
             {"metadata", s.metadata}};
+  json volumes = json::array();
+  for (const auto& v : s.volumes) volumes.push_back({{"name", v.name}, {"path", v.path}, {"read_only", v.read_only}});
+  j["volumes"] = std::move(volumes);
   return j.dump();
 }
 
@@ -43,6 +46,10 @@ Result<SandboxSpec> SpecFromJson(const std::string& text) {
     s.network.mode = j.at("network").at("mode").get<std::string>();
     s.network.allow = j.at("network").at("allow").get<std::vector<std::string>>();
     s.metadata = j.at("metadata").get<std::map<std::string, std::string>>();
+    // Rows written before volumes existed have none.
+    for (const auto& v : j.value("volumes", json::array()))
+      s.volumes.push_back(
+          {v.at("name").get<std::string>(), v.at("path").get<std::string>(), v.at("read_only").get<bool>()});
     return s;
   } catch (const json::exception& e) {
     return MakeError(ErrorCode::kInternal, std::string("corrupt sandbox spec: ") + e.what());

@@ -14,6 +14,13 @@ struct NetworkPolicy {
   std::vector<std::string> allow;  // allowlist entries, kept as given
 };
 
+// One entry of a sandbox's "volumes": the named volume appears at `path` inside it.
+struct VolumeMount {
+  std::string name;
+  std::string path;  // absolute and normalized (validate.cc)
+  bool read_only = false;
+};
+
 // POST /v1/sandboxes, after validation; every field has its default filled in.
 struct SandboxSpec {
   std::string image = "host";
@@ -30,6 +37,16 @@ struct SandboxSpec {
   std::string user = "root";
   NetworkPolicy network;
   std::map<std::string, std::string> metadata;
+  std::vector<VolumeMount> volumes;
+};
+
+// The Volume object: a named directory with a size cap that sandboxes mount and outlive.
+struct VolumeInfo {
+  std::string name;
+  int64_t size_mb = 0;
+  std::string created_at;  // RFC 3339 UTC
+  int64_t used_bytes = 0;
+  std::vector<std::string> mounted_by;  // ids of the sandboxes (any state) that list it
 };
 
 struct SandboxUsage {

@@ -18,6 +18,14 @@ struct Limits {
   int64_t pids = 512;
 };
 
+// A named volume's directory on the host, bound into the sandbox idmapped: its files carry
+// canonical ids 0..kIdCount-1 on disk and show with the same ids in every sandbox.
+struct VolumeBind {
+  std::string source;  // the volume's root directory on the host
+  std::string target;  // absolute, normalized path inside the sandbox
+  bool read_only = false;
+};
+
 struct LaunchSpec {
   std::string id;
   std::string rootfs;                   // the image's root directory (read-only lower layer)
@@ -27,6 +35,7 @@ struct LaunchSpec {
   std::string ctl_socket;               // host path to bind the init control socket at
   uid_t host_uid = 0;                   // sandbox uid 0 maps here; kIdCount ids follow
   Limits limits;
+  std::vector<VolumeBind> volumes;      // mounted in this order
 };
 
 // What identifies a running sandbox's init across daemon restarts.

@@ -10,6 +10,9 @@
 
 namespace bulkhead::storage {
 
+// Layer ids of named volumes start with this (a sandbox id never holds a '-').
+inline constexpr char kVolumeLayerPrefix[] = "vol-";
+
 class LayerArea {
  public:
   explicit LayerArea(std::string root) : root_(std::move(root)) {}

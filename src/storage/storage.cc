@@ -252,7 +252,7 @@ Status Storage::DestroyLayer(const std::string& sandbox_id) {
 std::vector<std::string> Storage::ListLayers() const {
   std::vector<std::string> ids;
   for (const auto& name : ListDirNames(layers_->root())) {
-    if (IsSafeName(name)) ids.push_back(name);
+    if (IsSafeName(name) && !name.starts_with(kVolumeLayerPrefix)) ids.push_back(name);
   }
   return ids;
 }

@@ -5,6 +5,7 @@
 //   images/<name>/rootfs, meta.json  imported images
 //   storage.img, storage/            a loop-mounted filesystem with per-layer hard quotas
 //   storage/layers/<id>/{upper,work} writable layers (or layers/<id>/ without quotas)
+//   storage/layers/vol-<name>/data   named volumes (sandbox ids never hold a '-')
 //
 // Quotas: XFS project quotas when the kernel has them (like Docker's overlay2 on xfs
 // pquota), else btrfs qgroups (one subvolume per layer), else plain dirs without quotas.
@@ -66,6 +67,17 @@ class Storage {
   Status DestroyLayer(const std::string& sandbox_id);  // removes everything, idempotent
   std::vector<std::string> ListLayers() const;          // sandbox ids with a layer on disk
 
+  // Named volumes (volumes.cc): <layer area>/vol-<name>/data, a directory with a hard
+  // size_mb cap like a layer's, owned by 0:0 mode 0755 on disk. Sandboxes mount it idmapped,
+  // so ids on disk are canonical (0 = each sandbox's root). vol-<name> is 0700: the host ids
+  // inside (root's setuid files included) are out of reach of every host user but root.
+  // Returns the data directory. kConflict if it exists.
+  Result<std::string> CreateVolume(const std::string& name, int64_t size_mb);
+  Result<std::string> VolumeDir(const std::string& name) const;  // kNotFound if absent
+  Result<int64_t> VolumeUsageBytes(const std::string& name) const;
+  Status DestroyVolume(const std::string& name);  // idempotent
+  std::vector<std::string> ListVolumes() const;   // names of the volumes on disk
+
   bool quotas_enforced() const;
   // "xfs-prjquota", "btrfs-qgroup" or "none": for logs and /metrics.
   std::string quota_backend() const;
@@ -76,6 +88,7 @@ class Storage {
   std::string ImagesDir() const;
   std::string HostImageDir() const;
   std::string LayerDir(const std::string& sandbox_id) const;
+  std::string VolumeLayerId(const std::string& name) const;
 
   std::string state_dir_;
   std::unique_ptr<LayerArea> layers_;

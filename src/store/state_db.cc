@@ -4,7 +4,7 @@ namespace bulkhead::store {
 namespace {
 
 // The schema, at version kSchemaVersion. A change gets a new version and a step in Migrate.
-constexpr int kSchemaVersion = 3;
+constexpr int kSchemaVersion = 4;
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS sandboxes (
   id TEXT PRIMARY KEY,
@@ -32,6 +32,15 @@ CREATE TABLE IF NOT EXISTS egress (
   duration_ms INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS egress_by_sandbox ON egress (sandbox_id, id);
+)sql";
+
+// Version 4: named volumes. Its own step, so that other tables' steps merge beside it.
+constexpr const char* kVolumesSchema = R"sql(
+CREATE TABLE IF NOT EXISTS volumes (
+  name TEXT PRIMARY KEY,
+  size_mb INTEGER NOT NULL,
+  created_at TEXT NOT NULL
+);
 )sql";
 
 }  // namespace
@@ -71,6 +80,7 @@ Status StateDb::Migrate() {
               "UPDATE sandboxes SET expires_at_ms = expires_at_ms * 1000;");
   }
   if (st.ok()) st = Exec(kSchema);
+  if (st.ok()) st = Exec(kVolumesSchema);
   if (st.ok()) st = Exec(("PRAGMA user_version = " + std::to_string(kSchemaVersion)).c_str());
   if (!st.ok()) {
     (void)Exec("ROLLBACK");

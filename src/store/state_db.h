@@ -38,6 +38,13 @@ struct EgressRow {
   int64_t bytes_out = 0, bytes_in = 0, duration_ms = 0;
 };
 
+// A named volume (volume_rows.cc). Written before its directory exists, removed after it is gone.
+struct VolumeRow {
+  std::string name;
+  int64_t size_mb = 0;
+  std::string created_at;  // RFC 3339
+};
+
 // A prepared statement, finalized on scope exit.
 struct Stmt {
   sqlite3_stmt* s = nullptr;
@@ -60,6 +67,11 @@ class StateDb {
   Status FinishEgress(int64_t id, int64_t bytes_out, int64_t bytes_in, int64_t duration_ms, const std::string& reason);
   Result<std::vector<EgressRow>> LoadEgress(const std::string& sandbox_id, int64_t limit);  // oldest first
   Status RemoveEgress(const std::string& sandbox_id);
+
+  // Named volumes (volume_rows.cc). InsertVolume: kConflict "volume_exists" if the name is taken.
+  Status InsertVolume(const VolumeRow& row);
+  Status RemoveVolume(const std::string& name);
+  Result<std::vector<VolumeRow>> LoadVolumes();  // by name
 
  private:
   explicit StateDb(sqlite3* db) : db_(db) {}

@@ -207,6 +207,10 @@ class FileManager : public core::SandboxManager {
   std::vector<core::ImageInfo> ListImages() override { return {}; }
   Result<core::ImageInfo> ImportImage(const std::string&, const std::string&) override { return NotFound(); }
   Status DeleteImage(const std::string&) override { return NotFound(); }
+  Result<core::VolumeInfo> CreateVolume(const std::string&, int64_t) override { return NotFound(); }
+  Result<core::VolumeInfo> GetVolume(const std::string&) override { return NotFound(); }
+  std::vector<core::VolumeInfo> ListVolumes() override { return {}; }
+  Status DeleteVolume(const std::string&) override { return NotFound(); }
   core::ManagerStats Stats() override { return {}; }
   const core::DaemonConfig& config() const override { return config_; }
   void Shutdown() override {}

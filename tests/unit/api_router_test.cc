@@ -113,8 +113,7 @@ TEST(MatchRoute, KnownPathWithWrongMethodListsAllowedMethods) {
 
 TEST(MatchRoute, ContractRoutesNotServedYetAreRecognised) {
   for (auto [method, path] : std::vector<std::pair<const char*, const char*>>{
-           {"POST", "/v1/sandboxes/x/snapshots"}, {"GET", "/v1/snapshots/s1"}, {"POST", "/v1/sandboxes/x/fork"},
-           {"GET", "/v1/volumes"}}) {
+           {"POST", "/v1/sandboxes/x/snapshots"}, {"GET", "/v1/snapshots/s1"}, {"POST", "/v1/sandboxes/x/fork"}}) {
     const RouteMatch match = MatchRoute(method, path);
     EXPECT_EQ(match.outcome, Outcome::kMatched) << method << " " << path;
     EXPECT_EQ(match.id, RouteId::kNotImplemented) << method << " " << path;
@@ -127,6 +126,16 @@ TEST(MatchRoute, LifecycleRoutes) {
   EXPECT_EQ(MatchRoute("POST", "/v1/sandboxes/x/stop").id, RouteId::kStopSandbox);
   EXPECT_EQ(MatchRoute("POST", "/v1/sandboxes/x/start").id, RouteId::kStartSandbox);
   EXPECT_EQ(MatchRoute("GET", "/v1/sandboxes/x/pause").outcome, Outcome::kMethodNotAllowed);
+}
+
+TEST(MatchRoute, VolumeRoutes) {
+  EXPECT_EQ(MatchRoute("POST", "/v1/volumes").id, RouteId::kCreateVolume);
+  EXPECT_EQ(MatchRoute("GET", "/v1/volumes").id, RouteId::kListVolumes);
+  const RouteMatch get = MatchRoute("GET", "/v1/volumes/cache");
+  EXPECT_EQ(get.id, RouteId::kGetVolume);
+  EXPECT_EQ(get.Param("name"), "cache");
+  EXPECT_EQ(MatchRoute("DELETE", "/v1/volumes/cache").id, RouteId::kDeleteVolume);
+  EXPECT_EQ(MatchRoute("PUT", "/v1/volumes/cache").outcome, Outcome::kMethodNotAllowed);
 }
 
 TEST(MatchRoute, NetworkRoutes) {

@@ -230,6 +230,17 @@ class FakeManager : public core::SandboxManager {
     if (name != "old") return MakeError(ErrorCode::kNotFound, "no image " + name, "image_not_found");
     return {};
   }
+  // Volumes: served by the real registry in integration tests; here only the HTTP shape.
+  Result<core::VolumeInfo> CreateVolume(const std::string& name, int64_t size_mb) override {
+    return core::VolumeInfo{.name = name, .size_mb = size_mb, .created_at = "2024-05-01T10:00:00Z"};
+  }
+  Result<core::VolumeInfo> GetVolume(const std::string& name) override {
+    return MakeError(ErrorCode::kNotFound, "no volume named " + name, "volume_not_found");
+  }
+  std::vector<core::VolumeInfo> ListVolumes() override { return {}; }
+  Status DeleteVolume(const std::string& name) override {
+    return MakeError(ErrorCode::kConflict, "volume " + name + " is mounted", "volume_in_use");
+  }
   core::ManagerStats Stats() override {
     std::lock_guard lock(mutex_);
     return stats_;

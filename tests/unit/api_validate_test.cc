@@ -294,11 +294,88 @@ TEST(ParseSandboxSpec, Metadata) {
   EXPECT_TRUE(Mentions(SpecError({{"metadata", json::array()}}), "metadata"));
 }
 
-TEST(ParseSandboxSpec, SnapshotsAndVolumesAreNotSupportedYet) {
+TEST(ParseSandboxSpec, SnapshotsAreNotSupportedYet) {
   EXPECT_TRUE(Mentions(SpecError({{"from_snapshot", "snap-1"}}), "from_snapshot"));
-  EXPECT_TRUE(Mentions(SpecError({{"volumes", {{{"name", "cache"}, {"path", "/cache"}}}}}), "volumes"));
-  EXPECT_TRUE(Mentions(SpecError({{"volumes", "cache"}}), "volumes"));
+}
+
+json Volume(const std::string& name, const std::string& path) { return {{"name", name}, {"path", path}}; }
+
+TEST(ParseSandboxSpec, VolumesAreParsedInOrder) {
+  auto spec = ParseSandboxSpec(
+      {{"volumes", {Volume("cache", "/cache"), {{"name", "data.v2"}, {"path", "/srv/data"}, {"read_only", true}}}}},
+      kHost);
+  ASSERT_TRUE(spec.ok()) << spec.error().message;
+  ASSERT_EQ(spec->volumes.size(), 2u);
+  EXPECT_EQ(spec->volumes[0].name, "cache");
+  EXPECT_EQ(spec->volumes[0].path, "/cache");
+  EXPECT_FALSE(spec->volumes[0].read_only);
+  EXPECT_EQ(spec->volumes[1].name, "data.v2");
+  EXPECT_EQ(spec->volumes[1].path, "/srv/data");
+  EXPECT_TRUE(spec->volumes[1].read_only);
   EXPECT_EQ(SpecError({{"volumes", json::array()}}), "");
+  EXPECT_TRUE(ParseSandboxSpec(json::object(), kHost)->volumes.empty());
+}
+
+TEST(ParseSandboxSpec, VolumeShapeAndNames) {
+  EXPECT_TRUE(Mentions(SpecError({{"volumes", "cache"}}), "volumes must be an array"));
+  EXPECT_TRUE(Mentions(SpecError({{"volumes", {"cache"}}}), "volumes[0]"));
+  EXPECT_TRUE(Mentions(SpecError({{"volumes", {{{"path", "/c"}}}}}), "volumes[0].name"));
+  EXPECT_TRUE(Mentions(SpecError({{"volumes", {{{"name", "c"}}}}}), "volumes[0].path"));
+  EXPECT_TRUE(Mentions(SpecError({{"volumes", {{{"name", "c"}, {"path", 5}}}}}), "volumes[0].path"));
+  for (const char* bad : {"", "Cache", "-c", ".c", "_c", "a/b", "a b", "ca\xc3\xa9"}) {
+    EXPECT_TRUE(Mentions(SpecError({{"volumes", {Volume(bad, "/c")}}}), "volumes[0].name")) << bad;
+  }
+  EXPECT_TRUE(Mentions(SpecError({{"volumes", {Volume(std::string(64, 'a'), "/c")}}}), "volumes[0].name"));
+  EXPECT_EQ(SpecError({{"volumes", {Volume(std::string(63, 'a'), "/c")}}}), "");
+  // A misspelt read_only must not mount read-write without a word.
+  EXPECT_TRUE(Mentions(SpecError({{"volumes", {{{"name", "c"}, {"path", "/c"}, {"readonly", true}}}}}),
+                       "volumes[0].readonly"));
+  EXPECT_TRUE(Mentions(SpecError({{"volumes", {{{"name", "c"}, {"path", "/c"}, {"read_only", "yes"}}}}}),
+                       "read_only"));
+  json many = json::array();
+  for (int i = 0; i < 17; i++) many.push_back(Volume("v", "/v" + std::to_string(i)));
+  EXPECT_TRUE(Mentions(SpecError({{"volumes", many}}), "16"));
+  many.erase(many.begin());
+  EXPECT_EQ(SpecError({{"volumes", many}}), "");
+}
+
+TEST(ParseSandboxSpec, VolumePathsAreAbsoluteNormalizedAndOutsideKernelFileSystems) {
+  for (const char* good : {"/cache", "/a/b/c", "/workspace", "/home/user/.cache", "/procfs", "/devices", "/a..b"}) {
+    EXPECT_EQ(SpecError({{"volumes", {Volume("v", good)}}}), "") << good;
+  }
+  for (const char* bad : {"", "cache", "./c", "/", "//", "/c/", "/a//b", "/a/./b", "/a/../b", "/..", "/.",
+                          "/proc", "/proc/sys", "/sys", "/sys/fs/cgroup", "/dev", "/dev/shm"}) {
+    EXPECT_TRUE(Mentions(SpecError({{"volumes", {Volume("v", bad)}}}), "volumes[0].path")) << bad;
+  }
+  EXPECT_TRUE(Mentions(SpecError({{"volumes", {Volume("v", std::string("/a\0b", 4))}}}), "NUL"));
+  EXPECT_TRUE(Mentions(SpecError({{"volumes", {Volume("v", "/" + std::string(300, 'a'))}}}), "255"));
+  EXPECT_TRUE(Mentions(SpecError({{"volumes", {Volume("v", "/a" + std::string(1100, 'a'))}}}), "bytes"));
+}
+
+TEST(ParseSandboxSpec, VolumePathsMustNotOverlap) {
+  EXPECT_TRUE(Mentions(SpecError({{"volumes", {Volume("a", "/c"), Volume("b", "/c")}}}), "volumes[1].path"));
+  EXPECT_TRUE(Mentions(SpecError({{"volumes", {Volume("a", "/c"), Volume("b", "/c/d")}}}), "overlaps"));
+  EXPECT_TRUE(Mentions(SpecError({{"volumes", {Volume("a", "/c/d"), Volume("b", "/c")}}}), "overlaps"));
+  // Siblings and name prefixes are fine, and so is one volume at two places.
+  EXPECT_EQ(SpecError({{"volumes", {Volume("a", "/c"), Volume("b", "/cd"), Volume("a", "/e/c")}}}), "");
+}
+
+TEST(ParseVolumeRequest, NameAndSize) {
+  auto request = ParseVolumeRequest({{"name", "cache"}});
+  ASSERT_TRUE(request.ok());
+  EXPECT_EQ(request->name, "cache");
+  EXPECT_EQ(request->size_mb, kDefaultVolumeSizeMb);
+  request = ParseVolumeRequest({{"name", "a_b.c-9"}, {"size_mb", 1048576}});
+  ASSERT_TRUE(request.ok());
+  EXPECT_EQ(request->size_mb, 1048576);
+  for (const json& bad : {json{{"size_mb", 10}}, json{{"name", 5}}, json{{"name", "Bad"}}, json{{"name", ""}},
+                          json{{"name", std::string(64, 'x')}}, json{{"name", "ok"}, {"size_mb", 0}},
+                          json{{"name", "ok"}, {"size_mb", -1}}, json{{"name", "ok"}, {"size_mb", 1048577}},
+                          json{{"name", "ok"}, {"size_mb", 1.5}}, json{{"name", "ok"}, {"size_mb", "10"}}}) {
+    auto parsed = ParseVolumeRequest(bad);
+    ASSERT_FALSE(parsed.ok()) << bad.dump();
+    EXPECT_EQ(parsed.error().code, ErrorCode::kInvalid) << bad.dump();
+  }
 }
 
 TEST(ParseSandboxSpec, HostLimitsBoundCpusAndMemory) {

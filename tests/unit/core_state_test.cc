@@ -38,6 +38,24 @@ TEST(SpecJson, RoundTripsEveryField) {
   EXPECT_EQ(back->metadata.at("task"), "t1");
 }
 
+TEST(SpecJson, VolumesRoundTripAndOldRowsHaveNone) {
+  core::SandboxSpec s;
+  s.volumes = {{"cache", "/cache", false}, {"data", "/srv/data", true}};
+  auto back = core::SpecFromJson(core::SpecToJson(s));
+  ASSERT_TRUE(back.ok());
+  ASSERT_EQ(back->volumes.size(), 2u);
+  EXPECT_EQ(back->volumes[1].name, "data");
+  EXPECT_EQ(back->volumes[1].path, "/srv/data");
+  EXPECT_TRUE(back->volumes[1].read_only);
+  // A spec stored before volumes existed.
+  auto old = core::SpecFromJson(
+      R"({"image":"host","runtime":"native","cpus":1,"memory_mb":1,"disk_mb":1,"pids":1,"timeout_s":0,)"
+      R"("idle_timeout_s":0,"on_timeout":"kill","env":{},"workdir":"/w","user":"root",)"
+      R"("network":{"mode":"none","allow":[]},"metadata":{}})");
+  ASSERT_TRUE(old.ok()) << old.error().message;
+  EXPECT_TRUE(old->volumes.empty());
+}
+
 TEST(SpecJson, RejectsCorruptRows) {
   EXPECT_FALSE(core::SpecFromJson("{").ok());
   EXPECT_FALSE(core::SpecFromJson("{\"image\": 3}").ok());

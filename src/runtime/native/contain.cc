@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/capability.h>
+#include <linux/openat2.h>
 #include <linux/seccomp.h>
 #include <net/if.h>
 #include <sched.h>
@@ -95,20 +96,50 @@ void MakeDir(ChildPlan* plan, const char* path, const char* step) {
   STEP(::mkdir(path, 0755) == 0 || errno == EEXIST, step);
 }
 
-// Attaches a clone of `source` at `target`, its owners shifted into the sandbox's user
-// namespace (host uid 0 shows as the sandbox's root), read-only.
-void IdmappedBind(ChildPlan* plan, const char* source, const char* target, bool recursive) {
+// A detached clone of `source`, its owners shifted into the sandbox's user namespace (host
+// uid 0 shows as the sandbox's root), nosuid and nodev, read-only unless `writable`.
+int IdmappedClone(ChildPlan* plan, const char* source, bool recursive, bool writable) {
   int fd = static_cast<int>(::syscall(SYS_open_tree, AT_FDCWD, source,
                                       OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (recursive ? AT_RECURSIVE : 0)));
   STEP(fd >= 0, "open_tree");
   struct mount_attr attr {};
-  attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+  attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (writable ? 0 : MOUNT_ATTR_RDONLY);
   attr.userns_fd = static_cast<uint64_t>(plan->userns_fd);
   STEP(::syscall(SYS_mount_setattr, fd, "", AT_EMPTY_PATH | (recursive ? AT_RECURSIVE : 0), &attr,
                  sizeof attr) == 0,
        "mount_setattr idmap");
+  return fd;
+}
+
+// Attaches a read-only idmapped clone of `source` at `target`.
+void IdmappedBind(ChildPlan* plan, const char* source, const char* target, bool recursive) {
+  int fd = IdmappedClone(plan, source, recursive, /*writable=*/false);
   STEP(::syscall(SYS_move_mount, fd, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) == 0, "move_mount");
   ::close(fd);
+}
+
+// The directory at root + components, made where missing (owned by the sandbox's root). The
+// root's writable layer is the sandbox's: a component that is a symlink is refused rather
+// than followed, so a planted link cannot aim a mount (or a mkdir) at a host path.
+int OpenVolumeMountPoint(ChildPlan* plan, const VolumePlan& volume) {
+  int dir = ::open(plan->root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  STEP(dir >= 0, kVolumeMountPointStep);
+  for (const std::string& name : volume.components) {
+    struct open_how how {};
+    how.flags = O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+    int next = static_cast<int>(::syscall(SYS_openat2, dir, name.c_str(), &how, sizeof how));
+    if (next < 0 && errno == ENOENT) {
+      STEP((::mkdirat(dir, name.c_str(), 0755) == 0 || errno == EEXIST) &&
+               ::fchownat(dir, name.c_str(), plan->root_owner, plan->root_owner, AT_SYMLINK_NOFOLLOW) == 0,
+           kVolumeMountPointStep);
+      next = static_cast<int>(::syscall(SYS_openat2, dir, name.c_str(), &how, sizeof how));
+    }
+    STEP(next >= 0, kVolumeMountPointStep);
+    ::close(dir);
+    dir = next;
+  }
+  return dir;
 }
 
 void BindReadOnly(ChildPlan* plan, const char* source, const char* target) {
@@ -157,6 +188,22 @@ void MountRoot(ChildPlan* plan) {
     MakeDir(plan, plan->host_bind_targets[i].c_str(), "mkdir host bind target");
     IdmappedBind(plan, plan->host_binds[i].c_str(), plan->host_bind_targets[i].c_str(), true);
   }
+}
+
+// Named volumes, idmapped with the sandbox's user namespace: what one sandbox's uid 1000
+// writes is stored as 1000 and shows as 1000 in every other sandbox that mounts the volume.
+void MountVolumes(ChildPlan* plan) {
+  for (size_t i = 0; i < plan->volumes.size(); i++) {
+    const VolumePlan& volume = plan->volumes[i];
+    plan->failed_volume = static_cast<int>(i);
+    int target = OpenVolumeMountPoint(plan, volume);
+    int fd = IdmappedClone(plan, volume.source.c_str(), /*recursive=*/false, !volume.read_only);
+    STEP(::syscall(SYS_move_mount, fd, "", target, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) == 0,
+         "move_mount volume");
+    ::close(fd);
+    ::close(target);
+  }
+  plan->failed_volume = -1;
 }
 
 void MountProc(ChildPlan* plan) {
@@ -316,6 +363,7 @@ int ChildMain(void* arg) {
   // As the host's root, inside fresh mount/pid/net/uts/ipc namespaces:
   JoinCgroups(plan);
   MountRoot(plan);
+  MountVolumes(plan);
   MountProc(plan);
   MountDev(plan);
   MountSys(plan);

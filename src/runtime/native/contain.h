@@ -10,6 +10,14 @@
 
 namespace bulkhead::runtime::native {
 
+// A volume to attach: its host directory, and the path inside the root split into
+// components, so the child can walk it one directory at a time without following symlinks.
+struct VolumePlan {
+  std::string source;
+  std::vector<std::string> components;  // "/data/cache" -> {"data", "cache"}
+  bool read_only = false;
+};
+
 struct ChildPlan {
   // Filesystem
   std::string image;             // image rootfs on the host (idmapped, read-only lower layer)
@@ -26,6 +34,8 @@ struct ChildPlan {
   std::vector<std::string> host_bind_targets;  // root + dir
   std::vector<std::string> root_paths;         // root + "/proc", "/dev", ... (see contain.cc)
   std::string dev_options, devpts_options, shm_options;
+  std::vector<VolumePlan> volumes;
+  uid_t root_owner = 0;          // host uid of the sandbox's root: owns mount points made for volumes
   // Identity
   int userns_fd = -1;            // the sandbox's user namespace (maps 0 -> host_uid)
   std::vector<int> cgroup_join_fds;
@@ -41,7 +51,12 @@ struct ChildPlan {
   // Filled by the child when a step fails (the memory is shared with the parent).
   const char* failed_step = nullptr;
   int failed_errno = 0;
+  int failed_volume = -1;  // index into volumes when a volume step failed
 };
+
+// The failed_step of a volume whose mount point could not be made or entered (a symlink, a
+// read-only directory, a file in the way): the request's fault, not the daemon's.
+inline constexpr char kVolumeMountPointStep[] = "volume mount point";
 
 // Runs in the cloned child. Returns only on failure (then the child exits).
 int ChildMain(void* plan);

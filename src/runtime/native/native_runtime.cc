@@ -75,6 +75,18 @@ Result<UniqueFd> ListenOn(const std::string& path) {
   return fd;
 }
 
+// Why a volume could not be attached. A mount point the image cannot have (a symlink, a
+// file, a read-only directory on the way) is the request's fault: 422.
+Error VolumeError(const VolumeBind& volume, const ChildPlan& plan) {
+  if (std::strcmp(plan.failed_step, kVolumeMountPointStep) == 0) {
+    return MakeError(ErrorCode::kInvalid, "volume path " + volume.target +
+                                              " cannot be a mount point in this sandbox (a symlink, a file or a "
+                                              "read-only directory is in the way): " +
+                                              std::strerror(plan.failed_errno));
+  }
+  return SystemError("attaching volume at " + volume.target + " failed at " + plan.failed_step, plan.failed_errno);
+}
+
 }  // namespace
 
 uint64_t ProcessStartTime(pid_t pid) {
@@ -152,6 +164,14 @@ Result<InitProcess> NativeRuntime::Launch(const LaunchSpec& spec) {
     plan.host_bind_targets.push_back(plan.root + dir);
   }
   plan.root_paths = RootPaths(plan.root);
+  for (const auto& volume : spec.volumes) {
+    VolumePlan v{volume.source, {}, volume.read_only};
+    std::istringstream parts(volume.target);
+    for (std::string name; std::getline(parts, name, '/');)
+      if (!name.empty()) v.components.push_back(name);
+    plan.volumes.push_back(std::move(v));
+  }
+  plan.root_owner = spec.host_uid;
   std::string owner = "uid=" + std::to_string(spec.host_uid) + ",gid=" + std::to_string(spec.host_uid);
   plan.dev_options = "mode=755,size=64k," + owner;
   plan.devpts_options = "newinstance,ptmxmode=0666,mode=0620,gid=" + std::to_string(spec.host_uid + 5);
@@ -189,6 +209,7 @@ Result<InitProcess> NativeRuntime::Launch(const LaunchSpec& spec) {
   // CLONE_VFORK: we are back when the child exec'd init or gave up.
   if (plan.failed_step) {
     ::waitpid(pid, nullptr, __WALL);
+    if (plan.failed_volume >= 0) return VolumeError(spec.volumes[plan.failed_volume], plan);
     return SystemError(std::string("sandbox setup failed at ") + plan.failed_step, plan.failed_errno);
   }
   InitProcess init{pid, ProcessStartTime(pid)};
