@@ -20,6 +20,7 @@ std::string SpecToJson(const SandboxSpec& s) {
             {"user", s.user},
             {"network", {{"mode", s.network.mode}, {"allow", s.network.allow}}},
             {"metadata", s.metadata}};
+  if (s.from_snapshot) j["from_snapshot"] = *s.from_snapshot;
   return j.dump();
 }
 
@@ -43,6 +44,7 @@ Result<SandboxSpec> SpecFromJson(const std::string& text) {
     s.network.mode = j.at("network").at("mode").get<std::string>();
     s.network.allow = j.at("network").at("allow").get<std::vector<std::string>>();
     s.metadata = j.at("metadata").get<std::map<std::string, std::string>>();
+    if (j.contains("from_snapshot")) s.from_snapshot = j.at("from_snapshot").get<std::string>();
     return s;
   } catch (const json::exception& e) {
     return MakeError(ErrorCode::kInternal, std::string("corrupt sandbox spec: ") + e.what());

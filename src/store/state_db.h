@@ -38,6 +38,20 @@ struct EgressRow {
   int64_t bytes_out = 0, bytes_in = 0, duration_ms = 0;
 };
 
+// A snapshot (snapshot_rows.cc). Written "creating" before any of its files exist and
+// "ready" once they are complete: a daemon start removes rows still "creating" and their files.
+struct SnapshotRow {
+  std::string id;
+  std::string name;        // "" = none given
+  std::string sandbox_id;  // the sandbox it was taken of (which may be gone since)
+  std::string created_at;  // RFC 3339
+  int64_t size_bytes = 0;
+  std::string image;
+  std::string spec_json;   // the sandbox's core::SandboxSpec as JSON when it was taken
+  uint32_t uid_base = 0;   // the host uid range its files' owners are in
+  std::string state;       // creating | ready
+};
+
 // A prepared statement, finalized on scope exit.
 struct Stmt {
   sqlite3_stmt* s = nullptr;
@@ -60,6 +74,11 @@ class StateDb {
   Status FinishEgress(int64_t id, int64_t bytes_out, int64_t bytes_in, int64_t duration_ms, const std::string& reason);
   Result<std::vector<EgressRow>> LoadEgress(const std::string& sandbox_id, int64_t limit);  // oldest first
   Status RemoveEgress(const std::string& sandbox_id);
+
+  // Snapshots (snapshot_rows.cc).
+  Status PutSnapshot(const SnapshotRow& row);  // insert or replace
+  Status RemoveSnapshot(const std::string& id);
+  Result<std::vector<SnapshotRow>> LoadSnapshots();  // oldest first
 
  private:
   explicit StateDb(sqlite3* db) : db_(db) {}

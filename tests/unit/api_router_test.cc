@@ -115,12 +115,22 @@ TEST(MatchRoute, ContractRoutesNotServedYetAreRecognised) {
   for (auto [method, path] : std::vector<std::pair<const char*, const char*>>{
            {"POST", "/v1/sandboxes/x/pause"}, {"POST", "/v1/sandboxes/x/resume"},
            {"POST", "/v1/sandboxes/x/stop"}, {"POST", "/v1/sandboxes/x/start"},
-           {"POST", "/v1/sandboxes/x/snapshots"}, {"GET", "/v1/snapshots/s1"}, {"POST", "/v1/sandboxes/x/fork"},
            {"GET", "/v1/volumes"}}) {
     const RouteMatch match = MatchRoute(method, path);
     EXPECT_EQ(match.outcome, Outcome::kMatched) << method << " " << path;
     EXPECT_EQ(match.id, RouteId::kNotImplemented) << method << " " << path;
   }
+}
+
+TEST(MatchRoute, SnapshotRoutes) {
+  EXPECT_EQ(MatchRoute("POST", "/v1/sandboxes/x/snapshots").id, RouteId::kCreateSnapshot);
+  EXPECT_EQ(MatchRoute("POST", "/v1/sandboxes/x/fork").id, RouteId::kForkSandbox);
+  EXPECT_EQ(MatchRoute("GET", "/v1/snapshots").id, RouteId::kListSnapshots);
+  const RouteMatch get = MatchRoute("GET", "/v1/snapshots/s1");
+  EXPECT_EQ(get.id, RouteId::kGetSnapshot);
+  EXPECT_EQ(get.Param("snapshot_id"), "s1");
+  EXPECT_EQ(MatchRoute("DELETE", "/v1/snapshots/s1").id, RouteId::kDeleteSnapshot);
+  EXPECT_EQ(MatchRoute("GET", "/v1/sandboxes/x/fork").outcome, Outcome::kMethodNotAllowed);
 }
 
 TEST(MatchRoute, NetworkRoutes) {
