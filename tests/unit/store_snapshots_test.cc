@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "core/spec_json.h"
 #include "store/state_db.h"
@@ -86,15 +87,19 @@ TEST_F(StoreSnapshotsTest, Version3DatabaseGainsTheSnapshotsTableAndKeepsItsSand
 }
 
 TEST(SpecJsonSnapshot, FromSnapshotRoundTripsAndOldRowsHaveNone) {
-  core::SandboxSpec s;
-  s.from_snapshot = "snap_abc";
-  auto back = core::SpecFromJson(core::SpecToJson(s));
-  ASSERT_TRUE(back.ok());
-  EXPECT_EQ(back->from_snapshot, "snap_abc");
   core::SandboxSpec plain;
   auto old = core::SpecFromJson(core::SpecToJson(plain));
   ASSERT_TRUE(old.ok());
   EXPECT_FALSE(old->from_snapshot.has_value());
+  nlohmann::json text = nlohmann::json::parse(core::SpecToJson(plain));
+  EXPECT_FALSE(text.contains("from_snapshot"));
+  text["from_snapshot"] = "snap_abc";
+  auto with = core::SpecFromJson(text.dump());
+  ASSERT_TRUE(with.ok());
+  EXPECT_EQ(with->from_snapshot, "snap_abc");
+  auto again = core::SpecFromJson(core::SpecToJson(*with));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->from_snapshot, "snap_abc");
 }
 
 }  // namespace
