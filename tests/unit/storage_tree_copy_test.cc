@@ -2,6 +2,10 @@
 // hold (overlay whiteouts and xattrs included) comes across, owners move between ranges.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/fiemap.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
@@ -12,6 +16,7 @@
 
 #include "common/unique_fd.h"
 #include "storage/fs_util.h"
+#include "storage/loop_mount.h"
 #include "storage/tree_copy.h"
 
 namespace bulkhead::storage {
@@ -192,6 +197,47 @@ TEST(IdShift, MapsOnlyIdsInsideTheRange) {
   EXPECT_EQ(shift.Map(0), 0u);
   EXPECT_FALSE(IdShift{}.active());
   EXPECT_EQ(IdShift{}.Map(kFrom), kFrom);
+}
+
+}  // namespace
+}  // namespace bulkhead::storage
+
+namespace bulkhead::storage {
+namespace {
+
+// On xfs made with reflink=1 (as the daemon makes its image) a copy shares the extents of
+// its source instead of duplicating the data.
+TEST(TreeCopyReflink, CopiesOnXfsShareExtents) {
+  char tmpl[] = "/tmp/bulkhead-reflink-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl, image = dir + "/xfs.img", mnt = dir + "/mnt";
+  ASSERT_TRUE(MakeDir(mnt, 0700).ok());
+  ASSERT_TRUE(CreateSparseImage(image, int64_t{512} << 20).ok());
+  ASSERT_TRUE(MakeFilesystem(image, FsType::kXfs).ok());
+  auto device = MountImage(image, mnt, "xfs", "");
+  if (!device.ok()) {
+    (void)RemoveTree(dir);
+    GTEST_SKIP() << "no xfs here: " << device.error().message;
+  }
+  ASSERT_TRUE(MakeDir(mnt + "/src", 0755).ok());
+  ASSERT_TRUE(WriteFile(mnt + "/src/data", std::string(4 << 20, 'd')).ok());
+  ::sync();
+  auto st = CopyTree(mnt + "/src", mnt + "/dst");
+  EXPECT_TRUE(st.ok()) << st.error().message;
+  UniqueFd fd(::open((mnt + "/dst/data").c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(fd);
+  alignas(fiemap) char buf[sizeof(fiemap) + 4 * sizeof(fiemap_extent)] = {};
+  auto* map = reinterpret_cast<fiemap*>(buf);
+  map->fm_length = FIEMAP_MAX_OFFSET;
+  map->fm_flags = FIEMAP_FLAG_SYNC;
+  map->fm_extent_count = 4;
+  ASSERT_EQ(::ioctl(fd.get(), FS_IOC_FIEMAP, map), 0);
+  ASSERT_GE(map->fm_mapped_extents, 1u);
+  EXPECT_TRUE(map->fm_extents[0].fe_flags & FIEMAP_EXTENT_SHARED);
+  EXPECT_EQ(ReadFile(mnt + "/dst/data")->size(), size_t{4} << 20);
+  fd.reset();
+  ::umount2(mnt.c_str(), MNT_DETACH);
+  EXPECT_TRUE(RemoveTree(dir).ok());
 }
 
 }  // namespace
