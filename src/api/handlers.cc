@@ -97,6 +97,11 @@ asio::awaitable<void> ApiHandlers::Handle(HttpExchange& exchange, const RouteMat
                                      .app_target = PortProxyAppTarget(FromBeast(exchange.request().target()))};
       co_return co_await ServePortProxy(exchange, context_.manager, request);
     }
+    case RouteId::kCreateSnapshot: co_return co_await CreateSnapshot(exchange, route.Param("id"));
+    case RouteId::kForkSandbox: co_return co_await ForkSandbox(exchange, route.Param("id"));
+    case RouteId::kListSnapshots: co_return co_await ListSnapshots(exchange);
+    case RouteId::kGetSnapshot: co_return co_await GetSnapshot(exchange, route.Param("snapshot_id"));
+    case RouteId::kDeleteSnapshot: co_return co_await DeleteSnapshot(exchange, route.Param("snapshot_id"));
     case RouteId::kTcpForward:
       co_return co_await ServeTcpForward(exchange, context_.manager, route.Param("id"), route.Param("port"));
     case RouteId::kNotImplemented: co_return co_await NotImplemented(exchange, route);

@@ -58,6 +58,12 @@ class ApiHandlers {
   boost::asio::awaitable<void> ListVolumes(HttpExchange& exchange);
   boost::asio::awaitable<void> GetVolume(HttpExchange& exchange, const std::string& name);
   boost::asio::awaitable<void> DeleteVolume(HttpExchange& exchange, const std::string& name);
+  // Snapshots and forks (snapshot_handlers.cc).
+  boost::asio::awaitable<void> CreateSnapshot(HttpExchange& exchange, const std::string& id);
+  boost::asio::awaitable<void> ForkSandbox(HttpExchange& exchange, const std::string& id);
+  boost::asio::awaitable<void> ListSnapshots(HttpExchange& exchange);
+  boost::asio::awaitable<void> GetSnapshot(HttpExchange& exchange, const std::string& id);
+  boost::asio::awaitable<void> DeleteSnapshot(HttpExchange& exchange, const std::string& id);
   boost::asio::awaitable<void> NotImplemented(HttpExchange& exchange, const RouteMatch& route);
 
   HandlerContext context_;

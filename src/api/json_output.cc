@@ -86,6 +86,18 @@ json VolumeToJson(const core::VolumeInfo& volume) {
   };
 }
 
+json SnapshotToJson(const core::SnapshotInfo& snapshot) {
+  return {
+      {"id", snapshot.id},
+      {"name", snapshot.name.empty() ? json(nullptr) : json(snapshot.name)},
+      {"sandbox_id", snapshot.sandbox_id},
+      {"created_at", snapshot.created_at},
+      {"size_bytes", snapshot.size_bytes},
+      {"memory", false},  // files only; memory and processes are not captured
+      {"image", snapshot.image},
+  };
+}
+
 std::string ErrorCodeOf(const Error& error) {
   return error.detail_code.empty() ? std::string(ErrorName(error.code)) : error.detail_code;
 }

@@ -16,6 +16,8 @@ nlohmann::json SandboxToJson(const core::SandboxInfo& sandbox);
 nlohmann::json EgressRecordToJson(const net::EgressRecord& record);
 nlohmann::json ImageToJson(const core::ImageInfo& image);
 nlohmann::json VolumeToJson(const core::VolumeInfo& volume);
+// The Snapshot object: {"id","name","sandbox_id","created_at","size_bytes","memory","image"}.
+nlohmann::json SnapshotToJson(const core::SnapshotInfo& snapshot);
 
 // The snake_case code of an error: its detail_code if set, else the generic name.
 std::string ErrorCodeOf(const Error& error);

@@ -99,6 +99,10 @@ std::string HttpMetrics::Render(const core::ManagerStats& stats, int64_t open_co
                stats.warm_pool_hits_total);
   AppendSimple(out, "bulkhead_warm_pool_misses_total", "counter", "Creations the warm pool could not serve.",
                stats.warm_pool_misses_total);
+  AppendSimple(out, "bulkhead_snapshots", "gauge", "Snapshots kept.", stats.snapshots);
+  AppendHeader(out, "bulkhead_storage_driver_info", "gauge",
+               "The storage driver of layers and snapshots (overlay or btrfs), as a label.");
+  fmt::format_to(it, "bulkhead_storage_driver_info{{driver=\"{}\"}} 1\n", EscapeLabel(stats.storage_driver));
   AppendSimple(out, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",
                ResidentMemoryBytes());
   return out;

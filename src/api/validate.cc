@@ -341,7 +341,14 @@ Result<core::SandboxSpec> ParseSandboxSpec(const json& body, const HostLimits& h
   BH_TRY(ReadNetwork(body, spec.network));
   BH_TRY(ReadMetadata(body, spec.metadata));
 
-  if (Find(body, "from_snapshot")) return Invalid("from_snapshot is not supported yet");
+  if (Find(body, "from_snapshot")) {
+    std::string snapshot;
+    BH_TRY(ReadString(body, "from_snapshot", snapshot));
+    if (snapshot.empty() || snapshot.size() > 128 || HasNul(snapshot))
+      return Invalid("from_snapshot must be a snapshot id");
+    spec.from_snapshot = std::move(snapshot);
+    if (!Find(body, "image")) spec.image.clear();  // the snapshot's
+  }
   BH_TRY(ReadVolumes(body, spec.volumes));
   return spec;
 }
@@ -451,6 +458,25 @@ Result<core::ListFilter> ParseListFilter(const std::vector<std::pair<std::string
     // Other parameters are ignored, like unknown JSON fields.
   }
   return filter;
+}
+
+Result<std::string> ParseSnapshotRequest(const json& body) {
+  if (!body.is_object()) return Invalid("body must be a JSON object");
+  std::string name;
+  BH_TRY(ReadString(body, "name", name));
+  if (Find(body, "name") && (name.empty() || name.size() > kMaxSnapshotNameBytes))
+    return Invalid(fmt::format("name must be 1 to {} bytes", kMaxSnapshotNameBytes));
+  for (unsigned char c : name) {
+    if (c < 0x20 || c == 0x7f) return Invalid("name must not contain control characters");
+  }
+  return name;
+}
+
+Result<int> ParseForkRequest(const json& body) {
+  if (!body.is_object()) return Invalid("body must be a JSON object");
+  int64_t count = 1;
+  BH_TRY(ReadInt(body, "count", 1, kMaxForkCount, count));
+  return static_cast<int>(count);
 }
 
 bool IsValidImageName(std::string_view name) {

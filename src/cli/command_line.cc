@@ -76,6 +76,10 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
   serve->add_option("--open-subnet", line.open_subnet,
                     "IPv4 prefix whose /30s give open-mode sandboxes their link for UDP and ICMP "
                     "(default 10.213.0.0/16)");
+  serve->add_option("--storage-driver", line.storage_driver,
+                    "Layers and snapshots: overlay (file copies, reflinked on xfs) or btrfs (subvolume "
+                    "snapshots, in a btrfs image the daemon makes); default: what this machine gives")
+      ->check(CLI::IsMember({"overlay", "btrfs"}));
   Selects(serve, line, Command::kServe);
 
   CLI::App* run = app.add_subcommand("run", "Run one command in a new sandbox, then remove it");
@@ -285,6 +289,7 @@ core::DaemonConfig DaemonConfigFromCommandLine(const CommandLine& line) {
   config.dns_servers = line.dns_servers;
   if (line.preview_domain) config.preview_domain = *line.preview_domain;
   if (line.open_subnet) config.open_subnet = *line.open_subnet;
+  if (line.storage_driver) config.storage_driver = *line.storage_driver;
   if (const char* key = std::getenv("BULKHEAD_API_KEY"); key != nullptr && *key != '\0') config.api_key = key;
   return config;
 }

@@ -84,6 +84,7 @@ struct CommandLine {
   std::vector<std::string> dns_servers;
   std::optional<std::string> preview_domain;
   std::optional<std::string> open_subnet;
+  std::optional<std::string> storage_driver;
 
   SandboxFlags sandbox;  // run, create; network uses sandbox.allow
   std::optional<std::string> network_mode;  // network

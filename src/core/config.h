@@ -14,7 +14,11 @@ struct DaemonConfig {
   int io_threads = 2;      // threads serving HTTP
   int blocking_threads = 4;  // threads running sandbox setup and teardown
   int64_t max_sandboxes = 1000;
-  int64_t storage_gb = 0;  // size of the loop-mounted xfs image; 0 = derive from free disk
+  int64_t storage_gb = 0;
+  // --storage-driver: "overlay" (file copies, reflinked on xfs), "btrfs" (subvolume
+  // snapshots; a btrfs image is made if the state dir has none) or "" = what the machine
+  // gives (xfs, else btrfs, else plain directories).
+  std::string storage_driver;  // size of the loop-mounted xfs image; 0 = derive from free disk
   // Upstream DNS servers of the sandboxes' resolver and the egress proxy ("IP" or "IP:port",
   // "[v6]:port"); empty = the nameservers in the host's /etc/resolv.conf. --dns-server
   std::vector<std::string> dns_servers;

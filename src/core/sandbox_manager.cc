@@ -81,6 +81,19 @@ struct Sandbox {
   std::mutex network_mu;  // one network change at a time
 };
 
+// Where a new sandbox's files come from: nothing (an empty workspace) or a snapshot.
+struct LayerSource {
+  std::string snapshot_id;
+  uid_t uid_base = 0;  // the range the snapshot's owners are in
+};
+
+// A ready snapshot as the manager tracks it in memory.
+struct SnapshotEntry {
+  SnapshotInfo info;
+  uid_t uid_base = 0;
+  int creates_in_flight = 0;  // from_snapshot creates between lookup and admission
+};
+
 // What every command in a sandbox with egress gets, so that programs that honour proxy
 // settings use the explicit proxy (the rest is redirected to it anyway).
 std::map<std::string, std::string> ProxyEnv() {
@@ -157,21 +170,36 @@ class SandboxManagerImpl : public SandboxManager {
   ManagerStats Stats() override;
   const DaemonConfig& config() const override { return config_; }
   void Shutdown() override;
+  Result<SnapshotInfo> CreateSnapshot(const std::string& sandbox_id, const std::string& name) override;
+  std::vector<SnapshotInfo> ListSnapshots() override;
+  Result<SnapshotInfo> GetSnapshot(const std::string& id) override;
+  Status DeleteSnapshot(const std::string& id) override;
+  Result<std::vector<SandboxInfo>> Fork(const std::string& sandbox_id, int count) override;
 
  private:
+  // Snapshots (the section at the end of this file).
+  void RecoverSnapshots();
+  // Writes a "creating" row, captures the sandbox's files (frozen if running), thaws.
+  Result<store::SnapshotRow> Capture(const std::string& sandbox_id, const std::string& name);
+  void DropSnapshot(const std::string& id);
+  Result<SandboxInfo> CreateFromSnapshot(SandboxSpec spec);
+  // Hands out a launched sandbox: network, lifetime, row, listing (what Create does last).
+  Result<SandboxInfo> Admit(const std::shared_ptr<Sandbox>& sb);
+
   std::string SandboxDir(const std::string& id) const { return config_.state_dir + "/sandboxes/" + id; }
   std::string CtlPath(const std::string& id) const { return SandboxDir(id) + "/ctl.sock"; }
   // Pooled sandboxes start with network mode none; Create gives them the requested one.
-  // Volumes are attached at launch, so a sandbox with volumes never comes from the pool.
+  // Volumes are attached and snapshot files copied at launch: such sandboxes never come
+  // from the pool.
   bool PoolEligible(const SandboxSpec& spec) const {
-    return spec.image == "host" && spec.runtime == "native" && spec.volumes.empty();
+    return spec.image == "host" && spec.runtime == "native" && spec.volumes.empty() && !spec.from_snapshot;
   }
   store::SandboxRow RowOf(const Sandbox& sb) const;
   // The live (not being deleted) sandbox with this id, or nullptr. Caller holds mu_.
   std::shared_ptr<Sandbox> FindLocked(const std::string& id) const;
   // Makes a running sandbox. Its row stays "starting" until the caller sets the state it
   // hands the sandbox out in and writes the row (once): a crash before that is cleaned up.
-  Result<std::shared_ptr<Sandbox>> Launch(const SandboxSpec& spec);
+  Result<std::shared_ptr<Sandbox>> Launch(const SandboxSpec& spec, const LayerSource& source = {});
   // Starts the sandbox's init on its writable layer: sets sb.init and sb.netns.
   Status Boot(Sandbox& sb, const storage::WritableLayer& layer);
   // The live sandbox with this id (404 otherwise), locked for a lifecycle change: the lock
@@ -208,6 +236,7 @@ class SandboxManagerImpl : public SandboxManager {
 
   std::mutex mu_;  // guards sandboxes_, pool_ and stats_
   std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
+  std::map<std::string, SnapshotEntry> snapshots_;  // ready ones
   std::deque<std::shared_ptr<Sandbox>> pool_;
   ManagerStats stats_;
 
@@ -237,7 +266,7 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::Open(const DaemonConfig&
 
   auto db = store::StateDb::Open(config.state_dir + "/bulkhead.db");
   if (!db) return db.error();
-  auto storage = storage::Storage::Open(config.state_dir, config.storage_gb);
+  auto storage = storage::Storage::Open(config.state_dir, config.storage_gb, config.storage_driver);
   if (!storage) return storage.error();
   auto host = (*storage)->EnsureHostImage();
   if (!host) return host.error();
@@ -277,6 +306,7 @@ Status SandboxManagerImpl::Recover() {
     auto sb = std::make_shared<Sandbox>();
     sb->info.id = row.id;
     sb->info.spec = *spec;
+    sb->info.parent_snapshot = spec->from_snapshot;
     sb->info.created_at = row.created_at;
     sb->uid_base = row.uid_base;
     sb->init = init;
@@ -317,6 +347,7 @@ Status SandboxManagerImpl::Recover() {
     if (!known.count(id)) (void)runtime_->Destroy(id, {});
   for (const auto& id : storage_->ListLayers())
     if (!known.count(id)) (void)storage_->DestroyLayer(id);
+  RecoverSnapshots();
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(config_.state_dir + "/sandboxes", ec))
     if (!known.count(entry.path().filename().string())) fs::remove_all(entry.path(), ec);
@@ -352,10 +383,11 @@ Error NoSandbox(const std::string& id) {
   return MakeError(ErrorCode::kNotFound, "no sandbox " + id, "sandbox_not_found");
 }
 
-Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::Launch(const SandboxSpec& spec) {
+Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::Launch(const SandboxSpec& spec, const LayerSource& source) {
   auto sb = std::make_shared<Sandbox>();
   sb->info.id = NewId();
   sb->info.spec = spec;
+  sb->info.parent_snapshot = spec.from_snapshot;
   sb->info.state = "starting";
   sb->info.created_at = Rfc3339(static_cast<time_t>(UnixMillis() / 1000));
   const std::string& id = sb->info.id;
@@ -378,7 +410,10 @@ Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::Launch(const SandboxSpec& s
   }
   ScopeGuard undo([&] { (void)Teardown(id, sb->uid_base, sb->init); });
 
-  auto layer = storage_->CreateLayer(id, sb->uid_base, sb->uid_base, spec.disk_mb);
+  auto layer = source.snapshot_id.empty()
+                   ? storage_->CreateLayer(id, sb->uid_base, sb->uid_base, spec.disk_mb)
+                   : storage_->CreateLayerFromSnapshot(
+                         id, source.snapshot_id, {source.uid_base, sb->uid_base, runtime::native::kIdCount}, spec.disk_mb);
   if (!layer) return layer.error();
   BH_TRY(Boot(*sb, *layer));
   undo.Dismiss();
@@ -450,6 +485,7 @@ void SandboxManagerImpl::ApplyLifetime(Sandbox& sb, int64_t timeout_s) {
 
 Result<SandboxInfo> SandboxManagerImpl::Create(const SandboxSpec& spec) {
   if (stopping_) return MakeError(ErrorCode::kUnavailable, "the daemon is shutting down");
+  if (spec.from_snapshot) return CreateFromSnapshot(spec);
   if (spec.image != "host" && !storage_->ImageExists(spec.image))
     return MakeError(ErrorCode::kNotFound, "no image named " + spec.image, "image_not_found");
   std::shared_ptr<Sandbox> sb;
@@ -489,23 +525,7 @@ Result<SandboxInfo> SandboxManagerImpl::Create(const SandboxSpec& spec) {
     sb = *launched;
     sb->info.state = "running";
   }
-  if (spec.network.mode != "none") {
-    if (auto st = network_->Apply(sb->info.id, sb->netns.get(), spec.network); !st) {
-      (void)Teardown(sb->info.id, sb->uid_base, sb->init);
-      return st.error();
-    }
-  }
-  ApplyLifetime(*sb, spec.timeout_s);
-  sb->last_activity_ms = UnixMillis();
-  if (auto st = db_->Put(RowOf(*sb)); !st) {
-    (void)Teardown(sb->info.id, sb->uid_base, sb->init);
-    return st.error();
-  }
-  std::lock_guard lock(mu_);
-  sandboxes_[sb->info.id] = sb;
-  stats_.sandboxes_created_total++;
-  stats_.sandboxes_running = static_cast<int64_t>(sandboxes_.size());
-  return sb->info;
+  return Admit(sb);
 }
 
 Result<SandboxInfo> SandboxManagerImpl::Get(const std::string& id) {
@@ -847,6 +867,8 @@ ManagerStats SandboxManagerImpl::Stats() {
   std::lock_guard lock(mu_);
   ManagerStats s = stats_;
   s.warm_pool_ready = static_cast<int64_t>(pool_.size());
+  s.snapshots = static_cast<int64_t>(snapshots_.size());
+  s.storage_driver = storage_->driver();
   return s;
 }
 
@@ -927,6 +949,232 @@ void SandboxManagerImpl::Shutdown() {
     for (const auto& sb : pool) (void)Teardown(sb->info.id, sb->uid_base, sb->init);
     runtime_->Release();
   });
+}
+
+// ---- snapshots and forks ---------------------------------------------------------------
+//
+// A snapshot's row is written "creating" before its files exist and "ready" once they are
+// complete; a fork captures an unlisted snapshot of its own (left "creating") and starts
+// every copy from it. A crash at any point leaves rows or files that RecoverSnapshots
+// removes, so no snapshot is listed that cannot be used.
+
+namespace {
+
+Error NoSnapshot(const std::string& id) {
+  return MakeError(ErrorCode::kNotFound, "no snapshot " + id, "snapshot_not_found");
+}
+
+SnapshotInfo SnapshotInfoOf(const store::SnapshotRow& row) {
+  return SnapshotInfo{row.id, row.name, row.sandbox_id, row.created_at, row.size_bytes, row.image};
+}
+
+}  // namespace
+
+void SandboxManagerImpl::RecoverSnapshots() {
+  auto rows = db_->LoadSnapshots();
+  if (!rows) {
+    spdlog::error("recover: snapshots: {}", rows.error().message);
+    return;
+  }
+  std::set<std::string> ready;
+  for (const auto& row : *rows) {
+    struct stat st;
+    bool complete = row.state == "ready" && ::stat((storage_->SnapshotDir(row.id) + "/upper").c_str(), &st) == 0;
+    if (!complete) {
+      spdlog::info("recover: removing unfinished snapshot {}", row.id);
+      DropSnapshot(row.id);
+      continue;
+    }
+    ready.insert(row.id);
+    snapshots_[row.id] = SnapshotEntry{SnapshotInfoOf(row), row.uid_base, 0};
+  }
+  for (const auto& id : storage_->ListSnapshots()) {
+    if (ready.count(id)) continue;
+    spdlog::info("recover: removing snapshot files without a record: {}", id);
+    (void)storage_->DestroySnapshot(id);
+  }
+}
+
+void SandboxManagerImpl::DropSnapshot(const std::string& id) {
+  // Files first: a row without files is removed at the next start as well.
+  if (auto st = storage_->DestroySnapshot(id); !st) spdlog::warn("snapshot {}: {}", id, st.error().message);
+  if (auto st = db_->RemoveSnapshot(id); !st) spdlog::warn("snapshot {}: {}", id, st.error().message);
+}
+
+Result<store::SnapshotRow> SandboxManagerImpl::Capture(const std::string& sandbox_id, const std::string& name) {
+  // No pause, resume, stop, start or delete meanwhile: the freeze below is ours alone.
+  std::unique_lock<std::mutex> life;
+  auto found = LockForChange(sandbox_id, life);
+  if (!found) return found.error();
+  std::shared_ptr<Sandbox> sb = *found;
+  store::SnapshotRow row;
+  std::string state;
+  {
+    std::lock_guard lock(mu_);
+    state = sb->info.state;
+    row.spec_json = SpecToJson(sb->info.spec);
+    row.image = sb->info.spec.image;
+    row.uid_base = sb->uid_base;
+  }
+  if (state != "running" && state != "paused" && state != "stopped")
+    return MakeError(ErrorCode::kConflict, "sandbox " + sandbox_id + " is " + state, "sandbox_not_running");
+  row.id = "snap_" + NewId();
+  row.name = name;
+  row.sandbox_id = sandbox_id;
+  row.created_at = Rfc3339(static_cast<time_t>(UnixMillis() / 1000));
+  row.state = "creating";
+  BH_TRY(db_->PutSnapshot(row));
+  ScopeGuard undo([&] { DropSnapshot(row.id); });
+  // Frozen, nothing in the sandbox writes while the capture is cut: files are whole.
+  const bool freeze = state == "running";
+  if (freeze) BH_TRY(runtime_->SetFrozen(sandbox_id, true));
+  Status captured = storage_->CaptureSnapshot(sandbox_id, row.id);
+  if (freeze) {
+    if (auto thawed = runtime_->SetFrozen(sandbox_id, false); !thawed) {
+      spdlog::error("sandbox {}: thaw after snapshot: {}", sandbox_id, thawed.error().message);
+      if (captured) captured = thawed.error();
+    }
+  }
+  if (!captured) return captured.error();
+  undo.Dismiss();
+  return row;
+}
+
+Result<SnapshotInfo> SandboxManagerImpl::CreateSnapshot(const std::string& sandbox_id, const std::string& name) {
+  if (stopping_) return MakeError(ErrorCode::kUnavailable, "the daemon is shutting down");
+  auto row = Capture(sandbox_id, name);
+  if (!row) return row.error();
+  ScopeGuard undo([&] { DropSnapshot(row->id); });
+  if (auto size = storage_->SnapshotSizeBytes(row->id)) row->size_bytes = *size;
+  row->state = "ready";
+  BH_TRY(db_->PutSnapshot(*row));
+  undo.Dismiss();
+  std::lock_guard lock(mu_);
+  snapshots_[row->id] = SnapshotEntry{SnapshotInfoOf(*row), row->uid_base, 0};
+  return SnapshotInfoOf(*row);
+}
+
+std::vector<SnapshotInfo> SandboxManagerImpl::ListSnapshots() {
+  std::vector<SnapshotInfo> out;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, entry] : snapshots_) out.push_back(entry.info);
+  }
+  std::sort(out.begin(), out.end(), [](const SnapshotInfo& a, const SnapshotInfo& b) {
+    return a.created_at != b.created_at ? a.created_at < b.created_at : a.id < b.id;
+  });
+  return out;
+}
+
+Result<SnapshotInfo> SandboxManagerImpl::GetSnapshot(const std::string& id) {
+  std::lock_guard lock(mu_);
+  auto it = snapshots_.find(id);
+  if (it == snapshots_.end()) return NoSnapshot(id);
+  return it->second.info;
+}
+
+Status SandboxManagerImpl::DeleteSnapshot(const std::string& id) {
+  {
+    std::lock_guard lock(mu_);
+    auto it = snapshots_.find(id);
+    if (it == snapshots_.end()) return NoSnapshot(id);
+    std::string user = it->second.creates_in_flight > 0 ? "a sandbox being created" : "";
+    for (const auto& [sandbox_id, sb] : sandboxes_)
+      if (sb->info.spec.from_snapshot == id) user = "sandbox " + sandbox_id;
+    if (!user.empty())
+      return MakeError(ErrorCode::kConflict, "snapshot " + id + " is used by " + user, "snapshot_in_use");
+    snapshots_.erase(it);
+  }
+  // The row goes first: files without a row are collected at the next start.
+  BH_TRY(db_->RemoveSnapshot(id));
+  if (auto st = storage_->DestroySnapshot(id); !st) spdlog::warn("snapshot {}: {}", id, st.error().message);
+  return {};
+}
+
+Result<SandboxInfo> SandboxManagerImpl::CreateFromSnapshot(SandboxSpec spec) {
+  const std::string snapshot_id = *spec.from_snapshot;
+  LayerSource source{snapshot_id, 0};
+  {
+    std::lock_guard lock(mu_);
+    auto it = snapshots_.find(snapshot_id);
+    if (it == snapshots_.end()) return NoSnapshot(snapshot_id);
+    const std::string& image = it->second.info.image;
+    if (spec.image.empty()) spec.image = image;
+    if (spec.image != image)
+      return MakeError(ErrorCode::kInvalid, "snapshot " + snapshot_id + " is of image \"" + image +
+                                                "\": a sandbox started from it runs that image");
+    if (static_cast<int64_t>(sandboxes_.size()) >= config_.max_sandboxes)
+      return MakeError(ErrorCode::kTooMany, "sandbox limit reached (" + std::to_string(config_.max_sandboxes) + ")");
+    it->second.creates_in_flight++;
+    source.uid_base = it->second.uid_base;
+  }
+  // Runs after Admit listed the sandbox, which holds the snapshot from then on.
+  ScopeGuard release([&] {
+    std::lock_guard lock(mu_);
+    if (auto it = snapshots_.find(snapshot_id); it != snapshots_.end()) it->second.creates_in_flight--;
+  });
+  auto sb = Launch(spec, source);
+  if (!sb) {
+    std::lock_guard lock(mu_);
+    stats_.sandbox_create_failures_total++;
+    return sb.error();
+  }
+  return Admit(*sb);
+}
+
+Result<SandboxInfo> SandboxManagerImpl::Admit(const std::shared_ptr<Sandbox>& sb) {
+  const SandboxSpec& spec = sb->info.spec;
+  sb->info.state = "running";
+  if (spec.network.mode != "none") {
+    if (auto st = network_->Apply(sb->info.id, sb->netns.get(), spec.network); !st) {
+      (void)Teardown(sb->info.id, sb->uid_base, sb->init);
+      return st.error();
+    }
+  }
+  ApplyLifetime(*sb, spec.timeout_s);
+  sb->last_activity_ms = UnixMillis();
+  if (auto st = db_->Put(RowOf(*sb)); !st) {
+    (void)Teardown(sb->info.id, sb->uid_base, sb->init);
+    return st.error();
+  }
+  std::lock_guard lock(mu_);
+  sandboxes_[sb->info.id] = sb;
+  stats_.sandboxes_created_total++;
+  stats_.sandboxes_running = static_cast<int64_t>(sandboxes_.size());
+  return sb->info;
+}
+
+Result<std::vector<SandboxInfo>> SandboxManagerImpl::Fork(const std::string& sandbox_id, int count) {
+  if (stopping_) return MakeError(ErrorCode::kUnavailable, "the daemon is shutting down");
+  {
+    std::lock_guard lock(mu_);
+    if (static_cast<int64_t>(sandboxes_.size()) + count > config_.max_sandboxes)
+      return MakeError(ErrorCode::kTooMany, "sandbox limit reached (" + std::to_string(config_.max_sandboxes) + ")");
+  }
+  // One capture (one freeze) for all copies; it is never listed and goes when they exist.
+  auto row = Capture(sandbox_id, "");
+  if (!row) return row.error();
+  ScopeGuard drop([&] { DropSnapshot(row->id); });
+  auto spec = SpecFromJson(row->spec_json);
+  if (!spec) return spec.error();
+  spec->from_snapshot.reset();  // a fork's files come from its parent, not from a listed snapshot
+  std::vector<SandboxInfo> forks;
+  ScopeGuard undo([&] {
+    for (const auto& fork : forks) (void)Delete(fork.id);
+  });
+  for (int i = 0; i < count; ++i) {
+    auto sb = Launch(*spec, LayerSource{row->id, row->uid_base});
+    if (!sb) {
+      std::lock_guard lock(mu_);
+      stats_.sandbox_create_failures_total++;
+      return sb.error();
+    }
+    auto info = Admit(*sb);
+    if (!info) return info.error();
+    forks.push_back(*info);
+  }
+  undo.Dismiss();
+  return forks;
 }
 
 }  // namespace bulkhead::core

@@ -32,6 +32,8 @@ struct ManagerStats {
   int64_t warm_pool_ready = 0;
   int64_t warm_pool_hits_total = 0;
   int64_t warm_pool_misses_total = 0;
+  int64_t snapshots = 0;
+  std::string storage_driver;  // "overlay" | "btrfs"
 };
 
 // A fresh control connection to a running sandbox's init, with the sandbox's settings
@@ -93,6 +95,18 @@ class SandboxManager {
   // GET /v1/sandboxes/{id}/egress: the last `limit` records, oldest first, then the
   // connections open now (open = true).
   virtual Result<std::vector<net::EgressRecord>> Egress(const std::string& id, int64_t limit) = 0;
+
+  // Snapshots and forks. A snapshot freezes a running sandbox while its files are captured
+  // (a paused one stays paused). 404 unknown sandbox, 409 one that is not running, paused
+  // or stopped. (blocking)
+  virtual Result<SnapshotInfo> CreateSnapshot(const std::string& sandbox_id, const std::string& name) = 0;
+  virtual std::vector<SnapshotInfo> ListSnapshots() = 0;  // oldest first
+  virtual Result<SnapshotInfo> GetSnapshot(const std::string& id) = 0;
+  // 409 snapshot_in_use while a sandbox started from it exists. (blocking)
+  virtual Status DeleteSnapshot(const std::string& id) = 0;
+  // `count` new sandboxes, each with a copy-on-write copy of the sandbox's files as they are
+  // now (one freeze for all) and its settings. All or none. (blocking)
+  virtual Result<std::vector<SandboxInfo>> Fork(const std::string& sandbox_id, int count) = 0;
 
   virtual std::vector<ImageInfo> ListImages() = 0;
   // Unpacks a rootfs tarball (any compression libarchive reads) into a new image. (blocking)

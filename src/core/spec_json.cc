@@ -23,6 +23,7 @@ std::string SpecToJson(const SandboxSpec& s) {
   json volumes = json::array();
   for (const auto& v : s.volumes) volumes.push_back({{"name", v.name}, {"path", v.path}, {"read_only", v.read_only}});
   j["volumes"] = std::move(volumes);
+  if (s.from_snapshot) j["from_snapshot"] = *s.from_snapshot;
   return j.dump();
 }
 
@@ -50,6 +51,7 @@ Result<SandboxSpec> SpecFromJson(const std::string& text) {
     for (const auto& v : j.value("volumes", json::array()))
       s.volumes.push_back(
           {v.at("name").get<std::string>(), v.at("path").get<std::string>(), v.at("read_only").get<bool>()});
+    if (j.contains("from_snapshot")) s.from_snapshot = j.at("from_snapshot").get<std::string>();
     return s;
   } catch (const json::exception& e) {
     return MakeError(ErrorCode::kInternal, std::string("corrupt sandbox spec: ") + e.what());

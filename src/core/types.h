@@ -38,6 +38,9 @@ struct SandboxSpec {
   NetworkPolicy network;
   std::map<std::string, std::string> metadata;
   std::vector<VolumeMount> volumes;
+  // The snapshot whose files the sandbox starts with (SandboxInfo.parent_snapshot). With it
+  // an empty image means "the snapshot's".
+  std::optional<std::string> from_snapshot;
 };
 
 // The Volume object: a named directory with a size cap that sandboxes mount and outlive.
@@ -95,6 +98,16 @@ struct ExecEvent {
   int pid = 0;       // kStarted
   std::string data;  // kStdout / kStderr: raw bytes, may not be UTF-8
   ExitStatus exit;   // kExit
+};
+
+// The Snapshot object of API.md: a sandbox's files as they were, immutable.
+struct SnapshotInfo {
+  std::string id;
+  std::string name;  // "" = none given
+  std::string sandbox_id;
+  std::string created_at;  // RFC 3339 UTC
+  int64_t size_bytes = 0;
+  std::string image;
 };
 
 // Images that sandboxes start from.

@@ -79,25 +79,67 @@ class BtrfsLayerArea final : public LayerArea {
     return TreeAllocatedBytes(LayerPath(id));  // kernels without qgroups in sysfs
   }
 
-  Status DestroyLayerDir(const std::string& id) override {
-    std::string path = LayerPath(id);
+  Status DestroyLayerDir(const std::string& id) override { return DestroySubvolume(root(), id); }
+
+  std::string driver() const override { return "btrfs"; }
+
+  // A read-only snapshot of the layer's subvolume: O(1) in the data it holds.
+  Status CaptureSnapshot(const std::string& layer_id, const std::string& snapshot_id) override {
+    UniqueFd layer = OpenLayer(layer_id);
+    if (!layer) return LayerOpenError(layer_id);
+    return Snapshot(layer.get(), snapshots_root(), snapshot_id, /*read_only=*/true);
+  }
+
+  // A writable snapshot of the source subvolume, its owners moved to the new range and its
+  // qgroup capped; the extents stay shared until either side writes.
+  Status CreateLayerFrom(const std::string& id, const std::string& source_dir, int64_t disk_mb,
+                         const IdShift& shift) override {
+    UniqueFd source = OpenDirNoFollow(source_dir);
+    if (!source) return SystemError("open " + source_dir, errno);
+    BH_TRY(Snapshot(source.get(), root(), id, /*read_only=*/false));
+    Status st;
+    if (::chmod(LayerPath(id).c_str(), 0711) != 0) st = SystemError("chmod " + LayerPath(id), errno);
+    if (st.ok()) st = ShiftOwners(LayerPath(id) + "/upper", shift);
+    if (st.ok()) st = SetLimit(id, disk_mb);
+    if (!st.ok()) (void)DestroyLayerDir(id);
+    return st;
+  }
+
+  Status DestroySnapshotDir(const std::string& id) override { return DestroySubvolume(snapshots_root(), id); }
+
+ private:
+  static Status Snapshot(int source_fd, const std::string& parent_dir, const std::string& name, bool read_only) {
+    UniqueFd parent = OpenDirNoFollow(parent_dir);
+    if (!parent) return SystemError("open " + parent_dir, errno);
+    btrfs_ioctl_vol_args_v2 args{};
+    args.fd = source_fd;
+    args.flags = read_only ? BTRFS_SUBVOL_RDONLY : 0;
+    std::strncpy(args.name, name.c_str(), BTRFS_SUBVOL_NAME_MAX);
+    if (::ioctl(parent.get(), BTRFS_IOC_SNAP_CREATE_V2, &args) != 0) {
+      return SystemError("snapshot subvolume to " + parent_dir + "/" + name, errno);
+    }
+    return {};
+  }
+
+  // Removes the subvolume parent_dir/name (or a plain directory a half-made one left).
+  Status DestroySubvolume(const std::string& parent_dir, const std::string& name) {
+    std::string path = parent_dir + "/" + name;
     struct stat st;
     if (::lstat(path.c_str(), &st) != 0) {
       if (errno == ENOENT) return {};
       return SystemError("stat " + path, errno);
     }
-    if (!S_ISDIR(st.st_mode) || st.st_ino != BTRFS_FIRST_FREE_OBJECTID) {
-      return RemoveTree(path);  // a plain directory left by a half-made layer
-    }
-    UniqueFd layer = OpenLayer(id);
-    if (!layer) return LayerOpenError(id);
-    auto subvol = SubvolumeId(layer.get());
-    layer.reset();
-    UniqueFd parent = OpenDirNoFollow(root());
-    if (!parent) return SystemError("open " + root(), errno);
-    // Deletes the whole subvolume at once; the kernel frees its extents in the background.
+    if (!S_ISDIR(st.st_mode) || st.st_ino != BTRFS_FIRST_FREE_OBJECTID) return RemoveTree(path);
+    UniqueFd subvolume = OpenDirNoFollow(path);
+    if (!subvolume) return SystemError("open " + path, errno);
+    auto subvol = SubvolumeId(subvolume.get());
+    subvolume.reset();
+    UniqueFd parent = OpenDirNoFollow(parent_dir);
+    if (!parent) return SystemError("open " + parent_dir, errno);
+    // Deletes the whole subvolume at once (read-only ones too); the kernel frees its
+    // extents in the background.
     btrfs_ioctl_vol_args args{};
-    std::strncpy(args.name, id.c_str(), BTRFS_PATH_NAME_MAX);
+    std::strncpy(args.name, name.c_str(), BTRFS_PATH_NAME_MAX);
     if (::ioctl(parent.get(), BTRFS_IOC_SNAP_DESTROY, &args) != 0 && errno != ENOENT) {
       return SystemError("delete subvolume " + path, errno);
     }
@@ -109,7 +151,6 @@ class BtrfsLayerArea final : public LayerArea {
     return {};
   }
 
- private:
   // A deleted subvolume's qgroup can only go once the kernel's cleaner has freed the
   // subvolume (EBUSY until then), so removals wait here and are retried on later deletes
   // instead of piling up as "<stale>" qgroups.

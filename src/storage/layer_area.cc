@@ -82,11 +82,28 @@ Result<std::unique_ptr<LayerArea>> MountAndOpen(const std::string& image, const 
   return OpenBtrfsLayerArea(mount_point);
 }
 
-Result<std::unique_ptr<LayerArea>> OpenQuotaArea(const std::string& state_dir, int64_t size_gb) {
+// An existing storage image must be of the kind the requested driver uses.
+Status CheckDriverMatches(const std::string& driver, const std::string& fs_type, const std::string& where) {
+  if (driver == "btrfs" && fs_type != "btrfs") {
+    return MakeError(ErrorCode::kInvalid, "--storage-driver btrfs, but " + where + " is " + fs_type +
+                                              ": use --storage-driver overlay or a new state dir");
+  }
+  if (driver == "overlay" && fs_type == "btrfs") {
+    return MakeError(ErrorCode::kInvalid, "--storage-driver overlay, but " + where +
+                                              " is btrfs: use --storage-driver btrfs or a new state dir");
+  }
+  return {};
+}
+
+Result<std::unique_ptr<LayerArea>> OpenQuotaArea(const std::string& state_dir, int64_t size_gb,
+                                                 const std::string& driver) {
   std::string image = state_dir + "/storage.img";
   std::string mount_point = state_dir + "/storage";
   BH_TRY(MakeDir(mount_point, 0711));
-  if (auto mounted = FindMount(mount_point)) return OpenMounted(*mounted);
+  if (auto mounted = FindMount(mount_point)) {
+    BH_TRY(CheckDriverMatches(driver, mounted->fs_type, mount_point));
+    return OpenMounted(*mounted);
+  }
 
   if (::access("/dev/loop-control", R_OK | W_OK) != 0) {
     return MakeError(ErrorCode::kUnavailable, "no loop devices (/dev/loop-control)");
@@ -94,8 +111,15 @@ Result<std::unique_ptr<LayerArea>> OpenQuotaArea(const std::string& state_dir, i
   BH_TRY(CreateSparseImage(image, ImageBytes(state_dir, size_gb)));
   auto type = ProbeFilesystem(image);
   if (!type.ok()) return type.error();
-  if (*type == FsType::kXfs || *type == FsType::kBtrfs) return MountAndOpen(image, mount_point, *type);
+  if (*type == FsType::kXfs || *type == FsType::kBtrfs) {
+    BH_TRY(CheckDriverMatches(driver, *type == FsType::kXfs ? "xfs" : "btrfs", image));
+    return MountAndOpen(image, mount_point, *type);
+  }
   if (*type == FsType::kOther) return MakeError(ErrorCode::kUnavailable, image + " holds an unknown filesystem");
+  if (driver == "btrfs") {
+    BH_TRY(MakeFilesystem(image, FsType::kBtrfs));
+    return MountAndOpen(image, mount_point, FsType::kBtrfs);
+  }
 
   // A fresh image: XFS project quotas first; kernels built without XFS quota support
   // refuse the prjquota mount, and then btrfs qgroups (the image is still empty).
@@ -107,7 +131,7 @@ Result<std::unique_ptr<LayerArea>> OpenQuotaArea(const std::string& state_dir, i
   } else {
     xfs_error = made.error();
   }
-  if (FindMount(mount_point)) return xfs_error;  // never reformat a mounted image
+  if (FindMount(mount_point) || driver == "overlay") return xfs_error;  // never reformat a mounted image
   auto made = MakeFilesystem(image, FsType::kBtrfs);
   if (!made.ok()) {
     return MakeError(ErrorCode::kUnavailable, "xfs: " + xfs_error.message + "; btrfs: " + made.error().message);
@@ -122,9 +146,15 @@ Result<std::unique_ptr<LayerArea>> OpenQuotaArea(const std::string& state_dir, i
 
 }  // namespace
 
-Result<std::unique_ptr<LayerArea>> OpenLayerArea(const std::string& state_dir, int64_t size_gb) {
-  auto area = OpenQuotaArea(state_dir, size_gb);
+Result<std::unique_ptr<LayerArea>> OpenLayerArea(const std::string& state_dir, int64_t size_gb,
+                                                 const std::string& driver) {
+  if (!driver.empty() && driver != "overlay" && driver != "btrfs") {
+    return MakeError(ErrorCode::kInvalid, "unknown storage driver \"" + driver + "\" (overlay or btrfs)");
+  }
+  auto area = OpenQuotaArea(state_dir, size_gb, driver);
   if (area.ok()) return area;
+  // A refusal, or a btrfs area asked for and not had: no silent fallback.
+  if (area.error().code == ErrorCode::kInvalid || driver == "btrfs") return area.error();
 
   static std::atomic<bool> warned{false};
   if (!warned.exchange(true)) {
@@ -133,6 +163,23 @@ Result<std::unique_ptr<LayerArea>> OpenLayerArea(const std::string& state_dir, i
   }
   return OpenPlainLayerArea(state_dir + "/layers");
 }
+
+Status LayerArea::CaptureSnapshot(const std::string& layer_id, const std::string& snapshot_id) {
+  std::string dir = SnapshotPath(snapshot_id);
+  if (::mkdir(dir.c_str(), 0700) != 0) return SystemError("mkdir " + dir, errno);
+  return CopyTree(LayerPath(layer_id) + "/upper", dir + "/upper");
+}
+
+Status LayerArea::CreateLayerFrom(const std::string& id, const std::string& source_dir, int64_t disk_mb,
+                                  const IdShift& shift) {
+  BH_TRY(CreateLayerDir(id, disk_mb));
+  // Made inside the new layer, the copies take its quota (XFS: the inherited project id).
+  Status copied = CopyTree(source_dir + "/upper", LayerPath(id) + "/upper", shift);
+  if (!copied.ok()) (void)DestroyLayerDir(id);
+  return copied;
+}
+
+Status LayerArea::DestroySnapshotDir(const std::string& id) { return RemoveTree(SnapshotPath(id)); }
 
 Result<std::unique_ptr<LayerArea>> OpenPlainLayerArea(const std::string& root) {
   BH_TRY(MakeDir(root, 0711));

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/result.h"
+#include "storage/tree_copy.h"
 
 namespace bulkhead::storage {
 
@@ -15,7 +16,9 @@ inline constexpr char kVolumeLayerPrefix[] = "vol-";
 
 class LayerArea {
  public:
-  explicit LayerArea(std::string root) : root_(std::move(root)) {}
+  // Snapshots go beside root on the same filesystem: <root>/../snapshots.
+  explicit LayerArea(std::string root)
+      : root_(std::move(root)), snapshots_root_(root_.substr(0, root_.find_last_of('/')) + "/snapshots") {}
   virtual ~LayerArea() = default;
   LayerArea(const LayerArea&) = delete;
   LayerArea& operator=(const LayerArea&) = delete;
@@ -33,13 +36,32 @@ class LayerArea {
   // Removes root()/<id> and everything in it; a missing one is success.
   virtual Status DestroyLayerDir(const std::string& id) = 0;
 
+  // Snapshots and forks. The defaults copy files (the "overlay" driver: reflinks where the
+  // filesystem shares extents); btrfs overrides them with subvolume snapshots.
+  virtual std::string driver() const { return "overlay"; }
+  const std::string& snapshots_root() const { return snapshots_root_; }
+  std::string SnapshotPath(const std::string& id) const { return snapshots_root_ + "/" + id; }
+  // Captures root()/<layer_id>/upper as SnapshotPath(snapshot_id)/upper. The caller keeps
+  // the layer still meanwhile.
+  virtual Status CaptureSnapshot(const std::string& layer_id, const std::string& snapshot_id);
+  // Makes root()/<id> (capped at disk_mb) holding upper/, a copy of source_dir/upper with
+  // its owners moved by `shift`. source_dir is a snapshot's directory or another layer's.
+  virtual Status CreateLayerFrom(const std::string& id, const std::string& source_dir, int64_t disk_mb,
+                                 const IdShift& shift);
+  // Removes SnapshotPath(id); a missing one is success.
+  virtual Status DestroySnapshotDir(const std::string& id);
+
  private:
   std::string root_;
+  std::string snapshots_root_;
 };
 
 // Mounts (or finds already mounted) <state>/storage.img at <state>/storage and returns the
-// area for it; falls back to plain <state>/layers with a warning when quotas cannot be had.
-Result<std::unique_ptr<LayerArea>> OpenLayerArea(const std::string& state_dir, int64_t size_gb);
+// area for it. driver "" = what the machine gives (xfs, else btrfs, else plain <state>/layers
+// with a warning); "overlay" = xfs or plain, never btrfs; "btrfs" = a btrfs image or an error.
+// An existing image of the other kind than `driver` asks for is refused (kInvalid).
+Result<std::unique_ptr<LayerArea>> OpenLayerArea(const std::string& state_dir, int64_t size_gb,
+                                                 const std::string& driver = "");
 
 // The implementations, made by OpenLayerArea. mount_point holds the filesystem root.
 Result<std::unique_ptr<LayerArea>> OpenXfsLayerArea(const std::string& mount_point,

@@ -74,7 +74,8 @@ Storage::Storage(std::string state_dir, std::unique_ptr<LayerArea> layers)
 
 Storage::~Storage() = default;
 
-Result<std::unique_ptr<Storage>> Storage::Open(const std::string& state_dir, int64_t size_gb) {
+Result<std::unique_ptr<Storage>> Storage::Open(const std::string& state_dir, int64_t size_gb,
+                                               const std::string& driver) {
   if (::mkdir(state_dir.c_str(), 0711) != 0 && errno != EEXIST) return SystemError("mkdir " + state_dir, errno);
   char resolved[PATH_MAX];
   if (::realpath(state_dir.c_str(), resolved) == nullptr) return SystemError("realpath " + state_dir, errno);
@@ -84,9 +85,11 @@ Result<std::unique_ptr<Storage>> Storage::Open(const std::string& state_dir, int
   for (const auto& name : ListDirNames(root + "/images")) {
     if (name.find(kTmpMarker) != std::string::npos) (void)RemoveTree(root + "/images/" + name);
   }
-  auto layers = OpenLayerArea(root, size_gb);
+  auto layers = OpenLayerArea(root, size_gb, driver);
   if (!layers.ok()) return layers.error();
-  spdlog::info("storage: state {}, layers in {} (quota: {})", root, (*layers)->root(), (*layers)->backend());
+  BH_TRY(MakeDir((*layers)->snapshots_root(), 0700));
+  spdlog::info("storage: state {}, layers in {} (driver: {}, quota: {})", root, (*layers)->root(),
+               (*layers)->driver(), (*layers)->backend());
   return std::unique_ptr<Storage>(new Storage(root, std::move(*layers)));
 }
 
@@ -256,6 +259,66 @@ std::vector<std::string> Storage::ListLayers() const {
   }
   return ids;
 }
+
+// ---- snapshots ----
+
+Status Storage::CaptureSnapshot(const std::string& sandbox_id, const std::string& snapshot_id) {
+  BH_TRY(CheckLayerId(sandbox_id));
+  BH_TRY(CheckLayerId(snapshot_id));
+  struct stat st;
+  if (::lstat(SnapshotDir(snapshot_id).c_str(), &st) == 0) {
+    return MakeError(ErrorCode::kConflict, "a snapshot " + snapshot_id + " exists");
+  }
+  if (::lstat((LayerDir(sandbox_id) + "/upper").c_str(), &st) != 0) {
+    return MakeError(ErrorCode::kNotFound, "no layer for " + sandbox_id);
+  }
+  Status st_capture = layers_->CaptureSnapshot(sandbox_id, snapshot_id);
+  if (!st_capture.ok()) (void)layers_->DestroySnapshotDir(snapshot_id);
+  return st_capture;
+}
+
+Result<WritableLayer> Storage::CreateLayerFromSnapshot(const std::string& sandbox_id, const std::string& snapshot_id,
+                                                       const IdShift& owners, int64_t disk_mb) {
+  BH_TRY(CheckLayerId(sandbox_id));
+  BH_TRY(CheckLayerId(snapshot_id));
+  if (disk_mb <= 0) return MakeError(ErrorCode::kInvalid, "disk_mb must be positive");
+  std::string dir = LayerDir(sandbox_id);
+  struct stat st;
+  if (::lstat(dir.c_str(), &st) == 0) return MakeError(ErrorCode::kConflict, "a layer for " + sandbox_id + " exists");
+  if (::lstat((SnapshotDir(snapshot_id) + "/upper").c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return MakeError(ErrorCode::kNotFound, "no snapshot " + snapshot_id, "snapshot_not_found");
+  }
+  BH_TRY(layers_->CreateLayerFrom(sandbox_id, SnapshotDir(snapshot_id), disk_mb, owners));
+  ScopeGuard undo([&] { (void)layers_->DestroyLayerDir(sandbox_id); });
+  WritableLayer layer{dir + "/upper", dir + "/work"};
+  // overlayfs wants an empty workdir of its own (a btrfs snapshot brought the old one along).
+  BH_TRY(RemoveTree(layer.work));
+  BH_TRY(MakeDir(layer.work, 0700, owners.to, owners.to));
+  undo.Dismiss();
+  return layer;
+}
+
+Status Storage::DestroySnapshot(const std::string& snapshot_id) {
+  BH_TRY(CheckLayerId(snapshot_id));
+  return layers_->DestroySnapshotDir(snapshot_id);
+}
+
+std::vector<std::string> Storage::ListSnapshots() const {
+  std::vector<std::string> ids;
+  for (const auto& name : ListDirNames(layers_->snapshots_root())) {
+    if (IsSafeName(name)) ids.push_back(name);
+  }
+  return ids;
+}
+
+std::string Storage::SnapshotDir(const std::string& snapshot_id) const { return layers_->SnapshotPath(snapshot_id); }
+
+Result<int64_t> Storage::SnapshotSizeBytes(const std::string& snapshot_id) const {
+  BH_TRY(CheckLayerId(snapshot_id));
+  return TreeAllocatedBytes(SnapshotDir(snapshot_id) + "/upper");
+}
+
+std::string Storage::driver() const { return layers_->driver(); }
 
 bool Storage::quotas_enforced() const { return layers_->enforced(); }
 std::string Storage::quota_backend() const { return layers_->backend(); }

@@ -6,6 +6,8 @@
 //   storage.img, storage/            a loop-mounted filesystem with per-layer hard quotas
 //   storage/layers/<id>/{upper,work} writable layers (or layers/<id>/ without quotas)
 //   storage/layers/vol-<name>/data   named volumes (sandbox ids never hold a '-')
+//   storage/snapshots/<snap_id>/upper snapshots: a layer's upper/ as it was (or snapshots/
+//                                    beside layers/ without quotas); btrfs: read-only subvolumes
 //
 // Quotas: XFS project quotas when the kernel has them (like Docker's overlay2 on xfs
 // pquota), else btrfs qgroups (one subvolume per layer), else plain dirs without quotas.
@@ -20,6 +22,7 @@
 
 #include "common/result.h"
 #include "core/types.h"
+#include "storage/tree_copy.h"
 
 namespace bulkhead::storage {
 
@@ -34,7 +37,9 @@ class Storage {
  public:
   // Opens the storage under state_dir: images/ and the per-sandbox layer area. (blocking)
   // size_gb: size of the loop-mounted quota filesystem when it is first made; 0 = derive.
-  static Result<std::unique_ptr<Storage>> Open(const std::string& state_dir, int64_t size_gb);
+  // driver: "overlay", "btrfs" or "" (whatever the machine gives), see OpenLayerArea.
+  static Result<std::unique_ptr<Storage>> Open(const std::string& state_dir, int64_t size_gb,
+                                               const std::string& driver = "");
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -77,6 +82,24 @@ class Storage {
   Result<int64_t> VolumeUsageBytes(const std::string& name) const;
   Status DestroyVolume(const std::string& name);  // idempotent
   std::vector<std::string> ListVolumes() const;   // names of the volumes on disk
+
+  // ---- snapshots ----
+  // Captures sandbox_id's layer as snapshot snapshot_id. The caller keeps the layer still
+  // (freezes the sandbox) meanwhile. kConflict if the snapshot exists.
+  Status CaptureSnapshot(const std::string& sandbox_id, const std::string& snapshot_id);
+  // A new writable layer for sandbox_id whose upper/ starts as a copy of the snapshot's, its
+  // owners moved by `owners` (from the snapshot's sandbox's range to the new one; owners.to
+  // is the new sandbox's root); work/ fresh. Copy-on-write where the driver can.
+  Result<WritableLayer> CreateLayerFromSnapshot(const std::string& sandbox_id, const std::string& snapshot_id,
+                                                const IdShift& owners, int64_t disk_mb);
+  Status DestroySnapshot(const std::string& snapshot_id);  // removes its files, idempotent
+  std::vector<std::string> ListSnapshots() const;          // snapshot ids with files on disk
+  // The directory of a snapshot: it holds upper/ (the sandbox's files, owners in the range
+  // of the uid_base recorded with it). Never modified once captured.
+  std::string SnapshotDir(const std::string& snapshot_id) const;
+  Result<int64_t> SnapshotSizeBytes(const std::string& snapshot_id) const;
+  // "overlay" (file copies, reflinked where the filesystem can) or "btrfs" (subvolume snapshots).
+  std::string driver() const;
 
   bool quotas_enforced() const;
   // "xfs-prjquota", "btrfs-qgroup" or "none": for logs and /metrics.

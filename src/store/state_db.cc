@@ -4,7 +4,7 @@ namespace bulkhead::store {
 namespace {
 
 // The schema, at version kSchemaVersion. A change gets a new version and a step in Migrate.
-constexpr int kSchemaVersion = 4;
+constexpr int kSchemaVersion = 5;  // 3: egress log, 4: snapshots, 5: volumes
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS sandboxes (
   id TEXT PRIMARY KEY,
@@ -32,9 +32,20 @@ CREATE TABLE IF NOT EXISTS egress (
   duration_ms INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS egress_by_sandbox ON egress (sandbox_id, id);
+CREATE TABLE IF NOT EXISTS snapshots (
+  id TEXT PRIMARY KEY,
+  name TEXT NOT NULL,
+  sandbox_id TEXT NOT NULL,
+  created_at TEXT NOT NULL,
+  size_bytes INTEGER NOT NULL DEFAULT 0,
+  image TEXT NOT NULL,
+  spec_json TEXT NOT NULL,
+  uid_base INTEGER NOT NULL,
+  state TEXT NOT NULL
+);
 )sql";
 
-// Version 4: named volumes. Its own step, so that other tables' steps merge beside it.
+// Version 5: named volumes.
 constexpr const char* kVolumesSchema = R"sql(
 CREATE TABLE IF NOT EXISTS volumes (
   name TEXT PRIMARY KEY,

@@ -45,6 +45,20 @@ struct VolumeRow {
   std::string created_at;  // RFC 3339
 };
 
+// A snapshot (snapshot_rows.cc). Written "creating" before any of its files exist and
+// "ready" once they are complete: a daemon start removes rows still "creating" and their files.
+struct SnapshotRow {
+  std::string id;
+  std::string name;        // "" = none given
+  std::string sandbox_id;  // the sandbox it was taken of (which may be gone since)
+  std::string created_at;  // RFC 3339
+  int64_t size_bytes = 0;
+  std::string image;
+  std::string spec_json;   // the sandbox's core::SandboxSpec as JSON when it was taken
+  uint32_t uid_base = 0;   // the host uid range its files' owners are in
+  std::string state;       // creating | ready
+};
+
 // A prepared statement, finalized on scope exit.
 struct Stmt {
   sqlite3_stmt* s = nullptr;
@@ -72,6 +86,10 @@ class StateDb {
   Status InsertVolume(const VolumeRow& row);
   Status RemoveVolume(const std::string& name);
   Result<std::vector<VolumeRow>> LoadVolumes();  // by name
+  // Snapshots (snapshot_rows.cc).
+  Status PutSnapshot(const SnapshotRow& row);  // insert or replace
+  Status RemoveSnapshot(const std::string& id);
+  Result<std::vector<SnapshotRow>> LoadSnapshots();  // oldest first
 
  private:
   explicit StateDb(sqlite3* db) : db_(db) {}

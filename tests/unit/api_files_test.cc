@@ -211,6 +211,11 @@ class FileManager : public core::SandboxManager {
   Result<core::VolumeInfo> GetVolume(const std::string&) override { return NotFound(); }
   std::vector<core::VolumeInfo> ListVolumes() override { return {}; }
   Status DeleteVolume(const std::string&) override { return NotFound(); }
+  Result<core::SnapshotInfo> CreateSnapshot(const std::string&, const std::string&) override { return NotFound(); }
+  std::vector<core::SnapshotInfo> ListSnapshots() override { return {}; }
+  Result<core::SnapshotInfo> GetSnapshot(const std::string&) override { return NotFound(); }
+  Status DeleteSnapshot(const std::string&) override { return NotFound(); }
+  Result<std::vector<core::SandboxInfo>> Fork(const std::string&, int) override { return NotFound(); }
   core::ManagerStats Stats() override { return {}; }
   const core::DaemonConfig& config() const override { return config_; }
   void Shutdown() override {}

@@ -111,15 +111,6 @@ TEST(MatchRoute, KnownPathWithWrongMethodListsAllowedMethods) {
   EXPECT_EQ(MatchRoute("get", "/healthz").outcome, Outcome::kMethodNotAllowed);  // methods are case-sensitive
 }
 
-TEST(MatchRoute, ContractRoutesNotServedYetAreRecognised) {
-  for (auto [method, path] : std::vector<std::pair<const char*, const char*>>{
-           {"POST", "/v1/sandboxes/x/snapshots"}, {"GET", "/v1/snapshots/s1"}, {"POST", "/v1/sandboxes/x/fork"}}) {
-    const RouteMatch match = MatchRoute(method, path);
-    EXPECT_EQ(match.outcome, Outcome::kMatched) << method << " " << path;
-    EXPECT_EQ(match.id, RouteId::kNotImplemented) << method << " " << path;
-  }
-}
-
 TEST(MatchRoute, LifecycleRoutes) {
   EXPECT_EQ(MatchRoute("POST", "/v1/sandboxes/x/pause").id, RouteId::kPauseSandbox);
   EXPECT_EQ(MatchRoute("POST", "/v1/sandboxes/x/resume").id, RouteId::kResumeSandbox);
@@ -136,6 +127,17 @@ TEST(MatchRoute, VolumeRoutes) {
   EXPECT_EQ(get.Param("name"), "cache");
   EXPECT_EQ(MatchRoute("DELETE", "/v1/volumes/cache").id, RouteId::kDeleteVolume);
   EXPECT_EQ(MatchRoute("PUT", "/v1/volumes/cache").outcome, Outcome::kMethodNotAllowed);
+}
+
+TEST(MatchRoute, SnapshotRoutes) {
+  EXPECT_EQ(MatchRoute("POST", "/v1/sandboxes/x/snapshots").id, RouteId::kCreateSnapshot);
+  EXPECT_EQ(MatchRoute("POST", "/v1/sandboxes/x/fork").id, RouteId::kForkSandbox);
+  EXPECT_EQ(MatchRoute("GET", "/v1/snapshots").id, RouteId::kListSnapshots);
+  const RouteMatch get = MatchRoute("GET", "/v1/snapshots/s1");
+  EXPECT_EQ(get.id, RouteId::kGetSnapshot);
+  EXPECT_EQ(get.Param("snapshot_id"), "s1");
+  EXPECT_EQ(MatchRoute("DELETE", "/v1/snapshots/s1").id, RouteId::kDeleteSnapshot);
+  EXPECT_EQ(MatchRoute("GET", "/v1/sandboxes/x/fork").outcome, Outcome::kMethodNotAllowed);
 }
 
 TEST(MatchRoute, NetworkRoutes) {

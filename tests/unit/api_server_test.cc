@@ -241,6 +241,33 @@ class FakeManager : public core::SandboxManager {
   Status DeleteVolume(const std::string& name) override {
     return MakeError(ErrorCode::kConflict, "volume " + name + " is mounted", "volume_in_use");
   }
+  Result<core::SnapshotInfo> CreateSnapshot(const std::string& id, const std::string& name) override {
+    if (id != "sb1") return NotFound(id);
+    std::lock_guard lock(mutex_);
+    last_snapshot_name = name;
+    return core::SnapshotInfo{"snap_1", name, id, "2024-05-01T10:00:00Z", 4096, "host"};
+  }
+  std::vector<core::SnapshotInfo> ListSnapshots() override {
+    return {core::SnapshotInfo{"snap_1", "", "sb1", "2024-05-01T10:00:00Z", 4096, "host"}};
+  }
+  Result<core::SnapshotInfo> GetSnapshot(const std::string& id) override {
+    if (id != "snap_1") return MakeError(ErrorCode::kNotFound, "no snapshot " + id, "snapshot_not_found");
+    return ListSnapshots()[0];
+  }
+  Status DeleteSnapshot(const std::string& id) override {
+    if (id == "snap_busy") return MakeError(ErrorCode::kConflict, "in use", "snapshot_in_use");
+    if (id != "snap_1") return MakeError(ErrorCode::kNotFound, "no snapshot " + id, "snapshot_not_found");
+    return {};
+  }
+  Result<std::vector<core::SandboxInfo>> Fork(const std::string& id, int count) override {
+    if (id != "sb1") return NotFound(id);
+    std::vector<core::SandboxInfo> forks(static_cast<size_t>(count));
+    for (int i = 0; i < count; ++i) {
+      forks[static_cast<size_t>(i)].id = "fork" + std::to_string(i);
+      forks[static_cast<size_t>(i)].state = "running";
+    }
+    return forks;
+  }
   core::ManagerStats Stats() override {
     std::lock_guard lock(mutex_);
     return stats_;
@@ -256,6 +283,7 @@ class FakeManager : public core::SandboxManager {
   std::shared_ptr<InitLog> init_log = std::make_shared<InitLog>();
   std::vector<net::EgressRecord> egress;
   int64_t last_egress_limit = 0;
+  std::string last_snapshot_name;
 
  private:
   static Error NotFound(const std::string& id) {
@@ -660,16 +688,32 @@ TEST_F(ApiServerTest, ImagesListAndDelete) {
   EXPECT_EQ(Call(http::verb::delete_, "/v1/images/NOT..valid").result_int(), 404);
 }
 
-TEST_F(ApiServerTest, ContractRoutesNotServedYetAre501AfterTheIdCheck) {
-  const std::string id = CreateSandbox();
-  Response unknown = Call(http::verb::post, "/v1/sandboxes/nope/fork");
-  EXPECT_EQ(unknown.result_int(), 404);
-  EXPECT_EQ(ErrorCode(unknown), "sandbox_not_found");
-  Response fork = Call(http::verb::post, "/v1/sandboxes/" + id + "/fork");
-  EXPECT_EQ(fork.result_int(), 501);
-  EXPECT_EQ(ErrorCode(fork), "not_implemented");
-  EXPECT_EQ(Call(http::verb::get, "/v1/snapshots").result_int(), 501);
-  EXPECT_EQ(Call(http::verb::post, "/v1/sandboxes/" + id + "/fork").result_int(), 501);
+TEST_F(ApiServerTest, SnapshotRoutesValidateAndAnswerInTheContractShapes) {
+  Response created = Call(http::verb::post, "/v1/sandboxes/sb1/snapshots", R"({"name": "before-upgrade"})");
+  ASSERT_EQ(created.result_int(), 201);
+  EXPECT_EQ(Body(created)["name"], "before-upgrade");
+  EXPECT_EQ(Body(created)["memory"], false);
+  EXPECT_EQ(Body(created)["sandbox_id"], "sb1");
+  EXPECT_EQ(Call(http::verb::post, "/v1/sandboxes/sb1/snapshots", R"({"name": ")" + std::string(129, 'n') + R"("})")
+                .result_int(),
+            422);
+  EXPECT_EQ(Call(http::verb::post, "/v1/sandboxes/nope/snapshots").result_int(), 404);
+  Response list = Call(http::verb::get, "/v1/snapshots");
+  EXPECT_EQ(Body(list)["snapshots"][0]["id"], "snap_1");
+  EXPECT_TRUE(Body(list)["snapshots"][0]["name"].is_null());
+  EXPECT_EQ(Call(http::verb::get, "/v1/snapshots/snap_1").result_int(), 200);
+  EXPECT_EQ(ErrorCode(Call(http::verb::get, "/v1/snapshots/other")), "snapshot_not_found");
+  EXPECT_EQ(Call(http::verb::delete_, "/v1/snapshots/snap_1").result_int(), 204);
+  EXPECT_EQ(ErrorCode(Call(http::verb::delete_, "/v1/snapshots/snap_busy")), "snapshot_in_use");
+  EXPECT_EQ(Call(http::verb::delete_, "/v1/snapshots/..").result_int(), 404);
+
+  Response forks = Call(http::verb::post, "/v1/sandboxes/sb1/fork", R"({"count": 3})");
+  ASSERT_EQ(forks.result_int(), 201);
+  EXPECT_EQ(Body(forks)["sandboxes"].size(), 3u);
+  EXPECT_EQ(Body(Call(http::verb::post, "/v1/sandboxes/sb1/fork"))["sandboxes"].size(), 1u);
+  for (const char* bad : {R"({"count": 0})", R"({"count": 17})", R"({"count": "x"})", R"({"count": 1.5})"}) {
+    EXPECT_EQ(Call(http::verb::post, "/v1/sandboxes/sb1/fork", bad).result_int(), 422) << bad;
+  }
 }
 
 TEST_F(ApiServerTest, LifecycleRoutesAnswerTheSandbox) {

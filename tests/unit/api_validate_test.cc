@@ -294,8 +294,36 @@ TEST(ParseSandboxSpec, Metadata) {
   EXPECT_TRUE(Mentions(SpecError({{"metadata", json::array()}}), "metadata"));
 }
 
-TEST(ParseSandboxSpec, SnapshotsAreNotSupportedYet) {
-  EXPECT_TRUE(Mentions(SpecError({{"from_snapshot", "snap-1"}}), "from_snapshot"));
+TEST(ParseSandboxSpec, FromSnapshotTakesTheSnapshotsImageUnlessOneIsNamed) {
+  auto spec = ParseSandboxSpec({{"from_snapshot", "snap_1"}}, kHost);
+  ASSERT_TRUE(spec.ok());
+  EXPECT_EQ(spec->from_snapshot, "snap_1");
+  EXPECT_EQ(spec->image, "");  // the manager fills in the snapshot's
+  spec = ParseSandboxSpec({{"from_snapshot", "snap_1"}, {"image", "alpine"}}, kHost);
+  ASSERT_TRUE(spec.ok());
+  EXPECT_EQ(spec->image, "alpine");  // the manager checks it is the snapshot's
+  EXPECT_FALSE(ParseSandboxSpec(json::object(), kHost)->from_snapshot.has_value());
+  EXPECT_TRUE(Mentions(SpecError({{"from_snapshot", 7}}), "from_snapshot"));
+  EXPECT_TRUE(Mentions(SpecError({{"from_snapshot", ""}}), "from_snapshot"));
+  EXPECT_TRUE(Mentions(SpecError({{"from_snapshot", std::string(129, 's')}}), "from_snapshot"));
+}
+
+TEST(ParseSnapshotRequest, NameIsOptionalAndBounded) {
+  EXPECT_EQ(*ParseSnapshotRequest(json::object()), "");
+  EXPECT_EQ(*ParseSnapshotRequest({{"name", "before upgrade"}}), "before upgrade");
+  EXPECT_EQ(*ParseSnapshotRequest({{"name", std::string(128, 'n')}}), std::string(128, 'n'));
+  EXPECT_FALSE(ParseSnapshotRequest({{"name", std::string(129, 'n')}}).ok());
+  EXPECT_FALSE(ParseSnapshotRequest({{"name", ""}}).ok());
+  EXPECT_FALSE(ParseSnapshotRequest({{"name", "a\nb"}}).ok());
+  EXPECT_FALSE(ParseSnapshotRequest({{"name", 3}}).ok());
+}
+
+TEST(ParseForkRequest, CountIsOneToSixteen) {
+  EXPECT_EQ(*ParseForkRequest(json::object()), 1);
+  EXPECT_EQ(*ParseForkRequest({{"count", 16}}), 16);
+  for (const json& bad : {json(0), json(17), json(-1), json("x"), json(2.5), json(true)}) {
+    EXPECT_EQ(ParseForkRequest({{"count", bad}}).error().code, ErrorCode::kInvalid) << bad;
+  }
 }
 
 json Volume(const std::string& name, const std::string& path) { return {{"name", name}, {"path", path}}; }
