@@ -293,8 +293,8 @@ Status SandboxManagerImpl::Recover() {
   std::set<std::string> known;
   for (auto& row : *rows) {
     InitProcess init{static_cast<pid_t>(row.init_pid), row.init_start_time};
-    if (row.state == "starting" || row.state == "pooled") {
-      spdlog::info("recover: removing unfinished sandbox {}", row.id);
+    if (row.state == "starting" || row.state == "pooled" || row.state == "deleting") {
+      spdlog::info("recover: removing unfinished sandbox {} ({})", row.id, row.state);
       (void)Teardown(row.id, row.uid_base, init);
       continue;
     }
@@ -313,8 +313,11 @@ Status SandboxManagerImpl::Recover() {
     sb->expires_ms = row.expires_at_ms;
     if (row.expires_at_ms) sb->info.expires_at = Rfc3339(static_cast<time_t>(row.expires_at_ms / 1000));
     if ((row.state == "running" || row.state == "paused") && runtime_->Alive(init)) {
-      // The cgroup says what it is: a crash may have come between the freeze and the row.
-      sb->info.state = runtime_->Frozen(row.id) ? "paused" : "running";
+      // The row says what was asked; the cgroup is brought to it. A frozen group under a
+      // "running" row is a snapshot or a pause the crash cut short: thaw it.
+      sb->info.state = row.state;
+      if (auto st = runtime_->SetFrozen(row.id, row.state == "paused"); !st)
+        spdlog::error("recover: sandbox {}: {}", row.id, st.error().message);
       if (sb->info.state == "paused") sb->expires_ms = 0, sb->info.expires_at.reset();
       sb->last_activity_ms = UnixMillis();
       (void)uids_.Reclaim(row.uid_base, row.id);
@@ -572,6 +575,11 @@ Status SandboxManagerImpl::Delete(const std::string& id) {
   {
     std::lock_guard lock(mu_);
     sb->deleting = true;
+    // The row says so before anything is freed: a crash in the middle is finished by Recover
+    // (never mistaken for a stopped sandbox whose files are gone).
+    store::SandboxRow row = RowOf(*sb);
+    row.state = "deleting";
+    if (auto saved = db_->Put(row); !saved) spdlog::warn("sandbox {}: {}", id, saved.error().message);
   }
   Status st = Teardown(id, sb->uid_base, sb->init);
   std::lock_guard lock(mu_);

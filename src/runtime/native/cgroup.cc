@@ -194,19 +194,26 @@ Status Cgroups::SetFrozen(const std::string& id, bool frozen) {
   // cgroup.freeze 1/0, and cgroup.events says "frozen 1" once done.
   std::string dir = v2_ ? Paths(id)[0] : parents_[kV1Freezer] + "/" + id;
   if (!Exists(dir)) return MakeError(ErrorCode::kNotFound, "no cgroup for sandbox " + id);
-  if (v2_) {
-    BH_TRY(WriteFile(dir + "/cgroup.freeze", frozen ? "1" : "0"));
-  } else {
-    BH_TRY(WriteFile(dir + "/freezer.state", frozen ? "FROZEN" : "THAWED"));
-  }
+  const std::string file = dir + (v2_ ? "/cgroup.freeze" : "/freezer.state");
+  const std::string value = v2_ ? (frozen ? "1" : "0") : (frozen ? "FROZEN" : "THAWED");
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (Frozen(id) != frozen) {
-    if (std::chrono::steady_clock::now() > deadline)
+  for (int attempt = 0;; ++attempt) {
+    // The v1 freezer only catches the tasks that are freezable at the moment of the write
+    // (one busy in a syscall or forking is skipped): each write tries again, and now and then a
+    // thaw and a fresh freeze get a group unstuck (what runc does too).
+    if (!v2_ && frozen && attempt % 50 == 49) {
+      (void)WriteFile(file, "THAWED");
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (attempt == 0 || !v2_) BH_TRY(WriteFile(file, value));
+    if (Frozen(id) == frozen) return {};
+    if (std::chrono::steady_clock::now() > deadline) {
+      if (frozen) (void)WriteFile(file, v2_ ? "0" : "THAWED");  // never leave it half-frozen
       return MakeError(ErrorCode::kUnavailable, std::string("sandbox ") + id + " did not " +
                                                     (frozen ? "freeze" : "thaw") + " within 5 s");
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(attempt < 20 ? 100 : 1000));
   }
-  return {};
 }
 
 bool Cgroups::Frozen(const std::string& id) const {
