@@ -663,7 +663,11 @@ Status ExportSnapshotTree(const std::string& dir, uid_t uid_base, const std::str
   // Names as raw bytes, as the filesystem has them; no charset conversion either way.
   if (archive_write_set_format_pax(a.get()) != ARCHIVE_OK ||
       archive_write_set_format_option(a.get(), "pax", "hdrcharset", "BINARY") != ARCHIVE_OK ||
-      archive_write_add_filter_zstd(a.get()) != ARCHIVE_OK || archive_write_open_fd(a.get(), out_fd) != ARCHIVE_OK) {
+      archive_write_add_filter_zstd(a.get()) != ARCHIVE_OK ||
+      // No zero padding after the zstd frame (libarchive pads the last block on pipes and
+      // sockets): a zstd reader would take the zeros for a broken next frame.
+      archive_write_set_bytes_in_last_block(a.get(), 1) != ARCHIVE_OK ||
+      archive_write_open_fd(a.get(), out_fd) != ARCHIVE_OK) {
     return MakeError(ErrorCode::kInternal, "snapshot archive setup: " + ArchiveMessage(a.get()));
   }
   BH_TRY(WriteMemoryEntry(a.get(), kJsonName, description));
