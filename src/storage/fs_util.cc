@@ -3,6 +3,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <locale.h>
+#include <sched.h>
 #include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,7 +15,10 @@
 #include <ctime>
 #include <fstream>
 #include <sstream>
+#include <thread>
 #include <vector>
+
+#include "common/scope_guard.h"
 
 namespace bulkhead::storage {
 namespace {
@@ -32,25 +37,6 @@ std::string Dirname(const std::string& path) {
 std::string Basename(const std::string& path) {
   auto pos = path.find_last_of('/');
   return pos == std::string::npos ? path : path.substr(pos + 1);
-}
-
-Result<std::vector<std::string>> ListNames(int dir_fd) {
-  int fd = ::dup(dir_fd);
-  if (fd < 0) return SystemError("dup", errno);
-  DIR* dir = ::fdopendir(fd);
-  if (dir == nullptr) {
-    int err = errno;
-    ::close(fd);
-    return SystemError("fdopendir", err);
-  }
-  ::rewinddir(dir);  // the dup shares the offset with earlier passes
-  std::vector<std::string> names;
-  while (dirent* e = ::readdir(dir)) {
-    std::string name = e->d_name;
-    if (name != "." && name != "..") names.push_back(std::move(name));
-  }
-  ::closedir(dir);
-  return names;
 }
 
 // Empties the directory dir_fd. root_fd is the top of the tree being removed.
@@ -206,6 +192,25 @@ UniqueFd OpenDirNoFollow(const std::string& path) {
   return UniqueFd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
 }
 
+Result<std::vector<std::string>> ListNames(int dir_fd) {
+  int fd = ::dup(dir_fd);
+  if (fd < 0) return SystemError("dup", errno);
+  DIR* dir = ::fdopendir(fd);
+  if (dir == nullptr) {
+    int err = errno;
+    ::close(fd);
+    return SystemError("fdopendir", err);
+  }
+  ::rewinddir(dir);  // the dup shares the offset with earlier passes
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(dir)) {
+    std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(std::move(name));
+  }
+  ::closedir(dir);
+  return names;
+}
+
 std::optional<MountEntry> FindMount(const std::string& path) {
   char resolved[PATH_MAX];
   if (::realpath(path.c_str(), resolved) == nullptr) return std::nullopt;
@@ -226,6 +231,43 @@ std::optional<MountEntry> FindMount(const std::string& path) {
     if (entry.mount_point == resolved) found = entry;  // the last one is on top
   }
   return found;
+}
+
+bool IsContainedName(const std::string& name) {
+  if (name.empty() || name[0] == '/') return false;
+  size_t start = 0;
+  while (start <= name.size()) {
+    size_t end = name.find('/', start);
+    if (end == std::string::npos) end = name.size();
+    if (name.compare(start, end - start, "..") == 0 && end - start == 2) return false;
+    start = end + 1;
+  }
+  return true;
+}
+
+Status RunChrooted(int root_fd, const std::function<Status()>& work) {
+  Status result;
+  std::thread worker([&] {
+    locale_t utf8 = ::newlocale(LC_ALL_MASK, "C.UTF-8", static_cast<locale_t>(0));
+    if (utf8 != static_cast<locale_t>(0)) ::uselocale(utf8);
+    ScopeGuard restore_locale([utf8] {
+      if (utf8 == static_cast<locale_t>(0)) return;
+      ::uselocale(LC_GLOBAL_LOCALE);
+      ::freelocale(utf8);
+    });
+    if (::unshare(CLONE_FS) != 0) {
+      result = SystemError("unshare(CLONE_FS)", errno);
+      return;
+    }
+    if (::fchdir(root_fd) != 0 || ::chroot(".") != 0) {
+      result = SystemError("chroot", errno);
+      return;
+    }
+    ::umask(022);
+    result = work();
+  });
+  worker.join();
+  return result;
 }
 
 bool IsSafeName(const std::string& name) {

@@ -5,8 +5,10 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/result.h"
 #include "common/unique_fd.h"
@@ -30,6 +32,9 @@ Result<std::string> ReadFile(const std::string& path);
 
 UniqueFd OpenDirNoFollow(const std::string& path);
 
+// The names in the directory dir_fd, without "." and "..", in readdir order.
+Result<std::vector<std::string>> ListNames(int dir_fd);
+
 // A mount listed in /proc/self/mountinfo.
 struct MountEntry {
   std::string mount_point;
@@ -39,6 +44,15 @@ struct MountEntry {
 };
 // The mount whose mount point is exactly path (resolved with realpath), if any.
 std::optional<MountEntry> FindMount(const std::string& path);
+
+// A relative archive or tree name that stays below its root: not absolute, no ".." component.
+bool IsContainedName(const std::string& name);
+
+// Runs work in a thread of its own (unshare CLONE_FS) whose root and cwd are root_fd, with
+// umask 022 and a UTF-8 locale (so pax headers' UTF-8 names convert without loading a charset
+// module the chroot could not find). Even a bug in what work calls cannot write outside root_fd,
+// and the daemon's other threads keep their root and cwd.
+Status RunChrooted(int root_fd, const std::function<Status()>& work);
 
 // Image and sandbox ids that are safe as one path component: [A-Za-z0-9][A-Za-z0-9._-]{0,127}.
 bool IsSafeName(const std::string& name);

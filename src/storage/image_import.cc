@@ -1,58 +1,24 @@
 #include "storage/image_import.h"
 
-#include <archive.h>
-#include <archive_entry.h>
 #include <fcntl.h>
-#include <locale.h>
-#include <sched.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <memory>
-#include <thread>
 
-#include "common/scope_guard.h"
 #include "common/unique_fd.h"
+#include "storage/archive_util.h"
 #include "storage/fs_util.h"
 
 namespace bulkhead::storage {
 namespace {
 
-struct ReaderDeleter {
-  void operator()(archive* a) const { archive_read_free(a); }
-};
-struct WriterDeleter {
-  void operator()(archive* a) const { archive_write_free(a); }
-};
-using ArchiveReader = std::unique_ptr<archive, ReaderDeleter>;
-using ArchiveWriter = std::unique_ptr<archive, WriterDeleter>;
-
 constexpr int kExtractFlags = ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME |
                               ARCHIVE_EXTRACT_SECURE_SYMLINKS | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
                               ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS;
 
-Error ArchiveError(archive* a, const std::string& what) {
-  int err = archive_errno(a);
-  const char* msg = archive_error_string(a);
-  std::string text = what + ": " + (msg ? msg : "unknown libarchive error");
-  if (err == ENOSPC || err == EDQUOT) return MakeError(ErrorCode::kDiskFull, text);
-  return MakeError(ErrorCode::kInvalid, text, "invalid_image");
-}
-
-// A name that stays inside the rootfs: relative, no ".." component.
-bool IsContainedName(const std::string& name) {
-  if (name.empty() || name[0] == '/') return false;
-  size_t start = 0;
-  while (start <= name.size()) {
-    size_t end = name.find('/', start);
-    if (end == std::string::npos) end = name.size();
-    if (name.compare(start, end - start, "..") == 0 && end - start == 2) return false;
-    start = end + 1;
-  }
-  return true;
-}
+Error ArchiveError(archive* a, const std::string& what) { return storage::ArchiveError(a, what, "invalid_image"); }
 
 // The extraction itself; runs in a thread whose root and cwd are the rootfs.
 Status ExtractHere(archive* reader) {
@@ -115,43 +81,15 @@ Status ExtractRootfsTarball(const std::string& tar_path, const std::string& root
   UniqueFd root = OpenDirNoFollow(rootfs_dir);
   if (!root) return SystemError("open " + rootfs_dir, errno);
 
-  // A thread with its own root, cwd and umask (unshare CLONE_FS), chrooted into the rootfs:
-  // even a libarchive bug cannot write outside, and the daemon's other threads are untouched.
-  // It also reads names in a UTF-8 locale of its own, so pax headers' UTF-8 names convert
-  // (without loading any charset module, which the chroot could not find).
-  Status result;
-  std::thread worker([&] {
-    locale_t utf8 = ::newlocale(LC_ALL_MASK, "C.UTF-8", static_cast<locale_t>(0));
-    if (utf8 != static_cast<locale_t>(0)) ::uselocale(utf8);
-    ScopeGuard restore_locale([utf8] {
-      if (utf8 == static_cast<locale_t>(0)) return;
-      ::uselocale(LC_GLOBAL_LOCALE);
-      ::freelocale(utf8);
-    });
-    ArchiveReader reader(archive_read_new());
-    if (!reader) {
-      result = MakeError(ErrorCode::kInternal, "archive_read_new failed");
-      return;
-    }
-    archive_read_support_filter_all(reader.get());
-    archive_read_support_format_all(reader.get());
-    if (archive_read_open_filename(reader.get(), tar_path.c_str(), 1 << 16) != ARCHIVE_OK) {
-      result = ArchiveError(reader.get(), "opening " + tar_path);
-      return;
-    }
-    if (::unshare(CLONE_FS) != 0) {
-      result = SystemError("unshare(CLONE_FS)", errno);
-      return;
-    }
-    if (::fchdir(root.get()) != 0 || ::chroot(".") != 0) {
-      result = SystemError("chroot " + rootfs_dir, errno);
-      return;
-    }
-    ::umask(022);
-    result = ExtractHere(reader.get());
-  });
-  worker.join();
-  return result;
+  ArchiveReader reader(archive_read_new());
+  if (!reader) return MakeError(ErrorCode::kInternal, "archive_read_new failed");
+  archive_read_support_filter_all(reader.get());
+  archive_read_support_format_all(reader.get());
+  if (archive_read_open_filename(reader.get(), tar_path.c_str(), 1 << 16) != ARCHIVE_OK) {
+    return ArchiveError(reader.get(), "opening " + tar_path);
+  }
+  // Chrooted into the rootfs: even a libarchive bug cannot write outside.
+  return RunChrooted(root.get(), [&] { return ExtractHere(reader.get()); });
 }
 
 Status EnsureMountPoints(const std::string& rootfs_dir) {
