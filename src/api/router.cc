@@ -59,6 +59,8 @@ constexpr std::array kRoutes = {
     RouteSpec{"GET", "/v1/snapshots", RouteId::kListSnapshots},
     RouteSpec{"GET", "/v1/snapshots/{snapshot_id}", RouteId::kGetSnapshot},
     RouteSpec{"DELETE", "/v1/snapshots/{snapshot_id}", RouteId::kDeleteSnapshot},
+    RouteSpec{"GET", "/v1/snapshots/{snapshot_id}/export", RouteId::kExportSnapshot},
+    RouteSpec{"POST", "/v1/snapshots/import", RouteId::kImportSnapshot},
     RouteSpec{"GET", "/v1/volumes", RouteId::kListVolumes},
     RouteSpec{"POST", "/v1/volumes", RouteId::kCreateVolume},
     RouteSpec{"GET", "/v1/volumes/{name}", RouteId::kGetVolume},

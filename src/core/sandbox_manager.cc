@@ -29,6 +29,7 @@
 #include "net/netns.h"
 #include "runtime/native/native_runtime.h"
 #include "runtime/native/uid_range.h"
+#include "storage/snapshot_archive.h"
 #include "storage/storage.h"
 #include "store/state_db.h"
 #include "common/time_format.h"
@@ -175,6 +176,8 @@ class SandboxManagerImpl : public SandboxManager {
   Result<SnapshotInfo> GetSnapshot(const std::string& id) override;
   Status DeleteSnapshot(const std::string& id) override;
   Result<std::vector<SandboxInfo>> Fork(const std::string& sandbox_id, int count) override;
+  Status ExportSnapshot(const std::string& id, int out_fd) override;
+  Result<SnapshotInfo> ImportSnapshot(int in_fd, int64_t max_bytes) override;
 
  private:
   // Snapshots (the section at the end of this file).
@@ -1183,6 +1186,104 @@ Result<std::vector<SandboxInfo>> SandboxManagerImpl::Fork(const std::string& san
   }
   undo.Dismiss();
   return forks;
+}
+
+// Imported snapshots' files are owned by this range until a sandbox starts from them (and
+// gets them shifted to its own): just below the sandboxes' ranges, so no account, no sandbox,
+// and never host root (a setuid file in an archive stays harmless on the host).
+constexpr uid_t kImportedUidBase = runtime::native::kFirstHostId - runtime::native::kIdCount;
+
+Status SandboxManagerImpl::ExportSnapshot(const std::string& id, int out_fd) {
+  SnapshotInfo info;
+  uid_t uid_base = 0;
+  {
+    std::lock_guard lock(mu_);
+    auto it = snapshots_.find(id);
+    if (it == snapshots_.end()) return NoSnapshot(id);
+    it->second.creates_in_flight++;  // not deleted while it is read
+    info = it->second.info;
+    uid_base = it->second.uid_base;
+  }
+  ScopeGuard release([&] {
+    std::lock_guard lock(mu_);
+    if (auto it = snapshots_.find(id); it != snapshots_.end()) it->second.creates_in_flight--;
+  });
+  auto rows = db_->LoadSnapshots();
+  if (!rows) return rows.error();
+  auto row = std::find_if(rows->begin(), rows->end(), [&](const store::SnapshotRow& r) { return r.id == id; });
+  if (row == rows->end()) return NoSnapshot(id);
+  nlohmann::json metadata = {{"name", info.name}, {"image", info.image}, {"created_at", info.created_at},
+                             {"source_id", id}, {"spec", nlohmann::json::parse(row->spec_json, nullptr, false)}};
+  return storage::ExportSnapshotTree(storage_->SnapshotDir(id) + "/upper", uid_base, metadata.dump(), out_fd);
+}
+
+namespace {
+
+Error BadSnapshotArchive(const std::string& why) {
+  return MakeError(ErrorCode::kInvalid, "not a bulkhead snapshot archive: " + why, "invalid_snapshot");
+}
+
+// A snapshot's top level that a sandbox mounts over (images' and the host's directories,
+// /proc, /dev, /sys, /tmp) must not be a symlink: one in an archive from elsewhere would point
+// a mount made at the next boot somewhere else.
+Status CheckMountTargets(const std::string& upper) {
+  for (const char* name : {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "proc", "dev", "sys", "tmp", "run",
+                           "etc", "workspace"}) {
+    struct stat st {};
+    if (::lstat((upper + "/" + name).c_str(), &st) == 0 && !S_ISDIR(st.st_mode) && !S_ISCHR(st.st_mode)) {
+      return BadSnapshotArchive(std::string("/") + name + " is not a directory");
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<SnapshotInfo> SandboxManagerImpl::ImportSnapshot(int in_fd, int64_t max_bytes) {
+  if (stopping_) return MakeError(ErrorCode::kUnavailable, "the daemon is shutting down");
+  store::SnapshotRow row;
+  row.id = "snap_" + NewId();
+  row.created_at = Rfc3339(static_cast<time_t>(UnixMillis() / 1000));
+  row.image = "host";
+  row.spec_json = SpecToJson(SandboxSpec{});
+  row.uid_base = kImportedUidBase;
+  row.state = "creating";  // the row first: a crash from here on is cleaned up by Recover
+  BH_TRY(db_->PutSnapshot(row));
+  ScopeGuard undo([&] { DropSnapshot(row.id); });
+  BH_TRY(storage_->MakeSnapshotDir(row.id));
+  const std::string upper = storage_->SnapshotDir(row.id) + "/upper";
+  auto metadata_text = storage::ImportSnapshotTree(in_fd, upper, row.uid_base, max_bytes);
+  if (!metadata_text) return metadata_text.error();
+  BH_TRY(CheckMountTargets(upper));
+
+  nlohmann::json metadata = nlohmann::json::parse(*metadata_text, nullptr, false);
+  if (!metadata.is_object() || !metadata.contains("image") || !metadata["image"].is_string() ||
+      !metadata.contains("spec") || !metadata["spec"].is_object()) {
+    return BadSnapshotArchive("its metadata lacks the image or the settings");
+  }
+  row.image = metadata["image"].get<std::string>();
+  if (row.image != "host" && !storage_->ImageExists(row.image)) {
+    return MakeError(ErrorCode::kInvalid, "the snapshot is of image \"" + row.image +
+                                              "\", which this host does not have: import the image first",
+                     "image_not_found");
+  }
+  auto spec = SpecFromJson(metadata["spec"].dump());
+  if (!spec) return BadSnapshotArchive("its settings do not parse: " + spec.error().message);
+  spec->image = row.image;
+  spec->from_snapshot.reset();
+  spec->volumes.clear();  // names of another host's volumes
+  row.spec_json = SpecToJson(*spec);
+  if (metadata.contains("name") && metadata["name"].is_string()) {
+    row.name = metadata["name"].get<std::string>().substr(0, 128);
+  }
+  BH_TRY(storage_->SealSnapshot(row.id));
+  if (auto size = storage_->SnapshotSizeBytes(row.id)) row.size_bytes = *size;
+  row.state = "ready";
+  BH_TRY(db_->PutSnapshot(row));
+  undo.Dismiss();
+  std::lock_guard lock(mu_);
+  snapshots_[row.id] = SnapshotEntry{SnapshotInfoOf(row), row.uid_base, 0};
+  return SnapshotInfoOf(row);
 }
 
 }  // namespace bulkhead::core

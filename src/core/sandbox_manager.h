@@ -120,6 +120,13 @@ class SandboxManager {
   virtual std::vector<VolumeInfo> ListVolumes() = 0;
   virtual Status DeleteVolume(const std::string& name) = 0;
 
+  // GET /v1/snapshots/{id}/export: the snapshot as a portable .tar.zst (its files with owners
+  // relative to the sandbox's root, its image and settings), written to out_fd. (blocking)
+  virtual Status ExportSnapshot(const std::string& id, int out_fd) = 0;
+  // POST /v1/snapshots/import: a new snapshot from such an archive read from in_fd. 422 for
+  // anything else (or an image this host lacks), 413 past max_bytes of content. (blocking)
+  virtual Result<SnapshotInfo> ImportSnapshot(int in_fd, int64_t max_bytes) = 0;
+
   virtual ManagerStats Stats() = 0;
   virtual const DaemonConfig& config() const = 0;
 

@@ -107,6 +107,29 @@ class BtrfsLayerArea final : public LayerArea {
 
   Status DestroySnapshotDir(const std::string& id) override { return DestroySubvolume(snapshots_root(), id); }
 
+  // A subvolume, so that sandboxes start from it with O(1) snapshots like from a captured one.
+  Status CreateSnapshotDir(const std::string& id) override {
+    UniqueFd parent = OpenDirNoFollow(snapshots_root());
+    if (!parent) return SystemError("open " + snapshots_root(), errno);
+    btrfs_ioctl_vol_args args{};
+    std::strncpy(args.name, id.c_str(), BTRFS_PATH_NAME_MAX);
+    if (::ioctl(parent.get(), BTRFS_IOC_SUBVOL_CREATE, &args) != 0) {
+      return SystemError("create subvolume " + SnapshotPath(id), errno);
+    }
+    if (::chmod(SnapshotPath(id).c_str(), 0700) != 0) return SystemError("chmod " + SnapshotPath(id), errno);
+    return {};
+  }
+
+  Status SealSnapshotDir(const std::string& id) override {
+    UniqueFd dir = OpenDirNoFollow(SnapshotPath(id));
+    if (!dir) return SystemError("open " + SnapshotPath(id), errno);
+    uint64_t flags = BTRFS_SUBVOL_RDONLY;
+    if (::ioctl(dir.get(), BTRFS_IOC_SUBVOL_SETFLAGS, &flags) != 0) {
+      return SystemError("make " + SnapshotPath(id) + " read-only", errno);
+    }
+    return {};
+  }
+
  private:
   static Status Snapshot(int source_fd, const std::string& parent_dir, const std::string& name, bool read_only) {
     UniqueFd parent = OpenDirNoFollow(parent_dir);

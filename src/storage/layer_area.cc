@@ -181,6 +181,12 @@ Status LayerArea::CreateLayerFrom(const std::string& id, const std::string& sour
 
 Status LayerArea::DestroySnapshotDir(const std::string& id) { return RemoveTree(SnapshotPath(id)); }
 
+Status LayerArea::CreateSnapshotDir(const std::string& id) {
+  std::string dir = SnapshotPath(id);
+  if (::mkdir(dir.c_str(), 0700) != 0) return SystemError("mkdir " + dir, errno);
+  return {};
+}
+
 Result<std::unique_ptr<LayerArea>> OpenPlainLayerArea(const std::string& root) {
   BH_TRY(MakeDir(root, 0711));
   return std::unique_ptr<LayerArea>(std::make_unique<PlainLayerArea>(root));

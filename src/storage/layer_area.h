@@ -50,6 +50,10 @@ class LayerArea {
                                  const IdShift& shift);
   // Removes SnapshotPath(id); a missing one is success.
   virtual Status DestroySnapshotDir(const std::string& id);
+  // An empty SnapshotPath(id) for an imported snapshot to be unpacked into, and, once it is
+  // complete, made immutable (btrfs: a subvolume, then read-only).
+  virtual Status CreateSnapshotDir(const std::string& id);
+  virtual Status SealSnapshotDir(const std::string&) { return {}; }
 
  private:
   std::string root_;

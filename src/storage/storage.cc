@@ -298,6 +298,16 @@ Result<WritableLayer> Storage::CreateLayerFromSnapshot(const std::string& sandbo
   return layer;
 }
 
+Status Storage::MakeSnapshotDir(const std::string& snapshot_id) {
+  BH_TRY(CheckLayerId(snapshot_id));
+  return layers_->CreateSnapshotDir(snapshot_id);
+}
+
+Status Storage::SealSnapshot(const std::string& snapshot_id) {
+  BH_TRY(CheckLayerId(snapshot_id));
+  return layers_->SealSnapshotDir(snapshot_id);
+}
+
 Status Storage::DestroySnapshot(const std::string& snapshot_id) {
   BH_TRY(CheckLayerId(snapshot_id));
   return layers_->DestroySnapshotDir(snapshot_id);

@@ -97,6 +97,10 @@ class Storage {
   // The directory of a snapshot: it holds upper/ (the sandbox's files, owners in the range
   // of the uid_base recorded with it). Never modified once captured.
   std::string SnapshotDir(const std::string& snapshot_id) const;
+  // For an imported snapshot: an empty SnapshotDir to unpack upper/ into, then sealed once
+  // complete (immutable from then on, like a captured one).
+  Status MakeSnapshotDir(const std::string& snapshot_id);
+  Status SealSnapshot(const std::string& snapshot_id);
   Result<int64_t> SnapshotSizeBytes(const std::string& snapshot_id) const;
   // "overlay" (file copies, reflinked where the filesystem can) or "btrfs" (subvolume snapshots).
   std::string driver() const;

@@ -242,3 +242,62 @@ def test_everything_listed_works_after_a_sigkill_right_after_snapshot_and_fork(m
     assert sorted(p.name for p in root.iterdir()) == [snapshot], daemon.log_tail()
     with sqlite3.connect(daemon.state_dir / "bulkhead.db") as db:
         assert db.execute("SELECT id FROM snapshots").fetchall() == [(snapshot,)]
+
+
+# ---------------------------------------------------------------- export and import
+
+@pytest.fixture(scope="module")
+def other_daemon(session_dir, request):
+    """A second host: the other storage driver, its own state dir and uid ranges."""
+    d = conftest._new_daemon(session_dir)
+    d.extra_args = ("--storage-driver", "btrfs")
+    request.addfinalizer(d.destroy)
+    d.start()
+    return d
+
+
+def test_export_import_moves_a_snapshot_between_daemons(made, other_daemon):
+    client = made.client
+    source = made.create()["id"]
+    token = uuid.uuid4().hex
+    client.sh(source, f"echo {token} > /workspace/token; mkdir -p /workspace/deep/dir; "
+                      "head -c 3000000 /dev/urandom > /workspace/deep/dir/blob; sha256sum /workspace/deep/dir/blob "
+                      "> /workspace/blob.sum; ln -s /etc/shadow /workspace/link; ln /workspace/token /workspace/hard; "
+                      "setpriv --reuid=1000 --regid=1000 --clear-groups sh -c 'echo mine > /tmp/by-1000'; "
+                      "setfattr -n user.note -v kept /workspace/token 2>/dev/null || true; rm -f /etc/motd")
+    snapshot = made.snapshot(source, name="portable")
+    r = client.get(f"/v1/snapshots/{snapshot['id']}/export")
+    assert r.status == 200, r
+    archive = r.body
+    assert archive[:4] == b"\x28\xb5\x2f\xfd", archive[:8]  # a zstd frame
+
+    other = other_daemon.client()
+    r = other.request("POST", "/v1/snapshots/import", body=archive, headers={"Content-Type": "application/zstd"})
+    assert r.status == 201, r
+    imported = r.json()
+    try:
+        assert imported["id"] != snapshot["id"] and imported["name"] == "portable" and imported["image"] == "host"
+        started = other.create(from_snapshot=imported["id"])["id"]
+        try:
+            assert other.sh(started, "cat /workspace/token") == token + "\n"
+            assert other.sh(started, "sha256sum -c /workspace/blob.sum") == "/workspace/deep/dir/blob: OK\n"
+            assert other.sh(started, "readlink /workspace/link; stat -c %h /workspace/token") == "/etc/shadow\n2\n"
+            assert other.sh(started, "stat -c '%u' /tmp/by-1000 /workspace/token") == "1000\n0\n"
+            assert other.sh(started, "test -e /etc/motd && echo there || echo gone") == "gone\n"  # the whiteout
+            assert other.sh(started, "echo more >> /workspace/token; tail -1 /workspace/token") == "more\n"
+        finally:
+            other.remove(started)
+    finally:
+        other.delete(f"/v1/snapshots/{imported['id']}")
+
+
+def test_import_refuses_what_is_not_a_snapshot_archive(made):
+    client = made.client
+    before = {s["id"] for s in client.get("/v1/snapshots").json()["snapshots"]}
+    for body in (b"not an archive at all", b"\x28\xb5\x2f\xfd" + b"\0" * 64, b""):
+        r = client.request("POST", "/v1/snapshots/import", body=body, headers={"Content-Type": "application/zstd"})
+        assert_error_shape(r, 422)
+    after = {s["id"] for s in client.get("/v1/snapshots").json()["snapshots"]}
+    assert after == before
+    assert_error_shape(client.get(f"/v1/snapshots/snap_{'a' * 20}/export"), 404)
+    assert_error_shape(client.get("/v1/snapshots/../export"), (400, 404))

@@ -216,6 +216,8 @@ class FileManager : public core::SandboxManager {
   Result<core::SnapshotInfo> GetSnapshot(const std::string&) override { return NotFound(); }
   Status DeleteSnapshot(const std::string&) override { return NotFound(); }
   Result<std::vector<core::SandboxInfo>> Fork(const std::string&, int) override { return NotFound(); }
+  Status ExportSnapshot(const std::string&, int) override { return NotFound(); }
+  Result<core::SnapshotInfo> ImportSnapshot(int, int64_t) override { return NotFound(); }
   core::ManagerStats Stats() override { return {}; }
   const core::DaemonConfig& config() const override { return config_; }
   void Shutdown() override {}

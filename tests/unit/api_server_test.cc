@@ -259,6 +259,12 @@ class FakeManager : public core::SandboxManager {
     if (id != "snap_1") return MakeError(ErrorCode::kNotFound, "no snapshot " + id, "snapshot_not_found");
     return {};
   }
+  Status ExportSnapshot(const std::string& id, int) override {
+    return MakeError(ErrorCode::kNotFound, "no snapshot " + id, "snapshot_not_found");
+  }
+  Result<core::SnapshotInfo> ImportSnapshot(int, int64_t) override {
+    return MakeError(ErrorCode::kInvalid, "not a bulkhead snapshot archive", "invalid_snapshot");
+  }
   Result<std::vector<core::SandboxInfo>> Fork(const std::string& id, int count) override {
     if (id != "sb1") return NotFound(id);
     std::vector<core::SandboxInfo> forks(static_cast<size_t>(count));
