@@ -256,3 +256,27 @@ def test_after_a_host_reboot_running_sandboxes_come_back_stopped_with_their_file
         assert lifecycle(client, sandbox_id, "start")["state"] == "running"
         assert client.sh(sandbox_id, "cat /workspace/token") == tokens[sandbox_id] + "\n"
         assert client.sh(sandbox_id, "sha256sum -c /workspace/blob.sum") == "/workspace/blob: OK\n"
+
+
+def layer_upper(daemon, sandbox_id):
+    for root in (daemon.state_dir / "storage" / "layers", daemon.state_dir / "layers"):
+        if (root / sandbox_id / "upper").is_dir():
+            return root / sandbox_id / "upper"
+    raise AssertionError(f"no layer for {sandbox_id}")
+
+
+@pytest.mark.parametrize("name", ["proc", "usr", "dev"])
+def test_start_refuses_a_layer_with_a_symlink_where_a_mount_goes(client, daemon, sandbox_factory, tmp_path, name):
+    """A stopped sandbox's files are its own: a symlink at a mount point (here planted from
+    the host, as a hostile layer or imported snapshot would carry it) must not steer a mount."""
+    sandbox_id = sandbox_factory()["id"]
+    lifecycle(client, sandbox_id, "stop")
+    planted = layer_upper(daemon, sandbox_id) / name
+    os.symlink(str(tmp_path), planted)
+    r = client.post(f"/v1/sandboxes/{sandbox_id}/start")
+    assert r.status >= 400, r
+    assert "not a directory" in r.json()["error"]["message"], r
+    assert client.sandbox(sandbox_id)["state"] == "stopped"
+    os.unlink(planted)
+    assert lifecycle(client, sandbox_id, "start")["state"] == "running"
+    assert client.sh(sandbox_id, "test -r /proc/self/status && test -x /usr/bin/env && echo ok") == "ok\n"

@@ -171,6 +171,31 @@ void JoinCgroups(ChildPlan* plan) {
   }
 }
 
+// Every mount the next steps make lies below a top-level name of the sandbox's root: a host
+// bind (/usr, /lib...), /proc, /dev, /sys (what is deeper sits on the fresh filesystems mounted
+// there). The root's files are the sandbox's own — its writable layer kept across a stop, or a
+// snapshot imported from elsewhere — so a symlink planted at one of those names would send a
+// mount outside the root. Each must be a real directory, or absent (then made by mkdir, which
+// never follows a symlink). Nothing of the sandbox runs yet, so it cannot change in between.
+void RequireRealTopLevelDirs(ChildPlan* plan) {
+  int root = ::open(plan->root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  STEP(root >= 0, "open sandbox root");
+  auto check = [&](const std::string& path) {
+    std::string first = path.substr(plan->root.size() + 1);
+    first = first.substr(0, first.find('/'));
+    struct open_how how {};
+    how.flags = O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+    int fd = static_cast<int>(::syscall(SYS_openat2, root, first.c_str(), &how, sizeof how));
+    STEP(fd >= 0 || errno == ENOENT, "a mount point in the sandbox root is not a directory (a symlink?)");
+    if (fd >= 0) ::close(fd);
+  };
+  for (const std::string& target : plan->host_bind_targets) check(target);
+  for (PathIndex i : {kProc, kDev, kSys}) check(plan->root_paths[i]);
+  for (const std::string& target : plan->cgroup_v1_targets) check(target);
+  ::close(root);
+}
+
 void MountRoot(ChildPlan* plan) {
   STEP(::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0, "make mounts private");
   IdmappedBind(plan, plan->image.c_str(), plan->lower.c_str(), false);
@@ -182,6 +207,7 @@ void MountRoot(ChildPlan* plan) {
   }
   STEP(::mount("overlay", plan->root.c_str(), "overlay", MS_NOSUID | MS_NODEV, plan->overlay_options.c_str()) == 0,
        "mount overlay");
+  RequireRealTopLevelDirs(plan);
   // The idmapped lower stays attached until the old root is detached in PivotRoot (one
   // unmount, one RCU grace period, instead of two).
   for (size_t i = 0; i < plan->host_binds.size(); i++) {
