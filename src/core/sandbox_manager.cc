@@ -224,6 +224,10 @@ class SandboxManagerImpl : public SandboxManager {
   // a daemon restart lacks one).
   static Result<int> NetnsOf(const Sandbox& sb);
   void PoolLoop();
+  // A warm snapshot without its ready sandbox, or "". Caller holds mu_.
+  std::string SnapshotToWarmLocked() const;
+  // Launches the ready sandbox of a warm snapshot (PoolLoop).
+  void RefillSnapshotPool(const std::string& snapshot_id);
   void TimerLoop();
 
   DaemonConfig config_;
@@ -241,6 +245,11 @@ class SandboxManagerImpl : public SandboxManager {
   std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
   std::map<std::string, SnapshotEntry> snapshots_;  // ready ones
   std::deque<std::shared_ptr<Sandbox>> pool_;
+  // One ready sandbox for each recently used snapshot (the last kWarmSnapshots, most recent
+  // last), which from_snapshot takes as a create takes one of pool_. Only with warm_pool > 0.
+  static constexpr size_t kWarmSnapshots = 4;
+  std::deque<std::string> warm_snapshots_;
+  std::map<std::string, std::shared_ptr<Sandbox>> snapshot_pool_;
   ManagerStats stats_;
 
   std::atomic<bool> stopping_{false};
@@ -877,7 +886,7 @@ Status SandboxManagerImpl::DeleteImage(const std::string& name) {
 ManagerStats SandboxManagerImpl::Stats() {
   std::lock_guard lock(mu_);
   ManagerStats s = stats_;
-  s.warm_pool_ready = static_cast<int64_t>(pool_.size());
+  s.warm_pool_ready = static_cast<int64_t>(pool_.size() + snapshot_pool_.size());  // both kinds
   s.snapshots = static_cast<int64_t>(snapshots_.size());
   s.storage_driver = storage_->driver();
   return s;
@@ -890,10 +899,16 @@ void SandboxManagerImpl::PoolLoop() {
     {
       std::unique_lock lock(mu_);
       wake_.wait_for(lock, std::chrono::seconds(1), [&] {
-        return stopping_ || static_cast<int>(pool_.size()) < config_.warm_pool;
+        return stopping_ || static_cast<int>(pool_.size()) < config_.warm_pool || !SnapshotToWarmLocked().empty();
       });
       if (stopping_) break;
-      if (static_cast<int>(pool_.size()) >= config_.warm_pool) continue;
+      if (static_cast<int>(pool_.size()) >= config_.warm_pool) {
+        std::string snapshot_id = SnapshotToWarmLocked();
+        if (snapshot_id.empty()) continue;
+        lock.unlock();
+        RefillSnapshotPool(snapshot_id);
+        continue;
+      }
     }
     auto sb = Launch(defaults);
     if (sb) {
@@ -912,6 +927,61 @@ void SandboxManagerImpl::PoolLoop() {
     std::lock_guard lock(mu_);
     pool_.push_back(*sb);
   }
+}
+
+std::string SandboxManagerImpl::SnapshotToWarmLocked() const {
+  for (const auto& id : warm_snapshots_) {
+    if (!snapshot_pool_.count(id) && snapshots_.count(id)) return id;
+  }
+  return {};
+}
+
+void SandboxManagerImpl::RefillSnapshotPool(const std::string& snapshot_id) {
+  LayerSource source{snapshot_id, 0};
+  {
+    std::lock_guard lock(mu_);
+    auto it = snapshots_.find(snapshot_id);
+    if (it == snapshots_.end()) return;
+    source.uid_base = it->second.uid_base;
+    it->second.creates_in_flight++;  // not deleted under the launch
+  }
+  ScopeGuard release([&] {
+    std::lock_guard lock(mu_);
+    if (auto it = snapshots_.find(snapshot_id); it != snapshots_.end()) it->second.creates_in_flight--;
+  });
+  auto rows = db_->LoadSnapshots();
+  if (!rows) return;
+  auto row = std::find_if(rows->begin(), rows->end(), [&](const store::SnapshotRow& r) { return r.id == snapshot_id; });
+  if (row == rows->end()) return;
+  auto spec = SpecFromJson(row->spec_json);
+  if (!spec) return;
+  spec->from_snapshot = snapshot_id;
+  spec->volumes.clear();
+  spec->network = {};
+  spec->timeout_s = 0;
+  auto sb = Launch(*spec, source);
+  if (sb) {
+    (*sb)->info.state = "pooled";
+    if (auto st = db_->Put(RowOf(**sb)); !st) {
+      (void)Teardown((*sb)->info.id, (*sb)->uid_base, (*sb)->init);
+      sb = st.error();
+    }
+  }
+  if (!sb) {
+    spdlog::warn("warm pool of snapshot {}: {}", snapshot_id, sb.error().message);
+    std::unique_lock lock(mu_);
+    wake_.wait_for(lock, std::chrono::seconds(5), [&] { return stopping_.load(); });
+    return;
+  }
+  std::unique_lock lock(mu_);
+  const bool still_warm = snapshots_.count(snapshot_id) &&
+                          std::find(warm_snapshots_.begin(), warm_snapshots_.end(), snapshot_id) != warm_snapshots_.end();
+  if (still_warm && !snapshot_pool_.count(snapshot_id)) {
+    snapshot_pool_[snapshot_id] = *sb;
+    return;
+  }
+  lock.unlock();
+  (void)Teardown((*sb)->info.id, (*sb)->uid_base, (*sb)->init);
 }
 
 void SandboxManagerImpl::TimerLoop() {
@@ -956,6 +1026,8 @@ void SandboxManagerImpl::Shutdown() {
     {
       std::lock_guard lock(mu_);
       pool.swap(pool_);
+      for (auto& [id, sb] : snapshot_pool_) pool.push_back(sb);
+      snapshot_pool_.clear();
     }
     for (const auto& sb : pool) (void)Teardown(sb->info.id, sb->uid_base, sb->init);
     runtime_->Release();
@@ -1085,6 +1157,7 @@ Result<SnapshotInfo> SandboxManagerImpl::GetSnapshot(const std::string& id) {
 }
 
 Status SandboxManagerImpl::DeleteSnapshot(const std::string& id) {
+  std::shared_ptr<Sandbox> pooled;
   {
     std::lock_guard lock(mu_);
     auto it = snapshots_.find(id);
@@ -1095,7 +1168,13 @@ Status SandboxManagerImpl::DeleteSnapshot(const std::string& id) {
     if (!user.empty())
       return MakeError(ErrorCode::kConflict, "snapshot " + id + " is used by " + user, "snapshot_in_use");
     snapshots_.erase(it);
+    warm_snapshots_.erase(std::remove(warm_snapshots_.begin(), warm_snapshots_.end(), id), warm_snapshots_.end());
+    if (auto ready = snapshot_pool_.find(id); ready != snapshot_pool_.end()) {
+      pooled = ready->second;
+      snapshot_pool_.erase(ready);
+    }
   }
+  if (pooled) (void)Teardown(pooled->info.id, pooled->uid_base, pooled->init);
   // The row goes first: files without a row are collected at the next start.
   BH_TRY(db_->RemoveSnapshot(id));
   if (auto st = storage_->DestroySnapshot(id); !st) spdlog::warn("snapshot {}: {}", id, st.error().message);
@@ -1105,6 +1184,7 @@ Status SandboxManagerImpl::DeleteSnapshot(const std::string& id) {
 Result<SandboxInfo> SandboxManagerImpl::CreateFromSnapshot(SandboxSpec spec) {
   const std::string snapshot_id = *spec.from_snapshot;
   LayerSource source{snapshot_id, 0};
+  std::shared_ptr<Sandbox> pooled, evicted;
   {
     std::lock_guard lock(mu_);
     auto it = snapshots_.find(snapshot_id);
@@ -1118,12 +1198,45 @@ Result<SandboxInfo> SandboxManagerImpl::CreateFromSnapshot(SandboxSpec spec) {
       return MakeError(ErrorCode::kTooMany, "sandbox limit reached (" + std::to_string(config_.max_sandboxes) + ")");
     it->second.creates_in_flight++;
     source.uid_base = it->second.uid_base;
+    if (config_.warm_pool > 0) {
+      // Most recently used last; the pool keeps a ready sandbox for the last few.
+      warm_snapshots_.erase(std::remove(warm_snapshots_.begin(), warm_snapshots_.end(), snapshot_id),
+                            warm_snapshots_.end());
+      warm_snapshots_.push_back(snapshot_id);
+      while (warm_snapshots_.size() > kWarmSnapshots) {
+        if (auto cold = snapshot_pool_.find(warm_snapshots_.front()); cold != snapshot_pool_.end()) {
+          evicted = cold->second;
+          snapshot_pool_.erase(cold);
+        }
+        warm_snapshots_.pop_front();
+      }
+    }
+    if (auto ready = snapshot_pool_.find(snapshot_id);
+        ready != snapshot_pool_.end() && spec.volumes.empty() && spec.runtime == "native") {
+      pooled = ready->second;
+      snapshot_pool_.erase(ready);
+      stats_.warm_pool_hits_total++;
+    }
   }
+  wake_.notify_all();
+  if (evicted) (void)Teardown(evicted->info.id, evicted->uid_base, evicted->init);
   // Runs after Admit listed the sandbox, which holds the snapshot from then on.
   ScopeGuard release([&] {
     std::lock_guard lock(mu_);
     if (auto it = snapshots_.find(snapshot_id); it != snapshots_.end()) it->second.creates_in_flight--;
   });
+  if (pooled) {
+    // Made with the snapshot's settings: give it this request's, as Create does.
+    Status st = runtime_->SetLimits(pooled->info.id, {spec.cpus, spec.memory_mb, spec.pids});
+    if (st) st = storage_->SetLayerQuota(pooled->info.id, spec.disk_mb);
+    if (st) {
+      pooled->info.spec = spec;
+      pooled->info.parent_snapshot = spec.from_snapshot;
+      pooled->info.created_at = Rfc3339(static_cast<time_t>(UnixMillis() / 1000));
+      return Admit(pooled);
+    }
+    (void)Teardown(pooled->info.id, pooled->uid_base, pooled->init);
+  }
   auto sb = Launch(spec, source);
   if (!sb) {
     std::lock_guard lock(mu_);

@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 import conftest
-from harness import assert_error_shape
+from harness import assert_error_shape, wait_until
 
 
 @pytest.fixture(scope="module", params=["overlay", "btrfs"])
@@ -301,3 +301,37 @@ def test_import_refuses_what_is_not_a_snapshot_archive(made):
     assert after == before
     assert_error_shape(client.get(f"/v1/snapshots/snap_{'a' * 20}/export"), 404)
     assert_error_shape(client.get("/v1/snapshots/../export"), (400, 404))
+
+
+def test_a_used_snapshot_keeps_a_ready_sandbox_and_gives_it_up(daemon_factory):
+    """After a first from_snapshot, the warm pool keeps a sandbox of that snapshot ready; the
+    next create takes it (with its own settings), and deleting the snapshot frees it."""
+    daemon = daemon_factory(warm_pool=1)
+    daemon.extra_args = ("--storage-driver", "btrfs")
+    daemon.start()
+    client = daemon.client()
+    source = client.create()["id"]
+    client.sh(source, "echo from-the-snapshot > /workspace/mark")
+    snapshot = client.post(f"/v1/sandboxes/{source}/snapshots", {}).json()["id"]
+    first = client.create(from_snapshot=snapshot)["id"]
+    staged = lambda: len(list((daemon.state_dir / "sandboxes").iterdir()))  # noqa: E731
+    metric = lambda name: int(re.search(rf"^{name} (\d+)$", client.get("/metrics").body.decode(),  # noqa: E731
+                                        re.M).group(1))
+    # Ready: one sandbox of the host image, one of the snapshot.
+    assert wait_until(lambda: metric("bulkhead_warm_pool_ready") == 2, timeout=30)
+    assert staged() == 4  # with source and first
+    hits = lambda: metric("bulkhead_warm_pool_hits_total")  # noqa: E731
+    before = hits()
+    second = client.create(from_snapshot=snapshot, memory_mb=300, metadata={"n": "2"})
+    assert hits() == before + 1
+    assert second["memory_mb"] == 300 and second["metadata"] == {"n": "2"}, second
+    assert second["parent_snapshot"] == snapshot
+    assert client.sh(second["id"], "cat /workspace/mark") == "from-the-snapshot\n"
+    assert client.sh(second["id"], "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || "
+                                   "cat /sys/fs/cgroup/memory.max") == f"{300 << 20}\n"
+    for sandbox_id in (first, second["id"]):
+        client.remove(sandbox_id)
+    assert wait_until(lambda: metric("bulkhead_warm_pool_ready") == 2, timeout=30)  # its ready one is back
+    assert staged() == 3
+    assert client.delete(f"/v1/snapshots/{snapshot}").status == 204
+    assert staged() == 2  # source and the host pool's: the snapshot's ready sandbox is gone
