@@ -101,12 +101,12 @@ def bench_workload(api: BulkheadApi, name: str, fill: str, runs: int) -> None:
                 warm_exec_ms.append(ms + exec_ms(api, started["id"]))
             api.delete_sandbox(started["id"])
         print(f"  {name:13s} snapshot                {figures(snap_ms)}")
-        print(f"  {name:13s} from_snapshot, warm     {figures(warm_ms)}")
-        print(f"  {name:13s} ... to first exec output{figures(warm_exec_ms)}")
         print(f"  {name:13s} fork x1                 {figures(fork1_ms)}")
         print(f"  {name:13s} fork x10                {figures(fork10_ms)}")
         print(f"  {name:13s} from_snapshot to 201    {figures(from_ms)}")
         print(f"  {name:13s} ... to first exec output{figures(from_exec_ms)}")
+        print(f"  {name:13s} from_snapshot, warm     {figures(warm_ms)}")
+        print(f"  {name:13s} ... to first exec output{figures(warm_exec_ms)}")
     finally:
         for sandbox_id in made + [source]:
             try:
