@@ -145,8 +145,8 @@ class SandboxManagerImpl : public SandboxManager {
   std::vector<SandboxInfo> List(const ListFilter& filter) override;
   Status Delete(const std::string& id) override;
   Result<SandboxInfo> SetTimeout(const std::string& id, int64_t timeout_s) override;
-  Result<SandboxInfo> Pause(const std::string& id) override;
-  Result<SandboxInfo> Resume(const std::string& id) override;
+  Result<SandboxInfo> Pause(const std::string& id) override { return SetPaused(id, true); }
+  Result<SandboxInfo> Resume(const std::string& id) override { return SetPaused(id, false); }
   Result<SandboxInfo> Stop(const std::string& id) override;
   Result<SandboxInfo> Start(const std::string& id) override;
   Result<UniqueFd> SandboxSocket(const std::string& id, int domain) override;
@@ -210,6 +210,7 @@ class SandboxManagerImpl : public SandboxManager {
   Result<std::shared_ptr<Sandbox>> LockForChange(const std::string& id, std::unique_lock<std::mutex>& lock);
   // Pause/Resume with the sandbox's lifecycle lock held.
   Status FreezeLocked(Sandbox& sb, bool frozen);
+  Result<SandboxInfo> SetPaused(const std::string& id, bool paused);
   // A token that keeps the sandbox counted as busy while it lives.
   std::shared_ptr<void> BusyToken(const std::shared_ptr<Sandbox>& sb);
   // Frees everything a sandbox may hold; each step tolerates the resource being absent.
@@ -656,7 +657,7 @@ Status SandboxManagerImpl::FreezeLocked(Sandbox& sb, bool frozen) {
   return {};
 }
 
-Result<SandboxInfo> SandboxManagerImpl::Pause(const std::string& id) {
+Result<SandboxInfo> SandboxManagerImpl::SetPaused(const std::string& id, bool paused) {
   std::unique_lock<std::mutex> life;
   auto sb = LockForChange(id, life);
   if (!sb) return sb.error();
@@ -665,23 +666,12 @@ Result<SandboxInfo> SandboxManagerImpl::Pause(const std::string& id) {
     std::lock_guard lock(mu_);
     state = (*sb)->info.state;
   }
-  if (state == "running") BH_TRY(FreezeLocked(**sb, true));
-  else if (state != "paused") return WrongState(id, state, "only a running sandbox can be paused");
-  std::lock_guard lock(mu_);
-  return (*sb)->info;
-}
-
-Result<SandboxInfo> SandboxManagerImpl::Resume(const std::string& id) {
-  std::unique_lock<std::mutex> life;
-  auto sb = LockForChange(id, life);
-  if (!sb) return sb.error();
-  std::string state;
-  {
-    std::lock_guard lock(mu_);
-    state = (*sb)->info.state;
+  if (state == (paused ? "running" : "paused")) {
+    BH_TRY(FreezeLocked(**sb, paused));
+  } else if (state != (paused ? "paused" : "running")) {
+    return WrongState(id, state, paused ? "only a running sandbox can be paused"
+                                        : "only a paused sandbox can be resumed (POST .../start boots a stopped one)");
   }
-  if (state == "paused") BH_TRY(FreezeLocked(**sb, false));
-  else if (state != "running") return WrongState(id, state, "only a paused sandbox can be resumed (POST .../start boots a stopped one)");
   std::lock_guard lock(mu_);
   return (*sb)->info;
 }

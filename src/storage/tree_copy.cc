@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/unique_fd.h"
+#include "storage/fs_util.h"
 
 namespace bulkhead::storage {
 namespace {
@@ -29,24 +30,6 @@ constexpr char kCapabilityXattr[] = "security.capability";
 constexpr size_t kCapabilityV3Size = 24;  // magic, 2 x (permitted, inheritable), rootid
 constexpr uint32_t kCapabilityRevisionMask = 0xFF000000;
 constexpr uint32_t kCapabilityRevision3 = 0x03000000;
-
-Result<std::vector<std::string>> ListNames(int dir_fd) {
-  int fd = ::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return SystemError("open directory", errno);
-  DIR* dir = ::fdopendir(fd);
-  if (dir == nullptr) {
-    int err = errno;
-    ::close(fd);
-    return SystemError("fdopendir", err);
-  }
-  std::vector<std::string> names;
-  while (dirent* e = ::readdir(dir)) {
-    std::string name = e->d_name;
-    if (name != "." && name != "..") names.push_back(std::move(name));
-  }
-  ::closedir(dir);
-  return names;
-}
 
 // The path of `name` inside an open directory: the l*xattr calls follow the /proc magic
 // link to the directory but not `name` itself, so this is safe for symlinks too.
