@@ -19,6 +19,7 @@
 #include "common/scope_guard.h"
 #include "common/unique_fd.h"
 #include "storage/archive_util.h"
+#include "storage/file_capability.h"
 #include "storage/fs_util.h"
 
 namespace bulkhead::storage {
@@ -65,41 +66,6 @@ bool IsExportedXattr(const std::string& name) {
 
 bool IsImportableXattr(const std::string& name) {
   return name.rfind("user.", 0) == 0 || name == "security.capability" || name.rfind("trusted.overlay.", 0) == 0;
-}
-
-// security.capability names the uid that counts as root for it (v3, set inside a user
-// namespace; v2 means any root). The archive holds it as v3 with that root relative to
-// uid_base, like the owners. Layout: magic_etc, 2 x (permitted, inheritable), [rootid].
-constexpr uint32_t kCapRevisionMask = 0xFF000000;
-constexpr uint32_t kCapRevision2 = 0x02000000;
-constexpr uint32_t kCapRevision3 = 0x03000000;
-constexpr uint32_t kCapFlagsEffective = 0x000001;
-constexpr size_t kCapSizeV2 = 20;
-constexpr size_t kCapSizeV3 = 24;
-
-uint32_t LoadLe32(const std::string& s, size_t at) {
-  uint32_t v;
-  std::memcpy(&v, s.data() + at, 4);
-  return le32toh(v);
-}
-
-// The capability's root uid (0 for v2), or nullopt when value is not a v2/v3 capability.
-std::optional<uint32_t> CapabilityRoot(const std::string& value) {
-  if (value.size() < 4) return std::nullopt;
-  uint32_t revision = LoadLe32(value, 0) & kCapRevisionMask;
-  if (revision == kCapRevision2 && value.size() == kCapSizeV2) return 0;
-  if (revision == kCapRevision3 && value.size() == kCapSizeV3) return LoadLe32(value, 20);
-  return std::nullopt;
-}
-
-std::string CapabilityWithRoot(const std::string& value, uint32_t root) {
-  std::string out(kCapSizeV3, '\0');
-  uint32_t magic = htole32(kCapRevision3 | (LoadLe32(value, 0) & kCapFlagsEffective));
-  uint32_t rootid = htole32(root);
-  std::memcpy(out.data(), &magic, 4);
-  std::memcpy(out.data() + 4, value.data() + 4, 16);
-  std::memcpy(out.data() + 20, &rootid, 4);
-  return out;
 }
 
 // ---- export ----

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/unique_fd.h"
+#include "storage/file_capability.h"
 #include "storage/fs_util.h"
 
 namespace bulkhead::storage {
@@ -26,10 +27,6 @@ namespace {
 // Each level holds a descriptor on both sides; a sandbox can nest directories without end,
 // so the walk stops (with an error) rather than run out of descriptors.
 constexpr int kMaxDepth = 2000;
-constexpr char kCapabilityXattr[] = "security.capability";
-constexpr size_t kCapabilityV3Size = 24;  // magic, 2 x (permitted, inheritable), rootid
-constexpr uint32_t kCapabilityRevisionMask = 0xFF000000;
-constexpr uint32_t kCapabilityRevision3 = 0x03000000;
 
 // The path of `name` inside an open directory: the l*xattr calls follow the /proc magic
 // link to the directory but not `name` itself, so this is safe for symlinks too.
@@ -40,13 +37,7 @@ std::string EntryPath(int dir_fd, const std::string& name) {
 // A v3 file capability names the host uid that is root of the namespace it applies in:
 // that uid moves with the owners.
 void ShiftCapability(std::string& value, const IdShift& shift) {
-  if (value.size() != kCapabilityV3Size) return;
-  uint32_t magic, rootid;
-  std::memcpy(&magic, value.data(), 4);
-  if ((magic & kCapabilityRevisionMask) != kCapabilityRevision3) return;
-  std::memcpy(&rootid, value.data() + 20, 4);
-  rootid = shift.Map(rootid);
-  std::memcpy(value.data() + 20, &rootid, 4);
+  if (IsCapabilityV3(value)) value = CapabilityWithRoot(value, shift.Map(*CapabilityRoot(value)));
 }
 
 // 0 and the value in `out`, or the errno.
