@@ -274,7 +274,7 @@ def test_start_refuses_a_layer_with_a_symlink_where_a_mount_goes(client, daemon,
     planted = layer_upper(daemon, sandbox_id) / name
     os.symlink(str(tmp_path), planted)
     r = client.post(f"/v1/sandboxes/{sandbox_id}/start")
-    assert r.status >= 400, r
+    assert_error_shape(r, 409)
     assert "not a directory" in r.json()["error"]["message"], r
     assert client.sandbox(sandbox_id)["state"] == "stopped"
     os.unlink(planted)

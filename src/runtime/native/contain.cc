@@ -187,7 +187,7 @@ void RequireRealTopLevelDirs(ChildPlan* plan) {
     how.flags = O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
     how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
     int fd = static_cast<int>(::syscall(SYS_openat2, root, first.c_str(), &how, sizeof how));
-    STEP(fd >= 0 || errno == ENOENT, "a mount point in the sandbox root is not a directory (a symlink?)");
+    STEP(fd >= 0 || errno == ENOENT, kRootMountPointStep);
     if (fd >= 0) ::close(fd);
   };
   for (const std::string& target : plan->host_bind_targets) check(target);

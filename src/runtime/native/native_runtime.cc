@@ -210,6 +210,10 @@ Result<InitProcess> NativeRuntime::Launch(const LaunchSpec& spec) {
   if (plan.failed_step) {
     ::waitpid(pid, nullptr, __WALL);
     if (plan.failed_volume >= 0) return VolumeError(spec.volumes[plan.failed_volume], plan);
+    if (std::strcmp(plan.failed_step, kRootMountPointStep) == 0) {
+      return MakeError(ErrorCode::kConflict, std::string("the sandbox's files cannot boot: ") + kRootMountPointStep,
+                       "sandbox_files_unbootable");
+    }
     return SystemError(std::string("sandbox setup failed at ") + plan.failed_step, plan.failed_errno);
   }
   InitProcess init{pid, ProcessStartTime(pid)};
