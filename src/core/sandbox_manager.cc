@@ -92,7 +92,8 @@ struct LayerSource {
 struct SnapshotEntry {
   SnapshotInfo info;
   uid_t uid_base = 0;
-  int creates_in_flight = 0;  // from_snapshot creates between lookup and admission
+  std::string spec_json;  // the settings of the sandbox it was taken of
+  int users = 0;          // creates, pool refills and exports reading it now (UseSnapshot)
 };
 
 // What every command in a sandbox with egress gets, so that programs that honour proxy
@@ -185,6 +186,12 @@ class SandboxManagerImpl : public SandboxManager {
   // Writes a "creating" row, captures the sandbox's files (frozen if running), thaws.
   Result<store::SnapshotRow> Capture(const std::string& sandbox_id, const std::string& name);
   void DropSnapshot(const std::string& id);
+  // A copy of a ready snapshot's entry, and a token that keeps DeleteSnapshot away (409) while
+  // it lives. 404 if there is none.
+  Result<std::pair<SnapshotEntry, std::shared_ptr<void>>> UseSnapshot(const std::string& id);
+  // Gives a sandbox from a warm pool (made with other settings) this request's: limits, disk
+  // cap and spec. False (the sandbox torn down) if that fails; then the caller launches one.
+  bool FitPooled(Sandbox& sb, const SandboxSpec& spec);
   Result<SandboxInfo> CreateFromSnapshot(SandboxSpec spec);
   // Hands out a launched sandbox: network, lifetime, row, listing (what Create does last).
   Result<SandboxInfo> Admit(const std::shared_ptr<Sandbox>& sb);
@@ -518,31 +525,30 @@ Result<SandboxInfo> SandboxManagerImpl::Create(const SandboxSpec& spec) {
     }
   }
   wake_.notify_all();
-  if (sb) {
-    // A pooled sandbox was made with default limits: give it this request's.
-    Status st = runtime_->SetLimits(sb->info.id, {spec.cpus, spec.memory_mb, spec.pids});
-    if (st) st = storage_->SetLayerQuota(sb->info.id, spec.disk_mb);
-    if (!st) {
-      (void)Teardown(sb->info.id, sb->uid_base, sb->init);
-      sb.reset();
-    } else {
-      sb->info.spec = spec;
-      sb->info.state = "running";
-      sb->info.created_at = Rfc3339(static_cast<time_t>(UnixMillis() / 1000));
-    }
+  if (sb && FitPooled(*sb, spec)) return Admit(sb);
+  auto launched = Launch(spec);
+  if (!launched) {
+    std::lock_guard lock(mu_);
+    stats_.sandbox_create_failures_total++;
+    return launched.error();
   }
-  if (!sb) {
-    auto launched = Launch(spec);
-    if (!launched) {
-      std::lock_guard lock(mu_);
-      stats_.sandbox_create_failures_total++;
-      return launched.error();
-    }
-    sb = *launched;
-    sb->info.state = "running";
-  }
-  return Admit(sb);
+  return Admit(*launched);
 }
+
+bool SandboxManagerImpl::FitPooled(Sandbox& sb, const SandboxSpec& spec) {
+  Status st = runtime_->SetLimits(sb.info.id, {spec.cpus, spec.memory_mb, spec.pids});
+  if (st) st = storage_->SetLayerQuota(sb.info.id, spec.disk_mb);
+  if (!st) {
+    spdlog::warn("warm pool: sandbox {}: {}", sb.info.id, st.error().message);
+    (void)Teardown(sb.info.id, sb.uid_base, sb.init);
+    return false;
+  }
+  sb.info.spec = spec;
+  sb.info.parent_snapshot = spec.from_snapshot;
+  sb.info.created_at = Rfc3339(static_cast<time_t>(UnixMillis() / 1000));
+  return true;
+}
+
 
 Result<SandboxInfo> SandboxManagerImpl::Get(const std::string& id) {
   SandboxInfo info;
@@ -927,23 +933,10 @@ std::string SandboxManagerImpl::SnapshotToWarmLocked() const {
 }
 
 void SandboxManagerImpl::RefillSnapshotPool(const std::string& snapshot_id) {
-  LayerSource source{snapshot_id, 0};
-  {
-    std::lock_guard lock(mu_);
-    auto it = snapshots_.find(snapshot_id);
-    if (it == snapshots_.end()) return;
-    source.uid_base = it->second.uid_base;
-    it->second.creates_in_flight++;  // not deleted under the launch
-  }
-  ScopeGuard release([&] {
-    std::lock_guard lock(mu_);
-    if (auto it = snapshots_.find(snapshot_id); it != snapshots_.end()) it->second.creates_in_flight--;
-  });
-  auto rows = db_->LoadSnapshots();
-  if (!rows) return;
-  auto row = std::find_if(rows->begin(), rows->end(), [&](const store::SnapshotRow& r) { return r.id == snapshot_id; });
-  if (row == rows->end()) return;
-  auto spec = SpecFromJson(row->spec_json);
+  auto use = UseSnapshot(snapshot_id);  // not deleted under the launch
+  if (!use) return;
+  const LayerSource source{snapshot_id, use->first.uid_base};
+  auto spec = SpecFromJson(use->first.spec_json);
   if (!spec) return;
   spec->from_snapshot = snapshot_id;
   spec->volumes.clear();
@@ -1041,6 +1034,10 @@ SnapshotInfo SnapshotInfoOf(const store::SnapshotRow& row) {
   return SnapshotInfo{row.id, row.name, row.sandbox_id, row.created_at, row.size_bytes, row.image};
 }
 
+SnapshotEntry EntryOf(const store::SnapshotRow& row) {
+  return SnapshotEntry{SnapshotInfoOf(row), row.uid_base, row.spec_json, 0};
+}
+
 }  // namespace
 
 void SandboxManagerImpl::RecoverSnapshots() {
@@ -1059,13 +1056,25 @@ void SandboxManagerImpl::RecoverSnapshots() {
       continue;
     }
     ready.insert(row.id);
-    snapshots_[row.id] = SnapshotEntry{SnapshotInfoOf(row), row.uid_base, 0};
+    snapshots_[row.id] = EntryOf(row);
   }
   for (const auto& id : storage_->ListSnapshots()) {
     if (ready.count(id)) continue;
     spdlog::info("recover: removing snapshot files without a record: {}", id);
     (void)storage_->DestroySnapshot(id);
   }
+}
+
+Result<std::pair<SnapshotEntry, std::shared_ptr<void>>> SandboxManagerImpl::UseSnapshot(const std::string& id) {
+  std::lock_guard lock(mu_);
+  auto it = snapshots_.find(id);
+  if (it == snapshots_.end()) return NoSnapshot(id);
+  it->second.users++;
+  std::shared_ptr<void> token(nullptr, [this, id](void*) {
+    std::lock_guard lock(mu_);
+    if (auto it = snapshots_.find(id); it != snapshots_.end()) it->second.users--;
+  });
+  return std::pair{it->second, std::move(token)};
 }
 
 void SandboxManagerImpl::DropSnapshot(const std::string& id) {
@@ -1123,7 +1132,7 @@ Result<SnapshotInfo> SandboxManagerImpl::CreateSnapshot(const std::string& sandb
   BH_TRY(db_->PutSnapshot(*row));
   undo.Dismiss();
   std::lock_guard lock(mu_);
-  snapshots_[row->id] = SnapshotEntry{SnapshotInfoOf(*row), row->uid_base, 0};
+  snapshots_[row->id] = EntryOf(*row);
   return SnapshotInfoOf(*row);
 }
 
@@ -1152,7 +1161,7 @@ Status SandboxManagerImpl::DeleteSnapshot(const std::string& id) {
     std::lock_guard lock(mu_);
     auto it = snapshots_.find(id);
     if (it == snapshots_.end()) return NoSnapshot(id);
-    std::string user = it->second.creates_in_flight > 0 ? "a sandbox being created" : "";
+    std::string user = it->second.users > 0 ? "a sandbox being created from it, or an export" : "";
     for (const auto& [sandbox_id, sb] : sandboxes_)
       if (sb->info.spec.from_snapshot == id) user = "sandbox " + sandbox_id;
     if (!user.empty())
@@ -1173,21 +1182,20 @@ Status SandboxManagerImpl::DeleteSnapshot(const std::string& id) {
 
 Result<SandboxInfo> SandboxManagerImpl::CreateFromSnapshot(SandboxSpec spec) {
   const std::string snapshot_id = *spec.from_snapshot;
-  LayerSource source{snapshot_id, 0};
+  // Held until Admit has listed the sandbox, which holds the snapshot from then on.
+  auto use = UseSnapshot(snapshot_id);
+  if (!use) return use.error();
+  const LayerSource source{snapshot_id, use->first.uid_base};
+  const std::string& image = use->first.info.image;
+  if (spec.image.empty()) spec.image = image;
+  if (spec.image != image)
+    return MakeError(ErrorCode::kInvalid, "snapshot " + snapshot_id + " is of image \"" + image +
+                                              "\": a sandbox started from it runs that image");
   std::shared_ptr<Sandbox> pooled, evicted;
   {
     std::lock_guard lock(mu_);
-    auto it = snapshots_.find(snapshot_id);
-    if (it == snapshots_.end()) return NoSnapshot(snapshot_id);
-    const std::string& image = it->second.info.image;
-    if (spec.image.empty()) spec.image = image;
-    if (spec.image != image)
-      return MakeError(ErrorCode::kInvalid, "snapshot " + snapshot_id + " is of image \"" + image +
-                                                "\": a sandbox started from it runs that image");
     if (static_cast<int64_t>(sandboxes_.size()) >= config_.max_sandboxes)
       return MakeError(ErrorCode::kTooMany, "sandbox limit reached (" + std::to_string(config_.max_sandboxes) + ")");
-    it->second.creates_in_flight++;
-    source.uid_base = it->second.uid_base;
     if (config_.warm_pool > 0) {
       // Most recently used last; the pool keeps a ready sandbox for the last few.
       warm_snapshots_.erase(std::remove(warm_snapshots_.begin(), warm_snapshots_.end(), snapshot_id),
@@ -1210,23 +1218,7 @@ Result<SandboxInfo> SandboxManagerImpl::CreateFromSnapshot(SandboxSpec spec) {
   }
   wake_.notify_all();
   if (evicted) (void)Teardown(evicted->info.id, evicted->uid_base, evicted->init);
-  // Runs after Admit listed the sandbox, which holds the snapshot from then on.
-  ScopeGuard release([&] {
-    std::lock_guard lock(mu_);
-    if (auto it = snapshots_.find(snapshot_id); it != snapshots_.end()) it->second.creates_in_flight--;
-  });
-  if (pooled) {
-    // Made with the snapshot's settings: give it this request's, as Create does.
-    Status st = runtime_->SetLimits(pooled->info.id, {spec.cpus, spec.memory_mb, spec.pids});
-    if (st) st = storage_->SetLayerQuota(pooled->info.id, spec.disk_mb);
-    if (st) {
-      pooled->info.spec = spec;
-      pooled->info.parent_snapshot = spec.from_snapshot;
-      pooled->info.created_at = Rfc3339(static_cast<time_t>(UnixMillis() / 1000));
-      return Admit(pooled);
-    }
-    (void)Teardown(pooled->info.id, pooled->uid_base, pooled->init);
-  }
+  if (pooled && FitPooled(*pooled, spec)) return Admit(pooled);
   auto sb = Launch(spec, source);
   if (!sb) {
     std::lock_guard lock(mu_);
@@ -1314,47 +1306,19 @@ Result<std::vector<SandboxInfo>> SandboxManagerImpl::Fork(const std::string& san
 constexpr uid_t kImportedUidBase = runtime::native::kFirstHostId - runtime::native::kIdCount;
 
 Status SandboxManagerImpl::ExportSnapshot(const std::string& id, int out_fd) {
-  SnapshotInfo info;
-  uid_t uid_base = 0;
-  {
-    std::lock_guard lock(mu_);
-    auto it = snapshots_.find(id);
-    if (it == snapshots_.end()) return NoSnapshot(id);
-    it->second.creates_in_flight++;  // not deleted while it is read
-    info = it->second.info;
-    uid_base = it->second.uid_base;
-  }
-  ScopeGuard release([&] {
-    std::lock_guard lock(mu_);
-    if (auto it = snapshots_.find(id); it != snapshots_.end()) it->second.creates_in_flight--;
-  });
-  auto rows = db_->LoadSnapshots();
-  if (!rows) return rows.error();
-  auto row = std::find_if(rows->begin(), rows->end(), [&](const store::SnapshotRow& r) { return r.id == id; });
-  if (row == rows->end()) return NoSnapshot(id);
-  nlohmann::json metadata = {{"name", info.name}, {"image", info.image}, {"created_at", info.created_at},
-                             {"source_id", id}, {"spec", nlohmann::json::parse(row->spec_json, nullptr, false)}};
-  return storage::ExportSnapshotTree(storage_->SnapshotDir(id) + "/upper", uid_base, metadata.dump(), out_fd);
+  auto use = UseSnapshot(id);  // not deleted while it is read
+  if (!use) return use.error();
+  const SnapshotEntry& entry = use->first;
+  nlohmann::json metadata = {{"name", entry.info.name}, {"image", entry.info.image},
+                             {"created_at", entry.info.created_at}, {"source_id", id},
+                             {"spec", nlohmann::json::parse(entry.spec_json, nullptr, false)}};
+  return storage::ExportSnapshotTree(storage_->SnapshotDir(id) + "/upper", entry.uid_base, metadata.dump(), out_fd);
 }
 
 namespace {
 
 Error BadSnapshotArchive(const std::string& why) {
   return MakeError(ErrorCode::kInvalid, "not a bulkhead snapshot archive: " + why, "invalid_snapshot");
-}
-
-// A snapshot's top level that a sandbox mounts over (images' and the host's directories,
-// /proc, /dev, /sys, /tmp) must not be a symlink: one in an archive from elsewhere would point
-// a mount made at the next boot somewhere else.
-Status CheckMountTargets(const std::string& upper) {
-  for (const char* name : {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "proc", "dev", "sys", "tmp", "run",
-                           "etc", "workspace"}) {
-    struct stat st {};
-    if (::lstat((upper + "/" + name).c_str(), &st) == 0 && !S_ISDIR(st.st_mode) && !S_ISCHR(st.st_mode)) {
-      return BadSnapshotArchive(std::string("/") + name + " is not a directory");
-    }
-  }
-  return {};
 }
 
 }  // namespace
@@ -1374,7 +1338,7 @@ Result<SnapshotInfo> SandboxManagerImpl::ImportSnapshot(int in_fd, int64_t max_b
   const std::string upper = storage_->SnapshotDir(row.id) + "/upper";
   auto metadata_text = storage::ImportSnapshotTree(in_fd, upper, row.uid_base, max_bytes);
   if (!metadata_text) return metadata_text.error();
-  BH_TRY(CheckMountTargets(upper));
+  // (A symlink where a mount goes is refused when a sandbox boots from it: contain.cc.)
 
   nlohmann::json metadata = nlohmann::json::parse(*metadata_text, nullptr, false);
   if (!metadata.is_object() || !metadata.contains("image") || !metadata["image"].is_string() ||
@@ -1402,7 +1366,7 @@ Result<SnapshotInfo> SandboxManagerImpl::ImportSnapshot(int in_fd, int64_t max_b
   BH_TRY(db_->PutSnapshot(row));
   undo.Dismiss();
   std::lock_guard lock(mu_);
-  snapshots_[row.id] = SnapshotEntry{SnapshotInfoOf(row), row.uid_base, 0};
+  snapshots_[row.id] = EntryOf(row);
   return SnapshotInfoOf(row);
 }
 
