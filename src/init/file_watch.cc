@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -64,6 +65,9 @@ class Watcher {
 
   // Reports events until stdout is closed or the root goes away.
   Status Run() {
+    // This worker process only watches: a reader gone mid-write ends the watch like one gone
+    // between events (EPIPE, a clean exit), not by the signal.
+    ::signal(SIGPIPE, SIG_IGN);
     alignas(struct inotify_event) char buf[64 * 1024];
     pollfd fds[2] = {{inotify_.get(), POLLIN, 0}, {1, 0, 0}};  // stdout: POLLERR once the reader is gone
     while (!done_) {
@@ -224,7 +228,7 @@ class Watcher {
     return {};
   }
 
-  // One event line, written at once. A closed stdout ends the watch (if SIGPIPE has not).
+  // One event line, written at once. A closed stdout ends the watch.
   Status Emit(const char* type, const std::string& path, bool is_dir) {
     if (done_) return {};
     Status written = WriteJsonLine(json{{"type", type}, {"path", path}, {"dir", is_dir}});
