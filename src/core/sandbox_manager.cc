@@ -281,8 +281,13 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::Open(const DaemonConfig&
 
   UniqueFd lock(::open((config.state_dir + "/daemon.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   if (!lock) return SystemError("open daemon.lock", errno);
-  if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0)
-    return MakeError(ErrorCode::kConflict, "another bulkhead daemon is using " + config.state_dir);
+  // A daemon killed in the middle of a launch leaves the lock with the half-made child until
+  // it execs init (the descriptor is close-on-exec): a restart right after waits that out.
+  for (int attempt = 0; ::flock(lock.get(), LOCK_EX | LOCK_NB) != 0; ++attempt) {
+    if (errno != EWOULDBLOCK || attempt == 100)
+      return MakeError(ErrorCode::kConflict, "another bulkhead daemon is using " + config.state_dir);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
 
   auto db = store::StateDb::Open(config.state_dir + "/bulkhead.db");
   if (!db) return db.error();
