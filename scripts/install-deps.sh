@@ -18,7 +18,12 @@ packages=(
   # tests and benchmarks
   python3 python3-pytest curl iproute2 procps psmisc tmux git openssl
   bubblewrap crun runsc
+  # SDK, MCP and OpenAPI tests: a virtualenv for PyPI tooling, Node.js (20+) for the
+  # TypeScript SDK and npm tooling (scripts/install-test-tools.sh)
+  python3-venv nodejs
 )
+# Node.js from NodeSource bundles npm; Debian's own nodejs needs the separate package.
+command -v npm >/dev/null || packages+=(npm)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh
+bash scripts/install-test-tools.sh
 echo "== unit tests"
 (cd build && ctest --output-on-failure --timeout 300)
 echo "== integration tests"
