@@ -144,14 +144,14 @@ def test_transport_failures_and_bad_urls(tmp_path):
             Bulkhead(url=bad)
 
 
-def test_keep_alive_connections_are_reused_and_survive_a_daemon_side_close(bh):
+def test_keep_alive_connections_are_reused_and_a_dead_one_is_replaced(bh):
     bh.health()
     transport = bh._transport
     first = transport._idle[-1]
     bh.health()
     assert transport._idle[-1] is first, "the idle connection was not reused"
-    # The daemon drops the idle connection (as after its keep-alive timeout): the next call
-    # notices and goes on with a new one.
+    # An idle connection that died meanwhile (as when the daemon's keep-alive timeout closes
+    # it) is noticed, and the call goes on with a new one.
     first.sock.shutdown(socket.SHUT_RDWR)
     assert bh.health().status == "ok"
 

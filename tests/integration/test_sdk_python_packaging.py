@@ -1,6 +1,7 @@
 """The Python SDK as users get it: a wheel built with `python -m build` (from .tools/venv,
 offline), installed into a fresh virtualenv and run against the daemon; vermin confirms it
-needs nothing newer than Python 3.9, and where a Python 3.9 is installed the SDK runs on it."""
+needs nothing newer than Python 3.9, mypy --strict finds its types (and code using them) sound,
+and where a Python 3.9 is installed the SDK runs on it."""
 
 import glob
 import json
@@ -17,20 +18,24 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 SDK_DIR = REPO_ROOT / "sdk" / "python"
 TOOLS_PYTHON = REPO_ROOT / ".tools" / "venv" / "bin" / "python"
 VERMIN = REPO_ROOT / ".tools" / "venv" / "bin" / "vermin"
+MYPY = REPO_ROOT / ".tools" / "venv" / "bin" / "mypy"
 
 # Runs on the interpreter under test against the daemon named by the environment; prints what
 # it saw as one JSON line. Written for Python 3.9 like the SDK.
 SMOKE = r'''
-import json, sys
+import json
+import sys
+from typing import Any, Dict, List
+
 import bulkhead
 from bulkhead import Bulkhead, NotFoundError
 
 client = Bulkhead()
-report = {"python": list(sys.version_info[:2]), "module": bulkhead.__file__, "url": client.url,
-          "health": client.health().status}
+report: Dict[str, Any] = {"python": list(sys.version_info[:2]), "module": bulkhead.__file__, "url": client.url,
+                          "health": client.health().status}
 with client.sandboxes.create(metadata={"smoke": "yes"}) as sandbox:
     report["exec"] = sandbox.exec(["sh", "-c", "echo $((6 * 7))"]).stdout
-    chunks = []
+    chunks: List[str] = []
     report["streamed_exit"] = sandbox.exec("echo a; echo b", on_stdout=chunks.append).exit_code
     report["streamed"] = "".join(chunks)
     sandbox.files.write("/workspace/f.bin", (bytes([i]) * 65536 for i in range(16)))
@@ -40,10 +45,11 @@ with client.sandboxes.create(metadata={"smoke": "yes"}) as sandbox:
         session.send("ping\n")
         report["attach"] = session.read_until("ping", timeout=30).decode()
         session.send("\x04")
-        report["attach_exit"] = session.wait(30).exit_code
-    report["id"] = sandbox.id
+        status = session.wait(30)
+        report["attach_exit"] = status.exit_code if status is not None else None
+    sandbox_id = sandbox.id
 try:
-    client.sandboxes.get(report["id"])
+    client.sandboxes.get(sandbox_id)
     report["deleted"] = False
 except NotFoundError as e:
     report["deleted"] = e.code == "sandbox_not_found"
@@ -111,6 +117,18 @@ def test_the_sdk_needs_nothing_newer_than_python_3_9(tools_python):
                         str(SDK_DIR / "bulkhead")], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "Minimum required versions: 3." in r.stdout, r.stdout
+
+
+def test_the_sdk_and_code_using_it_type_check_strictly(tools_python, tmp_path):
+    if not MYPY.exists():
+        pytest.skip(f"{MYPY} is missing: run scripts/install-test-tools.sh")
+    user_code = tmp_path / "user_code.py"
+    user_code.write_text(SMOKE)
+    for target in (str(SDK_DIR / "bulkhead"), str(user_code)):
+        r = subprocess.run([str(MYPY), "--strict", "--python-version", "3.9", "--no-incremental",
+                            "--cache-dir", str(tmp_path / "mypy-cache"), target],
+                           env={**os.environ, "MYPYPATH": str(SDK_DIR)}, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, f"mypy {target}:\n{r.stdout}{r.stderr}"
 
 
 def test_the_sdk_runs_on_python_3_9(daemon, tmp_path):

@@ -10,13 +10,14 @@ import os
 import select
 import socket
 import ssl
+import stat
 import threading
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 from urllib.parse import quote, urlsplit
 
-from .errors import (ApiError, AuthenticationError, BulkheadConnectionError, BulkheadError,
-                     BulkheadTimeoutError, StreamError, error_from_response)
+from .errors import (ApiError, BulkheadConnectionError, BulkheadError, BulkheadTimeoutError, StreamError,
+                     error_from_response)
 
 DEFAULT_STATE_DIR = "/var/lib/bulkhead"
 DEFAULT_TIMEOUT = 120.0
@@ -136,7 +137,7 @@ class StreamedReply:
         self.headers = {k.lower(): v for k, v in response.getheaders()}
         self._aborted = False
 
-    def _guard(self, call, *args):
+    def _guard(self, call: Callable[..., bytes], *args: Any) -> bytes:
         if self._conn is None:
             return b""
         try:
@@ -247,7 +248,7 @@ class Transport:
                 return None
         return self._key
 
-    def _auth_hint(self) -> str:
+    def auth_hint(self) -> str:
         if self.api_key() is None:
             return ("no API key was sent: pass api_key=, set BULKHEAD_API_KEY, or make %s readable "
                     "(the daemon writes it at its first start)" % self.key_file)
@@ -359,7 +360,7 @@ class Transport:
                 data = b""
             reply.close()
             raise error_from_response(response.status, data,
-                                      self._auth_hint() if response.status == 401 else None)
+                                      self.auth_hint() if response.status == 401 else None)
         return reply
 
     def _exchange(self, conn: http.client.HTTPConnection, method: str, target: str, body: Body,
@@ -381,7 +382,7 @@ class Transport:
             conn.close()
             if response.status >= 400:
                 raise error_from_response(response.status, data,
-                                          self._auth_hint() if response.status == 401 else None) from None
+                                          self.auth_hint() if response.status == 401 else None) from None
             raise
         return conn.getresponse()
 
@@ -448,7 +449,7 @@ class Transport:
             if status != 101:
                 body = _read_body(sock, reply_headers)
                 sock.close()
-                raise error_from_response(status, body, self._auth_hint() if status == 401 else None)
+                raise error_from_response(status, body, self.auth_hint() if status == 401 else None)
         except socket.timeout as e:
             sock.close()
             raise BulkheadTimeoutError("no upgrade answer from %s within %ss" % (a.url, effective)) from e
@@ -456,6 +457,23 @@ class Transport:
             sock.close()
             raise self._connection_error(e) from e
         return sock, reply_headers
+
+
+def upload_body(data: Any) -> Tuple[Body, Optional[int]]:
+    """A request body and its length when known up front: bytes as they are; a regular file
+    with what is left of it (so it goes with Content-Length); any other file object or
+    iterable of bytes chunks as it comes (chunked)."""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data), None
+    if hasattr(data, "read"):
+        try:
+            info = os.fstat(data.fileno())
+            if stat.S_ISREG(info.st_mode):
+                return data, max(0, info.st_size - data.tell())
+        except (AttributeError, OSError, ValueError):
+            pass
+        return data, None
+    return iter(data), None
 
 
 def _file_chunks(fileobj: Any) -> Iterator[bytes]:

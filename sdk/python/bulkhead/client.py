@@ -4,9 +4,9 @@ snapshots, volumes, images."""
 from __future__ import annotations
 
 import os
-from typing import IO, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+from typing import IO, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from ._transport import DEFAULT_TIMEOUT, Transport, segment
+from ._transport import DEFAULT_TIMEOUT, Transport, segment, upload_body
 from .models import Health, Image, NetworkSpec, SandboxInfo, Snapshot, Volume, VolumeMount
 from .sandbox import Sandbox, network_json
 from .streams import ByteStream, PathLike
@@ -16,19 +16,13 @@ Upload = Union[bytes, bytearray, memoryview, IO[bytes], Iterable[bytes], PathLik
 SnapshotRef = Union[str, Snapshot]
 
 
-def _upload_body(data: Upload) -> Any:
-    """(body, length, file to close): a path is opened; a regular file goes with its size."""
+def _open_upload(data: Upload) -> Tuple[Any, Optional[int], Optional[IO[bytes]]]:
+    """(body, length, file to close): a path is opened, anything else goes as upload_body says."""
     if isinstance(data, (str, os.PathLike)):
         f = open(data, "rb")
         return f, os.fstat(f.fileno()).st_size, f
-    if isinstance(data, (bytes, bytearray, memoryview)):
-        return bytes(data), None, None
-    if hasattr(data, "read"):
-        try:
-            return data, os.fstat(data.fileno()).st_size - data.tell(), None  # type: ignore[union-attr]
-        except (AttributeError, OSError, ValueError):
-            return data, None, None
-    return iter(data), None, None  # type: ignore[arg-type]
+    body, length = upload_body(data)
+    return body, length, None
 
 
 def _snapshot_id(snapshot: SnapshotRef) -> str:
@@ -77,7 +71,8 @@ class Bulkhead:
 
     def openapi(self) -> Dict[str, Any]:
         """The API description (OpenAPI 3.1) the daemon serves."""
-        return self._transport.json("GET", "/openapi.json")
+        spec: Dict[str, Any] = self._transport.json("GET", "/openapi.json")
+        return spec
 
     def close(self) -> None:
         self._transport.close()
@@ -174,7 +169,7 @@ class Snapshots:
     def import_(self, archive: Upload) -> Snapshot:
         """Turns an exported archive (a path, bytes, a file object or chunks; streamed) into a
         new snapshot, on this or any other daemon."""
-        body, length, opened = _upload_body(archive)
+        body, length, opened = _open_upload(archive)
         try:
             return Snapshot.from_json(self._t.json("POST", "/v1/snapshots/import", body=body, length=length,
                                                    headers={"Content-Type": "application/zstd"}))
@@ -218,7 +213,7 @@ class Images:
     def import_(self, name: str, rootfs: Upload, *, content_type: str = "application/octet-stream") -> Image:
         """Makes an image from a tarball of a root filesystem (plain or compressed: gzip, xz,
         zstd, bzip2; a path, bytes, a file object or chunks; streamed)."""
-        body, length, opened = _upload_body(rootfs)
+        body, length, opened = _open_upload(rootfs)
         try:
             return Image.from_json(self._t.json("PUT", "/v1/images/" + segment(name), body=body, length=length,
                                                 headers={"Content-Type": content_type}, timeout=None))

@@ -8,7 +8,7 @@ import tarfile
 import tempfile
 from typing import IO, TYPE_CHECKING, Any, Dict, Iterable, Optional, Union
 
-from ._transport import segment
+from ._transport import segment, upload_body
 from .errors import BulkheadError, NotFoundError
 from .models import ArchiveSummary, Entry, EntryList, FileEvent
 from .streams import ByteStream, EventStream, PathLike
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 # What write() and upload_archive() send: bytes, text (UTF-8), a binary file object, or an
 # iterable of bytes chunks (sent chunked, never held whole).
 Data = Union[bytes, bytearray, memoryview, str, IO[bytes], Iterable[bytes]]
+Archive = Union[bytes, bytearray, memoryview, IO[bytes], Iterable[bytes]]
 Mode = Union[int, str, None]
 
 
@@ -28,23 +29,6 @@ def _mode_text(mode: Mode) -> Optional[str]:
     if isinstance(mode, int):
         return "%04o" % mode
     return mode
-
-
-def _body(data: Data) -> Any:
-    """(body, length): bytes as they are, text as UTF-8, a regular file with its remaining size
-    (so it goes with Content-Length), anything else chunked."""
-    if isinstance(data, str):
-        return data.encode("utf-8"), None
-    if isinstance(data, (bytes, bytearray, memoryview)):
-        return bytes(data), None
-    if hasattr(data, "read"):
-        try:
-            position = data.tell()  # type: ignore[union-attr]
-            size = os.fstat(data.fileno()).st_size  # type: ignore[union-attr]
-            return data, max(0, size - position)
-        except (AttributeError, OSError, ValueError):
-            return data, None
-    return iter(data), None  # type: ignore[arg-type]
 
 
 class Files:
@@ -86,7 +70,7 @@ class Files:
         text, a binary file object or an iterable of bytes chunks; it is streamed, so its size
         is bounded by the sandbox's disk only. `mode` is 0o644 or "0644" (default: an existing
         file keeps its mode, a new one gets 0644)."""
-        body, length = _body(data)
+        body, length = upload_body(data.encode("utf-8") if isinstance(data, str) else data)
         query = {"path": path, "mode": _mode_text(mode), "append": True if append else None, "user": user}
         return Entry.from_json(self._t.json("PUT", self._path(), query=query, body=body, length=length,
                                             headers={"Content-Type": "application/octet-stream"}))
@@ -138,11 +122,11 @@ class Files:
 
     # ---------------------------------------------------------------- archives
 
-    def upload_archive(self, data: Data, path: str, *, content_type: str = "application/x-tar",
+    def upload_archive(self, data: Archive, path: str, *, content_type: str = "application/x-tar",
                        user: Optional[str] = None) -> ArchiveSummary:
         """Unpacks a tar (plain, gzip, bzip2 or xz; bytes, a file object or chunks, streamed)
         under `path`, which is created with its parents."""
-        body, length = _body(data)
+        body, length = upload_body(data)
         return ArchiveSummary.from_json(self._t.json("PUT", self._path("/archive"), query={"path": path, "user": user},
                                                      body=body, length=length, headers={"Content-Type": content_type}))
 

@@ -139,11 +139,10 @@ class Sandbox:
     def _exec_wait(self, timeout_s: Optional[int]) -> Optional[float]:
         """How long to wait for a command's answer: its own timeout (the daemon's default is 60 s)
         and some margin, at least the client's timeout; no limit for timeout_s=0."""
-        if timeout_s == 0:
-            return None
-        limit = float(60 if timeout_s is None else timeout_s) + 30
         client = self._transport.timeout
-        return limit if client is None else max(limit, client)
+        if timeout_s == 0 or client is None:
+            return None
+        return max(float(60 if timeout_s is None else timeout_s) + 30, client)
 
     def exec(self, cmd: Command, *, cwd: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
              user: Optional[str] = None, stdin: Union[str, bytes, None] = None, timeout_s: Optional[int] = None,
@@ -152,7 +151,9 @@ class Sandbox:
         """Runs a command to its end. `cmd` is argv (a list) or a shell string (/bin/sh -c).
         `timeout_s` kills it after that long (daemon default 60, 0 = no limit); a timeout is
         reported in the result (timed_out), not raised. With on_stdout / on_stderr the output
-        is streamed and each callback gets text chunks as they are produced."""
+        is streamed and each callback gets text chunks as they are produced. `stdin` (text, or
+        bytes) travels in the request, which the daemon caps at 1 MiB: feed more through a
+        process's write_stdin or a file."""
         body = self._exec_body(cmd, cwd, env, user, stdin, timeout_s, max_output_bytes)
         wait = self._exec_wait(timeout_s)
         if on_stdout is None and on_stderr is None:
@@ -259,7 +260,8 @@ class Sandbox:
         # The app's own 4xx/5xx are answers; the daemon's errors (its Server header and error
         # shape: unknown sandbox, nothing listening, bad key) raise.
         if reply.status >= 400 and reply.headers.get("server", "").startswith("bulkhead/"):
-            error = error_from_response(reply.status, data)
+            error = error_from_response(reply.status, data,
+                                        self._transport.auth_hint() if reply.status == 401 else None)
             if not error.code.startswith("http_"):
                 raise error
         return PortResponse(reply.status, reply.headers, data)

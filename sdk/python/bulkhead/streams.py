@@ -54,10 +54,10 @@ class ByteStream:
     def save_to(self, dest: Union[PathLike, IO[bytes]]) -> int:
         """Writes the rest of the body to a path (created or replaced) or a binary file object;
         returns the number of bytes written."""
-        if hasattr(dest, "write"):
-            return self._copy(dest)  # type: ignore[arg-type]
-        with open(dest, "wb") as f:  # type: ignore[arg-type]
-            return self._copy(f)
+        if isinstance(dest, (str, os.PathLike)):
+            with open(dest, "wb") as f:
+                return self._copy(f)
+        return self._copy(dest)
 
     def _copy(self, out: IO[bytes]) -> int:
         total = 0

@@ -187,7 +187,8 @@ class Attachment:
     from the offset asked, then live. resize(), signal() and close_stdin() steer it. When the
     process exits, `exit_status` is set and the output ends. Errors the daemon reports for a
     control message (not a pty, bad signal, ...) collect in `errors` and the session goes on.
-    Closing the attachment never affects the process."""
+    Closing the attachment never affects the process. Pings from the daemon are answered while
+    reading: a session nobody reads from for 300 s is closed by the daemon."""
 
     def __init__(self, ws: WebSocket):
         self._ws = ws
