@@ -410,9 +410,11 @@ def test_attach_to_a_pty_shell_sees_echo_resizes_signals_and_exit(box):
         session.resize(120, 40)
         session.send(b"stty size\n")
         session.read_until("40 120", timeout=30)
-        session.send("sleep 300\n")
-        session.read_until("sleep 300", timeout=30)
-        session.send("\x03")  # Ctrl-C on the terminal ends the sleep, not the interactive shell
+        # Once "running" is printed (typed, it reads run""ning) the command is the terminal's
+        # foreground: Ctrl-C ends it, not the interactive shell.
+        session.send("sh -c 'echo run\"\"ning; exec sleep 300'\n")
+        session.read_until("running", timeout=30)
+        session.send("\x03")
         session.send("echo after-$((1 + 1))\n")
         session.read_until("after-2", timeout=30)
         session.send("exit 5\n")
