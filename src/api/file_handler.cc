@@ -276,4 +276,22 @@ asio::awaitable<void> ServeFiles(HttpExchange& exchange, core::SandboxManager& m
   }
 }
 
+asio::awaitable<Status> MakeDirectoryInside(core::SandboxManager& manager, const std::string& sandbox_id,
+                                            const std::string& path, const std::string& user) {
+  auto executor = co_await asio::this_coro::executor;
+  Result<core::InitConnection> connection = co_await manager.ConnectInit(executor, sandbox_id);
+  if (!connection.ok()) co_return connection.error();
+  FileRequest request;
+  request.op = FileOp::kMkdir;
+  request.path = path;
+  Result<json> file_op = FileOpJson(request, path);
+  if (!file_op.ok()) co_return file_op.error();
+  Result<std::unique_ptr<core::FileOperation>> started =
+      co_await core::FileOperation::Start(std::move(connection.value()), *file_op, user, false);
+  if (!started.ok()) co_return started.error();
+  Result<std::string> answer = co_await (*started)->Finish(kMaxAnswerBytes);
+  if (!answer.ok()) co_return answer.error();
+  co_return Status{};
+}
+
 }  // namespace bulkhead::api

@@ -17,4 +17,8 @@ namespace bulkhead::api {
 boost::asio::awaitable<void> ServeFiles(HttpExchange& exchange, core::SandboxManager& manager, RouteId route,
                                         const std::string& sandbox_id, const QueryParams& query);
 
+// mkdir -p `path` inside the sandbox as `user` (the workdir a new sandbox asked for).
+boost::asio::awaitable<Status> MakeDirectoryInside(core::SandboxManager& manager, const std::string& sandbox_id,
+                                                   const std::string& path, const std::string& user);
+
 }  // namespace bulkhead::api

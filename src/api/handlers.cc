@@ -134,6 +134,18 @@ asio::awaitable<void> ApiHandlers::CreateSandbox(HttpExchange& exchange) {
   Result<core::SandboxInfo> created =
       co_await RunBlocking(context_.blocking_pool, [&] { return manager.Create(*spec); });
   if (!created.ok()) co_return co_await exchange.SendError(created.error());
+  // A workdir of the caller's own is made (by root) if missing, as `docker run -w` does;
+  // the image's /workspace always exists. One that cannot be made fails the create.
+  if (created->spec.workdir != "/workspace") {
+    Status made = co_await MakeDirectoryInside(manager, created->id, created->spec.workdir, "root");
+    if (!made.ok()) {
+      const std::string id = created->id;
+      (void)co_await RunBlocking(context_.blocking_pool, [&] { return manager.Delete(id); });
+      co_return co_await exchange.SendError(MakeError(
+          ErrorCode::kInvalid, "workdir " + created->spec.workdir + " cannot be made: " + made.error().message,
+          "invalid_workdir"));
+    }
+  }
   co_await exchange.SendJson(http::status::created, SandboxToJson(*created));
 }
 

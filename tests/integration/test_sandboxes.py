@@ -140,3 +140,21 @@ def test_sandbox_lives_at_least_its_timeout(client, sandbox_factory):
     assert r.status == 200, f"sandbox with timeout_s=2 was gone after {time.monotonic() - started:.2f}s: {r!r}"
     gone = wait_until(lambda: client.get(f"/v1/sandboxes/{sandbox_id}").status == 404, timeout=4, interval=0.1)
     assert gone
+
+
+def test_a_workdir_of_its_own_is_made_and_used(client, sandbox_factory):
+    sandbox = sandbox_factory(workdir="/work/deep/dir")
+    r = client.exec(sandbox["id"], "pwd")
+    assert r["exit_code"] == 0, r
+    assert r["stdout"] == "/work/deep/dir\n"
+    # relative file paths resolve against it
+    assert client.request("PUT", f"/v1/sandboxes/{sandbox['id']}/files?path=note.txt", b"hi").status == 201
+    assert client.sh(sandbox["id"], "cat /work/deep/dir/note.txt") == "hi"
+
+
+def test_a_workdir_that_cannot_be_made_fails_the_create(client):
+    before = {s["id"] for s in client.list()}
+    r = client.post("/v1/sandboxes", {"workdir": "/usr/cannot-be-here"})
+    assert_error_shape(r, 422)
+    assert r.json()["error"]["code"] == "invalid_workdir"
+    assert {s["id"] for s in client.list()} == before
