@@ -42,9 +42,9 @@ Status CopyUntilEof(int from, int to, const std::string& path) {
 std::string TempName() {
   uint64_t random = 0;
   if (::getrandom(&random, sizeof(random), 0) != sizeof(random)) random = (uint64_t(::getpid()) << 32) ^ uint64_t(::time(nullptr));
-  char buf[40];
-  std::snprintf(buf, sizeof(buf), ".bulkhead-write-%016llx", static_cast<unsigned long long>(random));
-  return buf;
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(random));
+  return std::string(kWriteTempPrefix) + buf;
 }
 
 // The new content of a file that replaces `name` in `dir_fd` once complete. Unnamed
@@ -71,6 +71,9 @@ class ReplacementFile {
   // content, never a mix.
   Status Commit(const std::string& name, const std::string& path) {
     if (temp_name_.empty()) BH_TRY(LinkUnnamed());
+    // Closed first, so a watch sees the close under the temporary's name (and hides it):
+    // the rename then reads as the target's create and write (file_watch.cc).
+    fd_.reset();
     if (::renameat(dir_fd_, temp_name_.c_str(), dir_fd_, name.c_str()) != 0) return ErrnoError(errno, "rename over", path);
     temp_name_.clear();
     return {};

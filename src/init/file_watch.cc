@@ -15,6 +15,8 @@
 // goes out only once its watch is set. A directory moved within the tree keeps its watches under
 // its new name; one moved out of the tree loses them. The watch ends when stdout is closed,
 // or when the watched path itself is removed or moved (after a last remove or rename line).
+// A file written through the API (file_ops.cc) is built in a temporary and renamed over its
+// target: that is reported as create and write of the target, nothing about the temporary.
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -25,7 +27,9 @@
 
 #include <cstring>
 #include <map>
+#include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/unique_fd.h"
@@ -38,6 +42,15 @@ using nlohmann::json;
 
 constexpr uint32_t kEvents =
     IN_CREATE | IN_MOVED_FROM | IN_MOVED_TO | IN_CLOSE_WRITE | IN_DELETE | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF;
+
+// A write's temporary: a named one, or an unnamed (O_TMPFILE) one, which the kernel reports
+// as "#<inode number>" and which has no entry under that name.
+bool IsWriteTemporary(std::string_view name, const std::string& path) {
+  if (name.substr(0, kWriteTempPrefix.size()) == kWriteTempPrefix) return true;
+  if (name.size() < 2 || name[0] != '#' || name.find_first_not_of("0123456789", 1) != std::string_view::npos) return false;
+  struct stat st;
+  return ::lstat(path.c_str(), &st) != 0 && errno == ENOENT;
+}
 
 class Watcher {
  public:
@@ -88,6 +101,7 @@ class Watcher {
       // A directory moved out of the tree: its watches would report under a stale name.
       for (const auto& [cookie, old_path] : moved_from_) ForgetTree(old_path, /*remove_watches=*/true);
       moved_from_.clear();
+      write_commits_.clear();
     }
     return {};
   }
@@ -200,6 +214,14 @@ class Watcher {
     }
 
     std::string path = JoinPath(it->second, event.name);  // copied: the handlers below may change paths_
+    if (!is_dir && IsWriteTemporary(event.name, path)) {
+      if (event.mask & IN_MOVED_FROM) write_commits_.insert(event.cookie);
+      return {};
+    }
+    if ((event.mask & IN_MOVED_TO) && write_commits_.erase(event.cookie) > 0) {
+      BH_TRY(Emit("create", path, false));
+      return Emit("write", path, false);
+    }
     if (event.mask & IN_CREATE) {
       if (is_dir && recursive_) return WatchNewDirectory(path, "create", /*report_contents=*/true);
       BH_TRY(Emit("create", path, is_dir));
@@ -243,6 +265,7 @@ class Watcher {
   int root_wd_ = -1;
   std::map<int, std::string> paths_;             // watch descriptor -> the directory's path
   std::map<uint32_t, std::string> moved_from_;   // this batch's IN_MOVED_FROM directories, by cookie
+  std::set<uint32_t> write_commits_;               // this batch's renames of a write's temporary, by cookie
   bool done_ = false;
 };
 

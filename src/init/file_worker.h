@@ -82,6 +82,9 @@ Status MakeDirectories(const std::string& path, mode_t mode, bool path_is_a_pare
 // ---- The operations (ctl_protocol.h lists their arguments and output) ----
 Status ReadFileOp(const FileOpArgs& args);
 Status WriteFileOp(const FileOpArgs& args);
+// The name prefix of the named temporary a write builds its content in (when the
+// filesystem has no O_TMPFILE); the watch hides such files.
+constexpr std::string_view kWriteTempPrefix = ".bulkhead-write-";
 Status StatOp(const FileOpArgs& args);
 Status ListOp(const FileOpArgs& args);
 Status MkdirOp(const FileOpArgs& args);

@@ -905,6 +905,26 @@ TEST_F(FileOpsTest, WatchReportsEventsInNewNestedDirectories) {
   EXPECT_EQ(worker.Wait(), 0);
 }
 
+TEST_F(FileOpsTest, WatchReportsAnApiWriteAsCreateAndWriteOfItsTarget) {
+  fs::create_directories(Path("w"));
+  WritePlain(Path("w/old"), "before");
+  Worker worker(json{{"op", "watch"}, {"path", Path("w")}});
+  ASSERT_EQ(worker.ReadLine(), R"({"type":"ready"})");
+  // A new file and a replaced one: the temporary the content was built in never shows.
+  ASSERT_EQ(RunOp(json{{"op", "write"}, {"path", Path("w/new")}}, "fresh").exit_code, 0);
+  EXPECT_EQ(NextEvent(worker), Event("create", Path("w/new"), false));
+  EXPECT_EQ(NextEvent(worker), Event("write", Path("w/new"), false));
+  ASSERT_EQ(RunOp(json{{"op", "write"}, {"path", Path("w/old")}}, "after").exit_code, 0);
+  EXPECT_EQ(NextEvent(worker), Event("create", Path("w/old"), false));
+  EXPECT_EQ(NextEvent(worker), Event("write", Path("w/old"), false));
+  // A file of the user's own named like an unnamed temporary is still reported.
+  WritePlain(Path("w/#123"), "x");
+  EXPECT_EQ(NextEvent(worker), Event("create", Path("w/#123"), false));
+  EXPECT_EQ(NextEvent(worker), Event("write", Path("w/#123"), false));
+  worker.CloseStdout();
+  EXPECT_EQ(worker.Wait(), 0);
+}
+
 TEST_F(FileOpsTest, WatchWithoutRecursiveSeesOnlyTheDirectory) {
   fs::create_directories(Path("w/sub"));
   Worker worker(json{{"op", "watch"}, {"path", Path("w")}, {"recursive", false}});
