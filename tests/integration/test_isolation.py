@@ -1,5 +1,6 @@
 """What a sandbox sees from the inside: its own users, host name, files and processes."""
 
+import json
 import os
 import socket
 import uuid
@@ -88,3 +89,30 @@ def test_each_sandbox_has_its_own_pid_namespace(client, sandbox_factory):
         assert "sleep" not in process_names_inside(client, b)
     finally:
         conn.close()
+
+
+SOCKET_FAMILY_PROBE = r"""
+import ctypes, errno, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+SYS_socket = 41  # x86_64; raw syscall so the family goes to the kernel as a full 64-bit word
+allowed, denied = [], []
+for family in list(range(0, 64)) + [2**31 - 1, 2**32 + 38]:
+    kind = 3 if family == 16 else 2  # SOCK_RAW for netlink, else SOCK_DGRAM
+    fd = libc.syscall(ctypes.c_long(SYS_socket), ctypes.c_long(family), ctypes.c_long(kind), ctypes.c_long(0))
+    if fd >= 0:
+        os.close(fd)
+        allowed.append(family)
+    elif ctypes.get_errno() == errno.EPERM:
+        denied.append(family)
+print(json.dumps([allowed, denied]))
+"""
+
+
+def test_only_unix_inet_inet6_and_netlink_sockets_can_be_made(client, sandbox):
+    """Every other family (packet, vsock, AF_ALG's crypto sockets, can, tipc...) is refused by
+    the seccomp filter itself (EPERM), whatever the kernel has built in."""
+    out = client.sh(sandbox, f"python3 -c '{SOCKET_FAMILY_PROBE}'")
+    allowed, denied = json.loads(out)
+    assert allowed == [1, 2, 10, 16]
+    expected_denied = [f for f in range(0, 64) if f not in (1, 2, 10, 16)] + [2**31 - 1, 2**32 + 38]
+    assert denied == expected_denied

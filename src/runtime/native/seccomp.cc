@@ -17,9 +17,6 @@
 #ifndef CLONE_NEWTIME
 #define CLONE_NEWTIME 0x00000080
 #endif
-#ifndef AF_VSOCK
-#define AF_VSOCK 40
-#endif
 
 namespace bulkhead::runtime::native {
 namespace {
@@ -88,10 +85,20 @@ Result<std::vector<sock_filter>> BuildSeccompFilter() {
     BH_TRY(add(SCMP_SYS(unshare), 1, &a));
     BH_TRY(add(SCMP_SYS(clone), 1, &a));
   }
-  // Sockets that bypass the network stack's policy or reach the hypervisor.
-  for (int domain : {AF_PACKET, AF_VSOCK}) {
-    scmp_arg_cmp a = SCMP_A0(SCMP_CMP_EQ, static_cast<scmp_datum_t>(domain));
+  // Socket families: an allow-list (unix, inet, inet6, netlink). The others bypass the
+  // network policy (packet), reach the hypervisor (vsock), or load rarely used protocol
+  // code with a long CVE list (AF_ALG's page-cache write, CVE-2026-31431; can, tipc, rds...).
+  // The kernel reads the family as an int, so any value with upper bits set is >= 17 too.
+  static_assert(AF_UNIX == 1 && AF_INET == 2 && AF_INET6 == 10 && AF_NETLINK == 16);
+  for (scmp_datum_t domain : {0, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15}) {
+    scmp_arg_cmp a = SCMP_A0(SCMP_CMP_EQ, domain);
     BH_TRY(add(SCMP_SYS(socket), 1, &a));
+    BH_TRY(add(SCMP_SYS(socketpair), 1, &a));
+  }
+  {
+    scmp_arg_cmp a = SCMP_A0(SCMP_CMP_GE, static_cast<scmp_datum_t>(AF_NETLINK + 1));
+    BH_TRY(add(SCMP_SYS(socket), 1, &a));
+    BH_TRY(add(SCMP_SYS(socketpair), 1, &a));
   }
   for (int domain : {AF_INET, AF_INET6}) {
     scmp_arg_cmp a[2] = {SCMP_A0(SCMP_CMP_EQ, static_cast<scmp_datum_t>(domain)),
