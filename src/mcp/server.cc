@@ -129,7 +129,13 @@ class McpServer {
         return ErrorMessage(message.id, kInvalidRequest, "Invalid Request: " + message.problem);
       case IncomingMessage::Kind::kResponse: return std::nullopt;  // this server sends no requests
       case IncomingMessage::Kind::kNotification: HandleNotification(message); return std::nullopt;
-      case IncomingMessage::Kind::kRequest: return HandleRequest(message, allow_async);
+      case IncomingMessage::Kind::kRequest:
+        try {
+          return HandleRequest(message, allow_async);
+        } catch (const std::exception& e) {  // a bug; the client still gets an answer
+          Log(std::string("internal error: ") + e.what());
+          return ErrorMessage(message.id, kInternalError, std::string("Internal error: ") + e.what());
+        }
     }
     return std::nullopt;
   }
@@ -142,8 +148,9 @@ class McpServer {
     auto call = in_flight_.find(request_id.dump());
     if (call == in_flight_.end()) return;  // finished already, or never a tool call
     call->second->Cancel();
+    const json reason = notification.params.value("reason", json());
     Log("request " + request_id.dump() + " cancelled: " +
-        notification.params.value("reason", std::string("no reason given")));
+        (reason.is_string() ? reason.get<std::string>() : std::string("no reason given")));
   }
 
   std::optional<json> HandleRequest(const IncomingMessage& request, bool allow_async) {
@@ -226,8 +233,9 @@ class McpServer {
       }
       handshake_version_ = version;
     }
-    const json client = params.value("clientInfo", json::object());
-    Log("initialized with protocol " + version + " for " + client.value("name", std::string("a client")));
+    const json client = params.value("clientInfo", json());
+    const bool named = client.is_object() && client.contains("name") && client["name"].is_string();
+    Log("initialized with protocol " + version + " for " + (named ? client["name"].get<std::string>() : "a client"));
     return ResultMessage(id, {{"protocolVersion", version},
                               {"capabilities", Capabilities()},
                               {"serverInfo", ServerInfo()},
