@@ -307,7 +307,7 @@ void AddSandboxTools(std::vector<ToolSpec>& tools) {
           "Returns URLs that reach a TCP port of the sandbox over HTTP (WebSockets too), e.g. a dev server you "
           "started with start_process (it must listen on 127.0.0.1 or 0.0.0.0 inside the sandbox). url goes "
           "through the daemon's API and needs its API key; preview_url is a host name that needs none. Also "
-          "says whether something listens on the port now. Nothing is opened to the outside: the URLs are the "
+          "says whether something listens on the port now (it requests / once to find out). Nothing is opened to the outside: the URLs are the "
           "daemon's.",
       .input_schema = ParseSchema(R"json({
         "type": "object",
