@@ -87,7 +87,7 @@ LineReader::Outcome LineReader::Next(std::string& line) {
   for (;;) {
     size_t newline = buffer_.find('\n', searched);
     if (newline != std::string::npos) {
-      if (skipping) {
+      if (skipping || newline - start_ > max_line_bytes_) {
         start_ = newline + 1;
         return Outcome::kTooLong;
       }

@@ -111,12 +111,19 @@ TEST(McpJsonRpc, ClassifiesMessages) {
   EXPECT_EQ(ClassifyMessage(json::parse(R"({"jsonrpc":"1.0","id":9,"method":"ping"})")).id, 9);
 }
 
-TEST(McpJsonRpc, ReadsLinesInPiecesAndSkipsOverlongOnes) {
+// Lines arrive byte by byte (spanning many reads) or all at once (many lines in one read).
+class McpLineReader : public testing::TestWithParam<bool> {};
+
+TEST_P(McpLineReader, ReadsLinesInPiecesAndSkipsOverlongOnes) {
   int fds[2];
   ASSERT_EQ(pipe(fds), 0);
-  std::thread writer([fd = fds[1]] {
+  std::thread writer([fd = fds[1], byte_by_byte = GetParam()] {
     const std::string input = "one\r\ntw" + std::string("o\n") + std::string(100, 'x') + "\nthree\nlast";
-    for (char c : input) (void)!write(fd, &c, 1);  // byte by byte: lines span many reads
+    if (byte_by_byte) {
+      for (char c : input) (void)!write(fd, &c, 1);
+    } else {
+      (void)!write(fd, input.data(), input.size());
+    }
     close(fd);
   });
   LineReader reader(fds[0], 50);
@@ -134,6 +141,8 @@ TEST(McpJsonRpc, ReadsLinesInPiecesAndSkipsOverlongOnes) {
   writer.join();
   close(fds[0]);
 }
+
+INSTANTIATE_TEST_SUITE_P(Pieces, McpLineReader, testing::Bool());
 
 }  // namespace
 }  // namespace bulkhead::mcp
