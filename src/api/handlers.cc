@@ -112,7 +112,9 @@ asio::awaitable<void> ApiHandlers::Handle(HttpExchange& exchange, const RouteMat
 }
 
 asio::awaitable<void> ApiHandlers::Healthz(HttpExchange& exchange) {
-  const json body = {{"status", "ok"}, {"version", BULKHEAD_VERSION}};
+  json body = {{"status", "ok"}, {"version", BULKHEAD_VERSION}};
+  body["listen"] = context_.tcp_addresses ? context_.tcp_addresses() : std::vector<std::string>();
+  body["preview_domain"] = context_.preview_domain;
   co_await exchange.SendJson(http::status::ok, body);
 }
 

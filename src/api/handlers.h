@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <boost/asio/thread_pool.hpp>
 
@@ -25,6 +26,10 @@ struct HandlerContext {
   std::string upload_dir;                   // <state>/tmp: image uploads land here
   HostLimits host;
   std::function<int64_t()> open_connections;
+  // For GET /healthz, so clients can build port URLs: the bound TCP addresses ("host:port")
+  // and the preview domain of host-name routing.
+  std::function<std::vector<std::string>()> tcp_addresses;
+  std::string preview_domain;
 };
 
 class ApiHandlers {

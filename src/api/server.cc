@@ -138,6 +138,8 @@ ApiServer::ApiServer(core::SandboxManager& manager, ServerOptions options)
       .upload_dir = options_.upload_dir,
       .host = HostLimits::Detect(),
       .open_connections = [this] { return open_connections_.load(); },
+      .tcp_addresses = [this] { return tcp_addresses_; },
+      .preview_domain = options_.preview_domain,
   });
   if (options_.handle_signals) {
     // Registered now, so a signal that arrives before Run is not lost.
@@ -163,6 +165,9 @@ Result<tcp::endpoint> ApiServer::ListenTcp(const std::string& host_port) {
   socklen_t length = static_cast<socklen_t>(bound.capacity());
   if (getsockname(fd.get(), bound.data(), &length) != 0) return SystemError("getsockname", errno);
   bound.resize(length);
+  const std::string address = bound.address().to_string();
+  tcp_addresses_.push_back(bound.address().is_v6() ? fmt::format("[{}]:{}", address, bound.port())
+                                                    : fmt::format("{}:{}", address, bound.port()));
 
   auto listener = std::make_unique<Listener>(control_, GenericProtocol(family, IPPROTO_TCP), true,
                                              fmt::format("http://{}", host_port));

@@ -88,6 +88,7 @@ class ApiServer {
   boost::asio::strand<boost::asio::io_context::executor_type> control_;  // listeners, signals, shutdown
   boost::asio::thread_pool blocking_pool_;
   std::vector<std::unique_ptr<Listener>> listeners_;
+  std::vector<std::string> tcp_addresses_;  // bound "host:port"s; written before Run only
   std::unique_ptr<boost::asio::signal_set> signals_;
 };
 

@@ -1,8 +1,10 @@
 // The daemon's API (API.md) as calls that return JSON or an Error carrying the API's
 // error code and message.
 #pragma once
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -42,6 +44,11 @@ class ApiClient {
   Result<StreamedResponse> Download(const std::string& target, const std::string& accept) const;
 
   const HttpClient& http() const { return http_; }
+
+  // A copy whose requests `canceller` can end from another thread.
+  ApiClient WithCanceller(std::shared_ptr<RequestCanceller> canceller) const {
+    return ApiClient(http_.WithCanceller(std::move(canceller)), api_key_source_);
+  }
 
  private:
   Result<nlohmann::json> JsonFrom(Result<HttpResponse> response) const;

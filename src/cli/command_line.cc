@@ -259,6 +259,14 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
   volume_remove->add_option("names", line.volume_names, "Volume names")->required();
   Selects(volume_remove, line, Command::kVolumeRemove);
 
+  CLI::App* mcp = app.add_subcommand("mcp", "Serve the Model Context Protocol on stdin/stdout (for AI agents)");
+  mcp->footer(
+      "An MCP server whose tools create sandboxes, run commands and edit files through the daemon\n"
+      "(--url, BULKHEAD_URL, BULKHEAD_STATE and BULKHEAD_API_KEY apply). Register it in an MCP client:\n"
+      "  {\"command\": \"bulkhead\", \"args\": [\"mcp\"]}\n"
+      "Messages are JSON-RPC, one per line; logs go to stderr. See docs/mcp.md.");
+  Selects(mcp, line, Command::kMcp);
+
   CLI::App* version = app.add_subcommand("version", "Print the client's and the daemon's version");
   Selects(version, line, Command::kVersion);
 }

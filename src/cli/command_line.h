@@ -41,6 +41,7 @@ enum class Command {
   kVolumeCreate,  // volume create
   kVolumeList,    // volume ls
   kVolumeRemove,  // volume rm
+  kMcp,           // mcp
 };
 
 // Flags that shape a new sandbox (run, create). Unset = the daemon's default.

@@ -24,6 +24,7 @@
 #include "cli/tar_stream.h"
 #include "cli/volume_commands.h"
 #include "common/unique_fd.h"
+#include "mcp/server.h"
 
 namespace bulkhead::cli {
 namespace {
@@ -399,6 +400,7 @@ int RunClientCommand(const CommandLine& line, const CommandIo& io) {
       case Command::kVolumeCreate: return VolumeCreateCommand(session);
       case Command::kVolumeList: return VolumeListCommand(session);
       case Command::kVolumeRemove: return VolumeRemoveCommand(session);
+      case Command::kMcp: return mcp::ServeMcp(session.api, {io.stdin_fd, io.stdout_fd});
       case Command::kServe:
       case Command::kNone: break;
     }

@@ -1,5 +1,7 @@
 #include "cli/http_client.h"
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/generic/stream_protocol.hpp>
@@ -59,15 +61,32 @@ std::string MediaType(std::string_view header) {
 // One connection to the daemon; the io_context only backs the blocking socket.
 class Connection {
  public:
-  explicit Connection(const ServerAddress& address) : address_(address) {}
+  Connection(const ServerAddress& address, RequestCanceller* canceller) : address_(address), canceller_(canceller) {}
+  ~Connection() {
+    if (attached_) canceller_->Detach(socket_.native_handle());
+  }
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
 
-  Status Open() { return ConnectToDaemon(address_, socket_); }
+  Status Open() {
+    if (canceller_ != nullptr && canceller_->cancelled()) return Cancelled();
+    BH_TRY(ConnectToDaemon(address_, socket_));
+    if (canceller_ != nullptr) {
+      BH_TRY(canceller_->Attach(socket_.native_handle()));
+      attached_ = true;
+    }
+    return {};
+  }
 
   asio::generic::stream_protocol::socket& socket() { return socket_; }
   beast::flat_buffer& read_buffer() { return read_buffer_; }
 
  private:
+  static Error Cancelled() { return MakeError(ErrorCode::kUnavailable, "the request was cancelled", "cancelled"); }
+
   const ServerAddress& address_;
+  RequestCanceller* canceller_;  // may be null
+  bool attached_ = false;
   asio::io_context io_;
   asio::generic::stream_protocol::socket socket_{io_};
   beast::flat_buffer read_buffer_;
@@ -168,10 +187,10 @@ Result<HttpResponse> ReadResponse(Connection& connection, const ServerAddress& a
   return head;
 }
 
-Result<HttpResponse> SendBuffered(const ServerAddress& address, const std::string& api_key, HttpMethod method,
-                                  const std::string& target, const std::string& json_body,
-                                  const LineHandler* on_line) {
-  Connection connection(address);
+Result<HttpResponse> SendBuffered(const ServerAddress& address, const std::string& api_key,
+                                  RequestCanceller* canceller, HttpMethod method, const std::string& target,
+                                  const std::string& json_body, const LineHandler* on_line) {
+  Connection connection(address, canceller);
   BH_TRY(connection.Open());
   http::request<http::string_body> request{ToVerb(method), target, 11};
   SetCommonHeaders(request, address, api_key);
@@ -195,13 +214,42 @@ Result<HttpResponse> SendBuffered(const ServerAddress& address, const std::strin
 
 }  // namespace
 
+void RequestCanceller::Cancel() {
+  std::lock_guard lock(mutex_);
+  cancelled_ = true;
+  for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
+}
+
+bool RequestCanceller::cancelled() const {
+  std::lock_guard lock(mutex_);
+  return cancelled_;
+}
+
+Status RequestCanceller::Attach(int fd) {
+  std::lock_guard lock(mutex_);
+  if (cancelled_) return MakeError(ErrorCode::kUnavailable, "the request was cancelled", "cancelled");
+  fds_.insert(fd);
+  return {};
+}
+
+void RequestCanceller::Detach(int fd) {
+  std::lock_guard lock(mutex_);
+  fds_.erase(fd);
+}
+
 HttpClient::HttpClient(ServerAddress address, std::string api_key)
     : address_(std::move(address)), api_key_(std::move(api_key)) {}
+
+HttpClient HttpClient::WithCanceller(std::shared_ptr<RequestCanceller> canceller) const {
+  HttpClient copy = *this;
+  copy.canceller_ = std::move(canceller);
+  return copy;
+}
 
 Result<HttpResponse> HttpClient::Send(HttpMethod method, const std::string& target,
                                       const std::string& json_body) const {
   try {
-    return SendBuffered(address_, api_key_, method, target, json_body, nullptr);
+    return SendBuffered(address_, api_key_, canceller_.get(), method, target, json_body, nullptr);
   } catch (const std::exception& e) {
     return FromException(e);
   }
@@ -210,7 +258,7 @@ Result<HttpResponse> HttpClient::Send(HttpMethod method, const std::string& targ
 Result<HttpResponse> HttpClient::SendForLines(HttpMethod method, const std::string& target,
                                               const std::string& json_body, const LineHandler& on_line) const {
   try {
-    return SendBuffered(address_, api_key_, method, target, json_body, &on_line);
+    return SendBuffered(address_, api_key_, canceller_.get(), method, target, json_body, &on_line);
   } catch (const std::exception& e) {
     return FromException(e);
   }
@@ -221,7 +269,7 @@ Result<HttpResponse> HttpClient::SendStreamingBody(HttpMethod method, const std:
                                                    std::optional<uint64_t> content_length,
                                                    const BodyProducer& produce) const {
   try {
-    Connection connection(address_);
+    Connection connection(address_, canceller_.get());
     BH_TRY(connection.Open());
     http::request<http::empty_body> request{ToVerb(method), target, 11};
     SetCommonHeaders(request, address_, api_key_);
@@ -274,8 +322,13 @@ Result<HttpResponse> HttpClient::SendStreamingBody(HttpMethod method, const std:
 // The connection and reader of a response read piece by piece; on the heap so the reader's
 // references into the connection stay valid when the StreamedResponse moves.
 struct StreamedResponse::State {
-  explicit State(ServerAddress server) : address(std::move(server)), connection(address), reader(connection, address) {}
+  State(ServerAddress server, std::shared_ptr<RequestCanceller> request_canceller)
+      : address(std::move(server)),
+        canceller(std::move(request_canceller)),
+        connection(address, canceller.get()),
+        reader(connection, address) {}
   ServerAddress address;
+  std::shared_ptr<RequestCanceller> canceller;
   Connection connection;
   ResponseReader reader;
 };
@@ -308,7 +361,7 @@ Result<HttpResponse> StreamedResponse::ReadRest() {
 Result<StreamedResponse> HttpClient::Open(HttpMethod method, const std::string& target,
                                           const std::string& accept) const {
   try {
-    auto state = std::make_unique<StreamedResponse::State>(address_);
+    auto state = std::make_unique<StreamedResponse::State>(address_, canceller_);
     BH_TRY(state->connection.Open());
     http::request<http::empty_body> request{ToVerb(method), target, 11};
     SetCommonHeaders(request, address_, api_key_);

@@ -4,7 +4,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -53,9 +55,31 @@ class StreamedResponse {
   std::unique_ptr<State> state_;
 };
 
+// Ends requests under way from another thread (`bulkhead mcp`, whose client may cancel a
+// tool call): their sockets are shut down, so a blocked read or write fails at once. Once
+// cancelled, every later request through it fails before connecting.
+class RequestCanceller {
+ public:
+  void Cancel();
+  bool cancelled() const;
+
+  // Called by the client's connections: a socket to shut down on Cancel. Attach fails when
+  // already cancelled.
+  Status Attach(int fd);
+  void Detach(int fd);
+
+ private:
+  mutable std::mutex mutex_;
+  std::set<int> fds_;
+  bool cancelled_ = false;
+};
+
 class HttpClient {
  public:
   HttpClient(ServerAddress address, std::string api_key);
+
+  // A copy of this client whose requests `canceller` can end.
+  HttpClient WithCanceller(std::shared_ptr<RequestCanceller> canceller) const;
 
   // A request with an optional JSON body (`json_body` already serialized; empty = none).
   Result<HttpResponse> Send(HttpMethod method, const std::string& target,
@@ -84,6 +108,7 @@ class HttpClient {
  private:
   ServerAddress address_;
   std::string api_key_;
+  std::shared_ptr<RequestCanceller> canceller_;  // may be null
 };
 
 }  // namespace bulkhead::cli

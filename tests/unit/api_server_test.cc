@@ -409,7 +409,10 @@ TEST_F(ApiServerTest, HealthzAnswersWithoutKey) {
   Response response = Call(http::verb::get, "/healthz", "", /*with_key=*/false);
   EXPECT_EQ(response.result_int(), 200);
   EXPECT_EQ(response[http::field::content_type], "application/json");
-  EXPECT_EQ(Body(response), json({{"status", "ok"}, {"version", BULKHEAD_VERSION}}));
+  EXPECT_EQ(Body(response), json({{"status", "ok"},
+                                  {"version", BULKHEAD_VERSION},
+                                  {"listen", {"127.0.0.1:" + std::to_string(port_)}},
+                                  {"preview_domain", "localhost:7420"}}));
 }
 
 TEST_F(ApiServerTest, EveryOtherRouteNeedsTheKey) {
