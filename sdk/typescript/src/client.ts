@@ -1,6 +1,6 @@
 // The entry point: new Bulkhead() finds the daemon and the key the way the CLI does, and
 // holds the collections (sandboxes, snapshots, volumes, images).
-import { ApiKeySource, resolveEndpoint } from "./config.js";
+import { ApiKeySource, endpointUrl, resolveEndpoint } from "./config.js";
 import { Images } from "./images.js";
 import { Sandboxes } from "./sandbox.js";
 import { Snapshots } from "./snapshots.js";
@@ -11,14 +11,20 @@ import { Volumes } from "./volumes.js";
 export interface BulkheadOptions {
   /**
    * "http://host:port", "unix:///abs/path.sock" or "/abs/path.sock". Default: env
-   * BULKHEAD_URL, else the unix socket $BULKHEAD_STATE/bulkhead.sock (/var/lib/bulkhead).
+   * BULKHEAD_URL, else the unix socket <state dir>/bulkhead.sock.
    */
   url?: string;
   /** Default: env BULKHEAD_API_KEY, else the file <state dir>/api-key (read at the first call). */
   apiKey?: string;
-  /** How long to wait for an answer once a request is sent (ms; 0 = no limit). Default 120000. */
+  /** The daemon's state dir. Default: env BULKHEAD_STATE, else /var/lib/bulkhead. */
+  stateDir?: string;
+  /**
+   * How long a call may wait for the daemon's answer once sent (ms; 0 = no limit; default
+   * 120000). exec waits as long as the command's own timeoutS on top; streams that follow
+   * (output, watch, downloads) have no limit once they began.
+   */
   timeoutMs?: number;
-  /** The daemon's --preview-domain, for previewUrl() (default "localhost:7420"). */
+  /** The daemon's --preview-domain, for previewUrl(). Default: env BULKHEAD_PREVIEW_DOMAIN, else localhost:7420. */
   previewDomain?: string;
 }
 
@@ -32,19 +38,21 @@ export class Bulkhead {
   readonly transport: Transport;
 
   constructor(options: BulkheadOptions = {}) {
-    this.transport = new Transport(resolveEndpoint(options.url), new ApiKeySource(options.apiKey), options.timeoutMs ?? 120_000);
-    this.previewDomain = options.previewDomain ?? "localhost:7420";
+    this.transport = new Transport(
+      resolveEndpoint(options.url, options.stateDir),
+      new ApiKeySource(options.apiKey, options.stateDir),
+      options.timeoutMs ?? 120_000,
+    );
+    this.previewDomain = options.previewDomain || process.env.BULKHEAD_PREVIEW_DOMAIN || "localhost:7420";
     this.sandboxes = new Sandboxes(this);
     this.snapshots = new Snapshots(this.transport);
     this.volumes = new Volumes(this.transport);
     this.images = new Images(this.transport);
   }
 
-  /** The daemon's base URL over TCP (for port URLs); over a unix socket BULKHEAD_LISTEN or 127.0.0.1:7420. */
-  get httpBaseUrl(): string {
-    const endpoint = this.transport.endpoint;
-    if (endpoint.kind === "tcp") return `${endpoint.protocol}//${endpoint.host}`;
-    return `http://${process.env.BULKHEAD_LISTEN || "127.0.0.1:7420"}`;
+  /** The daemon's address as the client resolved it: "http://host:port" or "unix:///path.sock". */
+  get url(): string {
+    return endpointUrl(this.transport.endpoint);
   }
 
   /** GET /healthz (needs no key). */
@@ -58,12 +66,12 @@ export class Bulkhead {
     return (await this.transport.readBody(response)).toString("utf8");
   }
 
-  /** The OpenAPI 3.1 document of the API. */
+  /** The API description (OpenAPI 3.1) the daemon serves. */
   openapi(): Promise<Record<string, unknown>> {
     return this.transport.json({ method: "GET", path: pathOf("openapi.json") });
   }
 
-  /** Closes idle keep-alive connections so the process can exit at once (open streams are unaffected). */
+  /** Drops idle keep-alive connections so the process can exit at once (open streams go on). */
   close(): void {
     this.transport.close();
   }

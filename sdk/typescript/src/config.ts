@@ -11,8 +11,14 @@ export type Endpoint =
   | { kind: "tcp"; protocol: "http:" | "https:"; hostname: string; port: number; host: string }
   | { kind: "unix"; socketPath: string };
 
-export function stateDir(): string {
-  return process.env.BULKHEAD_STATE || DEFAULT_STATE_DIR;
+/** The daemon's state dir: `explicit`, else BULKHEAD_STATE, else /var/lib/bulkhead. */
+export function stateDir(explicit?: string): string {
+  return explicit || process.env.BULKHEAD_STATE || DEFAULT_STATE_DIR;
+}
+
+/** An endpoint as a URL: "http://host:port" or "unix:///abs/path.sock". */
+export function endpointUrl(endpoint: Endpoint): string {
+  return endpoint.kind === "unix" ? `unix://${endpoint.socketPath}` : `${endpoint.protocol}//${endpoint.host}`;
 }
 
 /** Parses "http://host:port", "https://...", "unix:///abs/path.sock" or "/abs/path.sock". */
@@ -42,24 +48,27 @@ export function parseEndpoint(url: string): Endpoint {
 }
 
 /** The endpoint: `url`, else BULKHEAD_URL, else the unix socket in the state dir. */
-export function resolveEndpoint(url: string | undefined): Endpoint {
+export function resolveEndpoint(url: string | undefined, explicitStateDir?: string): Endpoint {
   const chosen = url || process.env.BULKHEAD_URL;
   if (chosen) return parseEndpoint(chosen);
-  return { kind: "unix", socketPath: `${stateDir()}/bulkhead.sock` };
+  return { kind: "unix", socketPath: `${stateDir(explicitStateDir)}/bulkhead.sock` };
 }
 
 /** A lazily found API key: the option, else BULKHEAD_API_KEY, else <state dir>/api-key. */
 export class ApiKeySource {
   private key: string | undefined;
 
-  constructor(explicit: string | undefined) {
+  constructor(
+    explicit: string | undefined,
+    private readonly explicitStateDir?: string,
+  ) {
     this.key = explicit || process.env.BULKHEAD_API_KEY || undefined;
   }
 
   /** The key; reads the key file at the first call. Throws a clear error when there is none. */
   get(): string {
     if (this.key) return this.key;
-    const path = `${stateDir()}/api-key`;
+    const path = `${stateDir(this.explicitStateDir)}/api-key`;
     let text: string;
     try {
       text = readFileSync(path, "utf8");

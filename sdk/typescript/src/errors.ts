@@ -10,20 +10,26 @@ export class BulkheadError extends Error {
   }
 }
 
-/** The daemon could not be reached, the connection broke, or no answer came in time. */
+/** The daemon could not be reached, or the connection broke mid-request. */
 export class BulkheadConnectionError extends BulkheadError {}
 
-/** A non-2xx answer from the API, or an error event that ended a stream. */
+/** No answer (or no further data on a stream) within the timeout. */
+export class BulkheadTimeoutError extends BulkheadConnectionError {}
+
+/** The daemon answered with an error: `status` (HTTP), `code` (snake_case), `apiMessage`. */
 export class ApiError extends BulkheadError {
-  /** The HTTP status (0 for an error event inside a stream that had begun with 200). */
+  /** The HTTP status. */
   readonly status: number;
   /** The API's snake_case error code, e.g. "sandbox_not_found". */
   readonly code: string;
+  /** The API's message for humans (`message` is "code: apiMessage (HTTP status)"). */
+  readonly apiMessage: string;
 
   constructor(status: number, code: string, message: string) {
-    super(`${message} (${code}${status ? `, HTTP ${status}` : ""})`);
+    super(`${code}: ${message} (HTTP ${status})`);
     this.status = status;
     this.code = code;
+    this.apiMessage = message;
   }
 }
 
@@ -47,6 +53,13 @@ export class UnavailableError extends ApiError {}
 export class DiskFullError extends ApiError {}
 /** Any other 5xx. */
 export class ServerError extends ApiError {}
+
+/**
+ * A stream (exec, process output, file watch) that had begun ended with an error event; or,
+ * in Attachment.errors, the daemon's answer to a bad control message. `status` is the
+ * stream's HTTP status (200; 101 for an attachment).
+ */
+export class StreamError extends ApiError {}
 
 /** Raised by CommandResult.check() when a command did not exit 0. */
 export class CommandError extends BulkheadError {

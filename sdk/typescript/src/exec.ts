@@ -1,8 +1,8 @@
 // Running a command to its end: POST /v1/sandboxes/{id}/exec, as one JSON answer or, with
 // callbacks or execStream(), as NDJSON events read as they arrive.
-import { ApiError, BulkheadConnectionError, BulkheadError, CommandError } from "./errors.js";
+import { BulkheadConnectionError, BulkheadError, CommandError, StreamError } from "./errors.js";
 import { ndjson, pathOf, type Transport } from "./transport.js";
-import { chunkFromWire, exitFromWire, withoutUndefined, type ExecEvent, type ExitInfo } from "./types.js";
+import { chunkFromWire, exitFromWire, withoutUndefined, type ExecEvent, type ExitStatus } from "./types.js";
 
 export interface CommandOptions {
   /** Working directory (default: the sandbox's workdir). */
@@ -26,7 +26,7 @@ export interface ExecOptions extends CommandOptions {
 }
 
 /** How a command ended, with its output. A timeout is not an exception: see `timedOut`. */
-export class CommandResult implements ExitInfo {
+export class CommandResult implements ExitStatus {
   readonly exitCode: number | null;
   readonly signal: string | null;
   readonly stdout: string;
@@ -38,17 +38,25 @@ export class CommandResult implements ExitInfo {
   readonly timedOut: boolean;
   /** Output beyond maxOutputBytes was dropped. */
   readonly truncated: boolean;
+  /** The command's pid in the sandbox (known when the output was streamed). */
+  readonly pid: number | null;
 
-  constructor(exit: ExitInfo & { truncated: boolean }, stdoutBytes: Buffer, stderrBytes: Buffer, stdout?: string, stderr?: string) {
+  constructor(
+    exit: ExitStatus & { truncated: boolean },
+    stdoutBytes: Buffer,
+    stderrBytes: Buffer,
+    options: { stdout?: string; stderr?: string; pid?: number | null } = {},
+  ) {
+    this.pid = options.pid ?? null;
     this.exitCode = exit.exitCode;
     this.signal = exit.signal;
-    this.durationMs = exit.durationMs;
+    this.durationMs = exit.durationMs ?? 0;
     this.timedOut = exit.timedOut;
     this.truncated = exit.truncated;
     this.stdoutBytes = stdoutBytes;
     this.stderrBytes = stderrBytes;
-    this.stdout = stdout ?? stdoutBytes.toString("utf8");
-    this.stderr = stderr ?? stderrBytes.toString("utf8");
+    this.stdout = options.stdout ?? stdoutBytes.toString("utf8");
+    this.stderr = options.stderr ?? stderrBytes.toString("utf8");
   }
 
   /** Exited 0 (and did not time out). */
@@ -79,8 +87,8 @@ function execBody(cmd: string | string[], options: ExecOptions): Record<string, 
 }
 
 /** An error event that ended a stream after it began (the answer was already 200). */
-export function streamError(event: { code?: unknown; message?: unknown }): ApiError {
-  return new ApiError(0, String(event.code ?? "internal"), String(event.message ?? "the stream failed"));
+export function streamError(event: { code?: unknown; message?: unknown }, status = 200): StreamError {
+  return new StreamError(status, String(event.code ?? "internal"), String(event.message ?? "the stream failed"));
 }
 
 export async function* execEvents(
@@ -142,7 +150,7 @@ export async function runCommand(
   });
   const stdoutBytes = typeof w.stdout_b64 === "string" ? Buffer.from(w.stdout_b64, "base64") : Buffer.from(w.stdout ?? "", "utf8");
   const stderrBytes = typeof w.stderr_b64 === "string" ? Buffer.from(w.stderr_b64, "base64") : Buffer.from(w.stderr ?? "", "utf8");
-  return new CommandResult({ ...exitFromWire(w), truncated: Boolean(w.truncated) }, stdoutBytes, stderrBytes, w.stdout, w.stderr);
+  return new CommandResult({ ...exitFromWire(w), truncated: Boolean(w.truncated) }, stdoutBytes, stderrBytes, { stdout: w.stdout, stderr: w.stderr });
 }
 
 async function streamCommand(
@@ -153,15 +161,18 @@ async function streamCommand(
 ): Promise<CommandResult> {
   const stdout: Buffer[] = [];
   const stderr: Buffer[] = [];
+  let pid: number | null = null;
   for await (const event of execEvents(transport, sandboxId, cmd, options)) {
-    if (event.type === "stdout") {
-      stdout.push(event.bytes);
-      options.onStdout?.(event.data, event.bytes);
+    if (event.type === "start") {
+      pid = event.pid;
+    } else if (event.type === "stdout") {
+      stdout.push(event.dataBytes);
+      options.onStdout?.(event.data, event.dataBytes);
     } else if (event.type === "stderr") {
-      stderr.push(event.bytes);
-      options.onStderr?.(event.data, event.bytes);
+      stderr.push(event.dataBytes);
+      options.onStderr?.(event.data, event.dataBytes);
     } else if (event.type === "exit") {
-      return new CommandResult(event, Buffer.concat(stdout), Buffer.concat(stderr));
+      return new CommandResult(event, Buffer.concat(stdout), Buffer.concat(stderr), { pid });
     }
   }
   throw new BulkheadConnectionError("the exec stream ended before the command's exit");

@@ -1,6 +1,6 @@
 // A sandbox's files: raw bytes both ways (streamed; large files fine), metadata, directory
 // operations, tar archives up and down, and change events.
-import { createWriteStream } from "node:fs";
+import { createReadStream, createWriteStream } from "node:fs";
 import type { IncomingMessage } from "node:http";
 import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
@@ -8,7 +8,7 @@ import { BulkheadConnectionError, BulkheadError, NotFoundError } from "./errors.
 import { streamError } from "./exec.js";
 import { tarDirectory, extractTar } from "./tar.js";
 import { ndjson, pathOf, type BodyInput, type QueryValue, type Transport } from "./transport.js";
-import { entryFromWire, type ArchiveSummary, type Entry, type FileEvent } from "./types.js";
+import { entryFromWire, type ArchiveSummary, type Entry, type EntryList, type FileEvent } from "./types.js";
 
 export interface FileOptions {
   /** Whom the operation runs as (permissions, ownership of new files); default: the sandbox's user. */
@@ -64,12 +64,12 @@ export class Files {
     return this.transport.send({ method: "GET", path: this.path(), query: this.query(path, options) });
   }
 
-  /** Copies a file of the sandbox to a local file; returns the bytes written. */
-  async readToFile(path: string, localPath: string, options: FileOptions = {}): Promise<number> {
+  /** Copies a file of the sandbox to a local path (created or replaced) or a Writable; returns its size. */
+  async download(path: string, dest: string | NodeJS.WritableStream, options: FileOptions = {}): Promise<number> {
     const stream = await this.readStream(path, options);
     let bytes = 0;
     stream.on("data", (chunk: Buffer) => (bytes += chunk.length));
-    await pipeline(stream, createWriteStream(localPath));
+    await pipeline(stream, typeof dest === "string" ? createWriteStream(dest) : dest);
     return bytes;
   }
 
@@ -88,14 +88,19 @@ export class Files {
     return entryFromWire(w);
   }
 
-  /** A directory's entries (depth 1: its own; up to 32 levels). */
-  async list(path: string, options: FileOptions & { depth?: number } = {}): Promise<Entry[]> {
+  /** Copies a local file into the sandbox (streamed). */
+  upload(localPath: string, path: string, options: WriteOptions = {}): Promise<Entry> {
+    return this.write(path, createReadStream(localPath, { highWaterMark: 1 << 20 }), options);
+  }
+
+  /** The entries under a directory, down to `depth` levels (default 1; symlinks not followed). */
+  async list(path = ".", options: FileOptions & { depth?: number } = {}): Promise<EntryList> {
     const w = await this.transport.json<any>({
       method: "GET",
       path: this.path("list"),
       query: this.query(path, options, { depth: options.depth }),
     });
-    return (w.entries as any[]).map(entryFromWire);
+    return Object.assign((w.entries as any[]).map(entryFromWire), { truncated: Boolean(w.truncated) });
   }
 
   async stat(path: string, options: FileOptions = {}): Promise<Entry> {
@@ -183,7 +188,7 @@ export class Files {
    * Watches `path` (recursively by default). Resolves once the watch is in place; iterate
    * the result for events, close() it to stop.
    */
-  async watch(path: string, options: FileOptions & { recursive?: boolean } = {}): Promise<FileWatch> {
+  async watch(path = ".", options: FileOptions & { recursive?: boolean } = {}): Promise<FileWatch> {
     const response = await this.transport.send({
       method: "GET",
       path: this.path("watch"),

@@ -3,16 +3,15 @@ export { Bulkhead, type BulkheadOptions } from "./client.js";
 export { Sandbox, Sandboxes, type PortRequestOptions, type PortResponse } from "./sandbox.js";
 export { CommandResult, type CommandOptions, type ExecOptions } from "./exec.js";
 export {
-  AttachSession,
+  Attachment,
   Process,
   Processes,
-  type AttachMessage,
   type OutputOptions,
   type ProcessStartOptions,
   type Signal,
 } from "./processes.js";
 export { FileWatch, Files, type FileOptions, type WriteOptions } from "./files.js";
-export { Snapshot, Snapshots } from "./snapshots.js";
+export { Snapshot, Snapshots, type SnapshotRef } from "./snapshots.js";
 export { Volumes } from "./volumes.js";
 export { Images } from "./images.js";
 export { WebSocket, type WebSocketMessage } from "./websocket.js";
@@ -22,6 +21,7 @@ export {
   AuthenticationError,
   BulkheadConnectionError,
   BulkheadError,
+  BulkheadTimeoutError,
   CommandError,
   ConflictError,
   DiskFullError,
@@ -31,14 +31,16 @@ export {
   PayloadTooLargeError,
   RateLimitError,
   ServerError,
+  StreamError,
   UnavailableError,
 } from "./errors.js";
 export type {
   ArchiveSummary,
   EgressEntry,
   Entry,
+  EntryList,
   ExecEvent,
-  ExitInfo,
+  ExitStatus,
   FileEvent,
   Health,
   Image,

@@ -1,6 +1,7 @@
 // Background processes in a sandbox: start, list, output (with offsets, followed), stdin,
 // signals, pty resize, and attach over a WebSocket.
-import { BulkheadConnectionError, BulkheadError } from "./errors.js";
+import { constants as osConstants } from "node:os";
+import { BulkheadConnectionError, BulkheadError, BulkheadTimeoutError, type StreamError } from "./errors.js";
 import { streamError, type CommandOptions } from "./exec.js";
 import { ndjson, pathOf, type Transport } from "./transport.js";
 import {
@@ -8,7 +9,7 @@ import {
   exitFromWire,
   processFromWire,
   withoutUndefined,
-  type ExitInfo,
+  type ExitStatus,
   type ProcessInfo,
   type ProcessOutputEvent,
   type PtySize,
@@ -34,6 +35,11 @@ export interface OutputOptions {
 }
 
 export type Signal = string | number;
+
+/** Bytes per stdin request (the daemon takes up to 16 MiB decoded). */
+const STDIN_PIECE = 8 << 20;
+/** Bytes per attach message. */
+const ATTACH_PIECE = 1 << 20;
 
 /* eslint-disable @typescript-eslint/no-explicit-any */
 
@@ -113,38 +119,15 @@ export class Process {
 
   /**
    * The process's output as events, each stdout/stderr chunk with its `offset` (pass it back
-   * to resume), `gap` where the ring lost bytes, and `exit` last. Follows by default.
+   * to resume), `gap` where the ring lost bytes, and `exit` last. Follows by default; without
+   * follow it ends after what the ring holds now.
    */
   async *output(options: OutputOptions = {}): AsyncGenerator<ProcessOutputEvent, void, undefined> {
-    const response = await this.transport.send({
-      method: "GET",
-      path: this.path("output"),
-      query: {
-        offset: options.offset,
-        stdout_offset: options.stdoutOffset,
-        stderr_offset: options.stderrOffset,
-        follow: options.follow ?? true,
-      },
-      accept: "application/x-ndjson",
-    });
+    const response = await this.openOutput(options);
     try {
       for await (const event of ndjson<any>(response)) {
-        switch (event.type) {
-          case "stdout":
-          case "stderr":
-            yield { ...chunkFromWire(event), offset: event.offset };
-            break;
-          case "gap":
-            yield { type: "gap", stream: event.stream, from: event.from, to: event.to };
-            break;
-          case "exit":
-            yield { type: "exit", ...exitFromWire(event) };
-            break;
-          case "error":
-            throw streamError(event);
-          default:
-            break;
-        }
+        const converted = outputEventFromWire(event);
+        if (converted) yield converted;
       }
     } catch (error) {
       if (error instanceof BulkheadError) throw error;
@@ -154,26 +137,88 @@ export class Process {
     }
   }
 
-  /** Waits for the process to exit; returns how it ended. */
-  async wait(): Promise<ExitInfo> {
-    await this.refresh();
-    // Follow from what was already written: only the exit (and what comes after) is read.
-    for await (const event of this.output({ stdoutOffset: this.info.stdoutOffset, stderrOffset: this.info.stderrOffset })) {
-      if (event.type === "exit") {
-        await this.refresh();
-        return { exitCode: event.exitCode, signal: event.signal, durationMs: event.durationMs, timedOut: event.timedOut };
-      }
-    }
-    throw new BulkheadConnectionError(`the output of process ${this.pid} ended before its exit`);
+  private openOutput(options: OutputOptions, timeoutMs?: number) {
+    return this.transport.send({
+      method: "GET",
+      path: this.path("output"),
+      query: {
+        offset: options.offset,
+        stdout_offset: options.stdoutOffset,
+        stderr_offset: options.stderrOffset,
+        follow: options.follow ?? true,
+      },
+      accept: "application/x-ndjson",
+      timeoutMs,
+    });
   }
 
-  /** Writes to the process's stdin (reaches the process before this resolves). */
+  /**
+   * Waits for the process to exit (at most `timeoutMs`, else BulkheadTimeoutError) and
+   * returns how it ended; `info` is refreshed.
+   */
+  async wait(options: { timeoutMs?: number } = {}): Promise<ExitStatus> {
+    const { timeoutMs } = options;
+    const deadline = timeoutMs === undefined ? undefined : Date.now() + timeoutMs;
+    const left = () => (deadline === undefined ? undefined : Math.max(1, deadline - Date.now()));
+    const tooLate = () => new BulkheadTimeoutError(`process ${this.pid} did not exit within ${timeoutMs} ms`);
+    // Follow from what was already written: only the exit (and what comes after) is read.
+    let response: Awaited<ReturnType<Process["openOutput"]>>;
+    try {
+      response = await this.openOutput({ stdoutOffset: this.info.stdoutOffset, stderrOffset: this.info.stderrOffset }, left());
+    } catch (error) {
+      throw error instanceof BulkheadTimeoutError ? tooLate() : error;
+    }
+    let timedOut = false;
+    const timer = deadline === undefined ? undefined : setTimeout(() => {
+      timedOut = true;
+      response.destroy();
+    }, left());
+    try {
+      for await (const event of ndjson<any>(response)) {
+        const converted = outputEventFromWire(event);
+        if (converted?.type === "exit") {
+          clearTimeout(timer);
+          await this.refresh();
+          const { type: _, ...status } = converted;
+          return status;
+        }
+      }
+    } catch (error) {
+      if (timedOut) throw tooLate();
+      if (error instanceof BulkheadError) throw error;
+      throw new BulkheadConnectionError(`the output stream broke off: ${(error as Error).message}`, { cause: error });
+    } finally {
+      clearTimeout(timer);
+      response.destroy();
+    }
+    if (timedOut) throw tooLate();
+    // The stream ended without an exit event: ask the process itself.
+    await this.refresh();
+    if (this.state !== "exited") throw new BulkheadConnectionError(`the output of process ${this.pid} ended while it still runs`);
+    return { exitCode: this.info.exitCode, signal: signalName(this.info.signal), durationMs: null, timedOut: false };
+  }
+
+  /** Writes to the process's stdin (reaches the process before this resolves), in pieces the daemon takes. */
   async writeStdin(data: string | Uint8Array): Promise<void> {
-    const json =
-      typeof data === "string"
-        ? { data }
-        : { data_b64: Buffer.from(data.buffer, data.byteOffset, data.byteLength).toString("base64") };
-    await this.transport.empty({ method: "POST", path: this.path("stdin"), json });
+    if (typeof data === "string") {
+      // Whole characters per request: never split a surrogate pair.
+      let start = 0;
+      do {
+        let end = Math.min(data.length, start + STDIN_PIECE / 4);
+        const last = data.charCodeAt(end - 1);
+        if (end < data.length && last >= 0xd800 && last <= 0xdbff) end--;
+        await this.transport.empty({ method: "POST", path: this.path("stdin"), json: { data: data.slice(start, end) } });
+        start = end;
+      } while (start < data.length);
+      return;
+    }
+    const bytes = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+    let start = 0;
+    do {
+      const piece = bytes.subarray(start, start + STDIN_PIECE);
+      await this.transport.empty({ method: "POST", path: this.path("stdin"), json: { data_b64: piece.toString("base64") } });
+      start += piece.length;
+    } while (start < bytes.length);
   }
 
   async closeStdin(): Promise<void> {
@@ -195,47 +240,74 @@ export class Process {
   }
 
   /**
-   * Attaches over a WebSocket: output from the given offsets (default: all the ring holds),
-   * then live; what you send goes to stdin. Closing it leaves the process running.
+   * A live session over a WebSocket: output from the given offsets (default: all the ring
+   * holds), then live; stdin, resize and signals. Closing it leaves the process running.
    */
-  async attach(options: Omit<OutputOptions, "follow"> & { onMessage?: (message: AttachMessage) => void } = {}): Promise<AttachSession> {
+  async attach(options: Omit<OutputOptions, "follow"> = {}): Promise<Attachment> {
     const ws = await openWebSocket(this.transport, {
       method: "GET",
       path: this.path("attach"),
       query: { offset: options.offset, stdout_offset: options.stdoutOffset, stderr_offset: options.stderrOffset },
     });
-    return new AttachSession(ws, options.onMessage);
+    return new Attachment(ws);
   }
 }
 
-/** A text message of an attach session: the exit, or an error about a message you sent. */
-export type AttachMessage = ({ type: "exit" } & ExitInfo) | { type: "error"; code: string; message: string };
+/** A process's output event from the wire; null for kinds this SDK does not know. */
+function outputEventFromWire(event: any): ProcessOutputEvent | null {
+  switch (event.type) {
+    case "stdout":
+    case "stderr":
+      return { ...chunkFromWire(event), offset: event.offset };
+    case "gap":
+      return { type: "gap", stream: event.stream, gapFrom: event.from, gapTo: event.to };
+    case "exit":
+      return { type: "exit", ...exitFromWire(event) };
+    case "error":
+      throw streamError(event);
+    default:
+      return null;
+  }
+}
+
+/** "SIGTERM" for 15; "SIG<n>" for a number without a name. */
+function signalName(signal: number | null): string | null {
+  if (signal === null) return null;
+  const entry = Object.entries(osConstants.signals).find(([, number]) => number === signal);
+  return entry ? entry[0] : `SIG${signal}`;
+}
 
 /**
- * A live attach: iterate it for output (Buffers, stdout and stderr as they come), send()
- * for stdin, resize()/signal()/closeStdin() for control. Iteration ends when the process
- * exited (see `exit`) or the connection closed.
+ * A live attach session. send() writes to the process's stdin; recv() and iteration give its
+ * output (stdout and stderr together; on a pty all is stdout) as Buffers, first what the ring
+ * holds from the offset asked, then live. resize(), signal() and closeStdin() steer it. When
+ * the process exits, `exitStatus` is set and the output ends. Errors the daemon reports for a
+ * control message (not a pty, bad signal, ...) collect in `errors` and the session goes on.
+ * Closing the attachment never affects the process.
  */
-export class AttachSession implements AsyncIterable<Buffer> {
+export class Attachment implements AsyncIterable<Buffer>, AsyncDisposable {
   /** How the process ended, once the exit message arrived. */
-  exit: ExitInfo | null = null;
-  /** Errors the daemon reported about messages sent (the session goes on after each). */
-  readonly errors: { code: string; message: string }[] = [];
+  exitStatus: ExitStatus | null = null;
+  /** The daemon's answers to bad control messages (the session went on after each). */
+  readonly errors: StreamError[] = [];
+  /** The session is over (the process exited, or the connection closed). */
+  ended = false;
+  /** Output received but not yet returned (readUntil keeps what follows its pattern). */
+  private pending: Buffer = Buffer.alloc(0);
 
-  private reading = false;
-  private resolveEnd!: (exit: ExitInfo | null) => void;
-  private readonly ended: Promise<ExitInfo | null>;
+  constructor(private readonly ws: WebSocket) {}
 
-  constructor(
-    private readonly ws: WebSocket,
-    private readonly onMessage?: (message: AttachMessage) => void,
-  ) {
-    this.ended = new Promise((resolve) => (this.resolveEnd = resolve));
+  /** Writes to the process's stdin (text as UTF-8), in messages of 1 MiB at most. */
+  async send(data: string | Uint8Array): Promise<void> {
+    const bytes = typeof data === "string" ? Buffer.from(data, "utf8") : Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+    for (let start = 0; start < bytes.length; start += ATTACH_PIECE) {
+      await this.ws.sendBinary(bytes.subarray(start, start + ATTACH_PIECE));
+    }
   }
 
-  /** Sends bytes or text to the process's stdin. */
-  async send(data: string | Uint8Array): Promise<void> {
-    await this.ws.sendBinary(typeof data === "string" ? Buffer.from(data, "utf8") : data);
+  /** The same as send(). */
+  write(data: string | Uint8Array): Promise<void> {
+    return this.send(data);
   }
 
   async resize(cols: number, rows: number): Promise<void> {
@@ -250,37 +322,80 @@ export class AttachSession implements AsyncIterable<Buffer> {
     await this.ws.sendText(JSON.stringify({ type: "stdin_close" }));
   }
 
-  async *[Symbol.asyncIterator](): AsyncIterator<Buffer> {
-    if (this.reading) throw new Error("this attach session is already being read");
-    this.reading = true;
-    try {
-      for (let message = await this.ws.receive(); message; message = await this.ws.receive()) {
-        if (message.type === "binary") {
-          yield message.data;
-          continue;
+  /**
+   * The next output chunk, or null once the session ended. With `timeoutMs`, a
+   * BulkheadTimeoutError if nothing arrived by then.
+   */
+  async recv(options: { timeoutMs?: number } = {}): Promise<Buffer | null> {
+    if (this.pending.length) {
+      const data = this.pending;
+      this.pending = Buffer.alloc(0);
+      return data;
+    }
+    const deadline = options.timeoutMs === undefined ? undefined : Date.now() + options.timeoutMs;
+    while (!this.ended) {
+      const message = await this.ws.recv(deadline === undefined ? undefined : Math.max(0, deadline - Date.now()));
+      if (message === null) {
+        this.ended = true;
+        return null;
+      }
+      if (message.type === "binary") return message.data;
+      this.onText(message.data);
+    }
+    return null;
+  }
+
+  /**
+   * Reads output until `pattern` shows up; returns everything up to and including it (the
+   * rest stays for the next read). BulkheadTimeoutError if it did not show up within
+   * `timeoutMs`; BulkheadError if the session ended first.
+   */
+  async readUntil(pattern: string | Uint8Array, options: { timeoutMs?: number } = {}): Promise<Buffer> {
+    const want = typeof pattern === "string" ? Buffer.from(pattern, "utf8") : Buffer.from(pattern);
+    const deadline = options.timeoutMs === undefined ? undefined : Date.now() + options.timeoutMs;
+    let seen = Buffer.alloc(0);
+    for (;;) {
+      const at = seen.indexOf(want);
+      if (at >= 0) {
+        const end = at + want.length;
+        this.pending = Buffer.concat([seen.subarray(end), this.pending]);
+        return seen.subarray(0, end);
+      }
+      let chunk: Buffer | null;
+      try {
+        chunk = await this.recv({ timeoutMs: deadline === undefined ? undefined : Math.max(1, deadline - Date.now()) });
+      } catch (error) {
+        this.pending = Buffer.concat([seen, this.pending]);
+        if (error instanceof BulkheadTimeoutError) {
+          throw new BulkheadTimeoutError(`${JSON.stringify(want.toString())} did not show up within ${options.timeoutMs} ms; got ${JSON.stringify(seen.subarray(-500).toString())}`);
         }
-        this.onText(message.data);
+        throw error;
       }
-      this.resolveEnd(this.exit);
-    } finally {
-      this.reading = false;
+      if (chunk === null) {
+        throw new BulkheadError(`the session ended before ${JSON.stringify(want.toString())} showed up; got ${JSON.stringify(seen.subarray(-500).toString())}`);
+      }
+      seen = Buffer.concat([seen, chunk]);
     }
   }
 
-  /** Waits for the end (reading and dropping output unless something else iterates). */
-  async wait(): Promise<ExitInfo | null> {
-    if (!this.reading) {
-      for await (const _ of this) {
-        // output nobody asked for
-      }
+  /** Reads (and drops) output until the session ends; the exit status, or null if the server closed without one. */
+  async wait(options: { timeoutMs?: number } = {}): Promise<ExitStatus | null> {
+    const deadline = options.timeoutMs === undefined ? undefined : Date.now() + options.timeoutMs;
+    this.pending = Buffer.alloc(0);
+    while (!this.ended) {
+      await this.recv({ timeoutMs: deadline === undefined ? undefined : Math.max(1, deadline - Date.now()) });
     }
-    return this.ended;
+    return this.exitStatus;
   }
 
-  /** Closes the WebSocket; the process keeps running. */
+  async *[Symbol.asyncIterator](): AsyncIterator<Buffer> {
+    for (let chunk = await this.recv(); chunk; chunk = await this.recv()) yield chunk;
+  }
+
+  /** Ends the session (a normal WebSocket close). The process goes on. */
   async close(): Promise<void> {
+    this.ended = true;
     await this.ws.close();
-    this.resolveEnd(this.exit);
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
@@ -294,13 +409,10 @@ export class AttachSession implements AsyncIterable<Buffer> {
     } catch {
       return; // not ours to understand
     }
-    if (message.type === "exit") {
-      this.exit = exitFromWire(message);
-      this.onMessage?.({ type: "exit", ...this.exit });
-    } else if (message.type === "error") {
-      const error = { code: String(message.code), message: String(message.message) };
-      this.errors.push(error);
-      this.onMessage?.({ type: "error", ...error });
+    if (message?.type === "exit") {
+      this.exitStatus = exitFromWire(message);
+    } else if (message?.type === "error") {
+      this.errors.push(streamError(message, 101));
     }
   }
 }

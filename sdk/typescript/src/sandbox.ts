@@ -3,12 +3,13 @@
 import type { IncomingHttpHeaders } from "node:http";
 import type { Duplex } from "node:stream";
 import type { Bulkhead } from "./client.js";
-import { NotFoundError, apiErrorFrom } from "./errors.js";
+import { BulkheadError, NotFoundError, apiErrorFrom } from "./errors.js";
 import { execEvents, runCommand, type CommandResult, type ExecOptions } from "./exec.js";
 import { Files } from "./files.js";
 import { Processes } from "./processes.js";
 import type { Snapshot } from "./snapshots.js";
 import { pathOf, type BodyInput } from "./transport.js";
+import { openWebSocket, type WebSocket } from "./websocket.js";
 import {
   egressFromWire,
   sandboxCreateToWire,
@@ -16,6 +17,7 @@ import {
   type EgressEntry,
   type ExecEvent,
   type NetworkMode,
+  type NetworkPolicy,
   type SandboxCreateOptions,
   type SandboxInfo,
   type SandboxState,
@@ -77,9 +79,6 @@ export interface PortRequestOptions {
   body?: BodyInput;
 }
 
-/** The errors the port proxy itself answers (as opposed to the app's own answers). */
-const PROXY_ERROR_CODES = new Set(["sandbox_not_found", "sandbox_not_running", "port_not_listening", "bad_gateway", "invalid_argument", "unauthorized"]);
-
 export class Sandbox implements AsyncDisposable {
   readonly id: string;
   /** What the daemon last said about the sandbox; refresh() re-reads it. */
@@ -101,6 +100,18 @@ export class Sandbox implements AsyncDisposable {
 
   get state(): SandboxState {
     return this.info.state;
+  }
+
+  get image(): string {
+    return this.info.image;
+  }
+
+  get metadata(): Record<string, string> {
+    return this.info.metadata;
+  }
+
+  get network(): NetworkPolicy {
+    return this.info.network;
   }
 
   /** Resource usage as of the last get() or refresh(). */
@@ -204,47 +215,70 @@ export class Sandbox implements AsyncDisposable {
   }
 
   /**
-   * The URL of a sandbox port through the API (needs the API key in an Authorization
-   * header). Over a unix socket the TCP address is BULKHEAD_LISTEN or 127.0.0.1:7420.
+   * The URL that reaches `port` of the sandbox through the daemon's TCP address (needs the
+   * API key, sent as Authorization: Bearer). Only known when the client talks TCP.
    */
   portUrl(port: number, path = "/"): string {
-    return `${this.client.httpBaseUrl}${this.path("ports", String(port))}${path.startsWith("/") ? path : `/${path}`}`;
-  }
-
-  /** The host-name form, http://{port}-{id}.{previewDomain}/ (for browsers; no key needed). */
-  previewUrl(port: number, path = "/"): string {
-    return `http://${port}-${this.id}.${this.client.previewDomain}${path.startsWith("/") ? path : `/${path}`}`;
+    const endpoint = this.client.transport.endpoint;
+    if (endpoint.kind === "unix") {
+      throw new BulkheadError(
+        "the client talks to the daemon over a unix socket, so its TCP address is unknown: use new Bulkhead({ url: \"http://HOST:PORT\" })",
+      );
+    }
+    return `${this.client.url}${this.path("ports", String(port))}${slash(path)}`;
   }
 
   /**
-   * An HTTP request to a port of the sandbox through the API. The app's answers come back
-   * whatever their status; the proxy's own refusals (sandbox_not_found, port_not_listening,
-   * ...) are thrown.
+   * The host-name form {scheme}://{port}-{id}.{previewDomain}/..., which needs no API key
+   * (the preview domain of new Bulkhead({ previewDomain }), BULKHEAD_PREVIEW_DOMAIN, or the
+   * daemon's default localhost:7420).
+   */
+  previewUrl(port: number, path = "/", scheme = "http"): string {
+    return `${scheme}://${port}-${this.id}.${this.client.previewDomain}${slash(path)}`;
+  }
+
+  /**
+   * An HTTP request to an app on `port` in the sandbox, through the daemon's port proxy
+   * (works over the unix socket too). The app's answer, whatever its status, comes back
+   * whole; the proxy's own errors (no sandbox, nothing listening: 502, ...) are thrown.
    */
   async request(port: number, options: PortRequestOptions = {}): Promise<PortResponse> {
-    const appPath = options.path ?? "/";
     const response = await this.client.transport.send({
       method: options.method ?? "GET",
-      path: this.path("ports", String(port)) + (appPath.startsWith("/") ? appPath : `/${appPath}`),
+      path: this.path("ports", String(port)) + slash(options.path ?? "/"),
       headers: options.headers,
       body: options.body,
       anyStatus: true,
     });
     const status = response.statusCode ?? 0;
     const body = await this.client.transport.readBody(response);
-    if (status >= 400 && String(response.headers["content-type"]).startsWith("application/json")) {
+    // The daemon's own errors carry its Server header and the API's error shape; an app's
+    // 4xx/5xx are answers.
+    if (status >= 400 && String(response.headers.server ?? "").startsWith("bulkhead/")) {
       const error = apiErrorFrom(status, body);
-      if (PROXY_ERROR_CODES.has(error.code)) throw error;
+      if (!error.code.startsWith("http_")) throw error;
     }
     return portResponse(status, response.headers, body);
   }
 
-  /** A raw TCP connection to a port of the sandbox (port-forward), as a Node Duplex. */
-  async connectPort(port: number): Promise<Duplex> {
+  /**
+   * A raw TCP connection to 127.0.0.1:{port} in the sandbox, relayed by the daemon (what
+   * `bulkhead port-forward` uses), as a Node Duplex socket. End or destroy it when done.
+   */
+  async connectTcp(port: number): Promise<Duplex> {
     const { socket, head } = await this.client.transport.upgrade({ method: "GET", path: this.path("tcp", String(port)) }, "tcp");
     if (head.length) socket.unshift(head);
     return socket;
   }
+
+  /** A WebSocket to an app on `port` in the sandbox, through the port proxy. */
+  websocket(port: number, path = "/"): Promise<WebSocket> {
+    return openWebSocket(this.client.transport, { method: "GET", path: this.path("ports", String(port)) + slash(path) });
+  }
+}
+
+function slash(path: string): string {
+  return path.startsWith("/") ? path : `/${path}`;
 }
 
 function portResponse(status: number, headers: IncomingHttpHeaders, body: Buffer): PortResponse {

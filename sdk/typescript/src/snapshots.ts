@@ -8,6 +8,13 @@ import { snapshotFromWire, type SnapshotInfo } from "./types.js";
 
 /* eslint-disable @typescript-eslint/no-explicit-any */
 
+/** A snapshot, or its id. */
+export type SnapshotRef = string | { id: string };
+
+function idOf(snapshot: SnapshotRef): string {
+  return typeof snapshot === "string" ? snapshot : snapshot.id;
+}
+
 /** A snapshot (files only: memory and processes are not captured). */
 export class Snapshot implements SnapshotInfo {
   readonly id: string;
@@ -61,22 +68,23 @@ export class Snapshots {
     return (w.snapshots as any[]).map((s) => this.wrap(s));
   }
 
-  async get(id: string): Promise<Snapshot> {
-    return this.wrap(await this.transport.json<any>({ method: "GET", path: pathOf("v1", "snapshots", id) }));
+  async get(snapshot: SnapshotRef): Promise<Snapshot> {
+    return this.wrap(await this.transport.json<any>({ method: "GET", path: pathOf("v1", "snapshots", idOf(snapshot)) }));
   }
 
-  async delete(id: string): Promise<void> {
-    await this.transport.empty({ method: "DELETE", path: pathOf("v1", "snapshots", id) });
+  /** Deletes a snapshot (ConflictError snapshot_in_use while a sandbox started from it exists). */
+  async delete(snapshot: SnapshotRef): Promise<void> {
+    await this.transport.empty({ method: "DELETE", path: pathOf("v1", "snapshots", idOf(snapshot)) });
   }
 
   /** The snapshot as a portable .tar.zst stream (resolves once the daemon started sending). */
-  async export(id: string): Promise<Readable> {
-    return this.transport.send({ method: "GET", path: pathOf("v1", "snapshots", id, "export") });
+  async export(snapshot: SnapshotRef): Promise<Readable> {
+    return this.transport.send({ method: "GET", path: pathOf("v1", "snapshots", idOf(snapshot), "export") });
   }
 
   /** Writes the export to a local file; returns its size in bytes. */
-  async exportToFile(id: string, localPath: string): Promise<number> {
-    const stream = await this.export(id);
+  async exportToFile(snapshot: SnapshotRef, localPath: string): Promise<number> {
+    const stream = await this.export(snapshot);
     let bytes = 0;
     stream.on("data", (chunk: Buffer) => (bytes += chunk.length));
     await pipeline(stream, createWriteStream(localPath));

@@ -3,8 +3,8 @@
 import http from "node:http";
 import https from "node:https";
 import type { Duplex } from "node:stream";
-import { ApiKeySource, type Endpoint } from "./config.js";
-import { BulkheadConnectionError, BulkheadError, apiErrorFrom } from "./errors.js";
+import { ApiKeySource, endpointUrl, type Endpoint } from "./config.js";
+import { BulkheadConnectionError, BulkheadError, BulkheadTimeoutError, apiErrorFrom } from "./errors.js";
 
 /**
  * A request body: bytes or text (sent with a length), or anything that yields chunks —
@@ -87,9 +87,6 @@ function chunksOf(body: BodyInput): AsyncIterable<Uint8Array | string> | Iterabl
   throw new BulkheadError("unsupported body: give bytes, a string, a stream, a Blob or an iterable of chunks");
 }
 
-function describeEndpoint(endpoint: Endpoint): string {
-  return endpoint.kind === "unix" ? `unix:${endpoint.socketPath}` : `${endpoint.protocol}//${endpoint.host}`;
-}
 
 /** Reads a whole response body. */
 export async function readAll(stream: AsyncIterable<Buffer | Uint8Array | string>): Promise<Buffer> {
@@ -238,7 +235,7 @@ export class Transport {
       });
       request.on("error", (error: NodeJS.ErrnoException) => {
         if (settled) return;
-        const message = `cannot talk to bulkhead at ${describeEndpoint(this.endpoint)}: ${error.message}`;
+        const message = `cannot talk to bulkhead at ${endpointUrl(this.endpoint)}: ${error.message}`;
         const wrapped = new BulkheadConnectionError(message, { cause: error });
         const stale = request.reusedSocket && (error.code === "ECONNRESET" || error.code === "EPIPE");
         finish(stale ? new StaleConnection(wrapped) : wrapped);
@@ -246,7 +243,7 @@ export class Transport {
       const startHeadTimer = () => {
         if (settled || !timeoutMs) return;
         headTimer = setTimeout(() => {
-          finish(new BulkheadConnectionError(`no answer from bulkhead within ${timeoutMs} ms (${spec.method} ${spec.path})`));
+          finish(new BulkheadTimeoutError(`no answer from bulkhead within ${timeoutMs} ms (${spec.method} ${spec.path})`));
         }, timeoutMs);
       };
       if (streamed === undefined) {
@@ -312,7 +309,7 @@ export class Transport {
         ? setTimeout(() => {
             settled = true;
             request.destroy();
-            reject(new BulkheadConnectionError(`no answer from bulkhead within ${timeoutMs} ms (${spec.path})`));
+            reject(new BulkheadTimeoutError(`no answer from bulkhead within ${timeoutMs} ms (${spec.path})`));
           }, timeoutMs)
         : undefined;
       request.on("upgrade", (response, socket, head) => {
@@ -343,7 +340,7 @@ export class Transport {
         if (timer) clearTimeout(timer);
         if (settled) return;
         settled = true;
-        reject(new BulkheadConnectionError(`cannot talk to bulkhead at ${describeEndpoint(this.endpoint)}: ${error.message}`, { cause: error }));
+        reject(new BulkheadConnectionError(`cannot talk to bulkhead at ${endpointUrl(this.endpoint)}: ${error.message}`, { cause: error }));
       });
       request.end();
     });

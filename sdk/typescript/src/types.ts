@@ -67,7 +67,8 @@ export interface SandboxCreateOptions {
   user?: string;
   network?: Partial<NetworkPolicy>;
   metadata?: Record<string, string>;
-  fromSnapshot?: string;
+  /** A snapshot (or its id) to start from; the sandbox runs the snapshot's image. */
+  fromSnapshot?: string | { id: string };
   volumes?: VolumeMount[];
 }
 
@@ -96,32 +97,33 @@ export interface ProcessInfo {
 }
 
 /** How a command or process ended. */
-export interface ExitInfo {
+export interface ExitStatus {
   exitCode: number | null;
   /** The name of the signal that ended it ("SIGKILL"), or null if it exited. */
   signal: string | null;
-  durationMs: number;
+  /** null when not reported (a process whose end was read from its table). */
+  durationMs: number | null;
   timedOut: boolean;
 }
 
-/** A piece of output: `data` as text (invalid UTF-8 replaced), `bytes` exactly as written. */
+/** A piece of output: `data` as text (invalid UTF-8 replaced), `dataBytes` exactly as written. */
 export interface OutputChunk {
   type: "stdout" | "stderr";
   data: string;
-  bytes: Buffer;
+  dataBytes: Buffer;
 }
 
 export type ExecEvent =
   | { type: "start"; pid: number }
   | OutputChunk
-  | ({ type: "exit"; truncated: boolean } & ExitInfo);
+  | ({ type: "exit"; truncated: boolean } & ExitStatus);
 
 export type ProcessOutputEvent =
   /** `offset`: bytes of this stream up to and including this chunk (pass it back to resume). */
   | (OutputChunk & { offset: number })
-  /** Bytes from..to of a stream were no longer in the ring. */
-  | { type: "gap"; stream: "stdout" | "stderr"; from: number; to: number }
-  | ({ type: "exit" } & ExitInfo);
+  /** Bytes gapFrom..gapTo of a stream were no longer in the ring. */
+  | { type: "gap"; stream: "stdout" | "stderr"; gapFrom: number; gapTo: number }
+  | ({ type: "exit" } & ExitStatus);
 
 export interface Entry {
   /** Absolute, inside the sandbox. */
@@ -137,6 +139,9 @@ export interface Entry {
   /** Symlinks only: where the link points. */
   target?: string;
 }
+
+/** A directory listing; `truncated` when the daemon stopped at its limit. */
+export type EntryList = Entry[] & { truncated: boolean };
 
 export interface FileEvent {
   type: "create" | "write" | "remove" | "rename" | "chmod";
@@ -254,7 +259,7 @@ export function sandboxCreateToWire(o: SandboxCreateOptions): Wire {
     user: o.user,
     network: o.network,
     metadata: o.metadata,
-    from_snapshot: o.fromSnapshot,
+    from_snapshot: typeof o.fromSnapshot === "object" ? o.fromSnapshot.id : o.fromSnapshot,
     volumes: o.volumes?.map((v) => ({ name: v.name, path: v.path, read_only: v.readOnly })),
   };
   return withoutUndefined(w);
@@ -278,11 +283,11 @@ export function processFromWire(w: Wire): ProcessInfo {
   };
 }
 
-export function exitFromWire(w: Wire): ExitInfo {
+export function exitFromWire(w: Wire): ExitStatus {
   return {
     exitCode: w.exit_code ?? null,
     signal: w.signal ?? null,
-    durationMs: w.duration_ms ?? 0,
+    durationMs: typeof w.duration_ms === "number" ? w.duration_ms : null,
     timedOut: Boolean(w.timed_out),
   };
 }
@@ -291,7 +296,7 @@ export function exitFromWire(w: Wire): ExitInfo {
 export function chunkFromWire(w: Wire): OutputChunk {
   const bytes = typeof w.data_b64 === "string" ? Buffer.from(w.data_b64, "base64") : Buffer.from(w.data ?? "", "utf8");
   const data = typeof w.data === "string" ? w.data : bytes.toString("utf8");
-  return { type: w.type, data, bytes };
+  return { type: w.type, data, dataBytes: bytes };
 }
 
 export function entryFromWire(w: Wire): Entry {

@@ -3,7 +3,7 @@
 // handshake). Node 20 has no stable global WebSocket, and the SDK takes no dependencies.
 import { createHash, randomBytes } from "node:crypto";
 import type { Duplex } from "node:stream";
-import { BulkheadConnectionError, BulkheadError } from "./errors.js";
+import { BulkheadConnectionError, BulkheadError, BulkheadTimeoutError } from "./errors.js";
 import type { RequestSpec, Transport } from "./transport.js";
 
 const GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
@@ -46,7 +46,7 @@ export class WebSocket implements AsyncIterable<WebSocketMessage> {
   private fragmentsOp = 0;
   private fragmentsBytes = 0;
   private readonly queue: WebSocketMessage[] = [];
-  private waiter: (() => void) | undefined;
+  private readonly waiters = new Set<() => void>();
   private ended = false;
   private failure: Error | undefined;
   private closeSent = false;
@@ -73,8 +73,12 @@ export class WebSocket implements AsyncIterable<WebSocketMessage> {
     return this.sendFrame(OP_TEXT, Buffer.from(text, "utf8"));
   }
 
-  /** The next message, or null once the connection closed. */
-  async receive(): Promise<WebSocketMessage | null> {
+  /**
+   * The next message, or null once the connection closed. With `timeoutMs`, a
+   * BulkheadTimeoutError if none arrived by then (the connection stays usable).
+   */
+  async recv(timeoutMs?: number): Promise<WebSocketMessage | null> {
+    const deadline = timeoutMs === undefined ? undefined : Date.now() + timeoutMs;
     for (;;) {
       const message = this.queue.shift();
       if (message) {
@@ -86,12 +90,15 @@ export class WebSocket implements AsyncIterable<WebSocketMessage> {
       }
       if (this.failure) throw this.failure;
       if (this.ended) return null;
-      await new Promise<void>((resolve) => (this.waiter = resolve));
+      if (deadline !== undefined && Date.now() >= deadline) {
+        throw new BulkheadTimeoutError(`no WebSocket message within ${timeoutMs} ms`);
+      }
+      await this.woken(deadline);
     }
   }
 
   async *[Symbol.asyncIterator](): AsyncIterator<WebSocketMessage> {
-    for (let message = await this.receive(); message; message = await this.receive()) yield message;
+    for (let message = await this.recv(); message; message = await this.recv()) yield message;
   }
 
   /** The close handshake: sends a close frame, waits (a while) for the server's, ends the socket. */
@@ -243,9 +250,27 @@ export class WebSocket implements AsyncIterable<WebSocketMessage> {
     this.wake();
   }
 
+  /** Resolves at the next message or end, or at `deadline`. */
+  private woken(deadline: number | undefined): Promise<void> {
+    return new Promise((resolve) => {
+      let timer: NodeJS.Timeout | undefined;
+      const waiter = () => {
+        if (timer) clearTimeout(timer);
+        resolve();
+      };
+      this.waiters.add(waiter);
+      if (deadline !== undefined) {
+        timer = setTimeout(() => {
+          this.waiters.delete(waiter);
+          resolve();
+        }, Math.max(0, deadline - Date.now()));
+      }
+    });
+  }
+
   private wake(): void {
-    const waiter = this.waiter;
-    this.waiter = undefined;
-    waiter?.();
+    const waiters = [...this.waiters];
+    this.waiters.clear();
+    for (const waiter of waiters) waiter();
   }
 }

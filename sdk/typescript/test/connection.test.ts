@@ -11,6 +11,7 @@ import {
   BulkheadConnectionError,
   BulkheadError,
   NotFoundError,
+  ServerError,
 } from "@bulkhead/sdk";
 import { client, rejectsWith } from "./helpers.js";
 
@@ -33,6 +34,23 @@ async function withEnv<T>(vars: Record<string, string | undefined>, body: () => 
     }
   }
 }
+
+test("url, state dir and preview domain options", async () => {
+  assert.equal(bulkhead.url, process.env.BULKHEAD_URL);
+  await withEnv({ BULKHEAD_URL: undefined, BULKHEAD_STATE: "/from/env", BULKHEAD_PREVIEW_DOMAIN: undefined }, async () => {
+    assert.equal(new Bulkhead({ apiKey: "k" }).url, "unix:///from/env/bulkhead.sock");
+    const explicit = new Bulkhead({ stateDir: "/srv/bh", apiKey: "k" });
+    assert.equal(explicit.url, "unix:///srv/bh/bulkhead.sock");
+    assert.equal(explicit.previewDomain, "localhost:7420");
+  });
+  await withEnv({ BULKHEAD_PREVIEW_DOMAIN: "env.example" }, async () => {
+    assert.equal(new Bulkhead({ apiKey: "k" }).previewDomain, "env.example");
+    assert.equal(new Bulkhead({ apiKey: "k", previewDomain: "option.example" }).previewDomain, "option.example");
+  });
+  assert.equal(new Bulkhead({ url: "unix:///run/x.sock", apiKey: "k" }).url, "unix:///run/x.sock");
+  assert.equal(new Bulkhead({ url: "/run/x.sock", apiKey: "k" }).url, "unix:///run/x.sock");
+  assert.equal(new Bulkhead({ url: "http://[::1]:7420", apiKey: "k" }).url, "http://[::1]:7420");
+});
 
 test("health needs no key and names the version", async () => {
   const noKey = new Bulkhead({ url: process.env.BULKHEAD_URL, apiKey: "not-the-key" });
@@ -64,13 +82,26 @@ test("the default is the unix socket and key file of BULKHEAD_STATE", async (t) 
   }
   await withEnv({ BULKHEAD_URL: undefined, BULKHEAD_API_KEY: undefined }, async () => {
     const local = new Bulkhead();
-    assert.deepEqual(local.transport.endpoint, { kind: "unix", socketPath: `${state}/bulkhead.sock` });
+    assert.equal(local.url, `unix://${state}/bulkhead.sock`);
     const sandbox = await local.sandboxes.create({ metadata: { via: "unix-socket" } });
     try {
       const result = await sandbox.exec(["echo", "over the socket"]);
       assert.equal(result.stdout, "over the socket\n");
       // The same sandbox is visible over TCP: one daemon behind both.
-      assert.equal((await bulkhead.sandboxes.get(sandbox.id)).info.metadata.via, "unix-socket");
+      assert.equal((await bulkhead.sandboxes.get(sandbox.id)).metadata.via, "unix-socket");
+      // Streams and upgrades over the socket too: a streamed exec and an attach.
+      const events = [];
+      for await (const event of sandbox.execStream("echo streamed")) events.push(event.type);
+      assert.deepEqual(events, ["start", "stdout", "exit"]);
+      const cat = await sandbox.processes.start(["cat"]);
+      const session = await cat.attach();
+      await session.send("attached over the socket\n");
+      await session.readUntil("attached over the socket\n", { timeoutMs: 60_000 });
+      await session.closeStdin();
+      assert.equal((await session.wait({ timeoutMs: 60_000 }))?.exitCode, 0);
+      // The TCP address is unknown over a socket: no port URL, but requests go through.
+      assert.throws(() => sandbox.portUrl(8000), BulkheadError);
+      await rejectsWith(sandbox.request(9), ServerError, "port_not_listening");
     } finally {
       await sandbox.delete();
     }

@@ -7,7 +7,7 @@ import { createHash, randomBytes } from "node:crypto";
 import { mkdir, mkdtemp, readFile, readlink, rm, stat, symlink, writeFile, chmod } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Readable } from "node:stream";
+import { PassThrough, Readable } from "node:stream";
 import { after, before, test } from "node:test";
 import {
   ConflictError,
@@ -95,12 +95,17 @@ test("a streamed 100 MiB write and read round trip keeps every byte", async () =
   }
   assert.equal(length, size);
   assert.equal(received.digest("hex"), sentHash);
-  // To a local file, too.
+  // To a local file and back in, too.
   const copy = join(local, "big.bin");
-  assert.equal(await sandbox.files.readToFile("/workspace/big.bin", copy), size);
+  assert.equal(await sandbox.files.download("/workspace/big.bin", copy), size);
   assert.equal(createHash("sha256").update(await readFile(copy)).digest("hex"), sentHash);
+  const uploaded = await sandbox.files.upload(copy, "/workspace/big-again.bin", { mode: 0o600 });
+  assert.equal(uploaded.size, size);
+  assert.equal(uploaded.mode, 0o600);
+  assert.equal((await sandbox.exec("sha256sum /workspace/big-again.bin")).stdout.split(" ")[0], sentHash);
   await rm(copy);
   await sandbox.files.remove("/workspace/big.bin");
+  await sandbox.files.remove("/workspace/big-again.bin");
 });
 
 test("stat, exists, list with depth, mkdir, move, remove", async () => {
@@ -118,6 +123,8 @@ test("stat, exists, list with depth, mkdir, move, remove", async () => {
 
   const shallow = await sandbox.files.list("/workspace/tree");
   assert.deepEqual(shallow.map((e) => e.name).sort(), ["a", "link", "top.txt"]);
+  assert.equal(shallow.truncated, false);
+  assert.ok((await sandbox.files.list()).some((e) => e.path === "/workspace/tree"), "the default is the workdir");
   const deep = await sandbox.files.list("/workspace/tree", { depth: 3 });
   assert.ok(deep.some((e) => e.path === "/workspace/tree/a/b/leaf.txt"), JSON.stringify(deep.map((e) => e.path)));
 
@@ -130,6 +137,12 @@ test("stat, exists, list with depth, mkdir, move, remove", async () => {
   await sandbox.files.remove("/workspace/tree", { recursive: true });
   assert.equal(await sandbox.files.exists("/workspace/tree"), false);
 });
+
+async function readAll(stream: AsyncIterable<Buffer>): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of stream) chunks.push(chunk);
+  return Buffer.concat(chunks);
+}
 
 /** A local tree with what a tar must carry: nesting, a long name, a symlink, modes, an empty file. */
 async function makeTree(root: string): Promise<string> {
@@ -157,6 +170,11 @@ test("uploadDir and downloadDir carry a tree both ways", async () => {
   const count = await sandbox.files.downloadDir("/workspace/up", back);
   assert.equal(count, 7);
   assert.equal(await readFile(join(back, "readme.txt"), "utf8"), "read me\n");
+  // download() into a Writable.
+  const sink = new PassThrough();
+  const gathered = readAll(sink);
+  assert.equal(await sandbox.files.download("/workspace/up/readme.txt", sink), 8);
+  assert.equal((await gathered).toString(), "read me\n");
   assert.equal(await readFile(join(back, "sub", "deeper", longName), "utf8"), "a long name\n");
   assert.equal((await stat(join(back, "run.sh"))).mode & 0o777, 0o755);
   assert.equal(await readlink(join(back, "link")), "readme.txt");
@@ -207,32 +225,29 @@ test("watch reports creates, writes, renames and removes until closed", async ()
   const reader = (async () => {
     for await (const event of watch) events.push(event);
   })();
-  const seen = (type: string, path: string) => events.some((e) => e.type === type && e.path === path);
-  async function until(type: string, path: string) {
-    await within(
-      (async () => {
-        while (!seen(type, path)) await new Promise((resolve) => setTimeout(resolve, 20));
-      })(),
-      60_000,
-      `a ${type} event for ${path}`,
-    ).catch((error: Error) => {
-      throw new Error(`${error.message}; events: ${JSON.stringify(events)}`);
-    });
+  const seen = (types: string[], path: string) => events.some((e) => types.includes(e.type) && e.path === path);
+  // Polls what arrived (the guard is far above any expected wait; it only stops a hang).
+  async function until(types: string[], path: string) {
+    const deadline = Date.now() + 60_000;
+    while (!seen(types, path)) {
+      if (Date.now() > deadline) throw new Error(`no ${types.join("/")} event for ${path}; events: ${JSON.stringify(events)}`);
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
   }
   try {
     await sandbox.exec("echo 1 > /workspace/watched/a.txt");
-    await until("create", "/workspace/watched/a.txt");
-    await until("write", "/workspace/watched/a.txt");
+    await until(["create"], "/workspace/watched/a.txt");
+    await until(["write"], "/workspace/watched/a.txt");
     await sandbox.exec("mkdir /workspace/watched/sub && echo deep > /workspace/watched/sub/deep.txt");
-    await until("create", "/workspace/watched/sub/deep.txt");
+    await until(["create"], "/workspace/watched/sub/deep.txt");
     await sandbox.files.move("/workspace/watched/a.txt", "/workspace/watched/b.txt");
-    await until("rename", "/workspace/watched/a.txt");
-    await until("rename", "/workspace/watched/b.txt");
-    // An API write lands by an atomic rename onto the path.
+    await until(["rename"], "/workspace/watched/a.txt");
+    await until(["rename"], "/workspace/watched/b.txt");
+    // An API write lands whole (by a rename or a link onto the path, as the daemon does it).
     await sandbox.files.write("/workspace/watched/c.txt", "via the API");
-    await until("rename", "/workspace/watched/c.txt");
+    await until(["create", "rename"], "/workspace/watched/c.txt");
     await sandbox.files.remove("/workspace/watched/b.txt");
-    await until("remove", "/workspace/watched/b.txt");
+    await until(["remove"], "/workspace/watched/b.txt");
   } finally {
     watch.close();
   }

@@ -46,15 +46,18 @@ export async function within<T>(promise: Promise<T>, ms: number, what: string): 
   }
 }
 
-/** Reads from an async iterator of chunks until `marker` shows up; returns all text read. */
-export async function readUntil(iterator: AsyncIterator<Buffer>, marker: string, what: string): Promise<string> {
-  let text = "";
-  while (!text.includes(marker)) {
-    const next = await within(iterator.next(), 60_000, `${what} (waiting for ${JSON.stringify(marker)}, got ${JSON.stringify(text)})`);
-    assert.ok(!next.done, `${what}: the stream ended before ${JSON.stringify(marker)}; got ${JSON.stringify(text)}`);
-    text += next.value.toString("utf8");
+/**
+ * Calls `attempt` until it gives a value (not undefined), every 100 ms, for at most `ms`.
+ * (A guard against a hang, not a timing assertion: `ms` is far above any expected wait.)
+ */
+export async function poll<T>(attempt: () => Promise<T | undefined>, what: string, ms = 60_000): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const value = await attempt();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`${what}: not there after ${ms} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
   }
-  return text;
 }
 
 /** Asserts that `promise` rejects with an instance of `errorClass` carrying `code`. */

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import http from "node:http";
 import { after, before, test } from "node:test";
 import { ApiError, InvalidRequestError, NotFoundError, ServerError, type Sandbox } from "@bulkhead/sdk";
-import { client, rejectsWith, within } from "./helpers.js";
+import { client, collect, poll, rejectsWith } from "./helpers.js";
 
 const bulkhead = client();
 let sandbox: Sandbox;
@@ -59,20 +59,14 @@ test("ports: requests through the API, the port URL, the preview host and raw TC
   });
   try {
     // Until the server listens, the proxy says port_not_listening.
-    await within(
-      (async () => {
-        for (;;) {
-          try {
-            return await sandbox.request(8000, { path: "/" });
-          } catch (error) {
-            if (!(error instanceof ServerError && error.code === "port_not_listening")) throw error;
-            await new Promise((resolve) => setTimeout(resolve, 100));
-          }
-        }
-      })(),
-      60_000,
-      "the sandbox's web server",
-    );
+    await poll(async () => {
+      try {
+        return await sandbox.request(8000, { path: "/" });
+      } catch (error) {
+        if (error instanceof ServerError && error.code === "port_not_listening") return undefined;
+        throw error;
+      }
+    }, "the sandbox's web server");
 
     const page = await sandbox.request(8000, { path: "/index.html" });
     assert.equal(page.status, 200);
@@ -110,7 +104,7 @@ test("ports: requests through the API, the port URL, the preview host and raw TC
     assert.deepEqual(viaHost, { status: 200, body: "<h1>served</h1>" });
 
     // Raw TCP: speak HTTP/1.0 by hand over the forwarded connection.
-    const socket = await sandbox.connectPort(8000);
+    const socket = await sandbox.connectTcp(8000);
     socket.end("GET /index.html HTTP/1.0\r\nHost: raw\r\n\r\n");
     let raw = "";
     for await (const chunk of socket) raw += (chunk as Buffer).toString();
@@ -121,15 +115,86 @@ test("ports: requests through the API, the port URL, the preview host and raw TC
   }
 });
 
+// A WebSocket echo server on the sandbox's loopback (standard library only): it pings the
+// client first and reports the pong, then echoes every message with "echo:" before it.
+const WS_ECHO_SERVER = String.raw`
+import base64, hashlib, socket, struct
+srv = socket.socket()
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("127.0.0.1", 8001))
+srv.listen()
+while True:
+    conn, _ = srv.accept()
+    f = conn.makefile("rb")
+    f.readline()
+    headers = {}
+    while True:
+        line = f.readline().decode()
+        if line in ("\r\n", ""):
+            break
+        k, v = line.split(":", 1)
+        headers[k.strip().lower()] = v.strip()
+    key = headers["sec-websocket-key"] + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+    accept = base64.b64encode(hashlib.sha1(key.encode()).digest()).decode()
+    conn.sendall(("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                  "Sec-WebSocket-Accept: " + accept + "\r\n\r\n").encode())
+    conn.sendall(bytes([0x89, 2]) + b"hi")
+    while True:
+        head = f.read(2)
+        if len(head) < 2:
+            break
+        op, n = head[0] & 15, head[1] & 127
+        if n == 126:
+            n = struct.unpack("!H", f.read(2))[0]
+        elif n == 127:
+            n = struct.unpack("!Q", f.read(8))[0]
+        mask = f.read(4) if head[1] & 128 else bytes(4)
+        data = bytes(b ^ mask[i % 4] for i, b in enumerate(f.read(n)))
+        if op == 8:
+            conn.sendall(bytes([0x88, len(data)]) + data)
+            break
+        reply, op = (b"pong:" + data, 1) if op == 10 else (b"echo:" + data, op)
+        conn.sendall(bytes([0x80 | op, len(reply)]) + reply)
+    conn.close()
+`;
+
+test("websocket() reaches an app's WebSocket through the port proxy", async () => {
+  await sandbox.files.write("/workspace/ws_echo.py", WS_ECHO_SERVER);
+  const server = await sandbox.processes.start(["python3", "/workspace/ws_echo.py"]);
+  try {
+    const ws = await poll(async () => {
+      try {
+        return await sandbox.websocket(8001, "/chat?room=1");
+      } catch (error) {
+        if (!(error instanceof ServerError && error.code === "port_not_listening")) throw error;
+        if ((await server.refresh()).state === "exited") {
+          throw new Error(`the WebSocket server died: ${JSON.stringify(await collect(server.output({ follow: false })))}`);
+        }
+        return undefined;
+      }
+    }, "the sandbox's WebSocket server");
+    // The server pinged first; our client answered with a pong, which it reports.
+    assert.deepEqual(await ws.recv(60_000), { type: "text", data: "pong:hi" });
+    await ws.sendText("hello");
+    assert.deepEqual(await ws.recv(60_000), { type: "text", data: "echo:hello" });
+    await ws.sendBinary(new Uint8Array([1, 2, 3]));
+    assert.deepEqual(await ws.recv(60_000), { type: "binary", data: Buffer.from([...Buffer.from("echo:"), 1, 2, 3]) });
+    await ws.close();
+    assert.equal(ws.closeCode, 1000);
+  } finally {
+    await server.kill().catch(() => undefined);
+  }
+});
+
 test("port errors: nothing listening, a bad port, an unknown sandbox", async () => {
   await rejectsWith(sandbox.request(9), ServerError, "port_not_listening");
-  await rejectsWith(sandbox.connectPort(9), ServerError, "port_not_listening");
+  await rejectsWith(sandbox.connectTcp(9), ServerError, "port_not_listening");
   await rejectsWith(sandbox.request(0), InvalidRequestError);
   await rejectsWith(sandbox.request(70000), InvalidRequestError);
   const ghost = await bulkhead.sandboxes.create();
   await ghost.delete();
   await rejectsWith(ghost.request(8000), NotFoundError, "sandbox_not_found");
-  await rejectsWith(ghost.connectPort(8000), NotFoundError, "sandbox_not_found");
+  await rejectsWith(ghost.connectTcp(8000), NotFoundError, "sandbox_not_found");
   const error = await ghost.request(8000).catch((e: unknown) => e);
   assert.ok(error instanceof ApiError && error.status === 404);
 });

@@ -3,14 +3,15 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import {
+  BulkheadTimeoutError,
   ConflictError,
   InvalidRequestError,
   NotFoundError,
-  type AttachMessage,
+  StreamError,
   type ProcessOutputEvent,
   type Sandbox,
 } from "@bulkhead/sdk";
-import { client, collect, readUntil, rejectsWith, within } from "./helpers.js";
+import { client, collect, rejectsWith } from "./helpers.js";
 
 const bulkhead = client();
 let sandbox: Sandbox;
@@ -83,7 +84,7 @@ test("stdin: write text and bytes, then close", async () => {
   const exit = await process.wait();
   assert.equal(exit.exitCode, 0);
   const events = await collect(process.output({ follow: false }));
-  const bytes = Buffer.concat(events.flatMap((e) => (e.type === "stdout" ? [e.bytes] : [])));
+  const bytes = Buffer.concat(events.flatMap((e) => (e.type === "stdout" ? [e.dataBytes] : [])));
   assert.deepEqual(bytes, Buffer.concat([Buffer.from("text "), Buffer.from([0xff, 0x0a])]));
   await rejectsWith(process.writeStdin("late"), ConflictError, "process_exited");
 });
@@ -124,21 +125,19 @@ test("pty: resize shows in stty; resize without a pty is a ConflictError not_a_p
 
 test("attach drives an interactive shell on a pty: echo, resize, exit", async () => {
   const shell = await sandbox.processes.start(["/bin/sh", "-i"], { pty: { cols: 80, rows: 24 }, tag: "attach-shell" });
-  const messages: AttachMessage[] = [];
-  const session = await shell.attach({ onMessage: (m) => messages.push(m) });
-  const output = session[Symbol.asyncIterator]();
+  const session = await shell.attach();
   await session.send("echo $((6 * 7))\n");
   // The terminal echoes the line (with "6 * 7"); only the shell's answer is a bare 42.
-  await readUntil(output, "42\r\n", "the shell's answer");
+  await session.readUntil("42\r\n", { timeoutMs: 60_000 });
   await session.resize(120, 40);
-  await session.send(Buffer.from("stty size\n"));
-  await readUntil(output, "40 120", "stty after resize");
+  await session.write(Buffer.from("stty size\n"));
+  await session.readUntil("40 120", { timeoutMs: 60_000 });
   await session.send("exit 5\n");
-  for (let next = await output.next(); !next.done; next = await output.next()) {
-    // the rest of the output, up to the end
-  }
-  assert.deepEqual(session.exit && { code: session.exit.exitCode, signal: session.exit.signal }, { code: 5, signal: null });
-  assert.ok(messages.some((m) => m.type === "exit" && m.exitCode === 5));
+  const rest: Buffer[] = [];
+  for await (const chunk of session) rest.push(chunk);
+  assert.equal(session.ended, true);
+  assert.deepEqual(session.exitStatus && [session.exitStatus.exitCode, session.exitStatus.signal], [5, null]);
+  assert.deepEqual(session.errors, []);
   assert.equal((await shell.refresh()).state, "exited");
 });
 
@@ -146,19 +145,24 @@ test("attach replays the ring, reports control errors, and closing leaves the pr
   const cat = await sandbox.processes.start(["cat"]);
   await cat.writeStdin("before attach\n");
   const session = await cat.attach();
-  const output = session[Symbol.asyncIterator]();
-  await readUntil(output, "before attach\n", "the replayed ring");
+  const replayed = await session.readUntil("before attach\n", { timeoutMs: 60_000 });
+  assert.equal(replayed.toString(), "before attach\n");
   await session.resize(10, 10); // cat has no pty: an error message, and the session goes on
   await session.send("after attach\n");
-  await readUntil(output, "after attach\n", "the live echo");
-  assert.deepEqual(session.errors.map((e) => e.code), ["not_a_pty"]);
+  await session.readUntil("after attach\n", { timeoutMs: 60_000 });
+  assert.deepEqual(session.errors.map((e) => [e.code, e.status]), [["not_a_pty", 101]]);
+  assert.ok(session.errors[0] instanceof StreamError);
+  // Nothing more comes while cat waits: a timeout, and the session is still usable.
+  await rejectsWith(session.recv({ timeoutMs: 200 }), BulkheadTimeoutError);
+  await session.send("still here\n");
+  assert.equal((await session.readUntil("here\n", { timeoutMs: 60_000 })).toString(), "still here\n");
   await session.close();
   assert.equal((await cat.refresh()).state, "running");
 
-  // A second session: closing stdin ends cat, and wait() gives the exit.
-  const second = await cat.attach({ offset: cat.info.stdoutOffset });
+  // A second session from the current offset: closing stdin ends cat; wait() gives the exit.
+  await using second = await cat.attach({ offset: cat.info.stdoutOffset });
   await second.closeStdin();
-  const exit = await within(second.wait(), 60_000, "the exit over attach");
+  const exit = await second.wait({ timeoutMs: 60_000 });
   assert.equal(exit?.exitCode, 0);
 });
 
@@ -166,8 +170,30 @@ test("attach signal ends a process", async () => {
   const sleeper = await sandbox.processes.start(["sleep", "300"]);
   const session = await sleeper.attach();
   await session.signal("SIGKILL");
-  const exit = await within(session.wait(), 60_000, "the exit after SIGKILL");
+  const exit = await session.wait({ timeoutMs: 60_000 });
   assert.equal(exit?.signal, "SIGKILL");
+});
+
+test("wait with a timeout, and wait on a process that already ended", async () => {
+  const sleeper = await sandbox.processes.start(["sleep", "300"]);
+  await rejectsWith(sleeper.wait({ timeoutMs: 300 }), BulkheadTimeoutError);
+  assert.equal((await sleeper.refresh()).state, "running");
+  await sleeper.signal("TERM");
+  const exit = await sleeper.wait({ timeoutMs: 60_000 });
+  assert.equal(exit.signal, "SIGTERM");
+  const again = await sleeper.wait();
+  assert.equal(again.signal, "SIGTERM");
+});
+
+test("large stdin goes in pieces", async () => {
+  const counter = await sandbox.processes.start(["sh", "-c", "wc -c"]);
+  const big = Buffer.alloc(20 * 1024 * 1024, 0x61);
+  await counter.writeStdin(big);
+  await counter.writeStdin("é".repeat(3 * 1024 * 1024));
+  await counter.closeStdin();
+  await counter.wait({ timeoutMs: 120_000 });
+  const out = text(await collect(counter.output({ follow: false })), "stdout");
+  assert.equal(out.trim(), String(big.length + 6 * 1024 * 1024));
 });
 
 test("process errors: unknown pid or tag, a tag in use, bad values", async () => {
