@@ -28,7 +28,7 @@ export interface BulkheadOptions {
   previewDomain?: string;
 }
 
-export class Bulkhead {
+export class Bulkhead implements Disposable {
   readonly sandboxes: Sandboxes;
   readonly snapshots: Snapshots;
   readonly volumes: Volumes;
@@ -74,5 +74,10 @@ export class Bulkhead {
   /** Drops idle keep-alive connections so the process can exit at once (open streams go on). */
   close(): void {
     this.transport.close();
+  }
+
+  /** `using bulkhead = new Bulkhead()` closes it at the end of the block. */
+  [Symbol.dispose](): void {
+    this.close();
   }
 }

@@ -14,7 +14,10 @@ export interface CommandOptions {
 }
 
 export interface ExecOptions extends CommandOptions {
-  /** The command's stdin (else it reads /dev/null); bytes travel base64. */
+  /**
+   * The command's stdin (else it reads /dev/null); bytes travel base64. It rides in the
+   * request, which the daemon caps at 1 MiB: feed more through a process's writeStdin or a file.
+   */
   stdin?: string | Uint8Array;
   /** Kill the command after this many seconds (daemon default 60); 0 = no limit. Not an exception: see `timedOut`. */
   timeoutS?: number;

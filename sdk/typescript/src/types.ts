@@ -65,7 +65,8 @@ export interface SandboxCreateOptions {
   env?: Record<string, string>;
   workdir?: string;
   user?: string;
-  network?: Partial<NetworkPolicy>;
+  /** A mode ("none", "allowlist", "open") or a policy with its allow entries. */
+  network?: NetworkMode | Partial<NetworkPolicy>;
   metadata?: Record<string, string>;
   /** A snapshot (or its id) to start from; the sandbox runs the snapshot's image. */
   fromSnapshot?: string | { id: string };
@@ -257,7 +258,7 @@ export function sandboxCreateToWire(o: SandboxCreateOptions): Wire {
     env: o.env,
     workdir: o.workdir,
     user: o.user,
-    network: o.network,
+    network: typeof o.network === "string" ? { mode: o.network } : o.network,
     metadata: o.metadata,
     from_snapshot: typeof o.fromSnapshot === "object" ? o.fromSnapshot.id : o.fromSnapshot,
     volumes: o.volumes?.map((v) => ({ name: v.name, path: v.path, read_only: v.readOnly })),

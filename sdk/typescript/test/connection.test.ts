@@ -52,6 +52,15 @@ test("url, state dir and preview domain options", async () => {
   assert.equal(new Bulkhead({ url: "http://[::1]:7420", apiKey: "k" }).url, "http://[::1]:7420");
 });
 
+test("`using` closes a client", async () => {
+  let health;
+  {
+    using scoped = new Bulkhead();
+    health = await scoped.health();
+  }
+  assert.equal(health.status, "ok");
+});
+
 test("health needs no key and names the version", async () => {
   const noKey = new Bulkhead({ url: process.env.BULKHEAD_URL, apiKey: "not-the-key" });
   const health = await noKey.health();

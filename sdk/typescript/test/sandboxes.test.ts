@@ -40,6 +40,13 @@ test("create applies the options and get reads them back with usage", async () =
   );
 });
 
+test("network as a mode name or a policy", async () => {
+  await withSandbox(bulkhead, async (sandbox) => assert.deepEqual(sandbox.network, { mode: "allowlist", allow: ["a.invalid"] }), {
+    network: { mode: "allowlist", allow: ["a.invalid"] },
+  });
+  await withSandbox(bulkhead, async (sandbox) => assert.deepEqual(sandbox.network, { mode: "allowlist", allow: [] }), { network: "allowlist" });
+});
+
 test("list filters by state and metadata", async () => {
   const run = randomUUID();
   const a = await bulkhead.sandboxes.create({ metadata: { run, name: "a" } });
