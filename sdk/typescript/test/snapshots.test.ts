@@ -88,7 +88,7 @@ test("export to a stream and a file, import both back, and start from the import
     }
     assert.ok(size > 0);
     const file = join(local, "snap.tar.zst");
-    const written = await bulkhead.snapshots.exportToFile(snapshot.id, file);
+    const written = await snapshot.exportToFile(file);
     assert.ok(written > 0);
     // zstd frames start with the magic 28 b5 2f fd.
     assert.deepEqual([...(await readFile(file)).subarray(0, 4)], [0x28, 0xb5, 0x2f, 0xfd]);
