@@ -1,0 +1,132 @@
+// Snapshots and forks: snapshot a sandbox, start sandboxes from it, fork copies that are
+// independent, export to a stream and a file, import back, and the conflicts and errors.
+import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import { mkdtemp, readFile, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { ConflictError, InvalidRequestError, NotFoundError, type Sandbox, type Snapshot } from "@bulkhead/sdk";
+import { client, rejectsWith, withSandbox } from "./helpers.js";
+
+const bulkhead = client();
+let source: Sandbox;
+let local: string;
+before(async () => {
+  source = await bulkhead.sandboxes.create({ metadata: { suite: "sdk-snapshots" }, env: { FROM: "source" } });
+  await source.files.write("/workspace/state.txt", "snapshotted");
+  local = await mkdtemp(join(tmpdir(), "bhsdk-snap-"));
+});
+after(async () => {
+  await source.delete();
+  await rm(local, { recursive: true, force: true });
+  bulkhead.close();
+});
+
+/**
+ * Deletes a snapshot a sandbox was started from. With a warm pool the daemon then launches a
+ * spare sandbox from it in the background, and while that launch runs a delete is refused
+ * (409 snapshot_in_use, "used by a sandbox being created from it"); that refusal alone is
+ * retried, for at most a minute. Any other error fails at once.
+ */
+async function deleteUsedSnapshot(snapshot: Snapshot): Promise<void> {
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    try {
+      return await snapshot.delete();
+    } catch (error) {
+      const refill = error instanceof ConflictError && /being created from it/.test(error.apiMessage);
+      if (!refill || Date.now() > deadline) throw error;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  }
+}
+
+test("snapshot, list, get, start from it, and the in-use conflict", async () => {
+  const snapshot = await source.snapshot("sdk-first");
+  assert.match(snapshot.id, /^snap_[a-z0-9]{20}$/);
+  assert.equal(snapshot.name, "sdk-first");
+  assert.equal(snapshot.sandboxId, source.id);
+  assert.equal(snapshot.memory, false);
+  assert.equal(snapshot.image, "host");
+  assert.ok(snapshot.sizeBytes >= 0);
+  assert.ok((await bulkhead.snapshots.list()).some((s) => s.id === snapshot.id));
+  assert.equal((await bulkhead.snapshots.get(snapshot.id)).name, "sdk-first");
+
+  const child = await bulkhead.sandboxes.create({ fromSnapshot: snapshot.id });
+  try {
+    assert.equal(child.info.parentSnapshot, snapshot.id);
+    assert.equal(await child.files.readText("/workspace/state.txt"), "snapshotted");
+    await rejectsWith(snapshot.delete(), ConflictError, "snapshot_in_use");
+  } finally {
+    await child.delete();
+  }
+  await deleteUsedSnapshot(snapshot);
+  await rejectsWith(bulkhead.snapshots.get(snapshot.id), NotFoundError, "snapshot_not_found");
+  await rejectsWith(bulkhead.snapshots.delete(snapshot.id), NotFoundError, "snapshot_not_found");
+});
+
+test("a snapshot without a name; a bad name is refused", async () => {
+  const unnamed = await source.snapshot();
+  assert.equal(unnamed.name, null);
+  await unnamed.delete();
+  await rejectsWith(source.snapshot("bad\nname"), InvalidRequestError);
+});
+
+test("fork makes independent copy-on-write copies with the same settings", async () => {
+  const forks = await source.fork(2);
+  try {
+    assert.equal(forks.length, 2);
+    for (const fork of forks) {
+      assert.notEqual(fork.id, source.id);
+      assert.equal(fork.state, "running");
+      assert.equal(fork.info.env.FROM, "source");
+      assert.equal(await fork.files.readText("/workspace/state.txt"), "snapshotted");
+    }
+    await forks[0]!.files.write("/workspace/state.txt", "changed in fork 0");
+    assert.equal(await forks[1]!.files.readText("/workspace/state.txt"), "snapshotted");
+    assert.equal(await source.files.readText("/workspace/state.txt"), "snapshotted");
+  } finally {
+    for (const fork of forks) await fork.delete();
+  }
+  const single = await source.fork();
+  assert.equal(single.length, 1, "count defaults to 1");
+  await single[0]!.delete();
+  await rejectsWith(source.fork(0), InvalidRequestError);
+  await rejectsWith(source.fork(17), InvalidRequestError);
+});
+
+test("export to a stream and a file, import both back, and start from the import", async () => {
+  const snapshot = await source.snapshot("for-export");
+  try {
+    const streamed = createHash("sha256");
+    let size = 0;
+    for await (const chunk of await snapshot.export()) {
+      streamed.update(chunk as Buffer);
+      size += (chunk as Buffer).length;
+    }
+    assert.ok(size > 0);
+    const file = join(local, "snap.tar.zst");
+    const written = await snapshot.exportToFile(file);
+    assert.ok(written > 0);
+    // zstd frames start with the magic 28 b5 2f fd.
+    assert.deepEqual([...(await readFile(file)).subarray(0, 4)], [0x28, 0xb5, 0x2f, 0xfd]);
+
+    const fromFile = await bulkhead.snapshots.importFile(file);
+    const fromStream = await bulkhead.snapshots.import(await snapshot.export());
+    for (const imported of [fromFile, fromStream]) {
+      assert.notEqual(imported.id, snapshot.id);
+      assert.equal(imported.image, "host");
+      await withSandbox(
+        bulkhead,
+        async (sandbox) => assert.equal(await sandbox.files.readText("/workspace/state.txt"), "snapshotted"),
+        { fromSnapshot: imported.id },
+      );
+      await deleteUsedSnapshot(imported);
+    }
+  } finally {
+    await snapshot.delete();
+  }
+  await rejectsWith(bulkhead.snapshots.import(Buffer.from("not a snapshot archive")), InvalidRequestError, "invalid_snapshot");
+  await rejectsWith(bulkhead.snapshots.export("snap_nosuchsnapshot00000"), NotFoundError, "snapshot_not_found");
+});
