@@ -31,3 +31,17 @@ def test_python_agent_loop(daemon, client):
     run = subprocess.run(["/usr/bin/python3", str(EXAMPLES / "python" / "agent_loop.py")],
                          env=example_env(daemon), capture_output=True, text=True, timeout=300)
     check_agent_loop_output(run, client)
+
+
+def test_typescript_agent_loop(daemon, client):
+    sdk = harness.REPO_ROOT / "sdk" / "typescript"
+    assert (sdk / "node_modules").is_dir(), "SDK build tools missing: run scripts/install-test-tools.sh"
+    build = subprocess.run(["npm", "run", "build"], cwd=sdk, capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stdout + build.stderr
+    # Compiling type-checks the example against the SDK's published declarations.
+    compile_ = subprocess.run([str(sdk / "node_modules" / ".bin" / "tsc"), "-p", str(EXAMPLES / "typescript")],
+                              capture_output=True, text=True, timeout=300)
+    assert compile_.returncode == 0, compile_.stdout + compile_.stderr
+    run = subprocess.run(["node", str(EXAMPLES / "typescript" / "agent_loop.js")],
+                         env=example_env(daemon), capture_output=True, text=True, timeout=300)
+    check_agent_loop_output(run, client)
