@@ -94,6 +94,7 @@ struct SnapshotEntry {
   uid_t uid_base = 0;
   std::string spec_json;  // the settings of the sandbox it was taken of
   int users = 0;          // creates, pool refills and exports reading it now (UseSnapshot)
+  int refills = 0;        // of those, warm-pool refills: a delete waits for them instead of refusing
 };
 
 // What every command in a sandbox with egress gets, so that programs that honour proxy
@@ -187,8 +188,8 @@ class SandboxManagerImpl : public SandboxManager {
   Result<store::SnapshotRow> Capture(const std::string& sandbox_id, const std::string& name);
   void DropSnapshot(const std::string& id);
   // A copy of a ready snapshot's entry, and a token that keeps DeleteSnapshot away (409) while
-  // it lives. 404 if there is none.
-  Result<std::pair<SnapshotEntry, std::shared_ptr<void>>> UseSnapshot(const std::string& id);
+  // it lives; a warm-pool `refill` only delays it. 404 if there is none.
+  Result<std::pair<SnapshotEntry, std::shared_ptr<void>>> UseSnapshot(const std::string& id, bool refill = false);
   // Gives a sandbox from a warm pool (made with other settings) this request's: limits, disk
   // cap and spec. False (the sandbox torn down) if that fails; then the caller launches one.
   bool FitPooled(Sandbox& sb, const SandboxSpec& spec);
@@ -262,6 +263,7 @@ class SandboxManagerImpl : public SandboxManager {
 
   std::atomic<bool> stopping_{false};
   std::condition_variable wake_;
+  std::condition_variable snapshot_released_;  // a UseSnapshot token ended
   std::thread pool_thread_, timer_thread_;
   std::once_flag shutdown_once_;
 };
@@ -938,7 +940,7 @@ std::string SandboxManagerImpl::SnapshotToWarmLocked() const {
 }
 
 void SandboxManagerImpl::RefillSnapshotPool(const std::string& snapshot_id) {
-  auto use = UseSnapshot(snapshot_id);  // not deleted under the launch
+  auto use = UseSnapshot(snapshot_id, /*refill=*/true);  // not deleted under the launch
   if (!use) return;
   const LayerSource source{snapshot_id, use->first.uid_base};
   auto spec = SpecFromJson(use->first.spec_json);
@@ -1070,14 +1072,22 @@ void SandboxManagerImpl::RecoverSnapshots() {
   }
 }
 
-Result<std::pair<SnapshotEntry, std::shared_ptr<void>>> SandboxManagerImpl::UseSnapshot(const std::string& id) {
+Result<std::pair<SnapshotEntry, std::shared_ptr<void>>> SandboxManagerImpl::UseSnapshot(const std::string& id,
+                                                                                       bool refill) {
   std::lock_guard lock(mu_);
   auto it = snapshots_.find(id);
   if (it == snapshots_.end()) return NoSnapshot(id);
   it->second.users++;
-  std::shared_ptr<void> token(nullptr, [this, id](void*) {
-    std::lock_guard lock(mu_);
-    if (auto it = snapshots_.find(id); it != snapshots_.end()) it->second.users--;
+  if (refill) it->second.refills++;
+  std::shared_ptr<void> token(nullptr, [this, id, refill](void*) {
+    {
+      std::lock_guard lock(mu_);
+      if (auto it = snapshots_.find(id); it != snapshots_.end()) {
+        it->second.users--;
+        if (refill) it->second.refills--;
+      }
+    }
+    snapshot_released_.notify_all();
   });
   return std::pair{it->second, std::move(token)};
 }
@@ -1163,14 +1173,33 @@ Result<SnapshotInfo> SandboxManagerImpl::GetSnapshot(const std::string& id) {
 Status SandboxManagerImpl::DeleteSnapshot(const std::string& id) {
   std::shared_ptr<Sandbox> pooled;
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
+    // Refused while a sandbox, a create or an export uses it. A warm-pool refill launching
+    // from it is not the caller's doing: it is told to give up (the snapshot leaves the warm
+    // list, so the refill tears down what it made) and waited for.
+    auto in_use = [&]() -> std::optional<std::string> {
+      auto it = snapshots_.find(id);
+      if (it == snapshots_.end()) return std::nullopt;
+      for (const auto& [sandbox_id, sb] : sandboxes_)
+        if (sb->info.spec.from_snapshot == id) return "sandbox " + sandbox_id;
+      if (it->second.users > it->second.refills) return "a sandbox being created from it, or an export";
+      return std::string();
+    };
+    std::optional<std::string> user = in_use();
+    if (!user) return NoSnapshot(id);
+    if (user->empty() && snapshots_.at(id).refills > 0) {
+      warm_snapshots_.erase(std::remove(warm_snapshots_.begin(), warm_snapshots_.end(), id), warm_snapshots_.end());
+      snapshot_released_.wait_for(lock, std::chrono::seconds(30), [&] {
+        auto it = snapshots_.find(id);
+        return it == snapshots_.end() || it->second.refills == 0;
+      });
+      user = in_use();
+      if (!user) return NoSnapshot(id);
+      if (user->empty() && snapshots_.at(id).users > 0) user = "a warm-pool sandbox still being made from it";
+    }
+    if (!user->empty())
+      return MakeError(ErrorCode::kConflict, "snapshot " + id + " is used by " + *user, "snapshot_in_use");
     auto it = snapshots_.find(id);
-    if (it == snapshots_.end()) return NoSnapshot(id);
-    std::string user = it->second.users > 0 ? "a sandbox being created from it, or an export" : "";
-    for (const auto& [sandbox_id, sb] : sandboxes_)
-      if (sb->info.spec.from_snapshot == id) user = "sandbox " + sandbox_id;
-    if (!user.empty())
-      return MakeError(ErrorCode::kConflict, "snapshot " + id + " is used by " + user, "snapshot_in_use");
     snapshots_.erase(it);
     warm_snapshots_.erase(std::remove(warm_snapshots_.begin(), warm_snapshots_.end(), id), warm_snapshots_.end());
     if (auto ready = snapshot_pool_.find(id); ready != snapshot_pool_.end()) {

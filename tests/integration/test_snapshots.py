@@ -335,3 +335,22 @@ def test_a_used_snapshot_keeps_a_ready_sandbox_and_gives_it_up(daemon_factory):
     assert staged() == 3
     assert client.delete(f"/v1/snapshots/{snapshot}").status == 204
     assert staged() == 2  # source and the host pool's: the snapshot's ready sandbox is gone
+
+
+def test_deleting_a_snapshot_waits_for_a_pool_refill_instead_of_refusing(daemon_factory):
+    """Right after a sandbox made from a snapshot goes, the warm pool may be launching a spare
+    from that snapshot: deleting the snapshot then is not the user's conflict. It must answer
+    204 (the refill gives way) every time, and leave no spare behind."""
+    daemon = daemon_factory(warm_pool=1)
+    daemon.extra_args = ("--storage-driver", "btrfs")
+    daemon.start()
+    client = daemon.client()
+    source = client.create()["id"]
+    staged = lambda: len(list((daemon.state_dir / "sandboxes").iterdir()))  # noqa: E731
+    for _ in range(5):
+        snapshot = client.post(f"/v1/sandboxes/{source}/snapshots", {}).json()["id"]
+        made = client.create(from_snapshot=snapshot)["id"]  # starts the snapshot's refill
+        client.remove(made)
+        r = client.delete(f"/v1/snapshots/{snapshot}")
+        assert r.status == 204, r
+    assert wait_until(lambda: staged() == 2, timeout=30), staged()  # source and the host pool's

@@ -6,7 +6,7 @@ import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { ConflictError, InvalidRequestError, NotFoundError, type Sandbox, type Snapshot } from "@bulkhead/sdk";
+import { ConflictError, InvalidRequestError, NotFoundError, type Sandbox } from "@bulkhead/sdk";
 import { client, rejectsWith, withSandbox } from "./helpers.js";
 
 const bulkhead = client();
@@ -22,25 +22,6 @@ after(async () => {
   await rm(local, { recursive: true, force: true });
   bulkhead.close();
 });
-
-/**
- * Deletes a snapshot a sandbox was started from. With a warm pool the daemon then launches a
- * spare sandbox from it in the background, and while that launch runs a delete is refused
- * (409 snapshot_in_use, "used by a sandbox being created from it"); that refusal alone is
- * retried, for at most a minute. Any other error fails at once.
- */
-async function deleteUsedSnapshot(snapshot: Snapshot): Promise<void> {
-  const deadline = Date.now() + 60_000;
-  for (;;) {
-    try {
-      return await snapshot.delete();
-    } catch (error) {
-      const refill = error instanceof ConflictError && /being created from it/.test(error.apiMessage);
-      if (!refill || Date.now() > deadline) throw error;
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
-  }
-}
 
 test("snapshot, list, get, start from it, and the in-use conflict", async () => {
   const snapshot = await source.snapshot("sdk-first");
@@ -61,7 +42,7 @@ test("snapshot, list, get, start from it, and the in-use conflict", async () => 
   } finally {
     await child.delete();
   }
-  await deleteUsedSnapshot(snapshot);
+  await snapshot.delete();
   await rejectsWith(bulkhead.snapshots.get(snapshot.id), NotFoundError, "snapshot_not_found");
   await rejectsWith(bulkhead.snapshots.delete(snapshot.id), NotFoundError, "snapshot_not_found");
 });
@@ -122,7 +103,7 @@ test("export to a stream and a file, import both back, and start from the import
         async (sandbox) => assert.equal(await sandbox.files.readText("/workspace/state.txt"), "snapshotted"),
         { fromSnapshot: imported.id },
       );
-      await deleteUsedSnapshot(imported);
+      await imported.delete();
     }
   } finally {
     await snapshot.delete();
