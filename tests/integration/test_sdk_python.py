@@ -30,6 +30,7 @@ from bulkhead import (ApiError, AuthenticationError, Bulkhead, BulkheadConnectio
                       ServerError, VolumeMount)
 
 from harness import wait_until  # noqa: E402
+from sandbox_apps import ECHO_APP, WS_APP  # noqa: E402
 
 MB = 1 << 20
 
@@ -731,60 +732,6 @@ class App(BaseHTTPRequestHandler):
 ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), App).serve_forever()
 '''
 
-ECHO_APP = r'''
-import socket, socketserver, sys
-
-class Echo(socketserver.BaseRequestHandler):
-    def handle(self):
-        while True:
-            data = self.request.recv(65536)
-            if not data:
-                break
-            self.request.sendall(data)
-        self.request.shutdown(socket.SHUT_WR)
-
-socketserver.ThreadingTCPServer.allow_reuse_address = True
-socketserver.ThreadingTCPServer(("127.0.0.1", int(sys.argv[1])), Echo).serve_forever()
-'''
-
-WS_APP = r'''
-import base64, hashlib, socketserver, struct, sys
-
-class Echo(socketserver.StreamRequestHandler):
-    def handle(self):
-        key = b""
-        while True:
-            line = self.rfile.readline()
-            if line in (b"\r\n", b""):
-                break
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"sec-websocket-key":
-                key = value.strip()
-        accept = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
-        self.wfile.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                         b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n")
-        while True:
-            head = self.rfile.read(2)
-            if len(head) < 2:
-                return
-            opcode, n = head[0] & 15, head[1] & 127
-            if n == 126:
-                n = struct.unpack("!H", self.rfile.read(2))[0]
-            elif n == 127:
-                n = struct.unpack("!Q", self.rfile.read(8))[0]
-            mask = self.rfile.read(4)
-            payload = bytes(b ^ mask[i % 4] for i, b in enumerate(self.rfile.read(n)))
-            if opcode == 8:
-                self.wfile.write(b"\x88\x02" + payload[:2])
-                return
-            reply = payload[::-1]
-            if len(reply) < 126:
-                self.wfile.write(struct.pack("!BB", 0x80 | opcode, len(reply)) + reply)
-            else:
-                self.wfile.write(struct.pack("!BBH", 0x80 | opcode, 126, len(reply)) + reply)
-
-socketserver.ThreadingTCPServer(("127.0.0.1", int(sys.argv[1])), Echo).serve_forever()
-'''
 
 
 def start_app(sandbox, name: str, source: str, port: int):
@@ -838,9 +785,9 @@ def test_ports_request_url_preview_tcp_and_websocket(bh, box, daemon):
     start_app(box, "ws", WS_APP, 8002)
     ws = box.websocket(8002, "/socket")
     ws.send_text("abc")
-    assert ws.recv(30) == (bulkhead.websocket.OP_TEXT, b"cba")
+    assert ws.recv(30) == (bulkhead.websocket.OP_TEXT, b"abc")
     ws.send_binary(b"\x00\x01" * 100)
-    assert ws.recv(30) == (bulkhead.websocket.OP_BINARY, b"\x01\x00" * 100)
+    assert ws.recv(30) == (bulkhead.websocket.OP_BINARY, b"\x00\x01" * 100)
     ws.close()
 
 
