@@ -1,5 +1,6 @@
 #include "api/router.h"
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 
@@ -107,6 +108,13 @@ bool MatchPattern(std::string_view pattern, const std::vector<std::string>& segm
   return parts.size() == segments.size();
 }
 
+// How many segments of a pattern are fixed text rather than {parameters}.
+size_t LiteralParts(std::string_view pattern) {
+  size_t literal = 0;
+  for (std::string_view part : SplitSegments(pattern)) literal += part.empty() || part.front() != '{';
+  return literal;
+}
+
 int HexValue(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -133,9 +141,15 @@ RouteMatch MatchRoute(std::string_view method, std::string_view path) {
     if (!decoded) return result;
     segments.push_back(std::move(*decoded));
   }
+  // A concrete path wins over a templated one that also matches it (OpenAPI's rule):
+  // /v1/snapshots/import is POST only, not also GET /v1/snapshots/{snapshot_id} of "import".
   std::vector<std::pair<std::string_view, std::string>> params;
+  size_t most_literal = 0;
   for (const RouteSpec& route : kRoutes) {
-    if (!MatchPattern(route.pattern, segments, params)) continue;
+    if (MatchPattern(route.pattern, segments, params)) most_literal = std::max(most_literal, LiteralParts(route.pattern));
+  }
+  for (const RouteSpec& route : kRoutes) {
+    if (LiteralParts(route.pattern) != most_literal || !MatchPattern(route.pattern, segments, params)) continue;
     if (route.method == "*" || route.method == method) {
       result.outcome = RouteMatch::Outcome::kMatched;
       result.id = route.id;

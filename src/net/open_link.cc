@@ -211,6 +211,8 @@ Result<std::unique_ptr<OpenLinks>> OpenLinks::Start(const IpPrefix& subnet, cons
     if (name && std::string_view(name).starts_with(prefix)) stale.emplace_back(name);
   }
   for (const auto& name : stale) BH_TRY(DeleteLink(sock->get(), name));
+  // A killed predecessor's table: made again with the first link (Recover re-adds those).
+  BH_TRY(links->DropHost());
   return links;
 }
 
@@ -247,6 +249,15 @@ Status OpenLinks::PrepareHost() {
   auto done = RunNft(program, "the daemon's network namespace");
   if (!done) return done.error();
   host_ready_ = true;
+  return {};
+}
+
+Status OpenLinks::DropHost() {
+  const std::string table = "bulkhead_" + tag_;
+  // Declaring the table first makes the delete succeed whether or not it exists.
+  auto done = RunNft("table ip " + table + " {}\ndelete table ip " + table + "\n", "the daemon's network namespace");
+  if (!done) return done.error();
+  host_ready_ = false;
   return {};
 }
 
@@ -307,6 +318,8 @@ Status OpenLinks::Remove(const std::string& sandbox_id, int netns_fd) {
   auto sock = Connect();
   if (!sock) return sock.error();
   BH_TRY(DeleteLink(sock->get(), HostLinkName(sandbox_id)));
+  // The host table serves links only: without any, it would outlive the daemon for nothing.
+  if (block_.empty() && host_ready_) BH_TRY(DropHost());
   if (netns_fd < 0) return {};
   return RunInNetns(netns_fd, ClearSandboxSide);
 }

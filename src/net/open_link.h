@@ -13,7 +13,8 @@
 // IPv6 UDP stays dropped in open mode: forwarding IPv6 would make the host ignore router
 // advertisements. Address entries of an open policy re-open denied ranges for TCP only.
 // The pair goes away with the sandbox's namespace; links a killed daemon left behind (same
-// tag: one per state directory) are removed when the next one starts.
+// tag: one per state directory) are removed when the next one starts. The host table lives
+// while there is a link: it goes with the last one (and a killed daemon's, at start).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -46,6 +47,7 @@ class OpenLinks {
   OpenLinks(const IpPrefix& subnet, std::string tag);
   std::string HostLinkName(const std::string& sandbox_id) const;
   Status PrepareHost();  // ip_forward and the host table, once
+  Status DropHost();     // the host table, when no link is left (it is made again with the next)
 
   const IpPrefix subnet_;
   const std::string tag_;

@@ -569,3 +569,294 @@ class WebSocket:
         except OSError:
             pass
         self.sock.close()
+
+
+# ---------------------------------------------------------------- leak checks
+
+# What one daemon leaves on the host, found from the names it gives things (see leaks()).
+UID_RANGE_CLAIMS = Path("/run/bulkhead/uid-ranges")
+FIRST_SANDBOX_UID, UIDS_PER_SANDBOX = 0x10000000, 65536  # runtime/native/uid_range.h
+SIOCGSKNS = 0x894C  # a socket's network namespace, as a new descriptor (linux/sockios.h)
+PIDFD_GETFD = 438   # the x86-64 and generic syscall number of pidfd_getfd(2)
+
+
+def cgroup_parent_name(state_dir) -> str:
+    """bulkhead-<FNV-1a 32 of the canonical state dir> (core/sandbox_manager.cc)."""
+    digest = 2166136261
+    for byte in os.path.realpath(str(state_dir)).encode():
+        digest = ((digest ^ byte) * 16777619) & 0xFFFFFFFF
+    return f"bulkhead-{digest:08x}"
+
+
+def std_hash(text: str) -> int:
+    """libstdc++'s std::hash<std::string> on 64-bit (_Hash_bytes, a MurmurHash2 variant)."""
+    m64, mul = (1 << 64) - 1, (0xC6A4A793 << 32) + 0x5BD1E995
+    data = text.encode()
+
+    def shift_mix(v):
+        return v ^ (v >> 47)
+
+    h = (0xC70F6907 ^ (len(data) * mul)) & m64
+    aligned = len(data) & ~7
+    for i in range(0, aligned, 8):
+        piece = (shift_mix((int.from_bytes(data[i:i + 8], "little") * mul) & m64) * mul) & m64
+        h = ((h ^ piece) * mul) & m64
+    if len(data) & 7:
+        h = ((h ^ int.from_bytes(data[aligned:], "little")) * mul) & m64
+    return shift_mix((shift_mix(h) * mul) & m64)
+
+
+def open_link_tag(state_dir) -> str:
+    """The 4 hex digits naming a daemon's open-mode links bh<tag>... and its nftables table
+    bulkhead_<tag> (core/network_controller.cc: std::hash of the state dir as given)."""
+    return f"{std_hash(str(state_dir)) & 0xFFFF:04x}"
+
+
+def open_link_name(state_dir, sandbox_id: str) -> str:
+    return f"bh{open_link_tag(state_dir)}{std_hash(sandbox_id) & 0xFFFFFFFFF:09x}"  # net/open_link.cc
+
+
+def unescape_mountinfo(text: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)
+
+
+def mount_points_under(directory: str, pid: int | str = "self") -> list[str]:
+    prefix = directory.rstrip("/") + "/"
+    try:
+        with open(f"/proc/{pid}/mountinfo") as f:
+            points = [unescape_mountinfo(line.split()[4]) for line in f]
+    except OSError:
+        return []
+    return [p for p in points if p.startswith(prefix)]
+
+
+def _read(path, default=""):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return default
+
+
+def _netns_inode(path) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
+def socket_netns_inodes(pid: int) -> dict[int, str]:
+    """netns inode -> one of the daemon's descriptors that holds it: descriptors opened on a
+    namespace (net:[...]) and sockets made in one (a listener in a sandbox's namespace keeps
+    it alive). Sockets are borrowed with pidfd_getfd(2) and asked with SIOCGSKNS."""
+    import ctypes
+    import fcntl
+    found = {}
+    libc = ctypes.CDLL(None, use_errno=True)
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        return found
+    try:
+        for fd_name in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd_name}")
+            except OSError:
+                continue
+            if target.startswith("net:["):
+                found.setdefault(int(target[5:-1]), f"fd {fd_name} ({target})")
+                continue
+            if not target.startswith("socket:["):
+                continue
+            borrowed = libc.syscall(PIDFD_GETFD, pidfd, int(fd_name), 0)
+            if borrowed < 0:
+                continue
+            try:
+                ns_fd = fcntl.ioctl(borrowed, SIOCGSKNS)
+                found.setdefault(os.fstat(ns_fd).st_ino, f"fd {fd_name} ({target})")
+                os.close(ns_fd)
+            except OSError:
+                pass
+            finally:
+                os.close(borrowed)
+    except OSError:
+        pass
+    finally:
+        os.close(pidfd)
+    return found
+
+
+def _in_daemon_netns(daemon, argv: list[str]) -> list[str]:
+    """argv run in the daemon's network namespace (where its open-mode links and table live)."""
+    if daemon.running():
+        return ["nsenter", f"--net=/proc/{daemon.process.pid}/ns/net", *argv]
+    if daemon.netns:
+        return ["nsenter", f"--net=/run/netns/{daemon.netns}", *argv]
+    return argv
+
+
+def _json_of(argv: list[str]):
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode != 0 or not done.stdout.strip():
+        return None
+    try:
+        return json.loads(done.stdout)
+    except ValueError:
+        return None
+
+
+def known_sandboxes(daemon) -> dict[str, dict]:
+    """id -> Sandbox of what the daemon has: every listed sandbox, and its warm pool's (rows
+    in state "pooled" of its database: they are not listed). {} for a daemon that is down."""
+    known = {}
+    if not daemon.running():
+        return known
+    client = daemon.client(timeout=60)
+    r = client.get("/v1/sandboxes")
+    assert r.status == 200, f"list sandboxes for the leak check: {r!r}"
+    known = {s["id"]: s for s in r.json()["sandboxes"]}
+    db_path = daemon.state_dir / "bulkhead.db"
+    if db_path.exists():
+        import sqlite3
+        db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=10)
+        try:
+            for (sandbox_id,) in db.execute("SELECT id FROM sandboxes WHERE state = 'pooled'"):
+                known.setdefault(sandbox_id, {"id": sandbox_id, "state": "pooled"})
+        finally:
+            db.close()
+    return known
+
+
+def find_leaks(daemon, uid_ranges=()) -> dict[str, list[str]]:
+    """One look at everything of `daemon` on the host that belongs to no sandbox it has (a
+    daemon that is down has none): processes (in its cgroups, or in a uid range it claims or
+    that `uid_ranges` [(first, count)] names, e.g. of deleted sandboxes), zombie children of
+    the daemon, uid range claims, mounts under its state dir (host's and daemon's view),
+    cgroups (v1 and v2), network namespaces the daemon still holds, open-mode host links and
+    an nftables table with no open-mode sandbox left, loop devices on its state dir beyond the
+    one its storage is mounted from, sandbox dirs and layers. Scoped by the names this daemon
+    gives things, so other daemons on the host (other tests) do not count."""
+    state_dir = str(daemon.state_dir)
+    known = known_sandboxes(daemon)
+    found: dict[str, list[str]] = {}
+
+    def leak(kind, what):
+        found.setdefault(kind, []).append(what)
+
+    parent = cgroup_parent_name(state_dir)
+    daemon_pid = daemon.process.pid if daemon.running() else None
+
+    # uid range claims: /run/bulkhead/uid-ranges/<slot> = "<owner state dir>\n<sandbox id>\n".
+    ranges = [tuple(r) for r in uid_ranges]
+    if UID_RANGE_CLAIMS.is_dir():
+        for claim in UID_RANGE_CLAIMS.iterdir():
+            lines = _read(claim).splitlines()
+            if len(lines) >= 2 and lines[0] == state_dir and lines[1] not in known:
+                leak("uid claims", f"{claim.name}: {lines[1]}")
+                ranges.append((FIRST_SANDBOX_UID + int(claim.name) * UIDS_PER_SANDBOX, UIDS_PER_SANDBOX))
+
+    # Processes: by cgroup (a sandbox cannot leave its cgroup) and by uid.
+    expected_netns = {_netns_inode(f"/proc/{daemon_pid}/ns/net")} if daemon_pid else set()
+    for status_path in glob.glob("/proc/[0-9]*/status"):
+        pid = status_path.split("/")[2]
+        fields = dict(line.split(":", 1) for line in _read(status_path).splitlines() if ":" in line)
+        if not fields:
+            continue
+        name, state = fields.get("Name", "").strip(), fields.get("State", "").strip()
+        label = f"{pid}:{name}:{state}"
+        sandbox_of = None
+        for line in _read(f"/proc/{pid}/cgroup").splitlines():
+            path = line.split(":", 2)[-1]
+            if f"/{parent}/" in path:
+                sandbox_of = path.split(f"/{parent}/", 1)[1].split("/")[0]
+                break
+        if sandbox_of is not None:
+            if sandbox_of in known:
+                expected_netns.add(_netns_inode(f"/proc/{pid}/ns/net"))
+            else:
+                leak("processes", f"{label} in cgroup {parent}/{sandbox_of}")
+            continue
+        uids = [int(x) for x in fields.get("Uid", "").split()]
+        if any(first <= u < first + count for first, count in ranges for u in uids):
+            leak("processes", f"{label} uid {uids[0]}")
+        elif daemon_pid and fields.get("PPid", "").strip() == str(daemon_pid) and state.startswith("Z"):
+            leak("zombies", f"{label}: a child the daemon did not reap")
+
+    # Mounts under the state dir, except its storage (the loop mount), that name no sandbox.
+    storage = state_dir.rstrip("/") + "/storage"
+    views = [("host", "self")] + ([("daemon", daemon_pid)] if daemon_pid else [])
+    for view, pid in views:
+        for point in mount_points_under(state_dir, pid):
+            if point == storage or any(sandbox_id in point for sandbox_id in known):
+                continue
+            leak("mounts", f"{point} ({view})")
+
+    # cgroups: <root>/bulkhead-<tag>/<id> on v2, <root>/<controller>/bulkhead-<tag>/<id> on v1.
+    for group_parent in [Path("/sys/fs/cgroup") / parent, *Path("/sys/fs/cgroup").glob(f"*/{parent}")]:
+        try:
+            children = [p for p in group_parent.iterdir() if p.is_dir()]
+        except OSError:
+            continue
+        for child in children:
+            if child.name not in known:
+                leak("cgroups", str(child))
+
+    # Network namespaces the daemon holds (descriptors, sockets) that are not its own nor a
+    # known sandbox's.
+    if daemon_pid:
+        for inode, holder in socket_netns_inodes(daemon_pid).items():
+            if inode not in expected_netns:
+                leak("netns", f"net:[{inode}] held by the daemon's {holder}")
+    for point in mount_points_under(state_dir):
+        if "netns" in point:
+            leak("netns", f"{point} (a namespace mount)")
+
+    # Open-mode links and the host table, in the daemon's network namespace.
+    tag = open_link_tag(state_dir)
+    wanted_links = {open_link_name(state_dir, sandbox_id) for sandbox_id in known}
+    for link in _json_of(_in_daemon_netns(daemon, ["ip", "-j", "link", "show"])) or []:
+        name = link.get("ifname", "")
+        if name.startswith(f"bh{tag}") and name not in wanted_links:
+            leak("links", name)
+    any_open = any((s.get("network") or {}).get("mode") == "open" for s in known.values())
+    tables = _json_of(_in_daemon_netns(daemon, ["nft", "-j", "list", "tables"])) or {}
+    for entry in tables.get("nftables", []):
+        table = entry.get("table")
+        if table and table.get("name") == f"bulkhead_{tag}" and not any_open:
+            leak("nftables", f"table {table.get('family')} {table['name']} with no open-mode sandbox")
+
+    # Loop devices backed by a file under the state dir: one, while its storage is mounted.
+    attached = []
+    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
+        path = _read(backing).strip().removesuffix(" (deleted)")
+        if path.startswith(state_dir.rstrip("/") + "/"):
+            attached.append(f"/dev/{backing.parent.parent.name} ({path})")
+    if len(attached) > (1 if is_mountpoint(Path(storage)) else 0):
+        found["loop devices"] = sorted(attached)
+
+    # Files: a sandbox dir or a layer without its sandbox (volumes' layers are "vol...").
+    for where in (Path(state_dir) / "sandboxes", Path(storage) / "layers", Path(state_dir) / "layers"):
+        try:
+            names = [p.name for p in where.iterdir()]
+        except OSError:
+            continue
+        for name in names:
+            if name not in known and not name.startswith("vol"):
+                leak("files", str(where / name))
+    return found
+
+
+def leaks(daemon, uid_ranges=(), timeout: float = 10.0) -> dict[str, list[str]]:
+    """find_leaks until it finds nothing or `timeout` passes (teardown that a call started may
+    still be finishing: a process being reaped); answers the last findings, {} when clean."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = find_leaks(daemon, uid_ranges)
+        if not found or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.25)
+
+
+def assert_no_leaks(daemon, uid_ranges=(), timeout: float = 10.0):
+    found = leaks(daemon, uid_ranges, timeout)
+    assert not found, f"left behind by daemon {daemon.state_dir}: {json.dumps(found, indent=1)}"

@@ -59,5 +59,18 @@ TEST(OpenApi, DocumentsNoRouteTheRouterDoesNotKnow) {
   }
 }
 
+TEST(OpenApi, EveryApiOperationDocumentsHeadersTooLarge) {
+  // The server answers 431 to any request whose line and headers exceed its limit, before
+  // routing: a long path or query string of any operation can get it.
+  const json doc = json::parse(kOpenApiJson);
+  EXPECT_TRUE(doc["components"]["responses"].contains("HeadersTooLarge"));
+  for (const auto& [path, operations] : doc["paths"].items()) {
+    for (const auto& [method, operation] : operations.items()) {
+      if (!operation["responses"].contains("500")) continue;  // /healthz, and the port proxy's "default"
+      EXPECT_TRUE(operation["responses"].contains("431")) << method << " " << path;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace bulkhead::api

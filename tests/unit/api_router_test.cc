@@ -111,6 +111,18 @@ TEST(MatchRoute, KnownPathWithWrongMethodListsAllowedMethods) {
   EXPECT_EQ(MatchRoute("get", "/healthz").outcome, Outcome::kMethodNotAllowed);  // methods are case-sensitive
 }
 
+TEST(MatchRoute, ConcretePathWinsOverATemplatedOne) {
+  // /v1/snapshots/import also fits /v1/snapshots/{snapshot_id}, but only POST exists there.
+  EXPECT_EQ(MatchRoute("POST", "/v1/snapshots/import").id, RouteId::kImportSnapshot);
+  const RouteMatch get = MatchRoute("GET", "/v1/snapshots/import");
+  EXPECT_EQ(get.outcome, Outcome::kMethodNotAllowed);
+  EXPECT_EQ(get.allowed_methods, "POST");
+  EXPECT_EQ(MatchRoute("OPTIONS", "/v1/snapshots/import").allowed_methods, "POST");
+  // Any other id is a snapshot's.
+  EXPECT_EQ(MatchRoute("GET", "/v1/snapshots/imports").id, RouteId::kGetSnapshot);
+  EXPECT_EQ(MatchRoute("DELETE", "/v1/snapshots/x").id, RouteId::kDeleteSnapshot);
+}
+
 TEST(MatchRoute, LifecycleRoutes) {
   EXPECT_EQ(MatchRoute("POST", "/v1/sandboxes/x/pause").id, RouteId::kPauseSandbox);
   EXPECT_EQ(MatchRoute("POST", "/v1/sandboxes/x/resume").id, RouteId::kResumeSandbox);

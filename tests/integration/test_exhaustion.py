@@ -1,0 +1,164 @@
+"""Exhaustion and neighbours (issue 7): while one sandbox runs a fork bomb, a memory bomb, a
+disk filler, an fd and inotify exhauster, an output flood and a CPU spinner (one at a time,
+then all at once), a neighbour sandbox keeps answering every exec correctly, its files and
+file watches keep working, the host can still make inotify instances and spawn processes,
+the daemon's memory stays bounded, and the offender is deleted cleanly with nothing left.
+Functional checks only: the latencies are bench/neighbours.py's business."""
+
+import ctypes
+import os
+import subprocess
+import threading
+import time
+
+from harness import assert_no_leaks, cgroup_dirs_of, files_url, sandbox_host_uid_range
+from offenders import (ALL_AT_ONCE, OFFENDER_SPEC, OFFENDERS, FloodClients, neighbour_exec,
+                       start_offender)
+
+PHASE_S = 5                      # how long the neighbour is exercised under each offender
+RSS_BOUND = 512 * 1024 * 1024    # generous: the daemon idles at a few tens of MiB
+
+
+def daemon_rss(daemon) -> int:
+    with open(f"/proc/{daemon.process.pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def usage(client, sandbox_id) -> dict:
+    r = client.get(f"/v1/sandboxes/{sandbox_id}")
+    assert r.status == 200, r
+    return r.json()["usage"]
+
+
+def oom_kills(sandbox_id) -> int:
+    """The OOM killer's kills in the sandbox's memory cgroup (v1 memory.oom_control, v2
+    memory.events)."""
+    for directory in cgroup_dirs_of(sandbox_id):
+        for name in ("memory.oom_control", "memory.events"):
+            try:
+                with open(os.path.join(directory, name)) as f:
+                    for line in f:
+                        if line.startswith("oom_kill "):
+                            return int(line.split()[1])
+            except OSError:
+                continue
+    return 0
+
+
+def host_can_make_an_inotify_instance() -> bool:
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(0)
+    if fd < 0:
+        return False
+    os.close(fd)
+    return True
+
+
+def neighbour_files_work(client, sandbox_id, n) -> str:
+    """A write, a read back and a file watch on the neighbour; "" when all worked."""
+    data = os.urandom(100_000)
+    r = client.request("PUT", files_url(sandbox_id, path=f"/workspace/n{n}.bin"), body=data,
+                       headers={"Content-Type": "application/octet-stream"})
+    if r.status != 201:
+        return f"write: {r!r}"
+    r = client.get(files_url(sandbox_id, path=f"/workspace/n{n}.bin"))
+    if r.status != 200 or r.body != data:
+        return f"read back: {r.status}, {len(r.body)} bytes"
+    # A watch answers 200 once its inotify watches are set; then a new file is an event.
+    conn = client.connection(timeout=30)
+    try:
+        conn.request("GET", files_url(sandbox_id, "/watch", path="/workspace"),
+                     headers={"Authorization": f"Bearer {client.key}"})
+        resp = conn.getresponse()
+        if resp.status != 200:
+            return f"watch: {resp.status} {resp.read()[:300]!r}"
+        client.sh(sandbox_id, f"touch /workspace/watched-{n}")
+        event = resp.readline()
+        if f"watched-{n}".encode() not in event:
+            return f"watch: the event is {event[:300]!r}"
+    finally:
+        conn.close()
+    return ""
+
+
+def evidence(client, offender, name, pids, flood, before) -> str:
+    """That the offender really hit its wall (else the test would prove nothing)."""
+    now = usage(client, offender)
+    names = [name] if name != ALL_AT_ONCE else list(OFFENDERS)
+    missing = []
+    # All at once, the memory bomb's wall comes first for everyone (forks fail for want of
+    # memory), and the fork bomb leaves the others' later processes no pids: a new exec or the
+    # exhauster's python may not start at all. What runs already still counts.
+    alone = name != ALL_AT_ONCE
+    if "fork bomb" in names and alone:
+        # Its processes come and go at the wall: the most seen in a few looks.
+        peak = max(usage(client, offender)["pids"] for _ in range(10) if not time.sleep(0.1))
+        if peak < OFFENDER_SPEC["pids"] * 0.8:
+            missing.append(f"fork bomb: at most {peak} pids")
+    if "cpu spinner" in names and now["cpu_s"] - before["cpu_s"] < PHASE_S * 0.5:
+        missing.append(f"cpu spinner: only {now['cpu_s'] - before['cpu_s']:.1f} s of CPU")
+    if "disk filler" in names and now["disk_bytes"] < OFFENDER_SPEC["disk_mb"] * 1024 * 1024 * (0.8 if alone else 0.4):
+        missing.append(f"disk filler: only {now['disk_bytes']} bytes")
+    if "memory bomb" in names and oom_kills(offender) < 1:
+        missing.append(f"memory bomb: no OOM kill ({now['memory_bytes']} bytes in use)")
+    if "output flood" in names and (flood.bytes_followed < 1 << 20 or (alone and flood.execs < 1)):
+        missing.append(f"output flood: {flood.bytes_followed} bytes followed, {flood.execs} execs "
+                       f"({flood.last_error})")
+    if "fd+inotify exhauster" in names and alone:
+        r = client.get(f"/v1/sandboxes/{offender}/processes/{pids[0]}/output")
+        if r.status != 200 or b"inotify instances" not in r.body:
+            missing.append(f"fd+inotify exhauster said nothing: {r!r}")
+    return "; ".join(missing)
+
+
+def test_neighbour_keeps_answering_while_an_offender_exhausts_its_limits(daemon_factory):
+    daemon = daemon_factory()
+    daemon.start()
+    client = daemon.client()
+    neighbour = client.create()["id"]
+    rss = {"start": daemon_rss(daemon)}
+    n = 0
+    for name in [*OFFENDERS, ALL_AT_ONCE]:
+        offender = client.create(**OFFENDER_SPEC)["id"]
+        uid_range = sandbox_host_uid_range(client, offender)
+        before = usage(client, offender)
+        pids = start_offender(client, offender, name)
+        flood = None
+        if name in ("output flood", ALL_AT_ONCE):
+            flood_pid = pids[0] if name == "output flood" else pids[1]
+            flood = FloodClients(daemon.client(timeout=120), offender, flood_pid).start()
+        time.sleep(1.5)  # let it reach its wall
+
+        failures, answered = [], 0
+        deadline = time.monotonic() + PHASE_S
+        while time.monotonic() < deadline:
+            n += 1
+            ok, why = neighbour_exec(client, neighbour, n)
+            answered += ok
+            if not ok:
+                failures.append(why)
+        files = neighbour_files_work(client, neighbour, n)
+        host_inotify = host_can_make_an_inotify_instance()
+        host_spawn = subprocess.run(["true"], timeout=30).returncode == 0
+        shown = evidence(client, offender, name, pids, flood, before)
+        rss[name] = daemon_rss(daemon)
+
+        r = client.delete(f"/v1/sandboxes/{offender}", timeout=120)
+        if flood:
+            flood.stop()
+        assert r.status == 204, f"{name}: delete the offender -> {r!r}"
+        assert not failures and answered > 0, f"{name}: the neighbour failed {len(failures)} execs: {failures[:5]}"
+        assert files == "", f"{name}: the neighbour's files: {files}"
+        assert host_inotify, f"{name}: the host's root can no longer make an inotify instance"
+        assert host_spawn
+        assert shown == "", f"{name}: the offender did not get going: {shown}"
+        assert_no_leaks(daemon, [uid_range])
+        assert daemon.running(), daemon.log_tail()
+        assert rss[name] < RSS_BOUND, f"{name}: daemon RSS {rss}"
+
+    assert client.sh(neighbour, "echo still here") == "still here\n"
+    client.remove(neighbour)
+    assert_no_leaks(daemon)
