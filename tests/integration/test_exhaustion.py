@@ -8,7 +8,6 @@ Functional checks only: the latencies are bench/neighbours.py's business."""
 import ctypes
 import os
 import subprocess
-import threading
 import time
 
 from harness import assert_no_leaks, cgroup_dirs_of, files_url, sandbox_host_uid_range
