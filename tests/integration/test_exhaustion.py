@@ -104,7 +104,8 @@ def evidence(client, offender, name, pids, flood, before) -> str:
         missing.append(f"disk filler: only {now['disk_bytes']} bytes")
     if "memory bomb" in names and oom_kills(offender) < 1:
         missing.append(f"memory bomb: no OOM kill ({now['memory_bytes']} bytes in use)")
-    if "output flood" in names and (flood.bytes_followed < 1 << 20 or (alone and flood.execs < 1)):
+    # (Its 64 MiB execs add pressure; one may not finish within a phase on a busy machine.)
+    if "output flood" in names and flood.bytes_followed < 1 << 20:
         missing.append(f"output flood: {flood.bytes_followed} bytes followed, {flood.execs} execs "
                        f"({flood.last_error})")
     if "fd+inotify exhauster" in names and alone:
