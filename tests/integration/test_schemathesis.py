@@ -47,7 +47,7 @@ def toml_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def write_config(path, base_url, key, main_id, other_id, ending_ids, pid, snapshot_id):
+def write_config(path, base_url, key, main_id, other_id, ending_ids, pid, signalled_pid, snapshot_id):
     lines = [
         f"base-url = {toml_string(base_url)}",
         "request-timeout = 60",
@@ -66,11 +66,15 @@ def write_config(path, base_url, key, main_id, other_id, ending_ids, pid, snapsh
         f'"path.id" = {toml_string(main_id)}',
         f'"path.pid" = {toml_string(str(pid))}',
         f'"path.snapshot_id" = {toml_string(snapshot_id)}',
-        # A followed output stream of a process that runs on would never end.
-        '"query.follow" = false',
+        # A followed output stream of a process that runs on would never end. The text itself:
+        # a TOML false would go out as "False", which the daemon rightly refuses (422).
+        '"query.follow" = "false"',
     ]
     for operation_id in EXCLUDED:
         lines += ["[[operations]]", f"include-operation-id = {toml_string(operation_id)}", "enabled = false"]
+    # A signal ends the process it is sent to: the other process operations keep theirs.
+    lines += ["[[operations]]", 'include-operation-id = "signalProcess"',
+              f'parameters = {{ "path.pid" = {toml_string(str(signalled_pid))} }}']
     for operation_id, sandbox_id in [*((o, other_id) for o in STATE_CHANGING), *zip(ENDING, ending_ids)]:
         lines += ["[[operations]]", f"include-operation-id = {toml_string(operation_id)}",
                   f'parameters = {{ "path.id" = {toml_string(sandbox_id)} }}']
@@ -90,13 +94,16 @@ def test_schemathesis_finds_no_server_error_and_no_response_off_the_spec(daemon_
     r = client.post(f"/v1/sandboxes/{main_id}/processes", {"cmd": "sleep 100000", "tag": "sleeper"})
     assert r.status == 201, r
     pid = r.json()["pid"]
+    r = client.post(f"/v1/sandboxes/{main_id}/processes", {"cmd": "sleep 100000", "tag": "signalled"})
+    assert r.status == 201, r
+    signalled_pid = r.json()["pid"]
     r = client.post(f"/v1/sandboxes/{main_id}/snapshots", {"name": "seed"})
     assert r.status == 201, r
     snapshot_id = r.json()["id"]
 
     config = tmp_path / "schemathesis.toml"
     write_config(config, f"http://127.0.0.1:{daemon.port}", daemon.key, main_id, other_id, ending_ids, pid,
-                 snapshot_id)
+                 signalled_pid, snapshot_id)
     started = time.monotonic()
     done = subprocess.run(
         [str(SCHEMATHESIS), "--config-file", str(config), "run", "--no-color",
