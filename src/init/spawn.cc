@@ -167,6 +167,15 @@ void CloseFdsAbove2() {
 
 Error ChildFailureToError(const ChildFailure& failure, const ExecRequest& request, const UserIdentity& user) {
   std::string reason = std::strerror(failure.error);
+  // EINVAL from setgroups/setresgid/setresuid: an id the sandbox's user namespace does not
+  // map (it maps 0-65535), e.g. "user": "70000". The request's fault, not the daemon's.
+  const bool identity_step =
+      failure.step == ChildStep::kGroups || failure.step == ChildStep::kGid || failure.step == ChildStep::kUid;
+  if (identity_step && failure.error == EINVAL) {
+    return MakeError(ErrorCode::kInvalid, "user " + request.user.value_or("") + " (uid " + std::to_string(user.uid) +
+                                              ", gid " + std::to_string(user.gid) +
+                                              "): an id outside the ones this sandbox maps");
+  }
   switch (failure.step) {
     case ChildStep::kCwd:
       if (failure.error == ENOENT || failure.error == ENOTDIR) {

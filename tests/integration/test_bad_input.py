@@ -131,3 +131,14 @@ def test_bad_input_gets_clean_errors_and_daemon_keeps_serving(daemon, client, sa
         assert client.sh(sandbox, "echo also-fine") == "also-fine\n"
     finally:
         client.delete(f"/v1/sandboxes/{fresh['id']}")
+
+
+def test_a_user_id_the_sandbox_does_not_map_is_refused_with_422(client, sandbox):
+    """The sandbox maps ids 0-65535; a larger uid or gid (found by schemathesis) was a 500."""
+    from harness import files_url
+    for user in ("70000", "1000:70000", "4294967294"):
+        error = assert_error_shape(client.exec_raw(sandbox, "id", user=user), 422)
+        assert "outside the ones this sandbox maps" in error["message"], error
+        assert_error_shape(client.post(f"/v1/sandboxes/{sandbox}/processes", {"cmd": "id", "user": user}), 422)
+        assert_error_shape(client.get(files_url(sandbox, "/stat", path="/workspace", user=user)), 422)
+    assert client.exec(sandbox, "id -u", user="65535")["stdout"] == "65535\n"
