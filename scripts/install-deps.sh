@@ -18,6 +18,8 @@ packages=(
   # tests and benchmarks
   python3 python3-pytest curl iproute2 procps psmisc tmux git openssl
   bubblewrap crun runsc
+  # fuzzing and sanitizers: libFuzzer targets with ASan and UBSan (scripts/fuzz.sh)
+  clang libclang-rt-14-dev
   # SDK, MCP and OpenAPI tests: a virtualenv for PyPI tooling, Node.js (20+) for the
   # TypeScript SDK and npm tooling (scripts/install-test-tools.sh)
   python3-venv nodejs

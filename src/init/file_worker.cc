@@ -55,6 +55,7 @@ const char* CodeOfErrno(int err) {
     case ELOOP:
     case ENAMETOOLONG:
     case EXDEV:  // a move across mounts: the request cannot be done, nothing broke
+    case EBUSY:  // moving or removing a mount point or the root: likewise
       return "invalid_argument";
     default: return "internal";
   }

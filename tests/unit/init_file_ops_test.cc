@@ -654,6 +654,8 @@ TEST_F(FileOpsTest, MoveRenamesAndReportsTheDestination) {
   EXPECT_EQ(RunOp(json{{"op", "move"}, {"from", Path("empty")}, {"to", Path("dir")}}).Code(), "not_empty");
   EXPECT_EQ(RunOp(json{{"op", "move"}, {"from", Path("dir/to")}, {"to", Path("empty")}}).Code(), "is_a_directory");
   EXPECT_EQ(RunOp(json{{"op", "move"}, {"from", Path("dir")}, {"to", Path("dir/full/inside")}}).Code(), "invalid_argument");
+  // The root (like a mount point) cannot be moved: EBUSY is the request's fault, not a 500.
+  EXPECT_EQ(RunOp(json{{"op", "move"}, {"from", "/"}, {"to", "/"}}).Code(), "invalid_argument");
 }
 
 TEST_F(FileOpsTest, RemoveNeedsRecursiveForANonEmptyDirectory) {

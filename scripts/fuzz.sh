@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets of tests/fuzz (clang, ASan, UBSan) into build-fuzz (or
+# $FUZZ_BUILD_DIR) and runs each for a bounded time, one after the other:
+#
+#   scripts/fuzz.sh [seconds-per-target] [target...]     (default: 30 s, every target)
+#
+# Exits non-zero if any target crashed, leaked, ran out of memory or hung. The input that did
+# it is kept in <build>/fuzz-findings/<target>/ (crash-*, leak-*, oom-*, timeout-*, named by
+# libFuzzer) with the run's log beside it, <build>/fuzz-findings/<target>.log; reproduce with
+#   <build>/tests/fuzz/fuzz_<target> <build>/fuzz-findings/<target>/crash-...
+# What the fuzzer learns is kept in <build>/fuzz-corpus/<target>/ for the next run; the seed
+# corpora in tests/fuzz/corpus/ are only read. Needs root: file_ops and tar_extract chroot.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+seconds=${1:-30}
+[ $# -gt 0 ] && shift
+all_targets=(http_server json_requests mcp_session file_ops tar_extract allow_rules dns_message tls_sni)
+targets=("$@")
+[ ${#targets[@]} -eq 0 ] && targets=("${all_targets[@]}")
+build=${FUZZ_BUILD_DIR:-build-fuzz}
+jobs=${FUZZ_BUILD_JOBS:-2}
+
+if ! command -v clang++ >/dev/null; then
+  echo "fuzz: clang++ is missing (scripts/install-deps.sh installs clang and libclang-rt-14-dev)" >&2
+  exit 1
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "fuzz: run as root (file_ops and tar_extract chroot into temporary trees)" >&2
+  exit 1
+fi
+
+echo "== fuzz: building ${targets[*]} in $build"
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DBULKHEAD_FUZZ=ON >/dev/null
+ninja -C "$build" -j"$jobs" $(printf 'fuzz_%s ' "${targets[@]}")
+
+findings="$build/fuzz-findings"
+failed=()
+for target in "${targets[@]}"; do
+  binary="$build/tests/fuzz/fuzz_$target"
+  corpus="$build/fuzz-corpus/$target"
+  mkdir -p "$corpus" "$findings/$target"
+  log="$findings/$target.log"
+  options=(-max_total_time="$seconds" -timeout=25 -rss_limit_mb=2048 -max_len=65536
+           -artifact_prefix="$findings/$target/" -print_final_stats=1)
+  [ -f "tests/fuzz/$target.dict" ] && options+=(-dict="tests/fuzz/$target.dict")
+  # bulkhead mcp logs every call on stderr; libFuzzer keeps its own output and reports.
+  [ "$target" = mcp_session ] && options+=(-close_fd_mask=2)
+  echo "== fuzz: $target for ${seconds}s"
+  start=$(date +%s)
+  if "$binary" "${options[@]}" "$corpus" "tests/fuzz/corpus/$target" >"$log" 2>&1; then
+    status=0
+  else
+    status=$?
+  fi
+  # A crash skips the harness's cleanup of its temporary trees.
+  rm -rf /tmp/bh-fuzz-"$target"-* /tmp/bh-fuzz-http-* /tmp/bh-fuzz-mcp-*
+  runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
+  if [ "$status" -ne 0 ]; then
+    echo "fuzz: $target FAILED (exit $status) after $(( $(date +%s) - start ))s; log: $log" >&2
+    grep -E '^==[0-9]+==ERROR|^SUMMARY|fuzz invariant broken|Test unit written to|^artifact_prefix' "$log" | head -20 >&2 || true
+    failed+=("$target")
+  else
+    echo "fuzz: $target ok, $runs inputs"
+  fi
+done
+
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "fuzz: failed: ${failed[*]} (inputs in $findings/<target>/)" >&2
+  exit 1
+fi
+echo "fuzz: all ${#targets[@]} targets ran ${seconds}s each without a finding"
