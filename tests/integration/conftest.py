@@ -21,14 +21,28 @@ def session_dir(request):
 
     def cleanup():
         harness.destroy_all_daemons()
+        late_reports = harness.new_sanitizer_reports()  # e.g. leaks found as the daemons exited
         # Keep the logs of a failed run for a look; a clean run leaves nothing behind.
-        if request.session.testsfailed == 0:
+        if request.session.testsfailed == 0 and not harness.sanitizer_findings:
             shutil.rmtree(path, ignore_errors=True)
         else:
             print(f"\nbulkhead integration logs kept in {path}")
+        assert not late_reports, "sanitizer reports:\n" + "\n\n".join(late_reports)
 
     request.addfinalizer(cleanup)
     return path
+
+
+@pytest.fixture(autouse=True)
+def no_sanitizer_reports():
+    """In a sanitizer build (scripts/sanitize.sh), a report written during a test fails it:
+    from a daemon's log or from the sanitizers' own log files (CLI runs write there too)."""
+    yield
+    reports = harness.new_sanitizer_reports()
+    for d in list(harness._LIVE_DAEMONS):
+        if report := d.new_sanitizer_report():
+            reports.append(f"{d.log_path}:\n{report}")
+    assert not reports, "sanitizer reports:\n" + "\n\n".join(reports)
 
 
 _daemon_numbers = itertools.count(1)

@@ -241,6 +241,49 @@ def assert_error_shape(r: Response, status: int | tuple | None = None):
     return body["error"]
 
 
+# ---------------------------------------------------------------- sanitizer reports
+
+# How ASan, UBSan, LSan and TSan begin a report (builds of scripts/sanitize.sh). Such a report
+# anywhere fails the run: in a daemon's log (its stderr), or in the files the *SAN_OPTIONS
+# log_path option sends every sanitized process's reports to (the CLI's too).
+SANITIZER_REPORT = re.compile(r"ERROR: (Address|Leak|Thread)Sanitizer|WARNING: ThreadSanitizer|: runtime error: ")
+_reported_files: set = set()
+sanitizer_findings: list = []  # every report seen this session, for the session's cleanup
+
+
+def sanitizer_report_in(text: str, lines: int = 80) -> str | None:
+    """The first sanitizer report in `text`, from its first line on (up to `lines` lines), or None."""
+    match = SANITIZER_REPORT.search(text)
+    if match is None:
+        return None
+    start = text.rfind("\n", 0, match.start()) + 1
+    return "\n".join(text[start:].splitlines()[:lines])
+
+
+def sanitizer_log_prefixes() -> list[str]:
+    """The log_path of ASAN_OPTIONS, UBSAN_OPTIONS and TSAN_OPTIONS, where set."""
+    prefixes = []
+    for name in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "TSAN_OPTIONS"):
+        for option in re.split(r"[:\s]+", os.environ.get(name, "")):
+            if option.startswith("log_path=") and option[len("log_path="):] not in prefixes:
+                prefixes.append(option[len("log_path="):])
+    return prefixes
+
+
+def new_sanitizer_reports() -> list[str]:
+    """Reports written to log_path files since the last call: one "file: report" each."""
+    found = []
+    for prefix in sanitizer_log_prefixes():
+        for path in sorted(glob.glob(glob.escape(prefix) + ".*")):
+            if path in _reported_files:
+                continue
+            _reported_files.add(path)
+            text = Path(path).read_text(errors="replace")
+            found.append(f"{path}:\n{sanitizer_report_in(text) or text[:4000]}")
+    sanitizer_findings.extend(found)
+    return found
+
+
 # ---------------------------------------------------------------- daemons
 
 _LIVE_DAEMONS: list = []
@@ -261,6 +304,7 @@ class Daemon:
     netns: str | None = None
     listen_host: str = "127.0.0.1"
     extra_args: tuple = ()
+    sanitizer_checked: int = 0  # how far the log has been searched for sanitizer reports
 
     @property
     def key(self) -> str:
@@ -341,6 +385,21 @@ class Daemon:
         except OSError:
             return "(no log)"
 
+    def new_sanitizer_report(self) -> str | None:
+        """A sanitizer report the daemon wrote to its log since the last call, if any."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self.sanitizer_checked)
+                data = f.read()
+        except OSError:
+            return None
+        data = data[:data.rfind(b"\n") + 1]  # whole lines only: the daemon may be writing
+        self.sanitizer_checked += len(data)
+        report = sanitizer_report_in(data.decode(errors="replace"))
+        if report:
+            sanitizer_findings.append(f"{self.log_path}:\n{report}")
+        return report
+
     def delete_all_sandboxes(self):
         client = self.client(timeout=60)
         r = client.get("/v1/sandboxes")
@@ -374,6 +433,9 @@ class Daemon:
             shutil.rmtree(self.state_dir, ignore_errors=True)
             if self in _LIVE_DAEMONS:
                 _LIVE_DAEMONS.remove(self)
+        # After the stop: leaks are reported when the daemon exits.
+        report = self.new_sanitizer_report()
+        assert report is None, f"sanitizer report in {self.log_path}:\n{report}"
 
 
 def unmount_storage(state_dir: Path):
