@@ -138,7 +138,7 @@ asio::awaitable<void> FileOpWorker(LocalSocket& socket, const nlohmann::json& re
 
 // The sandbox's init for one control connection (ctl_protocol.h): a process table of pid 12
 // ("web", running) and pid 13 (exited), file operations that succeed, an attach that echoes
-// stdin as output.
+// stdin as output and answers pings.
 asio::awaitable<void> ScriptedInit(LocalSocket socket) {
   std::optional<CtlFrame> first = co_await ReadFrame(socket);
   if (!first) co_return;
@@ -173,16 +173,15 @@ asio::awaitable<void> ScriptedInit(LocalSocket socket) {
         co_return;
       }
       if (!co_await Send(socket, frames)) co_return;
-      // Driving the process: stdin comes back as output; closing stdin or a signal ends it.
+      // Driving the process until the daemon hangs up: stdin comes back as output, a ping
+      // (the daemon's barrier after stdin, signals, resizes) is answered.
       for (;;) {
         std::optional<CtlFrame> frame = co_await ReadFrame(socket);
         if (!frame) co_return;
         std::string reply;
         if (frame->type == ctl::kStdin && !frame->payload.empty()) reply = Frame(ctl::kStdout, frame->payload);
         if (frame->type == ctl::kPing) reply = Frame(ctl::kPong, "");
-        if (frame->type == ctl::kStdinClose || frame->type == ctl::kSignal) reply = Frame(ctl::kExit, kExitOk);
         if (!reply.empty() && !co_await Send(socket, reply)) co_return;
-        if (frame->type == ctl::kStdinClose || frame->type == ctl::kSignal) co_return;
       }
     }
     default:
