@@ -37,6 +37,9 @@ ninja -C "$build" -j"$jobs" $(printf 'fuzz_%s ' "${targets[@]}")
 
 findings="$build/fuzz-findings"
 failed=()
+pid=
+# An interrupted run takes the fuzzer it started along (a background job ignores SIGINT).
+trap 'if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; fi' EXIT
 for target in "${targets[@]}"; do
   binary="$build/tests/fuzz/fuzz_$target"
   corpus="$build/fuzz-corpus/$target"
@@ -49,13 +52,14 @@ for target in "${targets[@]}"; do
   [ "$target" = mcp_session ] && options+=(-close_fd_mask=2)
   echo "== fuzz: $target for ${seconds}s"
   start=$(date +%s)
-  if "$binary" "${options[@]}" "$corpus" "tests/fuzz/corpus/$target" >"$log" 2>&1; then
-    status=0
-  else
-    status=$?
-  fi
-  # A crash skips the harness's cleanup of its temporary trees.
-  rm -rf /tmp/bh-fuzz-"$target"-* /tmp/bh-fuzz-http-* /tmp/bh-fuzz-mcp-*
+  "$binary" "${options[@]}" "$corpus" "tests/fuzz/corpus/$target" >"$log" 2>&1 &
+  pid=$!
+  status=0
+  wait "$pid" || status=$?
+  finished=$pid
+  pid=
+  # A crash skips the harness's cleanup of its temporary trees (named with its pid).
+  rm -rf /tmp/bh-fuzz-*-"$finished"-*
   runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
   if [ "$status" -ne 0 ]; then
     echo "fuzz: $target FAILED (exit $status) after $(( $(date +%s) - start ))s; log: $log" >&2

@@ -192,7 +192,14 @@ asio::awaitable<void> HttpExchange::SendText(http::status status, std::string_vi
   response.prepare_payload();
   error_code ec;
   stream_.expires_after(kWriteTimeout);
-  co_await http::async_write(stream_, response, asio::redirect_error(asio::use_awaitable, ec));
+  if (request_.method() == http::verb::head) {
+    // A response to HEAD has the header a GET would get and no content (RFC 9110 9.3.2): a
+    // client reads none, and bytes sent anyway would be taken for the next response.
+    http::response_serializer<http::string_body> serializer(response);
+    co_await http::async_write_header(stream_, serializer, asio::redirect_error(asio::use_awaitable, ec));
+  } else {
+    co_await http::async_write(stream_, response, asio::redirect_error(asio::use_awaitable, ec));
+  }
   if (ec) keep_alive_ = false;
 }
 

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <stdexcept>
+
 namespace bulkhead::core {
 using json = nlohmann::json;
 
@@ -30,16 +32,23 @@ std::string SpecToJson(const SandboxSpec& s) {
 Result<SandboxSpec> SpecFromJson(const std::string& text) {
   json j = json::parse(text, nullptr, false);
   if (!j.is_object()) return MakeError(ErrorCode::kInternal, "corrupt sandbox spec in the state database");
+  // Integers as SpecToJson writes them; anything else is a corrupt row (a float such as 1e22
+  // does not even fit the conversion).
+  auto integer = [&j](const char* key) {
+    const json& value = j.at(key);
+    if (!value.is_number_integer()) throw std::invalid_argument(std::string(key) + " is not an integer");
+    return value.get<int64_t>();
+  };
   try {
     SandboxSpec s;
     s.image = j.at("image").get<std::string>();
     s.runtime = j.at("runtime").get<std::string>();
     s.cpus = j.at("cpus").get<double>();
-    s.memory_mb = j.at("memory_mb").get<int64_t>();
-    s.disk_mb = j.at("disk_mb").get<int64_t>();
-    s.pids = j.at("pids").get<int64_t>();
-    s.timeout_s = j.at("timeout_s").get<int64_t>();
-    s.idle_timeout_s = j.at("idle_timeout_s").get<int64_t>();
+    s.memory_mb = integer("memory_mb");
+    s.disk_mb = integer("disk_mb");
+    s.pids = integer("pids");
+    s.timeout_s = integer("timeout_s");
+    s.idle_timeout_s = integer("idle_timeout_s");
     s.on_timeout = j.at("on_timeout").get<std::string>();
     s.env = j.at("env").get<std::map<std::string, std::string>>();
     s.workdir = j.at("workdir").get<std::string>();
@@ -53,7 +62,7 @@ Result<SandboxSpec> SpecFromJson(const std::string& text) {
           {v.at("name").get<std::string>(), v.at("path").get<std::string>(), v.at("read_only").get<bool>()});
     if (j.contains("from_snapshot")) s.from_snapshot = j.at("from_snapshot").get<std::string>();
     return s;
-  } catch (const json::exception& e) {
+  } catch (const std::exception& e) {  // json::exception, or a field of the wrong kind
     return MakeError(ErrorCode::kInternal, std::string("corrupt sandbox spec: ") + e.what());
   }
 }

@@ -8,6 +8,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/local/connect_pair.hpp>
+#include <boost/asio/read.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -52,6 +53,140 @@ asio::awaitable<void> EchoInit(LocalSocket socket, core::ExecRequest request) {
   frames += Frame(ctl::kExit, R"({"exit_code": 0, "signal": null, "timed_out": false, "duration_ms": 1.5})");
   boost::system::error_code ec;
   co_await asio::async_write(socket, asio::buffer(frames), asio::redirect_error(asio::use_awaitable, ec));
+}
+
+struct CtlFrame {
+  uint8_t type = 0;
+  std::string payload;
+};
+
+asio::awaitable<std::optional<CtlFrame>> ReadFrame(LocalSocket& socket) {
+  uint8_t header[ctl::kHeaderSize];
+  boost::system::error_code ec;
+  co_await asio::async_read(socket, asio::buffer(header), asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) co_return std::nullopt;
+  const int64_t length = ctl::DecodePayloadLength(header);
+  if (length < 0) co_return std::nullopt;
+  CtlFrame frame{header[4], std::string(size_t(length), '\0')};
+  co_await asio::async_read(socket, asio::buffer(frame.payload), asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) co_return std::nullopt;
+  co_return frame;
+}
+
+asio::awaitable<bool> Send(LocalSocket& socket, const std::string& frames) {
+  boost::system::error_code ec;
+  co_await asio::async_write(socket, asio::buffer(frames), asio::redirect_error(asio::use_awaitable, ec));
+  co_return !ec;
+}
+
+nlohmann::json Process(int pid, bool exited) {
+  return {{"pid", pid},
+          {"tag", exited ? nlohmann::json(nullptr) : nlohmann::json("web")},
+          {"cmd", {"python3", "-m", "http.server"}},
+          {"state", exited ? "exited" : "running"},
+          {"exit_code", exited ? nlohmann::json(0) : nlohmann::json(nullptr)},
+          {"signal", nullptr},
+          {"started_at", "2024-05-01T10:00:00.000Z"},
+          {"exited_at", exited ? nlohmann::json("2024-05-01T10:00:01.000Z") : nlohmann::json(nullptr)},
+          {"pty", nullptr},
+          {"stdout_offset", 6},
+          {"stderr_offset", 0},
+          {"stdout_start", 0},
+          {"stderr_start", 0}};
+}
+
+std::string Entry(const std::string& path) {
+  return nlohmann::json{{"path", path}, {"name", path.substr(path.rfind('/') + 1)}, {"type", "file"}, {"size", 6},
+                        {"mode", 420}, {"uid", 0}, {"gid", 0}, {"mtime", "2024-05-01T10:00:00.000Z"}}
+      .dump();
+}
+
+const std::string kExitOk = R"({"exit_code": 0, "signal": null, "timed_out": false, "duration_ms": 0.5})";
+
+// A file operation as the worker answers it: the input (if any) read to its end, then the
+// output the operation's protocol describes.
+asio::awaitable<void> FileOpWorker(LocalSocket& socket, const nlohmann::json& request) {
+  const nlohmann::json op = request.value("file_op", nlohmann::json::object());
+  const std::string name = op.value("op", "");
+  const std::string path = op.value("path", op.value("to", "/"));
+  if (!co_await Send(socket, Frame(ctl::kStarted, R"({"pid": 77})"))) co_return;
+  if (request.value("stdin", false)) {
+    for (;;) {
+      std::optional<CtlFrame> frame = co_await ReadFrame(socket);
+      if (!frame) co_return;
+      if (frame->type == ctl::kStdinClose) break;
+    }
+  }
+  std::string out;
+  if (name == "read") {
+    out = "{\"size\": 6}\nhello\n";
+  } else if (name == "list") {
+    out = R"({"entries": [)" + Entry(path + "/a.txt") + R"(], "truncated": false})" "\n";
+  } else if (name == "archive_create") {
+    out = std::string(1024, '\0');
+  } else if (name == "archive_extract") {
+    out = "{\"entries\": 1, \"bytes\": 6}\n";
+  } else if (name == "watch") {
+    out = "{\"type\": \"ready\"}\n{\"type\": \"create\", \"path\": \"" + path + "/new\", \"dir\": false}\n";
+  } else if (name != "remove") {
+    out = Entry(path) + "\n";
+  }
+  std::string frames;
+  if (!out.empty()) frames += Frame(ctl::kStdout, out);
+  co_await Send(socket, frames + Frame(ctl::kExit, kExitOk));
+}
+
+// The sandbox's init for one control connection (ctl_protocol.h): a process table of pid 12
+// ("web", running) and pid 13 (exited), file operations that succeed, an attach that echoes
+// stdin as output and answers pings.
+asio::awaitable<void> ScriptedInit(LocalSocket socket) {
+  std::optional<CtlFrame> first = co_await ReadFrame(socket);
+  if (!first) co_return;
+  nlohmann::json request = nlohmann::json::parse(first->payload, nullptr, /*allow_exceptions=*/false);
+  if (!request.is_object()) request = nlohmann::json::object();  // kPing and kProcList carry none
+  switch (first->type) {
+    case ctl::kPing: co_await Send(socket, Frame(ctl::kPong, "")); co_return;
+    case ctl::kProcList: {
+      const nlohmann::json processes = {{"processes", {Process(12, false), Process(13, true)}}};
+      co_await Send(socket, Frame(ctl::kResult, processes.dump()));
+      co_return;
+    }
+    case ctl::kExec:
+      if (request.contains("file_op")) co_return co_await FileOpWorker(socket, request);
+      co_await Send(socket, Frame(ctl::kStarted, nlohmann::json{{"pid", 12}, {"process", Process(12, false)}}.dump()));
+      co_return;
+    case ctl::kProcAttach: {
+      const int pid = request["pid"].is_number_integer() ? request["pid"].get<int>() : 0;
+      if (pid != 12 && pid != 13) {
+        co_await Send(socket, Frame(ctl::kError, R"({"code": "not_found", "message": "no such process"})"));
+        co_return;
+      }
+      const nlohmann::json attached = {{"process", Process(pid, pid == 13)}, {"stdout_offset", 0}, {"stderr_offset", 0}};
+      std::string frames = Frame(ctl::kAttached, attached.dump());
+      if (request.value("output", false)) frames += Frame(ctl::kStdout, "hello\n");
+      if (pid == 13) {
+        co_await Send(socket, frames + Frame(ctl::kExit, kExitOk));
+        co_return;
+      }
+      if (!request.value("follow", false) && request.value("output", false)) {
+        co_await Send(socket, frames + Frame(ctl::kEnd, ""));
+        co_return;
+      }
+      if (!co_await Send(socket, frames)) co_return;
+      // Driving the process until the daemon hangs up: stdin comes back as output, a ping
+      // (the daemon's barrier after stdin, signals, resizes) is answered.
+      for (;;) {
+        std::optional<CtlFrame> frame = co_await ReadFrame(socket);
+        if (!frame) co_return;
+        std::string reply;
+        if (frame->type == ctl::kStdin && !frame->payload.empty()) reply = Frame(ctl::kStdout, frame->payload);
+        if (frame->type == ctl::kPing) reply = Frame(ctl::kPong, "");
+        if (!reply.empty() && !co_await Send(socket, reply)) co_return;
+      }
+    }
+    default:
+      co_await Send(socket, Frame(ctl::kError, R"({"code": "invalid_argument", "message": "unknown request"})"));
+  }
 }
 
 core::SandboxInfo Sandbox(const std::string& id, const std::string& state) {
@@ -131,10 +266,14 @@ asio::awaitable<Result<std::unique_ptr<core::ExecSession>>> FakeManager::StartEx
   co_return std::make_unique<core::ExecSession>(std::move(daemon_end));
 }
 
-asio::awaitable<Result<core::InitConnection>> FakeManager::ConnectInit(asio::any_io_executor, const std::string& id) {
+asio::awaitable<Result<core::InitConnection>> FakeManager::ConnectInit(asio::any_io_executor executor,
+                                                                       const std::string& id) {
   Result<core::SandboxInfo> info = Known(id);
   if (!info.ok()) co_return info.error();
-  co_return MakeError(ErrorCode::kConflict, "sandbox " + id + " is not running", "sandbox_not_running");
+  LocalSocket daemon_end(executor), init_end(executor);
+  asio::local::connect_pair(daemon_end, init_end);
+  asio::co_spawn(executor, ScriptedInit(std::move(init_end)), asio::detached);
+  co_return core::InitConnection{std::make_unique<core::CtlClient>(std::move(daemon_end)), info->spec, nullptr};
 }
 
 Result<UniqueFd> FakeManager::SandboxSocket(const std::string& id, int) {

@@ -1,8 +1,9 @@
 // A SandboxManager for fuzzing the HTTP layer: a fixed world (sandbox "sb1" running, "sb2"
 // paused, one snapshot, one volume, the host image) answered quickly and deterministically,
 // whatever the requests do. Nothing accumulates, so millions of requests keep memory flat.
-// Exec runs a scripted init that echoes the command; connections to init for files and
-// processes are refused (409), as for a sandbox that is not running.
+// Exec runs a scripted init that echoes the command; connections to init (files, processes,
+// attach) reach a scripted init speaking ctl_protocol.h: two processes (pid 12 "web" running,
+// pid 13 exited), file operations that succeed, an attach that echoes stdin as output.
 #pragma once
 #include <string>
 

@@ -138,7 +138,8 @@ void Fail(std::string_view what) {
 }
 
 std::string MakeTempDir(std::string_view name) {
-  std::string pattern = "/tmp/bh-fuzz-" + std::string(name) + "-XXXXXX";
+  // The pid in the name lets scripts/fuzz.sh remove what a crashed run left behind.
+  std::string pattern = "/tmp/bh-fuzz-" + std::string(name) + "-" + std::to_string(::getpid()) + "-XXXXXX";
   if (::mkdtemp(pattern.data()) == nullptr) Fail("mkdtemp: " + std::string(std::strerror(errno)));
   if (TempDirs().empty()) std::atexit(RemoveTempDirs);
   TempDirs().push_back(pattern);

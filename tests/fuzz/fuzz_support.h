@@ -19,7 +19,7 @@ namespace bulkhead::fuzz {
     if (!(condition)) ::bulkhead::fuzz::Fail(std::string(#condition) + ": " + std::string(detail)); \
   } while (0)
 
-// A new directory /tmp/bh-fuzz-<name>-XXXXXX, removed when the process exits normally.
+// A new directory /tmp/bh-fuzz-<name>-<pid>-XXXXXX, removed when the process exits normally.
 std::string MakeTempDir(std::string_view name);
 // Removes a tree without following symlinks (rm -rf).
 void RemoveTree(const std::string& path);

@@ -3,7 +3,8 @@
 //   0  the in-sandbox worker's archive_extract (init/file_archive.cc; PUT .../files/archive)
 //   1  the CLI's UnpackTar (cli/tar_unpack.cc; `bulkhead cp` from a sandbox)
 //   2  snapshot import (storage/snapshot_archive.cc; POST /v1/snapshots/import): the tar is
-//      zstd-compressed here first, as the format wants, unless the second byte is odd
+//      zstd-compressed here first, as the format wants, unless the second byte is odd; then
+//      the settings in its metadata are read as the manager reads them (core/spec_json.cc)
 //   3  image import (storage/image_import.cc; PUT /v1/images/{name}) and its mount points
 // Each runs chrooted (a thread of its own) into a temporary tree whose target directory
 // already holds symlinks leading out of it (to "/outside", "..", a file), so an entry that
@@ -20,6 +21,7 @@
 #include <string>
 
 #include "cli/tar_unpack.h"
+#include "core/spec_json.h"
 #include "fuzz_support.h"
 #include "init/file_worker.h"
 #include "storage/image_import.h"
@@ -129,7 +131,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         Result<std::string> metadata = storage::ImportSnapshotTree(in, target, 100000, 64 << 20);
         ::close(in);
         failed = !metadata.ok();
-        if (failed) message = metadata.error().message;
+        if (failed) {
+          message = metadata.error().message;
+          break;
+        }
+        // What the manager does next (SandboxManager::ImportSnapshot): the settings in the
+        // archive's metadata become a sandbox spec.
+        nlohmann::json doc = nlohmann::json::parse(*metadata, nullptr, /*allow_exceptions=*/false);
+        if (doc.is_object() && doc.contains("spec") && doc["spec"].is_object()) {
+          Result<core::SandboxSpec> spec = core::SpecFromJson(doc["spec"].dump());
+          if (spec.ok()) (void)core::SpecToJson(*spec);
+        }
         break;
       }
       case 3: {

@@ -440,6 +440,26 @@ TEST_F(ApiServerTest, UnknownRouteIs404AndWrongMethodIs405WithAllow) {
   EXPECT_EQ(wrong[http::field::allow], "GET, DELETE");
 }
 
+TEST_F(ApiServerTest, AnswersToHeadHaveNoContent) {
+  // HEAD, then GET on the same connection: a client reads no content after the HEAD's
+  // answer, so any sent would be taken for the start of the next response.
+  tcp::socket socket = Connect();
+  asio::write(socket, asio::buffer(std::string("HEAD /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"
+                                               "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")));
+  beast::flat_buffer buffer;
+  http::response_parser<http::string_body> head;
+  head.skip(true);
+  http::read(socket, buffer, head);
+  EXPECT_EQ(head.get().result_int(), 401);  // only GET /healthz goes without the key
+  EXPECT_NE(head.get()[http::field::content_length], "0");  // the length a GET would get
+  http::response_parser<http::string_body> get;
+  boost::system::error_code ec;
+  http::read(socket, buffer, get, ec);
+  ASSERT_FALSE(ec) << ec.message();
+  EXPECT_EQ(get.get().result_int(), 200);
+  EXPECT_EQ(json::parse(get.get().body())["status"], "ok");
+}
+
 TEST_F(ApiServerTest, CreateGetListTimeoutDeleteSandbox) {
   Response created = Call(http::verb::post, "/v1/sandboxes",
                           json({{"cpus", 0.5}, {"metadata", {{"owner", "ci"}}}, {"env", {{"A", "1"}}}}).dump());

@@ -59,6 +59,12 @@ TEST(SpecJson, VolumesRoundTripAndOldRowsHaveNone) {
 TEST(SpecJson, RejectsCorruptRows) {
   EXPECT_FALSE(core::SpecFromJson("{").ok());
   EXPECT_FALSE(core::SpecFromJson("{\"image\": 3}").ok());
+  // A number that is no int64 (found by fuzzing: the conversion was undefined behaviour).
+  const std::string huge =
+      R"({"image":"host","runtime":"native","cpus":1,"memory_mb":1.0249e22,"disk_mb":1,"pids":1,"timeout_s":0,)"
+      R"("idle_timeout_s":0,"on_timeout":"kill","env":{},"workdir":"/w","user":"root",)"
+      R"("network":{"mode":"none","allow":[]},"metadata":{}})";
+  EXPECT_FALSE(core::SpecFromJson(huge).ok());
 }
 
 TEST(StateDb, PersistsRowsAcrossReopen) {
