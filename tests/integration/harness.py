@@ -23,6 +23,20 @@ BUILD_DIR = Path(os.environ.get("BULKHEAD_BUILD_DIR", REPO_ROOT / "build"))
 BULKHEAD = BUILD_DIR / "bulkhead"
 
 
+def sanitizer_of_build() -> str:
+    """The build's BULKHEAD_SANITIZE ("address", "thread"), or "" for a normal build."""
+    try:
+        for line in (BUILD_DIR / "CMakeCache.txt").read_text().splitlines():
+            if line.startswith("BULKHEAD_SANITIZE:"):
+                return line.split("=", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+SANITIZER = sanitizer_of_build()
+
+
 def shared_dir() -> Path:
     """The team's shared/ directory: ../shared next to the repo, else /work/shared."""
     beside_repo = REPO_ROOT.parent / "shared"

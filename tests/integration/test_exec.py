@@ -8,6 +8,7 @@ import os
 import socket
 import time
 
+import harness
 from harness import assert_error_shape, wait_until
 
 
@@ -162,7 +163,10 @@ def test_exec_printing_1_gib_keeps_daemon_memory_bounded(daemon, client, sandbox
     assert result["exit_code"] == 0 and result["truncated"] is True
     assert len(result["stdout"]) == 16 * 1024 * 1024
     # 1 GiB went through; the daemon holds at most the capped 16 MiB (plus its JSON copy).
-    assert after - before < 64 * 1024, f"daemon RSS grew by {(after - before) // 1024} MiB"
+    # Not measurable in a sanitizer build: its allocator holds freed memory back (ASan's
+    # quarantine) and its shadow memory counts too.
+    if not harness.SANITIZER:
+        assert after - before < 64 * 1024, f"daemon RSS grew by {(after - before) // 1024} MiB"
 
 
 def read_events(response, until_type="exit", deadline_s=30):

@@ -117,9 +117,12 @@ def test_two_gib_up_and_down_with_flat_daemon_memory(client, daemon, sandbox_fac
           f"baseline {baseline / MiB:.1f} MiB, peak up {up.peak / MiB:.1f}, peak down {down.peak / MiB:.1f}, "
           f"after {after / MiB:.1f} MiB")
     # Bounded buffers: a 2 GiB transfer moves the daemon's memory by a few MiB, not by gigabytes.
-    assert up.peak - baseline < 64 * MiB
-    assert down.peak - baseline < 64 * MiB
-    assert after - baseline < 32 * MiB
+    # Not measurable in a sanitizer build: its allocator holds freed memory back (ASan's
+    # quarantine) and its shadow memory counts too.
+    if not harness.SANITIZER:
+        assert up.peak - baseline < 64 * MiB
+        assert down.peak - baseline < 64 * MiB
+        assert after - baseline < 32 * MiB
     # The file is whole inside the sandbox too.
     out = client.sh(sandbox, "stat -c %s /workspace/big.bin && rm /workspace/big.bin")
     assert out.strip() == str(count * BLOCK)

@@ -399,7 +399,7 @@ TEST_F(FileOpsTest, PermissionsAreTheUsersOwn) {
 
 TEST_F(FileOpsTest, ReadSendsSizeLineThenTheBytes) {
   std::string content;
-  for (int i = 0; content.size() < 3 * 1024 * 1024 + 17; ++i) content += std::to_string(i * 7919) + ",";
+  for (int64_t i = 0; content.size() < 3 * 1024 * 1024 + 17; ++i) content += std::to_string(i * 7919) + ",";
   WriteFile(Path("big"), content);
   WorkerOutcome outcome = RunOp(json{{"op", "read"}, {"path", Path("big")}});
   ASSERT_EQ(outcome.exit_code, 0) << outcome.err;

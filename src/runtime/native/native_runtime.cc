@@ -70,26 +70,32 @@ Result<UniqueFd> SealedInit(const std::string& path) {
 // sandbox gets the host's per-user limits to itself. (Ownership gives capabilities in the
 // namespace only to processes outside it with that uid, and there are none: the uid is the
 // sandbox's root, inside it.)
+//
+// It runs beside the daemon in the daemon's memory and with its thread pointer: not
+// instrumented, and raw syscalls only, since the sanitizer runtimes' wrappers would take it for
+// the daemon's thread (a sanitizer build, scripts/sanitize.sh).
 struct Holder {
   uid_t owner;
   pid_t daemon;
   std::atomic<int> made{0};  // 0 until the namespace exists, then 1, or -errno
 };
 
-int HoldNamespace(void* arg) {
+__attribute__((no_sanitize("address", "thread"))) int HoldNamespace(void* arg) {
   auto* holder = static_cast<Holder*>(arg);
   // Raw syscalls: this child shares the daemon's memory (CLONE_VM), and glibc's setresuid
   // would change the credentials of every thread of the daemon.
   const uid_t id = holder->owner;
   const bool ok = ::syscall(SYS_setresgid, id, id, id) == 0 && ::syscall(SYS_setresuid, id, id, id) == 0 &&
-                  ::unshare(CLONE_NEWUSER) == 0;
+                  ::syscall(SYS_unshare, CLONE_NEWUSER) == 0;
   const int err = ok ? 0 : errno;
   // It dies with the daemon (set after the credential changes, which clear it): a holder
   // outliving a killed daemon would keep its copies of the daemon's descriptors open, the
   // clients' connections and the state dir's lock among them.
-  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != holder->daemon) ::_exit(1);
+  if (::syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL) != 0 || ::syscall(SYS_getppid) != holder->daemon) {
+    ::syscall(SYS_exit, 1);
+  }
   holder->made.store(ok ? 1 : -err);
-  for (;;) ::pause();
+  for (;;) ::syscall(SYS_pause);
 }
 
 Result<UniqueFd> ListenOn(const std::string& path) {

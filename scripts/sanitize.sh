@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Sanitizer runs. Builds bulkhead with sanitizers (CMake option BULKHEAD_SANITIZE), then runs
+# the tests against that build; any sanitizer report fails the run.
+#
+#   scripts/sanitize.sh [address]   ASan+UBSan into build-asan: the unit tests and the whole
+#                                   integration suite.
+#   scripts/sanitize.sh thread      TSan into build-tsan: the unit tests and the integration
+#                                   tests that drive the daemon's concurrent paths (TSAN_TESTS).
+#   scripts/sanitize.sh MODE TEST...   the unit tests and only these pytest selections.
+#
+# Every sanitized process (daemons, the CLI, unit tests) writes its reports to files under a
+# fresh /tmp/bhsan-* directory (log_path); the integration harness fails the test during which
+# one appears, and this script fails if any is there at the end. bulkhead-init is not
+# sanitized this way: see CMakeLists.txt.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mode=${1:-address}
+[ $# -gt 0 ] && shift
+case $mode in
+  address) build=build-asan ;;
+  thread) build=build-tsan ;;
+  *) echo "usage: $0 [address|thread] [pytest selections...]" >&2; exit 2 ;;
+esac
+
+# TSan slows the daemon several times over, so its run takes the tests where the daemon works on
+# many threads at once: parallel creates and the warm pool, exec streaming and client hangups,
+# background processes and attach, the port proxy and port-forward, the egress proxy and DNS,
+# streamed file transfers, restarts and kills, output floods, and MCP's tool calls.
+TSAN_TESTS=(
+  tests/integration/test_sandboxes.py
+  tests/integration/test_exec.py
+  tests/integration/test_processes.py
+  tests/integration/test_ports.py
+  tests/integration/test_network.py
+  tests/integration/test_files_stream.py
+  tests/integration/test_restart.py
+  tests/integration/test_output_flood.py
+  tests/integration/test_lifecycle.py
+  tests/integration/test_mcp.py
+)
+
+if [ $# -gt 0 ]; then
+  tests=("$@")
+elif [ "$mode" = thread ]; then
+  tests=("${TSAN_TESTS[@]}")
+else
+  tests=(tests/integration)
+fi
+
+echo "== build ($mode) into $build"
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBULKHEAD_SANITIZE="$mode" >/dev/null
+ninja -C "$build" -j2
+bash scripts/install-test-tools.sh
+
+reports=$(mktemp -d /tmp/bhsan-XXXXXX)
+# Reports go to files (log_path) so the CLI's reach the harness too, not only the test's pipes:
+# $reports/<phase>/<tool>.<pid>.
+# sanitizer_options PHASE [more ASan options]
+sanitizer_options() {
+  mkdir -p "$reports/$1"
+  # ASan: leaks are checked at exit (a daemon killed by SIGKILL in a crash test reports none).
+  # A child the daemon forks or clones execs at once or leaves with _exit: it reports nothing.
+  export ASAN_OPTIONS="log_path=$reports/$1/asan:detect_leaks=1:check_initialization_order=1${2:+:$2}"
+  export UBSAN_OPTIONS="log_path=$reports/$1/ubsan:print_stacktrace=1:halt_on_error=1"
+  export LSAN_OPTIONS="suppressions=$PWD/scripts/sanitize/lsan.supp:print_suppressions=0"
+  # TSan: keep going after a report so one run shows every race; its exit code (66) and the
+  # harness still fail the run.
+  export TSAN_OPTIONS="log_path=$reports/$1/tsan:halt_on_error=0:second_deadlock_stack=1:suppressions=$PWD/scripts/sanitize/tsan.supp"
+}
+
+status=0
+echo "== unit tests"
+# Allocation stacks unwound the slow way, through libraries without frame pointers, so that
+# lsan.supp can name a libarchive function; too slow for the daemons.
+sanitizer_options unit fast_unwind_on_malloc=0
+(cd "$build" && ctest --output-on-failure --timeout 900) || status=1
+echo "== integration tests: ${tests[*]}"
+sanitizer_options integration
+BULKHEAD_BUILD_DIR="$PWD/$build" /usr/bin/python3 -m pytest -q -p no:cacheprovider "${tests[@]}" || status=1
+
+if compgen -G "$reports/*/*" >/dev/null; then
+  echo "== sanitizer reports"
+  for f in "$reports"/*/*; do
+    echo "---- $f"
+    head -n 120 "$f"
+  done
+  echo "sanitizer reports kept in $reports"
+  status=1
+else
+  rm -r "$reports"
+fi
+exit $status
