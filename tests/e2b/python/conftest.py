@@ -1,0 +1,63 @@
+"""The official `e2b` Python SDK (PyPI, pinned in tests/requirements.txt), unmodified, against a
+real bulkhead daemon's E2B-compatible front. tests/integration/test_e2b_sdk_python.py starts the
+daemon and runs this suite with .tools/venv's pytest; the SDK finds the daemon only through
+E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY, as a user's agent code would. BULKHEAD_MAIN_URL
+(the daemon's main API) is where sandbox ports are reached by Host header (sandbox.get_host)."""
+
+import os
+import uuid
+
+import pytest
+from e2b import Sandbox
+
+REQUIRED = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY", "BULKHEAD_MAIN_URL")
+
+# Every sandbox this run creates carries this metadata, so list queries see only ours.
+RUN_ID = uuid.uuid4().hex[:12]
+
+
+def pytest_configure(config):
+    missing = [name for name in REQUIRED if not os.environ.get(name)]
+    if missing:
+        raise pytest.UsageError(f"set {', '.join(missing)} (tests/integration/test_e2b_sdk_python.py does)")
+
+
+def run_metadata(**extra) -> dict:
+    return {"suite": "e2b-python", "run": RUN_ID, **extra}
+
+
+class SandboxFactory:
+    """Creates sandboxes through the SDK and kills whatever is left of them at the end."""
+
+    def __init__(self):
+        self.made: list[str] = []
+
+    def __call__(self, **kwargs) -> Sandbox:
+        kwargs.setdefault("timeout", 300)
+        kwargs["metadata"] = run_metadata(**kwargs.get("metadata", {}))
+        sandbox = Sandbox.create(**kwargs)
+        self.made.append(sandbox.sandbox_id)
+        return sandbox
+
+    def cleanup(self):
+        for sandbox_id in self.made:
+            try:
+                Sandbox.kill(sandbox_id)
+            except Exception:
+                pass
+
+
+@pytest.fixture
+def new_sandbox():
+    factory = SandboxFactory()
+    yield factory
+    factory.cleanup()
+
+
+@pytest.fixture(scope="module")
+def sbx():
+    """One sandbox shared by a module's tests (each test uses its own paths)."""
+    factory = SandboxFactory()
+    sandbox = factory()
+    yield sandbox
+    factory.cleanup()
