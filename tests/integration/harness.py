@@ -326,16 +326,12 @@ class Daemon:
 
     @property
     def e2b_key(self) -> str:
-        """The key of the E2B-compatible front (E2B_API_KEY), issued by the daemon."""
         return (self.state_dir / "e2b-api-key").read_text().strip()
 
     @property
     def e2b_url(self) -> str:
-        """http://127.0.0.1:PORT of the E2B front (E2B_API_URL and E2B_SANDBOX_URL): the daemon
-        picks the port (--e2b-listen 127.0.0.1:0) and names it in /healthz."""
-        r = self.client(timeout=10).get("/healthz")
-        assert r.status == 200, f"/healthz: {r!r}"
-        return f"http://{r.json()['e2b_address']}"
+        """The E2B front's base URL (E2B_API_URL and E2B_SANDBOX_URL)."""
+        return "http://" + self.client().get("/healthz").json()["e2b_address"]
 
     @property
     def socket_path(self) -> Path:
@@ -367,7 +363,7 @@ class Daemon:
         self.process = subprocess.Popen(
             prefix + [str(BULKHEAD), "serve", "--state-dir", str(self.state_dir),
                       "--listen", f"{self.listen_host}:{self.port}", "--warm-pool", str(self.warm_pool),
-                      "--e2b-listen", "127.0.0.1:0", *self.extra_args],
+                      "--e2b-listen", f"{self.listen_host}:0", *self.extra_args],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             env={k: v for k, v in os.environ.items() if not k.startswith("BULKHEAD_")})
         log.close()
