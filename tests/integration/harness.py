@@ -325,6 +325,15 @@ class Daemon:
         return (self.state_dir / "api-key").read_text().strip()
 
     @property
+    def e2b_key(self) -> str:
+        return (self.state_dir / "e2b-api-key").read_text().strip()
+
+    @property
+    def e2b_url(self) -> str:
+        """The E2B front's base URL (E2B_API_URL and E2B_SANDBOX_URL)."""
+        return "http://" + self.client().get("/healthz").json()["e2b_address"]
+
+    @property
     def socket_path(self) -> Path:
         return self.state_dir / "bulkhead.sock"
 
@@ -354,7 +363,7 @@ class Daemon:
         self.process = subprocess.Popen(
             prefix + [str(BULKHEAD), "serve", "--state-dir", str(self.state_dir),
                       "--listen", f"{self.listen_host}:{self.port}", "--warm-pool", str(self.warm_pool),
-                      *self.extra_args],
+                      "--e2b-listen", f"{self.listen_host}:0", *self.extra_args],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             env={k: v for k, v in os.environ.items() if not k.startswith("BULKHEAD_")})
         log.close()
