@@ -17,13 +17,15 @@ namespace bulkhead::api {
 namespace {
 
 constexpr size_t kKeyBytes = 32;
+constexpr size_t kE2bKeyBytes = 20;  // E2B's keys are "e2b_" and 40 hex digits
 constexpr size_t kMaxKeyFileBytes = 4096;
 
-Result<std::string> RandomHexKey() {
+Result<std::string> RandomHexKey(size_t byte_count) {
   unsigned char bytes[kKeyBytes];
+  if (byte_count > sizeof(bytes)) return MakeError(ErrorCode::kInternal, "key too long");
   size_t filled = 0;
-  while (filled < sizeof(bytes)) {
-    const ssize_t n = getrandom(bytes + filled, sizeof(bytes) - filled, 0);
+  while (filled < byte_count) {
+    const ssize_t n = getrandom(bytes + filled, byte_count - filled, 0);
     if (n < 0) {
       if (errno == EINTR) continue;
       return SystemError("getrandom", errno);
@@ -32,9 +34,9 @@ Result<std::string> RandomHexKey() {
   }
   static constexpr char kHex[] = "0123456789abcdef";
   std::string key;
-  for (unsigned char b : bytes) {
-    key += kHex[b >> 4];
-    key += kHex[b & 15];
+  for (size_t i = 0; i < byte_count; ++i) {
+    key += kHex[bytes[i] >> 4];
+    key += kHex[bytes[i] & 15];
   }
   return key;
 }
@@ -90,33 +92,47 @@ Status WriteAll(int fd, std::string_view data) {
   return {};
 }
 
-}  // namespace
-
-Result<std::string> LoadOrCreateApiKey(const std::string& state_dir, const std::string& configured_key) {
-  if (!configured_key.empty()) return configured_key;
-  const std::string path = state_dir + "/api-key";
+// The key in the file `name` under `state_dir`; created on first start as `prefix` and
+// `random_bytes` random bytes in hex, mode 0600. Creation is atomic: a complete file appears
+// under its final name or none does, and of two daemons starting at once both end up with
+// the same key.
+Result<std::string> LoadOrCreateKeyFile(const std::string& state_dir, const std::string& name,
+                                        std::string_view prefix, size_t random_bytes) {
+  const std::string path = state_dir + "/" + name;
   auto existing = ReadKeyFile(path);
   if (existing.ok() || existing.error().code != ErrorCode::kNotFound) return existing;
 
-  auto key = RandomHexKey();
-  if (!key.ok()) return key.error();
+  auto random = RandomHexKey(random_bytes);
+  if (!random.ok()) return random.error();
+  const std::string key = std::string(prefix) + *random;
   // Write a temporary file, then link() it into place: link fails if another daemon got
   // there first, in which case its key wins and is read back.
-  std::string temp_path = state_dir + "/.api-key.XXXXXX";
+  std::string temp_path = state_dir + "/." + name + ".XXXXXX";
   UniqueFd fd(mkostemp(temp_path.data(), O_CLOEXEC));  // mode 0600
   if (!fd) return SystemError("create " + temp_path, errno);
   struct TempFile {
     std::string path;
     ~TempFile() { unlink(path.c_str()); }
   } temp{temp_path};
-  BH_TRY(WriteAll(fd.get(), *key + "\n"));
+  BH_TRY(WriteAll(fd.get(), key + "\n"));
   if (fsync(fd.get()) != 0) return SystemError("fsync " + temp_path, errno);
   if (link(temp_path.c_str(), path.c_str()) != 0) {
     if (errno == EEXIST) return ReadKeyFile(path);
     return SystemError("link " + path, errno);
   }
-  spdlog::info("wrote a new API key to {}", path);
+  spdlog::info("wrote a new key to {}", path);
   return key;
+}
+
+}  // namespace
+
+Result<std::string> LoadOrCreateApiKey(const std::string& state_dir, const std::string& configured_key) {
+  if (!configured_key.empty()) return configured_key;
+  return LoadOrCreateKeyFile(state_dir, "api-key", "", kKeyBytes);
+}
+
+Result<std::string> LoadOrCreateE2bKey(const std::string& state_dir) {
+  return LoadOrCreateKeyFile(state_dir, "e2b-api-key", "e2b_", kE2bKeyBytes);
 }
 
 bool ConstantTimeEquals(std::string_view a, std::string_view b) {

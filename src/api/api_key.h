@@ -14,6 +14,10 @@ namespace bulkhead::api {
 // starting at once both end up with the same key.
 Result<std::string> LoadOrCreateApiKey(const std::string& state_dir, const std::string& configured_key);
 
+// The key of the E2B-compatible front (X-API-KEY): <state_dir>/e2b-api-key, created the same
+// way, shaped as E2B's keys are ("e2b_" and 40 hex digits).
+Result<std::string> LoadOrCreateE2bKey(const std::string& state_dir);
+
 // True if `authorization` (an Authorization header value) is "Bearer <key>". The key is
 // compared in time independent of where it differs.
 bool IsAuthorized(std::string_view authorization, std::string_view key);

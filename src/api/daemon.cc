@@ -88,6 +88,12 @@ int RunDaemon(const core::DaemonConfig& config) {
     return 1;
   }
 
+  Result<std::string> e2b_key = LoadOrCreateE2bKey(state_dir);
+  if (!e2b_key.ok()) {
+    spdlog::error("E2B key: {}", e2b_key.error().message);
+    return 1;
+  }
+
   spdlog::info("bulkhead {} opening state in {}", BULKHEAD_VERSION, state_dir);
   Result<std::unique_ptr<core::SandboxManager>> opened = core::SandboxManager::Open(config);
   if (!opened.ok()) {
@@ -106,12 +112,24 @@ int RunDaemon(const core::DaemonConfig& config) {
                                    .upload_dir = upload_dir,
                                    .handle_signals = true,
                                    .preview_domain = config.preview_domain,
+                                   .e2b_key = *e2b_key,
                                });
     if (!config.listen.empty()) {
       auto endpoint = server.ListenTcp(config.listen);
       if (!endpoint.ok()) {
         spdlog::error("cannot listen on {}: {}", config.listen, endpoint.error().message);
         serving = false;
+      }
+    }
+    if (serving && !config.e2b_listen.empty()) {
+      auto endpoint = server.ListenE2b(config.e2b_listen);
+      if (!endpoint.ok() && config.e2b_listen_given) {
+        spdlog::error("cannot listen on {} (E2B front): {}", config.e2b_listen, endpoint.error().message);
+        serving = false;
+      } else if (!endpoint.ok()) {
+        // Only the default address: the API serves on without the E2B front.
+        spdlog::warn("no E2B front: cannot listen on {}: {} (choose one with --e2b-listen)", config.e2b_listen,
+                     endpoint.error().message);
       }
     }
     if (serving) {

@@ -115,6 +115,9 @@ asio::awaitable<void> ApiHandlers::Healthz(HttpExchange& exchange) {
   json body = {{"status", "ok"}, {"version", BULKHEAD_VERSION}};
   body["listen"] = context_.tcp_addresses ? context_.tcp_addresses() : std::vector<std::string>();
   body["preview_domain"] = context_.preview_domain;
+  if (const std::string e2b = context_.e2b_address ? context_.e2b_address() : ""; !e2b.empty()) {
+    body["e2b_address"] = e2b;
+  }
   co_await exchange.SendJson(http::status::ok, body);
 }
 

@@ -29,6 +29,7 @@ struct HandlerContext {
   // For GET /healthz, so clients can build port URLs: the bound TCP addresses ("host:port")
   // and the preview domain of host-name routing.
   std::function<std::vector<std::string>()> tcp_addresses;
+  std::function<std::string()> e2b_address;  // the E2B front's "host:port", "" without one
   std::string preview_domain;
 };
 

@@ -104,8 +104,9 @@ class HttpExchange {
 
   // Extra header for the next response (e.g. Allow on a 405).
   void SetResponseHeader(http::field name, std::string value) {
-    extra_header_ = {name, std::move(value)};
+    extra_header_ = {std::string(FromBeast(http::to_string(name))), std::move(value)};
   }
+  void SetResponseHeader(std::string name, std::string value) { extra_header_ = {std::move(name), std::move(value)}; }
 
   int status() const { return status_; }               // 0 until a response started
   bool response_started() const { return status_ != 0; }
@@ -136,7 +137,7 @@ class HttpExchange {
   bool keep_alive_;
   const std::atomic<bool>& server_stopping_;
   int status_ = 0;
-  std::pair<http::field, std::string> extra_header_{http::field::unknown, {}};
+  std::pair<std::string, std::string> extra_header_;  // name "" = none
 };
 
 }  // namespace bulkhead::api

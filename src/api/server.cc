@@ -123,6 +123,7 @@ struct ApiServer::Listener {
   GenericProtocol protocol;  // of the accepted sockets
   bool tcp;
   std::string description;
+  bool e2b = false;  // serves the E2B front rather than the API
 };
 
 ApiServer::ApiServer(core::SandboxManager& manager, ServerOptions options)
@@ -139,6 +140,7 @@ ApiServer::ApiServer(core::SandboxManager& manager, ServerOptions options)
       .host = HostLimits::Detect(),
       .open_connections = [this] { return open_connections_.load(); },
       .tcp_addresses = [this] { return tcp_addresses_; },
+      .e2b_address = [this] { return e2b_address_; },
       .preview_domain = options_.preview_domain,
   });
   if (options_.handle_signals) {
@@ -148,6 +150,25 @@ ApiServer::ApiServer(core::SandboxManager& manager, ServerOptions options)
 }
 
 ApiServer::~ApiServer() = default;
+
+Result<tcp::endpoint> ApiServer::ListenE2b(const std::string& host_port) {
+  if (options_.e2b_key.empty()) return MakeError(ErrorCode::kInternal, "the E2B front needs its key");
+  Result<tcp::endpoint> bound = ListenTcp(host_port);
+  if (!bound.ok()) return bound;
+  // ListenTcp counted it among the API's addresses; it is the E2B front's.
+  e2b_address_ = tcp_addresses_.back();
+  tcp_addresses_.pop_back();
+  listeners_.back()->e2b = true;
+  listeners_.back()->description = fmt::format("http://{} (E2B front)", host_port);
+  e2b_ = std::make_unique<e2b::E2bFront>(e2b::E2bContext{
+      .manager = manager_,
+      .blocking_pool = blocking_pool_,
+      .key = options_.e2b_key,
+      .preview_domain = options_.preview_domain,
+      .host = HostLimits::Detect(),
+  });
+  return bound;
+}
 
 Result<tcp::endpoint> ApiServer::ListenTcp(const std::string& host_port) {
   Result<tcp::endpoint> endpoint = ParseListenAddress(host_port, io_);
@@ -336,7 +357,7 @@ asio::awaitable<void> ApiServer::AcceptLoop(Listener& listener) {
         asio::co_spawn(executor, RejectConnection(std::move(stream)), asio::detached);
       } else {
         ++open_connections_;
-        asio::co_spawn(executor, ServeConnection(std::move(stream)), asio::detached);
+        asio::co_spawn(executor, ServeConnection(std::move(stream), listener.e2b), asio::detached);
       }
     }
   }
@@ -351,7 +372,7 @@ asio::awaitable<void> ApiServer::RejectConnection(HttpStream stream) {
   stream.close();
 }
 
-asio::awaitable<void> ApiServer::ServeConnection(HttpStream stream) {
+asio::awaitable<void> ApiServer::ServeConnection(HttpStream stream, bool e2b) {
   struct Counted {
     std::atomic<int64_t>& count;
     ~Counted() { --count; }
@@ -385,7 +406,8 @@ asio::awaitable<void> ApiServer::ServeConnection(HttpStream stream) {
         explicit InFlight(std::atomic<int64_t>& c) : count(c) { ++count; }
         ~InFlight() { --count; }
       } in_flight(requests_in_flight_);
-      if (!co_await ServeRequest(stream, buffer, parser)) break;
+      const bool go_on = co_await ServeRequest(stream, buffer, parser, e2b);
+      if (!go_on) break;
     }
   } catch (const std::exception& e) {
     spdlog::error("connection: unexpected exception: {}", e.what());
@@ -394,7 +416,7 @@ asio::awaitable<void> ApiServer::ServeConnection(HttpStream stream) {
 }
 
 asio::awaitable<bool> ApiServer::ServeRequest(HttpStream& stream, beast::flat_buffer& buffer,
-                                              http::request_parser<http::empty_body>& parser) {
+                                              http::request_parser<http::empty_body>& parser, bool e2b) {
   const auto started = std::chrono::steady_clock::now();
   HttpExchange exchange(stream, buffer, parser, stopping_);
   const std::string method(FromBeast(exchange.request().method_string()));
@@ -405,7 +427,9 @@ asio::awaitable<bool> ApiServer::ServeRequest(HttpStream& stream, beast::flat_bu
     const std::optional<PreviewHost> preview =
         MatchPreviewHost(FromBeast(exchange.request()[http::field::host]), options_.preview_domain);
     std::optional<RequestTarget> parsed;
-    if (preview) {
+    if (e2b) {
+      route.pattern = co_await e2b_->Handle(exchange);
+    } else if (preview) {
       // A sandbox's port by host name, before authentication: the id is the capability
       // (preview URLs open in browsers), and under such a name nothing but the port is
       // reachable, the API least of all.

@@ -23,6 +23,7 @@
 #include "api/metrics.h"
 #include "common/result.h"
 #include "core/sandbox_manager.h"
+#include "e2b/front.h"
 
 namespace bulkhead::api {
 
@@ -38,6 +39,8 @@ struct ServerOptions {
   // Requests for host {port}-{id}.{preview_domain} go to that sandbox's port, without the
   // API key. Empty = no host routing.
   std::string preview_domain = "localhost:7420";
+  // The E2B front's key (X-API-KEY); needed before ListenE2b.
+  std::string e2b_key;
 };
 
 class ApiServer {
@@ -53,6 +56,8 @@ class ApiServer {
   // A unix socket at `path`, mode 0600. A stale socket file is replaced; a live one (another
   // daemon answering on it) is an error. Call before Run.
   Status ListenUnix(const std::string& path);
+  // "host:port" for the E2B-compatible front (src/e2b/front.h) instead of the API. Call before Run.
+  Result<boost::asio::ip::tcp::endpoint> ListenE2b(const std::string& host_port);
 
   // Serves until Stop() (or a signal), then stops accepting, lets requests in flight
   // finish (up to shutdown_grace), waits for blocking work and returns.
@@ -64,11 +69,12 @@ class ApiServer {
   struct Listener;
 
   boost::asio::awaitable<void> AcceptLoop(Listener& listener);
-  boost::asio::awaitable<void> ServeConnection(HttpStream stream);
+  // `e2b`: the connection came to the E2B front's listener.
+  boost::asio::awaitable<void> ServeConnection(HttpStream stream, bool e2b);
   boost::asio::awaitable<void> RejectConnection(HttpStream stream);
   // Serves one request whose header was read; answers whether the connection may go on.
   boost::asio::awaitable<bool> ServeRequest(HttpStream& stream, beast::flat_buffer& buffer,
-                                            http::request_parser<http::empty_body>& parser);
+                                            http::request_parser<http::empty_body>& parser, bool e2b);
   void WaitForSignal();  // on control_
   void BeginShutdown();  // on control_
   boost::asio::awaitable<void> Drain();
@@ -80,6 +86,7 @@ class ApiServer {
   std::atomic<int64_t> requests_in_flight_{0};
   std::atomic<bool> stopping_{false};
   std::unique_ptr<ApiHandlers> handlers_;
+  std::unique_ptr<e2b::E2bFront> e2b_;  // with an E2B listener only
 
   // Destroyed in reverse: listeners and the pool go before the io_context (whose
   // destruction frees suspended connection coroutines), which goes before the state above.
@@ -89,6 +96,7 @@ class ApiServer {
   boost::asio::thread_pool blocking_pool_;
   std::vector<std::unique_ptr<Listener>> listeners_;
   std::vector<std::string> tcp_addresses_;  // bound "host:port"s; written before Run only
+  std::string e2b_address_;                 // the E2B front's bound "host:port"; before Run only
   std::unique_ptr<boost::asio::signal_set> signals_;
 };
 

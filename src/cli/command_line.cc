@@ -73,6 +73,9 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
       ->allow_extra_args(false);
   serve->add_option("--preview-domain", line.preview_domain,
                     "Host names PORT-ID.DOMAIN reach a sandbox's ports (default localhost:7420)");
+  serve->add_option("--e2b-listen", line.e2b_listen,
+                    "TCP address of the E2B-compatible front (E2B_API_URL and E2B_SANDBOX_URL); \"\" = none "
+                    "(default: the --listen host, its port + 1: 127.0.0.1:7421)");
   serve->add_option("--open-subnet", line.open_subnet,
                     "IPv4 prefix whose /30s give open-mode sandboxes their link for UDP and ICMP "
                     "(default 10.213.0.0/16)");
@@ -285,6 +288,17 @@ int ExitForParseError(CLI::App& app, const CLI::ParseError& error) {
   return 2;
 }
 
+std::string DefaultE2bListen(const std::string& listen) {
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string::npos) return "";
+  const std::string port = listen.substr(colon + 1);
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos) return "";
+  const int number = std::stoi(port);
+  if (number == 0) return listen;  // any free port, as the API's
+  if (number >= 65535) return "";
+  return listen.substr(0, colon + 1) + std::to_string(number + 1);
+}
+
 core::DaemonConfig DaemonConfigFromCommandLine(const CommandLine& line) {
   core::DaemonConfig config;
   config.state_dir = line.state_dir;
@@ -296,6 +310,8 @@ core::DaemonConfig DaemonConfigFromCommandLine(const CommandLine& line) {
   if (line.warm_pool) config.warm_pool = *line.warm_pool;
   config.dns_servers = line.dns_servers;
   if (line.preview_domain) config.preview_domain = *line.preview_domain;
+  config.e2b_listen = line.e2b_listen ? *line.e2b_listen : DefaultE2bListen(config.listen);
+  config.e2b_listen_given = line.e2b_listen.has_value();
   if (line.open_subnet) config.open_subnet = *line.open_subnet;
   if (line.storage_driver) config.storage_driver = *line.storage_driver;
   if (const char* key = std::getenv("BULKHEAD_API_KEY"); key != nullptr && *key != '\0') config.api_key = key;

@@ -84,6 +84,7 @@ struct CommandLine {
   std::optional<int> warm_pool;
   std::vector<std::string> dns_servers;
   std::optional<std::string> preview_domain;
+  std::optional<std::string> e2b_listen;  // --e2b-listen
   std::optional<std::string> open_subnet;
   std::optional<std::string> storage_driver;
 
@@ -134,6 +135,9 @@ int ExitForParseError(CLI::App& app, const CLI::ParseError& error);
 
 // `bulkhead serve`'s configuration: flags over environment over built-in defaults.
 core::DaemonConfig DaemonConfigFromCommandLine(const CommandLine& line);
+// The E2B front's address when --e2b-listen is not given: the API's host, its port + 1 (port 0
+// stays 0); "" when the API has no TCP address.
+std::string DefaultE2bListen(const std::string& listen);
 
 // "K=V" -> {K, V}. Without '=' the value is looked up in this process's environment when
 // `allow_from_environment` (like `docker run -e K`); a missing key is an error.

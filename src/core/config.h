@@ -24,6 +24,9 @@ struct DaemonConfig {
   std::vector<std::string> dns_servers;
   // Host names {port}-{id}.{preview_domain} reach a sandbox's ports. --preview-domain
   std::string preview_domain = "localhost:7420";
+  // The E2B-compatible front's TCP address (E2B_API_URL, E2B_SANDBOX_URL); "" = none. --e2b-listen
+  std::string e2b_listen = "127.0.0.1:7421";
+  bool e2b_listen_given = false;  // not derived: failing to bind it stops the daemon
   // Open-mode sandboxes take a /30 each from this IPv4 prefix for their veth pair (UDP and
   // ICMP out, NATed). --open-subnet
   std::string open_subnet = "10.213.0.0/16";

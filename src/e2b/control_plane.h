@@ -1,0 +1,36 @@
+// E2B's control-plane REST API (its spec/openapi.yml and the SDKs' generated clients), served
+// from the SandboxManager: create, list, get, kill, timeout, pause, connect (resume), metrics,
+// network, fork and snapshots. Requests were authenticated by X-API-KEY (front.cc).
+#pragma once
+#include <string_view>
+#include <utility>  // before boost/asio/awaitable.hpp (Boost 1.74 uses std::exchange unincluded)
+
+#include <boost/asio/awaitable.hpp>
+#include <nlohmann/json.hpp>
+
+#include "api/http_exchange.h"
+#include "api/router.h"
+#include "e2b/front.h"
+
+namespace bulkhead::e2b {
+
+// Answers one request; answers the route's label.
+boost::asio::awaitable<std::string_view> ServeControlPlane(E2bContext& context, api::HttpExchange& exchange,
+                                                           const api::RequestTarget& target);
+
+// NewSandboxV2 (or the v1 NewSandbox) as the body of bulkhead's POST /v1/sandboxes, before
+// bulkhead's own validation: templateID "base" is the host image, a snapshot id starts from
+// that snapshot, the timeout and autoPause become the lifetime, envVars the env, the network
+// fields the egress policy (E2B's default is open). An error for fields of the wrong type and
+// for egress bulkhead cannot express (a deny list other than everything).
+Result<nlohmann::json> BulkheadCreateBody(const nlohmann::json& e2b, bool template_is_snapshot);
+
+// SandboxNetworkConfig / SandboxNetworkUpdateConfig (+ allow_internet_access) as bulkhead's
+// network object {"mode", "allow"}.
+Result<nlohmann::json> BulkheadNetwork(const nlohmann::json* network, const nlohmann::json* allow_internet_access);
+
+// The `metadata` list filter as the SDKs send it, once URL-decoded: "k=v&k2=v2" with keys and
+// values percent-encoded once more.
+Result<std::map<std::string, std::string>> ParseMetadataFilter(std::string_view text);
+
+}  // namespace bulkhead::e2b

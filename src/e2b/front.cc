@@ -1,0 +1,177 @@
+#include "e2b/front.h"
+
+#include <ctime>
+
+#include <boost/beast/http/field.hpp>
+#include <fmt/format.h>
+
+#include "api/api_key.h"
+#include "api/json_output.h"
+#include "api/port_proxy.h"
+#include "e2b/control_plane.h"
+#include "e2b/envd.h"
+#include "e2b/envd_auth.h"
+
+// g++ 12 at -O2 reports a false -Wmismatched-new-delete on asio's coroutine frames.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
+namespace bulkhead::e2b {
+
+namespace asio = boost::asio;
+namespace http = boost::beast::http;
+using json = nlohmann::json;
+
+asio::awaitable<void> SendE2bError(api::HttpExchange& exchange, int status, std::string_view message) {
+  const json body = {{"code", status}, {"message", message}};
+  co_await exchange.SendText(static_cast<http::status>(status), "application/json", api::DumpJson(body));
+}
+
+asio::awaitable<void> SendE2bError(api::HttpExchange& exchange, const Error& error) {
+  co_await SendE2bError(exchange, HttpStatus(error.code), error.message);
+}
+
+namespace {
+
+std::string_view Header(const api::RequestHeader& request, std::string_view name) {
+  const auto found = request.find(api::ToBeast(name));
+  return found == request.end() ? std::string_view() : api::FromBeast(found->value());
+}
+
+const std::string* QueryValue(const api::QueryParams& query, std::string_view name) {
+  for (const auto& [key, value] : query) {
+    if (key == name) return &value;
+  }
+  return nullptr;
+}
+
+// A signed /files URL (the SDKs' uploadUrl/downloadUrl): the signature of this path,
+// operation and user under the sandbox's token, not yet expired.
+bool HasValidFileSignature(const api::RequestHeader& request, const api::QueryParams& query,
+                           std::string_view token) {
+  const std::string* signature = QueryValue(query, "signature");
+  const std::string* path = QueryValue(query, "path");
+  if (!signature || !path) return false;
+  const std::string* user = QueryValue(query, "username");
+  int64_t expiration = 0;
+  if (const std::string* text = QueryValue(query, "signature_expiration")) {
+    try {
+      size_t used = 0;
+      expiration = std::stoll(*text, &used);
+      if (used != text->size()) return false;
+    } catch (const std::exception&) {
+      return false;
+    }
+    if (expiration < static_cast<int64_t>(std::time(nullptr))) return false;
+  }
+  const std::string_view operation = request.method() == http::verb::get ? "read" : "write";
+  const std::string expected = FileSignature(*path, operation, user ? *user : "", token, expiration);
+  return api::ConstantTimeEquals(*signature, expected);
+}
+
+asio::awaitable<std::string_view> ServeEnvd(E2bContext& context, api::HttpExchange& exchange,
+                                            std::string sandbox_id, const api::RequestTarget& target) {
+  const api::RequestHeader& request = exchange.request();
+  // A sandbox that does not exist (any more) answers as E2B's proxy does: 502, "was not
+  // found", which the SDKs turn into their not-running errors.
+  const std::string gone = fmt::format("The sandbox {} was not found", sandbox_id);
+  if (!api::IsValidSandboxId(sandbox_id)) {
+    co_await SendE2bError(exchange, 502, gone);
+    co_return "envd";
+  }
+  Result<core::SandboxInfo> sandbox = context.manager.Get(sandbox_id);
+  if (!sandbox.ok() || sandbox->state == "error") {
+    co_await SendE2bError(exchange, 502, gone);
+    co_return "envd";
+  }
+
+  const std::string_view port = Header(request, "E2b-Sandbox-Port");
+  if (!port.empty() && port != kEnvdPort) {
+    // A port of the sandbox other than envd's: its own HTTP server, as a preview URL reaches it.
+    const api::PortProxyRequest proxy{.sandbox_id = sandbox_id,
+                                      .port = std::string(port),
+                                      .app_target = std::string(api::FromBeast(request.target())),
+                                      .by_host = true,
+                                      .strip_authorization = false};
+    co_await api::ServePortProxy(exchange, context.manager, proxy);
+    co_return "envd port";
+  }
+
+  const std::string token = EnvdAccessToken(context.key, sandbox_id);
+  const bool may_sign = target.path == "/files" || target.path == "/health";
+  if (!api::ConstantTimeEquals(Header(request, "X-Access-Token"), token) &&
+      !(may_sign && HasValidFileSignature(request, target.query, token))) {
+    co_await SendE2bError(exchange, 401,
+                          "unauthorized access, please provide a valid access token or method signing if supported");
+    co_return "envd";
+  }
+  Result<std::optional<std::string>> user = BasicAuthUser(api::FromBeast(request[http::field::authorization]));
+  if (!user.ok()) {
+    co_await SendE2bError(exchange, user.error());
+    co_return "envd";
+  }
+
+  EnvdRequest envd{.exchange = exchange,
+                   .context = context,
+                   .sandbox_id = std::move(sandbox_id),
+                   .user = std::move(*user),
+                   .path = target.path,
+                   .query = target.query};
+  const bool post = request.method() == http::verb::post;
+  static constexpr std::string_view kProcess = "/process.Process/";
+  static constexpr std::string_view kFilesystem = "/filesystem.Filesystem/";
+  if (target.path == "/health") {
+    co_await exchange.SendNoContent();
+    co_return "envd /health";
+  }
+  if (target.path == "/files") {
+    co_await ServeFiles(envd);
+    co_return "envd /files";
+  }
+  if (post && target.path.starts_with(kProcess)) {
+    co_await ServeProcessService(envd, std::string_view(target.path).substr(kProcess.size()));
+    co_return "envd process";
+  }
+  if (post && target.path.starts_with(kFilesystem)) {
+    co_await ServeFilesystemService(envd, std::string_view(target.path).substr(kFilesystem.size()));
+    co_return "envd filesystem";
+  }
+  co_await SendE2bError(exchange, 404, fmt::format("no envd route for {} {}", api::FromBeast(request.method_string()),
+                                                   target.path));
+  co_return "envd";
+}
+
+}  // namespace
+
+asio::awaitable<std::string_view> E2bFront::Handle(api::HttpExchange& exchange) {
+  const api::RequestHeader& request = exchange.request();
+  std::optional<api::RequestTarget> target = api::ParseTarget(api::FromBeast(request.target()));
+  if (!target) {
+    co_await SendE2bError(exchange, 400, "malformed request target");
+    co_return "unmatched";
+  }
+  const std::string_view sandbox_id = Header(request, "E2b-Sandbox-Id");
+  if (!sandbox_id.empty()) {
+    // envd's paths have no parameters: decoded whole. (The control plane decodes segments.)
+    std::optional<std::string> decoded = api::PercentDecode(target->path, false);
+    if (!decoded) {
+      co_await SendE2bError(exchange, 400, "malformed request target");
+      co_return "unmatched";
+    }
+    target->path = std::move(*decoded);
+    co_return co_await ServeEnvd(context_, exchange, std::string(sandbox_id), *target);
+  }
+
+  if (target->path == "/health") {  // the control plane's own, without a key
+    const json ok = {{"status", "ok"}};
+    co_await exchange.SendJson(http::status::ok, ok);
+    co_return "/health";
+  }
+  if (!api::ConstantTimeEquals(Header(request, "X-API-KEY"), context_.key)) {
+    co_await SendE2bError(exchange, 401, "Invalid API key, it must start with 'e2b_' and be the one bulkhead issued "
+                                         "(<state dir>/e2b-api-key)");
+    co_return "unauthorized";
+  }
+  co_return co_await ServeControlPlane(context_, exchange, *target);
+}
+
+}  // namespace bulkhead::e2b

@@ -1,0 +1,51 @@
+// The E2B-compatible front (docs/e2b-compat.md): one listener that serves E2B's control-plane
+// REST API and, for requests carrying E2b-Sandbox-Id, the in-sandbox daemon protocol
+// ("envd"), so that the unmodified e2b SDKs run against bulkhead with E2B_API_URL and
+// E2B_SANDBOX_URL pointed at it. It translates onto the same SandboxManager the bulkhead API
+// uses; it keeps no state of its own.
+#pragma once
+#include <string>
+#include <string_view>
+#include <utility>  // before boost/asio/awaitable.hpp (Boost 1.74 uses std::exchange unincluded)
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/thread_pool.hpp>
+
+#include "api/http_exchange.h"
+#include "api/router.h"
+#include "api/validate.h"
+#include "core/sandbox_manager.h"
+
+namespace bulkhead::e2b {
+
+// The envd version the front reports: the SDKs turn features on by it (e2b-protocol.md §7).
+// 0.5.7: octet-stream and gzip uploads and CloseStdin; not file metadata (0.6.2) nor a watch's
+// includeEntry (0.6.3).
+constexpr std::string_view kEnvdVersion = "0.5.7";
+// The port envd listens on in an E2B sandbox; E2b-Sandbox-Port names it for envd traffic.
+constexpr std::string_view kEnvdPort = "49983";
+
+struct E2bContext {
+  core::SandboxManager& manager;
+  boost::asio::thread_pool& blocking_pool;  // for the manager's (blocking) calls
+  std::string key;                          // the E2B API key (X-API-KEY)
+  std::string preview_domain;               // sandbox "domain": {port}-{id}.{domain} reaches a port
+  api::HostLimits host;
+};
+
+class E2bFront {
+ public:
+  explicit E2bFront(E2bContext context) : context_(std::move(context)) {}
+
+  // Answers one request. Answers a bounded label of what it was, for metrics and logs.
+  boost::asio::awaitable<std::string_view> Handle(api::HttpExchange& exchange);
+
+ private:
+  E2bContext context_;
+};
+
+// E2B's error body {"code": <status>, "message"}: the SDKs read `code` to decide.
+boost::asio::awaitable<void> SendE2bError(api::HttpExchange& exchange, int status, std::string_view message);
+boost::asio::awaitable<void> SendE2bError(api::HttpExchange& exchange, const Error& error);
+
+}  // namespace bulkhead::e2b
