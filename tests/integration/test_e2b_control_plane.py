@@ -287,3 +287,13 @@ def test_bad_requests_get_e2b_shaped_errors(e2b, daemon):
     assert_e2b_error(r, 401)
     assert_e2b_error(e2b.request("GET", "/health", headers={"E2b-Sandbox-Id": "../../etc"}), 502)
     assert daemon.running()
+
+
+def test_cli_prints_the_three_variables(daemon):
+    import subprocess
+    out = subprocess.run([str(harness.BULKHEAD), "--state-dir", str(daemon.state_dir), "e2b", "env"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == (f"export E2B_API_URL={daemon.e2b_url}\nexport E2B_SANDBOX_URL={daemon.e2b_url}\n"
+                          f"export E2B_API_KEY={daemon.e2b_key}\n")
+    assert daemon.e2b_key.startswith("e2b_") and len(daemon.e2b_key) == 44
