@@ -270,6 +270,12 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
       "Messages are JSON-RPC, one per line; logs go to stderr. See docs/mcp.md.");
   Selects(mcp, line, Command::kMcp);
 
+  CLI::App* e2b = app.add_subcommand("e2b", "The E2B-compatible front: run code written for E2B's SDKs here");
+  e2b->require_subcommand(1);
+  CLI::App* e2b_env = e2b->add_subcommand("env", "Print the E2B_* variables that point the e2b SDKs at this daemon");
+  e2b_env->footer("Use: eval \"$(bulkhead e2b env)\". Reads the key from the state dir (<state dir>/e2b-api-key).");
+  Selects(e2b_env, line, Command::kE2bEnv);
+
   CLI::App* version = app.add_subcommand("version", "Print the client's and the daemon's version");
   Selects(version, line, Command::kVersion);
 }

@@ -42,6 +42,7 @@ enum class Command {
   kVolumeList,    // volume ls
   kVolumeRemove,  // volume rm
   kMcp,           // mcp
+  kE2bEnv,        // e2b env
 };
 
 // Flags that shape a new sandbox (run, create). Unset = the daemon's default.

@@ -12,6 +12,7 @@
 
 #include "cli/api_client.h"
 #include "common/base64.h"
+#include "common/read_file.h"
 #include "cli/exec_stream.h"
 #include "cli/file_commands.h"
 #include "cli/network_commands.h"
@@ -365,6 +366,27 @@ int VersionCommand(Session& session) {
   return 0;
 }
 
+// The three variables that point the unmodified e2b SDKs at this daemon's E2B front.
+int E2bEnvCommand(Session& session) {
+  auto health = session.api.Call(HttpMethod::kGet, "/healthz");
+  if (!health.ok()) return session.Fail(health.error());
+  const std::string address = health->is_object() ? StringField(*health, "e2b_address") : "";
+  if (address.empty()) {
+    return session.Fail(MakeError(ErrorCode::kNotFound, "the daemon serves no E2B front (see serve --e2b-listen)"));
+  }
+  const std::string key_path = session.line.state_dir + "/e2b-api-key";
+  std::optional<std::string> key = ReadSmallFile(key_path, 4096);
+  if (!key || key->empty()) {
+    return session.Fail(MakeError(ErrorCode::kNotFound, "cannot read the E2B key in " + key_path +
+                                                            " (run as the daemon's user, or give --state-dir)"));
+  }
+  std::string text = *key;
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) text.pop_back();
+  const std::string url = "http://" + address;
+  session.Out("export E2B_API_URL=" + url + "\nexport E2B_SANDBOX_URL=" + url + "\nexport E2B_API_KEY=" + text + "\n");
+  return 0;
+}
+
 }  // namespace
 
 int RunClientCommand(const CommandLine& line, const CommandIo& io) {
@@ -400,6 +422,7 @@ int RunClientCommand(const CommandLine& line, const CommandIo& io) {
       case Command::kVolumeCreate: return VolumeCreateCommand(session);
       case Command::kVolumeList: return VolumeListCommand(session);
       case Command::kVolumeRemove: return VolumeRemoveCommand(session);
+      case Command::kE2bEnv: return E2bEnvCommand(session);
       case Command::kMcp: return mcp::ServeMcp(session.api, {io.stdin_fd, io.stdout_fd});
       case Command::kServe:
       case Command::kNone: break;

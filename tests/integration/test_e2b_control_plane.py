@@ -1,0 +1,299 @@
+"""The E2B front's control plane (src/e2b/control_plane.cc) over raw HTTP, as E2B's OpenAPI
+spec and the SDKs' generated clients shape it: create, get, list with its filters and
+pagination, kill, timeout, pause and connect, metrics, network rules, fork, snapshots, the
+error body {"code", "message"}, and envd routing by E2b-Sandbox-Id. The real SDKs run in
+test_e2b_sdk_*.py; these pin the wire shapes and the error cases."""
+import http.client
+import json
+import time
+import urllib.parse
+
+import pytest
+
+import harness
+
+
+class E2b:
+    """Raw requests to a daemon's E2B front."""
+
+    def __init__(self, daemon: harness.Daemon, key: str | None = None):
+        self.daemon = daemon
+        self.address = daemon.client().get("/healthz").json()["e2b_address"]
+        self.key = daemon.e2b_key if key is None else key
+
+    def request(self, method, path, body=None, headers=None):
+        host, port = self.address.rsplit(":", 1)
+        conn = http.client.HTTPConnection(host, int(port), timeout=120)
+        all_headers = {"X-API-KEY": self.key}
+        if body is not None:
+            body = body if isinstance(body, (bytes, str)) else json.dumps(body)
+            all_headers["Content-Type"] = "application/json"
+        all_headers.update(headers or {})
+        try:
+            conn.request(method, path, body=body, headers=all_headers)
+            r = conn.getresponse()
+            data = r.read()
+            return harness.Response(r.status, dict((k.lower(), v) for k, v in r.getheaders()), data)
+        finally:
+            conn.close()
+
+    def create(self, **body):
+        body.setdefault("templateID", "base")
+        r = self.request("POST", "/v2/sandboxes", body)
+        assert r.status == 201, r
+        return r.json()
+
+    def envd(self, sandbox, method, path, body=None, headers=None):
+        all_headers = {"E2b-Sandbox-Id": sandbox["sandboxID"], "E2b-Sandbox-Port": "49983",
+                       "X-Access-Token": sandbox["envdAccessToken"]}
+        all_headers.update(headers or {})
+        return self.request(method, path, body, all_headers)
+
+
+def assert_e2b_error(r, status):
+    assert r.status == status, r
+    assert r.headers["content-type"] == "application/json", r
+    body = r.json()
+    assert body["code"] == status and isinstance(body["message"], str) and body["message"], body
+
+
+@pytest.fixture
+def e2b(daemon):
+    front = E2b(daemon)
+    made = []
+    create = front.create
+
+    def tracked(**body):
+        sandbox = create(**body)
+        made.append(sandbox["sandboxID"])
+        return sandbox
+
+    front.create = tracked
+    yield front
+    for sandbox_id in made:
+        front.request("DELETE", f"/sandboxes/{sandbox_id}")
+
+
+def test_create_answers_a_sandbox_the_sdks_accept(e2b, client):
+    sandbox = e2b.create(timeout=120, metadata={"k": "v"}, envVars={"A": "1"})
+    assert sandbox["templateID"] == "base" and sandbox["clientID"] and sandbox["envdVersion"] == "0.5.7"
+    assert len(sandbox["envdAccessToken"]) == 64
+    assert sandbox["domain"] == client.get("/healthz").json()["preview_domain"]
+    # A bulkhead sandbox underneath, running as E2B's "user" in its home, with the env.
+    sid = sandbox["sandboxID"]
+    assert client.sh(sid, "id -un; pwd; echo $A") == "user\n/home/user\n1\n"
+    bulkhead = client.sandbox(sid)
+    assert bulkhead["timeout_s"] == 120 and bulkhead["metadata"] == {"k": "v"}
+    assert bulkhead["network"]["mode"] == "open"
+
+
+def test_get_answers_the_detail_and_an_unknown_id_is_404(e2b):
+    sandbox = e2b.create(metadata={"team": "a"})
+    r = e2b.request("GET", f"/sandboxes/{sandbox['sandboxID']}")
+    assert r.status == 200, r
+    detail = r.json()
+    for field in ("templateID", "sandboxID", "clientID", "startedAt", "endAt", "envdVersion", "cpuCount",
+                  "memoryMB", "diskSizeMB", "state"):
+        assert field in detail, field
+    assert detail["state"] == "running" and detail["metadata"] == {"team": "a"}
+    assert detail["lifecycle"] == {"onTimeout": "kill", "autoResume": False}
+    assert_e2b_error(e2b.request("GET", "/sandboxes/nosuchsandbox0000000"), 404)
+    assert_e2b_error(e2b.request("GET", "/sandboxes/..%2f..%2fetc"), 404)
+
+
+def test_list_filters_by_metadata_as_the_sdks_encode_it_and_by_state(e2b):
+    tag = f"t{time.monotonic_ns()}"
+    a = e2b.create(metadata={"tag": tag, "k": "v w"})
+    b = e2b.create(metadata={"tag": tag, "k": "other"})
+    # {"tag": tag, "k": "v w"}: each key and value encoded, the pairs form-encoded, and the
+    # whole encoded again as the parameter, as both SDKs send it.
+    inner = urllib.parse.urlencode({urllib.parse.quote(k): urllib.parse.quote(v)
+                                    for k, v in {"tag": tag, "k": "v w"}.items()})
+    r = e2b.request("GET", "/v2/sandboxes?metadata=" + urllib.parse.quote(inner, safe=""))
+    assert r.status == 200, r
+    assert [s["sandboxID"] for s in r.json()] == [a["sandboxID"]]
+
+    assert e2b.request("POST", f"/sandboxes/{b['sandboxID']}/pause").status == 204
+    only_tag = "metadata=" + urllib.parse.quote(f"tag={tag}", safe="")
+    paused = e2b.request("GET", f"/v2/sandboxes?{only_tag}&state=paused").json()
+    running = e2b.request("GET", f"/v2/sandboxes?{only_tag}&state=running").json()
+    both = e2b.request("GET", f"/v2/sandboxes?{only_tag}&state=running%2Cpaused").json()
+    assert [s["sandboxID"] for s in paused] == [b["sandboxID"]] and paused[0]["state"] == "paused"
+    assert [s["sandboxID"] for s in running] == [a["sandboxID"]]
+    assert {s["sandboxID"] for s in both} == {a["sandboxID"], b["sandboxID"]}
+    assert_e2b_error(e2b.request("GET", "/v2/sandboxes?state=starting"), 400)
+
+
+def test_list_pages_with_x_next_token(e2b):
+    tag = f"p{time.monotonic_ns()}"
+    made = {e2b.create(metadata={"tag": tag})["sandboxID"] for _ in range(3)}
+    query = "metadata=" + urllib.parse.quote(f"tag={tag}", safe="")
+    seen = []
+    token = None
+    pages = 0
+    while True:
+        path = f"/v2/sandboxes?{query}&limit=2" + (f"&nextToken={urllib.parse.quote(token)}" if token else "")
+        r = e2b.request("GET", path)
+        assert r.status == 200, r
+        pages += 1
+        seen += [s["sandboxID"] for s in r.json()]
+        token = r.headers.get("x-next-token")
+        if not token:
+            break
+    assert pages == 2 and sorted(seen) == sorted(made) and len(seen) == 3
+    desc = [s["sandboxID"] for s in e2b.request("GET", f"/v2/sandboxes?{query}&order=desc").json()]
+    asc = [s["sandboxID"] for s in e2b.request("GET", f"/v2/sandboxes?{query}&order=asc").json()]
+    assert desc == list(reversed(asc))
+    assert_e2b_error(e2b.request("GET", "/v2/sandboxes?limit=0"), 400)
+    assert_e2b_error(e2b.request("GET", "/v2/sandboxes?limit=101"), 400)
+    assert_e2b_error(e2b.request("GET", "/v2/sandboxes?nextToken=garbage"), 400)
+
+
+def test_kill_is_204_then_404_and_envd_answers_502_was_not_found(e2b):
+    sandbox = e2b.create()
+    sid = sandbox["sandboxID"]
+    assert e2b.envd(sandbox, "GET", "/health").status == 204
+    assert e2b.request("DELETE", f"/sandboxes/{sid}").status == 204
+    assert_e2b_error(e2b.request("DELETE", f"/sandboxes/{sid}"), 404)
+    r = e2b.envd(sandbox, "GET", "/health")
+    assert_e2b_error(r, 502)
+    assert "was not found" in r.json()["message"]
+
+
+def test_set_timeout_moves_the_end(e2b):
+    sandbox = e2b.create(timeout=60)
+    sid = sandbox["sandboxID"]
+    before = e2b.request("GET", f"/sandboxes/{sid}").json()["endAt"]
+    assert e2b.request("POST", f"/sandboxes/{sid}/timeout", {"timeout": 3600}).status == 204
+    after = e2b.request("GET", f"/sandboxes/{sid}").json()["endAt"]
+    assert after > before
+    assert_e2b_error(e2b.request("POST", f"/sandboxes/{sid}/timeout", {}), 400)
+    assert_e2b_error(e2b.request("POST", f"/sandboxes/{sid}/timeout", {"timeout": "x"}), 400)
+    assert_e2b_error(e2b.request("POST", "/sandboxes/nosuchsandbox0000000/timeout", {"timeout": 5}), 404)
+
+
+def test_pause_then_connect_resumes_and_keeps_processes(e2b, client):
+    sandbox = e2b.create()
+    sid = sandbox["sandboxID"]
+    client.sh(sid, "echo kept > /tmp/f")
+    assert e2b.request("POST", f"/sandboxes/{sid}/pause", {}).status == 204
+    assert client.sandbox(sid)["state"] == "paused"
+    assert_e2b_error(e2b.request("POST", f"/sandboxes/{sid}/pause", {}), 409)  # the SDK's "already paused"
+    r = e2b.request("POST", f"/v2/sandboxes/{sid}/connect", {"timeout": 300})
+    assert r.status == 201, r  # resumed
+    assert r.json()["sandboxID"] == sid and r.json()["envdAccessToken"] == sandbox["envdAccessToken"]
+    assert client.sandbox(sid)["state"] == "running"
+    assert client.sh(sid, "cat /tmp/f") == "kept\n"
+    r = e2b.request("POST", f"/v2/sandboxes/{sid}/connect", {})
+    assert r.status == 200, r  # was running
+    assert_e2b_error(e2b.request("POST", "/v2/sandboxes/nosuchsandbox0000000/connect", {}), 404)
+
+
+def test_metrics_answer_one_sample_with_every_field(e2b):
+    sandbox = e2b.create()
+    r = e2b.request("GET", f"/sandboxes/{sandbox['sandboxID']}/metrics")
+    assert r.status == 200, r
+    [sample] = r.json()
+    for field in ("timestamp", "timestampUnix", "cpuCount", "cpuUsedPct", "memUsed", "memTotal", "memCache",
+                  "diskUsed", "diskTotal"):
+        assert field in sample, field
+    assert sample["memTotal"] == 1024 * 1024 * 1024 and sample["memUsed"] > 0
+
+
+def test_network_rules_map_onto_egress_modes(e2b, client):
+    closed = e2b.create(allow_internet_access=False)
+    assert client.sandbox(closed["sandboxID"])["network"]["mode"] == "none"
+    listed = e2b.create(network={"denyOut": ["0.0.0.0/0"], "allowOut": ["example.com"]})
+    assert client.sandbox(listed["sandboxID"])["network"] == {"mode": "allowlist", "allow": ["example.com"]}
+    detail = e2b.request("GET", f"/sandboxes/{listed['sandboxID']}").json()
+    assert detail["allowInternetAccess"] is True and detail["network"]["allowOut"] == ["example.com"]
+
+    sid = closed["sandboxID"]
+    assert e2b.request("PUT", f"/sandboxes/{sid}/network", {"allowOut": ["10.0.0.0/8"], "denyOut": ["0.0.0.0/0"]}).status == 204
+    assert client.sandbox(sid)["network"] == {"mode": "allowlist", "allow": ["10.0.0.0/8"]}
+    assert e2b.request("PUT", f"/sandboxes/{sid}/network", {}).status == 204
+    assert client.sandbox(sid)["network"]["mode"] == "open"
+    # A deny list bulkhead cannot express is refused, not silently widened.
+    assert_e2b_error(e2b.request("PUT", f"/sandboxes/{sid}/network", {"denyOut": ["1.2.3.4"]}), 422)
+    assert_e2b_error(e2b.request("POST", "/v2/sandboxes", {"templateID": "base", "network": {"denyOut": ["8.8.8.8"]}}), 422)
+    assert_e2b_error(e2b.request("PUT", f"/sandboxes/{sid}/network", {"allowOut": ["not a host!"], "denyOut": ["0.0.0.0/0"]}), 422)
+
+
+def test_fork_and_snapshots_carry_the_files(e2b, client):
+    sandbox = e2b.create()
+    sid = sandbox["sandboxID"]
+    client.sh(sid, "echo original > /home/user/note")
+    r = e2b.request("POST", f"/sandboxes/{sid}/fork", {"count": 2})
+    assert r.status == 201, r
+    forks = [item["sandbox"] for item in r.json()]
+    assert len(forks) == 2
+    for fork in forks:
+        assert client.sh(fork["sandboxID"], "cat /home/user/note") == "original\n"
+        assert fork["envdAccessToken"] != sandbox["envdAccessToken"]
+        e2b.request("DELETE", f"/sandboxes/{fork['sandboxID']}")
+
+    r = e2b.request("POST", f"/sandboxes/{sid}/snapshots", {"name": "before"})
+    assert r.status == 201, r
+    snapshot = r.json()
+    assert snapshot["names"] == ["before"]
+    listed = e2b.request("GET", f"/snapshots?sandboxID={sid}").json()
+    assert [s["snapshotID"] for s in listed] == [snapshot["snapshotID"]]
+    # The snapshot id is a template: a new sandbox starts with its files.
+    started = e2b.create(templateID=snapshot["snapshotID"])
+    assert started["templateID"] == snapshot["snapshotID"]
+    assert client.sh(started["sandboxID"], "cat /home/user/note; id -un") == "original\nuser\n"
+    e2b.request("DELETE", f"/sandboxes/{started['sandboxID']}")
+    quoted = urllib.parse.quote(snapshot["snapshotID"], safe="")
+    assert e2b.request("DELETE", f"/templates/{quoted}").status == 204
+    assert_e2b_error(e2b.request("DELETE", f"/templates/{quoted}"), 404)
+    assert_e2b_error(e2b.request("POST", "/sandboxes/nosuchsandbox0000000/fork", {}), 404)
+    assert_e2b_error(e2b.request("POST", f"/sandboxes/{sid}/fork", {"count": 0}), 422)
+
+
+def test_a_port_of_the_sandbox_is_reached_by_header_and_by_host(e2b, daemon, client):
+    sandbox = e2b.create()
+    sid = sandbox["sandboxID"]
+    client.sh(sid, "mkdir -p /tmp/www && echo served > /tmp/www/index.html")
+    r = client.post(f"/v1/sandboxes/{sid}/processes",
+                    {"cmd": ["python3", "-m", "http.server", "8000", "--directory", "/tmp/www"]})
+    assert r.status == 201, r
+    harness.wait_until(lambda: e2b.envd(sandbox, "GET", "/index.html", headers={"E2b-Sandbox-Port": "8000"}).status == 200,
+                       timeout=30)
+    assert e2b.envd(sandbox, "GET", "/index.html", headers={"E2b-Sandbox-Port": "8000"}).body == b"served\n"
+    # getHost(8000) is "8000-<id>.<domain>"; the main port serves it by host name.
+    host = f"8000-{sid}.{sandbox['domain']}"
+    conn = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=30)
+    conn.request("GET", "/index.html", headers={"Host": host})
+    assert conn.getresponse().read() == b"served\n"
+    conn.close()
+
+
+def test_bad_requests_get_e2b_shaped_errors(e2b, daemon):
+    assert_e2b_error(E2b(daemon, key="e2b_" + "0" * 40).request("GET", "/v2/sandboxes"), 401)
+    assert_e2b_error(E2b(daemon, key="").request("GET", "/v2/sandboxes"), 401)
+    assert_e2b_error(e2b.request("POST", "/v2/sandboxes", "{not json"), 400)
+    assert_e2b_error(e2b.request("POST", "/v2/sandboxes", "[]"), 400)
+    assert_e2b_error(e2b.request("POST", "/v2/sandboxes", {"templateID": 5}), 400)
+    assert_e2b_error(e2b.request("POST", "/v2/sandboxes", {"templateID": "no-such-image"}), 404)  # as E2B: template not found
+    assert_e2b_error(e2b.request("POST", "/v2/sandboxes", {"timeout": 10**12}), 400)
+    assert_e2b_error(e2b.request("POST", "/v2/sandboxes", b"x" * (2 * 1024 * 1024)), 413)
+    assert_e2b_error(e2b.request("GET", "/nothing/here"), 404)
+    sandbox = e2b.create()
+    r = e2b.request("GET", "/health", headers={"E2b-Sandbox-Id": sandbox["sandboxID"], "X-Access-Token": "wrong"})
+    assert_e2b_error(r, 401)
+    r = e2b.request("GET", "/health", headers={"E2b-Sandbox-Id": sandbox["sandboxID"],
+                                               "X-Access-Token": sandbox["envdAccessToken"],
+                                               "Authorization": "Bearer x"})
+    assert_e2b_error(r, 401)
+    assert_e2b_error(e2b.request("GET", "/health", headers={"E2b-Sandbox-Id": "../../etc"}), 502)
+    assert daemon.running()
+
+
+def test_cli_prints_the_three_variables(daemon):
+    import subprocess
+    out = subprocess.run([str(harness.BULKHEAD), "--state-dir", str(daemon.state_dir), "e2b", "env"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == (f"export E2B_API_URL={daemon.e2b_url}\nexport E2B_SANDBOX_URL={daemon.e2b_url}\n"
+                          f"export E2B_API_KEY={daemon.e2b_key}\n")
+    assert daemon.e2b_key.startswith("e2b_") and len(daemon.e2b_key) == 44
