@@ -198,3 +198,27 @@ test('watchDir recursive', async () => {
 test('watchDir on a missing directory', async () => {
   await assert.rejects(sbx.files.watchDir('/tmp/no-such-dir-js', () => {}), FileNotFoundError)
 })
+
+test('signed upload and download URLs', async () => {
+  // The URLs are used as a browser or another service would: plain fetch, no SDK headers.
+  const body = allBytes(3)
+  const upload = await sbx.uploadUrl('/home/user/signed/up-js.bin')
+  const form = new FormData()
+  form.append('file', new Blob([body]), 'up-js.bin')
+  let r = await fetch(upload, { method: 'POST', body: form })
+  assert.equal(r.status, 200, await r.text())
+  assert.deepEqual(await sbx.files.read('/home/user/signed/up-js.bin', { format: 'bytes' }), body)
+
+  const download = await sbx.downloadUrl('/home/user/signed/up-js.bin')
+  r = await fetch(download)
+  assert.equal(r.status, 200)
+  assert.deepEqual(new Uint8Array(await r.arrayBuffer()), body)
+
+  // A signature is for its own path and operation only.
+  r = await fetch(download.replace('up-js.bin', 'other.bin'))
+  assert.equal(r.status, 401)
+  await r.arrayBuffer()
+  const expiring = await sbx.downloadUrl('/home/user/signed/up-js.bin', { useSignatureExpiration: 60 })
+  r = await fetch(expiring)
+  assert.deepEqual(new Uint8Array(await r.arrayBuffer()), body)
+})

@@ -75,3 +75,20 @@ test('pty: as root with cwd and envs', async () => {
   assert.ok(out.includes('root:/tmp:pv:END5'), out)
   assert.equal(await handle.kill(), true)
 })
+
+test('pty: connect after disconnect', async () => {
+  const first = new Screen()
+  const handle = await sbx.pty.create({ cols: 80, rows: 24, onData: first.onData, timeoutMs: 0 })
+  const pid = handle.pid
+  await sbx.pty.sendInput(pid, input('echo ONE$((0+1))\n'))
+  await first.until('ONE1')
+  await handle.disconnect()
+
+  const second = new Screen()
+  const again = await sbx.pty.connect(pid, { onData: second.onData, timeoutMs: 60_000 })
+  assert.equal(again.pid, pid)
+  await sbx.pty.sendInput(pid, input('echo TWO$((1+1))\n'))
+  await second.until('TWO2')
+  assert.equal(await sbx.pty.kill(pid), true)
+  await assert.rejects(again.wait(), CommandExitError)
+})

@@ -219,3 +219,54 @@ test('network settings in getInfo', async () => {
   assert.deepEqual(network?.allowOut, ['203.0.113.9'])
   assert.deepEqual(network?.denyOut, ['0.0.0.0/0'])
 })
+
+test('an envd call on a paused sandbox resumes it', async () => {
+  // bulkhead resumes a paused sandbox for any envd call (E2B's autoResume, always on).
+  const sbx = await factory.create()
+  await sbx.files.write('/home/user/auto.txt', 'auto')
+  assert.equal(await sbx.pause(), true)
+  assert.equal(await sbx.files.read('/home/user/auto.txt'), 'auto')
+  assert.equal((await sbx.getInfo()).state, 'running')
+})
+
+test('lifecycle: pause on timeout', async () => {
+  const sbx = await factory.create({ lifecycle: { onTimeout: 'pause' } })
+  assert.equal((await sbx.getInfo()).lifecycle?.onTimeout, 'pause')
+  await sbx.files.write('/home/user/kept.txt', 'through the auto-pause')
+  await sbx.setTimeout(1000)
+  const paused = await pollUntil(async () => (await Sandbox.getInfo(sbx.sandboxId)).state === 'paused', 60_000, 500)
+  assert.equal(paused, true)
+  const resumed = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 120_000 })
+  assert.equal((await resumed.getInfo()).state, 'running')
+  assert.equal(await resumed.files.read('/home/user/kept.txt'), 'through the auto-pause')
+})
+
+test('getMetrics', async () => {
+  const sbx = await factory.create()
+  const metrics = await sbx.getMetrics()
+  assert.ok(metrics.length >= 1)
+  const m = metrics[metrics.length - 1]
+  assert.ok(m.cpuCount >= 1)
+  assert.ok(m.cpuUsedPct >= 0)
+  assert.ok(m.memUsed > 0 && m.memUsed <= m.memTotal)
+  assert.ok(Math.abs(m.timestamp.getTime() - Date.now()) < 120_000)
+})
+
+test('list: order, template, startedAfter', async () => {
+  const group = `order-${RUN_ID}`
+  const first = await factory.create({ metadata: { group } })
+  const second = await factory.create({ metadata: { group } })
+  const metadata = { run: RUN_ID, group }
+  const asc = await listAll({ query: { metadata }, order: 'asc' })
+  const desc = await listAll({ query: { metadata }, order: 'desc' })
+  const times = asc.map((i) => i.startedAt.getTime())
+  assert.deepEqual(times, [...times].sort((a, b) => a - b))
+  assert.deepEqual(desc.map((i) => i.sandboxId), asc.map((i) => i.sandboxId).reverse())
+  assert.deepEqual(idsOf(asc), new Set([first.sandboxId, second.sandboxId]))
+  assert.deepEqual(idsOf(await listAll({ query: { metadata, template: 'base' } })), idsOf(asc))
+  assert.deepEqual(idsOf(await listAll({ query: { metadata, template: 'no-such-template' } })), new Set())
+  const later = new Date(Date.now() + 3600_000)
+  assert.deepEqual(idsOf(await listAll({ query: { metadata, startedAfter: later } })), new Set())
+  const earlier = new Date(Date.now() - 3600_000)
+  assert.deepEqual(idsOf(await listAll({ query: { metadata, startedAfter: earlier } })), idsOf(asc))
+})

@@ -138,3 +138,10 @@ def test_timeout_raises_and_ends_process(sbx):
 
 def test_unknown_pid(sbx):
     assert sbx.commands.kill(999999) is False
+
+
+def test_stream_input(sbx):
+    handle = sbx.commands.run("cat; echo end", background=True, stdin=True)
+    sbx.commands.stream_input(handle.pid, [b"one\n", "two\n", b"\xc3\xa9\n"])
+    sbx.commands.close_stdin(handle.pid)
+    assert handle.wait().stdout == "one\ntwo\né\nend\n"

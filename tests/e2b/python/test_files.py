@@ -6,6 +6,7 @@ import hashlib
 import os
 import time
 
+import httpx
 import pytest
 from e2b import FileNotFoundException, FilesystemEventType, FileType, SandboxException
 
@@ -177,3 +178,23 @@ def test_watch_dir_recursive(sbx):
         assert ("sub/deep.txt", FilesystemEventType.CREATE) in seen, seen
     finally:
         watcher.stop()
+
+
+def test_signed_upload_and_download_urls(sbx):
+    """The URLs are used as a browser or another service would: plain HTTP, no SDK headers."""
+    upload = sbx.upload_url("/home/user/signed/up.bin")
+    body = bytes(range(256)) * 3
+    r = httpx.post(upload, files={"file": ("up.bin", body, "application/octet-stream")})
+    assert r.status_code == 200, r.text
+    assert bytes(sbx.files.read("/home/user/signed/up.bin", format="bytes")) == body
+
+    download = sbx.download_url("/home/user/signed/up.bin")
+    r = httpx.get(download)
+    assert (r.status_code, r.content) == (200, body)
+
+    # A signature is for its own path and operation only.
+    other = download.replace("up.bin", "other.bin")
+    assert httpx.get(other).status_code == 401
+    assert httpx.post(download, files={"file": ("x", b"x")}).status_code == 401
+    expiring = sbx.download_url("/home/user/signed/up.bin", use_signature_expiration=60)
+    assert httpx.get(expiring).content == body

@@ -54,3 +54,21 @@ def test_pty_as_root_with_cwd_and_envs(sbx):
     out = read_until(handle, "END5", seen)
     assert "root:/tmp:pv:END5" in out
     assert sbx.pty.kill(handle.pid) is True
+
+
+def test_pty_connect_after_disconnect(sbx):
+    handle = sbx.pty.create(PtySize(rows=24, cols=80), timeout=0)
+    pid = handle.pid
+    seen = bytearray()
+    sbx.pty.send_stdin(pid, b"echo ONE$((0+1))\n")
+    read_until(handle, "ONE1", seen)
+    handle.disconnect()
+
+    again = sbx.pty.connect(pid, timeout=60)
+    assert again.pid == pid
+    seen = bytearray()
+    sbx.pty.send_stdin(pid, b"echo TWO$((1+1))\n")
+    read_until(again, "TWO2", seen)
+    assert sbx.pty.kill(pid) is True
+    with pytest.raises(CommandExitException):
+        again.wait()

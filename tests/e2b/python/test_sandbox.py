@@ -260,3 +260,57 @@ def test_network_settings_in_info(new_sandbox):
     network = ruled.get_info().network
     assert network.get("allow_out") == ["203.0.113.9"]
     assert network.get("deny_out") == ["0.0.0.0/0"]
+
+
+def test_envd_call_on_paused_sandbox(new_sandbox):
+    """bulkhead resumes a paused sandbox for any envd call (E2B's autoResume, always on)."""
+    sbx = new_sandbox()
+    sbx.files.write("/home/user/auto.txt", "auto")
+    assert sbx.pause() is True
+    assert sbx.files.read("/home/user/auto.txt") == "auto"
+    assert sbx.get_info().state == SandboxState.RUNNING
+
+
+def test_lifecycle_pause_on_timeout(new_sandbox):
+    sbx = new_sandbox(lifecycle={"on_timeout": "pause"})
+    info = sbx.get_info()
+    assert info.lifecycle is not None and info.lifecycle["on_timeout"] == "pause"
+    sbx.files.write("/home/user/kept.txt", "through the auto-pause")
+    sbx.set_timeout(1)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and Sandbox.get_info(sbx.sandbox_id).state != SandboxState.PAUSED:
+        time.sleep(0.5)
+    assert Sandbox.get_info(sbx.sandbox_id).state == SandboxState.PAUSED
+    resumed = Sandbox.connect(sbx.sandbox_id, timeout=120)
+    assert resumed.get_info().state == SandboxState.RUNNING
+    assert resumed.files.read("/home/user/kept.txt") == "through the auto-pause"
+
+
+def test_get_metrics(new_sandbox):
+    sbx = new_sandbox()
+    metrics = sbx.get_metrics()
+    assert len(metrics) >= 1
+    m = metrics[-1]
+    assert m.cpu_count >= 1
+    assert 0 <= m.cpu_used_pct
+    assert 0 < m.mem_used <= m.mem_total
+    assert abs((m.timestamp - now()).total_seconds()) < 120
+
+
+def test_list_order_template_started_after(new_sandbox):
+    group = f"order-{RUN_ID}"
+    first = new_sandbox(metadata={"group": group})
+    second = new_sandbox(metadata={"group": group})
+    metadata = {"run": RUN_ID, "group": group}
+    asc = list_all(query=SandboxQuery(metadata=metadata), order="asc")
+    desc = list_all(query=SandboxQuery(metadata=metadata), order="desc")
+    assert [i.started_at for i in asc] == sorted(i.started_at for i in asc)
+    assert [i.sandbox_id for i in desc] == [i.sandbox_id for i in reversed(asc)]
+    assert ids_of(asc) == {first.sandbox_id, second.sandbox_id}
+
+    assert ids_of(list_all(query=SandboxQuery(metadata=metadata, template="base"))) == ids_of(asc)
+    assert ids_of(list_all(query=SandboxQuery(metadata=metadata, template="no-such-template"))) == set()
+    later = now() + datetime.timedelta(hours=1)
+    assert ids_of(list_all(query=SandboxQuery(metadata=metadata, started_after=later))) == set()
+    earlier = now() - datetime.timedelta(hours=1)
+    assert ids_of(list_all(query=SandboxQuery(metadata=metadata, started_after=earlier))) == ids_of(asc)
