@@ -322,7 +322,8 @@ class FilesystemCall {
     api::ClientHangupWatch hangup(exchange_.stream().socket(), [&operation] { operation.Cancel(); });
 
     std::optional<RpcError> end;
-    if (!co_await stream.Send(json{{"start", json::object()}})) {
+    const bool started = co_await stream.Send(json{{"start", json::object()}});
+    if (!started) {
       end = RpcError{"canceled", "the client left"};
     } else if (std::optional<std::chrono::seconds> interval = KeepaliveInterval(exchange_.request())) {
       stream.StartKeepalive(*interval, json{{"keepalive", json::object()}});
@@ -335,7 +336,8 @@ class FilesystemCall {
         std::optional<json> event = FilesystemEventOf(line, *path);
         if (!event) continue;
         const json envelope = {{"filesystem", std::move(*event)}};
-        if (!co_await stream.Send(envelope)) {
+        const bool sent = co_await stream.Send(envelope);
+        if (!sent) {
           end = RpcError{"canceled", "the client left"};
           break;
         }
