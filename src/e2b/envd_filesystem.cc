@@ -114,9 +114,9 @@ class FilesystemCall {
     static constexpr std::string_view kUnary[] = {"Stat",          "ListDir",          "MakeDir",      "Move", "Remove",
                                                   "CreateWatcher", "GetWatcherEvents", "RemoveWatcher"};
     if (std::find(std::begin(kUnary), std::end(kUnary), method) == std::end(kUnary)) {
-      co_return co_await SendUnaryError(exchange_, {"unimplemented", fmt::format("filesystem.Filesystem/{} is not a "
-                                                                                 "method of envd's filesystem service",
-                                                                                 method)});
+      const RpcError unknown{"unimplemented",
+                             fmt::format("filesystem.Filesystem/{} is not a method of envd's filesystem service", method)};
+      co_return co_await SendUnaryError(exchange_, unknown);
     }
     std::optional<json> message = co_await ReadUnaryRequest(exchange_);
     if (!message) co_return;
@@ -322,7 +322,8 @@ class FilesystemCall {
     api::ClientHangupWatch hangup(exchange_.stream().socket(), [&operation] { operation.Cancel(); });
 
     std::optional<RpcError> end;
-    const bool started = co_await stream.Send(json{{"start", json::object()}});
+    const json start = {{"start", json::object()}};
+    const bool started = co_await stream.Send(start);
     if (!started) {
       end = RpcError{"canceled", "the client left"};
     } else if (std::optional<std::chrono::seconds> interval = KeepaliveInterval(exchange_.request())) {

@@ -9,6 +9,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -90,17 +91,20 @@ std::vector<json> EventBuffer::Take() {
 }
 
 struct WatcherRegistry::Watcher {
-  explicit Watcher(asio::any_io_executor e) : executor(e), idle_timer(e) {}
+  explicit Watcher(asio::any_io_executor e) : executor(std::move(e)) {}
 
   std::string id;
   std::string sandbox_id;
   std::string watched_dir;
-  asio::any_io_executor executor;
-  // On the executor only.
+  // On the executor only. Both live in the watcher's coroutines (so they go with the
+  // io_context's handlers when the daemon stops, never after it).
   core::FileOperation* operation = nullptr;  // while the watch runs
-  asio::steady_timer idle_timer;
+  asio::steady_timer* idle_timer = nullptr;  // while the idle check runs
   // Under the mutex.
   std::mutex mutex;
+  // Where the watch runs, while its coroutine exists: released with it, so the registry
+  // never holds an executor past the io_context (the daemon stopping destroys that first).
+  std::optional<asio::any_io_executor> executor;
   EventBuffer events{kMaxEvents};
   std::optional<Error> failure;  // the watch failed (its operation's error)
   bool removed = false;          // forgotten by the registry: the watch is being stopped
@@ -112,18 +116,41 @@ namespace {
 using Watcher = WatcherRegistry::Watcher;
 
 // Until the watcher is removed: forgets it once nobody polled it for the idle limit.
+// Releases the watcher's executor when the coroutine that holds it (as a parameter, so from
+// its creation) is destroyed.
+class ExecutorLease {
+ public:
+  explicit ExecutorLease(std::shared_ptr<Watcher> watcher) : watcher_(std::move(watcher)) {}
+  ExecutorLease(ExecutorLease&& other) noexcept : watcher_(std::move(other.watcher_)) {}
+  ExecutorLease& operator=(ExecutorLease&&) = delete;
+  ~ExecutorLease() {
+    if (!watcher_) return;
+    std::lock_guard lock(watcher_->mutex);
+    watcher_->executor.reset();
+  }
+
+ private:
+  std::shared_ptr<Watcher> watcher_;
+};
+
 asio::awaitable<void> ExpireWhenIdle(std::shared_ptr<Watcher> watcher, std::function<void()> forget) {
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  watcher->idle_timer = &timer;
   for (;;) {
-    watcher->idle_timer.expires_after(kIdleCheck);
+    timer.expires_after(kIdleCheck);
     boost::system::error_code ec;
-    co_await watcher->idle_timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     bool idle = false;
     {
       std::lock_guard lock(watcher->mutex);
-      if (watcher->removed) co_return;
+      if (watcher->removed) {
+        watcher->idle_timer = nullptr;
+        co_return;
+      }
       idle = Clock::now() - watcher->last_poll >= WatcherRegistry::kIdleLimit;
     }
     if (idle) {
+      watcher->idle_timer = nullptr;
       spdlog::info("e2b: watcher {} of sandbox {} was not polled for {} min: removed", watcher->id,
                    watcher->sandbox_id, WatcherRegistry::kIdleLimit.count());
       forget();
@@ -133,10 +160,12 @@ asio::awaitable<void> ExpireWhenIdle(std::shared_ptr<Watcher> watcher, std::func
 }
 
 // Reads the watch's events into the watcher's buffer until the watch ends.
-asio::awaitable<void> Pump(std::shared_ptr<Watcher> watcher, core::SandboxManager& manager, std::unique_ptr<core::FileOperation> operation,
-                           std::string pending, std::function<void()> forget) {
+asio::awaitable<void> Pump(std::shared_ptr<Watcher> watcher, core::SandboxManager& manager,
+                           std::unique_ptr<core::FileOperation> operation, std::string pending,
+                           std::function<void()> forget, ExecutorLease lease) {
+  (void)lease;
   watcher->operation = operation.get();
-  asio::co_spawn(watcher->executor, ExpireWhenIdle(watcher, forget), asio::detached);
+  asio::co_spawn(co_await asio::this_coro::executor, ExpireWhenIdle(watcher, forget), asio::detached);
   std::string rest;
   auto deliver = [&](std::string_view piece) {
     for (const std::string& text : TakeLines(rest, piece)) {
@@ -185,10 +214,16 @@ void WatcherRegistry::Stop(const std::shared_ptr<Watcher>& watcher) {
     std::lock_guard lock(watcher->mutex);
     watcher->removed = true;
   }
-  // The operation lives on the watcher's executor: stopped there.
-  asio::post(watcher->executor, [watcher] {
+  // The operation lives on the watcher's executor: stopped there (unless it is gone already).
+  std::optional<asio::any_io_executor> executor;
+  {
+    std::lock_guard lock(watcher->mutex);
+    executor = watcher->executor;
+  }
+  if (!executor) return;
+  asio::post(*executor, [watcher] {
     if (watcher->operation) watcher->operation->Cancel();
-    watcher->idle_timer.cancel();
+    if (watcher->idle_timer) watcher->idle_timer->cancel();
   });
 }
 
@@ -247,7 +282,8 @@ Result<std::string> WatcherRegistry::Add(core::SandboxManager& manager, asio::an
       Stop(still);
     }
   };
-  asio::co_spawn(executor, Pump(watcher, manager, std::move(operation), std::move(pending), forget),
+  asio::co_spawn(executor,
+                 Pump(watcher, manager, std::move(operation), std::move(pending), forget, ExecutorLease(watcher)),
                  asio::detached);
   return watcher->id;
 }
