@@ -146,7 +146,8 @@ def sandbox(front):
     assert r.status == 201, r
     created = r.json()
     yield created
-    e2b_api(front, "DELETE", f"/sandboxes/{created['sandboxID']}")
+    if front.running():
+        e2b_api(front, "DELETE", f"/sandboxes/{created['sandboxID']}")
 
 
 @pytest.fixture(scope="module")
