@@ -16,6 +16,7 @@ import struct
 import time
 import urllib.parse
 import uuid
+import zlib
 
 import pytest
 
@@ -618,3 +619,55 @@ def test_watchers_end_with_their_sandbox_and_nothing_leaks(front):
     r = other.rpc("GetWatcherEvents", {"watcherId": watcher})
     assert r.status == 502 and "was not found" in r.json()["message"], r
     harness.assert_no_leaks(front)
+
+
+def test_files_100_mib_multipart_upload_is_streamed(envd, front):
+    """A 100 MiB multipart upload (chunked, as the JS SDK sends it) and its gzip download move
+    the daemon's memory by a few MiB, not by the file's size."""
+    from test_files_stream import RssSampler, vm_rss_bytes
+    path = f"/home/user/{unique('mp100')}.bin"
+    block = os.urandom(1 << 20)
+    boundary = "----e2bbig" + secrets.token_hex(6)
+    head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{path}\"\r\n"
+            f"Content-Type: application/octet-stream\r\n\r\n").encode()
+    digest = hashlib.sha256()
+
+    def body():
+        yield head
+        for i in range(100):
+            piece = bytes([i]) + block[1:]
+            digest.update(piece)
+            yield piece
+        yield f"\r\n--{boundary}--\r\n".encode()
+
+    pid = front.process.pid
+    baseline = vm_rss_bytes(pid)
+    conn = envd.conn(timeout=300)
+    try:
+        with RssSampler(pid) as up:
+            conn.request("POST", "/files", body=body(), encode_chunked=True,
+                         headers=envd.headers(**{"Content-Type": f"multipart/form-data; boundary={boundary}"}))
+            resp = conn.getresponse()
+            answer = resp.read()
+        assert resp.status == 200, answer
+        assert json.loads(answer) == [{"name": path.rsplit("/", 1)[1], "type": "file", "path": path}]
+    finally:
+        conn.close()
+    conn = envd.conn(timeout=300)
+    try:
+        with RssSampler(pid) as down:
+            conn.request("GET", "/files?path=" + urllib.parse.quote(path), headers=envd.headers(**{"Accept-Encoding": "gzip"}))
+            resp = conn.getresponse()
+            assert resp.status == 200 and resp.getheader("content-encoding") == "gzip"
+            inflater = zlib.decompressobj(wbits=31)
+            got = hashlib.sha256()
+            while piece := resp.read(1 << 20):
+                got.update(inflater.decompress(piece))
+            got.update(inflater.flush())
+    finally:
+        conn.close()
+    assert got.hexdigest() == digest.hexdigest()
+    envd.ok("Remove", {"path": path})
+    if not harness.SANITIZER:
+        assert up.peak - baseline < 64 << 20, (baseline, up.peak)
+        assert down.peak - baseline < 64 << 20, (baseline, down.peak)
