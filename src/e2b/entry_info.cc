@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <optional>
 
 namespace bulkhead::e2b {
 
@@ -127,8 +128,11 @@ Result<json> EntryInfoJson(const json& entry, const Accounts& accounts) {
   };
   const auto number_field = [&](const char* key) -> std::optional<uint64_t> {
     const auto found = entry.find(key);
-    if (found == entry.end() || !found->is_number_unsigned()) return std::nullopt;
-    return found->get<uint64_t>();
+    if (found == entry.end() || !found->is_number_integer()) return std::nullopt;
+    if (found->is_number_unsigned()) return found->get<uint64_t>();
+    const int64_t value = found->get<int64_t>();
+    if (value < 0) return std::nullopt;
+    return static_cast<uint64_t>(value);
   };
   const std::string* path = string_field("path");
   const std::string* name = string_field("name");
