@@ -364,11 +364,10 @@ class FilesystemCall {
     }
     deadline->operation = nullptr;
     deadline->timer.cancel();
-    if (hangup.client_gone() || stream.finished()) {
-      exchange_.set_keep_alive(false);
-      co_return;
-    }
+    // Finished even for a client that left: Finish first waits for a keepalive still being
+    // written, which must not outlive this call (and its exchange).
     co_await stream.Finish(end);
+    if (hangup.client_gone()) exchange_.set_keep_alive(false);
   }
 
   EnvdRequest& request_;

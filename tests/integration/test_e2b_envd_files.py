@@ -178,6 +178,13 @@ def sh(daemon, sandbox_id, script, user="root") -> str:
     return daemon.client().sh(sandbox_id, script, user=user)
 
 
+def file_workers(daemon, sandbox) -> int:
+    """How many file workers run in the sandbox: forks of its init, sharing its name."""
+    script = ("n=0; for p in /proc/[0-9]*; do [ $p != /proc/1 ] && [ \"$(cat $p/comm 2>/dev/null)\" = "
+              "\"$(cat /proc/1/comm)\" ] && n=$((n+1)); done; echo $n")
+    return int(daemon.client().sh(sandbox["sandboxID"], script, user="root").strip())
+
+
 def unique(prefix="t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
@@ -573,8 +580,10 @@ def test_watch_dir_errors_end_the_stream_with_http_200(envd):
 def test_polled_watchers(envd, front, sandbox):
     base = f"/home/user/{unique('poll')}"
     envd.ok("MakeDir", {"path": base})
+    idle = file_workers(front, sandbox)
     watcher = envd.ok("CreateWatcher", {"path": base, "recursive": True})["watcherId"]
     assert watcher
+    assert file_workers(front, sandbox) == idle + 1  # it outlives the request
     assert envd.ok("GetWatcherEvents", {"watcherId": watcher}) in ({}, {"events": []})
     assert envd.write_raw(f"{base}/a.txt", b"a").status == 200
     envd.ok("MakeDir", {"path": f"{base}/d"})
@@ -595,6 +604,7 @@ def test_polled_watchers(envd, front, sandbox):
     assert envd.error("GetWatcherEvents", {"watcherId": "w-nope"}) == (404, "not_found")
     assert envd.ok("GetWatcherEvents", {"watcher_id": watcher}) in ({}, {"events": []})
     assert envd.ok("RemoveWatcher", {"watcherId": watcher}) == {}
+    assert harness.wait_until(lambda: file_workers(front, sandbox) == idle, timeout=10)
     assert envd.error("GetWatcherEvents", {"watcherId": watcher}) == (404, "not_found")
     assert envd.error("RemoveWatcher", {"watcherId": watcher}) == (404, "not_found")
     assert envd.error("CreateWatcher", {"path": f"{base}/missing"}) == (404, "not_found")
@@ -671,3 +681,24 @@ def test_files_100_mib_multipart_upload_is_streamed(envd, front):
     if not harness.SANITIZER:
         assert up.peak - baseline < 64 << 20, (baseline, up.peak)
         assert down.peak - baseline < 64 << 20, (baseline, down.peak)
+
+
+def test_watch_dir_client_leaving_mid_stream(envd, front, sandbox):
+    base = f"/home/user/{unique('leave')}"
+    envd.ok("MakeDir", {"path": base})
+
+    def running_workers() -> int:
+        return file_workers(front, sandbox)
+
+    idle = running_workers()
+    for i in range(3):
+        stream = Stream(envd, "WatchDir", {"path": base}, timeout_ms=60000, keepalive=1)
+        assert stream.next() == (0, {"start": {}})
+        if i == 0:
+            assert running_workers() == idle + 1  # the watch's worker, while the stream lasts
+        stream.close()
+    time.sleep(1.5)  # a keepalive falls due on the dead streams meanwhile
+    assert envd.write_raw(f"{base}/after.txt", b"x").status == 200
+    assert envd.ok("Stat", {"path": f"{base}/after.txt"})["entry"]["size"] == "1"
+    # The watch workers went with their streams.
+    assert harness.wait_until(lambda: running_workers() == idle, timeout=10)
