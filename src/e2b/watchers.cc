@@ -115,7 +115,6 @@ namespace {
 
 using Watcher = WatcherRegistry::Watcher;
 
-// Until the watcher is removed: forgets it once nobody polled it for the idle limit.
 // Releases the watcher's executor when the coroutine that holds it (as a parameter, so from
 // its creation) is destroyed.
 class ExecutorLease {
@@ -133,7 +132,10 @@ class ExecutorLease {
   std::shared_ptr<Watcher> watcher_;
 };
 
-asio::awaitable<void> ExpireWhenIdle(std::shared_ptr<Watcher> watcher, std::function<void()> forget) {
+// Until the watcher is removed: forgets it once nobody polled it for the idle limit, or
+// once its sandbox is gone (deleted while its watch had already ended, say).
+asio::awaitable<void> ExpireWhenIdle(std::shared_ptr<Watcher> watcher, core::SandboxManager& manager,
+                                     std::function<void()> forget) {
   asio::steady_timer timer(co_await asio::this_coro::executor);
   watcher->idle_timer = &timer;
   for (;;) {
@@ -148,6 +150,12 @@ asio::awaitable<void> ExpireWhenIdle(std::shared_ptr<Watcher> watcher, std::func
         co_return;
       }
       idle = Clock::now() - watcher->last_poll >= WatcherRegistry::kIdleLimit;
+    }
+    Result<core::SandboxInfo> sandbox = manager.Get(watcher->sandbox_id);
+    if (!sandbox.ok()) {
+      watcher->idle_timer = nullptr;
+      forget();
+      co_return;
     }
     if (idle) {
       watcher->idle_timer = nullptr;
@@ -165,7 +173,7 @@ asio::awaitable<void> Pump(std::shared_ptr<Watcher> watcher, core::SandboxManage
                            std::function<void()> forget, ExecutorLease lease) {
   (void)lease;
   watcher->operation = operation.get();
-  asio::co_spawn(co_await asio::this_coro::executor, ExpireWhenIdle(watcher, forget), asio::detached);
+  asio::co_spawn(co_await asio::this_coro::executor, ExpireWhenIdle(watcher, manager, forget), asio::detached);
   std::string rest;
   auto deliver = [&](std::string_view piece) {
     for (const std::string& text : TakeLines(rest, piece)) {
