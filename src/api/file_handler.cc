@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "api/client_hangup_watch.h"
+#include "api/file_output.h"
 #include "api/file_request.h"
 #include "api/json_output.h"
 #include "api/validate.h"
@@ -25,17 +26,11 @@ using nlohmann::json;
 // ctl::kMaxListEntries entries.
 constexpr size_t kMaxAnswerBytes = 1024 * 1024;
 constexpr size_t kMaxListingBytes = 64 * 1024 * 1024;
-// The first line of a read ({"size": N}) and of a watch ({"type": "ready"}) is short.
-constexpr size_t kMaxFirstLineBytes = 4096;
 // A watch event line names one path; more than this without a newline is a broken worker.
 constexpr size_t kMaxEventLineBytes = 64 * 1024;
 
 Error SandboxNotFound(const std::string& id) {
   return MakeError(ErrorCode::kNotFound, fmt::format("no sandbox with id \"{}\"", id), "sandbox_not_found");
-}
-
-Error WorkerBroken(std::string_view what) {
-  return MakeError(ErrorCode::kInternal, fmt::format("the sandbox's file worker {}", what));
 }
 
 FileOp OpOfRoute(RouteId route) {
@@ -53,16 +48,6 @@ FileOp OpOfRoute(RouteId route) {
   }
 }
 
-// The worker's JSON answer (an Entry, a listing, a summary) as the response body: passed
-// through as the worker wrote it (a listing can be large) once it is known to be one
-// well-formed JSON object.
-Result<std::string> JsonAnswer(std::string text) {
-  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-  if (!text.starts_with('{') || !json::accept(text)) return WorkerBroken("answered malformed JSON");
-  text += '\n';
-  return text;
-}
-
 // An error once the operation failed: answered, unless the client is gone already.
 asio::awaitable<void> Fail(HttpExchange& exchange, const ClientHangupWatch& watch, const Error& error) {
   if (watch.client_gone()) {
@@ -70,23 +55,6 @@ asio::awaitable<void> Fail(HttpExchange& exchange, const ClientHangupWatch& watc
     co_return;
   }
   co_await exchange.SendError(error);
-}
-
-// Reads the operation's output up to its first newline: the line (without the newline) and
-// what followed it.
-asio::awaitable<Result<std::pair<std::string, std::string>>> ReadFirstLine(core::FileOperation& operation) {
-  std::string head;
-  size_t newline;
-  while ((newline = head.find('\n')) == std::string::npos) {
-    if (head.size() > kMaxFirstLineBytes) co_return WorkerBroken("sent an overlong first line");
-    Result<std::string> piece = co_await operation.Read();
-    if (!piece.ok()) co_return piece.error();
-    if (piece->empty()) co_return WorkerBroken("ended without its first line");
-    head += *piece;
-  }
-  std::string rest = head.substr(newline + 1);
-  head.resize(newline);
-  co_return std::pair{std::move(head), std::move(rest)};
 }
 
 // stat, list, mkdir, move, remove: one JSON object (or nothing, for 204) once the worker ended.
@@ -143,7 +111,7 @@ asio::awaitable<void> ServeDownload(HttpExchange& exchange, core::FileOperation&
   if (!first.ok()) co_return co_await Fail(exchange, watch, first.error());
   const json size_line = json::parse(first->first, nullptr, /*allow_exceptions=*/false);
   if (!size_line.is_object() || !size_line.contains("size") || !size_line["size"].is_number_unsigned()) {
-    co_return co_await Fail(exchange, watch, WorkerBroken("did not announce the file's size"));
+    co_return co_await Fail(exchange, watch, FileWorkerBroken("did not announce the file's size"));
   }
   const uint64_t size = size_line["size"].get<uint64_t>();
   if (!co_await exchange.BeginFixedLength(http::status::ok, "application/octet-stream", size)) co_return;
@@ -195,7 +163,7 @@ asio::awaitable<void> ServeWatch(HttpExchange& exchange, core::FileOperation& op
   if (!first.ok()) co_return co_await Fail(exchange, watch, first.error());
   const json ready = json::parse(first->first, nullptr, /*allow_exceptions=*/false);
   if (!ready.is_object() || ready.value("type", "") != "ready") {
-    co_return co_await Fail(exchange, watch, WorkerBroken("did not report its watch ready"));
+    co_return co_await Fail(exchange, watch, FileWorkerBroken("did not report its watch ready"));
   }
   if (!co_await exchange.BeginChunked(http::status::ok, "application/x-ndjson")) co_return;
 

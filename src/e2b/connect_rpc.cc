@@ -105,9 +105,12 @@ asio::awaitable<std::optional<json>> ReadUnaryRequest(api::HttpExchange& exchang
     co_return std::nullopt;
   }
   // An empty body is the empty message.
-  json message = body->empty() ? json::object() : json::parse(*body, nullptr, false);
+  json message = json::object();
+  if (!body->empty()) message = json::parse(*body, nullptr, false);
   if (!message.is_object()) {
-    co_await SendUnaryError(exchange, {"invalid_argument", "the request body is not a JSON object"});
+    // Named, not a braced temporary in the co_await: g++ 12 destroys such a temporary twice.
+    const RpcError invalid{"invalid_argument", "the request body is not a JSON object"};
+    co_await SendUnaryError(exchange, invalid);
     co_return std::nullopt;
   }
   co_return message;

@@ -1,10 +1,376 @@
+// envd's /files (e2b-protocol.md §3): GET streams a file of the sandbox (gzip when the client
+// accepts it), POST writes one or more (multipart/form-data, or application/octet-stream,
+// either possibly gzip-encoded). Both stream with bounded memory: a download is read from the
+// sandbox's file worker only as fast as the client takes it, an upload goes to the worker a
+// piece at a time as it arrives. Errors are E2B's {"code", "message"}.
+#include <set>
+#include <vector>
+
+#include <boost/beast/http/field.hpp>
+#include <fmt/format.h>
+
+#include "api/client_hangup_watch.h"
+#include "api/file_output.h"
+#include "api/file_request.h"
+#include "api/json_output.h"
 #include "e2b/envd.h"
+#include "e2b/envd_fs.h"
+#include "e2b/envd_paths.h"
+#include "e2b/gzip_stream.h"
+#include "e2b/multipart.h"
+
+// g++ 12 at -O2 reports a false -Wmismatched-new-delete on asio's coroutine frames.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
 namespace bulkhead::e2b {
 
-// Being written: /files.
+namespace asio = boost::asio;
+namespace http = boost::beast::http;
+using nlohmann::json;
+
+namespace {
+
+// Decompressed bytes are handed on in slices of at most this.
+constexpr size_t kInflateSlice = 256 * 1024;
+
+const std::string* QueryValue(const api::QueryParams& query, std::string_view name) {
+  for (const auto& [key, value] : query) {
+    if (key == name) return &value;
+  }
+  return nullptr;
+}
+
+std::string_view Header(const api::RequestHeader& request, http::field field) {
+  const auto found = request.find(field);
+  return found == request.end() ? std::string_view() : api::FromBeast(found->value());
+}
+
+std::string Lower(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return out;
+}
+
+std::string_view Trim(std::string_view text) {
+  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
+  return text;
+}
+
+// Accept-Encoding names gzip with a non-zero q.
+bool AcceptsGzip(std::string_view accept) {
+  while (!accept.empty()) {
+    const size_t comma = accept.find(',');
+    std::string_view item = Trim(accept.substr(0, comma));
+    accept = comma == std::string_view::npos ? std::string_view() : accept.substr(comma + 1);
+    const size_t semicolon = item.find(';');
+    const std::string coding = Lower(Trim(item.substr(0, semicolon)));
+    if (coding != "gzip" && coding != "x-gzip") continue;
+    if (semicolon == std::string_view::npos) return true;
+    const std::string params = Lower(item.substr(semicolon + 1));
+    const size_t q = params.find("q=");
+    if (q == std::string::npos) return true;
+    std::string_view value = Trim(std::string_view(params).substr(q + 2));
+    return !(value.starts_with("0") && value.find_first_not_of("0.", 0) == std::string_view::npos);
+  }
+  return false;
+}
+
+// The user of a /files request: ?username=, else the Basic-auth one, else the sandbox's.
+std::optional<std::string> UserOf(const EnvdRequest& request) {
+  if (const std::string* username = QueryValue(request.query, "username"); username && !username->empty()) {
+    return *username;
+  }
+  return request.user;
+}
+
+asio::awaitable<void> SendFileError(api::HttpExchange& exchange, const Error& error) {
+  co_await SendE2bError(exchange, FileHttpStatus(error), error.message);
+}
+
+// GET /files: {"size": N} from the read operation, then N bytes, as they are (Content-Length N)
+// or gzip-compressed (chunked).
+asio::awaitable<void> ServeDownload(EnvdRequest& request) {
+  api::HttpExchange& exchange = request.exchange;
+  const std::string* path_param = QueryValue(request.query, "path");
+  if (!path_param || path_param->empty()) co_return co_await SendE2bError(exchange, 400, "path is required (?path=)");
+  Result<SandboxFiles> files = co_await SandboxFiles::Open(request.context.manager, request.sandbox_id, UserOf(request));
+  if (!files.ok()) co_return co_await SendFileError(exchange, files.error());
+  Result<std::string> path = files->Resolve(*path_param);
+  if (!path.ok()) co_return co_await SendFileError(exchange, path.error());
+
+  const json op = {{"op", "read"}, {"path", *path}};
+  Result<std::unique_ptr<core::FileOperation>> started = co_await files->Start(op, false);
+  if (!started.ok()) co_return co_await SendFileError(exchange, started.error());
+  core::FileOperation& operation = **started;
+  api::ClientHangupWatch hangup(exchange.stream().socket(), [&operation] { operation.Cancel(); });
+  Result<std::pair<std::string, std::string>> first = co_await api::ReadFirstLine(operation);
+  if (!first.ok()) {
+    if (hangup.client_gone()) {
+      exchange.set_keep_alive(false);
+      co_return;
+    }
+    Error error = first.error();
+    if (error.detail_code == "not_found") error.message = fmt::format("file not found: {}", *path);
+    if (error.detail_code == "invalid_argument" || error.detail_code == "is_a_directory") {
+      error.message = fmt::format("path is not a regular file (a directory?): {}", *path);
+    }
+    co_return co_await SendFileError(exchange, error);
+  }
+  const json size_line = json::parse(first->first, nullptr, /*allow_exceptions=*/false);
+  if (!size_line.is_object() || !size_line.contains("size") || !size_line["size"].is_number_unsigned()) {
+    co_return co_await SendFileError(exchange, api::FileWorkerBroken("did not announce the file's size"));
+  }
+  const uint64_t size = size_line["size"].get<uint64_t>();
+  const bool gzip = AcceptsGzip(Header(exchange.request(), http::field::accept_encoding));
+
+  if (!gzip) {
+    if (!co_await exchange.BeginFixedLength(http::status::ok, "application/octet-stream", size)) co_return;
+    uint64_t sent = 0;
+    std::string piece = std::move(first->second);
+    for (;;) {
+      if (piece.size() > size - sent) {
+        exchange.set_keep_alive(false);  // it grew: the response cannot carry more
+        co_return;
+      }
+      if (!co_await exchange.WriteBodyPart(piece)) co_return;
+      sent += piece.size();
+      Result<std::string> next = co_await operation.Read();
+      if (!next.ok() || next->empty()) {
+        // A failure (or a file that shrank) after the header: only a short body can say so.
+        if (!next.ok() || sent != size) exchange.set_keep_alive(false);
+        co_return;
+      }
+      piece = std::move(next.value());
+    }
+  }
+
+  exchange.SetResponseHeader(http::field::content_encoding, "gzip");
+  if (!co_await exchange.BeginChunked(http::status::ok, "application/octet-stream")) co_return;
+  GzipDeflater deflater;
+  uint64_t read = 0;
+  std::string piece = std::move(first->second);
+  for (;;) {
+    read += piece.size();
+    if (read > size) {
+      exchange.set_keep_alive(false);  // it grew: cut short, so the gzip trailer is missing
+      co_return;
+    }
+    Result<std::string> next = co_await operation.Read();
+    if (!next.ok() || (next->empty() && read != size)) {
+      exchange.set_keep_alive(false);  // without the last chunk the client sees it incomplete
+      co_return;
+    }
+    const bool last = next->empty();
+    Result<std::string> compressed = deflater.Compress(piece, last);
+    if (!compressed.ok()) {
+      exchange.set_keep_alive(false);
+      co_return;
+    }
+    if (!compressed->empty() && !co_await exchange.WriteChunk(*compressed)) co_return;
+    if (last) break;
+    piece = std::move(next.value());
+  }
+  co_await exchange.EndChunked();
+}
+
+// One POST /files: the body (possibly gzip) into one write operation per file.
+class Upload {
+ public:
+  Upload(SandboxFiles& files, std::optional<std::string> path_param, bool gzip)
+      : files_(files), path_param_(std::move(path_param)) {
+    if (gzip) inflater_.emplace();
+  }
+
+  // application/octet-stream: the whole body is the file at ?path=.
+  asio::awaitable<Status> BeginRaw() {
+    if (!path_param_) co_return MakeError(ErrorCode::kBadRequest, "path is required (?path=) for an octet-stream upload");
+    co_return co_await OpenFile(*path_param_);
+  }
+  void BeginMultipart(std::string boundary) { parser_.emplace(std::move(boundary)); }
+
+  // A piece of the body as it arrived.
+  asio::awaitable<Status> Consume(std::string_view piece) {
+    if (!inflater_) co_return co_await Decoded(piece);
+    inflater_->SetInput(piece);
+    for (;;) {
+      Result<std::string> slice = inflater_->Next(kInflateSlice);
+      if (!slice.ok()) co_return slice.error();
+      if (slice->empty()) co_return Status{};
+      if (Status handled = co_await Decoded(*slice); !handled.ok()) co_return handled;
+    }
+  }
+
+  // The body ended: the last file is completed. Answers what was written.
+  asio::awaitable<Result<json>> Finish() {
+    if (inflater_ && !inflater_->ended()) co_return MakeError(ErrorCode::kBadRequest, "the gzip body is truncated");
+    if (parser_) {
+      if (Status complete = parser_->Finish(); !complete.ok()) co_return complete.error();
+      if (written_.empty()) co_return MakeError(ErrorCode::kBadRequest, "the multipart body has no part named \"file\"");
+    } else if (Status closed = co_await CloseFile(); !closed.ok()) {
+      co_return closed.error();
+    }
+    co_return written_;
+  }
+
+  // Stops the write under way (its file is left as it was: the worker writes a temporary).
+  // The operation itself stays until its calls under way have returned.
+  void Cancel() {
+    if (current_) current_->Cancel();
+  }
+
+  // The real error of a write whose worker stopped taking input, if that was the trouble.
+  asio::awaitable<std::optional<Error>> WorkerError() {
+    if (!current_ || !worker_stopped_) co_return std::nullopt;
+    Result<std::string> answer = co_await current_->Finish(kMaxFileAnswerBytes);
+    current_.reset();
+    if (!answer.ok()) co_return answer.error();
+    co_return std::nullopt;
+  }
+
+ private:
+  asio::awaitable<Status> Decoded(std::string_view data) {
+    if (!parser_) co_return co_await WriteFile(data);
+    events_.clear();
+    if (Status parsed = parser_->Feed(data, events_); !parsed.ok()) co_return parsed;
+    for (MultipartParser::Event& event : events_) {
+      switch (event.kind) {
+        case MultipartParser::Event::kPartBegin:
+          skipping_ = event.part.name != "file";  // envd ignores other form fields
+          if (skipping_) break;
+          if (path_param_) {
+            if (Status opened = co_await OpenFile(*path_param_); !opened.ok()) co_return opened;
+          } else if (!event.part.filename || event.part.filename->empty()) {
+            co_return MakeError(ErrorCode::kBadRequest, "a part named \"file\" has no filename (the target path) and "
+                                                        "there is no ?path=");
+          } else if (Status opened = co_await OpenFile(*event.part.filename); !opened.ok()) {
+            co_return opened;
+          }
+          break;
+        case MultipartParser::Event::kData:
+          if (!skipping_) {
+            if (Status written = co_await WriteFile(event.data); !written.ok()) co_return written;
+          }
+          break;
+        case MultipartParser::Event::kPartEnd:
+          if (!skipping_) {
+            if (Status closed = co_await CloseFile(); !closed.ok()) co_return closed;
+          }
+          skipping_ = false;
+          break;
+      }
+    }
+    co_return Status{};
+  }
+
+  asio::awaitable<Status> OpenFile(const std::string& given) {
+    Result<std::string> path = files_.Resolve(given);
+    if (!path.ok()) co_return path.error();
+    if (!paths_.insert(*path).second) {
+      co_return MakeError(ErrorCode::kBadRequest, fmt::format("you cannot upload multiple files to the same path '{}' "
+                                                              "in one upload request",
+                                                              *path));
+    }
+    const json op = {{"op", "write"}, {"path", *path}, {"parents", true}, {"append", false}};
+    Result<std::unique_ptr<core::FileOperation>> started = co_await files_.Start(op, true);
+    if (!started.ok()) co_return started.error();
+    current_ = std::move(started.value());
+    current_path_ = *path;
+    worker_stopped_ = false;
+    co_return Status{};
+  }
+
+  asio::awaitable<Status> WriteFile(std::string_view data) {
+    if (!current_) co_return Status{};
+    Status sent = co_await current_->Write(data);
+    if (!sent.ok()) worker_stopped_ = true;
+    co_return sent;
+  }
+
+  asio::awaitable<Status> CloseFile() {
+    if (!current_) co_return Status{};
+    (void)co_await current_->CloseInput();  // if it fails, Finish says why
+    Result<std::string> answer = co_await current_->Finish(kMaxFileAnswerBytes);
+    current_.reset();
+    if (!answer.ok()) co_return answer.error();
+    written_.push_back({{"name", BaseName(current_path_)}, {"type", "file"}, {"path", current_path_}});
+    co_return Status{};
+  }
+
+  SandboxFiles& files_;
+  std::optional<std::string> path_param_;
+  std::optional<GzipInflater> inflater_;
+  std::optional<MultipartParser> parser_;
+  std::vector<MultipartParser::Event> events_;
+  bool skipping_ = false;
+  std::unique_ptr<core::FileOperation> current_;
+  std::string current_path_;
+  bool worker_stopped_ = false;
+  std::set<std::string> paths_;
+  json written_ = json::array();
+};
+
+asio::awaitable<void> ServeUpload(EnvdRequest& request) {
+  api::HttpExchange& exchange = request.exchange;
+  const std::string_view content_type = Header(exchange.request(), http::field::content_type);
+  const std::string media_type = Lower(Trim(content_type.substr(0, content_type.find(';'))));
+  const std::string encoding = Lower(Trim(Header(exchange.request(), http::field::content_encoding)));
+  if (!encoding.empty() && encoding != "identity" && encoding != "gzip" && encoding != "x-gzip") {
+    co_return co_await SendE2bError(exchange, 400, fmt::format("unsupported Content-Encoding {} (gzip or identity)", encoding));
+  }
+  std::optional<std::string> boundary;
+  if (media_type != "application/octet-stream") {
+    Result<std::string> found = MultipartBoundary(content_type);
+    if (!found.ok()) co_return co_await SendE2bError(exchange, 400, found.error().message);
+    boundary = std::move(*found);
+  }
+  std::optional<std::string> path_param;
+  if (const std::string* path = QueryValue(request.query, "path"); path && !path->empty()) path_param = *path;
+
+  Result<SandboxFiles> files = co_await SandboxFiles::Open(request.context.manager, request.sandbox_id, UserOf(request));
+  if (!files.ok()) co_return co_await SendFileError(exchange, files.error());
+  Upload upload(*files, path_param, !encoding.empty() && encoding != "identity");
+  if (boundary) {
+    upload.BeginMultipart(std::move(*boundary));
+  } else if (Status begun = co_await upload.BeginRaw(); !begun.ok()) {
+    co_return co_await SendFileError(exchange, begun.error());
+  }
+
+  const api::HttpExchange::BodySink sink = [&upload](std::string_view piece) -> asio::awaitable<Status> {
+    co_return co_await upload.Consume(piece);
+  };
+  Result<uint64_t> received = co_await exchange.ReadBodyStreamed(api::kMaxFileUpload, sink);
+  if (!received.ok()) {
+    // A worker that stopped taking input knows why (disk full, permission denied).
+    std::optional<Error> worker = co_await upload.WorkerError();
+    upload.Cancel();
+    co_return co_await SendFileError(exchange, worker ? *worker : received.error());
+  }
+  // With the whole body read, a client that hangs up while the last file is completed
+  // cancels it.
+  api::ClientHangupWatch hangup(exchange.stream().socket(), [&upload] { upload.Cancel(); });
+  Result<json> written = co_await upload.Finish();
+  if (hangup.client_gone()) {
+    exchange.set_keep_alive(false);
+    co_return;
+  }
+  if (!written.ok()) {
+    upload.Cancel();
+    co_return co_await SendFileError(exchange, written.error());
+  }
+  co_await exchange.SendText(http::status::ok, "application/json", api::DumpJson(*written));
+}
+
+}  // namespace
+
 boost::asio::awaitable<void> ServeFiles(EnvdRequest& request) {
-  co_await SendE2bError(request.exchange, 501, "/files is not served yet");
+  const http::verb method = request.exchange.request().method();
+  if (method == http::verb::get) co_return co_await ServeDownload(request);
+  if (method == http::verb::post) co_return co_await ServeUpload(request);
+  request.exchange.SetResponseHeader(http::field::allow, "GET, POST");
+  co_await SendE2bError(request.exchange, 405, "/files takes GET (read) and POST (write)");
 }
 
 }  // namespace bulkhead::e2b

@@ -2,8 +2,9 @@
 // REST API and, for requests carrying E2b-Sandbox-Id, the in-sandbox daemon protocol
 // ("envd"), so that the unmodified e2b SDKs run against bulkhead with E2B_API_URL and
 // E2B_SANDBOX_URL pointed at it. It translates onto the same SandboxManager the bulkhead API
-// uses; it keeps no state of its own.
+// uses; it keeps no state of its own but the envd watchers that the Python SDK polls.
 #pragma once
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>  // before boost/asio/awaitable.hpp (Boost 1.74 uses std::exchange unincluded)
@@ -15,6 +16,7 @@
 #include "api/router.h"
 #include "api/validate.h"
 #include "core/sandbox_manager.h"
+#include "e2b/watchers.h"
 
 namespace bulkhead::e2b {
 
@@ -31,6 +33,8 @@ struct E2bContext {
   std::string key;                          // the E2B API key (X-API-KEY)
   std::string preview_domain;               // sandbox "domain": {port}-{id}.{domain} reaches a port
   api::HostLimits host;
+  // envd's CreateWatcher watchers, which outlive their requests (envd_filesystem.cc).
+  std::shared_ptr<WatcherRegistry> watchers = std::make_shared<WatcherRegistry>();
 };
 
 class E2bFront {

@@ -1,0 +1,195 @@
+#include "e2b/entry_info.h"
+
+#include <algorithm>
+#include <charconv>
+#include <optional>
+
+namespace bulkhead::e2b {
+
+using nlohmann::json;
+
+namespace {
+
+std::vector<std::string_view> Fields(std::string_view line) {
+  std::vector<std::string_view> fields;
+  size_t start = 0;
+  for (;;) {
+    const size_t colon = line.find(':', start);
+    if (colon == std::string_view::npos) {
+      fields.push_back(line.substr(start));
+      return fields;
+    }
+    fields.push_back(line.substr(start, colon - start));
+    start = colon + 1;
+  }
+}
+
+bool ParseId(std::string_view text, uint32_t& out) {
+  if (text.empty() || text.size() > 10) return false;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc() && end == text.data() + text.size();
+}
+
+template <typename Function>
+void ForEachLine(std::string_view text, Function function) {
+  while (!text.empty()) {
+    size_t end = text.find('\n');
+    std::string_view line = text.substr(0, end);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (!line.empty() && line[0] != '#') function(line);
+    if (end == std::string_view::npos) break;
+    text.remove_prefix(end + 1);
+  }
+}
+
+std::string Lower(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return out;
+}
+
+}  // namespace
+
+const Account* Accounts::FindName(std::string_view name) const {
+  for (const Account& account : users) {
+    if (account.name == name) return &account;
+  }
+  return nullptr;
+}
+
+const Account* Accounts::FindUid(uint32_t uid) const {
+  for (const Account& account : users) {
+    if (account.uid == uid) return &account;
+  }
+  return nullptr;
+}
+
+std::string Accounts::OwnerName(uint32_t uid) const {
+  const Account* account = FindUid(uid);
+  return account ? account->name : std::to_string(uid);
+}
+
+std::string Accounts::GroupName(uint32_t gid) const {
+  const auto found = groups.find(gid);
+  return found != groups.end() ? found->second : std::to_string(gid);
+}
+
+std::vector<Account> ParsePasswd(std::string_view text) {
+  std::vector<Account> users;
+  ForEachLine(text, [&](std::string_view line) {
+    const std::vector<std::string_view> fields = Fields(line);
+    if (fields.size() < 6 || fields[0].empty()) return;
+    Account account;
+    if (!ParseId(fields[2], account.uid) || !ParseId(fields[3], account.gid)) return;
+    account.name = std::string(fields[0]);
+    account.home = fields[5].empty() ? std::string("/") : std::string(fields[5]);
+    users.push_back(std::move(account));
+  });
+  return users;
+}
+
+std::map<uint32_t, std::string> ParseGroup(std::string_view text) {
+  std::map<uint32_t, std::string> groups;
+  ForEachLine(text, [&](std::string_view line) {
+    const std::vector<std::string_view> fields = Fields(line);
+    uint32_t gid = 0;
+    if (fields.size() < 3 || fields[0].empty() || !ParseId(fields[2], gid)) return;
+    groups.emplace(gid, std::string(fields[0]));  // the first line of a gid wins
+  });
+  return groups;
+}
+
+std::string GoFileModeString(std::string_view type, uint32_t mode) {
+  // Go prints its type and special bits as letters from "dalTLDpSugct?" in that order, then
+  // rwx for the permission bits, with '-' standing in when no letter applies.
+  std::string out;
+  if (type == "dir") out += 'd';
+  if (type == "symlink") out += 'L';
+  if (mode & 04000) out += 'u';
+  if (mode & 02000) out += 'g';
+  if (mode & 01000) out += 't';
+  if (type == "other") out += '?';
+  if (out.empty()) out += '-';
+  static constexpr char kRwx[] = "rwxrwxrwx";
+  for (int i = 0; i < 9; ++i) out += (mode & (1u << (8 - i))) ? kRwx[i] : '-';
+  return out;
+}
+
+Result<json> EntryInfoJson(const json& entry, const Accounts& accounts) {
+  const auto broken = [](std::string_view what) {
+    return MakeError(ErrorCode::kInternal, "the sandbox's file worker answered an entry without " + std::string(what));
+  };
+  if (!entry.is_object()) return broken("its fields");
+  const auto string_field = [&](const char* key) -> const std::string* {
+    const auto found = entry.find(key);
+    return found != entry.end() && found->is_string() ? &found->get_ref<const std::string&>() : nullptr;
+  };
+  const auto number_field = [&](const char* key) -> std::optional<uint64_t> {
+    const auto found = entry.find(key);
+    if (found == entry.end() || !found->is_number_integer()) return std::nullopt;
+    if (found->is_number_unsigned()) return found->get<uint64_t>();
+    const int64_t value = found->get<int64_t>();
+    if (value < 0) return std::nullopt;
+    return static_cast<uint64_t>(value);
+  };
+  const std::string* path = string_field("path");
+  const std::string* name = string_field("name");
+  const std::string* type = string_field("type");
+  const std::optional<uint64_t> size = number_field("size");
+  const std::optional<uint64_t> mode = number_field("mode");
+  const std::optional<uint64_t> uid = number_field("uid");
+  const std::optional<uint64_t> gid = number_field("gid");
+  if (!path || !name || !type) return broken("path, name or type");
+  if (!size || !mode || !uid || !gid) return broken("size, mode, uid or gid");
+
+  std::string file_type = "FILE_TYPE_UNSPECIFIED";
+  if (*type == "file") file_type = "FILE_TYPE_FILE";
+  if (*type == "dir") file_type = "FILE_TYPE_DIRECTORY";
+  if (*type == "symlink") file_type = "FILE_TYPE_SYMLINK";
+  const auto bits = static_cast<uint32_t>(*mode & 07777);
+  json info = {
+      {"name", *name},
+      {"type", file_type},
+      {"path", *path},
+      {"size", std::to_string(*size)},  // int64: a string in proto3 JSON
+      {"mode", bits & 0777},            // Go's FileMode.Perm()
+      {"permissions", GoFileModeString(*type, bits)},
+      {"owner", accounts.OwnerName(static_cast<uint32_t>(*uid))},
+      {"group", accounts.GroupName(static_cast<uint32_t>(*gid))},
+  };
+  if (const std::string* mtime = string_field("mtime")) info["modifiedTime"] = *mtime;
+  if (*type == "symlink") {
+    const std::string* target = string_field("target");
+    info["symlinkTarget"] = target ? *target : std::string();
+  }
+  return info;
+}
+
+void SortEntryInfos(std::vector<json>& entries) {
+  struct Key {
+    bool dir;
+    std::string lower_name;
+    std::string lower_path;
+    std::string path;
+  };
+  std::vector<std::pair<Key, json>> keyed;
+  keyed.reserve(entries.size());
+  for (json& entry : entries) {
+    const std::string name = entry.value("name", "");
+    const std::string path = entry.value("path", "");
+    Key key{entry.value("type", "") == "FILE_TYPE_DIRECTORY", Lower(name), Lower(path), path};
+    keyed.emplace_back(std::move(key), std::move(entry));
+  }
+  std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) {
+    if (a.first.dir != b.first.dir) return a.first.dir;
+    if (a.first.lower_name != b.first.lower_name) return a.first.lower_name < b.first.lower_name;
+    if (a.first.lower_path != b.first.lower_path) return a.first.lower_path < b.first.lower_path;
+    return a.first.path < b.first.path;
+  });
+  entries.clear();
+  for (auto& [key, entry] : keyed) entries.push_back(std::move(entry));
+}
+
+}  // namespace bulkhead::e2b

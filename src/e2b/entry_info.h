@@ -1,0 +1,54 @@
+// envd's EntryInfo (filesystem.proto, in proto3 JSON) made from a file worker's Entry
+// (ctl_protocol.h), and what it needs from the sandbox: its users and groups, read from the
+// sandbox's own /etc/passwd and /etc/group (the names a program there would see).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+
+namespace bulkhead::e2b {
+
+struct Account {
+  std::string name;
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  std::string home;
+};
+
+struct Accounts {
+  std::vector<Account> users;             // /etc/passwd order; the first of a name or uid wins
+  std::map<uint32_t, std::string> groups;  // gid -> name (the first line of a gid wins)
+
+  const Account* FindName(std::string_view name) const;
+  const Account* FindUid(uint32_t uid) const;
+  // The owner and group names envd reports: the name, or the number when there is none.
+  std::string OwnerName(uint32_t uid) const;
+  std::string GroupName(uint32_t gid) const;
+};
+
+// Lines of /etc/passwd ("name:x:uid:gid:gecos:home:shell") and /etc/group ("name:x:gid:...");
+// malformed lines are skipped.
+std::vector<Account> ParsePasswd(std::string_view text);
+std::map<uint32_t, std::string> ParseGroup(std::string_view text);
+
+// Go's os.FileMode.String() for an Entry's type ("file", "dir", "symlink", "other") and
+// mode bits (permissions with setuid, setgid and sticky): "-rw-r--r--", "drwxr-xr-x",
+// "Lrwxrwxrwx", "dtrwxrwxrwx", "urwxr-xr-x", "?---------".
+std::string GoFileModeString(std::string_view type, uint32_t mode);
+
+// The EntryInfo for a worker Entry: name, type (FILE_TYPE_*), path, size (an int64: a
+// string), mode (permission bits), permissions, owner, group, modifiedTime and, for a
+// symlink, symlinkTarget. An error for an Entry that lacks its fields (a broken worker).
+Result<nlohmann::json> EntryInfoJson(const nlohmann::json& entry, const Accounts& accounts);
+
+// ListDir's order: directories first, then by name without regard to case (then by path, and
+// exactly, so the order is total).
+void SortEntryInfos(std::vector<nlohmann::json>& entries);
+
+}  // namespace bulkhead::e2b

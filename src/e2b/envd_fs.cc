@@ -1,0 +1,180 @@
+#include "e2b/envd_fs.h"
+
+#include <charconv>
+
+#include <boost/asio/this_coro.hpp>
+#include <fmt/format.h>
+
+#include "api/file_output.h"
+
+// g++ 12 at -O2 reports a false -Wmismatched-new-delete on asio's coroutine frames.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
+namespace bulkhead::e2b {
+
+namespace asio = boost::asio;
+using nlohmann::json;
+
+namespace {
+
+// /etc/passwd and /etc/group are read as root: they are world-readable anyway, and a user
+// whose home cannot be found must still be told apart from one that does not exist.
+constexpr std::string_view kReader = "0";
+constexpr size_t kMaxAccountsFile = 4 * 1024 * 1024;
+
+// A whole (small) file of the sandbox, read as root. "" if it does not exist.
+asio::awaitable<Result<std::string>> ReadSmallFile(core::InitConnection connection, const std::string& path) {
+  const json op = {{"op", "read"}, {"path", path}};
+  Result<std::unique_ptr<core::FileOperation>> started =
+      co_await core::FileOperation::Start(std::move(connection), op, std::string(kReader), false);
+  if (!started.ok()) co_return started.error();
+  Result<std::string> output = co_await (*started)->Finish(kMaxAccountsFile + api::kMaxFirstLineBytes);
+  if (!output.ok()) {
+    if (output.error().detail_code == "not_found") co_return std::string();
+    co_return output.error();
+  }
+  // {"size": N}\n, then the bytes.
+  const size_t newline = output->find('\n');
+  if (newline == std::string::npos) co_return api::FileWorkerBroken("did not announce the file's size");
+  co_return output->substr(newline + 1);
+}
+
+// The uid a user spec ("name", "1000", "1000:1000") names, if numeric.
+std::optional<uint32_t> NumericUid(std::string_view spec) {
+  spec = spec.substr(0, spec.find(':'));
+  uint32_t uid = 0;
+  const auto [end, ec] = std::from_chars(spec.data(), spec.data() + spec.size(), uid);
+  if (spec.empty() || ec != std::errc() || end != spec.data() + spec.size()) return std::nullopt;
+  return uid;
+}
+
+}  // namespace
+
+asio::awaitable<Result<SandboxFiles>> SandboxFiles::Open(core::SandboxManager& manager, const std::string& sandbox_id,
+                                                         const std::optional<std::string>& user) {
+  auto executor = co_await asio::this_coro::executor;
+  Result<core::InitConnection> connection = co_await manager.ConnectInit(executor, sandbox_id);
+  if (!connection.ok()) co_return connection.error();
+  SandboxFiles files;
+  files.manager_ = &manager;
+  files.sandbox_id_ = sandbox_id;
+  files.user_ = user.value_or(connection->spec.user);
+  Result<std::string> passwd = co_await ReadSmallFile(std::move(connection.value()), "/etc/passwd");
+  if (!passwd.ok()) co_return passwd.error();
+  files.accounts_.users = ParsePasswd(*passwd);
+
+  const Account* account = files.accounts_.FindName(files.user_);
+  if (user) {
+    // envd looks a requested user up by name only (Go's user.Lookup).
+    if (!account) co_return MakeError(ErrorCode::kUnauthorized, fmt::format("invalid username: '{}'", *user));
+  } else if (!account) {
+    // The sandbox's own user may be numeric ("1000", "1000:1000").
+    if (std::optional<uint32_t> uid = NumericUid(files.user_)) account = files.accounts_.FindUid(*uid);
+  }
+  if (account) {
+    files.home_ = CleanAbsolutePath(account->home);
+  } else if (files.user_ == "root" || files.user_ == "0" || files.user_.starts_with("0:")) {
+    files.home_ = "/root";
+  } else {
+    files.home_ = "/";
+  }
+  co_return files;
+}
+
+asio::awaitable<Result<std::unique_ptr<core::FileOperation>>> SandboxFiles::Start(const json& op, bool with_input) {
+  auto executor = co_await asio::this_coro::executor;
+  Result<core::InitConnection> connection = co_await manager_->ConnectInit(executor, sandbox_id_);
+  if (!connection.ok()) co_return connection.error();
+  co_return co_await core::FileOperation::Start(std::move(connection.value()), op, user_, with_input);
+}
+
+asio::awaitable<Result<json>> SandboxFiles::Run(const json& op, size_t max_answer) {
+  Result<std::unique_ptr<core::FileOperation>> started = co_await Start(op, false);
+  if (!started.ok()) co_return started.error();
+  Result<std::string> output = co_await (*started)->Finish(max_answer);
+  if (!output.ok()) co_return output.error();
+  size_t end = output->size();
+  while (end > 0 && ((*output)[end - 1] == '\n' || (*output)[end - 1] == ' ')) --end;
+  if (end == 0) co_return json(nullptr);
+  json answer = json::parse(std::string_view(*output).substr(0, end), nullptr, /*allow_exceptions=*/false);
+  if (!answer.is_object()) co_return api::FileWorkerBroken("answered malformed JSON");
+  co_return answer;
+}
+
+asio::awaitable<Result<json>> SandboxFiles::Info(const json& entry) {
+  if (!groups_read_) {
+    auto executor = co_await asio::this_coro::executor;
+    Result<core::InitConnection> connection = co_await manager_->ConnectInit(executor, sandbox_id_);
+    if (!connection.ok()) co_return connection.error();
+    Result<std::string> group = co_await ReadSmallFile(std::move(connection.value()), "/etc/group");
+    if (!group.ok()) co_return group.error();
+    accounts_.groups = ParseGroup(*group);
+    groups_read_ = true;
+  }
+  co_return EntryInfoJson(entry, accounts_);
+}
+
+asio::awaitable<Result<json>> SandboxFiles::Stat(const std::string& path) {
+  const json op = {{"op", "stat"}, {"path", path}};
+  co_return co_await Run(op);
+}
+
+asio::awaitable<Status> SandboxFiles::CheckDirectory(const std::string& path) {
+  Result<json> entry = co_await Stat(path);
+  if (!entry.ok()) co_return entry.error();
+  const std::string type = entry->value("type", "");
+  if (type == "dir") co_return Status{};
+  if (type == "symlink") {
+    // Followed as envd's os.Stat does: opening it as a directory (a one-level listing) says
+    // what it points at.
+    const json op = {{"op", "list"}, {"path", path}, {"depth", 1}};
+    Result<json> listing = co_await Run(op, kMaxListingAnswerBytes);
+    if (!listing.ok()) co_return listing.error();
+    co_return Status{};
+  }
+  co_return MakeError(ErrorCode::kConflict, fmt::format("path is not a directory: {}", path), "not_a_directory");
+}
+
+asio::awaitable<Result<StartedWatch>> StartWatch(SandboxFiles& files, const std::string& path, bool recursive) {
+  if (Status directory = co_await files.CheckDirectory(path); !directory.ok()) co_return directory.error();
+  const json op = {{"op", "watch"}, {"path", path}, {"recursive", recursive}};
+  Result<std::unique_ptr<core::FileOperation>> started = co_await files.Start(op, false);
+  if (!started.ok()) co_return started.error();
+  Result<std::pair<std::string, std::string>> first = co_await api::ReadFirstLine(**started);
+  if (!first.ok()) co_return first.error();
+  const json ready = json::parse(first->first, nullptr, /*allow_exceptions=*/false);
+  if (!ready.is_object() || ready.value("type", "") != "ready") {
+    co_return api::FileWorkerBroken("did not report its watch ready");
+  }
+  co_return StartedWatch{std::move(started.value()), std::move(first->second)};
+}
+
+RpcError FileRpcError(const Error& error) {
+  const std::string& code = error.detail_code;
+  if (code == "not_found") return {"not_found", error.message};
+  if (code == "exists") return {"already_exists", error.message};
+  if (code == "permission_denied" || code == "read_only") return {"permission_denied", error.message};
+  if (code == "not_a_directory" || code == "is_a_directory" || code == "invalid_argument" || code == "too_large") {
+    return {"invalid_argument", error.message};
+  }
+  if (code == "not_empty") return {"failed_precondition", error.message};
+  if (code == "disk_full") return {"resource_exhausted", error.message};
+  return ToRpcError(error);
+}
+
+int FileHttpStatus(const Error& error) {
+  const std::string& code = error.detail_code;
+  if (code == "not_found") return 404;
+  if (code == "permission_denied" || code == "read_only") return 403;
+  if (code == "disk_full") return 507;
+  if (code == "not_a_directory" || code == "is_a_directory" || code == "invalid_argument" || code == "too_large") {
+    return 400;
+  }
+  if (code == "exists" || code == "not_empty") return 409;
+  switch (error.code) {
+    case ErrorCode::kInvalid: return 400;
+    default: return HttpStatus(error.code);
+  }
+}
+
+}  // namespace bulkhead::e2b
