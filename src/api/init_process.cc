@@ -70,6 +70,7 @@ asio::awaitable<Result<json>> StartProcess(core::SandboxManager& manager, asio::
   json payload = core::InitExecPayload(options.request, init->spec);
   payload["background"] = true;
   if (options.tag) payload["tag"] = *options.tag;
+  if (options.timeout_ms) payload["timeout_ms"] = *options.timeout_ms;
   if (options.pty) payload["pty"] = {{"cols", options.pty->cols}, {"rows", options.pty->rows}};
   const std::string request = payload.dump();
   if (Status sent = co_await init->client->Send(ctl::kExec, request); !sent.ok()) co_return sent.error();
