@@ -190,19 +190,14 @@ asio::awaitable<void> Start(EnvdRequest& request) {
   if (*timeout && (*timeout)->count() > 0) spec->options.timeout_ms = static_cast<uint64_t>((*timeout)->count());
 
   auto executor = co_await asio::this_coro::executor;
-  Result<json> process = co_await api::StartProcess(request.context.manager, executor, request.sandbox_id, spec->options);
-  if (!process.ok()) co_return co_await stream.Finish(StartError(process.error(), spec->cwd));
-  const int pid = PidOf(*process);
+  // Started and followed on one connection, held: no output is missed, however fast it comes.
+  Result<api::ProcessAttachment> attached =
+      co_await api::StartAttachedProcess(request.context.manager, executor, request.sandbox_id, spec->options);
+  if (!attached.ok()) co_return co_await stream.Finish(StartError(attached.error(), spec->cwd));
+  const int pid = PidOf(attached->process);
   json config = {{"cmd", spec->cmd}, {"args", spec->args}, {"envs", spec->envs}};
   if (!spec->cwd.empty()) config["cwd"] = spec->cwd;
-  Registry().Remember(request.sandbox_id, *process, std::move(config));
-
-  api::AttachRequest how;
-  how.output = true;
-  how.follow = true;
-  Result<api::ProcessAttachment> attached = co_await api::AttachProcess(
-      request.context.manager, executor, request.sandbox_id, std::to_string(pid), how);
-  if (!attached.ok()) co_return co_await stream.Finish(ToRpcError(attached.error()));
+  Registry().Remember(request.sandbox_id, attached->process, std::move(config));
   core::CtlClient& init = *attached->client;
   // stdin:false: the process reads end-of-file (init keeps a background process's stdin a
   // pipe; closing it at once is envd's /dev/null as the process sees it).
@@ -227,6 +222,7 @@ asio::awaitable<void> Connect(EnvdRequest& request) {
   api::AttachRequest how;
   how.output = true;
   how.follow = true;
+  how.hold = true;
   // Offsets beyond the end: only the output that comes from now on (envd does not replay).
   how.stdout_offset = std::numeric_limits<uint64_t>::max();
   how.stderr_offset = std::numeric_limits<uint64_t>::max();
