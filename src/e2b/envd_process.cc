@@ -12,6 +12,7 @@
 #include "api/client_hangup_watch.h"
 #include "api/init_process.h"
 #include "common/ctl_protocol.h"
+#include "common/scope_guard.h"
 #include "e2b/connect_rpc.h"
 #include "e2b/envd.h"
 #include "e2b/process_events.h"
@@ -124,13 +125,20 @@ asio::awaitable<void> FollowOutput(EnvdRequest& request, ServerStream& stream, c
                                    std::optional<std::chrono::milliseconds> deadline) {
   api::HttpExchange& exchange = request.exchange;
   api::ClientHangupWatch watch(exchange.stream().socket(), [&init] { init.Close(); });
-  auto timed_out = std::make_shared<bool>(false);
+  // The deadline's handler may already be queued when this returns: `following` says
+  // whether `init` is still there.
+  struct Deadline {
+    bool following = true;
+    bool passed = false;
+  };
+  auto state = std::make_shared<Deadline>();
+  ScopeGuard stop_following([state] { state->following = false; });
   asio::steady_timer timer(exchange.stream().get_executor());
   if (deadline) {
     timer.expires_after(*deadline);
-    timer.async_wait([timed_out, &init](const boost::system::error_code& ec) {
-      if (ec) return;  // cancelled: the stream ended first (`init` may be gone)
-      *timed_out = true;
+    timer.async_wait([state, &init](const boost::system::error_code& ec) {
+      if (ec || !state->following) return;
+      state->passed = true;
       init.Close();
     });
   }
@@ -142,7 +150,7 @@ asio::awaitable<void> FollowOutput(EnvdRequest& request, ServerStream& stream, c
         exchange.set_keep_alive(false);
         co_return;
       }
-      if (*timed_out) {
+      if (state->passed) {
         co_await stream.Finish(RpcError{"deadline_exceeded", "the stream's Connect-Timeout-Ms deadline passed"});
       } else {
         co_await stream.Finish(ToRpcError(frame.error()));
@@ -151,8 +159,12 @@ asio::awaitable<void> FollowOutput(EnvdRequest& request, ServerStream& stream, c
     }
     bool sent = true;
     switch (frame->type) {
-      case ctl::kStdout: sent = co_await stream.Send(DataEvent(out_stream, frame->payload)); break;
-      case ctl::kStderr: sent = co_await stream.Send(DataEvent("stderr", frame->payload)); break;
+      case ctl::kStdout:
+      case ctl::kStderr: {
+        const json data = DataEvent(frame->type == ctl::kStdout ? out_stream : "stderr", frame->payload);
+        sent = co_await stream.Send(data);
+        break;
+      }
       case ctl::kExit: {
         const json end = EndEvent(json::parse(frame->payload, nullptr, false));
         if (co_await stream.Send(end)) co_await stream.Finish();
@@ -201,12 +213,14 @@ asio::awaitable<void> Start(EnvdRequest& request) {
   core::CtlClient& init = *attached->client;
   // stdin:false: the process reads end-of-file (init keeps a background process's stdin a
   // pipe; closing it at once is envd's /dev/null as the process sees it).
+  // (A process that already ended may have closed the connection: what it sent is read next.)
   if (!spec->stdin && !spec->options.pty) {
-    if (Status closed = co_await init.Send(ctl::kStdinClose, {}); !closed.ok()) {
-      co_return co_await stream.Finish(ToRpcError(closed.error()));
-    }
+    Status closed = co_await init.Send(ctl::kStdinClose, {});
+    (void)closed;
   }
-  if (!co_await stream.Send(StartEvent(pid))) co_return request.exchange.set_keep_alive(false);
+  const json started = StartEvent(pid);
+  const bool sent = co_await stream.Send(started);
+  if (!sent) co_return request.exchange.set_keep_alive(false);
   StartKeepalive(request, stream);
   co_await FollowOutput(request, stream, init, spec->options.pty.has_value(), std::nullopt);
 }
@@ -228,7 +242,9 @@ asio::awaitable<void> Connect(EnvdRequest& request) {
   how.stderr_offset = std::numeric_limits<uint64_t>::max();
   Result<api::ProcessAttachment> attached = co_await AttachRunning(request, *selector, how);
   if (!attached.ok()) co_return co_await stream.Finish(ToRpcError(attached.error()));
-  if (!co_await stream.Send(StartEvent(PidOf(attached->process)))) co_return request.exchange.set_keep_alive(false);
+  const json started = StartEvent(PidOf(attached->process));
+  const bool sent = co_await stream.Send(started);
+  if (!sent) co_return request.exchange.set_keep_alive(false);
   StartKeepalive(request, stream);
   std::optional<std::chrono::milliseconds> deadline;
   if (*timeout && (*timeout)->count() > 0) deadline = **timeout;
@@ -276,7 +292,8 @@ asio::awaitable<void> Drive(EnvdRequest& request, const ProcessSelector& selecto
     if (watch.client_gone()) co_return request.exchange.set_keep_alive(false);
     co_return co_await SendUnaryError(request.exchange, ToRpcError(done.error()));
   }
-  co_await SendUnaryResponse(request.exchange, json::object());
+  const json empty = json::object();
+  co_await SendUnaryResponse(request.exchange, empty);
 }
 
 Error Invalid(std::string message) { return MakeError(ErrorCode::kInvalid, std::move(message)); }
@@ -433,9 +450,11 @@ asio::awaitable<void> StreamInput(EnvdRequest& request) {
   Result<uint64_t> read = co_await request.exchange.ReadBodyStreamed(
       kMaxStreamInputBody, [&reader](std::string_view piece) { return reader.Take(piece); },
       /*hand_on_arrivals=*/true);
-  Status done = read.ok() ? co_await reader.Finish() : Status(read.error());
+  if (!read.ok()) co_return co_await stream.Finish(ToRpcError(read.error()));
+  Status done = co_await reader.Finish();
   if (!done.ok()) co_return co_await stream.Finish(ToRpcError(done.error()));
-  if (co_await stream.Send(json::object())) co_await stream.Finish();
+  const json empty = json::object();
+  if (co_await stream.Send(empty)) co_await stream.Finish();
 }
 
 }  // namespace

@@ -264,6 +264,7 @@ def test_missing_executable_exits_127(envd):
     s = envd.stream("Start", {"process": {"cmd": "/no/such/binary"}, "stdin": False})
     events = list(s.events())
     s.close()
+    assert s.trailer == {}, s.trailer
     assert end_of(events)["exitCode"] == 127
 
 
