@@ -107,7 +107,9 @@ asio::awaitable<std::optional<json>> ReadUnaryRequest(api::HttpExchange& exchang
   // An empty body is the empty message.
   json message = body->empty() ? json::object() : json::parse(*body, nullptr, false);
   if (!message.is_object()) {
-    co_await SendUnaryError(exchange, {"invalid_argument", "the request body is not a JSON object"});
+    // A named error: g++ 12 destroys a braced temporary in a co_await expression twice.
+    const RpcError error{"invalid_argument", "the request body is not a JSON object"};
+    co_await SendUnaryError(exchange, error);
     co_return std::nullopt;
   }
   co_return message;

@@ -151,7 +151,8 @@ asio::awaitable<void> FollowOutput(EnvdRequest& request, ServerStream& stream, c
         co_return;
       }
       if (state->passed) {
-        co_await stream.Finish(RpcError{"deadline_exceeded", "the stream's Connect-Timeout-Ms deadline passed"});
+        const RpcError error{"deadline_exceeded", "the stream's Connect-Timeout-Ms deadline passed"};
+        co_await stream.Finish(error);
       } else {
         co_await stream.Finish(ToRpcError(frame.error()));
       }
@@ -468,8 +469,8 @@ asio::awaitable<void> ServeProcessService(EnvdRequest& request, std::string_view
   if (method == "SendSignal") co_return co_await SendSignal(request);
   if (method == "CloseStdin") co_return co_await CloseStdin(request);
   if (method == "Update") co_return co_await Update(request);
-  co_await SendUnaryError(request.exchange,
-                          {"unimplemented", fmt::format("process.Process/{} is not a method", method.substr(0, 64))});
+  const RpcError error{"unimplemented", fmt::format("process.Process/{} is not a method", method.substr(0, 64))};
+  co_await SendUnaryError(request.exchange, error);
 }
 
 }  // namespace bulkhead::e2b
