@@ -8,6 +8,7 @@ import hashlib
 import http.client
 import json
 import struct
+import time
 import urllib.parse
 
 import pytest
@@ -241,6 +242,39 @@ def test_large_output_arrives_whole(envd):
         assert end["status"] == "exit status 0"
     finally:
         s.close()
+
+
+def rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_flood_to_a_client_that_does_not_read_is_held_not_buffered(envd, daemon, client):
+    """An endless flood whose client stops reading: nothing piles up in the daemon or init;
+    the process waits. Once the client is gone the process is no longer held."""
+    s = envd.start("yes flood-flood-flood-flood", stdin=False)
+    try:
+        pid = started_pid(s)
+        read_until(s, lambda out: len(out) >= 1 << 20)
+        rss_before = rss_kib(daemon.process.pid)
+        time.sleep(2)  # the client reads nothing meanwhile; `yes` alone would write gigabytes
+        process = client.get(f"/v1/sandboxes/{envd.sandbox_id}/processes/{pid}").json()
+        assert process["state"] == "running"
+        assert process["stdout_offset"] < 64 << 20, process
+        assert rss_kib(daemon.process.pid) - rss_before < 64 * 1024
+        # Reading again, the output flows on.
+        read_until(s, lambda out: len(out) >= 8 << 20)
+    finally:
+        s.close()
+    # Disconnected: held by nobody, it runs on and its output goes to the ring.
+    offset = client.get(f"/v1/sandboxes/{envd.sandbox_id}/processes/{pid}").json()["stdout_offset"]
+    assert wait_until(lambda: client.get(f"/v1/sandboxes/{envd.sandbox_id}/processes/{pid}").json()["stdout_offset"]
+                      > offset + (64 << 20), timeout=60)
+    assert envd.unary("SendSignal", {"process": {"pid": pid}, "signal": "SIGNAL_SIGKILL"}) == (200, {})
+    assert wait_until(lambda: envd.unary("List", {})[1]["processes"] == [], timeout=30)
 
 
 def test_env_cwd_and_user(envd):
