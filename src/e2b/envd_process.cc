@@ -197,7 +197,8 @@ asio::awaitable<void> Start(EnvdRequest& request) {
   if (!message) co_return;
   Result<std::optional<std::chrono::milliseconds>> timeout = ConnectTimeout(request.exchange.request());
   if (!timeout.ok()) co_return co_await stream.Finish(ToRpcError(timeout.error()));
-  Result<StartSpec> spec = ParseStartRequest(*message, EffectiveUser(request));
+  const std::string user = EffectiveUser(request);
+  Result<StartSpec> spec = ParseStartRequest(*message, user);
   if (!spec.ok()) co_return co_await stream.Finish(ToRpcError(spec.error()));
   // The deadline is the process's lifetime: init kills it then, whoever still listens.
   if (*timeout && (*timeout)->count() > 0) spec->options.timeout_ms = static_cast<uint64_t>((*timeout)->count());
@@ -206,7 +207,7 @@ asio::awaitable<void> Start(EnvdRequest& request) {
   // Started and followed on one connection, held: no output is missed, however fast it comes.
   Result<api::ProcessAttachment> attached =
       co_await api::StartAttachedProcess(request.context.manager, executor, request.sandbox_id, spec->options);
-  if (!attached.ok()) co_return co_await stream.Finish(StartError(attached.error(), spec->cwd));
+  if (!attached.ok()) co_return co_await stream.Finish(StartError(attached.error(), spec->cwd, user));
   const int pid = PidOf(attached->process);
   json config = {{"cmd", spec->cmd}, {"args", spec->args}, {"envs", spec->envs}};
   if (!spec->cwd.empty()) config["cwd"] = spec->cwd;

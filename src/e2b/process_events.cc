@@ -229,12 +229,12 @@ Result<StartSpec> ParseStartRequest(const json& request, const std::string& user
   return spec;
 }
 
-RpcError StartError(const Error& error, const std::string& cwd) {
+RpcError StartError(const Error& error, const std::string& cwd, const std::string& user) {
   if (error.message.starts_with("cwd ")) {
     return {"invalid_argument", fmt::format("cwd '{}' does not exist", cwd)};
   }
   if (error.message.starts_with("user ") && error.code == ErrorCode::kNotFound) {
-    return {"unauthenticated", error.message};
+    return {"unauthenticated", fmt::format("invalid username: '{}'", user)};
   }
   return ToRpcError(error);
 }

@@ -73,8 +73,9 @@ Result<StartSpec> ParseStartRequest(const nlohmann::json& request, const std::st
 // for a numeric id (the sandbox's workdir is used then).
 std::optional<std::string> UserHome(std::string_view user);
 
-// invalid_argument "cwd '<cwd>' does not exist" when init refused the start for its cwd;
-// else the usual mapping.
-RpcError StartError(const Error& error, const std::string& cwd);
+// invalid_argument "cwd '<cwd>' does not exist" when init refused the start for its cwd,
+// unauthenticated "invalid username: '<user>'" for a user the sandbox does not know; else
+// the usual mapping.
+RpcError StartError(const Error& error, const std::string& cwd, const std::string& user);
 
 }  // namespace bulkhead::e2b

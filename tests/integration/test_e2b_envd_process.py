@@ -294,6 +294,16 @@ def test_missing_cwd_is_invalid_argument(envd):
     assert error == {"code": "invalid_argument", "message": "cwd '/nonexistent/dir' does not exist"}
 
 
+def test_unknown_user_is_unauthenticated(envd):
+    s = envd.stream("Start", {"process": {"cmd": "/bin/true", "cwd": "/"}}, user="ghost")
+    try:
+        flags, message = s.read_message()
+        assert flags == 0x02
+        assert message["error"] == {"code": "unauthenticated", "message": "invalid username: 'ghost'"}
+    finally:
+        s.close()
+
+
 def test_missing_executable_exits_127(envd):
     s = envd.stream("Start", {"process": {"cmd": "/no/such/binary"}, "stdin": False})
     events = list(s.events())

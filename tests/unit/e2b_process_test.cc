@@ -167,10 +167,15 @@ TEST(E2bProcessStart, RejectsMalformedRequests) {
 }
 
 TEST(E2bProcessStart, CwdErrorsAreEnvds) {
-  const RpcError missing = StartError(MakeError(ErrorCode::kNotFound, "cwd /nope: No such file or directory"), "/nope");
+  const RpcError missing =
+      StartError(MakeError(ErrorCode::kNotFound, "cwd /nope: No such file or directory"), "/nope", "root");
   EXPECT_EQ(missing.code, "invalid_argument");
   EXPECT_EQ(missing.message, "cwd '/nope' does not exist");
-  EXPECT_EQ(StartError(MakeError(ErrorCode::kUnavailable, "init gone"), "/").code, "unavailable");
+  EXPECT_EQ(StartError(MakeError(ErrorCode::kUnavailable, "init gone"), "/", "root").code, "unavailable");
+  const RpcError user =
+      StartError(MakeError(ErrorCode::kNotFound, "user ghost not found in /etc/passwd"), "/home/ghost", "ghost");
+  EXPECT_EQ(user.code, "unauthenticated");
+  EXPECT_EQ(user.message, "invalid username: 'ghost'");
 }
 
 TEST(E2bProcessStart, UserHomes) {
