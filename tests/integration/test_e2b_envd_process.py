@@ -434,6 +434,24 @@ def test_connect_timeout_kills_at_the_deadline(envd):
     assert pid not in [p["pid"] for p in listed["processes"]]
 
 
+def test_connect_timeout_on_connect_ends_the_stream_not_the_process(envd):
+    s = envd.start("sleep 60", stdin=False)
+    pid = started_pid(s)
+    s.close()
+    c = envd.stream("Connect", {"process": {"pid": pid}}, headers={"Connect-Timeout-Ms": "1000"})
+    try:
+        assert started_pid(c) == pid
+        flags, message = c.read_message()
+        assert flags == 0x02
+        assert message["error"]["code"] == "deadline_exceeded", message
+    finally:
+        c.close()
+    status, listed = envd.unary("List", {})
+    assert pid in [p["pid"] for p in listed["processes"]]
+    assert envd.unary("SendSignal", {"process": {"pid": pid}, "signal": "SIGNAL_SIGKILL"}) == (200, {})
+    assert wait_until(lambda: envd.unary("List", {})[1]["processes"] == [], timeout=30)
+
+
 def test_keepalive_on_an_idle_stream(envd):
     s = envd.start("sleep 3", stdin=False, headers={"Keepalive-Ping-Interval": "1"})
     try:
