@@ -70,6 +70,7 @@ asio::awaitable<Result<json>> StartProcess(core::SandboxManager& manager, asio::
   json payload = core::InitExecPayload(options.request, init->spec);
   payload["background"] = true;
   if (options.tag) payload["tag"] = *options.tag;
+  if (options.timeout_ms) payload["timeout_ms"] = *options.timeout_ms;
   if (options.pty) payload["pty"] = {{"cols", options.pty->cols}, {"rows", options.pty->rows}};
   const std::string request = payload.dump();
   if (Status sent = co_await init->client->Send(ctl::kExec, request); !sent.ok()) co_return sent.error();
@@ -155,6 +156,7 @@ asio::awaitable<Result<ProcessAttachment>> AttachProcess(core::SandboxManager& m
   const json attach = {{"pid", pid},
                        {"output", request.output},
                        {"follow", request.follow},
+                       {"hold", request.hold},
                        {"stdout_offset", request.stdout_offset},
                        {"stderr_offset", request.stderr_offset}};
   const std::string payload = attach.dump();
@@ -179,6 +181,40 @@ asio::awaitable<Result<ProcessAttachment>> AttachProcess(core::SandboxManager& m
   result.stdout_start = start->stdout_offset;
   result.stderr_start = start->stderr_offset;
   co_return result;
+}
+
+asio::awaitable<Result<ProcessAttachment>> StartAttachedProcess(core::SandboxManager& manager,
+                                                                asio::any_io_executor executor,
+                                                                const std::string& sandbox_id,
+                                                                const ProcessOptions& options) {
+  Result<core::InitConnection> init = co_await manager.ConnectInit(executor, sandbox_id);
+  if (!init.ok()) co_return init.error();
+  json payload = core::InitExecPayload(options.request, init->spec);
+  payload["background"] = true;
+  payload["attach"] = true;
+  if (options.tag) payload["tag"] = *options.tag;
+  if (options.pty) payload["pty"] = {{"cols", options.pty->cols}, {"rows", options.pty->rows}};
+  if (options.timeout_ms) payload["timeout_ms"] = *options.timeout_ms;
+  const std::string request = payload.dump();
+  if (Status sent = co_await init->client->Send(ctl::kExec, request); !sent.ok()) co_return sent.error();
+  for (;;) {
+    Result<core::CtlClient::Frame> frame = co_await init->client->Receive();
+    if (!frame.ok()) co_return frame.error();
+    if (frame->type == ctl::kError) co_return core::ErrorFromInit(frame->payload);
+    if (frame->type != ctl::kAttached) continue;  // kStarted comes first; kAttached says the rest
+    Result<json> attached = ParseObject(frame->payload, "kAttached");
+    if (!attached.ok()) co_return attached.error();
+    Result<StreamOffsets> start = ParseStreamOffsets(*attached);
+    if (!start.ok()) co_return start.error();
+    auto process = attached->find("process");
+    if (process == attached->end() || !process->is_object()) co_return ProtocolError("kAttached without a process");
+    ProcessAttachment result;
+    result.client = std::move(init->client);
+    result.process = std::move(*process);
+    result.stdout_start = start->stdout_offset;
+    result.stderr_start = start->stderr_offset;
+    co_return result;
+  }
 }
 
 asio::awaitable<Status> SendStdin(core::CtlClient& client, std::string_view data) {

@@ -45,6 +45,7 @@ boost::asio::awaitable<Result<nlohmann::json>> FindProcess(core::SandboxManager&
 struct AttachRequest {
   bool output = false;  // stream the output (else only drive the process)
   bool follow = false;
+  bool hold = false;  // with output and follow: the process waits for this reader (never a kGap)
   uint64_t stdout_offset = 0;
   uint64_t stderr_offset = 0;
 };
@@ -61,6 +62,13 @@ boost::asio::awaitable<Result<ProcessAttachment>> AttachProcess(core::SandboxMan
                                                                 boost::asio::any_io_executor executor,
                                                                 const std::string& sandbox_id,
                                                                 std::string_view segment, AttachRequest request);
+
+// Starts the process and stays attached to it on the same connection: its output from the
+// first byte, followed and held (AttachRequest::hold). The attachment's process is init's.
+boost::asio::awaitable<Result<ProcessAttachment>> StartAttachedProcess(core::SandboxManager& manager,
+                                                                       boost::asio::any_io_executor executor,
+                                                                       const std::string& sandbox_id,
+                                                                       const ProcessOptions& options);
 
 // On an attach connection: `data` for the process's stdin, in frames below ctl::kMaxFrame.
 boost::asio::awaitable<Status> SendStdin(core::CtlClient& client, std::string_view data);

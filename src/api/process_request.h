@@ -28,6 +28,8 @@ struct ProcessOptions {
   core::ExecRequest request;  // argv, cwd, env, user as for exec; timeout_s defaults to 0 (none)
   std::optional<std::string> tag;
   std::optional<PtySize> pty;
+  // A lifetime finer than request.timeout_s (the E2B front's Connect-Timeout-Ms); wins over it.
+  std::optional<uint64_t> timeout_ms;
 };
 Result<ProcessOptions> ParseProcessOptions(const nlohmann::json& body);
 

@@ -32,6 +32,9 @@
 //              (stdin always open, output kept in the process's ring), init answers
 //              kStarted and ends the connection; the process lives on until it exits, is
 //              signalled or the sandbox goes away. "tag" is kept in the table as given.
+//              With "background" and "attach": true the connection does not end: after
+//              kStarted it goes on as a kProcAttach {"output", "follow", "hold": true} of the
+//              new process from offset 0 (kAttached, its output, kExit; control frames).
 //              With "file_op" there is no "argv": see "File operations".
 //   kStdin     (bytes) data for the command's stdin
 //   kStdinClose ()     close the command's stdin
@@ -52,6 +55,9 @@
 //              kSignal, kResize and kPing on the same connection; they apply to that process
 //              (kStdin to a process whose stdin is closed, or that exited, is dropped). Closing
 //              an attach connection never affects the process.
+//              "hold": true (with "output" and "follow"): this follower must not miss output.
+//              While it is kProcessRingBytes/4 behind, init stops reading the process's
+//              output (the process blocks writing) instead of dropping bytes it was not sent.
 //
 // init -> daemon
 //   kStarted   (json) {"pid": 12}   the command was exec'd (pid as seen in the sandbox);

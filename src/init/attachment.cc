@@ -30,7 +30,8 @@ Result<AttachRequest> ParseAttachRequest(std::string_view json_text) {
     return Invalid("pid must be a positive integer");
   }
   request.pid = pid_t(pid->get<uint64_t>());
-  for (auto [key, field] : {std::pair{"output", &request.output}, std::pair{"follow", &request.follow}}) {
+  for (auto [key, field] : {std::pair{"output", &request.output}, std::pair{"follow", &request.follow},
+                            std::pair{"hold", &request.hold}}) {
     auto it = doc.find(key);
     if (it == doc.end() || it->is_null()) continue;
     if (!it->is_boolean()) return Invalid(std::string(key) + " must be a boolean");
@@ -47,7 +48,10 @@ Result<AttachRequest> ParseAttachRequest(std::string_view json_text) {
 }
 
 Attachment::Attachment(std::shared_ptr<BackgroundProcess> process, const AttachRequest& request, OutgoingFrames& out)
-    : process_(std::move(process)), output_(request.output), follow_(request.follow) {
+    : process_(std::move(process)),
+      output_(request.output),
+      follow_(request.follow),
+      hold_(request.output && request.follow && request.hold) {
   const OutputRing& ring = process_->output();
   cursor_ = ring.CursorAt(request.stdout_offset, request.stderr_offset);
   limit_[kStdoutStream] = follow_ ? kNoLimit : ring.total(kStdoutStream);
@@ -56,6 +60,11 @@ Attachment::Attachment(std::shared_ptr<BackgroundProcess> process, const AttachR
                    {"stdout_offset", cursor_.offset[kStdoutStream]},
                    {"stderr_offset", cursor_.offset[kStderrStream]}};
   out.Append(ctl::kAttached, DumpJson(attached));
+  if (hold_) process_->AddHolder(&cursor_);
+}
+
+Attachment::~Attachment() {
+  if (hold_) process_->RemoveHolder(&cursor_);
 }
 
 Status Attachment::HandleFrame(uint8_t type, std::string_view payload, OutgoingFrames& out) {
@@ -95,7 +104,10 @@ void Attachment::Pump(OutgoingFrames& out) {
 
   const OutputRing& ring = process_->output();
   while (true) {
-    if (out.size() + ctl::kHeaderSize + kOutputChunk > kOutgoingLimit) return;  // resumed once sent
+    if (out.size() + ctl::kHeaderSize + kOutputChunk > kOutgoingLimit) {
+      if (hold_) process_->HolderMoved();
+      return;  // resumed once sent
+    }
     // Checked only when there is room to send: everything the ring dropped while this
     // follower's buffer was full becomes one gap, not one per dropped chunk.
     if (ring.SkipDropped(cursor_)) {
@@ -106,6 +118,8 @@ void Attachment::Pump(OutgoingFrames& out) {
     if (!piece) break;
     out.Append(piece->stream == kStdoutStream ? ctl::kStdout : ctl::kStderr, piece->data);
   }
+  // This holder moved on: the process may be read again.
+  if (hold_) process_->HolderMoved();
   // Everything up to the limit was sent.
   if (done) {
     out.Append(ctl::kExit, DumpJson(process_->ExitJson()));

@@ -19,6 +19,7 @@ struct AttachRequest {
   pid_t pid = 0;
   bool output = true;
   bool follow = false;
+  bool hold = false;  // with follow: the process waits for this follower (ctl_protocol.h)
   uint64_t stdout_offset = 0;
   uint64_t stderr_offset = 0;
 };
@@ -30,6 +31,9 @@ class Attachment {
  public:
   // Queues kAttached.
   Attachment(std::shared_ptr<BackgroundProcess> process, const AttachRequest& request, OutgoingFrames& out);
+  ~Attachment();
+  Attachment(const Attachment&) = delete;
+  Attachment& operator=(const Attachment&) = delete;
 
   // Whether the next control frame may be applied now: not while the process's stdin buffer
   // is full (the connection is then not read either).
@@ -47,6 +51,7 @@ class Attachment {
   std::shared_ptr<BackgroundProcess> process_;
   bool output_;
   bool follow_;
+  bool hold_;
   OutputRing::Cursor cursor_;
   // Without "follow", only the output that existed at attach time is sent (unless the process
   // is done: then all of it).

@@ -82,6 +82,16 @@ bool BackgroundProcess::OnChildExit(pid_t pid, int wait_status) {
   return true;
 }
 
+void BackgroundProcess::AddHolder(const OutputRing::Cursor* cursor) {
+  holders_.push_back(cursor);
+  UpdateInterest();
+}
+
+void BackgroundProcess::RemoveHolder(const OutputRing::Cursor* cursor) {
+  std::erase(holders_, cursor);
+  UpdateInterest();
+}
+
 void BackgroundProcess::ReadOutput(ProcessFd which) {
   bool is_stdout = which == ProcessFd::kStdout;
   (is_stdout ? stdout_ : stderr_).ReadWith([&](int fd, size_t max) {
@@ -139,9 +149,16 @@ void BackgroundProcess::UpdateInterest() {
   }
   constexpr uint32_t kIn = EPOLLIN;
   auto token = [this](ProcessFd which) { return token_base_ | uint64_t(which); };
-  // Output is always read: the ring, not the readers, decides what is kept.
-  stdout_.Watch(token(ProcessFd::kStdout), kIn);
-  stderr_.Watch(token(ProcessFd::kStderr), kIn);
+  // Output is read unless a holder lags too far behind: the ring, not the readers, decides
+  // what is kept, except that nothing a holder was not sent is dropped.
+  bool held = false;
+  for (const OutputRing::Cursor* holder : holders_) {
+    const uint64_t lag = (ring_.total(kStdoutStream) - holder->offset[kStdoutStream]) +
+                         (ring_.total(kStderrStream) - holder->offset[kStderrStream]);
+    if (lag >= kHoldBytes) held = true;
+  }
+  stdout_.Watch(token(ProcessFd::kStdout), held ? 0 : kIn);
+  stderr_.Watch(token(ProcessFd::kStderr), held ? 0 : kIn);
   stdin_.Watch(token(ProcessFd::kStdin));
   poller_.Watch(timer_, token(ProcessFd::kTimer), kIn);
 }

@@ -60,6 +60,14 @@ class BackgroundProcess {
   // Stops reading its output and writing its stdin (it is being forgotten).
   void Close();
 
+  // A follower that must not miss output (kProcAttach "hold"): while one lags kHoldBytes
+  // behind what was read, the output is not read (the process blocks writing it), so the
+  // ring never drops what a holder was not sent. HolderMoved after its cursor advanced.
+  static constexpr uint64_t kHoldBytes = ctl::kProcessRingBytes / 4;
+  void AddHolder(const OutputRing::Cursor* cursor);
+  void RemoveHolder(const OutputRing::Cursor* cursor);
+  void HolderMoved() { UpdateInterest(); }
+
   // Process (json) of ctl_protocol.h.
   nlohmann::json ToJson() const;
   // The kExit payload; once done().
@@ -88,6 +96,7 @@ class BackgroundProcess {
   PolledFd timer_;
 
   OutputRing ring_;
+  std::vector<const OutputRing::Cursor*> holders_;
 };
 
 }  // namespace bulkhead::init

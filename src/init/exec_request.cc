@@ -78,6 +78,10 @@ Result<ExecRequest> ParseExecRequest(std::string_view json_text) {
     if (!it->is_boolean()) return Invalid("background must be a boolean");
     request.background = it->get<bool>();
   }
+  if (auto it = doc.find("attach"); it != doc.end() && !it->is_null()) {
+    if (!it->is_boolean()) return Invalid("attach must be a boolean");
+    request.attach = it->get<bool>();
+  }
   if (auto it = doc.find("tag"); it != doc.end() && !it->is_null()) {
     if (!it->is_string()) return Invalid("tag must be a string");
     request.tag = it->get<std::string>();

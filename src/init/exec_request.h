@@ -23,6 +23,7 @@ struct ExecRequest {
   uint64_t timeout_ms = 0;          // 0: no timeout
   bool stdin_enabled = false;       // false: the command's stdin is /dev/null
   bool background = false;          // registered in the process table (ctl_protocol.h)
+  bool attach = false;              // background: the connection then follows it, holding (ctl_protocol.h)
   std::optional<std::string> tag;   // background processes only
   std::optional<PtySize> pty;       // run on a new pseudo-terminal
   // A file operation (ctl_protocol.h, "File operations"): the "file_op" object as JSON text.

@@ -226,6 +226,15 @@ void Session::StartBackground(const ExecRequest& request) {
   auto process = processes_.Start(request);
   if (!process.ok()) return FailWith(process.error());
   out_.Append(ctl::kStarted, DumpJson(json{{"pid", (*process)->pid()}, {"process", (*process)->ToJson()}}));
+  if (request.attach) {
+    // The connection follows the new process from its first byte, which it cannot miss.
+    AttachRequest attach;
+    attach.pid = (*process)->pid();
+    attach.output = attach.follow = attach.hold = true;
+    attachment_ = std::make_unique<Attachment>(std::move(*process), attach, out_);
+    state_ = State::kAttached;
+    return;
+  }
   state_ = State::kClosing;  // the process is the table's now; this connection is done
 }
 

@@ -319,6 +319,50 @@ TEST_F(InitProcessTest, FollowerThatFellBehindGetsAGapAndThenTheRest) {
   EXPECT_EQ((*exit)["exit_code"], 0);
 }
 
+TEST_F(InitProcessTest, HoldingFollowerStartedWithTheProcessMissesNothing) {
+  constexpr size_t kTotal = 20u << 20;
+  json request = Background({"sh", "-c", "yes abcdefghij | head -c " + std::to_string(kTotal)});
+  request["attach"] = true;
+  Client follower(init_.socket_path());
+  follower.Send(ctl::kExec, request.dump());
+  auto started = follower.Read();
+  ASSERT_TRUE(started && started->type == ctl::kStarted) << (started ? started->payload : "no frame");
+  const pid_t pid = json::parse(started->payload)["pid"].get<pid_t>();
+  auto attached = follower.Read();
+  ASSERT_TRUE(attached && attached->type == ctl::kAttached);
+
+  // While the follower reads nothing the process cannot get far: init stopped reading it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  auto listed = Listed(pid);
+  ASSERT_TRUE(listed);
+  EXPECT_EQ((*listed)["state"], "running");
+  EXPECT_LT((*listed)["stdout_offset"].get<uint64_t>(), ctl::kProcessRingBytes);
+  long rss = RssKib(init_.pid());
+  EXPECT_LT(rss, long(ctl::kProcessRingBytes / 1024) + 8 * 1024) << "init RSS " << rss << " KiB";
+
+  uint64_t offset = 0;
+  bool pattern_ok = true;
+  std::optional<json> exit;
+  while (auto frame = follower.Read()) {
+    if (frame->type == ctl::kStdout) {
+      for (char c : frame->payload) {
+        char expected = (offset % 11 == 10) ? '\n' : char('a' + offset % 11);
+        if (c != expected) pattern_ok = false;
+        ++offset;
+      }
+    } else if (frame->type == ctl::kExit) {
+      exit = json::parse(frame->payload);
+      break;
+    } else {
+      ADD_FAILURE() << "unexpected frame type " << int(frame->type);  // never a kGap
+    }
+  }
+  EXPECT_TRUE(pattern_ok);
+  EXPECT_EQ(offset, kTotal);
+  ASSERT_TRUE(exit);
+  EXPECT_EQ((*exit)["exit_code"], 0);
+}
+
 TEST_F(InitProcessTest, TwoFollowersAndAStdinWriterShareOneProcess) {
   pid_t pid = Start(Background({"cat"}))["pid"].get<pid_t>();
   Client first(init_.socket_path()), second(init_.socket_path());
