@@ -92,8 +92,16 @@ test('background: onStdout callbacks', async () => {
 
 test('connect to a running command', async () => {
   const go = '/tmp/cmd-connect-go'
-  const handle = await sbx.commands.run(`echo before; ${waitForFile(go)} && echo after`, { background: true, timeoutMs: 0 })
+  // Read up to "before" first, so it is known to be out before the disconnect.
+  let sawBefore
+  const before = new Promise((resolve) => (sawBefore = resolve))
+  const handle = await sbx.commands.run(`echo before; ${waitForFile(go)} && echo after`, {
+    background: true,
+    timeoutMs: 0,
+    onStdout: (chunk) => chunk.includes('before') && sawBefore(),
+  })
   const pid = handle.pid
+  await before
   await handle.disconnect()
 
   const seen = []

@@ -81,6 +81,10 @@ def test_connect_to_running_command(sbx):
     go = "/tmp/cmd-connect-go"
     handle = sbx.commands.run(f"echo before; {wait_for_file(go)} && echo after", background=True, timeout=0)
     pid = handle.pid
+    # Read up to "before" first, so it is known to be out before the disconnect.
+    for stdout, _, _ in handle:
+        if stdout and "before" in stdout:
+            break
     handle.disconnect()
 
     attached = sbx.commands.connect(pid)
