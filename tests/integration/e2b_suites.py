@@ -37,10 +37,16 @@ def started_daemon(daemon_factory) -> harness.Daemon:
     return d
 
 
-def assert_nothing_left(daemon):
-    """After a suite: the daemon survived, no sandbox is left (the suites kill all of theirs,
-    passing or not), and nothing of a sandbox lingers on the host."""
-    assert daemon.running(), f"the daemon died:\n{daemon.log_tail()}"
+def leftovers(daemon) -> str:
+    """After a suite, passed or not: "" when the daemon survived, no sandbox is left (the suites
+    kill all of theirs) and nothing of a sandbox lingers on the host; else what is wrong."""
+    if not daemon.running():
+        return f"the daemon died:\n{daemon.log_tail()}"
+    problems = []
     left = daemon.client().list()
-    assert left == [], f"sandboxes left behind: {left}"
-    harness.assert_no_leaks(daemon)
+    if left:
+        problems.append(f"sandboxes left behind: {left}")
+    found = harness.leaks(daemon)
+    if found:
+        problems.append(f"left on the host: {found}")
+    return "\n".join(problems)

@@ -4,7 +4,7 @@ environment variables pointing at the daemon."""
 
 import re
 
-from e2b_suites import SUITES, assert_nothing_left, output_of, run_suite, started_daemon, suite_env
+from e2b_suites import SUITES, leftovers, output_of, run_suite, started_daemon, suite_env
 
 PROJECT = SUITES / "js"
 
@@ -17,10 +17,11 @@ def test_e2b_js_sdk_suite(daemon_factory):
     daemon = started_daemon(daemon_factory)
     tests = sorted(str(p.name) for p in PROJECT.glob("*.test.mjs"))
     r = run_suite(["node", "--test", "--test-concurrency=1", *tests], PROJECT, suite_env(daemon))
-    assert r.returncode == 0, f"the E2B JS SDK suite failed:\n{output_of(r)}"
+    problems = leftovers(daemon)  # checked whether the suite passed or not
+    assert r.returncode == 0, f"{problems}\nthe E2B JS SDK suite failed:\n{output_of(r)}"
     # node's summary: tests ran, none failed, none were cancelled or skipped.
     passed = re.search(r"^# pass (\d+)$", r.stdout, re.M)
     assert passed and int(passed.group(1)) > 0, output_of(r)
     for counter in ("fail", "cancelled", "skipped"):
         assert re.search(rf"^# {counter} 0$", r.stdout, re.M), output_of(r)
-    assert_nothing_left(daemon)
+    assert not problems, problems

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict'
 import { createHash } from 'node:crypto'
 import { after, before, test } from 'node:test'
-import { CommandExitError, TimeoutError } from 'e2b'
+import { AuthenticationError, CommandExitError, TimeoutError } from 'e2b'
 import { SandboxFactory, waitForFile } from './helpers.mjs'
 
 const factory = new SandboxFactory()
@@ -155,4 +155,8 @@ test('timeout rejects and ends the process', async () => {
 
 test('unknown pid', async () => {
   assert.equal(await sbx.commands.kill(999999), false)
+})
+
+test('unknown user', async () => {
+  await assert.rejects(sbx.commands.run('true', { user: 'no-such-user' }), AuthenticationError)
 })

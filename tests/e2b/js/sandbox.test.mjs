@@ -3,7 +3,7 @@
 // sandbox and of a bad key, fork, snapshots and network settings.
 import assert from 'node:assert/strict'
 import { after, test } from 'node:test'
-import { AuthenticationError, Sandbox, SandboxNotFoundError, TimeoutError } from 'e2b'
+import { AuthenticationError, Sandbox, SandboxError, SandboxNotFoundError, TimeoutError } from 'e2b'
 import { RUN_ID, SandboxFactory, idsOf, listAll, pollUntil, runMetadata } from './helpers.mjs'
 
 const factory = new SandboxFactory()
@@ -28,6 +28,8 @@ test('create, getInfo, isRunning', async () => {
 
   assert.equal((await Sandbox.getInfo(sbx.sandboxId)).sandboxId, sbx.sandboxId)
   assert.equal((await sbx.commands.run('echo $GLOBAL_A')).stdout, 'from-create\n')
+  // A command's own envs win over the sandbox's.
+  assert.equal((await sbx.commands.run('echo $GLOBAL_A', { envs: { GLOBAL_A: 'per-command' } })).stdout, 'per-command\n')
 })
 
 test('default user and home', async () => {
@@ -269,4 +271,8 @@ test('list: order, template, startedAfter', async () => {
   assert.deepEqual(idsOf(await listAll({ query: { metadata, startedAfter: later } })), new Set())
   const earlier = new Date(Date.now() - 3600_000)
   assert.deepEqual(idsOf(await listAll({ query: { metadata, startedAfter: earlier } })), idsOf(asc))
+})
+
+test('unknown template', async () => {
+  await assert.rejects(Sandbox.create('no-such-template', { metadata: runMetadata() }), SandboxError)
 })

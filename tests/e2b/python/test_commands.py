@@ -4,7 +4,7 @@ runs with wait/connect, stdin, list and kill, timeouts, non-zero exits, cwd/envs
 import hashlib
 
 import pytest
-from e2b import CommandExitException, TimeoutException
+from e2b import AuthenticationException, CommandExitException, TimeoutException
 
 # A shell loop that waits (at most ~30 s) for a file, so a test can make a command go on
 # exactly when it wants, without racing a timer.
@@ -149,3 +149,8 @@ def test_stream_input(sbx):
     sbx.commands.stream_input(handle.pid, [b"one\n", "two\n", b"\xc3\xa9\n"])
     sbx.commands.close_stdin(handle.pid)
     assert handle.wait().stdout == "one\ntwo\né\nend\n"
+
+
+def test_unknown_user(sbx):
+    with pytest.raises(AuthenticationException):
+        sbx.commands.run("true", user="no-such-user")

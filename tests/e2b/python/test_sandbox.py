@@ -10,6 +10,7 @@ import pytest
 from e2b import (
     AuthenticationException,
     Sandbox,
+    SandboxException,
     SandboxNotFoundException,
     SandboxNotRunningException,
     SandboxQuery,
@@ -58,6 +59,8 @@ def test_create_info_and_is_running(new_sandbox):
 
     # Sandbox-wide env vars from create reach commands.
     assert sbx.commands.run("echo $GLOBAL_A").stdout == "from-create\n"
+    # A command's own envs win over the sandbox's.
+    assert sbx.commands.run("echo $GLOBAL_A", envs={"GLOBAL_A": "per-command"}).stdout == "per-command\n"
 
 
 def test_default_user_and_home(new_sandbox):
@@ -314,3 +317,8 @@ def test_list_order_template_started_after(new_sandbox):
     assert ids_of(list_all(query=SandboxQuery(metadata=metadata, started_after=later))) == set()
     earlier = now() - datetime.timedelta(hours=1)
     assert ids_of(list_all(query=SandboxQuery(metadata=metadata, started_after=earlier))) == ids_of(asc)
+
+
+def test_unknown_template():
+    with pytest.raises(SandboxException):
+        Sandbox.create(template="no-such-template", metadata=run_metadata())
