@@ -207,6 +207,8 @@ test('network settings in getInfo', async () => {
   // No traffic leaves the sandbox here: only what the API reports is checked.
   const closed = await factory.create({ allowInternetAccess: false })
   assert.equal((await closed.getInfo()).allowInternetAccess, false)
+  // Read, not probed: a network namespace with only loopback has no way out.
+  assert.equal((await closed.commands.run('ls /sys/class/net')).stdout, 'lo\n')
 
   const open = await factory.create()
   assert.notEqual((await open.getInfo()).allowInternetAccess, false)

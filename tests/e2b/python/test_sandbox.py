@@ -249,6 +249,8 @@ def test_network_settings_in_info(new_sandbox):
     # No traffic leaves the sandbox here: only what the API reports is checked.
     closed = new_sandbox(allow_internet_access=False)
     assert closed.get_info().allow_internet_access is False
+    # Read, not probed: a network namespace with only loopback has no way out.
+    assert closed.commands.run("ls /sys/class/net").stdout == "lo\n"
 
     default = new_sandbox()
     assert default.get_info().allow_internet_access in (True, None)
