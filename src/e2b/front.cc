@@ -68,6 +68,14 @@ bool HasValidFileSignature(const api::RequestHeader& request, const api::QueryPa
   return api::ConstantTimeEquals(*signature, expected);
 }
 
+// The sandbox whose access token signed this /files request; "" if none.
+std::string SandboxOfSignature(E2bContext& context, const api::RequestHeader& request, const api::QueryParams& query) {
+  for (const core::SandboxInfo& sandbox : context.manager.List(core::ListFilter{})) {
+    if (HasValidFileSignature(request, query, EnvdAccessToken(context.key, sandbox.id))) return sandbox.id;
+  }
+  return "";
+}
+
 asio::awaitable<std::string_view> ServeEnvd(E2bContext& context, api::HttpExchange& exchange,
                                             std::string sandbox_id, const api::RequestTarget& target) {
   const api::RequestHeader& request = exchange.request();
@@ -149,7 +157,12 @@ asio::awaitable<std::string_view> E2bFront::Handle(api::HttpExchange& exchange) 
     co_await SendE2bError(exchange, 400, "malformed request target");
     co_return "unmatched";
   }
-  const std::string_view sandbox_id = Header(request, "E2b-Sandbox-Id");
+  std::string sandbox_id(Header(request, "E2b-Sandbox-Id"));
+  if (sandbox_id.empty() && target->path == "/files" && QueryValue(target->query, "signature")) {
+    // A signed URL (uploadUrl/downloadUrl) used as is: with E2B_SANDBOX_URL it names no
+    // sandbox, so the sandbox is the one whose token signed it.
+    sandbox_id = SandboxOfSignature(context_, request, target->query);
+  }
   if (!sandbox_id.empty()) {
     // envd's paths have no parameters: decoded whole. (The control plane decodes segments.)
     std::optional<std::string> decoded = api::PercentDecode(target->path, false);
@@ -158,7 +171,7 @@ asio::awaitable<std::string_view> E2bFront::Handle(api::HttpExchange& exchange) 
       co_return "unmatched";
     }
     target->path = std::move(*decoded);
-    co_return co_await ServeEnvd(context_, exchange, std::string(sandbox_id), *target);
+    co_return co_await ServeEnvd(context_, exchange, std::move(sandbox_id), *target);
   }
 
   if (target->path == "/health") {  // the control plane's own, without a key
