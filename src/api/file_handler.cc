@@ -114,26 +114,7 @@ asio::awaitable<void> ServeDownload(HttpExchange& exchange, core::FileOperation&
     co_return co_await Fail(exchange, watch, FileWorkerBroken("did not announce the file's size"));
   }
   const uint64_t size = size_line["size"].get<uint64_t>();
-  if (!co_await exchange.BeginFixedLength(http::status::ok, "application/octet-stream", size)) co_return;
-
-  uint64_t sent = 0;
-  std::string piece = std::move(first->second);
-  for (;;) {
-    if (piece.size() > size - sent) {
-      // More than announced (the file grew): the response cannot carry it.
-      exchange.set_keep_alive(false);
-      co_return;
-    }
-    if (!co_await exchange.WriteBodyPart(piece)) co_return;
-    sent += piece.size();
-    Result<std::string> next = co_await operation.Read();
-    if (!next.ok() || next->empty()) {
-      // A failure (or a file that shrank) after the header: only a short body can say so.
-      if (!next.ok() || sent != size) exchange.set_keep_alive(false);
-      co_return;
-    }
-    piece = std::move(next.value());
-  }
+  co_await SendAnnouncedBody(exchange, operation, std::move(first->second), size);
 }
 
 // GET files/archive: the worker's tar stream as chunks. The status is sent with the first

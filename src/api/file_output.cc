@@ -8,6 +8,8 @@
 
 namespace bulkhead::api {
 
+namespace asio = boost::asio;
+
 Error FileWorkerBroken(std::string_view what) {
   return MakeError(ErrorCode::kInternal, fmt::format("the sandbox's file worker {}", what));
 }
@@ -32,6 +34,29 @@ boost::asio::awaitable<Result<std::pair<std::string, std::string>>> ReadFirstLin
   std::string rest = head.substr(newline + 1);
   head.resize(newline);
   co_return std::pair{std::move(head), std::move(rest)};
+}
+
+asio::awaitable<void> SendAnnouncedBody(HttpExchange& exchange, core::FileOperation& operation, std::string first,
+                                        uint64_t size) {
+  if (!co_await exchange.BeginFixedLength(http::status::ok, "application/octet-stream", size)) co_return;
+  uint64_t sent = 0;
+  std::string piece = std::move(first);
+  for (;;) {
+    if (piece.size() > size - sent) {
+      // More than announced (the file grew): the response cannot carry it.
+      exchange.set_keep_alive(false);
+      co_return;
+    }
+    if (!co_await exchange.WriteBodyPart(piece)) co_return;
+    sent += piece.size();
+    Result<std::string> next = co_await operation.Read();
+    if (!next.ok() || next->empty()) {
+      // A failure (or a file that shrank) after the header: only a short body can say so.
+      if (!next.ok() || sent != size) exchange.set_keep_alive(false);
+      co_return;
+    }
+    piece = std::move(next.value());
+  }
 }
 
 }  // namespace bulkhead::api

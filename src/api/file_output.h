@@ -9,6 +9,7 @@
 
 #include <boost/asio/awaitable.hpp>
 
+#include "api/http_exchange.h"
 #include "common/result.h"
 #include "core/file_operation.h"
 
@@ -28,5 +29,12 @@ Result<std::string> JsonAnswer(std::string text);
 // Reads the operation's output up to its first newline: the line (without the newline) and
 // what followed it.
 boost::asio::awaitable<Result<std::pair<std::string, std::string>>> ReadFirstLine(core::FileOperation& operation);
+
+// Sends a read's content after its {"size": N} line: `first` (what followed the line), then
+// the operation's output piece by piece, each read only once the previous one was written, as
+// the body of a response of exactly `size` bytes (whose header is sent here). A file that grew
+// or shrank, or a worker that failed, cuts the body short and ends the connection.
+boost::asio::awaitable<void> SendAnnouncedBody(HttpExchange& exchange, core::FileOperation& operation,
+                                               std::string first, uint64_t size);
 
 }  // namespace bulkhead::api

@@ -133,6 +133,26 @@ asio::awaitable<Result<json>> FindProcess(core::SandboxManager& manager, asio::a
   co_return *process;
 }
 
+namespace {
+
+// The attachment that init's kAttached `payload` describes, on `client`.
+Result<ProcessAttachment> AttachmentFrom(std::unique_ptr<core::CtlClient> client, std::string_view payload) {
+  Result<json> attached = ParseObject(payload, "kAttached");
+  if (!attached.ok()) return attached.error();
+  Result<StreamOffsets> start = ParseStreamOffsets(*attached);
+  if (!start.ok()) return start.error();
+  auto process = attached->find("process");
+  if (process == attached->end() || !process->is_object()) return ProtocolError("kAttached without a process");
+  ProcessAttachment result;
+  result.client = std::move(client);
+  result.process = std::move(*process);
+  result.stdout_start = start->stdout_offset;
+  result.stderr_start = start->stderr_offset;
+  return result;
+}
+
+}  // namespace
+
 asio::awaitable<Result<ProcessAttachment>> AttachProcess(core::SandboxManager& manager,
                                                          asio::any_io_executor executor,
                                                          const std::string& sandbox_id, std::string_view segment,
@@ -169,18 +189,7 @@ asio::awaitable<Result<ProcessAttachment>> AttachProcess(core::SandboxManager& m
     co_return error;
   }
   if (frame->type != ctl::kAttached) co_return ProtocolError("expected kAttached");
-  Result<json> attached = ParseObject(frame->payload, "kAttached");
-  if (!attached.ok()) co_return attached.error();
-  Result<StreamOffsets> start = ParseStreamOffsets(*attached);
-  if (!start.ok()) co_return start.error();
-  auto process = attached->find("process");
-  if (process == attached->end() || !process->is_object()) co_return ProtocolError("kAttached without a process");
-  ProcessAttachment result;
-  result.client = std::move(init->client);
-  result.process = std::move(*process);
-  result.stdout_start = start->stdout_offset;
-  result.stderr_start = start->stderr_offset;
-  co_return result;
+  co_return AttachmentFrom(std::move(init->client), frame->payload);
 }
 
 asio::awaitable<Result<ProcessAttachment>> StartAttachedProcess(core::SandboxManager& manager,
@@ -202,18 +211,7 @@ asio::awaitable<Result<ProcessAttachment>> StartAttachedProcess(core::SandboxMan
     if (!frame.ok()) co_return frame.error();
     if (frame->type == ctl::kError) co_return core::ErrorFromInit(frame->payload);
     if (frame->type != ctl::kAttached) continue;  // kStarted comes first; kAttached says the rest
-    Result<json> attached = ParseObject(frame->payload, "kAttached");
-    if (!attached.ok()) co_return attached.error();
-    Result<StreamOffsets> start = ParseStreamOffsets(*attached);
-    if (!start.ok()) co_return start.error();
-    auto process = attached->find("process");
-    if (process == attached->end() || !process->is_object()) co_return ProtocolError("kAttached without a process");
-    ProcessAttachment result;
-    result.client = std::move(init->client);
-    result.process = std::move(*process);
-    result.stdout_start = start->stdout_offset;
-    result.stderr_start = start->stderr_offset;
-    co_return result;
+    co_return AttachmentFrom(std::move(init->client), frame->payload);
   }
 }
 

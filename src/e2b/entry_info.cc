@@ -4,6 +4,8 @@
 #include <charconv>
 #include <optional>
 
+#include "common/ascii.h"
+
 namespace bulkhead::e2b {
 
 using nlohmann::json;
@@ -40,14 +42,6 @@ void ForEachLine(std::string_view text, Function function) {
     if (end == std::string_view::npos) break;
     text.remove_prefix(end + 1);
   }
-}
-
-std::string Lower(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  return out;
 }
 
 }  // namespace
@@ -179,7 +173,7 @@ void SortEntryInfos(std::vector<json>& entries) {
   for (json& entry : entries) {
     const std::string name = entry.value("name", "");
     const std::string path = entry.value("path", "");
-    Key key{entry.value("type", "") == "FILE_TYPE_DIRECTORY", Lower(name), Lower(path), path};
+    Key key{entry.value("type", "") == "FILE_TYPE_DIRECTORY", AsciiLower(name), AsciiLower(path), path};
     keyed.emplace_back(std::move(key), std::move(entry));
   }
   std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) {

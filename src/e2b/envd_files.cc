@@ -18,6 +18,7 @@
 #include "e2b/envd_paths.h"
 #include "e2b/gzip_stream.h"
 #include "e2b/multipart.h"
+#include "common/ascii.h"
 
 // g++ 12 at -O2 reports a false -Wmismatched-new-delete on asio's coroutine frames.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
@@ -45,34 +46,20 @@ std::string_view Header(const api::RequestHeader& request, http::field field) {
   return found == request.end() ? std::string_view() : api::FromBeast(found->value());
 }
 
-std::string Lower(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  return out;
-}
-
-std::string_view Trim(std::string_view text) {
-  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
-  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
-  return text;
-}
-
 // Accept-Encoding names gzip with a non-zero q.
 bool AcceptsGzip(std::string_view accept) {
   while (!accept.empty()) {
     const size_t comma = accept.find(',');
-    std::string_view item = Trim(accept.substr(0, comma));
+    std::string_view item = TrimBlanks(accept.substr(0, comma));
     accept = comma == std::string_view::npos ? std::string_view() : accept.substr(comma + 1);
     const size_t semicolon = item.find(';');
-    const std::string coding = Lower(Trim(item.substr(0, semicolon)));
+    const std::string coding = AsciiLower(TrimBlanks(item.substr(0, semicolon)));
     if (coding != "gzip" && coding != "x-gzip") continue;
     if (semicolon == std::string_view::npos) return true;
-    const std::string params = Lower(item.substr(semicolon + 1));
+    const std::string params = AsciiLower(item.substr(semicolon + 1));
     const size_t q = params.find("q=");
     if (q == std::string::npos) return true;
-    std::string_view value = Trim(std::string_view(params).substr(q + 2));
+    std::string_view value = TrimBlanks(std::string_view(params).substr(q + 2));
     return !(value.starts_with("0") && value.find_first_not_of("0.", 0) == std::string_view::npos);
   }
   return false;
@@ -127,24 +114,7 @@ asio::awaitable<void> ServeDownload(EnvdRequest& request) {
   const bool gzip = AcceptsGzip(Header(exchange.request(), http::field::accept_encoding));
 
   if (!gzip) {
-    if (!co_await exchange.BeginFixedLength(http::status::ok, "application/octet-stream", size)) co_return;
-    uint64_t sent = 0;
-    std::string piece = std::move(first->second);
-    for (;;) {
-      if (piece.size() > size - sent) {
-        exchange.set_keep_alive(false);  // it grew: the response cannot carry more
-        co_return;
-      }
-      if (!co_await exchange.WriteBodyPart(piece)) co_return;
-      sent += piece.size();
-      Result<std::string> next = co_await operation.Read();
-      if (!next.ok() || next->empty()) {
-        // A failure (or a file that shrank) after the header: only a short body can say so.
-        if (!next.ok() || sent != size) exchange.set_keep_alive(false);
-        co_return;
-      }
-      piece = std::move(next.value());
-    }
+    co_return co_await api::SendAnnouncedBody(exchange, operation, std::move(first->second), size);
   }
 
   exchange.SetResponseHeader(http::field::content_encoding, "gzip");
@@ -315,8 +285,8 @@ class Upload {
 asio::awaitable<void> ServeUpload(EnvdRequest& request) {
   api::HttpExchange& exchange = request.exchange;
   const std::string_view content_type = Header(exchange.request(), http::field::content_type);
-  const std::string media_type = Lower(Trim(content_type.substr(0, content_type.find(';'))));
-  const std::string encoding = Lower(Trim(Header(exchange.request(), http::field::content_encoding)));
+  const std::string media_type = AsciiLower(TrimBlanks(content_type.substr(0, content_type.find(';'))));
+  const std::string encoding = AsciiLower(TrimBlanks(Header(exchange.request(), http::field::content_encoding)));
   if (!encoding.empty() && encoding != "identity" && encoding != "gzip" && encoding != "x-gzip") {
     co_return co_await SendE2bError(exchange, 400, fmt::format("unsupported Content-Encoding {} (gzip or identity)", encoding));
   }

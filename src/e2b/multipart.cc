@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "common/ascii.h"
+
 namespace bulkhead::e2b {
 
 namespace {
@@ -14,20 +16,6 @@ constexpr size_t kMaxBoundaryBytes = 200;
 constexpr size_t kMaxPaddingBytes = 256;
 
 Error Bad(std::string message) { return MakeError(ErrorCode::kBadRequest, std::move(message)); }
-
-std::string Lower(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  return out;
-}
-
-std::string_view Trim(std::string_view text) {
-  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
-  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
-  return text;
-}
 
 int HexValue(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -46,11 +34,11 @@ struct HeaderValue {
 Result<HeaderValue> ParseHeaderValue(std::string_view text, std::string_view header) {
   HeaderValue value;
   const size_t semicolon = text.find(';');
-  value.type = Lower(Trim(text.substr(0, semicolon)));
+  value.type = AsciiLower(TrimBlanks(text.substr(0, semicolon)));
   if (semicolon == std::string_view::npos) return value;
   text.remove_prefix(semicolon + 1);
   for (;;) {
-    text = Trim(text);
+    text = TrimBlanks(text);
     if (text.empty()) return value;
     if (text.front() == ';') {  // an empty parameter ("a;;b"): skipped
       text.remove_prefix(1);
@@ -58,12 +46,12 @@ Result<HeaderValue> ParseHeaderValue(std::string_view text, std::string_view hea
     }
     const size_t equals = text.find('=');
     if (equals == std::string_view::npos) return Bad(fmt::format("a parameter of {} has no value", header));
-    const std::string key = Lower(Trim(text.substr(0, equals)));
+    const std::string key = AsciiLower(TrimBlanks(text.substr(0, equals)));
     if (key.empty() || key.find_first_of(" \t\";") != std::string::npos) {
       return Bad(fmt::format("{} has a malformed parameter name", header));
     }
     text.remove_prefix(equals + 1);
-    text = Trim(text);
+    text = TrimBlanks(text);
     std::string parameter;
     if (!text.empty() && text.front() == '"') {
       size_t i = 1;
@@ -80,11 +68,11 @@ Result<HeaderValue> ParseHeaderValue(std::string_view text, std::string_view hea
       }
       if (!closed) return Bad(fmt::format("{} has an unterminated quoted string", header));
       text.remove_prefix(i + 1);
-      text = Trim(text);
+      text = TrimBlanks(text);
       if (!text.empty() && text.front() != ';') return Bad(fmt::format("{} has text after a quoted string", header));
     } else {
       const size_t end = text.find(';');
-      parameter = std::string(Trim(text.substr(0, end)));
+      parameter = std::string(TrimBlanks(text.substr(0, end)));
       text = end == std::string_view::npos ? std::string_view() : text.substr(end);
     }
     if (!text.empty()) text.remove_prefix(1);  // the ';'
@@ -99,7 +87,7 @@ Result<std::string> DecodeExtValue(std::string_view text) {
   const size_t first = text.find('\'');
   const size_t second = first == std::string_view::npos ? first : text.find('\'', first + 1);
   if (second == std::string_view::npos) return Bad("filename* is not charset'language'value");
-  const std::string charset = Lower(text.substr(0, first));
+  const std::string charset = AsciiLower(text.substr(0, first));
   if (charset != "utf-8" && charset != "us-ascii") return Bad("filename* must be UTF-8");
   text.remove_prefix(second + 1);
   std::string out;
@@ -152,9 +140,9 @@ Status MultipartParser::ParseHeaderLine(std::string_view line) {
   if (line.front() == ' ' || line.front() == '\t') return Fail("folded multipart header lines are not accepted");
   const size_t colon = line.find(':');
   if (colon == std::string_view::npos || colon == 0) return Fail("a multipart part has a malformed header line");
-  const std::string name = Lower(line.substr(0, colon));
+  const std::string name = AsciiLower(line.substr(0, colon));
   if (name.find_first_of(" \t") != std::string::npos) return Fail("a multipart header name contains whitespace");
-  const std::string_view value = Trim(line.substr(colon + 1));
+  const std::string_view value = TrimBlanks(line.substr(colon + 1));
   if (name == "content-disposition") {
     if (has_disposition_) return Fail("a multipart part has two Content-Disposition headers");
     has_disposition_ = true;
