@@ -150,6 +150,10 @@ class Worker {
     }
   }
 
+  // How long a worker may go quiet before it counts as hung: generous, since a sanitizer build
+  // on a loaded machine lists a hundred thousand entries slowly (a bound, not a timing check).
+  static constexpr int kHangMs = 180000;
+
   // Reads stdout and stderr to their end, then reaps the worker.
   WorkerOutcome Finish() {
     WorkerOutcome outcome;
@@ -157,7 +161,7 @@ class Worker {
     pollfd fds[2] = {{stdout_.get(), POLLIN, 0}, {stderr_.get(), POLLIN, 0}};
     std::string* sinks[2] = {&outcome.out, &outcome.err};
     while (fds[0].fd >= 0 || fds[1].fd >= 0) {
-      if (::poll(fds, 2, 30000) <= 0) {
+      if (::poll(fds, 2, kHangMs) <= 0) {
         ADD_FAILURE() << "the worker's output did not end";
         break;
       }
@@ -178,7 +182,7 @@ class Worker {
 
   // The worker's exit code once it exited (-1 if killed; a failure if it does not end).
   int Wait() {
-    auto deadline = Clock::now() + std::chrono::seconds(30);
+    auto deadline = Clock::now() + std::chrono::milliseconds(kHangMs);
     int status = 0;
     while (::waitpid(pid_, &status, WNOHANG) == 0) {
       if (Clock::now() > deadline) {
