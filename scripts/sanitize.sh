@@ -2,8 +2,12 @@
 # Sanitizer runs. Builds bulkhead with sanitizers (CMake option BULKHEAD_SANITIZE), then runs
 # the tests against that build; any sanitizer report fails the run.
 #
-#   scripts/sanitize.sh [address]   ASan+UBSan into build-asan: the unit tests and the whole
+#   scripts/sanitize.sh [address]   ASan+UBSan into build-asan (clang, with the fuzz targets
+#                                   beside: scripts/fuzz.sh reuses the tree with
+#                                   FUZZ_BUILD_DIR=build-asan): the unit tests and the whole
 #                                   integration suite.
+#   scripts/sanitize.sh address --ci   the unit tests and CI_TESTS, a bounded selection that
+#                                   scripts/test.sh runs.
 #   scripts/sanitize.sh thread      TSan into build-tsan: the unit tests and the integration
 #                                   tests that drive the daemon's concurrent paths (TSAN_TESTS).
 #   scripts/sanitize.sh MODE TEST...   the unit tests and only these pytest selections.
@@ -40,7 +44,20 @@ TSAN_TESTS=(
   tests/integration/test_mcp.py
 )
 
-if [ $# -gt 0 ]; then
+# CI's selection (scripts/test.sh): the request paths every client drives (HTTP parsing,
+# validation, exec, processes, files, hostile input) and the E2B front, a few minutes under ASan.
+CI_TESTS=(
+  tests/integration/test_bad_input.py
+  tests/integration/test_exec.py
+  tests/integration/test_processes.py
+  tests/integration/test_files.py
+  tests/integration/test_files_security.py
+  tests/integration/test_e2b_control_plane.py
+)
+
+if [ "${1:-}" = --ci ]; then
+  tests=("${CI_TESTS[@]}")
+elif [ $# -gt 0 ]; then
   tests=("$@")
 elif [ "$mode" = thread ]; then
   tests=("${TSAN_TESTS[@]}")
@@ -49,8 +66,11 @@ else
 fi
 
 echo "== build ($mode) into $build"
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBULKHEAD_SANITIZE="$mode" >/dev/null
-ninja -C "$build" -j2
+compiler=()
+# The address build is clang's, so that the fuzz targets (libFuzzer is clang's) share its tree.
+[ "$mode" = address ] && compiler=(-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DBULKHEAD_FUZZ=ON)
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBULKHEAD_SANITIZE="$mode" "${compiler[@]}" >/dev/null
+ninja -C "$build" -j2 bulkhead unit-tests
 bash scripts/install-test-tools.sh
 
 reports=$(mktemp -d /tmp/bhsan-XXXXXX)
