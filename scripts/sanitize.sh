@@ -2,8 +2,13 @@
 # Sanitizer runs. Builds bulkhead with sanitizers (CMake option BULKHEAD_SANITIZE), then runs
 # the tests against that build; any sanitizer report fails the run.
 #
-#   scripts/sanitize.sh [address]   ASan+UBSan into build-asan: the unit tests and the whole
+#   scripts/sanitize.sh [address]   ASan+UBSan into build-asan (clang, with the fuzz targets
+#                                   beside: scripts/fuzz.sh reuses the tree with
+#                                   FUZZ_BUILD_DIR=build-asan): the unit tests and the whole
 #                                   integration suite.
+#   scripts/sanitize.sh address --ci   only CI_TESTS, a bounded selection of integration tests
+#                                   that scripts/test.sh runs (not the unit tests: their build
+#                                   would double CI's sanitizer build time).
 #   scripts/sanitize.sh thread      TSan into build-tsan: the unit tests and the integration
 #                                   tests that drive the daemon's concurrent paths (TSAN_TESTS).
 #   scripts/sanitize.sh MODE TEST...   the unit tests and only these pytest selections.
@@ -40,7 +45,22 @@ TSAN_TESTS=(
   tests/integration/test_mcp.py
 )
 
-if [ $# -gt 0 ]; then
+# CI's selection (scripts/test.sh): the request paths every client drives (HTTP parsing,
+# validation, exec, processes, files, hostile input) and the E2B front, a few minutes under ASan.
+CI_TESTS=(
+  tests/integration/test_bad_input.py
+  tests/integration/test_exec.py
+  tests/integration/test_processes.py
+  tests/integration/test_files.py
+  tests/integration/test_files_security.py
+  tests/integration/test_e2b_control_plane.py
+)
+
+ci=false
+if [ "${1:-}" = --ci ]; then
+  ci=true
+  tests=("${CI_TESTS[@]}")
+elif [ $# -gt 0 ]; then
   tests=("$@")
 elif [ "$mode" = thread ]; then
   tests=("${TSAN_TESTS[@]}")
@@ -49,8 +69,11 @@ else
 fi
 
 echo "== build ($mode) into $build"
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBULKHEAD_SANITIZE="$mode" >/dev/null
-ninja -C "$build" -j2
+compiler=()
+# The address build is clang's, so that the fuzz targets (libFuzzer is clang's) share its tree.
+[ "$mode" = address ] && compiler=(-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DBULKHEAD_FUZZ=ON)
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBULKHEAD_SANITIZE="$mode" "${compiler[@]}" >/dev/null
+if $ci; then ninja -C "$build" -j2 bulkhead; else ninja -C "$build" -j2 bulkhead unit-tests; fi
 bash scripts/install-test-tools.sh
 
 reports=$(mktemp -d /tmp/bhsan-XXXXXX)
@@ -74,7 +97,7 @@ echo "== unit tests"
 # Allocation stacks unwound the slow way, through libraries without frame pointers, so that
 # lsan.supp can name a libarchive function; too slow for the daemons.
 sanitizer_options unit fast_unwind_on_malloc=0
-(cd "$build" && ctest --output-on-failure --timeout 900) || status=1
+if ! $ci; then (cd "$build" && ctest --output-on-failure --timeout 900) || status=1; fi
 echo "== integration tests: ${tests[*]}"
 sanitizer_options integration
 BULKHEAD_BUILD_DIR="$PWD/$build" /usr/bin/python3 -m pytest -q -p no:cacheprovider "${tests[@]}" || status=1
