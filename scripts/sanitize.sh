@@ -54,6 +54,8 @@ CI_TESTS=(
   tests/integration/test_files.py
   tests/integration/test_files_security.py
   tests/integration/test_e2b_control_plane.py
+  tests/integration/test_e2b_envd_process.py
+  tests/integration/test_e2b_envd_files.py
 )
 
 ci=false
