@@ -215,8 +215,11 @@ class LineReader:
 
 def test_watch_prints_changes_as_they_happen(cli, sandbox):
     sh(cli, sandbox, "mkdir -p /workspace/w")
+    # SIGINT as a terminal gives it: a suite started in the background (`cmd &` in a script)
+    # passes SIGINT on ignored, and an ignored SIGINT would not stop the watch.
     proc = subprocess.Popen([str(BULKHEAD), "watch", sandbox, "/workspace/w"], env=cli.env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         out, err = LineReader(proc.stdout), LineReader(proc.stderr)
         # This line comes once the watch is set: whatever happens from now on is reported.
