@@ -23,7 +23,7 @@ constexpr std::string_view kReader = "0";
 constexpr size_t kMaxAccountsFile = 4 * 1024 * 1024;
 
 // A whole (small) file of the sandbox, read as root. "" if it does not exist.
-asio::awaitable<Result<std::string>> ReadSmallFile(core::InitConnection connection, const std::string& path) {
+asio::awaitable<Result<std::string>> ReadSandboxFile(core::InitConnection connection, const std::string& path) {
   const json op = {{"op", "read"}, {"path", path}};
   Result<std::unique_ptr<core::FileOperation>> started =
       co_await core::FileOperation::Start(std::move(connection), op, std::string(kReader), false);
@@ -59,7 +59,7 @@ asio::awaitable<Result<SandboxFiles>> SandboxFiles::Open(core::SandboxManager& m
   files.manager_ = &manager;
   files.sandbox_id_ = sandbox_id;
   files.user_ = user.value_or(connection->spec.user);
-  Result<std::string> passwd = co_await ReadSmallFile(std::move(connection.value()), "/etc/passwd");
+  Result<std::string> passwd = co_await ReadSandboxFile(std::move(connection.value()), "/etc/passwd");
   if (!passwd.ok()) co_return passwd.error();
   files.accounts_.users = ParsePasswd(*passwd);
 
@@ -106,7 +106,7 @@ asio::awaitable<Result<json>> SandboxFiles::Info(const json& entry) {
     auto executor = co_await asio::this_coro::executor;
     Result<core::InitConnection> connection = co_await manager_->ConnectInit(executor, sandbox_id_);
     if (!connection.ok()) co_return connection.error();
-    Result<std::string> group = co_await ReadSmallFile(std::move(connection.value()), "/etc/group");
+    Result<std::string> group = co_await ReadSandboxFile(std::move(connection.value()), "/etc/group");
     if (!group.ok()) co_return group.error();
     accounts_.groups = ParseGroup(*group);
     groups_read_ = true;

@@ -15,6 +15,7 @@
 #include "common/scope_guard.h"
 #include "e2b/connect_rpc.h"
 #include "e2b/envd.h"
+#include "e2b/envd_fs.h"
 #include "e2b/process_events.h"
 
 // g++ 12 at -O2 reports a false -Wmismatched-new-delete on asio's coroutine frames.
@@ -90,13 +91,6 @@ int PidOf(const json& process) {
 bool HasPty(const json& process) {
   auto pty = process.find("pty");
   return pty != process.end() && pty->is_object();
-}
-
-// The user the process runs as: the Basic-auth one, else the sandbox's.
-std::string EffectiveUser(EnvdRequest& request) {
-  if (request.user) return *request.user;
-  Result<core::SandboxInfo> sandbox = request.context.manager.Get(request.sandbox_id);
-  return sandbox.ok() ? sandbox->spec.user : std::string("root");
 }
 
 // An attach connection to the running process `selector` names; not_found as envd says it
@@ -197,8 +191,11 @@ asio::awaitable<void> Start(EnvdRequest& request) {
   if (!message) co_return;
   Result<std::optional<std::chrono::milliseconds>> timeout = ConnectTimeout(request.exchange.request());
   if (!timeout.ok()) co_return co_await stream.Finish(ToRpcError(timeout.error()));
-  const std::string user = EffectiveUser(request);
-  Result<StartSpec> spec = ParseStartRequest(*message, user);
+  // Whom it runs as and where home is, from the sandbox's own /etc/passwd, as for files.
+  Result<SandboxFiles> account = co_await SandboxFiles::Open(request.context.manager, request.sandbox_id, request.user);
+  if (!account.ok()) co_return co_await stream.Finish(FileRpcError(account.error()));
+  const std::string user = account->user();
+  Result<StartSpec> spec = ParseStartRequest(*message, user, account->home());
   if (!spec.ok()) co_return co_await stream.Finish(ToRpcError(spec.error()));
   // The deadline is the process's lifetime: init kills it then, whoever still listens.
   if (*timeout && (*timeout)->count() > 0) spec->options.timeout_ms = static_cast<uint64_t>((*timeout)->count());

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "common/base64.h"
+#include "e2b/envd_paths.h"
 
 namespace bulkhead::e2b {
 
@@ -167,14 +168,7 @@ Result<api::PtySize> ParsePty(const json& pty) {
   return size;
 }
 
-std::optional<std::string> UserHome(std::string_view user) {
-  if (user == "root" || user == "0") return std::string("/root");
-  if (user.empty() || user.find_first_not_of("0123456789") == std::string_view::npos) return std::nullopt;
-  if (user.find('/') != std::string_view::npos || user.find(':') != std::string_view::npos) return std::nullopt;
-  return "/home/" + std::string(user);
-}
-
-Result<StartSpec> ParseStartRequest(const json& request, const std::string& user) {
+Result<StartSpec> ParseStartRequest(const json& request, const std::string& user, const std::string& home) {
   const json* process = Field(request, "process");
   if (process == nullptr || !process->is_object()) return Invalid("process (a ProcessConfig) is required");
   StartSpec spec;
@@ -199,20 +193,19 @@ Result<StartSpec> ParseStartRequest(const json& request, const std::string& user
       spec.envs[key] = value.get<std::string>();
     }
   }
-  const std::optional<std::string> home = UserHome(user);
-  std::string cwd;
+  // envd: the home by default; "~" and relative paths taken from it, as every envd path.
+  std::string cwd = home;
   if (const json* given = Field(*process, "cwd")) {
     if (!given->is_string()) return Invalid("process.cwd must be a string");
-    cwd = given->get<std::string>();
+    if (!given->get_ref<const std::string&>().empty()) {
+      Result<std::string> resolved = ResolveEnvdPath(given->get<std::string>(), home);
+      if (!resolved.ok()) return Invalid("process.cwd: " + resolved.error().message);
+      cwd = std::move(*resolved);
+    }
   }
-  // envd: "~" is the home; a relative path is taken from the home.
-  if (home && (cwd == "~" || cwd.starts_with("~/"))) cwd = *home + cwd.substr(1);
-  if (!cwd.empty() && !cwd.starts_with("/") && home) cwd = *home + "/" + cwd;
-  if (cwd.empty() && home) cwd = *home;
   spec.cwd = cwd;
 
-  json body = {{"cmd", std::move(argv)}, {"env", spec.envs}, {"user", user}};
-  if (!cwd.empty()) body["cwd"] = cwd;
+  json body = {{"cmd", std::move(argv)}, {"env", spec.envs}, {"user", user}, {"cwd", cwd}};
   if (const json* tag = Field(request, "tag")) body["tag"] = *tag;
   if (const json* stdin = Field(request, "stdin")) {
     if (!stdin->is_boolean()) return Invalid("stdin must be a boolean");

@@ -57,8 +57,8 @@ Result<int> ParseE2bSignal(const nlohmann::json& signal);
 Result<api::PtySize> ParsePty(const nlohmann::json& pty);
 
 // A StartRequest as a bulkhead background process. `user` is the effective user (the
-// Basic-auth one or the sandbox's); cwd defaults to that user's home and a relative cwd is
-// taken from it.
+// Basic-auth one or the sandbox's) and `home` its home (SandboxFiles): cwd defaults to the
+// home, and "~" or a relative cwd is taken from it (ResolveEnvdPath).
 struct StartSpec {
   api::ProcessOptions options;
   bool stdin = true;
@@ -67,11 +67,7 @@ struct StartSpec {
   std::map<std::string, std::string> envs;
   std::string cwd;
 };
-Result<StartSpec> ParseStartRequest(const nlohmann::json& request, const std::string& user);
-
-// The home of a user as envd resolves it: root → /root, a name → /home/<name>; nullopt
-// for a numeric id (the sandbox's workdir is used then).
-std::optional<std::string> UserHome(std::string_view user);
+Result<StartSpec> ParseStartRequest(const nlohmann::json& request, const std::string& user, const std::string& home);
 
 // invalid_argument "cwd '<cwd>' does not exist" when init refused the start for its cwd,
 // unauthenticated "invalid username: '<user>'" for a user the sandbox does not know; else

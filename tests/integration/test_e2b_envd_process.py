@@ -287,6 +287,14 @@ def test_env_cwd_and_user(envd):
     events = list(s.events())
     s.close()
     assert data_of(events) == b"/tmp\n"
+    # The home is the sandbox's /etc/passwd's, not a guess: daemon's is /usr/sbin.
+    events, _ = envd.run("pwd", stdin=False, user="daemon")
+    assert data_of(events) == b"/usr/sbin\n"
+    body = {"process": {"cmd": "/bin/pwd", "cwd": "~/../lib"}, "stdin": False}
+    s = envd.stream("Start", body, user="daemon")
+    events = list(s.events())
+    s.close()
+    assert data_of(events) == b"/usr/lib\n"
 
 
 def test_missing_cwd_is_invalid_argument(envd):

@@ -119,7 +119,7 @@ TEST(E2bProcessPty, SizeWithDefaultsAndLimits) {
 TEST(E2bProcessStart, CommandLineEnvsAndTheHomeAsCwd) {
   Result<StartSpec> spec = ParseStartRequest(
       json::parse(R"({"process":{"cmd":"/bin/bash","args":["-l","-c","echo hi"],"envs":{"A":"1"}},"stdin":false})"),
-      "user");
+      "user", "/home/user");
   ASSERT_TRUE(spec.ok()) << spec.error().message;
   EXPECT_EQ(spec->options.request.argv, (std::vector<std::string>{"/bin/bash", "-l", "-c", "echo hi"}));
   EXPECT_EQ(spec->options.request.env.at("A"), "1");
@@ -132,21 +132,23 @@ TEST(E2bProcessStart, CommandLineEnvsAndTheHomeAsCwd) {
 }
 
 TEST(E2bProcessStart, RelativeAndTildeCwdTakeTheHome) {
-  auto cwd_of = [](const char* cwd, const std::string& user) {
+  auto cwd_of = [](const char* cwd, const std::string& home) {
     json request = {{"process", {{"cmd", "pwd"}, {"cwd", cwd}}}};
-    Result<StartSpec> spec = ParseStartRequest(request, user);
+    Result<StartSpec> spec = ParseStartRequest(request, "someone", home);
     return spec.ok() ? spec->cwd : "error: " + spec.error().message;
   };
-  EXPECT_EQ(cwd_of("work", "user"), "/home/user/work");
-  EXPECT_EQ(cwd_of("~/x", "root"), "/root/x");
-  EXPECT_EQ(cwd_of("/tmp", "root"), "/tmp");
-  EXPECT_EQ(cwd_of("", "root"), "/root");
+  EXPECT_EQ(cwd_of("work", "/home/user"), "/home/user/work");
+  EXPECT_EQ(cwd_of("~/x", "/root"), "/root/x");
+  EXPECT_EQ(cwd_of("/tmp", "/root"), "/tmp");
+  EXPECT_EQ(cwd_of("", "/root"), "/root");
+  EXPECT_EQ(cwd_of("a/../b", "/srv/app"), "/srv/app/b");  // a home outside /home, as passwd says
+  EXPECT_TRUE(cwd_of("~other/x", "/root").starts_with("error: "));
 }
 
 TEST(E2bProcessStart, PtyTagAndStdinDefault) {
   Result<StartSpec> spec = ParseStartRequest(
       json::parse(R"({"process":{"cmd":"/bin/bash","args":["-i","-l"]},"pty":{"size":{"cols":90,"rows":20}},"tag":"term"})"),
-      "root");
+      "root", "/root");
   ASSERT_TRUE(spec.ok()) << spec.error().message;
   ASSERT_TRUE(spec->options.pty);
   EXPECT_EQ(spec->options.pty->cols, 90);
@@ -160,7 +162,7 @@ TEST(E2bProcessStart, RejectsMalformedRequests) {
                           R"({"process":{"cmd":"x","envs":{"A":1}}})", R"({"process":{"cmd":"x","cwd":3}})",
                           R"({"process":{"cmd":"x"},"stdin":"yes"})", R"({"process":{"cmd":"x"},"pty":{"size":{"cols":-1}}})",
                           R"({"process":{"cmd":"x"},"tag":"123"})"}) {
-    Result<StartSpec> spec = ParseStartRequest(json::parse(bad), "root");
+    Result<StartSpec> spec = ParseStartRequest(json::parse(bad), "root", "/root");
     ASSERT_FALSE(spec.ok()) << bad;
     EXPECT_EQ(ToRpcError(spec.error()).code, "invalid_argument") << bad;
   }
@@ -176,13 +178,6 @@ TEST(E2bProcessStart, CwdErrorsAreEnvds) {
       StartError(MakeError(ErrorCode::kNotFound, "user ghost not found in /etc/passwd"), "/home/ghost", "ghost");
   EXPECT_EQ(user.code, "unauthenticated");
   EXPECT_EQ(user.message, "invalid username: 'ghost'");
-}
-
-TEST(E2bProcessStart, UserHomes) {
-  EXPECT_EQ(UserHome("root"), "/root");
-  EXPECT_EQ(UserHome("user"), "/home/user");
-  EXPECT_EQ(UserHome("1000"), std::nullopt);
-  EXPECT_EQ(UserHome("a/b"), std::nullopt);
 }
 
 }  // namespace
