@@ -579,6 +579,7 @@ std::vector<SandboxInfo> SandboxManagerImpl::List(const ListFilter& filter) {
   std::lock_guard lock(mu_);
   for (const auto& [id, sb] : sandboxes_) {
     if (sb->deleting) continue;
+    if (filter.id && id != *filter.id) continue;
     if (filter.state && sb->info.state != *filter.state) continue;
     bool match = true;
     for (const auto& [k, v] : filter.metadata) {

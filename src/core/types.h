@@ -71,6 +71,7 @@ struct SandboxInfo {
 };
 
 struct ListFilter {
+  std::optional<std::string> id;  // only this sandbox: its state without Get's usage readings
   std::optional<std::string> state;
   std::map<std::string, std::string> metadata;  // all must match
 };

@@ -237,10 +237,16 @@ class ControlPlane {
   asio::awaitable<void> ListSnapshots(const api::QueryParams& query);
   asio::awaitable<void> DeleteSnapshot(const std::string& id);
 
-  // The sandbox as E2B sees it: 404 for unknown ids and failed sandboxes.
-  Result<core::SandboxInfo> Find(const std::string& id) {
+  // The sandbox as E2B sees it: 404 for unknown ids and failed sandboxes. With `usage` (get,
+  // metrics) it is read with Get's usage figures; otherwise only its state is looked up.
+  Result<core::SandboxInfo> Find(const std::string& id, bool usage = false) {
     if (!api::IsValidSandboxId(id)) return NotFound(id);
-    Result<core::SandboxInfo> sandbox = context_.manager.Get(id);
+    Result<core::SandboxInfo> sandbox = NotFound(id);
+    if (usage) {
+      sandbox = context_.manager.Get(id);
+    } else if (std::vector<core::SandboxInfo> found = context_.manager.List(core::ListFilter{.id = id}); !found.empty()) {
+      sandbox = std::move(found.front());
+    }
     if (!sandbox.ok() || !E2bState(sandbox->state)) return NotFound(id);
     return sandbox;
   }
@@ -390,7 +396,7 @@ asio::awaitable<void> ControlPlane::List(const api::QueryParams& query, bool pag
 }
 
 asio::awaitable<void> ControlPlane::Get(const std::string& id) {
-  Result<core::SandboxInfo> sandbox = Find(id);
+  Result<core::SandboxInfo> sandbox = Find(id, /*usage=*/true);
   if (!sandbox.ok()) co_return co_await Fail(sandbox.error());
   co_await exchange_.SendJson(http::status::ok, ListedJson(context_, *sandbox, *E2bState(sandbox->state), true));
 }
@@ -454,7 +460,7 @@ asio::awaitable<void> ControlPlane::Connect(const std::string& id) {
 }
 
 asio::awaitable<void> ControlPlane::Metrics(const std::string& id) {
-  Result<core::SandboxInfo> sandbox = Find(id);
+  Result<core::SandboxInfo> sandbox = Find(id, /*usage=*/true);
   if (!sandbox.ok()) co_return co_await Fail(sandbox.error());
   const json samples = json::array({MetricsSample(*sandbox)});
   co_await exchange_.SendJson(http::status::ok, samples);

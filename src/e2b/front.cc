@@ -86,8 +86,9 @@ asio::awaitable<std::string_view> ServeEnvd(E2bContext& context, api::HttpExchan
     co_await SendE2bError(exchange, 502, gone);
     co_return "envd";
   }
-  Result<core::SandboxInfo> sandbox = context.manager.Get(sandbox_id);
-  if (!sandbox.ok() || sandbox->state == "error") {
+  // Its state only (List, not Get: no usage readings on every envd call).
+  const std::vector<core::SandboxInfo> sandbox = context.manager.List(core::ListFilter{.id = sandbox_id});
+  if (sandbox.empty() || sandbox.front().state == "error") {
     co_await SendE2bError(exchange, 502, gone);
     co_return "envd";
   }
