@@ -140,7 +140,9 @@ def test_snapshot_of_a_file_being_appended_holds_only_whole_lines(made):
     writer = f"i=0; while :; do echo \"$i {line}\"; i=$((i+1)); [ $((i % 100)) -eq 0 ] && sleep 0.01; done >> /workspace/log"
     r = client.post(f"/v1/sandboxes/{source}/processes", {"cmd": writer})
     assert r.status == 201, r
-    client.sh(source, "while [ $(wc -c < /workspace/log) -lt 100000 ]; do sleep 0.05; done")
+    # (cat, not `wc -c < log`: before the writer has made the file, that redirect fails, `[`
+    # errs and the loop would end at once, snapshotting an early file.)
+    client.sh(source, "while [ $(cat /workspace/log 2>/dev/null | wc -c) -lt 100000 ]; do sleep 0.05; done")
     snapshots = [made.snapshot(source) for _ in range(3)]
     # Every line whole and in order, the last one ended: prints the number of lines.
     check = (f"awk -v L={line} '{{ if ($0 != (n+0) \" \" L) {{ print \"cut at \" n \": \" substr($0, 1, 30); exit 1 }} n++ }}"
