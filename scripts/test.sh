@@ -2,17 +2,32 @@
 # Command 2 of the README, and what CI runs: builds, then runs every test — unit tests
 # (GoogleTest via ctest), integration tests against real daemons (pytest), the escape
 # probe suite inside a sandbox, a short benchmark smoke run, then the sanitizer build (ASan and
-# UBSan, clang: a bounded set of integration tests against its daemon; scripts/sanitize.sh
-# without --ci runs everything) and every fuzz target for a bounded time in the same tree.
+# UBSan, clang, built meanwhile: a bounded set of integration tests against its daemon;
+# scripts/sanitize.sh without --ci runs everything) and every fuzz target for a bounded time in
+# the same tree.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh
 bash scripts/install-test-tools.sh
+# The sanitizer tree builds while the tests below run, at the lowest CPU priority: it takes the
+# CPU they leave idle (they wait on sandboxes much of the time) instead of adding its own minutes.
+sanitizer_build_log=$(mktemp /tmp/bulkhead-sanitizer-build-XXXXXX.log)
+# (setsid: its own process group, so that a failed run stops the whole build, ninja too.)
+setsid nice -n 19 bash scripts/sanitize.sh address --ci --build-only >"$sanitizer_build_log" 2>&1 &
+sanitizer_build=$!
+trap 'kill -- -"$sanitizer_build" 2>/dev/null || true' EXIT
 echo "== unit tests"
 (cd build && ctest --output-on-failure --timeout 300)
 echo "== integration tests"
 /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration
+echo "== sanitizer build: waiting for it"
+if ! wait "$sanitizer_build"; then
+  tail -n 60 "$sanitizer_build_log"
+  echo "sanitizer build failed: $sanitizer_build_log" >&2
+  exit 1
+fi
+rm -f "$sanitizer_build_log"
 echo "== benchmark smoke run (figures only, no assertions)"
 /usr/bin/python3 bench/startup.py --quick --build build
 echo "== sanitizers: ASan+UBSan build, CI's integration selection"
