@@ -33,6 +33,14 @@ def test_sandbox_has_its_own_hostname(client, sandbox):
     assert socket.gethostname() != "changed-inside"
 
 
+def test_sandbox_processes_start_with_no_signal_ignored_or_blocked(client, sandbox):
+    # The daemon ignores SIGPIPE and blocks signals around the clone; none of it may reach what
+    # init runs (a command with SIGPIPE ignored would never die on a closed pipe). Init itself,
+    # pid 1, ignores what it does not handle.
+    status = client.sh(sandbox, "grep -E '^Sig(Ign|Blk):' /proc/self/status")
+    assert status.split() == ["SigBlk:", "0000000000000000", "SigIgn:", "0000000000000000"], status
+
+
 def test_etc_shadow_and_host_secrets_are_absent(client, sandbox):
     assert client.exec(sandbox, ["test", "-e", "/etc/shadow"])["exit_code"] != 0
     assert client.exec(sandbox, ["cat", "/etc/shadow"])["exit_code"] != 0

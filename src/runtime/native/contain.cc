@@ -18,7 +18,9 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 #include "common/ctl_protocol.h"
@@ -86,11 +88,35 @@ constexpr int kKeptCaps[] = {CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FSETID, CAP_FOWNER
 
 const char* At(const ChildPlan* plan, PathIndex i) { return plan->root_paths[i].c_str(); }
 
+// The child shares the daemon's memory until it execs init, so it calls the kernel directly
+// rather than through the libc functions that sanitizers intercept: an interceptor would
+// record the child's calls in the daemon's own bookkeeping (ThreadSanitizer's tables of
+// descriptors and signal handlers). mount, mkdir and the like are not intercepted.
+int Open(const char* path, int flags) { return static_cast<int>(::syscall(SYS_openat, AT_FDCWD, path, flags, 0)); }
+void Close(int fd) { ::syscall(SYS_close, fd); }
+int Dup3(int from, int to, int flags) { return static_cast<int>(::syscall(SYS_dup3, from, to, flags)); }
+long Write(int fd, const void* data, size_t size) { return ::syscall(SYS_write, fd, data, size); }
+int Ioctl(int fd, unsigned long request, void* arg) { return static_cast<int>(::syscall(SYS_ioctl, fd, request, arg)); }
+int Prctl(int option, unsigned long arg) { return static_cast<int>(::syscall(SYS_prctl, option, arg, 0, 0, 0)); }
+int SetRlimit(int resource, const struct rlimit* limit) {
+  return static_cast<int>(::syscall(SYS_prlimit64, 0, resource, limit, nullptr));
+}
+int GetRlimit(int resource, struct rlimit* limit) {
+  return static_cast<int>(::syscall(SYS_prlimit64, 0, resource, nullptr, limit));
+}
+// The kernel's struct sigaction and signal set (64 signals), as rt_sigaction takes them.
+struct KernelSigaction {
+  void (*handler)(int);
+  unsigned long flags;
+  void (*restorer)();
+  uint64_t mask;
+};
+
 bool IsDir(const char* path) {
   struct stat st;
-  return ::stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+  return ::syscall(SYS_newfstatat, AT_FDCWD, path, &st, 0) == 0 && S_ISDIR(st.st_mode);
 }
-bool Exists(const char* path) { return ::access(path, F_OK) == 0; }
+bool Exists(const char* path) { return ::syscall(SYS_faccessat, AT_FDCWD, path, F_OK) == 0; }
 
 void MakeDir(ChildPlan* plan, const char* path, const char* step) {
   STEP(::mkdir(path, 0755) == 0 || errno == EEXIST, step);
@@ -115,14 +141,14 @@ int IdmappedClone(ChildPlan* plan, const char* source, bool recursive, bool writ
 void IdmappedBind(ChildPlan* plan, const char* source, const char* target, bool recursive) {
   int fd = IdmappedClone(plan, source, recursive, /*writable=*/false);
   STEP(::syscall(SYS_move_mount, fd, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) == 0, "move_mount");
-  ::close(fd);
+  Close(fd);
 }
 
 // The directory at root + components, made where missing (owned by the sandbox's root). The
 // root's writable layer is the sandbox's: a component that is a symlink is refused rather
 // than followed, so a planted link cannot aim a mount (or a mkdir) at a host path.
 int OpenVolumeMountPoint(ChildPlan* plan, const VolumePlan& volume) {
-  int dir = ::open(plan->root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  int dir = Open(plan->root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   STEP(dir >= 0, kVolumeMountPointStep);
   for (const std::string& name : volume.components) {
     struct open_how how {};
@@ -136,7 +162,7 @@ int OpenVolumeMountPoint(ChildPlan* plan, const VolumePlan& volume) {
       next = static_cast<int>(::syscall(SYS_openat2, dir, name.c_str(), &how, sizeof how));
     }
     STEP(next >= 0, kVolumeMountPointStep);
-    ::close(dir);
+    Close(dir);
     dir = next;
   }
   return dir;
@@ -157,17 +183,17 @@ void EmptyReadOnlyDir(ChildPlan* plan, const char* path) {
 // --- the steps ---------------------------------------------------------------------
 
 void JoinCgroups(ChildPlan* plan) {
-  for (int fd : plan->cgroup_join_fds) STEP(::write(fd, "0", 1) == 1, "join cgroup");
+  for (int fd : plan->cgroup_join_fds) STEP(Write(fd, "0", 1) == 1, "join cgroup");
   STEP(::unshare(CLONE_NEWCGROUP) == 0, "unshare cgroup namespace");
   // A time namespace for the sandbox's processes where the kernel has one.
   if (::unshare(CLONE_NEWTIME) != 0) STEP(errno == EINVAL, "unshare time namespace");
   // init should be the last process the OOM killer picks: it holds the sandbox together.
   // Best effort: lowering the score needs CAP_SYS_RESOURCE, which a daemon in a container
   // may lack; init is tiny, so the killer prefers the process that grew anyway.
-  int fd = ::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+  int fd = Open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
   if (fd >= 0) {
-    (void)!::write(fd, "-998", 4);
-    ::close(fd);
+    (void)!Write(fd, "-998", 4);
+    Close(fd);
   }
 }
 
@@ -178,22 +204,17 @@ void JoinCgroups(ChildPlan* plan) {
 // mount outside the root. Each must be a real directory, or absent (then made by mkdir, which
 // never follows a symlink). Nothing of the sandbox runs yet, so it cannot change in between.
 void RequireRealTopLevelDirs(ChildPlan* plan) {
-  int root = ::open(plan->root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  int root = Open(plan->root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   STEP(root >= 0, "open sandbox root");
-  auto check = [&](const std::string& path) {
-    std::string first = path.substr(plan->root.size() + 1);
-    first = first.substr(0, first.find('/'));
+  for (const std::string& name : plan->top_level_names) {
     struct open_how how {};
     how.flags = O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
     how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-    int fd = static_cast<int>(::syscall(SYS_openat2, root, first.c_str(), &how, sizeof how));
+    int fd = static_cast<int>(::syscall(SYS_openat2, root, name.c_str(), &how, sizeof how));
     STEP(fd >= 0 || errno == ENOENT, kRootMountPointStep);
-    if (fd >= 0) ::close(fd);
-  };
-  for (const std::string& target : plan->host_bind_targets) check(target);
-  for (PathIndex i : {kProc, kDev, kSys}) check(plan->root_paths[i]);
-  for (const std::string& target : plan->cgroup_v1_targets) check(target);
-  ::close(root);
+    if (fd >= 0) Close(fd);
+  }
+  Close(root);
 }
 
 void MountRoot(ChildPlan* plan) {
@@ -201,9 +222,9 @@ void MountRoot(ChildPlan* plan) {
   IdmappedBind(plan, plan->image.c_str(), plan->lower.c_str(), false);
   const char* layers[3] = {plan->lower.c_str(), plan->upper.c_str(), plan->work.c_str()};
   for (int i = 0; i < 3; i++) {
-    int fd = ::open(layers[i], O_PATH | O_DIRECTORY | O_CLOEXEC);
-    STEP(fd >= 0 && ::dup3(fd, plan->layer_fds[i], O_CLOEXEC) == plan->layer_fds[i], "open layer");
-    ::close(fd);
+    int fd = Open(layers[i], O_PATH | O_DIRECTORY | O_CLOEXEC);
+    STEP(fd >= 0 && Dup3(fd, plan->layer_fds[i], O_CLOEXEC) == plan->layer_fds[i], "open layer");
+    Close(fd);
   }
   STEP(::mount("overlay", plan->root.c_str(), "overlay", MS_NOSUID | MS_NODEV, plan->overlay_options.c_str()) == 0,
        "mount overlay");
@@ -226,8 +247,8 @@ void MountVolumes(ChildPlan* plan) {
     int fd = IdmappedClone(plan, volume.source.c_str(), /*recursive=*/false, !volume.read_only);
     STEP(::syscall(SYS_move_mount, fd, "", target, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) == 0,
          "move_mount volume");
-    ::close(fd);
-    ::close(target);
+    Close(fd);
+    Close(target);
   }
   plan->failed_volume = -1;
 }
@@ -293,14 +314,14 @@ void MountSys(ChildPlan* plan) {
 
 void SetupNetwork(ChildPlan* plan) {
   // Network mode "none": the new network namespace with only loopback, brought up.
-  int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  int s = static_cast<int>(::syscall(SYS_socket, AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   STEP(s >= 0, "socket for lo");
   struct ifreq ifr {};
   std::memcpy(ifr.ifr_name, "lo", 3);
-  STEP(::ioctl(s, SIOCGIFFLAGS, &ifr) == 0, "get lo flags");
+  STEP(Ioctl(s, SIOCGIFFLAGS, &ifr) == 0, "get lo flags");
   ifr.ifr_flags |= IFF_UP;
-  STEP(::ioctl(s, SIOCSIFFLAGS, &ifr) == 0, "bring lo up");
-  ::close(s);
+  STEP(Ioctl(s, SIOCSIFFLAGS, &ifr) == 0, "bring lo up");
+  Close(s);
   STEP(::sethostname("sandbox", 7) == 0, "sethostname");
 }
 
@@ -324,14 +345,14 @@ void SetRlimits(ChildPlan* plan) {
   // it needs CAP_SYS_RESOURCE).
   struct rlimit nofile = {1048576, 1048576}, core = {0, 0};
   struct rlimit nproc = {rlim_t(plan->pids), rlim_t(plan->pids)};
-  if (::setrlimit(RLIMIT_NOFILE, &nofile) != 0) {
-    STEP(::getrlimit(RLIMIT_NOFILE, &nofile) == 0, "get rlimit nofile");
+  if (SetRlimit(RLIMIT_NOFILE, &nofile) != 0) {
+    STEP(GetRlimit(RLIMIT_NOFILE, &nofile) == 0, "get rlimit nofile");
     nofile.rlim_cur = nofile.rlim_max;
-    STEP(::setrlimit(RLIMIT_NOFILE, &nofile) == 0, "rlimit nofile");
+    STEP(SetRlimit(RLIMIT_NOFILE, &nofile) == 0, "rlimit nofile");
   }
-  STEP(::setrlimit(RLIMIT_CORE, &core) == 0, "rlimit core");
+  STEP(SetRlimit(RLIMIT_CORE, &core) == 0, "rlimit core");
   // uids are per-sandbox on the host, so the per-user process limit is per-sandbox too.
-  STEP(::setrlimit(RLIMIT_NPROC, &nproc) == 0, "rlimit nproc");
+  STEP(SetRlimit(RLIMIT_NPROC, &nproc) == 0, "rlimit nproc");
 }
 
 void DropCapabilities(ChildPlan* plan) {
@@ -339,9 +360,9 @@ void DropCapabilities(ChildPlan* plan) {
   for (int c : kKeptCaps) keep |= 1ull << c;
   for (int c = 0; c <= 63; c++) {
     if (keep & (1ull << c)) continue;
-    if (::prctl(PR_CAPBSET_DROP, c, 0, 0, 0) != 0) STEP(errno == EINVAL, "drop bounding cap");
+    if (Prctl(PR_CAPBSET_DROP, c) != 0) STEP(errno == EINVAL, "drop bounding cap");
   }
-  STEP(::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) == 0, "clear ambient caps");
+  STEP(::syscall(SYS_prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) == 0, "clear ambient caps");
   __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct data[2] = {};
   for (int i = 0; i < 2; i++) {
@@ -352,20 +373,19 @@ void DropCapabilities(ChildPlan* plan) {
 }
 
 void LockDown(ChildPlan* plan) {
-  STEP(::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0, "no_new_privs");
+  STEP(Prctl(PR_SET_NO_NEW_PRIVS, 1) == 0, "no_new_privs");
   STEP(::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &plan->seccomp) == 0, "seccomp");
 }
 
 void ExecInit(ChildPlan* plan) {
-  int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  int null_fd = Open("/dev/null", O_RDWR | O_CLOEXEC);
   STEP(null_fd >= 0, "open /dev/null");
-  for (int fd = 0; fd <= 2; fd++) STEP(::dup3(null_fd, fd, 0) == fd, "stdio");
-  STEP(::dup3(plan->listen_fd, ctl::kListenFd, 0) == ctl::kListenFd, "listen fd");
+  for (int fd = 0; fd <= 2; fd++) STEP(Dup3(null_fd, fd, 0) == fd, "stdio");
+  STEP(Dup3(plan->listen_fd, ctl::kListenFd, 0) == ctl::kListenFd, "listen fd");
   // Nothing but 0-3 reaches init; the memfd closes itself on exec.
   STEP(::syscall(SYS_close_range, ctl::kListenFd + 1, ~0U, CLOSE_RANGE_CLOEXEC) == 0, "close_range");
-  sigset_t none;
-  sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  const uint64_t none = 0;
+  ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, nullptr, sizeof none);
   char arg0[] = "bulkhead-init";
   char* argv[] = {arg0, nullptr};
   char* envp[] = {nullptr};
@@ -381,10 +401,27 @@ std::vector<std::string> RootPaths(const std::string& root) {
   return out;
 }
 
+std::vector<std::string> TopLevelNames(const ChildPlan& plan) {
+  std::vector<std::string> names;
+  auto add = [&](const std::string& path) {
+    std::string first = path.substr(plan.root.size() + 1);
+    first = first.substr(0, first.find('/'));
+    if (std::find(names.begin(), names.end(), first) == names.end()) names.push_back(first);
+  };
+  for (const std::string& target : plan.host_bind_targets) add(target);
+  for (PathIndex i : {kProc, kDev, kSys}) add(plan.root_paths[i]);
+  for (const std::string& target : plan.cgroup_v1_targets) add(target);
+  return names;
+}
+
 int ChildMain(void* arg) {
   auto* plan = static_cast<ChildPlan*>(arg);
-  // Signal handlers are the daemon's; this process must not run them.
-  for (int sig = 1; sig < NSIG; sig++) ::signal(sig, SIG_DFL);
+  // Signal handlers are the daemon's; this process must not run them (nor keep what the
+  // daemon ignores across the exec).
+  const KernelSigaction default_action{SIG_DFL, 0, nullptr, 0};
+  for (int sig = 1; sig <= 64; sig++) {
+    if (sig != SIGKILL && sig != SIGSTOP) ::syscall(SYS_rt_sigaction, sig, &default_action, nullptr, sizeof(uint64_t));
+  }
 
   // As the host's root, inside fresh mount/pid/net/uts/ipc namespaces:
   JoinCgroups(plan);

@@ -33,6 +33,7 @@ struct ChildPlan {
   std::vector<std::string> host_binds;         // host dirs, e.g. "/usr"
   std::vector<std::string> host_bind_targets;  // root + dir
   std::vector<std::string> root_paths;         // root + "/proc", "/dev", ... (see contain.cc)
+  std::vector<std::string> top_level_names;    // "usr", "proc", ...: what the mounts go below
   std::string dev_options, devpts_options, shm_options;
   std::vector<VolumePlan> volumes;
   uid_t root_owner = 0;          // host uid of the sandbox's root: owns mount points made for volumes
@@ -66,5 +67,8 @@ int ChildMain(void* plan);
 
 // Paths inside the root that ChildMain mounts over; the daemon resolves them up front.
 std::vector<std::string> RootPaths(const std::string& root);
+// The top-level names of the root that the mounts go below (host binds, /proc, /dev, /sys),
+// once all the plan's targets are set.
+std::vector<std::string> TopLevelNames(const ChildPlan& plan);
 
 }  // namespace bulkhead::runtime::native

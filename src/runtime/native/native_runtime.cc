@@ -20,6 +20,7 @@
 
 #include "common/read_file.h"
 #include "common/scope_guard.h"
+#include "runtime/native/clone_shared.h"
 #include "runtime/native/contain.h"
 #include "runtime/native/seccomp.h"
 #include "runtime/native/uid_range.h"
@@ -142,7 +143,7 @@ Result<UniqueFd> CreateUserNamespace(uid_t host_id) {
   // A tiny child that owns the new namespace until we have a descriptor for it.
   alignas(16) static thread_local char stack[16 * 1024];
   Holder holder{.owner = host_id, .daemon = ::getpid()};
-  pid_t pid = ::clone(HoldNamespace, stack + sizeof stack, CLONE_VM | SIGCHLD, &holder);
+  pid_t pid = CloneSharingMemory(HoldNamespace, stack + sizeof stack, CLONE_VM | SIGCHLD, &holder);
   if (pid < 0) return SystemError("clone user namespace holder", errno);
   ScopeGuard reap([&] {
     ::kill(pid, SIGKILL);
@@ -240,6 +241,7 @@ Result<InitProcess> NativeRuntime::Launch(const LaunchSpec& spec) {
       plan.cgroup_v1_targets.push_back(plan.root + "/sys/fs/cgroup/" + controller);
     }
   }
+  plan.top_level_names = TopLevelNames(plan);
 
   void* stack = ::mmap(nullptr, kChildStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
   if (stack == MAP_FAILED) return SystemError("mmap stack", errno);
@@ -249,7 +251,7 @@ Result<InitProcess> NativeRuntime::Launch(const LaunchSpec& spec) {
   sigfillset(&all);
   ::pthread_sigmask(SIG_SETMASK, &all, &old);
   int flags = CLONE_VM | CLONE_VFORK | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWIPC | SIGCHLD;
-  pid_t pid = ::clone(ChildMain, static_cast<char*>(stack) + kChildStack, flags, &plan);
+  pid_t pid = CloneSharingMemory(ChildMain, static_cast<char*>(stack) + kChildStack, flags, &plan);
   int clone_errno = errno;
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (pid < 0) return SystemError("clone sandbox", clone_errno);
