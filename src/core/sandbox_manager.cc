@@ -213,9 +213,16 @@ class SandboxManagerImpl : public SandboxManager {
   Result<std::shared_ptr<Sandbox>> Launch(const SandboxSpec& spec, const LayerSource& source = {});
   // Starts the sandbox's init on its writable layer: sets sb.init and sb.netns.
   Status Boot(Sandbox& sb, const storage::WritableLayer& layer);
-  // The live sandbox with this id (404 otherwise), locked for a lifecycle change: the lock
-  // is held by the caller through `lock`. 404 too if it was deleted while we waited.
-  Result<std::shared_ptr<Sandbox>> LockForChange(const std::string& id, std::unique_lock<std::mutex>& lock);
+  // A sandbox locked for a lifecycle change. `life` is released before `sandbox` (members go
+  // in reverse order), so the reference keeps the mutex alive until it is unlocked, even when
+  // it is the last one (Delete has erased the sandbox from the map).
+  struct LockedSandbox {
+    std::shared_ptr<Sandbox> sandbox;
+    std::unique_lock<std::mutex> life;
+  };
+  // The live sandbox with this id (404 otherwise), locked for a lifecycle change while the
+  // caller holds the answer. 404 too if it was deleted while we waited.
+  Result<LockedSandbox> LockForChange(const std::string& id);
   // Pause/Resume with the sandbox's lifecycle lock held.
   Status FreezeLocked(Sandbox& sb, bool frozen);
   Result<SandboxInfo> SetPaused(const std::string& id, bool paused);
@@ -595,10 +602,9 @@ std::vector<SandboxInfo> SandboxManagerImpl::List(const ListFilter& filter) {
 }
 
 Status SandboxManagerImpl::Delete(const std::string& id) {
-  std::unique_lock<std::mutex> life;
-  auto found = LockForChange(id, life);
-  if (!found) return found.error();
-  std::shared_ptr<Sandbox> sb = *found;
+  auto held = LockForChange(id);
+  if (!held) return held.error();
+  Sandbox* sb = held->sandbox.get();
   {
     std::lock_guard lock(mu_);
     sb->deleting = true;
@@ -629,18 +635,17 @@ Result<SandboxInfo> SandboxManagerImpl::SetTimeout(const std::string& id, int64_
   return sb->info;
 }
 
-Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::LockForChange(const std::string& id,
-                                                                   std::unique_lock<std::mutex>& life) {
-  std::shared_ptr<Sandbox> sb;
+Result<SandboxManagerImpl::LockedSandbox> SandboxManagerImpl::LockForChange(const std::string& id) {
+  LockedSandbox held;
   {
     std::lock_guard lock(mu_);
-    sb = FindLocked(id);
-    if (!sb) return NoSandbox(id);
+    held.sandbox = FindLocked(id);
+    if (!held.sandbox) return NoSandbox(id);
   }
-  life = std::unique_lock(sb->lifecycle_mu);
+  held.life = std::unique_lock(held.sandbox->lifecycle_mu);
   std::lock_guard lock(mu_);
-  if (sb->deleting) return NoSandbox(id);
-  return sb;
+  if (held.sandbox->deleting) return NoSandbox(id);
+  return held;
 }
 
 Error WrongState(const std::string& id, const std::string& state, const std::string& what) {
@@ -672,29 +677,28 @@ Status SandboxManagerImpl::FreezeLocked(Sandbox& sb, bool frozen) {
 }
 
 Result<SandboxInfo> SandboxManagerImpl::SetPaused(const std::string& id, bool paused) {
-  std::unique_lock<std::mutex> life;
-  auto sb = LockForChange(id, life);
-  if (!sb) return sb.error();
+  auto held = LockForChange(id);
+  if (!held) return held.error();
+  Sandbox& sb = *held->sandbox;
   std::string state;
   {
     std::lock_guard lock(mu_);
-    state = (*sb)->info.state;
+    state = sb.info.state;
   }
   if (state == (paused ? "running" : "paused")) {
-    BH_TRY(FreezeLocked(**sb, paused));
+    BH_TRY(FreezeLocked(sb, paused));
   } else if (state != (paused ? "paused" : "running")) {
     return WrongState(id, state, paused ? "only a running sandbox can be paused"
                                         : "only a paused sandbox can be resumed (POST .../start boots a stopped one)");
   }
   std::lock_guard lock(mu_);
-  return (*sb)->info;
+  return sb.info;
 }
 
 Result<SandboxInfo> SandboxManagerImpl::Stop(const std::string& id) {
-  std::unique_lock<std::mutex> life;
-  auto found = LockForChange(id, life);
-  if (!found) return found.error();
-  Sandbox& sb = **found;
+  auto held = LockForChange(id);
+  if (!held) return held.error();
+  Sandbox& sb = *held->sandbox;
   {
     std::lock_guard lock(mu_);
     if (sb.info.state == "stopped") return sb.info;
@@ -714,10 +718,9 @@ Result<SandboxInfo> SandboxManagerImpl::Stop(const std::string& id) {
 }
 
 Result<SandboxInfo> SandboxManagerImpl::Start(const std::string& id) {
-  std::unique_lock<std::mutex> life;
-  auto found = LockForChange(id, life);
-  if (!found) return found.error();
-  Sandbox& sb = **found;
+  auto held = LockForChange(id);
+  if (!held) return held.error();
+  Sandbox& sb = *held->sandbox;
   std::string state;
   {
     std::lock_guard lock(mu_);
@@ -1101,10 +1104,9 @@ void SandboxManagerImpl::DropSnapshot(const std::string& id) {
 
 Result<store::SnapshotRow> SandboxManagerImpl::Capture(const std::string& sandbox_id, const std::string& name) {
   // No pause, resume, stop, start or delete meanwhile: the freeze below is ours alone.
-  std::unique_lock<std::mutex> life;
-  auto found = LockForChange(sandbox_id, life);
-  if (!found) return found.error();
-  std::shared_ptr<Sandbox> sb = *found;
+  auto held = LockForChange(sandbox_id);
+  if (!held) return held.error();
+  Sandbox* sb = held->sandbox.get();
   store::SnapshotRow row;
   std::string state;
   {
