@@ -31,7 +31,8 @@ esac
 # TSan slows the daemon several times over, so its run takes the tests where the daemon works on
 # many threads at once: parallel creates and the warm pool, exec streaming and client hangups,
 # background processes and attach, the port proxy and port-forward, the egress proxy and DNS,
-# streamed file transfers, restarts and kills, output floods, and MCP's tool calls.
+# streamed file transfers, restarts and kills, output floods, MCP's tool calls, the E2B front's
+# streams, keepalives and watchers, and 200 clients at once.
 TSAN_TESTS=(
   tests/integration/test_sandboxes.py
   tests/integration/test_exec.py
@@ -43,6 +44,10 @@ TSAN_TESTS=(
   tests/integration/test_output_flood.py
   tests/integration/test_lifecycle.py
   tests/integration/test_mcp.py
+  tests/integration/test_e2b_control_plane.py
+  tests/integration/test_e2b_envd_process.py
+  tests/integration/test_e2b_envd_files.py
+  tests/integration/test_load.py
 )
 
 # CI's selection (scripts/test.sh): the request paths every client drives (HTTP parsing,
