@@ -416,6 +416,7 @@ Result<ExecOptions> ParseExecOptions(const json& body) {
 
   BH_TRY(ReadInt(body, "timeout_s", 0, kMaxExecTimeoutS, request.timeout_s));
   BH_TRY(ReadInt(body, "max_output_bytes", 0, kMaxOutputBytesLimit, options.max_output_bytes));
+  request.output_limit = options.max_output_bytes;
   return options;
 }
 

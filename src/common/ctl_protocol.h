@@ -19,7 +19,7 @@
 // daemon -> init
 //   kExec      (json) {"argv": [..], "env": ["K=V", ..], "cwd": "/workspace",
 //                      "user": "root" | "1000" | "1000:1000", "timeout_ms": 0,
-//                      "stdin": true|false,
+//                      "stdin": true|false, "output_limit": 16777216,
 //                      "background": false, "tag": "dev-server",
 //                      "pty": {"cols": 80, "rows": 24},
 //                      "file_op": {"op": "read", ...}}
@@ -36,6 +36,9 @@
 //              kStarted it goes on as a kProcAttach {"output", "follow", "hold": true} of the
 //              new process from offset 0 (kAttached, its output, kExit; control frames).
 //              With "file_op" there is no "argv": see "File operations".
+//              "output_limit" (foreground): init sends at most output_limit + 1 bytes of each
+//              stream (the extra byte says there was more) and reads and drops the rest, so
+//              a flood the daemon would drop anyway costs the sandbox, not the daemon.
 //   kStdin     (bytes) data for the command's stdin
 //   kStdinClose ()     close the command's stdin
 //   kSignal    (json) {"signal": 15} send a signal to the command's process group

@@ -115,12 +115,14 @@ nlohmann::json InitExecPayload(const ExecRequest& request, const SandboxSpec& sp
   for (const auto& [k, v] : request.env) env[k] = v;
   nlohmann::json env_list = nlohmann::json::array();
   for (const auto& [k, v] : env) env_list.push_back(k + "=" + v);
-  return {{"argv", request.argv},
-          {"env", env_list},
-          {"cwd", request.cwd.value_or(spec.workdir)},
-          {"user", request.user.value_or(spec.user)},
-          {"timeout_ms", request.timeout_s * 1000},
-          {"stdin", request.stdin_data.has_value()}};
+  nlohmann::json payload = {{"argv", request.argv},
+                            {"env", env_list},
+                            {"cwd", request.cwd.value_or(spec.workdir)},
+                            {"user", request.user.value_or(spec.user)},
+                            {"timeout_ms", request.timeout_s * 1000},
+                            {"stdin", request.stdin_data.has_value()}};
+  if (request.output_limit) payload["output_limit"] = *request.output_limit;
+  return payload;
 }
 
 class SandboxManagerImpl : public SandboxManager {

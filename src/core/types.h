@@ -84,6 +84,8 @@ struct ExecRequest {
   std::optional<std::string> user;  // default: the sandbox's user
   std::optional<std::string> stdin_data;  // raw bytes (decoded from stdin or stdin_b64)
   int64_t timeout_s = 60;           // 0 = no limit
+  // Bytes of each output stream the caller keeps; init drops the rest (ctl "output_limit").
+  std::optional<int64_t> output_limit;
 };
 
 struct ExitStatus {

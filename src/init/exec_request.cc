@@ -70,6 +70,10 @@ Result<ExecRequest> ParseExecRequest(std::string_view json_text) {
     if (!it->is_number_unsigned()) return Invalid("timeout_ms must be a non-negative integer");
     request.timeout_ms = it->get<uint64_t>();
   }
+  if (auto it = doc.find("output_limit"); it != doc.end() && !it->is_null()) {
+    if (!it->is_number_unsigned()) return Invalid("output_limit must be a non-negative integer");
+    request.output_limit = it->get<uint64_t>();
+  }
   if (auto it = doc.find("stdin"); it != doc.end() && !it->is_null()) {
     if (!it->is_boolean()) return Invalid("stdin must be a boolean");
     request.stdin_enabled = it->get<bool>();

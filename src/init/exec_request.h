@@ -26,6 +26,9 @@ struct ExecRequest {
   bool attach = false;              // background: the connection then follows it, holding (ctl_protocol.h)
   std::optional<std::string> tag;   // background processes only
   std::optional<PtySize> pty;       // run on a new pseudo-terminal
+  // Foreground: forward at most this many bytes of each output stream, plus one (which tells
+  // the daemon there was more); the rest is read and dropped here (ctl_protocol.h).
+  std::optional<uint64_t> output_limit;
   // A file operation (ctl_protocol.h, "File operations"): the "file_op" object as JSON text.
   // Set instead of argv; run by a forked worker, not an exec.
   std::optional<std::string> file_op;

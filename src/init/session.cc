@@ -5,6 +5,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "common/ctl_protocol.h"
@@ -212,6 +214,7 @@ void Session::StartCommand(std::string_view payload) {
   stdout_.Open(std::move(command->stdout_fd));
   stderr_.Open(std::move(command->stderr_fd));
   pty_ = std::move(command->pty_fd);
+  output_limit_ = request->output_limit;
   out_.Append(ctl::kStarted, DumpJson(json{{"pid", pid_}}));
   if (request->timeout_ms > 0) ArmTimer(timer_, request->timeout_ms);
   if (pty_ && !request->stdin_enabled) {
@@ -261,8 +264,18 @@ void Session::PumpAttachment() {
 void Session::ReadOutput(SessionFd which) {
   if (state_ != State::kRunning) return;
   bool is_stdout = which == SessionFd::kStdout;
-  (is_stdout ? stdout_ : stderr_).ReadWith([&](int fd, size_t max) {
-    return out_.AppendReadFrom(fd, is_stdout ? ctl::kStdout : ctl::kStderr, max);
+  uint64_t& forwarded = forwarded_[is_stdout ? 0 : 1];
+  (is_stdout ? stdout_ : stderr_).ReadWith([&](int fd, size_t max) -> ssize_t {
+    // Past the daemon's limit (and the one byte that tells it there was more), output is read
+    // and dropped here, on the sandbox's CPU, instead of crossing to the daemon to be dropped.
+    if (output_limit_ && forwarded > *output_limit_) {
+      static char discarded[kOutputChunk];
+      return ::read(fd, discarded, std::min(max, sizeof discarded));
+    }
+    if (output_limit_) max = size_t(std::min<uint64_t>(max, *output_limit_ + 1 - forwarded));
+    ssize_t n = out_.AppendReadFrom(fd, is_stdout ? ctl::kStdout : ctl::kStderr, max);
+    if (n > 0) forwarded += uint64_t(n);
+    return n;
   });
   FinishIfDone();
 }

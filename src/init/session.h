@@ -95,6 +95,8 @@ class Session {
   timespec exited_at_{};
   StdinFeeder stdin_;
   OutputPipe stdout_, stderr_;
+  std::optional<uint64_t> output_limit_;  // per stream, as the request gave it
+  uint64_t forwarded_[2] = {0, 0};        // stdout, stderr bytes queued for the daemon
   PolledFd timer_;
   UniqueFd pty_;  // the terminal's master, when the command runs on one; not polled
 };

@@ -334,6 +334,30 @@ TEST_F(InitTest, LargeOutputArrivesIntactWithBoundedMemory) {
   EXPECT_LT(rss_after, 8 * 1024) << "init RSS " << rss_after << " KiB after 50 MiB of output";
 }
 
+TEST_F(InitTest, OutputLimitForwardsOneByteMoreAndDropsTheRest) {
+  // 20 MiB on stdout, 3 bytes on stderr: stdout stops at limit + 1, the command still runs to
+  // its end (init drains its pipe), stderr under the limit arrives whole.
+  json request = Exec({"sh", "-c", "head -c 20971520 /dev/zero | tr '\\0' x; echo err >&2"});
+  request["output_limit"] = 1000;
+  Outcome outcome = Run(request);
+  EXPECT_EQ(outcome.out, std::string(1001, 'x'));
+  EXPECT_EQ(outcome.err, "err\n");
+  ASSERT_TRUE(outcome.exit);
+  EXPECT_EQ((*outcome.exit)["exit_code"], 0);
+
+  request["output_limit"] = 0;
+  outcome = Run(request);
+  EXPECT_EQ(outcome.out, "x");
+  EXPECT_EQ(outcome.err, "e");
+  ASSERT_TRUE(outcome.exit);
+  EXPECT_EQ((*outcome.exit)["exit_code"], 0);
+
+  // Exactly the limit: nothing more to say.
+  request = Exec({"printf", "abc"});
+  request["output_limit"] = 3;
+  EXPECT_EQ(Run(request).out, "abc");
+}
+
 TEST_F(InitTest, DescendantHoldingStdoutDoesNotDelayExit) {
   auto begin = Clock::now();
   Outcome outcome = Run(Exec({"sh", "-c", "sleep 1000 & echo $!"}));
