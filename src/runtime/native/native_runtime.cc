@@ -279,20 +279,25 @@ bool NativeRuntime::Alive(const InitProcess& init) {
 }
 
 Status NativeRuntime::Destroy(const std::string& id, const InitProcess& init) {
+  UniqueFd pidfd;
   if (Alive(init)) {
     // Killing PID 1 of the sandbox ends every process in its pid namespace.
-    UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, init.pid, 0)));
+    pidfd.reset(static_cast<int>(::syscall(SYS_pidfd_open, init.pid, 0)));
     ::kill(init.pid, SIGKILL);
     // A paused sandbox dies only once thawed; the pending SIGKILL runs before any of its code.
     if (cgroups_.Frozen(id)) (void)cgroups_.SetFrozen(id, false);
-    if (pidfd) {
-      pollfd p{pidfd.get(), POLLIN, 0};
-      ::poll(&p, 1, 5000);
-    }
   }
-  // Reap it if it is our child (not so after a daemon restart: then the host's init reaps it).
+  // Kills what is left and waits (5 s at most) until no process of the sandbox remains.
+  Status destroyed = cgroups_.Destroy(id);
+  // Init exits last in its namespace, after all the others: a fork bomb's thousands of them can
+  // take seconds. Wait for it now that they are gone, and reap it if it is our child (not so
+  // after a daemon restart: then the host's init reaps it); otherwise it stays a zombie.
+  if (pidfd) {
+    pollfd p{pidfd.get(), POLLIN, 0};
+    ::poll(&p, 1, 5000);
+  }
   if (init.pid > 0) ::waitpid(init.pid, nullptr, WNOHANG | __WALL);
-  return cgroups_.Destroy(id);
+  return destroyed;
 }
 
 std::vector<std::string> NativeRuntime::ListCgroups() { return cgroups_.List(); }
