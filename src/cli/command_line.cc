@@ -67,6 +67,13 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
       ->envname("BULKHEAD_LISTEN");
   serve->add_option("--warm-pool", line.warm_pool, "Ready sandboxes of the host image kept in advance")
       ->check(CLI::NonNegativeNumber);
+  serve->add_option("--io-threads", line.io_threads,
+                    "Threads serving HTTP (default " + std::to_string(core::DaemonConfig{}.io_threads) + ")")
+      ->check(CLI::Range(1, 256));
+  serve->add_option("--blocking-threads", line.blocking_threads,
+                    "Threads creating, deleting and snapshotting sandboxes (default " +
+                        std::to_string(core::DaemonConfig{}.blocking_threads) + ")")
+      ->check(CLI::Range(1, 256));
   serve->add_option("--dns-server", line.dns_servers,
                     "Upstream DNS server (IP or IP:PORT) for sandboxes with network access; repeatable "
                     "(default: the host's /etc/resolv.conf)")
@@ -314,6 +321,8 @@ core::DaemonConfig DaemonConfigFromCommandLine(const CommandLine& line) {
     config.listen = listen;  // set but empty = unix socket only (CLI11 skips empty variables)
   }
   if (line.warm_pool) config.warm_pool = *line.warm_pool;
+  if (line.io_threads) config.io_threads = *line.io_threads;
+  if (line.blocking_threads) config.blocking_threads = *line.blocking_threads;
   config.dns_servers = line.dns_servers;
   if (line.preview_domain) config.preview_domain = *line.preview_domain;
   config.e2b_listen = line.e2b_listen ? *line.e2b_listen : DefaultE2bListen(config.listen);

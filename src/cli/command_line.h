@@ -83,6 +83,7 @@ struct CommandLine {
   // serve
   std::optional<std::string> listen;  // --listen / BULKHEAD_LISTEN
   std::optional<int> warm_pool;
+  std::optional<int> io_threads, blocking_threads;
   std::vector<std::string> dns_servers;
   std::optional<std::string> preview_domain;
   std::optional<std::string> e2b_listen;  // --e2b-listen

@@ -127,13 +127,15 @@ TEST_F(CliCommandLine, ServeConfigComesFromFlagsOverEnvironment) {
   setenv("BULKHEAD_STATE", "/env-state", 1);
   setenv("BULKHEAD_API_KEY", "secret", 1);
   Define();
-  ASSERT_EQ(Parse({"serve", "--warm-pool", "0"}), 0);
+  ASSERT_EQ(Parse({"serve", "--warm-pool", "0", "--io-threads", "8", "--blocking-threads", "6"}), 0);
   EXPECT_EQ(line_.command, Command::kServe);
   core::DaemonConfig config = DaemonConfigFromCommandLine(line_);
   EXPECT_EQ(config.listen, "127.0.0.1:9999");
   EXPECT_EQ(config.state_dir, "/env-state");
   EXPECT_EQ(config.api_key, "secret");
   EXPECT_EQ(config.warm_pool, 0);
+  EXPECT_EQ(config.io_threads, 8);
+  EXPECT_EQ(config.blocking_threads, 6);
 
   CLI::App other{"bulkhead", "bulkhead"};
   CommandLine flags;
@@ -144,6 +146,15 @@ TEST_F(CliCommandLine, ServeConfigComesFromFlagsOverEnvironment) {
   EXPECT_EQ(from_flags.listen, "");  // unix socket only
   EXPECT_EQ(from_flags.state_dir, "/flag-state");
   EXPECT_EQ(from_flags.warm_pool, core::DaemonConfig{}.warm_pool);
+  EXPECT_EQ(from_flags.io_threads, core::DaemonConfig{}.io_threads);
+  EXPECT_EQ(from_flags.blocking_threads, core::DaemonConfig{}.blocking_threads);
+
+  // Out of range: refused by the parser.
+  CLI::App bad{"bulkhead", "bulkhead"};
+  CommandLine bad_line;
+  DefineCommandLine(bad, bad_line);
+  const char* bad_argv[] = {"bulkhead", "serve", "--io-threads", "0"};
+  EXPECT_THROW(bad.parse(4, bad_argv), CLI::ValidationError);
 }
 
 TEST_F(CliCommandLine, AnEmptyListenVariableMeansUnixSocketOnly) {
