@@ -6,8 +6,7 @@
 #include <linux/btrfs_tree.h>
 #include <sys/ioctl.h>
 
-#include <mutex>
-#include <vector>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,10 +14,15 @@
 #include <charconv>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
 
 #include "common/unique_fd.h"
 #include "storage/fs_util.h"
 #include "storage/layer_area.h"
+#include "storage/qgroup_watch.h"
 #include "storage/run_program.h"
 
 namespace bulkhead::storage {
@@ -26,8 +30,10 @@ namespace {
 
 class BtrfsLayerArea final : public LayerArea {
  public:
-  BtrfsLayerArea(std::string mount_point, std::string qgroups_sysfs)
-      : LayerArea(mount_point + "/layers"), qgroups_sysfs_(std::move(qgroups_sysfs)) {}
+  BtrfsLayerArea(std::string mount_point, std::string qgroups_sysfs, UniqueFd mount_fd)
+      : LayerArea(mount_point + "/layers"),
+        qgroups_sysfs_(std::move(qgroups_sysfs)),
+        watch_(std::move(mount_fd), qgroups_sysfs_) {}
 
   std::string backend() const override { return "btrfs-qgroup"; }
   bool enforced() const override { return true; }
@@ -175,18 +181,39 @@ class BtrfsLayerArea final : public LayerArea {
   }
 
   // A deleted subvolume's qgroup can only go once the kernel's cleaner has freed the
-  // subvolume (EBUSY until then), so removals wait here and are retried on later deletes
-  // instead of piling up as "<stale>" qgroups.
+  // subvolume and accounted the freed extents, so removals wait here and are retried on later
+  // deletes instead of piling up as "<stale>" qgroups. Removing one whose numbers are not yet
+  // zero would mark every qgroup inconsistent (see qgroup_watch.h). Kernels since 6.11 remove
+  // the qgroup themselves; the removal here is then a no-op.
   void DropStaleQgroups(int fs_fd) {
     std::lock_guard lock(stale_mu_);
     std::vector<uint64_t> still;
     for (uint64_t qgroup : stale_qgroups_) {
+      std::optional<bool> settled = QgroupSettled(qgroup);
+      if (!settled) continue;  // already gone
+      if (!*settled) {
+        still.push_back(qgroup);
+        continue;
+      }
       btrfs_ioctl_qgroup_create_args remove{};
       remove.create = 0;
       remove.qgroupid = qgroup;
       if (::ioctl(fs_fd, BTRFS_IOC_QGROUP_CREATE, &remove) != 0 && errno == EBUSY) still.push_back(qgroup);
     }
     stale_qgroups_ = std::move(still);
+  }
+
+  // Whether qgroup 0/<id> counts nothing any more; nullopt if it no longer exists. Kernels
+  // without qgroups in sysfs do not say: then it is tried (they lack the inconsistency rule).
+  std::optional<bool> QgroupSettled(uint64_t id) const {
+    std::string dir = qgroups_sysfs_ + "/0_" + std::to_string(id);
+    if (::access(qgroups_sysfs_.c_str(), F_OK) != 0) return true;
+    if (::access(dir.c_str(), F_OK) != 0) return std::nullopt;
+    for (const char* figure : {"/referenced", "/exclusive"}) {
+      auto text = ReadFile(dir + figure);
+      if (!text.ok() || text->empty() || (*text)[0] != '0') return false;
+    }
+    return true;
   }
 
   std::mutex stale_mu_;
@@ -208,6 +235,7 @@ class BtrfsLayerArea final : public LayerArea {
   }
 
   std::string qgroups_sysfs_;
+  QgroupWatch watch_;
 };
 
 std::string FormatUuid(const __u8* b) {
@@ -231,7 +259,18 @@ Result<std::unique_ptr<LayerArea>> OpenBtrfsLayerArea(const std::string& mount_p
   btrfs_ioctl_fs_info_args info{};
   if (::ioctl(mount_fd.get(), BTRFS_IOC_FS_INFO, &info) != 0) return SystemError("BTRFS_IOC_FS_INFO", errno);
   std::string sysfs = "/sys/fs/btrfs/" + FormatUuid(info.fsid) + "/qgroups";
-  auto area = std::make_unique<BtrfsLayerArea>(mount_point, sysfs);
+  // Full accounting when a subvolume that shares tree blocks with a snapshot or fork is
+  // dropped, whatever its tree height: over the threshold (3 on recent kernels) the kernel
+  // gives up and marks every qgroup inconsistent instead. Kernels before 6.2 lack the knob.
+  if (::access((sysfs + "/drop_subtree_threshold").c_str(), W_OK) == 0) {
+    UniqueFd knob(::open((sysfs + "/drop_subtree_threshold").c_str(), O_WRONLY | O_CLOEXEC));
+    if (!knob || ::write(knob.get(), "8", 1) != 1) {
+      spdlog::warn("storage: could not raise btrfs drop_subtree_threshold: {}", std::strerror(errno));
+    }
+  }
+  UniqueFd watch_fd(::fcntl(mount_fd.get(), F_DUPFD_CLOEXEC, 0));
+  if (!watch_fd) return SystemError("dup " + mount_point, errno);
+  auto area = std::make_unique<BtrfsLayerArea>(mount_point, sysfs, std::move(watch_fd));
   BH_TRY(MakeDir(area->root(), 0711));
   // Qgroups of subvolumes deleted before a restart were only queued in memory: sweep them.
   // Best effort (btrfs-progs older than 6.1 lacks the command).

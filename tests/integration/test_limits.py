@@ -1,5 +1,9 @@
 """Resource limits hurt only the sandbox that hits them."""
 
+import os
+
+import pytest
+
 ALLOCATE_200MB = "data = b'\\x01' * (200 * 1024 * 1024); print('allocated', len(data))"
 
 FORK_UNTIL_REFUSED = """
@@ -20,6 +24,18 @@ for pid in children:
 for pid in children:
     os.waitpid(pid, 0)
 """
+
+
+def test_session_daemon_enforces_disk_quotas(daemon):
+    """Where the host has loop devices the daemon must have its quota filesystem; when it
+    falls back to plain directories its log says why, and this shows it (the disk tests
+    below would only see writes that went through)."""
+    if not os.access("/dev/loop-control", os.R_OK | os.W_OK):
+        pytest.skip("no loop devices here: plain layers are the daemon's documented fallback")
+    log = daemon.log_path.read_text(errors="replace").splitlines()
+    storage = [line for line in log if "storage:" in line or "disk quotas" in line]
+    assert storage and not any("quota: none" in line or "NOT enforced" in line for line in storage), \
+        "\n".join(storage) or daemon.log_tail()
 
 
 def test_memory_limit_kills_a_process_that_exceeds_it(client, sandbox_factory):
