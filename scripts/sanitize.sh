@@ -9,6 +9,8 @@
 #   scripts/sanitize.sh address --ci   only CI_TESTS, a bounded selection of integration tests
 #                                   that scripts/test.sh runs (not the unit tests: their build
 #                                   would double CI's sanitizer build time).
+#   scripts/sanitize.sh address --ci --build-only   builds that (and the fuzz targets), runs
+#                                   nothing: scripts/test.sh does it while the other tests run.
 #   scripts/sanitize.sh thread      TSan into build-tsan: the unit tests and the integration
 #                                   tests that drive the daemon's concurrent paths (TSAN_TESTS).
 #   scripts/sanitize.sh MODE TEST...   the unit tests and only these pytest selections.
@@ -64,9 +66,11 @@ CI_TESTS=(
 )
 
 ci=false
+build_only=false
 if [ "${1:-}" = --ci ]; then
   ci=true
   tests=("${CI_TESTS[@]}")
+  [ "${2:-}" = --build-only ] && build_only=true
 elif [ $# -gt 0 ]; then
   tests=("$@")
 elif [ "$mode" = thread ]; then
@@ -80,6 +84,14 @@ compiler=()
 # The address build is clang's, so that the fuzz targets (libFuzzer is clang's) share its tree.
 [ "$mode" = address ] && compiler=(-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DBULKHEAD_FUZZ=ON)
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBULKHEAD_SANITIZE="$mode" "${compiler[@]}" >/dev/null
+if $build_only; then
+  # scripts/test.sh builds CI's tree while the other tests run: the daemon, and the fuzz
+  # targets that scripts/fuzz.sh then finds built.
+  targets=(bulkhead)
+  [ "$mode" = address ] && targets+=(fuzz-targets)
+  ninja -C "$build" -j2 "${targets[@]}"
+  exit 0
+fi
 if $ci; then ninja -C "$build" -j2 bulkhead; else ninja -C "$build" -j2 bulkhead unit-tests; fi
 bash scripts/install-test-tools.sh
 
