@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
 
 namespace bulkhead::api {
 namespace {
@@ -44,6 +45,18 @@ Utf8Scan ScanUtf8(std::string_view s, size_t i) {
   return {continuation_bytes + 1, true, false};
 }
 
+// Where the run of ASCII bytes starting at i ends: eight bytes at a time.
+size_t AsciiRunEnd(std::string_view s, size_t i) {
+  constexpr uint64_t kHighBits = 0x8080808080808080ULL;
+  for (; i + 8 <= s.size(); i += 8) {
+    uint64_t word;
+    std::memcpy(&word, s.data() + i, 8);
+    if (word & kHighBits) break;
+  }
+  while (i < s.size() && static_cast<uint8_t>(s[i]) < 0x80) ++i;
+  return i;
+}
+
 }  // namespace
 
 bool IsValidUtf8(std::string_view bytes) {
@@ -51,7 +64,7 @@ bool IsValidUtf8(std::string_view bytes) {
   while (i < bytes.size()) {
     // ASCII runs are the common case; skip them quickly.
     if (static_cast<uint8_t>(bytes[i]) < 0x80) {
-      ++i;
+      i = AsciiRunEnd(bytes, i);
       continue;
     }
     const Utf8Scan scan = ScanUtf8(bytes, i);
@@ -88,6 +101,51 @@ size_t IncompleteUtf8Suffix(std::string_view bytes) {
     return scan.cut_by_end ? bytes.size() - start : 0;
   }
   return 0;
+}
+
+bool AppendJsonString(std::string& out, std::string_view bytes) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  const size_t start = out.size();
+  out.reserve(out.size() + bytes.size() + 2);
+  out.push_back('"');
+  size_t i = 0;
+  while (i < bytes.size()) {
+    // Copy the longest run that needs no escape at once.
+    size_t run = i;
+    while (run < bytes.size()) {
+      const auto b = static_cast<uint8_t>(bytes[run]);
+      if (b < 0x20 || b == '"' || b == '\\') break;
+      if (b < 0x80) {
+        ++run;
+        continue;
+      }
+      const Utf8Scan scan = ScanUtf8(bytes, run);
+      if (!scan.complete) {
+        out.resize(start);
+        return false;
+      }
+      run += scan.length;
+    }
+    out.append(bytes.data() + i, run - i);
+    if (run == bytes.size()) break;
+    const auto b = static_cast<uint8_t>(bytes[run]);
+    switch (b) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\b': out += "\\b"; break;
+      case '\t': out += "\\t"; break;
+      case '\n': out += "\\n"; break;
+      case '\f': out += "\\f"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        out += "\\u00";
+        out.push_back(kHex[b >> 4]);
+        out.push_back(kHex[b & 0xF]);
+    }
+    i = run + 1;
+  }
+  out.push_back('"');
+  return true;
 }
 
 }  // namespace bulkhead::api

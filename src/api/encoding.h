@@ -22,4 +22,9 @@ std::string SanitizeUtf8(std::string_view bytes);
 // character split across two reads is not mistaken for invalid UTF-8.
 size_t IncompleteUtf8Suffix(std::string_view bytes);
 
+// Appends `bytes` to `out` as a JSON string literal, quotes included, escaped exactly as
+// nlohmann's dump() escapes (so the fast path and the library agree byte for byte); false,
+// with `out` unchanged, if the bytes are not well-formed UTF-8.
+bool AppendJsonString(std::string& out, std::string_view bytes);
+
 }  // namespace bulkhead::api

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <string.h>
 
+#include "api/encoding.h"
 #include "common/time_format.h"
 
 namespace bulkhead::api {
@@ -114,8 +115,36 @@ std::string SignalName(int signal) {
   return "SIG" + std::to_string(signal);
 }
 
+namespace {
+
+// Strings this long (command output, mostly) are escaped by AppendJsonString: nlohmann's
+// escaper, a byte at a time through a UTF-8 decoder, was most of the daemon's CPU while it
+// relayed an output flood.
+constexpr size_t kFastStringBytes = 512;
+
+std::string Dump(const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+}  // namespace
+
 std::string DumpJson(const json& value) {
-  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (!value.is_object()) return Dump(value);
+  bool has_long_string = false;
+  for (const auto& item : value.items()) {
+    if (item.value().is_string() && item.value().get_ref<const std::string&>().size() >= kFastStringBytes) {
+      has_long_string = true;
+    }
+  }
+  if (!has_long_string) return Dump(value);
+  std::string out = "{";
+  for (const auto& item : value.items()) {
+    if (out.size() > 1) out += ',';
+    AppendJsonString(out, item.key());  // keys are ours: always UTF-8
+    out += ':';
+    const json& member = item.value();
+    if (!member.is_string() || !AppendJsonString(out, member.get_ref<const std::string&>())) out += Dump(member);
+  }
+  out += '}';
+  return out;
 }
 
 }  // namespace bulkhead::api

@@ -74,6 +74,11 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
                     "Threads creating, deleting and snapshotting sandboxes (default " +
                         std::to_string(core::DaemonConfig{}.blocking_threads) + ")")
       ->check(CLI::Range(1, 256));
+  serve->add_option("--output-rate", line.output_rate_mib,
+                    "MiB/s of one sandbox's command output the daemon relays, over all its execs and "
+                    "followers; 0 = no cap (default " +
+                        std::to_string(core::DaemonConfig{}.output_rate_mib) + ")")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   serve->add_option("--dns-server", line.dns_servers,
                     "Upstream DNS server (IP or IP:PORT) for sandboxes with network access; repeatable "
                     "(default: the host's /etc/resolv.conf)")
@@ -323,6 +328,7 @@ core::DaemonConfig DaemonConfigFromCommandLine(const CommandLine& line) {
   if (line.warm_pool) config.warm_pool = *line.warm_pool;
   if (line.io_threads) config.io_threads = *line.io_threads;
   if (line.blocking_threads) config.blocking_threads = *line.blocking_threads;
+  if (line.output_rate_mib) config.output_rate_mib = *line.output_rate_mib;
   config.dns_servers = line.dns_servers;
   if (line.preview_domain) config.preview_domain = *line.preview_domain;
   config.e2b_listen = line.e2b_listen ? *line.e2b_listen : DefaultE2bListen(config.listen);

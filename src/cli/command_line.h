@@ -84,6 +84,7 @@ struct CommandLine {
   std::optional<std::string> listen;  // --listen / BULKHEAD_LISTEN
   std::optional<int> warm_pool;
   std::optional<int> io_threads, blocking_threads;
+  std::optional<int64_t> output_rate_mib;
   std::vector<std::string> dns_servers;
   std::optional<std::string> preview_domain;
   std::optional<std::string> e2b_listen;  // --e2b-listen

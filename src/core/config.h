@@ -13,6 +13,9 @@ struct DaemonConfig {
   int warm_pool = 4;       // --warm-pool: ready sandboxes of the host image kept in advance
   int io_threads = 2;      // threads serving HTTP
   int blocking_threads = 4;  // threads running sandbox setup and teardown
+  // --output-rate: MiB/s of one sandbox's command output the daemon relays, over all its
+  // execs and followers (core/output_budget.h); 0 = no cap.
+  int64_t output_rate_mib = 32;
   int64_t max_sandboxes = 1000;
   int64_t storage_gb = 0;
   // --storage-driver: "overlay" (file copies, reflinked on xfs), "btrfs" (subvolume

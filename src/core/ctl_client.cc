@@ -60,6 +60,7 @@ asio::awaitable<Result<CtlClient::Frame>> CtlClient::Receive() {
   frame.payload.resize(static_cast<size_t>(length));
   co_await asio::async_read(socket_, asio::buffer(frame.payload), asio::redirect_error(asio::use_awaitable, ec));
   if (ec) co_return LostInit(ec);
+  if (frame.type == ctl::kStdout || frame.type == ctl::kStderr) co_await PaceOutput(budget_.get(), frame.payload.size());
   co_return frame;
 }
 

@@ -8,10 +8,12 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
 #include "common/result.h"
+#include "core/output_budget.h"
 
 namespace bulkhead::core {
 
@@ -36,9 +38,12 @@ class CtlClient {
   boost::asio::awaitable<Result<Frame>> Receive();
   // Shuts the connection down both ways; pending operations complete with an error.
   void Close();
+  // Output frames (kStdout, kStderr) are received no faster than this budget allows.
+  void PaceWith(std::shared_ptr<OutputBudget> budget) { budget_ = std::move(budget); }
 
  private:
   boost::asio::local::stream_protocol::socket socket_;
+  std::shared_ptr<OutputBudget> budget_;
 };
 
 // An init kError payload as an Error ("not_found" -> kNotFound, "invalid_argument" -> kInvalid,

@@ -122,6 +122,7 @@ asio::awaitable<Result<ExecEvent>> ExecSession::Next() {
       case ctl::kStderr:
         ev.type = header[4] == ctl::kStdout ? ExecEvent::Type::kStdout : ExecEvent::Type::kStderr;
         ev.data = std::move(payload);
+        co_await PaceOutput(budget_.get(), ev.data.size());
         co_return ev;
       case ctl::kExit: {
         done_ = true;

@@ -80,6 +80,7 @@ struct Sandbox {
   // The sandbox's network namespace, opened while its init is known alive (no pid reuse).
   UniqueFd netns;
   std::mutex network_mu;  // one network change at a time
+  std::shared_ptr<OutputBudget> output_budget;  // made at its first exec or attach; null = no cap
 };
 
 // Where a new sandbox's files come from: nothing (an empty workspace) or a snapshot.
@@ -230,6 +231,8 @@ class SandboxManagerImpl : public SandboxManager {
   Result<SandboxInfo> SetPaused(const std::string& id, bool paused);
   // A token that keeps the sandbox counted as busy while it lives.
   std::shared_ptr<void> BusyToken(const std::shared_ptr<Sandbox>& sb);
+  // The sandbox's output relay budget (output_budget.h), made on first use; null if uncapped.
+  std::shared_ptr<OutputBudget> OutputBudgetLocked(Sandbox& sb);
   // Frees everything a sandbox may hold; each step tolerates the resource being absent.
   Status Teardown(const std::string& id, uid_t uid_base, const InitProcess& init);
   void ApplyLifetime(Sandbox& sb, int64_t timeout_s);
@@ -770,6 +773,16 @@ std::shared_ptr<void> SandboxManagerImpl::BusyToken(const std::shared_ptr<Sandbo
   });
 }
 
+std::shared_ptr<OutputBudget> SandboxManagerImpl::OutputBudgetLocked(Sandbox& sb) {
+  if (config_.output_rate_mib <= 0) return nullptr;
+  if (!sb.output_budget) {
+    const int64_t rate = config_.output_rate_mib * 1024 * 1024;
+    // A second's worth at once, and at least one default-sized exec answer (16 MiB).
+    sb.output_budget = std::make_shared<OutputBudget>(rate, std::max<int64_t>(rate, 16 * 1024 * 1024));
+  }
+  return sb.output_budget;
+}
+
 Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::RunningSandbox(const std::string& id) {
   bool paused = false;
   {
@@ -854,16 +867,21 @@ boost::asio::awaitable<Result<std::unique_ptr<ExecSession>>> SandboxManagerImpl:
   Result<std::shared_ptr<Sandbox>> sb = RunningSandbox(id);
   if (!sb.ok()) co_return sb.error();
   SandboxSpec spec;
+  std::shared_ptr<OutputBudget> budget;
   {
     std::lock_guard lock(mu_);
     stats_.execs_total++;
     spec = (*sb)->info.spec;
+    budget = OutputBudgetLocked(**sb);
   }
   std::shared_ptr<void> busy = BusyToken(*sb);
   const std::string payload = InitExecPayload(req, spec).dump();
   Result<std::unique_ptr<ExecSession>> session =
       co_await ExecSession::Start(executor, CtlPath(id), payload, std::move(req.stdin_data));
-  if (session.ok()) (*session)->Hold(std::move(busy));
+  if (session.ok()) {
+    (*session)->Hold(std::move(busy));
+    (*session)->PaceWith(std::move(budget));
+  }
   co_return session;
 }
 
@@ -872,13 +890,16 @@ boost::asio::awaitable<Result<InitConnection>> SandboxManagerImpl::ConnectInit(b
   Result<std::shared_ptr<Sandbox>> sb = RunningSandbox(id);
   if (!sb.ok()) co_return sb.error();
   SandboxSpec spec;
+  std::shared_ptr<OutputBudget> budget;
   {
     std::lock_guard lock(mu_);
     spec = (*sb)->info.spec;
+    budget = OutputBudgetLocked(**sb);
   }
   std::shared_ptr<void> busy = BusyToken(*sb);
   Result<std::unique_ptr<CtlClient>> client = co_await CtlClient::Connect(executor, CtlPath(id));
   if (!client.ok()) co_return client.error();
+  (*client)->PaceWith(std::move(budget));
   co_return InitConnection{std::move(client.value()), std::move(spec), std::move(busy)};
 }
 

@@ -60,6 +60,39 @@ TEST(DumpJson, NeverThrowsOnInvalidUtf8) {
   EXPECT_TRUE(IsValidUtf8(text));
 }
 
+// Long strings take the hand-written escaper: byte for byte what nlohmann writes, for every
+// byte value, multi-byte characters, and ill-formed sequences (which nlohmann repairs).
+TEST(DumpJson, LongStringsAreWrittenExactlyAsNlohmannWritesThem) {
+  auto nlohmann_dump = [](const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); };
+  std::string every_byte;
+  for (int b = 0; b < 0x80; ++b) every_byte.push_back(static_cast<char>(b));
+  const std::vector<std::string> pieces = {
+      every_byte, "plain text\n", "quote \" backslash \\ slash / del \x7f", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80",
+      "\xed\xa0\x80",      // a surrogate: ill-formed
+      "\xc0\xaf",           // an overlong slash: ill-formed
+      "\xf4\x90\x80\x80",  // above U+10FFFF: ill-formed
+      "\xe2\x82",           // cut short
+      "\xff\xfe"};
+  uint32_t seed = 7;
+  for (int round = 0; round < 400; ++round) {
+    std::string text;
+    while (text.size() < 600) {
+      seed = seed * 1103515245 + 12345;
+      const std::string& piece = pieces[(seed >> 16) % pieces.size()];
+      // Mostly well-formed pieces, so that most strings take the fast path.
+      if (round % 4 != 0 && IsValidUtf8(piece) == false) continue;
+      text += piece.substr(0, 1 + (seed >> 8) % piece.size());
+    }
+    const json event = {{"type", "stdout"}, {"data", text}, {"offset", round}};
+    EXPECT_EQ(DumpJson(event), nlohmann_dump(event)) << "round " << round;
+  }
+  const json nested = {{"result", {{"stdout", std::string(2000, 'x')}}}, {"stderr", std::string(1000, '\n')}};
+  EXPECT_EQ(DumpJson(nested), nlohmann_dump(nested));
+  std::string appended = "keep";
+  EXPECT_FALSE(AppendJsonString(appended, "bad \xff"));
+  EXPECT_EQ(appended, "keep");
+}
+
 TEST(CollectedOutput, KeepsUpToTheLimitAndMarksTruncation) {
   CollectedOutput out(5);
   out.Append("abc");

@@ -127,7 +127,7 @@ TEST_F(CliCommandLine, ServeConfigComesFromFlagsOverEnvironment) {
   setenv("BULKHEAD_STATE", "/env-state", 1);
   setenv("BULKHEAD_API_KEY", "secret", 1);
   Define();
-  ASSERT_EQ(Parse({"serve", "--warm-pool", "0", "--io-threads", "8", "--blocking-threads", "6"}), 0);
+  ASSERT_EQ(Parse({"serve", "--warm-pool", "0", "--io-threads", "8", "--blocking-threads", "6", "--output-rate", "0"}), 0);
   EXPECT_EQ(line_.command, Command::kServe);
   core::DaemonConfig config = DaemonConfigFromCommandLine(line_);
   EXPECT_EQ(config.listen, "127.0.0.1:9999");
@@ -136,6 +136,7 @@ TEST_F(CliCommandLine, ServeConfigComesFromFlagsOverEnvironment) {
   EXPECT_EQ(config.warm_pool, 0);
   EXPECT_EQ(config.io_threads, 8);
   EXPECT_EQ(config.blocking_threads, 6);
+  EXPECT_EQ(config.output_rate_mib, 0);  // no cap
 
   CLI::App other{"bulkhead", "bulkhead"};
   CommandLine flags;
@@ -148,6 +149,7 @@ TEST_F(CliCommandLine, ServeConfigComesFromFlagsOverEnvironment) {
   EXPECT_EQ(from_flags.warm_pool, core::DaemonConfig{}.warm_pool);
   EXPECT_EQ(from_flags.io_threads, core::DaemonConfig{}.io_threads);
   EXPECT_EQ(from_flags.blocking_threads, core::DaemonConfig{}.blocking_threads);
+  EXPECT_EQ(from_flags.output_rate_mib, core::DaemonConfig{}.output_rate_mib);
 
   // Out of range: refused by the parser.
   CLI::App bad{"bulkhead", "bulkhead"};
@@ -155,6 +157,11 @@ TEST_F(CliCommandLine, ServeConfigComesFromFlagsOverEnvironment) {
   DefineCommandLine(bad, bad_line);
   const char* bad_argv[] = {"bulkhead", "serve", "--io-threads", "0"};
   EXPECT_THROW(bad.parse(4, bad_argv), CLI::ValidationError);
+  CLI::App bad_rate{"bulkhead", "bulkhead"};
+  CommandLine bad_rate_line;
+  DefineCommandLine(bad_rate, bad_rate_line);
+  const char* bad_rate_argv[] = {"bulkhead", "serve", "--output-rate", "-1"};
+  EXPECT_THROW(bad_rate.parse(4, bad_rate_argv), CLI::ValidationError);
 }
 
 TEST_F(CliCommandLine, AnEmptyListenVariableMeansUnixSocketOnly) {
