@@ -10,6 +10,11 @@
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
 namespace bulkhead::core {
+namespace {
+
+constexpr double kSlackSeconds = 0.02;
+
+}  // namespace
 
 OutputBudget::OutputBudget(int64_t bytes_per_second, int64_t burst_bytes)
     : rate_(static_cast<double>(bytes_per_second)),
@@ -24,7 +29,9 @@ std::chrono::nanoseconds OutputBudget::Take(size_t bytes) {
   refilled_ = now;
   tokens_ = std::min(burst_, tokens_ + elapsed_s * rate_);
   tokens_ -= static_cast<double>(bytes);
-  if (tokens_ >= 0) return std::chrono::nanoseconds(0);
+  // A little debt waits for nothing: a sleep per small frame would cost the daemon more in
+  // wakeups than the relay itself. The debt is paid in one wait once it reaches kSlack.
+  if (tokens_ >= -rate_ * kSlackSeconds) return std::chrono::nanoseconds(0);
   return std::chrono::nanoseconds(static_cast<int64_t>(-tokens_ / rate_ * 1e9));
 }
 

@@ -21,7 +21,8 @@ class OutputBudget {
   OutputBudget(int64_t bytes_per_second, int64_t burst_bytes);
 
   // Takes `bytes` (already read) from the budget: how long the caller waits before it reads
-  // more. Callers that overdraw share the debt, so the sum over all of them keeps the rate.
+  // more (nothing while the debt is under 20 ms' worth). Callers that overdraw share the
+  // debt, so the sum over all of them keeps the rate.
   std::chrono::nanoseconds Take(size_t bytes);
 
  private:

@@ -29,12 +29,19 @@ TEST(OutputBudget, OverdrawingCallersShareTheDebt) {
   EXPECT_LE(second, milliseconds(200));
 }
 
+TEST(OutputBudget, ADebtUnderTwentyMillisecondsWaitsForNothing) {
+  OutputBudget budget(1000, 100);
+  EXPECT_EQ(budget.Take(100).count(), 0);
+  EXPECT_EQ(budget.Take(10).count(), 0);  // 10 ms' worth of debt
+  EXPECT_GT(budget.Take(20), milliseconds(25));  // 30 ms' worth: paid in one wait
+}
+
 TEST(OutputBudget, AQuietTimeRefillsUpToTheBurstOnly) {
   OutputBudget budget(10000, 100);
   EXPECT_EQ(budget.Take(100).count(), 0);
   std::this_thread::sleep_for(milliseconds(50));  // 500 bytes' worth of time, capped at 100
   EXPECT_EQ(budget.Take(100).count(), 0);
-  EXPECT_GT(budget.Take(100), milliseconds(5));
+  EXPECT_GT(budget.Take(300), milliseconds(25));  // had it refilled 500, this would pass free
 }
 
 }  // namespace
