@@ -8,6 +8,7 @@ after, how long deleting the offender took, and what it left behind (harness.fin
 Asserts nothing (tests/integration/test_exhaustion.py checks the functional parts).
 
     python3 bench/neighbours.py [--build build] [--seconds 10] [--only "fork bomb,cpu spinner"]
+                                [--serve-arg=--output-rate=8 ...]
 """
 import argparse
 import json
@@ -28,6 +29,9 @@ from loadgen import percentile, process_rss  # noqa: E402
 from offenders import (ALL_AT_ONCE, OFFENDER_SPEC, OFFENDERS, FloodClients, neighbour_exec,  # noqa: E402
                        start_offender)
 
+# The output flood once more without its clients: what the sandbox costs its neighbours by
+# itself, apart from what the daemon spends relaying its output.
+NO_CLIENTS = "output flood alone"
 GOAL_RATIO = 3.0  # the neighbour's p99 within 3x its idle p99 (printed, never asserted)
 
 
@@ -116,13 +120,13 @@ def row(name, probe, idle_p99, extra) -> dict:
 
 
 def render(rows) -> str:
-    head = (f"{'phase':<22} {'execs':>6} {'err':>4} {'p50 ms':>8} {'p99 ms':>8} {'p99/idle':>8} "
+    head = (f"{'phase':<25} {'execs':>6} {'err':>4} {'p50 ms':>8} {'p99 ms':>8} {'p99/idle':>8} "
             f"{'host p50':>9} {'host p99':>9} {'RSS MiB':>14} {'delete ms':>10}  leaks")
     lines = [head, "-" * len(head)]
     for r in rows:
         rss = f"{r.get('rss_before_mib', '-')}->{r.get('rss_after_mib', '-')}"
         lines.append(
-            f"{r['phase']:<22} {r['execs']:>6} {r['exec_errors']:>4} {r['p50_ms'] or '-':>8} {r['p99_ms'] or '-':>8} "
+            f"{r['phase']:<25} {r['execs']:>6} {r['exec_errors']:>4} {r['p50_ms'] or '-':>8} {r['p99_ms'] or '-':>8} "
             f"{r['p99_vs_idle'] or '-':>8} {r['host_spawn_p50_ms']:>9} {r['host_spawn_p99_ms']:>9} {rss:>14} "
             f"{r.get('delete_ms', '-'):>10}  {r.get('leaks') or 'none'}")
     return "\n".join(lines)
@@ -133,12 +137,14 @@ def main() -> int:
     parser.add_argument("--build", default="build", type=Path)
     parser.add_argument("--seconds", default=10.0, type=float, help="measuring time per phase")
     parser.add_argument("--only", default="", help="comma-separated offenders (and/or 'all at once')")
+    parser.add_argument("--serve-arg", action="append", default=[],
+                        help="passed to `bulkhead serve`, e.g. --serve-arg=--output-rate=8; repeatable")
     args = parser.parse_args()
     harness.BULKHEAD = args.build.resolve() / "bulkhead"
-    phases = [p.strip() for p in args.only.split(",") if p.strip()] or [*OFFENDERS, ALL_AT_ONCE]
+    phases = [p.strip() for p in args.only.split(",") if p.strip()] or [*OFFENDERS, NO_CLIENTS, ALL_AT_ONCE]
 
     work = Path(tempfile.mkdtemp(prefix="bhnb-", dir="/tmp"))
-    daemon = harness.Daemon(state_dir=work / "state", log_path=work / "daemon.log")
+    daemon = harness.Daemon(state_dir=work / "state", log_path=work / "daemon.log", extra_args=tuple(args.serve_arg))
     rows = []
     try:
         daemon.start()
@@ -155,7 +161,7 @@ def main() -> int:
         for name in phases:
             rss_before = process_rss(daemon.process.pid)
             offender = client.create(**OFFENDER_SPEC)["id"]
-            pids = start_offender(client, offender, name)
+            pids = start_offender(client, offender, "output flood" if name == NO_CLIENTS else name)
             flood, flood_counts = None, None
             if name in ("output flood", ALL_AT_ONCE):
                 flood = FloodProcess(daemon, offender, pids[0] if name == "output flood" else pids[1])
@@ -190,7 +196,8 @@ def main() -> int:
     out = HERE / "results"
     out.mkdir(exist_ok=True)
     path = out / f"neighbours-{datetime.now().strftime('%Y-%m-%d-%H%M%S')}.json"
-    path.write_text(json.dumps({"seconds": args.seconds, "offender_spec": OFFENDER_SPEC, "rows": rows}, indent=1))
+    path.write_text(json.dumps({"seconds": args.seconds, "offender_spec": OFFENDER_SPEC, "serve_args": args.serve_arg,
+                                "rows": rows}, indent=1))
     print(f"\n(figures also in {path})")
     return 0
 
