@@ -57,6 +57,18 @@ size_t AsciiRunEnd(std::string_view s, size_t i) {
   return i;
 }
 
+// Whether all 8 bytes at p are ASCII that JSON takes as is: no control byte, quote or
+// backslash (the classic "has a byte less than / equal to" bit tricks, exact for "any").
+bool WordNeedsNoEscape(const char* p) {
+  constexpr uint64_t kOnes = 0x0101010101010101ULL;
+  constexpr uint64_t kHighBits = 0x8080808080808080ULL;
+  uint64_t w;
+  std::memcpy(&w, p, 8);
+  const auto has_zero = [](uint64_t v) { return (v - kOnes) & ~v & kHighBits; };
+  const uint64_t control = (w - kOnes * 0x20) & ~w & kHighBits;
+  return ((w & kHighBits) | control | has_zero(w ^ (kOnes * '"')) | has_zero(w ^ (kOnes * '\\'))) == 0;
+}
+
 }  // namespace
 
 bool IsValidUtf8(std::string_view bytes) {
@@ -113,6 +125,10 @@ bool AppendJsonString(std::string& out, std::string_view bytes) {
     // Copy the longest run that needs no escape at once.
     size_t run = i;
     while (run < bytes.size()) {
+      if (run + 8 <= bytes.size() && WordNeedsNoEscape(bytes.data() + run)) {
+        run += 8;
+        continue;
+      }
       const auto b = static_cast<uint8_t>(bytes[run]);
       if (b < 0x20 || b == '"' || b == '\\') break;
       if (b < 0x80) {

@@ -86,6 +86,17 @@ TEST(DumpJson, LongStringsAreWrittenExactlyAsNlohmannWritesThem) {
     const json event = {{"type", "stdout"}, {"data", text}, {"offset", round}};
     EXPECT_EQ(DumpJson(event), nlohmann_dump(event)) << "round " << round;
   }
+  // Every byte that needs escaping (and a two-byte character), at every offset of a word.
+  std::vector<std::string> specials = {"\"", "\\", "\x7f", "\xc3\xa9"};
+  for (int b = 0; b < 0x20; ++b) specials.emplace_back(1, static_cast<char>(b));
+  for (const std::string& special : specials) {
+    for (size_t at = 0; at < 16; ++at) {
+      std::string text(600, 'a');
+      text.replace(at, special.size(), special);
+      const json event = {{"data", text}};
+      EXPECT_EQ(DumpJson(event), nlohmann_dump(event)) << "byte " << int(uint8_t(special[0])) << " at " << at;
+    }
+  }
   const json nested = {{"result", {{"stdout", std::string(2000, 'x')}}}, {"stderr", std::string(1000, '\n')}};
   EXPECT_EQ(DumpJson(nested), nlohmann_dump(nested));
   std::string appended = "keep";
