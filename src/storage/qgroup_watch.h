@@ -22,23 +22,18 @@ class QgroupWatch {
   QgroupWatch(const QgroupWatch&) = delete;
   QgroupWatch& operator=(const QgroupWatch&) = delete;
 
-  // Checks once, now: starts a rescan if the qgroups are inconsistent. True if they were.
-  bool CheckNow();
-
  private:
+  // Starts a rescan if the qgroups are inconsistent.
+  void Check();
   void Run();
 
   UniqueFd fs_fd_;
   std::string qgroups_sysfs_;
-  bool rescanning_ = false;  // this watch started a rescan not yet seen to finish
+  bool repairing_ = false;  // inconsistent when last seen, and logged
   std::mutex mu_;
   std::condition_variable wake_;
   bool stopping_ = false;
   std::thread thread_;
 };
-
-// Whether /sys/fs/btrfs/<fsid>/qgroups says the numbers are inconsistent (false when the
-// kernel does not say).
-bool QgroupsInconsistent(const std::string& qgroups_sysfs);
 
 }  // namespace bulkhead::storage
