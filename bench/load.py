@@ -28,11 +28,14 @@ def main() -> int:
     parser.add_argument("--seconds", default=180.0, type=float, help="stop starting loops after this long")
     parser.add_argument("--loops", default=100000, type=int, help="stop after this many loops were started")
     parser.add_argument("--warm-pool", default=4, type=int, help="the daemon's --warm-pool (its default: 4)")
+    parser.add_argument("--serve-arg", action="append", default=[],
+                        help="passed to `bulkhead serve`, e.g. --serve-arg=--blocking-threads=8; repeatable")
     args = parser.parse_args()
     harness.BULKHEAD = args.build.resolve() / "bulkhead"
 
     work = Path(tempfile.mkdtemp(prefix="bhld-", dir="/tmp"))
-    daemon = harness.Daemon(state_dir=work / "state", log_path=work / "daemon.log", warm_pool=args.warm_pool)
+    daemon = harness.Daemon(state_dir=work / "state", log_path=work / "daemon.log", warm_pool=args.warm_pool,
+                            extra_args=tuple(args.serve_arg))
     try:
         daemon.start()
         client = daemon.client()
