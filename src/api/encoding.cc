@@ -45,9 +45,12 @@ Utf8Scan ScanUtf8(std::string_view s, size_t i) {
   return {continuation_bytes + 1, true, false};
 }
 
-// Where the run of ASCII bytes starting at i ends: eight bytes at a time.
+// Eight bytes at a time: a 1 in every byte, and every byte's high bit.
+constexpr uint64_t kOnes = 0x0101010101010101ULL;
+constexpr uint64_t kHighBits = 0x8080808080808080ULL;
+
+// Where the run of ASCII bytes starting at i ends.
 size_t AsciiRunEnd(std::string_view s, size_t i) {
-  constexpr uint64_t kHighBits = 0x8080808080808080ULL;
   for (; i + 8 <= s.size(); i += 8) {
     uint64_t word;
     std::memcpy(&word, s.data() + i, 8);
@@ -60,8 +63,6 @@ size_t AsciiRunEnd(std::string_view s, size_t i) {
 // Whether all 8 bytes at p are ASCII that JSON takes as is: no control byte, quote or
 // backslash (the classic "has a byte less than / equal to" bit tricks, exact for "any").
 bool WordNeedsNoEscape(const char* p) {
-  constexpr uint64_t kOnes = 0x0101010101010101ULL;
-  constexpr uint64_t kHighBits = 0x8080808080808080ULL;
   uint64_t w;
   std::memcpy(&w, p, 8);
   const auto has_zero = [](uint64_t v) { return (v - kOnes) & ~v & kHighBits; };

@@ -6,7 +6,6 @@
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
-#include <boost/asio/read.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -32,25 +31,14 @@ Error LostInit(const boost::system::error_code& ec) {
                    "sandbox_unreachable");
 }
 
-ErrorCode CodeFromInit(const std::string& code) {
-  if (code == "not_found") return ErrorCode::kNotFound;
-  if (code == "invalid_argument") return ErrorCode::kInvalid;
-  return ErrorCode::kInternal;
-}
-
 }  // namespace
 
-ExecSession::ExecSession(asio::local::stream_protocol::socket socket) : socket_(std::move(socket)) {}
+ExecSession::ExecSession(asio::local::stream_protocol::socket socket) : client_(std::move(socket)) {}
 
 ExecSession::~ExecSession() { Cancel(); }
 
-void ExecSession::Cancel() {
-  boost::system::error_code ec;
-  if (!socket_.is_open()) return;
-  // shutdown reaches the writer's duplicate descriptor too; init sees the end and kills the command.
-  socket_.shutdown(asio::socket_base::shutdown_both, ec);
-  socket_.close(ec);
-}
+// shutdown reaches the writer's duplicate descriptor too; init sees the end and kills the command.
+void ExecSession::Cancel() { client_.Close(); }
 
 asio::awaitable<Result<std::unique_ptr<ExecSession>>> ExecSession::Start(asio::any_io_executor executor,
                                                                           std::string ctl_path,
@@ -92,41 +80,27 @@ asio::awaitable<Result<std::unique_ptr<ExecSession>>> ExecSession::Start(asio::a
 asio::awaitable<Result<ExecEvent>> ExecSession::Next() {
   if (done_) co_return MakeError(ErrorCode::kInternal, "exec session already ended");
   for (;;) {
-    uint8_t header[ctl::kHeaderSize];
-    boost::system::error_code ec;
-    co_await asio::async_read(socket_, asio::buffer(header), asio::redirect_error(asio::use_awaitable, ec));
-    if (ec) {
+    Result<CtlClient::Frame> frame = co_await client_.Receive();
+    if (!frame.ok()) {
       done_ = true;
-      co_return LostInit(ec);
-    }
-    int64_t len = ctl::DecodePayloadLength(header);
-    if (len < 0) {
-      done_ = true;
-      co_return MakeError(ErrorCode::kInternal, "bad frame from the sandbox's init", "sandbox_protocol_error");
-    }
-    std::string payload(static_cast<size_t>(len), '\0');
-    co_await asio::async_read(socket_, asio::buffer(payload), asio::redirect_error(asio::use_awaitable, ec));
-    if (ec) {
-      done_ = true;
-      co_return LostInit(ec);
+      co_return frame.error();
     }
     ExecEvent ev;
-    switch (header[4]) {
+    switch (frame->type) {
       case ctl::kStarted: {
-        json j = json::parse(payload, nullptr, false);
+        json j = json::parse(frame->payload, nullptr, false);
         ev.type = ExecEvent::Type::kStarted;
         ev.pid = j.is_object() ? j.value("pid", 0) : 0;
         co_return ev;
       }
       case ctl::kStdout:
       case ctl::kStderr:
-        ev.type = header[4] == ctl::kStdout ? ExecEvent::Type::kStdout : ExecEvent::Type::kStderr;
-        ev.data = std::move(payload);
-        co_await PaceOutput(budget_.get(), ev.data.size());
+        ev.type = frame->type == ctl::kStdout ? ExecEvent::Type::kStdout : ExecEvent::Type::kStderr;
+        ev.data = std::move(frame->payload);
         co_return ev;
       case ctl::kExit: {
         done_ = true;
-        json j = json::parse(payload, nullptr, false);
+        json j = json::parse(frame->payload, nullptr, false);
         ev.type = ExecEvent::Type::kExit;
         if (j.is_object()) {
           if (j.contains("exit_code") && j["exit_code"].is_number_integer()) ev.exit.exit_code = j["exit_code"].get<int>();
@@ -136,13 +110,9 @@ asio::awaitable<Result<ExecEvent>> ExecSession::Next() {
         }
         co_return ev;
       }
-      case ctl::kError: {
+      case ctl::kError:
         done_ = true;
-        json j = json::parse(payload, nullptr, false);
-        std::string code = j.is_object() ? j.value("code", "internal") : "internal";
-        std::string message = j.is_object() ? j.value("message", "command failed to start") : payload;
-        co_return MakeError(CodeFromInit(code), message);
-      }
+        co_return ErrorFromInit(frame->payload);
       default:
         continue;  // a frame type this daemon does not know: skip it
     }

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/result.h"
+#include "core/ctl_client.h"
 #include "core/output_budget.h"
 #include "core/types.h"
 
@@ -34,12 +35,11 @@ class ExecSession {
   // Something to keep alive as long as the session (the manager's "sandbox in use" mark).
   void Hold(std::shared_ptr<void> token) { token_ = std::move(token); }
   // Output frames are read no faster than this budget allows (null: no cap).
-  void PaceWith(std::shared_ptr<OutputBudget> budget) { budget_ = std::move(budget); }
+  void PaceWith(std::shared_ptr<OutputBudget> budget) { client_.PaceWith(std::move(budget)); }
 
  private:
-  boost::asio::local::stream_protocol::socket socket_;
+  CtlClient client_;  // the frames; the writes go out on a duplicate of its socket (Start)
   std::shared_ptr<void> token_;
-  std::shared_ptr<OutputBudget> budget_;
   bool done_ = false;
 };
 
