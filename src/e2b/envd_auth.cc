@@ -1,33 +1,12 @@
 #include "e2b/envd_auth.h"
 
-#include <nettle/hmac.h>
-#include <nettle/sha2.h>
-
 #include "common/base64.h"
+#include "common/digest.h"
 
 namespace bulkhead::e2b {
-namespace {
-
-std::string Hex(const uint8_t* bytes, size_t size) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < size; ++i) {
-    out += kHex[bytes[i] >> 4];
-    out += kHex[bytes[i] & 15];
-  }
-  return out;
-}
-
-}  // namespace
 
 std::string EnvdAccessToken(std::string_view e2b_key, std::string_view sandbox_id) {
-  hmac_sha256_ctx ctx;
-  hmac_sha256_set_key(&ctx, e2b_key.size(), reinterpret_cast<const uint8_t*>(e2b_key.data()));
-  const std::string message = "envd-access-token:" + std::string(sandbox_id);
-  hmac_sha256_update(&ctx, message.size(), reinterpret_cast<const uint8_t*>(message.data()));
-  uint8_t digest[SHA256_DIGEST_SIZE];
-  hmac_sha256_digest(&ctx, sizeof digest, digest);
-  return Hex(digest, sizeof digest);
+  return HexEncode(HmacSha256(e2b_key, "envd-access-token:" + std::string(sandbox_id)));
 }
 
 std::string FileSignature(std::string_view path, std::string_view operation, std::string_view user,
@@ -35,12 +14,7 @@ std::string FileSignature(std::string_view path, std::string_view operation, std
   std::string text = std::string(path) + ":" + std::string(operation) + ":" + std::string(user) + ":" +
                      std::string(token);
   if (expiration != 0) text += ":" + std::to_string(expiration);
-  sha256_ctx ctx;
-  sha256_init(&ctx);
-  sha256_update(&ctx, text.size(), reinterpret_cast<const uint8_t*>(text.data()));
-  uint8_t digest[SHA256_DIGEST_SIZE];
-  sha256_digest(&ctx, sizeof digest, digest);
-  std::string encoded = Base64Encode(std::string_view(reinterpret_cast<const char*>(digest), sizeof digest));
+  std::string encoded = Base64Encode(Sha256(text));
   while (!encoded.empty() && encoded.back() == '=') encoded.pop_back();
   return "v1_" + encoded;
 }
