@@ -10,36 +10,24 @@
 #include <filesystem>
 #include <string>
 
-#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "api/api_key.h"
 #include "api/server.h"
 #include "common/result.h"
 #include "core/sandbox_manager.h"
+#include "core/state_dir.h"
 
 namespace bulkhead::api {
 namespace {
 
-// Creates `path` with `mode` if it does not exist (parents as needed, with 0755).
-Status EnsureDirectory(const std::string& path, mode_t mode) {
-  if (mkdir(path.c_str(), mode) == 0) {
-    // mkdir's mode is filtered by the umask; the state dir's mode is not negotiable.
-    if (chmod(path.c_str(), mode) != 0) return SystemError("chmod " + path, errno);
-    return {};
-  }
-  if (errno == EEXIST) {
-    struct stat st {};
-    if (stat(path.c_str(), &st) != 0) return SystemError("stat " + path, errno);
-    if (!S_ISDIR(st.st_mode)) return MakeError(ErrorCode::kInternal, path + " exists and is not a directory");
-    return {};
-  }
-  if (errno != ENOENT) return SystemError("mkdir " + path, errno);
-  std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  if (ec) return MakeError(ErrorCode::kInternal, fmt::format("create parents of {}: {}", path, ec.message()));
-  if (mkdir(path.c_str(), mode) != 0 && errno != EEXIST) return SystemError("mkdir " + path, errno);
-  if (chmod(path.c_str(), mode) != 0) return SystemError("chmod " + path, errno);
+// The spool dir of uploads, in the (secured) state dir: made, or checked to be a directory.
+Status EnsureUploadDir(const std::string& path) {
+  if (mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) return SystemError("mkdir " + path, errno);
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) return SystemError("stat " + path, errno);
+  if (!S_ISDIR(st.st_mode)) return MakeError(ErrorCode::kInternal, path + " exists and is not a directory");
+  if (chmod(path.c_str(), 0700) != 0) return SystemError("chmod " + path, errno);
   return {};
 }
 
@@ -69,14 +57,17 @@ int RunDaemon(const core::DaemonConfig& config) {
   // A client that hangs up must not kill the daemon on the next write.
   signal(SIGPIPE, SIG_IGN);
   RaiseFileLimit();
+  // Whatever the daemon makes (the database, keys, spooled uploads, layers) is root's alone;
+  // the sandboxes' own files get modes of their own (runtime/native/contain.cc).
+  umask(077);
 
   const std::string& state_dir = config.state_dir;
-  if (Status status = EnsureDirectory(state_dir, 0711); !status.ok()) {
+  if (Status status = core::SecureStateDir(state_dir); !status.ok()) {
     spdlog::error("state directory: {}", status.error().message);
     return 1;
   }
   const std::string upload_dir = state_dir + "/tmp";
-  if (Status status = EnsureDirectory(upload_dir, 0700); !status.ok()) {
+  if (Status status = EnsureUploadDir(upload_dir); !status.ok()) {
     spdlog::error("upload directory: {}", status.error().message);
     return 1;
   }

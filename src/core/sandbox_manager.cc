@@ -21,10 +21,13 @@
 #include <spdlog/spdlog.h>
 #include <thread>
 
+#include "common/digest.h"
+#include "common/id_ranges.h"
 #include "common/scope_guard.h"
 #include "common/unique_fd.h"
 #include "core/network_controller.h"
 #include "core/spec_json.h"
+#include "core/state_dir.h"
 #include "core/volume_registry.h"
 #include "net/netns.h"
 #include "runtime/native/native_runtime.h"
@@ -49,6 +52,12 @@ std::string NewId() {
   for (unsigned char c : raw) id += kAlphabet[c % 36];
   return id;
 }
+
+// The name of a sandbox's objects on the host that any local user can list (its cgroups, the
+// directory of its control socket, seen in /proc/net/unix): derived from the id but never the
+// id itself, which is a capability (preview host names need nothing else). 64 bits of a
+// SHA-256 of an unguessable id tell nothing about it.
+std::string HostName(const std::string& id) { return "sb-" + HexEncode(Sha256(id)).substr(0, 16); }
 
 std::string Fnv1aHex(const std::string& s) {
   uint32_t h = 2166136261u;
@@ -200,7 +209,7 @@ class SandboxManagerImpl : public SandboxManager {
   // Hands out a launched sandbox: network, lifetime, row, listing (what Create does last).
   Result<SandboxInfo> Admit(const std::shared_ptr<Sandbox>& sb);
 
-  std::string SandboxDir(const std::string& id) const { return config_.state_dir + "/sandboxes/" + id; }
+  std::string SandboxDir(const std::string& id) const { return config_.state_dir + "/sandboxes/" + HostName(id); }
   std::string CtlPath(const std::string& id) const { return SandboxDir(id) + "/ctl.sock"; }
   // Pooled sandboxes start with network mode none; Create gives them the requested one.
   // Volumes are attached and snapshot files copied at launch: such sandboxes never come
@@ -283,10 +292,8 @@ class SandboxManagerImpl : public SandboxManager {
 // ---------------------------------------------------------------------------------------
 
 Result<std::unique_ptr<SandboxManager>> SandboxManager::Open(const DaemonConfig& config) {
+  BH_TRY(SecureStateDir(config.state_dir));
   std::error_code ec;
-  fs::create_directories(config.state_dir, ec);
-  if (ec) return MakeError(ErrorCode::kInternal, "create state dir " + config.state_dir + ": " + ec.message());
-  ::chmod(config.state_dir.c_str(), 0711);
   // <state>/sandboxes/<20 chars>/ctl.sock must fit a unix socket path (107 bytes).
   if (config.state_dir.size() > 70)
     return MakeError(ErrorCode::kInvalid, "state dir path too long (max 70 characters): " + config.state_dir);
@@ -330,6 +337,7 @@ Status SandboxManagerImpl::Recover() {
   auto rows = db_->LoadAll();
   if (!rows) return rows.error();
   std::set<std::string> known;
+  std::error_code ec;
   for (auto& row : *rows) {
     InitProcess init{static_cast<pid_t>(row.init_pid), row.init_start_time};
     if (row.state == "starting" || row.state == "pooled" || row.state == "deleting") {
@@ -351,11 +359,16 @@ Status SandboxManagerImpl::Recover() {
     sb->init = init;
     sb->expires_ms = row.expires_at_ms;
     if (row.expires_at_ms) sb->info.expires_at = Rfc3339(static_cast<time_t>(row.expires_at_ms / 1000));
+    // A sandbox of a version that named its host objects by the id: renamed in place (its
+    // processes and control socket carry on; /proc/net/unix keeps the old path until a restart).
+    (void)runtime_->Rename(row.id, HostName(row.id));
+    if (std::string old_dir = config_.state_dir + "/sandboxes/" + row.id; fs::exists(old_dir, ec))
+      fs::rename(old_dir, SandboxDir(row.id), ec);
     if ((row.state == "running" || row.state == "paused") && runtime_->Alive(init)) {
       // The row says what was asked; the cgroup is brought to it. A frozen group under a
       // "running" row is a snapshot or a pause the crash cut short: thaw it.
       sb->info.state = row.state;
-      if (auto st = runtime_->SetFrozen(row.id, row.state == "paused"); !st)
+      if (auto st = runtime_->SetFrozen(HostName(row.id), row.state == "paused"); !st)
         spdlog::error("recover: sandbox {}: {}", row.id, st.error().message);
       if (sb->info.state == "paused") sb->expires_ms = 0, sb->info.expires_at.reset();
       sb->last_activity_ms = UnixMillis();
@@ -376,7 +389,7 @@ Status SandboxManagerImpl::Recover() {
       sb->init = {};
       sb->expires_ms = 0;
       sb->info.expires_at.reset();
-      (void)runtime_->Destroy(row.id, init);
+      (void)runtime_->Destroy(HostName(row.id), init);
       (void)uids_.Reclaim(row.uid_base, row.id);
       (void)db_->Put(RowOf(*sb));
       if (row.state != "stopped") spdlog::info("recover: sandbox {} is stopped (its init is gone)", row.id);
@@ -385,14 +398,15 @@ Status SandboxManagerImpl::Recover() {
     volumes_.Attach(row.id, sb->info.spec.volumes);
     sandboxes_[row.id] = sb;
   }
-  for (const auto& id : runtime_->ListCgroups())
-    if (!known.count(id)) (void)runtime_->Destroy(id, {});
+  std::set<std::string> known_names;
+  for (const auto& id : known) known_names.insert(HostName(id));
+  for (const auto& name : runtime_->ListCgroups())
+    if (!known_names.count(name)) (void)runtime_->Destroy(name, {});
   for (const auto& id : storage_->ListLayers())
     if (!known.count(id)) (void)storage_->DestroyLayer(id);
   RecoverSnapshots();
-  std::error_code ec;
   for (const auto& entry : fs::directory_iterator(config_.state_dir + "/sandboxes", ec))
-    if (!known.count(entry.path().filename().string())) fs::remove_all(entry.path(), ec);
+    if (!known_names.count(entry.path().filename().string())) fs::remove_all(entry.path(), ec);
   stats_.sandboxes_running = static_cast<int64_t>(sandboxes_.size());
   return {};
 }
@@ -455,7 +469,7 @@ Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::Launch(const SandboxSpec& s
   auto layer = source.snapshot_id.empty()
                    ? storage_->CreateLayer(id, sb->uid_base, sb->uid_base, spec.disk_mb)
                    : storage_->CreateLayerFromSnapshot(
-                         id, source.snapshot_id, {source.uid_base, sb->uid_base, runtime::native::kIdCount}, spec.disk_mb);
+                         id, source.snapshot_id, {source.uid_base, sb->uid_base, kIdCount}, spec.disk_mb);
   if (!layer) return layer.error();
   BH_TRY(Boot(*sb, *layer));
   undo.Dismiss();
@@ -465,7 +479,7 @@ Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::Launch(const SandboxSpec& s
 Status SandboxManagerImpl::Boot(Sandbox& sb, const storage::WritableLayer& layer) {
   const SandboxSpec& spec = sb.info.spec;
   runtime::LaunchSpec ls;
-  ls.id = sb.info.id;
+  ls.id = HostName(sb.info.id);
   if (spec.image == "host") {
     ls.rootfs = host_rootfs_;
     ls.host_binds = storage_->HostBindDirs();
@@ -499,7 +513,7 @@ Status SandboxManagerImpl::Teardown(const std::string& id, uid_t uid_base, const
     if (!st && first) first = st;
   };
   network_->Forget(id);
-  note(runtime_->Destroy(id, init));
+  note(runtime_->Destroy(HostName(id), init));
   note(storage_->DestroyLayer(id));
   volumes_.Release(id);  // its volumes' data stays
   std::error_code ec;
@@ -555,7 +569,7 @@ Result<SandboxInfo> SandboxManagerImpl::Create(const SandboxSpec& spec) {
 }
 
 bool SandboxManagerImpl::FitPooled(Sandbox& sb, const SandboxSpec& spec) {
-  Status st = runtime_->SetLimits(sb.info.id, {spec.cpus, spec.memory_mb, spec.pids});
+  Status st = runtime_->SetLimits(HostName(sb.info.id), {spec.cpus, spec.memory_mb, spec.pids});
   if (st) st = storage_->SetLayerQuota(sb.info.id, spec.disk_mb);
   if (!st) {
     spdlog::warn("warm pool: sandbox {}: {}", sb.info.id, st.error().message);
@@ -579,7 +593,7 @@ Result<SandboxInfo> SandboxManagerImpl::Get(const std::string& id) {
   }
   SandboxUsage usage;
   if (info.state == "running") {
-    if (auto u = runtime_->Usage(id)) usage = *u;
+    if (auto u = runtime_->Usage(HostName(id))) usage = *u;
   }
   if (auto d = storage_->LayerUsageBytes(id)) usage.disk_bytes = *d;
   info.usage = usage;
@@ -665,7 +679,7 @@ Status SandboxManagerImpl::FreezeLocked(Sandbox& sb, bool frozen) {
     (void)db_->Put(RowOf(sb));
     return WrongState(id, "error", "its init is gone; POST .../start boots it again");
   }
-  BH_TRY(runtime_->SetFrozen(id, frozen));
+  BH_TRY(runtime_->SetFrozen(HostName(id), frozen));
   std::lock_guard lock(mu_);
   sb.info.state = frozen ? "paused" : "running";
   if (frozen) {
@@ -714,7 +728,7 @@ Result<SandboxInfo> SandboxManagerImpl::Stop(const std::string& id) {
     BH_TRY(db_->Put(RowOf(sb)));
   }
   network_->Detach(id);
-  BH_TRY(runtime_->Destroy(id, sb.init));  // thaws a paused one first
+  BH_TRY(runtime_->Destroy(HostName(id), sb.init));  // thaws a paused one first
   std::lock_guard lock(mu_);
   sb.init = {};
   sb.netns.reset();
@@ -745,8 +759,8 @@ Result<SandboxInfo> SandboxManagerImpl::Start(const std::string& id) {
   auto layer = storage_->GetLayer(id);
   if (!layer) return layer.error();
   network_->Detach(id);
-  BH_TRY(runtime_->Destroy(id, sb.init));  // whatever an init that died left behind
-  ScopeGuard undo([&] { (void)runtime_->Destroy(id, sb.init); sb.init = {}; sb.netns.reset(); });
+  BH_TRY(runtime_->Destroy(HostName(id), sb.init));  // whatever an init that died left behind
+  ScopeGuard undo([&] { (void)runtime_->Destroy(HostName(id), sb.init); sb.init = {}; sb.netns.reset(); });
   BH_TRY(Boot(sb, *layer));
   if (sb.info.spec.network.mode != "none") BH_TRY(network_->Apply(id, sb.netns.get(), sb.info.spec.network));
   std::lock_guard lock(mu_);
@@ -1150,10 +1164,10 @@ Result<store::SnapshotRow> SandboxManagerImpl::Capture(const std::string& sandbo
   ScopeGuard undo([&] { DropSnapshot(row.id); });
   // Frozen, nothing in the sandbox writes while the capture is cut: files are whole.
   const bool freeze = state == "running";
-  if (freeze) BH_TRY(runtime_->SetFrozen(sandbox_id, true));
+  if (freeze) BH_TRY(runtime_->SetFrozen(HostName(sandbox_id), true));
   Status captured = storage_->CaptureSnapshot(sandbox_id, row.id);
   if (freeze) {
-    if (auto thawed = runtime_->SetFrozen(sandbox_id, false); !thawed) {
+    if (auto thawed = runtime_->SetFrozen(HostName(sandbox_id), false); !thawed) {
       spdlog::error("sandbox {}: thaw after snapshot: {}", sandbox_id, thawed.error().message);
       if (captured) captured = thawed.error();
     }
@@ -1360,10 +1374,6 @@ Result<std::vector<SandboxInfo>> SandboxManagerImpl::Fork(const std::string& san
   return forks;
 }
 
-// Imported snapshots' files are owned by this range until a sandbox starts from them (and
-// gets them shifted to its own): just below the sandboxes' ranges, so no account, no sandbox,
-// and never host root (a setuid file in an archive stays harmless on the host).
-constexpr uid_t kImportedUidBase = runtime::native::kFirstHostId - runtime::native::kIdCount;
 
 Status SandboxManagerImpl::ExportSnapshot(const std::string& id, int out_fd) {
   auto use = UseSnapshot(id);  // not deleted while it is read
@@ -1390,7 +1400,9 @@ Result<SnapshotInfo> SandboxManagerImpl::ImportSnapshot(int in_fd, int64_t max_b
   row.created_at = Rfc3339(static_cast<time_t>(UnixMillis() / 1000));
   row.image = "host";
   row.spec_json = SpecToJson(SandboxSpec{});
-  row.uid_base = kImportedUidBase;
+  // Owned by the stored range until a sandbox starts from it and gets them shifted to its own:
+  // no account, no sandbox, never host root (a setuid file in an archive stays harmless).
+  row.uid_base = kStoredIdBase;
   row.state = "creating";  // the row first: a crash from here on is cleaned up by Recover
   BH_TRY(db_->PutSnapshot(row));
   ScopeGuard undo([&] { DropSnapshot(row.id); });

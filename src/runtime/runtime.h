@@ -18,8 +18,9 @@ struct Limits {
   int64_t pids = 512;
 };
 
-// A named volume's directory on the host, bound into the sandbox idmapped: its files carry
-// canonical ids 0..kIdCount-1 on disk and show with the same ids in every sandbox.
+// A named volume's directory on the host, bound into the sandbox idmapped: its files are
+// stored owned by the stored range (common/id_ranges.h) and show with the same ids in every
+// sandbox.
 struct VolumeBind {
   std::string source;  // the volume's root directory on the host
   std::string target;  // absolute, normalized path inside the sandbox
@@ -27,7 +28,7 @@ struct VolumeBind {
 };
 
 struct LaunchSpec {
-  std::string id;
+  std::string id;                       // the sandbox's host name (see Runtime)
   std::string rootfs;                   // the image's root directory (read-only lower layer)
   std::vector<std::string> host_binds;  // host dirs bound read-only at the same path (host image)
   std::string upper, work;              // the writable layer (overlayfs upper and work dirs)
@@ -44,6 +45,8 @@ struct InitProcess {
   uint64_t start_time = 0;  // /proc/<pid>/stat field 22: guards against pid reuse
 };
 
+// Every call names a sandbox by its host name (LaunchSpec::id): what the host shows any local
+// user (cgroup names), so never its API id.
 class Runtime {
  public:
   virtual ~Runtime() = default;
@@ -59,6 +62,8 @@ class Runtime {
   virtual Status Destroy(const std::string& id, const InitProcess& init) = 0;
   // Cgroups of sandboxes this daemon created, for cleaning up after a crash.
   virtual std::vector<std::string> ListCgroups() = 0;
+  // Renames a running sandbox's cgroups (a sandbox of an older version, named otherwise).
+  virtual Status Rename(const std::string& from, const std::string& to) = 0;
   // The daemon is stopping: release host-wide things that no sandbox uses any more.
   virtual void Release() = 0;
 };

@@ -46,7 +46,7 @@ class BtrfsLayerArea final : public LayerArea {
     if (::ioctl(parent.get(), BTRFS_IOC_SUBVOL_CREATE, &args) != 0) {
       return SystemError("create subvolume " + LayerPath(id), errno);
     }
-    if (::chmod(LayerPath(id).c_str(), 0711) != 0) return SystemError("chmod " + LayerPath(id), errno);
+    if (::chmod(LayerPath(id).c_str(), 0700) != 0) return SystemError("chmod " + LayerPath(id), errno);
     return SetLimit(id, disk_mb);
   }
 
@@ -104,7 +104,7 @@ class BtrfsLayerArea final : public LayerArea {
     if (!source) return SystemError("open " + source_dir, errno);
     BH_TRY(Snapshot(source.get(), root(), id, /*read_only=*/false));
     Status st;
-    if (::chmod(LayerPath(id).c_str(), 0711) != 0) st = SystemError("chmod " + LayerPath(id), errno);
+    if (::chmod(LayerPath(id).c_str(), 0700) != 0) st = SystemError("chmod " + LayerPath(id), errno);
     if (st.ok()) st = ShiftOwners(LayerPath(id) + "/upper", shift);
     if (st.ok()) st = SetLimit(id, disk_mb);
     if (!st.ok()) (void)DestroyLayerDir(id);
@@ -271,7 +271,7 @@ Result<std::unique_ptr<LayerArea>> OpenBtrfsLayerArea(const std::string& mount_p
   UniqueFd watch_fd(::fcntl(mount_fd.get(), F_DUPFD_CLOEXEC, 0));
   if (!watch_fd) return SystemError("dup " + mount_point, errno);
   auto area = std::make_unique<BtrfsLayerArea>(mount_point, sysfs, std::move(watch_fd));
-  BH_TRY(MakeDir(area->root(), 0711));
+  BH_TRY(MakeDir(area->root(), 0700));
   // Qgroups of subvolumes deleted before a restart were only queued in memory: sweep them.
   // Best effort (btrfs-progs older than 6.1 lacks the command).
   if (std::string btrfs = FindProgram({"/usr/bin/btrfs", "/bin/btrfs", "/usr/sbin/btrfs", "/sbin/btrfs"});

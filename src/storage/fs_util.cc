@@ -154,7 +154,7 @@ Status MakeDirAt(int dir_fd, const std::string& name, mode_t mode, uid_t uid, gi
   return {};
 }
 
-Status WriteFile(const std::string& path, const std::string& content, mode_t mode) {
+Status WriteFile(const std::string& path, const std::string& content, mode_t mode, uid_t uid, gid_t gid) {
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode));
   if (!fd) return SystemError("create " + path, errno);
   size_t done = 0;
@@ -166,7 +166,7 @@ Status WriteFile(const std::string& path, const std::string& content, mode_t mod
     }
     done += static_cast<size_t>(n);
   }
-  if (::fchown(fd.get(), 0, 0) != 0) return SystemError("chown " + path, errno);
+  if (::fchown(fd.get(), uid, gid) != 0) return SystemError("chown " + path, errno);
   if (::fchmod(fd.get(), mode) != 0) return SystemError("chmod " + path, errno);
   return {};
 }

@@ -26,8 +26,9 @@ Status MakeDir(const std::string& path, mode_t mode, uid_t uid = 0, gid_t gid = 
 // The same relative to a directory fd; refuses to follow a symlink at name.
 Status MakeDirAt(int dir_fd, const std::string& name, mode_t mode, uid_t uid = 0, gid_t gid = 0);
 
-// Writes a whole file (created or truncated) with mode and root ownership.
-Status WriteFile(const std::string& path, const std::string& content, mode_t mode = 0644);
+// Writes a whole file (created or truncated) with mode and owner (root by default).
+Status WriteFile(const std::string& path, const std::string& content, mode_t mode = 0644, uid_t uid = 0,
+                 gid_t gid = 0);
 Result<std::string> ReadFile(const std::string& path);
 
 UniqueFd OpenDirNoFollow(const std::string& path);

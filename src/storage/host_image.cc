@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "common/id_ranges.h"
 #include "common/scope_guard.h"
 #include "common/unique_fd.h"
 #include "storage/fs_util.h"
@@ -19,7 +20,7 @@ namespace bulkhead::storage {
 namespace {
 
 // Bump when what the builder writes changes, so existing hosts rebuild.
-constexpr char kBuilderVersion[] = "host-image-1";
+constexpr char kBuilderVersion[] = "host-image-2";  // 2: owners in the stored range
 
 constexpr char kPasswd[] =
     "root:x:0:0:root:/root:/bin/bash\n"
@@ -234,7 +235,7 @@ Plan MakePlan(const std::string& state_dir) {
   return plan;
 }
 
-Status CopyHostFile(const std::string& src, const std::string& dest, mode_t mode) {
+Status CopyHostFile(const std::string& src, const std::string& dest, mode_t mode, uid_t uid, gid_t gid) {
   UniqueFd in(::open(src.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
   if (!in) return SystemError("open " + src, errno);
   UniqueFd out(::open(dest.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
@@ -256,25 +257,31 @@ Status CopyHostFile(const std::string& src, const std::string& dest, mode_t mode
       done += w;
     }
   }
+  if (::fchown(out.get(), uid, gid) != 0) return SystemError("chown " + dest, errno);
   if (::fchmod(out.get(), mode) != 0) return SystemError("chmod " + dest, errno);
   return {};
 }
 
+// Writes the plan under rootfs, every owner in the stored range (e.uid 0 is stored as
+// kStoredIdBase, and shows as each sandbox's root).
 Status Build(const Plan& plan, const std::string& rootfs) {
   for (const auto& e : plan.entries()) {
     std::string path = rootfs + "/" + e.path;
+    const uid_t uid = kStoredIdBase + e.uid;
+    const gid_t gid = kStoredIdBase + e.gid;
     switch (e.kind) {
       case Entry::Kind::kDir:
-        BH_TRY(MakeDir(path, e.mode, e.uid, e.gid));
+        BH_TRY(MakeDir(path, e.mode, uid, gid));
         break;
       case Entry::Kind::kFile:
-        BH_TRY(WriteFile(path, e.content, e.mode));
+        BH_TRY(WriteFile(path, e.content, e.mode, uid, gid));
         break;
       case Entry::Kind::kCopy:
-        BH_TRY(CopyHostFile(e.content, path, e.mode));
+        BH_TRY(CopyHostFile(e.content, path, e.mode, uid, gid));
         break;
       case Entry::Kind::kSymlink:
         if (::symlink(e.content.c_str(), path.c_str()) != 0) return SystemError("symlink " + path, errno);
+        if (::lchown(path.c_str(), uid, gid) != 0) return SystemError("chown " + path, errno);
         break;
     }
   }
@@ -307,7 +314,7 @@ std::vector<std::string> HostBindDirs() {
 }
 
 Result<std::string> EnsureHostImageAt(const std::string& host_image_dir, const std::string& state_dir) {
-  BH_TRY(MakeDir(host_image_dir, 0755));
+  BH_TRY(MakeDir(host_image_dir, 0700));
   Plan plan = MakePlan(state_dir);
   std::string version = "v-" + plan.Hash();
   std::string version_dir = host_image_dir + "/" + version;
@@ -331,7 +338,7 @@ Result<std::string> EnsureHostImageAt(const std::string& host_image_dir, const s
   if (::mkdtemp(tmpl.data()) == nullptr) return SystemError("mkdtemp " + tmpl, errno);
   std::string build_dir = tmpl;
   ScopeGuard cleanup([&] { (void)RemoveTree(build_dir); });
-  BH_TRY(MakeDir(build_dir, 0755));
+  BH_TRY(MakeDir(build_dir, 0755, kStoredIdBase, kStoredIdBase));  // the image's "/"
   BH_TRY(Build(plan, build_dir));
   if (::rename(build_dir.c_str(), version_dir.c_str()) != 0) return SystemError("rename " + build_dir, errno);
   cleanup.Dismiss();

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 
+#include "common/id_ranges.h"
 #include "common/unique_fd.h"
 #include "storage/archive_util.h"
 #include "storage/fs_util.h"
@@ -19,6 +20,12 @@ constexpr int kExtractFlags = ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_PERM | ARC
                               ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS;
 
 Error ArchiveError(archive* a, const std::string& what) { return storage::ArchiveError(a, what, "invalid_image"); }
+
+// An archive's owner as stored: in the stored range (common/id_ranges.h), so that no file of
+// an image is owned by a host account; ids a sandbox cannot have become its nobody.
+la_int64_t StoredId(la_int64_t id) {
+  return kStoredIdBase + (id >= 0 && id < static_cast<la_int64_t>(kIdCount) ? id : kNobodyId);
+}
 
 // The extraction itself; runs in a thread whose root and cwd are the rootfs.
 Status ExtractHere(archive* reader) {
@@ -52,6 +59,8 @@ Status ExtractHere(archive* reader) {
       continue;
     }
     archive_entry_copy_pathname(entry, name.c_str());
+    archive_entry_set_uid(entry, StoredId(archive_entry_uid(entry)));
+    archive_entry_set_gid(entry, StoredId(archive_entry_gid(entry)));
     rc = archive_write_header(writer.get(), entry);
     if (rc < ARCHIVE_WARN) return ArchiveError(writer.get(), "extracting " + name);
     if (archive_entry_size(entry) > 0) {
@@ -110,7 +119,7 @@ Status EnsureMountPoints(const std::string& rootfs_dir) {
       // A symlink here would make the runtime's mount land somewhere else.
       if (::unlinkat(root.get(), mp.name, 0) != 0) return SystemError(std::string("unlink ") + mp.name, errno);
     }
-    BH_TRY(MakeDirAt(root.get(), mp.name, mp.mode));
+    BH_TRY(MakeDirAt(root.get(), mp.name, mp.mode, kStoredIdBase, kStoredIdBase));
   }
   return {};
 }

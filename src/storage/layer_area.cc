@@ -29,7 +29,7 @@ class PlainLayerArea final : public LayerArea {
   bool enforced() const override { return false; }
   Status CreateLayerDir(const std::string& id, int64_t) override {
     std::string path = LayerPath(id);
-    if (::mkdir(path.c_str(), 0711) != 0) return SystemError("mkdir " + path, errno);
+    if (::mkdir(path.c_str(), 0700) != 0) return SystemError("mkdir " + path, errno);
     return {};
   }
   Status SetLimit(const std::string& id, int64_t) override {
@@ -99,7 +99,7 @@ Result<std::unique_ptr<LayerArea>> OpenQuotaArea(const std::string& state_dir, i
                                                  const std::string& driver) {
   std::string image = state_dir + "/storage.img";
   std::string mount_point = state_dir + "/storage";
-  BH_TRY(MakeDir(mount_point, 0711));
+  BH_TRY(MakeDir(mount_point, 0700));
   if (auto mounted = FindMount(mount_point)) {
     BH_TRY(CheckDriverMatches(driver, mounted->fs_type, mount_point));
     return OpenMounted(*mounted);
@@ -152,7 +152,11 @@ Result<std::unique_ptr<LayerArea>> OpenLayerArea(const std::string& state_dir, i
     return MakeError(ErrorCode::kInvalid, "unknown storage driver \"" + driver + "\" (overlay or btrfs)");
   }
   auto area = OpenQuotaArea(state_dir, size_gb, driver);
-  if (area.ok()) return area;
+  if (area.ok()) {
+    // The filesystem's own root, over the mount point: as closed as every other state directory.
+    if (::chmod((state_dir + "/storage").c_str(), 0700) != 0) return SystemError("chmod " + state_dir + "/storage", errno);
+    return area;
+  }
   // A refusal, or a btrfs area asked for and not had: no silent fallback.
   if (area.error().code == ErrorCode::kInvalid || driver == "btrfs") return area.error();
 
@@ -188,7 +192,7 @@ Status LayerArea::CreateSnapshotDir(const std::string& id) {
 }
 
 Result<std::unique_ptr<LayerArea>> OpenPlainLayerArea(const std::string& root) {
-  BH_TRY(MakeDir(root, 0711));
+  BH_TRY(MakeDir(root, 0700));
   return std::unique_ptr<LayerArea>(std::make_unique<PlainLayerArea>(root));
 }
 

@@ -13,6 +13,7 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
+#include "common/id_ranges.h"
 #include "common/scope_guard.h"
 #include "storage/fs_util.h"
 #include "storage/host_image.h"
@@ -62,6 +63,16 @@ Result<core::ImageInfo> ReadImageMeta(const std::string& image_dir) {
   return info;
 }
 
+// A tree stored by an older version, owned by host ids 0..65535 (so an image's setuid-root
+// files were host root's): its owners move to the stored range. The root goes last, so an
+// interrupted move (it touches only ids below kIdCount) is finished at the next start.
+Status MoveToStoredIds(const std::string& root) {
+  struct stat st;
+  if (::lstat(root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid >= kIdCount) return {};
+  spdlog::info("storage: moving the owners of {} to the stored id range", root);
+  return ShiftOwners(root, {0, kStoredIdBase, kIdCount});
+}
+
 Status CheckLayerId(const std::string& sandbox_id) {
   if (!IsSafeName(sandbox_id)) return MakeError(ErrorCode::kInvalid, "invalid sandbox id for a layer: " + sandbox_id);
   return {};
@@ -76,11 +87,11 @@ Storage::~Storage() = default;
 
 Result<std::unique_ptr<Storage>> Storage::Open(const std::string& state_dir, int64_t size_gb,
                                                const std::string& driver) {
-  if (::mkdir(state_dir.c_str(), 0711) != 0 && errno != EEXIST) return SystemError("mkdir " + state_dir, errno);
+  if (::mkdir(state_dir.c_str(), 0700) != 0 && errno != EEXIST) return SystemError("mkdir " + state_dir, errno);
   char resolved[PATH_MAX];
   if (::realpath(state_dir.c_str(), resolved) == nullptr) return SystemError("realpath " + state_dir, errno);
   std::string root = resolved;
-  BH_TRY(MakeDir(root + "/images", 0711));
+  BH_TRY(MakeDir(root + "/images", 0700));
   // Imports and deletes that a crash interrupted.
   for (const auto& name : ListDirNames(root + "/images")) {
     if (name.find(kTmpMarker) != std::string::npos) (void)RemoveTree(root + "/images/" + name);
@@ -88,6 +99,12 @@ Result<std::unique_ptr<Storage>> Storage::Open(const std::string& state_dir, int
   auto layers = OpenLayerArea(root, size_gb, driver);
   if (!layers.ok()) return layers.error();
   BH_TRY(MakeDir((*layers)->snapshots_root(), 0700));
+  for (const auto& name : ListDirNames(root + "/images")) {
+    if (name != kHostImage && IsValidImageName(name)) BH_TRY(MoveToStoredIds(root + "/images/" + name + "/rootfs"));
+  }
+  for (const auto& name : ListDirNames((*layers)->root())) {
+    if (name.starts_with(kVolumeLayerPrefix)) BH_TRY(MoveToStoredIds((*layers)->LayerPath(name) + "/data"));
+  }
   spdlog::info("storage: state {}, layers in {} (driver: {}, quota: {})", root, (*layers)->root(),
                (*layers)->driver(), (*layers)->backend());
   return std::unique_ptr<Storage>(new Storage(root, std::move(*layers)));
@@ -133,9 +150,9 @@ Result<core::ImageInfo> Storage::ImportImage(const std::string& name, const std:
   if (::mkdtemp(tmpl.data()) == nullptr) return SystemError("mkdtemp " + tmpl, errno);
   std::string tmp_dir = tmpl;
   ScopeGuard cleanup([&] { (void)RemoveTree(tmp_dir); });
-  BH_TRY(MakeDir(tmp_dir, 0755));
+  BH_TRY(MakeDir(tmp_dir, 0700));
   std::string rootfs = tmp_dir + "/rootfs";
-  BH_TRY(MakeDir(rootfs, 0755));
+  BH_TRY(MakeDir(rootfs, 0755, kStoredIdBase, kStoredIdBase));  // the image's "/"
   BH_TRY(ExtractRootfsTarball(tar_path, rootfs));
   BH_TRY(EnsureMountPoints(rootfs));
 

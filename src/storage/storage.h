@@ -3,6 +3,8 @@
 // Layout under the state dir:
 //   images/host/rootfs -> v-<hash>   the host image (a symlink switched atomically on rebuild)
 //   images/<name>/rootfs, meta.json  imported images
+// Image and volume files are owned by the stored id range (common/id_ranges.h), never by host
+// accounts; every directory here is root's alone (0700) but the trees' own.
 //   storage.img, storage/            a loop-mounted filesystem with per-layer hard quotas
 //   storage/layers/<id>/{upper,work} writable layers (or layers/<id>/ without quotas)
 //   storage/layers/vol-<name>/data   named volumes (sandbox ids never hold a '-')
@@ -73,9 +75,9 @@ class Storage {
   std::vector<std::string> ListLayers() const;          // sandbox ids with a layer on disk
 
   // Named volumes (volumes.cc): <layer area>/vol-<name>/data, a directory with a hard
-  // size_mb cap like a layer's, owned by 0:0 mode 0755 on disk. Sandboxes mount it idmapped,
-  // so ids on disk are canonical (0 = each sandbox's root). vol-<name> is 0700: the host ids
-  // inside (root's setuid files included) are out of reach of every host user but root.
+  // size_mb cap like a layer's, mode 0755 on disk. Its files are owned by the stored range
+  // (common/id_ranges.h; the data dir by kStoredIdBase, which each sandbox sees as its root)
+  // and sandboxes mount it idmapped from there. vol-<name> is 0700.
   // Returns the data directory. kConflict if it exists.
   Result<std::string> CreateVolume(const std::string& name, int64_t size_mb);
   Result<std::string> VolumeDir(const std::string& name) const;  // kNotFound if absent

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "common/id_ranges.h"
 #include "common/scope_guard.h"
 #include "storage/fs_util.h"
 #include "storage/layer_area.h"
@@ -35,7 +36,7 @@ Result<std::string> Storage::CreateVolume(const std::string& name, int64_t size_
   BH_TRY(layers_->CreateLayerDir(id, size_mb));
   ScopeGuard undo([&] { (void)layers_->DestroyLayerDir(id); });
   if (::chmod(dir.c_str(), 0700) != 0) return SystemError("chmod " + dir, errno);
-  BH_TRY(MakeDir(dir + "/data", 0755, 0, 0));
+  BH_TRY(MakeDir(dir + "/data", 0755, kStoredIdBase, kStoredIdBase));  // the volume's root, as root's
   undo.Dismiss();
   return dir + "/data";
 }

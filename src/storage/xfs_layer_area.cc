@@ -41,7 +41,7 @@ class XfsLayerArea final : public LayerArea {
   bool enforced() const override { return true; }
 
   Status Init() {
-    BH_TRY(MakeDir(root(), 0711));
+    BH_TRY(MakeDir(root(), 0700));
     // Never hand out an id a live layer holds, even if the counter file was lost.
     auto next = ReadCounter();
     uint32_t highest_live = 0;
@@ -60,7 +60,7 @@ class XfsLayerArea final : public LayerArea {
 
   Status CreateLayerDir(const std::string& id, int64_t disk_mb) override {
     std::string path = LayerPath(id);
-    if (::mkdir(path.c_str(), 0711) != 0) return SystemError("mkdir " + path, errno);
+    if (::mkdir(path.c_str(), 0700) != 0) return SystemError("mkdir " + path, errno);
     auto project = AllocateProjectId();
     if (!project.ok()) return project.error();
     UniqueFd dir = OpenDirNoFollow(path);

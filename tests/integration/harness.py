@@ -520,9 +520,16 @@ def host_processes_in_uid_range(first: int, count: int, orphan_zombies: bool = T
     return found
 
 
+def host_name(sandbox_id: str) -> str:
+    """What a sandbox's host objects are named (cgroups, its dir under <state>/sandboxes):
+    never the id itself (core/sandbox_manager.cc HostName)."""
+    return "sb-" + hashlib.sha256(sandbox_id.encode()).hexdigest()[:16]
+
+
 def cgroup_dirs_of(sandbox_id) -> list[str]:
-    return (glob.glob(f"/sys/fs/cgroup/*/bulkhead-*/{sandbox_id}")
-            + glob.glob(f"/sys/fs/cgroup/bulkhead-*/{sandbox_id}"))
+    name = host_name(sandbox_id)
+    return (glob.glob(f"/sys/fs/cgroup/*/bulkhead-*/{name}")
+            + glob.glob(f"/sys/fs/cgroup/bulkhead-*/{name}"))
 
 
 def mountinfo_lines_mentioning(text: str, pid: int | str = "self") -> list[str]:
@@ -660,7 +667,8 @@ class WebSocket:
 
 # What one daemon leaves on the host, found from the names it gives things (see leaks()).
 UID_RANGE_CLAIMS = Path("/run/bulkhead/uid-ranges")
-FIRST_SANDBOX_UID, UIDS_PER_SANDBOX = 0x10000000, 65536  # runtime/native/uid_range.h
+FIRST_SANDBOX_UID, UIDS_PER_SANDBOX = 0x10000000, 65536  # common/id_ranges.h
+STORED_ID_BASE = FIRST_SANDBOX_UID - UIDS_PER_SANDBOX  # owners of stored image and volume files
 SIOCGSKNS = 0x894C  # a socket's network namespace, as a new descriptor (linux/sockios.h)
 PIDFD_GETFD = 438   # the x86-64 and generic syscall number of pidfd_getfd(2)
 
@@ -823,6 +831,7 @@ def find_leaks(daemon, uid_ranges=()) -> dict[str, list[str]]:
     gives things, so other daemons on the host (other tests) do not count."""
     state_dir = str(daemon.state_dir)
     known = known_sandboxes(daemon)
+    known_names = {host_name(sandbox_id) for sandbox_id in known}
     found: dict[str, list[str]] = {}
 
     def leak(kind, what):
@@ -856,7 +865,7 @@ def find_leaks(daemon, uid_ranges=()) -> dict[str, list[str]]:
                 sandbox_of = path.split(f"/{parent}/", 1)[1].split("/")[0]
                 break
         if sandbox_of is not None:
-            if sandbox_of in known:
+            if sandbox_of in known_names:
                 expected_netns.add(_netns_inode(f"/proc/{pid}/ns/net"))
             else:
                 leak("processes", f"{label} in cgroup {parent}/{sandbox_of}")
@@ -872,7 +881,7 @@ def find_leaks(daemon, uid_ranges=()) -> dict[str, list[str]]:
     views = [("host", "self")] + ([("daemon", daemon_pid)] if daemon_pid else [])
     for view, pid in views:
         for point in mount_points_under(state_dir, pid):
-            if point == storage or any(sandbox_id in point for sandbox_id in known):
+            if point == storage or any(name in point for name in [*known, *known_names]):
                 continue
             leak("mounts", f"{point} ({view})")
 
@@ -883,7 +892,7 @@ def find_leaks(daemon, uid_ranges=()) -> dict[str, list[str]]:
         except OSError:
             continue
         for child in children:
-            if child.name not in known:
+            if child.name not in known_names:
                 leak("cgroups", str(child))
 
     # Network namespaces the daemon holds (descriptors, sockets) that are not its own nor a
@@ -926,7 +935,7 @@ def find_leaks(daemon, uid_ranges=()) -> dict[str, list[str]]:
         except OSError:
             continue
         for name in names:
-            if name not in known and not name.startswith("vol"):
+            if name not in known and name not in known_names and not name.startswith("vol"):
                 leak("files", str(where / name))
     return found
 

@@ -3,7 +3,7 @@
 import os
 from pathlib import Path
 
-from harness import (cgroup_dirs_of, host_processes_in_uid_range, mountinfo_lines_mentioning,
+from harness import (cgroup_dirs_of, host_name, host_processes_in_uid_range, mountinfo_lines_mentioning,
                      sandbox_host_uid_range, wait_until)
 
 UID_RANGE_DIR = "/run/bulkhead/uid-ranges"
@@ -12,10 +12,11 @@ UID_RANGE_DIR = "/run/bulkhead/uid-ranges"
 def leftovers(daemon, sandbox_id, first_uid, count) -> dict:
     found = {
         "processes": host_processes_in_uid_range(first_uid, count),
-        "mounts(host)": mountinfo_lines_mentioning(sandbox_id),
-        "mounts(daemon)": mountinfo_lines_mentioning(sandbox_id, daemon.process.pid),
+        "mounts(host)": mountinfo_lines_mentioning(sandbox_id) + mountinfo_lines_mentioning(host_name(sandbox_id)),
+        "mounts(daemon)": (mountinfo_lines_mentioning(sandbox_id, daemon.process.pid)
+                           + mountinfo_lines_mentioning(host_name(sandbox_id), daemon.process.pid)),
         "cgroups": cgroup_dirs_of(sandbox_id),
-        "state dir": paths_named(daemon.state_dir, sandbox_id),
+        "state dir": paths_named(daemon.state_dir, sandbox_id) + paths_named(daemon.state_dir, host_name(sandbox_id)),
     }
     return {k: v for k, v in found.items() if v}
 
@@ -59,8 +60,8 @@ def test_delete_leaves_no_process_mount_cgroup_or_directory(daemon, client, sand
     # The checks can see the sandbox while it lives (otherwise they would prove nothing).
     assert host_processes_in_uid_range(first_uid, count), "no host process in the sandbox's uid range"
     assert cgroup_dirs_of(sandbox_id), "no cgroup dir named after the sandbox"
-    assert (daemon.state_dir / "sandboxes" / sandbox_id).exists()
-    assert len(paths_named(daemon.state_dir, sandbox_id)) >= 2, "expected its sandbox dir and storage layer"
+    assert (daemon.state_dir / "sandboxes" / host_name(sandbox_id)).exists()
+    assert paths_named(daemon.state_dir, sandbox_id), "expected its storage layer"
     assert uid_range_claims_of(sandbox_id) or not os.path.isdir(UID_RANGE_DIR)
 
     client.remove(sandbox_id)

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from harness import cgroup_dirs_of, host_processes_in_uid_range, sandbox_host_uid_range, wait_until
+from harness import cgroup_dirs_of, host_name, host_processes_in_uid_range, sandbox_host_uid_range, wait_until
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
@@ -46,7 +46,7 @@ def test_sandbox_survives_daemon_restart(daemon_factory, stop_signal):
     assert wait_until(lambda: not host_processes_in_uid_range(first_uid, count, orphan_zombies=False), timeout=5), \
         host_processes_in_uid_range(first_uid, count)
     assert cgroup_dirs_of(sandbox_id) == []
-    assert not (daemon.state_dir / "sandboxes" / sandbox_id).exists()
+    assert not (daemon.state_dir / "sandboxes" / host_name(sandbox_id)).exists()
 
 
 def test_background_processes_and_their_output_survive_a_daemon_kill(daemon_factory):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import BULKHEAD, assert_error_shape, sandbox_host_uid_range
+from harness import BULKHEAD, STORED_ID_BASE, assert_error_shape, sandbox_host_uid_range
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -149,12 +149,14 @@ def test_two_sandboxes_share_a_volume_with_the_same_owners(daemon, client, sandb
     line = client.sh(a, "grep ' /cache ' /proc/self/mountinfo")
     assert "nosuid" in line and "nodev" in line and "idmapped" in line, line
 
-    # On the host the files carry the canonical ids, behind a directory only root may enter.
+    # On the host the files carry the stored ids (no host account's), behind a directory only
+    # root may enter.
     volume_dir = volume_data_dir(daemon.state_dir, name)
     assert stat.S_IMODE(volume_dir.stat().st_mode) == 0o700
     data = volume_dir / "data"
-    assert (data.stat().st_uid, stat.S_IMODE(data.stat().st_mode)) == (0, 0o755)
-    assert ((data / "u" / "user.txt").stat().st_uid, (data / "u" / "user.txt").stat().st_gid) == (1000, 1000)
+    assert (data.stat().st_uid, stat.S_IMODE(data.stat().st_mode)) == (STORED_ID_BASE, 0o755)
+    user_file = (data / "u" / "user.txt").stat()
+    assert (user_file.st_uid, user_file.st_gid) == (STORED_ID_BASE + 1000, STORED_ID_BASE + 1000)
 
     mounted_by = client.get(f"/v1/volumes/{name}").json()["mounted_by"]
     assert sorted(mounted_by) == sorted([a, b])

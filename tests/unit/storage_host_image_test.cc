@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "common/id_ranges.h"
 #include "storage/fs_util.h"
 #include "storage/storage.h"
 
@@ -117,12 +118,13 @@ TEST_F(StorageHostImageTest, VettedHostFilesAreCopied) {
   }
 }
 
-TEST_F(StorageHostImageTest, EverythingIsOwnedByRootExceptHomeUser) {
+// Stored owners (common/id_ranges.h): each sandbox sees kStoredIdBase as its root.
+TEST_F(StorageHostImageTest, EverythingIsOwnedByTheStoredRootExceptHomeUser) {
   static std::string home_user;
   home_user = rootfs_ + "/home/user";
   auto check = [](const char* path, const struct stat* st, int, struct FTW*) -> int {
     if (path == home_user) return 0;
-    if (st->st_uid != 0 || st->st_gid != 0) {
+    if (st->st_uid != kStoredIdBase || st->st_gid != kStoredIdBase) {
       ADD_FAILURE() << path << " owned by " << st->st_uid << ":" << st->st_gid;
     }
     if (st->st_mode & (S_ISUID | S_ISGID)) ADD_FAILURE() << path << " has set-id bits";
@@ -134,8 +136,8 @@ TEST_F(StorageHostImageTest, EverythingIsOwnedByRootExceptHomeUser) {
   ASSERT_EQ(::nftw(rootfs_.c_str(), check, 16, FTW_PHYS), 0);
   struct stat st;
   ASSERT_EQ(::stat(home_user.c_str(), &st), 0);
-  EXPECT_EQ(st.st_uid, 1000u);
-  EXPECT_EQ(st.st_gid, 1000u);
+  EXPECT_EQ(st.st_uid, kStoredIdBase + 1000);
+  EXPECT_EQ(st.st_gid, kStoredIdBase + 1000);
   EXPECT_EQ(st.st_mode & 07777, 0755u);
 }
 

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/id_ranges.h"
 #include "storage/fs_util.h"
 #include "storage/storage.h"
 
@@ -154,6 +155,8 @@ TEST_F(StorageImportTest, TarballUnpacksWithOwnersModesAndLinks) {
   struct stat st;
   ASSERT_EQ(::lstat((*rootfs + "/bin/tool").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 04755u);
+  // The archive's root owns it, stored as the stored range's root: never host root's setuid file.
+  EXPECT_EQ(st.st_uid, kStoredIdBase);
   EXPECT_EQ(st.st_mtime, 1700000000);
   struct stat hard;
   ASSERT_EQ(::lstat((*rootfs + "/bin/hard").c_str(), &hard), 0);
@@ -162,12 +165,12 @@ TEST_F(StorageImportTest, TarballUnpacksWithOwnersModesAndLinks) {
   ASSERT_GT(::readlink((*rootfs + "/bin/alias").c_str(), target, sizeof target - 1), 0);
   EXPECT_STREQ(target, "tool");
   ASSERT_EQ(::lstat((*rootfs + "/home/dev/notes").c_str(), &st), 0);
-  EXPECT_EQ(st.st_uid, 1234u);
-  EXPECT_EQ(st.st_gid, 5678u);
+  EXPECT_EQ(st.st_uid, kStoredIdBase + 1234);
+  EXPECT_EQ(st.st_gid, kStoredIdBase + 5678);
   EXPECT_EQ(st.st_mode & 07777, 0600u);
   ASSERT_EQ(::lstat((*rootfs + "/home/dev").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0700u);
-  EXPECT_EQ(st.st_uid, 1234u);
+  EXPECT_EQ(st.st_uid, kStoredIdBase + 1234);
 
   // Device nodes and fifos are skipped; mount points exist as real directories.
   EXPECT_NE(::lstat((*rootfs + "/dev/null").c_str(), &st), 0);

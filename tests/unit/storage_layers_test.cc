@@ -37,7 +37,6 @@ class StorageLayersTest : public ::testing::Test {
     char tmpl[] = "/tmp/bulkhead-storage-test-XXXXXX";
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
     state_ = tmpl;
-    ASSERT_EQ(::chmod(tmpl, 0711), 0);  // the layer owner writes straight into upper/ below
     auto opened = Storage::Open(state_, 4);
     ASSERT_TRUE(opened.ok()) << opened.error().message;
     storage_ = std::move(*opened);
@@ -55,11 +54,16 @@ class StorageLayersTest : public ::testing::Test {
 
   // Writes bytes of zeros to path as uid:gid in a child process; returns the errno of the
   // first failing write/fsync, or 0 if everything was written.
+  // Writes as the layer's owner, as the sandbox would through its overlay: the directory is
+  // opened first as root, since no other user may walk the state dir to it.
   static int WriteAs(uid_t uid, gid_t gid, const std::string& path, int64_t bytes) {
+    UniqueFd dir(::open(path.substr(0, path.rfind('/')).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!dir) return errno;
+    const std::string name = path.substr(path.rfind('/') + 1);
     pid_t pid = ::fork();
     if (pid == 0) {
       if (::setgroups(0, nullptr) != 0 || ::setgid(gid) != 0 || ::setuid(uid) != 0) ::_exit(250);
-      int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      int fd = ::openat(dir.get(), name.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
       if (fd < 0) ::_exit(errno);
       std::vector<char> chunk(kMiB, 'x');
       for (int64_t done = 0; done < bytes;) {

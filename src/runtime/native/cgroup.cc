@@ -44,8 +44,13 @@ int64_t ReadInt(const std::string& path) {
 
 bool Exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
 
+// 0755 whatever the daemon's umask: the sandbox reads its own limits there (a read-only bind).
 Status MakeDir(const std::string& path) {
-  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) return SystemError("mkdir " + path, errno);
+  if (::mkdir(path.c_str(), 0755) != 0) {
+    if (errno == EEXIST) return {};
+    return SystemError("mkdir " + path, errno);
+  }
+  if (::chmod(path.c_str(), 0755) != 0) return SystemError("chmod " + path, errno);
   return {};
 }
 
@@ -238,6 +243,15 @@ Status Cgroups::Destroy(const std::string& id) {
         return MakeError(ErrorCode::kInternal, "cgroup " + dir + " did not empty");
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
+  }
+  return {};
+}
+
+Status Cgroups::Rename(const std::string& from, const std::string& to) {
+  for (const auto& parent : parents_) {
+    const std::string old_path = parent + "/" + from;
+    if (Exists(old_path) && ::rename(old_path.c_str(), (parent + "/" + to).c_str()) != 0)
+      return SystemError("rename " + old_path, errno);
   }
   return {};
 }

@@ -31,6 +31,8 @@ class Cgroups {
   // ~2 s for them to empty.
   Status Destroy(const std::string& id);
   std::vector<std::string> List();
+  // Renames the sandbox's groups in every hierarchy where `from` exists.
+  Status Rename(const std::string& from, const std::string& to);
   // Removes this daemon's parent groups if no sandbox group is left in them.
   void RemoveParentsIfEmpty();
   // Paths of the sandbox's group in each hierarchy (for tests and diagnostics).

@@ -122,24 +122,27 @@ void MakeDir(ChildPlan* plan, const char* path, const char* step) {
   STEP(::mkdir(path, 0755) == 0 || errno == EEXIST, step);
 }
 
-// A detached clone of `source`, its owners shifted into the sandbox's user namespace (host
-// uid 0 shows as the sandbox's root), nosuid and nodev, read-only unless `writable`.
-int IdmappedClone(ChildPlan* plan, const char* source, bool recursive, bool writable) {
+// A detached clone of `source`, nosuid and nodev, read-only unless `writable`, its owners
+// seen through `idmap` (a user namespace's mapping; -1 = as they are on the host).
+int CloneMount(ChildPlan* plan, const char* source, bool recursive, bool writable, int idmap) {
   int fd = static_cast<int>(::syscall(SYS_open_tree, AT_FDCWD, source,
                                       OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (recursive ? AT_RECURSIVE : 0)));
   STEP(fd >= 0, "open_tree");
   struct mount_attr attr {};
-  attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (writable ? 0 : MOUNT_ATTR_RDONLY);
-  attr.userns_fd = static_cast<uint64_t>(plan->userns_fd);
+  attr.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (writable ? 0 : MOUNT_ATTR_RDONLY);
+  if (idmap >= 0) {
+    attr.attr_set |= MOUNT_ATTR_IDMAP;
+    attr.userns_fd = static_cast<uint64_t>(idmap);
+  }
   STEP(::syscall(SYS_mount_setattr, fd, "", AT_EMPTY_PATH | (recursive ? AT_RECURSIVE : 0), &attr,
                  sizeof attr) == 0,
-       "mount_setattr idmap");
+       idmap >= 0 ? "mount_setattr idmap" : "mount_setattr");
   return fd;
 }
 
-// Attaches a read-only idmapped clone of `source` at `target`.
-void IdmappedBind(ChildPlan* plan, const char* source, const char* target, bool recursive) {
-  int fd = IdmappedClone(plan, source, recursive, /*writable=*/false);
+// Attaches a read-only clone of `source` at `target` (see CloneMount).
+void BindClone(ChildPlan* plan, const char* source, const char* target, bool recursive, int idmap) {
+  int fd = CloneMount(plan, source, recursive, /*writable=*/false, idmap);
   STEP(::syscall(SYS_move_mount, fd, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) == 0, "move_mount");
   Close(fd);
 }
@@ -219,7 +222,8 @@ void RequireRealTopLevelDirs(ChildPlan* plan) {
 
 void MountRoot(ChildPlan* plan) {
   STEP(::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0, "make mounts private");
-  IdmappedBind(plan, plan->image.c_str(), plan->lower.c_str(), false);
+  // The image's files are stored owned by the stored range: shown with the sandbox's own ids.
+  BindClone(plan, plan->image.c_str(), plan->lower.c_str(), false, plan->stored_ids_fd);
   const char* layers[3] = {plan->lower.c_str(), plan->upper.c_str(), plan->work.c_str()};
   for (int i = 0; i < 3; i++) {
     int fd = Open(layers[i], O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -233,18 +237,20 @@ void MountRoot(ChildPlan* plan) {
   // unmount, one RCU grace period, instead of two).
   for (size_t i = 0; i < plan->host_binds.size(); i++) {
     MakeDir(plan, plan->host_bind_targets[i].c_str(), "mkdir host bind target");
-    IdmappedBind(plan, plan->host_binds[i].c_str(), plan->host_bind_targets[i].c_str(), true);
+    // Not idmapped: host root's files show as nobody's, so sandbox root has no owner rights
+    // over them (a root-only file under /usr stays unreadable); the world-readable rest works.
+    BindClone(plan, plan->host_binds[i].c_str(), plan->host_bind_targets[i].c_str(), true, -1);
   }
 }
 
-// Named volumes, idmapped with the sandbox's user namespace: what one sandbox's uid 1000
-// writes is stored as 1000 and shows as 1000 in every other sandbox that mounts the volume.
+// Named volumes, idmapped from the stored range: what one sandbox's uid 1000 writes is stored
+// as kStoredIdBase + 1000 and shows as 1000 in every other sandbox that mounts the volume.
 void MountVolumes(ChildPlan* plan) {
   for (size_t i = 0; i < plan->volumes.size(); i++) {
     const VolumePlan& volume = plan->volumes[i];
     plan->failed_volume = static_cast<int>(i);
     int target = OpenVolumeMountPoint(plan, volume);
-    int fd = IdmappedClone(plan, volume.source.c_str(), /*recursive=*/false, !volume.read_only);
+    int fd = CloneMount(plan, volume.source.c_str(), /*recursive=*/false, !volume.read_only, plan->stored_ids_fd);
     STEP(::syscall(SYS_move_mount, fd, "", target, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) == 0,
          "move_mount volume");
     Close(fd);
@@ -422,6 +428,8 @@ int ChildMain(void* arg) {
   for (int sig = 1; sig <= 64; sig++) {
     if (sig != SIGKILL && sig != SIGSTOP) ::syscall(SYS_rt_sigaction, sig, &default_action, nullptr, sizeof(uint64_t));
   }
+  // The daemon's umask (077) is for its own files; the sandbox's start with the usual one.
+  ::syscall(SYS_umask, 022);
 
   // As the host's root, inside fresh mount/pid/net/uts/ipc namespaces:
   JoinCgroups(plan);

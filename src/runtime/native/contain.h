@@ -20,7 +20,7 @@ struct VolumePlan {
 
 struct ChildPlan {
   // Filesystem
-  std::string image;             // image rootfs on the host (idmapped, read-only lower layer)
+  std::string image;             // image rootfs on the host (idmapped from the stored ids, read-only lower layer)
   std::string lower;             // empty dir where the idmapped image is attached
   std::string root;              // empty dir where the overlay (the sandbox's /) is mounted
   // "lowerdir=/proc/self/fd/<lower_fd>,upperdir=/proc/self/fd/..,workdir=..": layers named by
@@ -30,7 +30,7 @@ struct ChildPlan {
   std::string overlay_options;
   std::string upper, work;       // the writable layer's dirs on the host
   int layer_fds[3] = {-1, -1, -1};  // reserved descriptor numbers for lower, upper, work
-  std::vector<std::string> host_binds;         // host dirs, e.g. "/usr"
+  std::vector<std::string> host_binds;         // host dirs, e.g. "/usr": not idmapped, host root is nobody
   std::vector<std::string> host_bind_targets;  // root + dir
   std::vector<std::string> root_paths;         // root + "/proc", "/dev", ... (see contain.cc)
   std::vector<std::string> top_level_names;    // "usr", "proc", ...: what the mounts go below
@@ -39,6 +39,8 @@ struct ChildPlan {
   uid_t root_owner = 0;          // host uid of the sandbox's root: owns mount points made for volumes
   // Identity
   int userns_fd = -1;            // the sandbox's user namespace (maps 0 -> host_uid)
+  int stored_ids_fd = -1;        // a user namespace that maps kStoredIdBase -> host_uid: the
+                                 // idmap of the image and volume mounts (common/id_ranges.h)
   std::vector<int> cgroup_join_fds;
   // What init gets
   int listen_fd = -1;            // becomes fd 3

@@ -139,7 +139,7 @@ uint64_t ProcessStartTime(pid_t pid) {
   return std::strtoull(field.c_str(), nullptr, 10);
 }
 
-Result<UniqueFd> CreateUserNamespace(uid_t host_id) {
+Result<UniqueFd> CreateUserNamespace(uid_t host_id, uid_t first_id) {
   // A tiny child that owns the new namespace until we have a descriptor for it.
   alignas(16) static thread_local char stack[16 * 1024];
   Holder holder{.owner = host_id, .daemon = ::getpid()};
@@ -159,7 +159,7 @@ Result<UniqueFd> CreateUserNamespace(uid_t host_id) {
     }
   }
   if (holder.made.load() < 0) return SystemError("make user namespace", -holder.made.load());
-  std::string map = "0 " + std::to_string(host_id) + " " + std::to_string(kIdCount) + "\n";
+  std::string map = std::to_string(first_id) + " " + std::to_string(host_id) + " " + std::to_string(kIdCount) + "\n";
   std::string proc = "/proc/" + std::to_string(pid);
   BH_TRY(WriteFile(proc + "/uid_map", map));
   BH_TRY(WriteFile(proc + "/gid_map", map));
@@ -182,6 +182,8 @@ Result<std::unique_ptr<NativeRuntime>> NativeRuntime::Create(const std::string& 
 Result<InitProcess> NativeRuntime::Launch(const LaunchSpec& spec) {
   auto userns = CreateUserNamespace(spec.host_uid);
   if (!userns) return userns.error();
+  auto stored_ids = CreateUserNamespace(spec.host_uid, kStoredIdBase);
+  if (!stored_ids) return stored_ids.error();
   BH_TRY(cgroups_.Create(spec.id, spec.limits));
   ScopeGuard undo_cgroups([&] { (void)cgroups_.Destroy(spec.id); });
   auto join = cgroups_.OpenJoinFds(spec.id);
@@ -225,6 +227,7 @@ Result<InitProcess> NativeRuntime::Launch(const LaunchSpec& spec) {
   plan.devpts_options = "newinstance,ptmxmode=0666,mode=0620,gid=" + std::to_string(spec.host_uid + 5);
   plan.shm_options = "mode=1777,size=" + std::to_string(spec.limits.memory_mb / 2 + 1) + "m," + owner;
   plan.userns_fd = userns->get();
+  plan.stored_ids_fd = stored_ids->get();
   for (const auto& fd : *join) plan.cgroup_join_fds.push_back(fd.get());
   plan.listen_fd = listen->get();
   plan.init_memfd = init_memfd_.get();

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/id_ranges.h"
 #include "common/unique_fd.h"
 #include "runtime/native/cgroup.h"
 #include "runtime/runtime.h"
@@ -26,6 +27,7 @@ class NativeRuntime : public Runtime {
   bool Alive(const InitProcess& init) override;
   Status Destroy(const std::string& id, const InitProcess& init) override;
   std::vector<std::string> ListCgroups() override;
+  Status Rename(const std::string& from, const std::string& to) override { return cgroups_.Rename(from, to); }
   void Release() override { cgroups_.RemoveParentsIfEmpty(); }
 
   const Cgroups& cgroups() const { return cgroups_; }
@@ -39,8 +41,10 @@ class NativeRuntime : public Runtime {
   std::vector<sock_filter> seccomp_;  // compiled once
 };
 
-// Creates a user namespace mapping 0..kIdCount-1 onto host ids starting at host_id.
-Result<UniqueFd> CreateUserNamespace(uid_t host_id);
+// Creates a user namespace, owned by host_id, that maps first_id..first_id+kIdCount-1 onto
+// host ids starting at host_id: a sandbox's own (first_id 0), or the idmap that shows stored
+// files (first_id kStoredIdBase) with the sandbox's ids.
+Result<UniqueFd> CreateUserNamespace(uid_t host_id, uid_t first_id = 0);
 
 // /proc/<pid>/stat field 22, or 0 if the process is gone.
 uint64_t ProcessStartTime(pid_t pid);

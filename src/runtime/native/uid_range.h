@@ -6,13 +6,12 @@
 
 #include <string>
 
+#include "common/id_ranges.h"
 #include "common/result.h"
 
 namespace bulkhead::runtime::native {
 
-constexpr uid_t kIdCount = 65536;
-constexpr uid_t kFirstHostId = 0x10000000;  // far above any real account
-constexpr int kSlots = 0xe000;              // up to ~0xfe000000
+constexpr int kSlots = 0xe000;  // ranges from kFirstHostId up to ~0xfe000000
 
 class UidRanges {
  public:
