@@ -149,7 +149,9 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
       "A destination that is an existing directory receives the source under its own name;\n"
       "otherwise the source is copied to the destination path. SOURCE/. copies a directory's\n"
       "contents. - reads a file's content from stdin or writes it to stdout (a directory as tar).\n"
-      "Symlinks inside a directory are copied as symlinks. Examples:\n"
+      "Symlinks inside a directory are copied as symlinks. Copied out of a sandbox, files never\n"
+      "keep setuid/setgid bits or the sandbox's owners; symlinks leading out of the destination,\n"
+      "devices and fifos are refused (the rest is copied, then cp fails). Examples:\n"
       "  bulkhead cp ./src ID:/workspace/\n"
       "  bulkhead cp ID:/workspace/out.txt .\n"
       "  echo hi | bulkhead cp - ID:/workspace/hi.txt");

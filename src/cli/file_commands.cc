@@ -115,8 +115,10 @@ Status SaveFile(StreamedResponse& body, const std::string& path, int64_t mode) {
   if (!file) return SystemError("creating a file in " + directory, errno);
   ScopeGuard remove_temporary([&temporary] { ::unlink(temporary.c_str()); });
   BH_TRY(Drain(body, file.get()));
-  // Permission bits as in the sandbox, but never setuid/setgid here.
-  if (::fchmod(file.get(), static_cast<mode_t>(mode & 01777)) != 0) return SystemError("chmod " + temporary, errno);
+  // Permission bits as in the sandbox, as an unpacked file gets them (never setuid/setgid).
+  if (::fchmod(file.get(), HostPermissions(static_cast<mode_t>(mode), false)) != 0) {
+    return SystemError("chmod " + temporary, errno);
+  }
   if (::close(file.release()) != 0) return SystemError("writing " + path, errno);
   if (::rename(temporary.c_str(), path.c_str()) != 0) return SystemError("renaming onto " + path, errno);
   remove_temporary.Dismiss();

@@ -5,8 +5,10 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <memory>
+#include <unordered_set>
 
 #include "common/scope_guard.h"
 #include "common/unique_fd.h"
@@ -62,10 +64,6 @@ Error ReaderError(const SourceContext& context, const std::string& what, archive
   return TarError(what, reader);
 }
 
-Error Refused(const std::string& name, const std::string& why) {
-  return MakeError(ErrorCode::kForbidden, "refusing tar entry '" + name + "': " + why, "unsafe_entry");
-}
-
 Status CopyData(archive* reader, archive* writer, const SourceContext& context, const std::string& name) {
   const void* buffer = nullptr;
   size_t size = 0;
@@ -77,6 +75,48 @@ Status CopyData(archive* reader, archive* writer, const SourceContext& context, 
     if (archive_write_data_block(writer, buffer, size, offset) < ARCHIVE_OK) {
       return TarError("writing " + name, writer);
     }
+  }
+}
+
+std::string JoinedName(const std::vector<std::string_view>& parts) {
+  std::string joined;
+  for (std::string_view part : parts) {
+    if (!joined.empty()) joined += '/';
+    joined += part;
+  }
+  return joined;
+}
+
+// Why an entry may not be unpacked, or nullopt. `regular_files`: the names of the regular
+// files unpacked so far, the only things a hard link may name (anything else could be a
+// file outside, or a symlink that means something else in the link's directory).
+std::optional<std::string> WhyRefused(archive_entry* entry, const std::optional<std::vector<std::string_view>>& parts,
+                                      const std::unordered_set<std::string>& regular_files) {
+  if (!parts) return "its name leads outside the destination";
+  const char* hardlink = archive_entry_hardlink(entry);
+  mode_t type = archive_entry_filetype(entry);
+  if (parts->empty() && (hardlink != nullptr || type != AE_IFDIR)) return "it would replace the destination itself";
+  if (hardlink != nullptr) {
+    auto target = ContainedTarName(hardlink);
+    if (target && regular_files.contains(JoinedName(*target))) return std::nullopt;
+    return std::string("a hard link to '") + hardlink + "', which is not a file unpacked before it";
+  }
+  switch (type) {
+    case AE_IFREG:
+    case AE_IFDIR:
+      return std::nullopt;
+    case AE_IFLNK: {
+      const char* target = archive_entry_symlink(entry);
+      if (target != nullptr && SymlinkStaysInside(*parts, target)) return std::nullopt;
+      return std::string("a symlink to '") + (target != nullptr ? target : "") + "', outside the destination";
+    }
+    case AE_IFCHR:
+    case AE_IFBLK:
+      return "a device node";
+    case AE_IFIFO:
+      return "a fifo";
+    default:
+      return "an entry of an unknown type";
   }
 }
 
@@ -104,6 +144,16 @@ Status Unpack(const TarChunkSource& source, const std::string& directory, const 
     return ReaderError(context, "reading the tar stream", reader.get());
   }
 
+  std::unordered_set<std::string> regular_files;
+  size_t refused = 0;
+  std::string first_refusal;
+  // A refused entry is skipped (libarchive skips its data at the next header): the rest of
+  // the tree still arrives, and the unpack fails at the end.
+  auto refuse = [&](const std::string& name, const std::string& why) {
+    std::string what = "'" + name + "': " + why;
+    on_warning("refused tar entry " + what);
+    if (refused++ == 0) first_refusal = what;
+  };
   archive_entry* entry = nullptr;
   for (;;) {
     int r = archive_read_next_header(reader.get(), &entry);
@@ -113,42 +163,71 @@ Status Unpack(const TarChunkSource& source, const std::string& directory, const 
 
     const char* raw_name = archive_entry_pathname(entry);
     std::string name = raw_name != nullptr ? raw_name : "";
-    if (!IsContainedTarName(name)) return Refused(name, "it points outside the destination");
-    if (const char* link = archive_entry_hardlink(entry); link != nullptr && !IsContainedTarName(link)) {
-      return Refused(name, std::string("a hard link to '") + link + "' outside the destination");
-    }
-    mode_t type = archive_entry_filetype(entry);
-    if (type == AE_IFCHR || type == AE_IFBLK) {
-      on_warning("skipped device node " + name);
+    auto parts = ContainedTarName(name);
+    if (auto why = WhyRefused(entry, parts, regular_files)) {
+      refuse(name, *why);
       continue;
     }
-    // Files from a sandbox never become setuid/setgid programs here.
-    archive_entry_set_perm(entry, archive_entry_perm(entry) & 01777);
+    std::string key = JoinedName(*parts);
+    regular_files.erase(key);  // what was there is replaced (or, should this fail, may be gone)
+    mode_t type = archive_entry_filetype(entry);
+    archive_entry_set_perm(entry, HostPermissions(archive_entry_perm(entry), type == AE_IFDIR));
 
     r = archive_write_header(writer.get(), entry);
     if (r == ARCHIVE_FATAL) return TarError("unpacking " + name, writer.get());
-    if (r == ARCHIVE_FAILED) return Refused(name, ArchiveMessage(writer.get()));
+    if (r == ARCHIVE_FAILED) {
+      refuse(name, ArchiveMessage(writer.get()));
+      continue;
+    }
     if (r == ARCHIVE_WARN) on_warning(name + ": " + ArchiveMessage(writer.get()));
     if (archive_entry_size(entry) > 0) BH_TRY(CopyData(reader.get(), writer.get(), context, name));
     if (archive_write_finish_entry(writer.get()) < ARCHIVE_WARN) {
       return TarError("finishing " + name, writer.get());
     }
+    if (type == AE_IFREG) regular_files.insert(std::move(key));
   }
   // Applies the directories' modes and times, deferred until their contents are in.
   if (archive_write_close(writer.get()) != ARCHIVE_OK) return TarError("finishing the unpack", writer.get());
+  if (refused > 0) {
+    return MakeError(ErrorCode::kForbidden,
+                     std::to_string(refused) + " unsafe tar entr" + (refused == 1 ? "y" : "ies") +
+                         " refused, the rest is unpacked; the first: " + first_refusal,
+                     "unsafe_entry");
+  }
   return {};
 }
 
 }  // namespace
 
-bool IsContainedTarName(std::string_view name) {
-  if (name.empty() || name[0] == '/') return false;
-  while (!name.empty()) {
-    size_t slash = name.find('/');
-    std::string_view component = name.substr(0, slash);
-    if (component == "..") return false;
-    if (slash == std::string_view::npos) break;
-    name.remove_prefix(slash + 1);
+mode_t HostPermissions(mode_t mode, bool is_directory) { return mode & (is_directory ? 01777 : 0777); }
+
+std::optional<std::vector<std::string_view>> ContainedTarName(std::string_view name) {
+  if (name.empty() || name[0] == '/') return std::nullopt;
+  std::vector<std::string_view> parts;
+  for (size_t start = 0; start <= name.size();) {
+    size_t slash = std::min(name.find('/', start), name.size());
+    std::string_view part = name.substr(start, slash - start);
+    if (part == "..") return std::nullopt;
+    if (!part.empty() && part != ".") parts.push_back(part);
+    start = slash + 1;
+  }
+  return parts;
+}
+
+bool SymlinkStaysInside(const std::vector<std::string_view>& name_parts, std::string_view target) {
+  if (target.empty() || target[0] == '/' || name_parts.empty()) return false;
+  size_t depth = name_parts.size() - 1;  // the directories between the destination and the link
+  bool named = false;
+  for (size_t start = 0; start <= target.size();) {
+    size_t slash = std::min(target.find('/', start), target.size());
+    std::string_view part = target.substr(start, slash - start);
+    if (part == "..") {
+      if (named || depth == 0) return false;
+      --depth;
+    } else if (!part.empty() && part != ".") {
+      named = true;
+    }
+    start = slash + 1;
   }
   return true;
 }

@@ -27,7 +27,7 @@ sys.path.insert(0, str(SDK_DIR))
 import bulkhead  # noqa: E402
 from bulkhead import (ApiError, AuthenticationError, Bulkhead, BulkheadConnectionError, BulkheadError,  # noqa: E402
                       BulkheadTimeoutError, CommandError, ConflictError, InvalidRequestError, NotFoundError,
-                      ServerError, VolumeMount)
+                      ServerError, UnsafeArchiveError, VolumeMount)
 
 from harness import wait_until  # noqa: E402
 from sandbox_apps import ECHO_APP, WS_APP  # noqa: E402
@@ -545,10 +545,14 @@ def test_archives_up_and_down_and_whole_directories(box, tmp_path):
 
 
 def test_download_dir_refuses_entries_that_leave_the_directory(box, tmp_path):
-    # A symlink to / inside the sandbox followed by an entry under it: must not write through it.
-    box.exec("mkdir -p /workspace/evil && ln -s / /workspace/evil/escape").check()
-    assert box.files.download_dir("/workspace/evil", tmp_path / "ok") == 1  # the link alone is fine
-    assert os.readlink(tmp_path / "ok" / "escape") == "/"
+    # A symlink to / made in the sandbox is refused; the rest arrives, then the error says what was not.
+    box.exec("mkdir -p /workspace/evil && ln -s / /workspace/evil/escape && echo kept > /workspace/evil/kept").check()
+    with pytest.raises(UnsafeArchiveError) as refusal:
+        box.files.download_dir("/workspace/evil", tmp_path / "ok")
+    assert [(name.lstrip("./"), why) for name, why in refusal.value.refused] == \
+        [("escape", "a symlink to '/', outside the destination")]
+    assert not os.path.lexists(tmp_path / "ok" / "escape")
+    assert (tmp_path / "ok" / "kept").read_text() == "kept\n"
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         link = tarfile.TarInfo("escape")

@@ -12,7 +12,8 @@ from __future__ import annotations
 from .client import Bulkhead, Images, Sandboxes, Snapshots, Volumes
 from .errors import (ApiError, AuthenticationError, BulkheadConnectionError, BulkheadError, BulkheadTimeoutError,
                      CommandError, ConflictError, DiskFullError, ForbiddenError, InvalidRequestError, NotFoundError,
-                     PayloadTooLargeError, RateLimitError, ServerError, StreamError, UnavailableError)
+                     PayloadTooLargeError, RateLimitError, ServerError, StreamError, UnavailableError,
+                     UnsafeArchiveError)
 from .files import Files
 from .models import (ArchiveSummary, CommandResult, EgressEntry, Entry, EntryList, ExecEvent, ExitStatus, FileEvent,
                      Health, Image, Network, OutputEvent, PortResponse, ProcessInfo, PtySize, SandboxInfo, Snapshot,
@@ -33,4 +34,5 @@ __all__ = [
     "BulkheadError", "BulkheadConnectionError", "BulkheadTimeoutError", "ApiError", "InvalidRequestError",
     "AuthenticationError", "ForbiddenError", "NotFoundError", "ConflictError", "PayloadTooLargeError",
     "RateLimitError", "UnavailableError", "DiskFullError", "ServerError", "StreamError", "CommandError",
+    "UnsafeArchiveError",
 ]

@@ -5,7 +5,7 @@ API's snake_case code such as "sandbox_not_found"."""
 from __future__ import annotations
 
 import json
-from typing import Dict, Optional, Type
+from typing import Dict, List, Optional, Tuple, Type
 
 
 class BulkheadError(Exception):
@@ -73,6 +73,20 @@ class ServerError(ApiError):
 class StreamError(ApiError):
     """A stream (exec, process output, file watch) that had begun ended with an error event.
     `status` is the stream's HTTP status (200)."""
+
+
+class UnsafeArchiveError(BulkheadError):
+    """download_dir() refused entries of the sandbox's archive that could reach outside the local
+    directory or arrive as something unsafe (each skipped, nothing written for it); the rest is
+    unpacked. `refused` is a list of (name, reason), `unpacked` how many entries were made."""
+
+    def __init__(self, refused: List[Tuple[str, str]], unpacked: int, dest: str):
+        listed = "; ".join("%r: %s" % pair for pair in refused[:10])
+        more = "; and %d more" % (len(refused) - 10) if len(refused) > 10 else ""
+        super().__init__("refused %d unsafe archive entr%s (the rest is unpacked in %s): %s%s"
+                         % (len(refused), "y" if len(refused) == 1 else "ies", dest, listed, more))
+        self.refused = refused
+        self.unpacked = unpacked
 
 
 class CommandError(BulkheadError):

@@ -61,6 +61,24 @@ export class ServerError extends ApiError {}
  */
 export class StreamError extends ApiError {}
 
+/**
+ * downloadDir() refused entries of the sandbox's archive that could reach outside the local
+ * directory or arrive as something unsafe (each skipped, nothing written for it); the rest is
+ * unpacked. `refused` names each with the reason, `entries` counts what was made.
+ */
+export class UnsafeArchiveError extends BulkheadError {
+  readonly refused: { name: string; reason: string }[];
+  readonly entries: number;
+
+  constructor(refused: { name: string; reason: string }[], entries: number, dest: string) {
+    const listed = refused.slice(0, 10).map((r) => `${JSON.stringify(r.name)}: ${r.reason}`).join("; ");
+    const more = refused.length > 10 ? `; and ${refused.length - 10} more` : "";
+    super(`refused ${refused.length} unsafe archive ${refused.length === 1 ? "entry" : "entries"} (the rest is unpacked in ${dest}): ${listed}${more}`);
+    this.refused = refused;
+    this.entries = entries;
+  }
+}
+
 /** Raised by CommandResult.check() when a command did not exit 0. */
 export class CommandError extends BulkheadError {
   readonly result: CommandResult;

@@ -33,6 +33,7 @@ export {
   ServerError,
   StreamError,
   UnavailableError,
+  UnsafeArchiveError,
 } from "./errors.js";
 export type {
   ArchiveSummary,

@@ -2,10 +2,10 @@
 // stream (pax records for long names), and unpacking a tar stream into a local directory
 // without letting any entry land outside it. Node has no tar module, and the SDK takes no
 // dependencies.
-import { createReadStream } from "node:fs";
+import { createReadStream, constants as fsConstants } from "node:fs";
 import fs from "node:fs/promises";
 import path from "node:path";
-import { BulkheadError } from "./errors.js";
+import { BulkheadError, UnsafeArchiveError } from "./errors.js";
 
 const BLOCK = 512;
 const ZEROS = Buffer.alloc(BLOCK * 2);
@@ -195,11 +195,60 @@ function parsePax(data: Buffer): Record<string, string> {
   return records;
 }
 
-/** The entry's path inside `dest` as its parts; refuses absolute-escaping and `..` names. */
-function safeParts(name: string): string[] {
+/** Why an entry is not unpacked; caught per entry, which is then skipped. */
+class Refused extends Error {}
+
+/**
+ * The components of a name inside the destination, without "" and "." (empty: the destination
+ * itself); null for an absolute name or one with a ".." component.
+ */
+export function containedName(name: string): string[] | null {
+  if (name === "" || name.startsWith("/")) return null;
   const parts = name.split("/").filter((part) => part !== "" && part !== ".");
-  if (parts.includes("..")) throw new BulkheadError(`refusing a tar entry that leaves the directory: ${JSON.stringify(name)}`);
-  return parts;
+  return parts.includes("..") ? null : parts;
+}
+
+/**
+ * Whether a symlink named `parts` pointing at `target` points inside the destination: the
+ * target is relative, its ".." components come before any name (a name could be a symlink
+ * whose ".." climbs from elsewhere), and they climb no higher than the destination.
+ */
+export function symlinkStaysInside(parts: string[], target: string): boolean {
+  if (target === "" || target.startsWith("/") || parts.length === 0) return false;
+  let depth = parts.length - 1;
+  let named = false;
+  for (const part of target.split("/")) {
+    if (part === "..") {
+      if (named || depth === 0) return false;
+      depth--;
+    } else if (part !== "" && part !== ".") {
+      named = true;
+    }
+  }
+  return true;
+}
+
+/** The permission bits a file from a sandbox gets here: never setuid or setgid, sticky only on a directory. */
+export function hostMode(mode: number, isDirectory: boolean): number {
+  return mode & (isDirectory ? 0o1777 : 0o777);
+}
+
+const REGULAR = new Set(["0", "\0", "7"]);
+
+/** Why the entry may not be unpacked, or null. Hard links may name only a file this unpack made. */
+function whyRefused(type: string, parts: string[] | null, linkname: string, regularFiles: Set<string>): string | null {
+  if (parts === null) return "its name leads outside the destination";
+  if (parts.length === 0 && type !== "5") return "it would replace the destination itself";
+  if (REGULAR.has(type) || type === "5") return null;
+  if (type === "1") {
+    const target = containedName(linkname);
+    if (target !== null && regularFiles.has(target.join("/"))) return null;
+    return `a hard link to ${JSON.stringify(linkname)}, which is not a file unpacked before it`;
+  }
+  if (type === "2") return symlinkStaysInside(parts, linkname) ? null : `a symlink to ${JSON.stringify(linkname)}, outside the destination`;
+  if (type === "3" || type === "4") return "a device node";
+  if (type === "6") return "a fifo";
+  return "an entry of an unknown type";
 }
 
 /** Makes the parent directories of `parts` under `dest`, refusing a symlink among them. */
@@ -209,22 +258,37 @@ async function prepareParent(dest: string, parts: string[]): Promise<void> {
     current = path.join(current, part);
     const info = await fs.lstat(current).catch(() => null);
     if (info === null) await fs.mkdir(current);
-    else if (info.isSymbolicLink()) throw new BulkheadError(`refusing to write through the symlink ${current}`);
-    else if (!info.isDirectory()) throw new BulkheadError(`${current} is in the way (not a directory)`);
+    else if (info.isSymbolicLink()) throw new Refused(`it goes through the symlink ${JSON.stringify(part)}`);
+    else if (!info.isDirectory()) throw new Refused(`${JSON.stringify(part)} is in the way (not a directory)`);
   }
 }
 
-/** Removes what is at `target` unless it is a directory (so nothing is written through a link). */
-async function clearFile(target: string): Promise<void> {
+/**
+ * Removes what is at `target` so that a new entry replaces it (a symlink is removed, never
+ * written through); a directory in the way is refused.
+ */
+async function clear(target: string): Promise<void> {
   const info = await fs.lstat(target).catch(() => null);
-  if (info && !info.isDirectory()) await fs.unlink(target);
+  if (info?.isDirectory()) throw new Refused("a directory is in the way");
+  if (info) await fs.unlink(target);
 }
 
-/** Unpacks a tar stream into `dest` (made if missing). Returns the number of entries. */
+const OPEN_DIRECTORY = fsConstants.O_RDONLY | fsConstants.O_DIRECTORY | fsConstants.O_NOFOLLOW;
+
+/**
+ * Unpacks a tar stream into `dest` (made if missing), treating it as hostile. Made: regular
+ * files, directories, symlinks that stay inside, hard links to files unpacked before;
+ * permission bits (never setuid/setgid; sticky on directories only) and mtimes; never owners.
+ * Refused, each skipped with nothing written for it: absolute and ".." names, devices, fifos,
+ * symlinks leading out, other hard links, paths through a symlink. Returns the number of
+ * entries made; throws UnsafeArchiveError after the rest if any was refused.
+ */
 export async function extractTar(source: AsyncIterable<Buffer | Uint8Array>, dest: string): Promise<number> {
   await fs.mkdir(dest, { recursive: true });
   const reader = new ByteReader(source[Symbol.asyncIterator]());
   const directoryModes: [string, number, number][] = [];
+  const regularFiles = new Set<string>();
+  const refused: { name: string; reason: string }[] = [];
   let entries = 0;
   let pax: Record<string, string> = {};
   let longName: string | undefined;
@@ -256,53 +320,72 @@ export async function extractTar(source: AsyncIterable<Buffer | Uint8Array>, des
       continue;
     }
 
-    const parts = safeParts(name);
-    if (parts.length === 0) {
+    const parts = containedName(name);
+    let why = whyRefused(type, parts, linkname, regularFiles);
+    if (why === null && parts !== null && parts.length === 0) {
       // The root itself: dest is the caller's; its mode stays as it is.
       await reader.skip(padded);
       continue;
     }
-    await prepareParent(dest, parts);
-    const target = path.join(dest, ...parts);
-    entries++;
-    if (type === "5") {
-      const info = await fs.lstat(target).catch(() => null);
-      if (info && !info.isDirectory()) await fs.unlink(target);
-      if (!info || !info.isDirectory()) await fs.mkdir(target);
-      directoryModes.push([target, mode, mtime]);
-      await reader.skip(padded);
-    } else if (type === "0" || type === "\0" || type === "7") {
-      await clearFile(target);
-      const file = await fs.open(target, "wx", 0o600);
+    if (why === null && parts !== null) {
+      const key = parts.join("/");
+      regularFiles.delete(key); // whatever was there is replaced
       try {
-        for await (const piece of reader.pieces(size)) await file.write(piece);
-      } finally {
-        await file.close();
+        await prepareParent(dest, parts);
+        const target = path.join(dest, ...parts);
+        if (type === "5") {
+          const info = await fs.lstat(target).catch(() => null);
+          if (!info?.isDirectory()) {
+            await clear(target);
+            await fs.mkdir(target, 0o700); // its own mode comes last, once its contents are in
+          }
+          directoryModes.push([target, mode, mtime]);
+          await reader.skip(padded);
+        } else if (type === "2") {
+          await clear(target);
+          await fs.symlink(linkname, target);
+          await reader.skip(padded);
+        } else if (type === "1") {
+          await clear(target);
+          await fs.link(path.join(dest, ...containedName(linkname)!), target);
+          regularFiles.add(key);
+          await reader.skip(padded);
+        } else {
+          await clear(target);
+          const file = await fs.open(target, "wx", 0o600);
+          try {
+            for await (const piece of reader.pieces(size)) await file.write(piece);
+            await file.chmod(hostMode(mode, false));
+            await file.utimes(mtime, mtime);
+          } finally {
+            await file.close();
+          }
+          regularFiles.add(key);
+          await reader.skip(padded - size);
+        }
+        entries++;
+      } catch (error) {
+        if (!(error instanceof Refused)) throw error;
+        why = error.message;
       }
-      await fs.chmod(target, mode);
-      await fs.utimes(target, mtime, mtime);
-      await reader.skip(padded - size);
-    } else if (type === "2") {
-      await clearFile(target);
-      await fs.symlink(linkname, target);
-      await reader.skip(padded);
-    } else if (type === "1") {
-      const linkParts = safeParts(linkname);
-      const existing = path.join(dest, ...linkParts);
-      const info = await fs.lstat(existing).catch(() => null);
-      if (!info || !info.isFile()) throw new BulkheadError(`a hard link to ${JSON.stringify(linkname)}, which is not a file unpacked before`);
-      await clearFile(target);
-      await fs.link(existing, target);
-      await reader.skip(padded);
-    } else {
-      entries--; // devices, fifos and the like are not made
+    }
+    if (why !== null) {
+      refused.push({ name, reason: why });
       await reader.skip(padded);
     }
   }
-  // Directory modes last, so a read-only directory did not stop what goes inside it.
+  // Directory modes last, so a read-only directory did not stop what goes inside it; opened
+  // without following a symlink, should a later entry have put one there.
   for (const [dir, mode, mtime] of directoryModes.reverse()) {
-    await fs.chmod(dir, mode);
-    await fs.utimes(dir, mtime, mtime);
+    const handle = await fs.open(dir, OPEN_DIRECTORY).catch(() => null);
+    if (handle === null) continue;
+    try {
+      await handle.chmod(hostMode(mode, true));
+      await handle.utimes(mtime, mtime);
+    } finally {
+      await handle.close();
+    }
   }
+  if (refused.length) throw new UnsafeArchiveError(refused, entries, dest);
   return entries;
 }
