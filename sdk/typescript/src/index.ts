@@ -47,6 +47,7 @@ export type {
   NetworkMode,
   NetworkPolicy,
   OutputChunk,
+  PreviewAccess,
   ProcessInfo,
   ProcessOutputEvent,
   PtySize,
