@@ -164,8 +164,8 @@ asio::awaitable<void> ServePreviewHost(HttpExchange& exchange, core::SandboxMana
       break;
     case PreviewVerdict::kSetCookie:
       // Host-only (no Domain): the cookie opens this sandbox's port and nothing else.
-      exchange.SetResponseHeader(http::field::set_cookie,
-                                 fmt::format("{}={}; Path=/; HttpOnly; SameSite=Lax", kPreviewTokenName, preview.token));
+      exchange.SetResponseHeader(http::field::set_cookie, fmt::format("{}={}; Path=/; HttpOnly; SameSite=Lax",
+                                                                      kPreviewTokenName, preview.token));
       exchange.SetResponseHeader(http::field::location, WithoutPreviewTokenParam(target));
       exchange.SetResponseHeader(http::field::cache_control, "no-store");
       co_return co_await exchange.SendText(http::status::see_other, "text/plain", "");
