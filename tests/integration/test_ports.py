@@ -509,6 +509,11 @@ def test_forks_and_sandboxes_from_snapshots_get_tokens_of_their_own(client, priv
     assert r.status == 201, r
     snapshot = r.json()["id"]
     try:
+        # A snapshot keeps the settings but not the token (exports leave the host).
+        archive = client.get(f"/v1/snapshots/{snapshot}/export")
+        assert archive.status == 200, archive
+        unpacked = subprocess.run(["zstd", "-dc"], input=archive.body, capture_output=True, check=True).stdout
+        assert b'"preview"' in unpacked and token.encode() not in unpacked
         private = client.create(from_snapshot=snapshot, preview={"public": False})
         public = client.create(from_snapshot=snapshot)
         assert private["preview"]["token"] not in (token, None) and public["preview"] == {"public": True}
