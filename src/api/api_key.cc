@@ -1,7 +1,6 @@
 #include "api/api_key.h"
 
 #include <fcntl.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,6 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/random_hex.h"
 #include "common/unique_fd.h"
 
 namespace bulkhead::api {
@@ -19,27 +19,6 @@ namespace {
 constexpr size_t kKeyBytes = 32;
 constexpr size_t kE2bKeyBytes = 20;  // E2B's keys are "e2b_" and 40 hex digits
 constexpr size_t kMaxKeyFileBytes = 4096;
-
-Result<std::string> RandomHexKey(size_t byte_count) {
-  unsigned char bytes[kKeyBytes];
-  if (byte_count > sizeof(bytes)) return MakeError(ErrorCode::kInternal, "key too long");
-  size_t filled = 0;
-  while (filled < byte_count) {
-    const ssize_t n = getrandom(bytes + filled, byte_count - filled, 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return SystemError("getrandom", errno);
-    }
-    filled += size_t(n);
-  }
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string key;
-  for (size_t i = 0; i < byte_count; ++i) {
-    key += kHex[bytes[i] >> 4];
-    key += kHex[bytes[i] & 15];
-  }
-  return key;
-}
 
 std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\n' || s.front() == '\r')) {
@@ -102,7 +81,7 @@ Result<std::string> LoadOrCreateKeyFile(const std::string& state_dir, const std:
   auto existing = ReadKeyFile(path);
   if (existing.ok() || existing.error().code != ErrorCode::kNotFound) return existing;
 
-  auto random = RandomHexKey(random_bytes);
+  auto random = RandomHex(random_bytes);
   if (!random.ok()) return random.error();
   const std::string key = std::string(prefix) + *random;
   // Write a temporary file, then link() it into place: link fails if another daemon got

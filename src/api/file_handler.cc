@@ -29,10 +29,6 @@ constexpr size_t kMaxListingBytes = 64 * 1024 * 1024;
 // A watch event line names one path; more than this without a newline is a broken worker.
 constexpr size_t kMaxEventLineBytes = 64 * 1024;
 
-Error SandboxNotFound(const std::string& id) {
-  return MakeError(ErrorCode::kNotFound, fmt::format("no sandbox with id \"{}\"", id), "sandbox_not_found");
-}
-
 FileOp OpOfRoute(RouteId route) {
   switch (route) {
     case RouteId::kReadFile: return FileOp::kRead;

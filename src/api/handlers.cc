@@ -30,10 +30,6 @@ namespace {
 namespace asio = boost::asio;
 using nlohmann::json;
 
-Error SandboxNotFound(const std::string& id) {
-  return MakeError(ErrorCode::kNotFound, fmt::format("no sandbox with id \"{}\"", id), "sandbox_not_found");
-}
-
 Error VolumeNotFound(const std::string& name) {
   return MakeError(ErrorCode::kNotFound, fmt::format("no volume named \"{}\"", name), "volume_not_found");
 }

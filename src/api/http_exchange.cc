@@ -179,7 +179,7 @@ void HttpExchange::PrepareResponse(http::response_header<>& header, http::status
   header.version(request_.version());
   header.result(status);
   header.set(http::field::server, ToBeast(kServerName));
-  if (!extra_header_.first.empty()) header.set(ToBeast(extra_header_.first), extra_header_.second);
+  for (const auto& [name, value] : extra_headers_) header.set(ToBeast(name), value);
 }
 
 asio::awaitable<void> HttpExchange::SendText(http::status status, std::string_view content_type,

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 #include <utility>  // before boost/asio/awaitable.hpp (Boost 1.74 uses std::exchange unincluded)
+#include <vector>
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/generic/stream_protocol.hpp>
@@ -102,11 +103,13 @@ class HttpExchange {
                                                 uint64_t content_length);
   boost::asio::awaitable<bool> WriteBodyPart(std::string_view data);
 
-  // Extra header for the next response (e.g. Allow on a 405).
+  // Extra headers for the next response (e.g. Allow on a 405); a name set again is replaced.
   void SetResponseHeader(http::field name, std::string value) {
-    extra_header_ = {std::string(FromBeast(http::to_string(name))), std::move(value)};
+    SetResponseHeader(std::string(FromBeast(http::to_string(name))), std::move(value));
   }
-  void SetResponseHeader(std::string name, std::string value) { extra_header_ = {std::move(name), std::move(value)}; }
+  void SetResponseHeader(std::string name, std::string value) {
+    extra_headers_.emplace_back(std::move(name), std::move(value));
+  }
 
   int status() const { return status_; }               // 0 until a response started
   bool response_started() const { return status_ != 0; }
@@ -137,7 +140,7 @@ class HttpExchange {
   bool keep_alive_;
   const std::atomic<bool>& server_stopping_;
   int status_ = 0;
-  std::pair<std::string, std::string> extra_header_;  // name "" = none
+  std::vector<std::pair<std::string, std::string>> extra_headers_;
 };
 
 }  // namespace bulkhead::api

@@ -38,6 +38,8 @@ json SandboxToJson(const core::SandboxInfo& sandbox) {
     volumes.push_back({{"name", v.name}, {"path", v.path}, {"read_only", v.read_only}});
   }
   out["volumes"] = std::move(volumes);
+  out["preview"] = {{"public", spec.preview.is_public}};
+  if (!spec.preview.is_public) out["preview"]["token"] = spec.preview.token;
   if (sandbox.usage) {
     out["usage"] = {
         {"cpu_s", sandbox.usage->cpu_s},

@@ -29,6 +29,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "api/preview_access.h"
 #include "api/validate.h"
 #include "net/allow_rules.h"
 #include "net/ip_address.h"
@@ -69,10 +70,6 @@ bool IsHopByHop(std::string_view name, std::string_view connection_header) {
     if (beast::iequals(ToBeast(name), hop)) return true;
   }
   return HasToken(connection_header, name);
-}
-
-Error SandboxNotFound(const std::string& id) {
-  return MakeError(ErrorCode::kNotFound, fmt::format("no sandbox with id \"{}\"", id), "sandbox_not_found");
 }
 
 // The peer's IP address for X-Forwarded-For; "" for a unix socket client.
@@ -347,8 +344,16 @@ RequestHeader AppRequestHead(const RequestHeader& client, const PortProxyRequest
       case http::field::authorization:
         if (request.strip_authorization) continue;
         break;
+      case http::field::cookie: {
+        // The preview cookie opens the port; the app's own cookies pass.
+        const std::string cookies = CookiesWithoutPreviewToken(FromBeast(field.value()));
+        if (!cookies.empty()) head.insert(http::field::cookie, cookies);
+        continue;
+      }
       default:
-        if (beast::iequals(field.name_string(), "x-forwarded-for") ||
+        if (beast::iequals(field.name_string(), ToBeast(kPreviewTokenHeader)) ||
+            beast::iequals(field.name_string(), ToBeast(kE2bTrafficTokenHeader)) ||
+            beast::iequals(field.name_string(), "x-forwarded-for") ||
             beast::iequals(field.name_string(), "x-forwarded-host") ||
             beast::iequals(field.name_string(), "x-forwarded-proto") ||
             beast::iequals(field.name_string(), "x-forwarded-prefix")) {

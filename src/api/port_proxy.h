@@ -38,7 +38,8 @@ boost::asio::awaitable<void> ServeTcpForward(HttpExchange& exchange, core::Sandb
                                              const std::string& sandbox_id, const std::string& port);
 
 // The head of the request to the app: the client's minus hop-by-hop headers (an upgrade
-// keeps Upgrade), minus Authorization if asked, minus Expect (the proxy answers it), with
+// keeps Upgrade), minus Authorization if asked, minus Expect (the proxy answers it), minus
+// the preview credentials (preview_access.h: the token headers and cookie), with
 // Host, X-Forwarded-*, the body's framing and Connection: close (or Upgrade). Pure.
 RequestHeader AppRequestHead(const RequestHeader& client, const PortProxyRequest& request,
                              std::string_view client_address, bool upgrade);

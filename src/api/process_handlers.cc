@@ -28,10 +28,6 @@ using nlohmann::json;
 // A start request carries an argv of up to 1 MiB and an env of up to 256 KiB, in JSON.
 constexpr uint64_t kMaxStartBody = 2 * 1024 * 1024;
 
-Error SandboxNotFound(const std::string& id) {
-  return MakeError(ErrorCode::kNotFound, fmt::format("no sandbox with id \"{}\"", id), "sandbox_not_found");
-}
-
 Error TagInUse(const std::string& tag) {
   return MakeError(ErrorCode::kConflict, fmt::format("a running process already has the tag \"{}\"", tag),
                    "tag_in_use");

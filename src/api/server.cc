@@ -30,7 +30,7 @@
 
 #include "api/api_key.h"
 #include "api/json_output.h"
-#include "api/port_proxy.h"
+#include "api/preview_access.h"
 #include "api/router.h"
 #include "common/unique_fd.h"
 
@@ -430,21 +430,12 @@ asio::awaitable<bool> ApiServer::ServeRequest(HttpStream& stream, beast::flat_bu
     if (e2b) {
       route.pattern = co_await e2b_->Handle(exchange);
     } else if (preview) {
-      // A sandbox's port by host name, before authentication: the id is the capability
-      // (preview URLs open in browsers), and under such a name nothing but the port is
-      // reachable, the API least of all.
+      // A sandbox's port by host name, without the API key: the id (a public preview) or the
+      // preview token (a private one) is the capability, since preview URLs open in browsers.
+      // Under such a name nothing but the port is reachable, the API least of all.
       route.pattern = "{port}-{id}.{preview_domain}";
-      if (target.empty() || target[0] != '/') {
-        co_await exchange.SendError(MakeError(ErrorCode::kBadRequest, "malformed request target"));
-      } else {
-        const std::string_view authorization = FromBeast(exchange.request()[http::field::authorization]);
-        const PortProxyRequest request{.sandbox_id = preview->sandbox_id,
-                                       .port = preview->port,
-                                       .app_target = target,
-                                       .by_host = true,
-                                       .strip_authorization = IsAuthorized(authorization, options_.api_key)};
-        co_await ServePortProxy(exchange, manager_, request);
-      }
+      const std::string_view authorization = FromBeast(exchange.request()[http::field::authorization]);
+      co_await ServePreviewHost(exchange, manager_, *preview, IsAuthorized(authorization, options_.api_key));
     } else if (!(parsed = ParseTarget(target))) {
       co_await exchange.SendError(MakeError(ErrorCode::kBadRequest, "malformed request target"));
     } else {
@@ -471,8 +462,10 @@ asio::awaitable<bool> ApiServer::ServeRequest(HttpStream& stream, beast::flat_bu
   } catch (...) {
     failure = "unknown exception";
   }
+  // Logged without the preview token a browser link may carry.
+  const std::string logged_target = WithoutPreviewTokenParam(target);
   if (!failure.empty()) {
-    spdlog::error("{} {}: unhandled exception: {}", method, target, failure);
+    spdlog::error("{} {}: unhandled exception: {}", method, logged_target, failure);
     exchange.set_keep_alive(false);
     if (!exchange.response_started()) {
       co_await exchange.SendError(MakeError(ErrorCode::kInternal, "internal error; see the daemon's log"));
@@ -484,9 +477,9 @@ asio::awaitable<bool> ApiServer::ServeRequest(HttpStream& stream, beast::flat_bu
   const int status = exchange.response_started() ? exchange.status() : 499;
   metrics_.Record(method, route.pattern, status, seconds);
   if (status >= 500 && status != 501) {
-    spdlog::warn("{} {} -> {} ({:.1f} ms)", method, target, status, seconds * 1000);
+    spdlog::warn("{} {} -> {} ({:.1f} ms)", method, logged_target, status, seconds * 1000);
   } else {
-    spdlog::debug("{} {} -> {} ({:.1f} ms)", method, target, status, seconds * 1000);
+    spdlog::debug("{} {} -> {} ({:.1f} ms)", method, logged_target, status, seconds * 1000);
   }
   co_return exchange.keep_alive() && !stopping_;
 }

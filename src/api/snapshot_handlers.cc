@@ -25,10 +25,6 @@ namespace {
 namespace asio = boost::asio;
 using nlohmann::json;
 
-Error SandboxNotFound(const std::string& id) {
-  return MakeError(ErrorCode::kNotFound, fmt::format("no sandbox with id \"{}\"", id), "sandbox_not_found");
-}
-
 Error SnapshotNotFound(const std::string& id) {
   return MakeError(ErrorCode::kNotFound, fmt::format("no snapshot with id \"{}\"", id), "snapshot_not_found");
 }

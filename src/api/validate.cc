@@ -197,6 +197,25 @@ Status ReadNetwork(const json& object, core::NetworkPolicy& out) {
   return {};
 }
 
+// "preview": {"public": bool}. The token of a private preview is the daemon's to choose: a
+// client's own would be as guessable as the client made it.
+Status ReadPreview(const json& object, core::PreviewAccess& out) {
+  const json* value = Find(object, "preview");
+  if (value == nullptr) return {};
+  if (!value->is_object()) return Invalid(fmt::format("preview must be an object, not {}", TypeName(*value)));
+  for (const auto& [key, unused] : value->items()) {
+    if (key == "token") return Invalid("preview.token is issued by the daemon and cannot be given");
+    if (key != "public") return Invalid(fmt::format("preview.{} is not a known field", key));
+  }
+  if (const json* is_public = Find(*value, "public")) {
+    if (!is_public->is_boolean()) {
+      return Invalid(fmt::format("preview.public must be a boolean, not {}", TypeName(*is_public)));
+    }
+    out.is_public = is_public->get<bool>();
+  }
+  return {};
+}
+
 // A volume's mount path: absolute and normalized, so that "/a/" and "/a/./b" cannot slip past
 // the checks below, and outside the kernel's file systems that the sandbox gets fresh.
 Status CheckVolumePath(const std::string& field, const std::string& path) {
@@ -350,6 +369,7 @@ Result<core::SandboxSpec> ParseSandboxSpec(const json& body, const HostLimits& h
     if (!Find(body, "image")) spec.image.clear();  // the snapshot's
   }
   BH_TRY(ReadVolumes(body, spec.volumes));
+  BH_TRY(ReadPreview(body, spec.preview));
   return spec;
 }
 
@@ -513,6 +533,10 @@ bool IsValidSandboxId(std::string_view id) {
     if (!ok) return false;
   }
   return true;
+}
+
+Error SandboxNotFound(const std::string& id) {
+  return MakeError(ErrorCode::kNotFound, fmt::format("no sandbox with id \"{}\"", id), "sandbox_not_found");
 }
 
 bool IsValidUser(std::string_view user) {

@@ -85,6 +85,8 @@ bool IsValidVolumeName(std::string_view name);
 // A sandbox id as it may appear in a path: ^[A-Za-z0-9_-]{1,128}$. Anything else cannot
 // name a sandbox and is answered 404 without asking the core.
 bool IsValidSandboxId(std::string_view id);
+// The answer for an id that names no sandbox: 404 sandbox_not_found.
+Error SandboxNotFound(const std::string& id);
 // "name" (^[a-z_][a-z0-9_-]{0,31}$), "uid" or "uid:gid" (decimal, < 2^32 - 1).
 bool IsValidUser(std::string_view user);
 

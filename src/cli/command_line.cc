@@ -107,6 +107,9 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
   CLI::App* create = app.add_subcommand("create", "Create a sandbox and print its id");
   AddSandboxFlags(create, line.sandbox, /*for_run=*/false);
   create->add_option("--metadata", line.sandbox.metadata, "Label k=v; repeatable")->allow_extra_args(false);
+  create->add_flag("--private-preview", line.sandbox.private_preview,
+                   "Preview host names ({port}-{id}.{preview domain}) need the sandbox's preview token "
+                   "(shown by inspect), not only its id");
   create->add_flag("--json", line.json, "Print the whole sandbox object");
   Selects(create, line, Command::kCreate);
 

@@ -61,6 +61,7 @@ struct SandboxFlags {
   std::optional<std::string> network;  // none | allowlist | open
   std::vector<std::string> allow;      // allowlist entries
   std::vector<std::string> volumes;    // NAME:/path[:ro]
+  bool private_preview = false;        // create only
 };
 
 // Flags of one command (run, exec).

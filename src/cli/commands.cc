@@ -78,6 +78,7 @@ Result<json> SandboxRequest(const SandboxFlags& flags, std::optional<int64_t> li
     if (!metadata.ok()) return metadata.error();
     request["metadata"] = *metadata;
   }
+  if (flags.private_preview) request["preview"] = {{"public", false}};
   if (!flags.volumes.empty()) {
     json volumes = json::array();
     for (const std::string& text : flags.volumes) {

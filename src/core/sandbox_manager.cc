@@ -35,6 +35,7 @@
 #include "storage/snapshot_archive.h"
 #include "storage/storage.h"
 #include "store/state_db.h"
+#include "common/random_hex.h"
 #include "common/time_format.h"
 
 namespace bulkhead::core {
@@ -58,6 +59,20 @@ std::string NewId() {
 // id itself, which is a capability (preview host names need nothing else). 64 bits of a
 // SHA-256 of an unguessable id tell nothing about it.
 std::string HostName(const std::string& id) { return "sb-" + HexEncode(Sha256(id)).substr(0, 16); }
+
+// Preview tokens are as long as the API key: 32 random bytes, 64 hex digits.
+constexpr size_t kPreviewTokenBytes = 32;
+
+// A new sandbox's preview access: a private one gets a token of its own, never the one of
+// the spec it was copied from (a fork's parent, a snapshot's sandbox).
+Status IssuePreviewToken(PreviewAccess& preview) {
+  preview.token.clear();
+  if (preview.is_public) return {};
+  auto token = RandomHex(kPreviewTokenBytes);
+  if (!token) return token.error();
+  preview.token = std::move(*token);
+  return {};
+}
 
 std::string Fnv1aHex(const std::string& s) {
   uint32_t h = 2166136261u;
@@ -443,6 +458,7 @@ Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::Launch(const SandboxSpec& s
   auto sb = std::make_shared<Sandbox>();
   sb->info.id = NewId();
   sb->info.spec = spec;
+  BH_TRY(IssuePreviewToken(sb->info.spec.preview));
   sb->info.parent_snapshot = spec.from_snapshot;
   sb->info.state = "starting";
   sb->info.created_at = Rfc3339(static_cast<time_t>(UnixMillis() / 1000));
@@ -569,7 +585,9 @@ Result<SandboxInfo> SandboxManagerImpl::Create(const SandboxSpec& spec) {
 }
 
 bool SandboxManagerImpl::FitPooled(Sandbox& sb, const SandboxSpec& spec) {
-  Status st = runtime_->SetLimits(HostName(sb.info.id), {spec.cpus, spec.memory_mb, spec.pids});
+  PreviewAccess preview = spec.preview;
+  Status st = IssuePreviewToken(preview);
+  if (st) st = runtime_->SetLimits(HostName(sb.info.id), {spec.cpus, spec.memory_mb, spec.pids});
   if (st) st = storage_->SetLayerQuota(sb.info.id, spec.disk_mb);
   if (!st) {
     spdlog::warn("warm pool: sandbox {}: {}", sb.info.id, st.error().message);
@@ -577,6 +595,7 @@ bool SandboxManagerImpl::FitPooled(Sandbox& sb, const SandboxSpec& spec) {
     return false;
   }
   sb.info.spec = spec;
+  sb.info.spec.preview = std::move(preview);
   sb.info.parent_snapshot = spec.from_snapshot;
   sb.info.created_at = Rfc3339(static_cast<time_t>(UnixMillis() / 1000));
   return true;
@@ -1149,7 +1168,11 @@ Result<store::SnapshotRow> SandboxManagerImpl::Capture(const std::string& sandbo
   {
     std::lock_guard lock(mu_);
     state = sb->info.state;
-    row.spec_json = SpecToJson(sb->info.spec);
+    // The settings without the preview token: it is this sandbox's alone, and snapshots are
+    // exported.
+    SandboxSpec settings = sb->info.spec;
+    settings.preview.token.clear();
+    row.spec_json = SpecToJson(settings);
     row.image = sb->info.spec.image;
     row.uid_base = sb->uid_base;
   }

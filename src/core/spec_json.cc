@@ -25,6 +25,7 @@ std::string SpecToJson(const SandboxSpec& s) {
   json volumes = json::array();
   for (const auto& v : s.volumes) volumes.push_back({{"name", v.name}, {"path", v.path}, {"read_only", v.read_only}});
   j["volumes"] = std::move(volumes);
+  j["preview"] = {{"public", s.preview.is_public}, {"token", s.preview.token}};
   if (s.from_snapshot) j["from_snapshot"] = *s.from_snapshot;
   return j.dump();
 }
@@ -60,6 +61,11 @@ Result<SandboxSpec> SpecFromJson(const std::string& text) {
     for (const auto& v : j.value("volumes", json::array()))
       s.volumes.push_back(
           {v.at("name").get<std::string>(), v.at("path").get<std::string>(), v.at("read_only").get<bool>()});
+    // Rows written before private previews existed are public.
+    if (j.contains("preview")) {
+      s.preview.is_public = j.at("preview").at("public").get<bool>();
+      s.preview.token = j.at("preview").at("token").get<std::string>();
+    }
     if (j.contains("from_snapshot")) s.from_snapshot = j.at("from_snapshot").get<std::string>();
     return s;
   } catch (const std::exception& e) {  // json::exception, or a field of the wrong kind

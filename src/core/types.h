@@ -21,6 +21,14 @@ struct VolumeMount {
   bool read_only = false;
 };
 
+// Who may reach a sandbox's ports by preview host name ({port}-{id}.{preview_domain}).
+// Public: anyone who knows the id. Private: requests must carry `token`, which the manager
+// issues for each new sandbox (a fork or a sandbox from a snapshot gets its own).
+struct PreviewAccess {
+  bool is_public = true;
+  std::string token;  // "" while public
+};
+
 // POST /v1/sandboxes, after validation; every field has its default filled in.
 struct SandboxSpec {
   std::string image = "host";
@@ -38,6 +46,7 @@ struct SandboxSpec {
   NetworkPolicy network;
   std::map<std::string, std::string> metadata;
   std::vector<VolumeMount> volumes;
+  PreviewAccess preview;
   // The snapshot whose files the sandbox starts with (SandboxInfo.parent_snapshot). With it
   // an empty image means "the snapshot's".
   std::optional<std::string> from_snapshot;

@@ -60,13 +60,15 @@ json SandboxJson(const E2bContext& context, const core::SandboxInfo& sandbox) {
       {"clientID", "bulkhead"},
       {"envdVersion", kEnvdVersion},
       {"envdAccessToken", EnvdAccessToken(context.key, sandbox.id)},
-      {"trafficAccessToken", nullptr},
+      // Set for a sandbox created with allowPublicTraffic false: its ports need it.
+      {"trafficAccessToken", sandbox.spec.preview.is_public ? json(nullptr) : json(sandbox.spec.preview.token)},
       {"domain", context.preview_domain},
   };
 }
 
-json NetworkJson(const core::NetworkPolicy& policy) {
-  json network = json::object();
+json NetworkJson(const core::SandboxSpec& spec) {
+  const core::NetworkPolicy& policy = spec.network;
+  json network = {{"allowPublicTraffic", spec.preview.is_public}};
   if (policy.mode == "none") {
     network["denyOut"] = {"0.0.0.0/0"};
   } else if (policy.mode == "allowlist") {
@@ -96,7 +98,7 @@ json ListedJson(const E2bContext& context, const core::SandboxInfo& sandbox, con
     out["envdAccessToken"] = EnvdAccessToken(context.key, sandbox.id);
     out["domain"] = context.preview_domain;
     out["allowInternetAccess"] = spec.network.mode != "none";
-    out["network"] = NetworkJson(spec.network);
+    out["network"] = NetworkJson(spec);
     out["lifecycle"] = {{"onTimeout", spec.on_timeout == "pause" ? "pause" : "kill"}, {"autoResume", false}};
   }
   return out;
@@ -626,6 +628,13 @@ Result<json> BulkheadCreateBody(const json& e2b, bool template_is_snapshot) {
     body[to] = *found;  // bulkhead's validation checks the entries
   }
   const auto network = e2b.find("network");
+  if (network != e2b.end() && network->is_object()) {
+    // Only with the traffic access token are the sandbox's ports reached (front.cc, preview_access.h).
+    if (const auto traffic = network->find("allowPublicTraffic"); traffic != network->end() && !traffic->is_null()) {
+      if (!traffic->is_boolean()) return Invalid("network.allowPublicTraffic must be a boolean");
+      body["preview"] = {{"public", traffic->get<bool>()}};
+    }
+  }
   const auto internet = e2b.find("allow_internet_access");
   Result<json> policy = BulkheadNetwork(network == e2b.end() ? nullptr : &*network,
                                         internet == e2b.end() ? nullptr : &*internet);

@@ -8,6 +8,7 @@
 #include "api/api_key.h"
 #include "api/json_output.h"
 #include "api/port_proxy.h"
+#include "api/preview_access.h"
 #include "e2b/control_plane.h"
 #include "e2b/envd.h"
 #include "e2b/envd_auth.h"
@@ -76,6 +77,18 @@ std::string SandboxOfSignature(E2bContext& context, const api::RequestHeader& re
   return "";
 }
 
+// E2B's proxy's answer to traffic without the right e2b-traffic-access-token: 403 and
+// {"sandboxId", "message", "code"}.
+asio::awaitable<void> SendTrafficTokenError(api::HttpExchange& exchange, const std::string& sandbox_id, bool missing) {
+  const std::string message =
+      missing ? fmt::format("Sandbox is secured with traffic access token. Token header '{}' is missing",
+                            api::kE2bTrafficTokenHeader)
+              : fmt::format("Sandbox is secured with traffic access token. Provided token in header '{}' is invalid",
+                            api::kE2bTrafficTokenHeader);
+  const json body = {{"sandboxId", sandbox_id}, {"message", message}, {"code", 403}};
+  co_await exchange.SendText(http::status::forbidden, "application/json", api::DumpJson(body));
+}
+
 asio::awaitable<std::string_view> ServeEnvd(E2bContext& context, api::HttpExchange& exchange,
                                             std::string sandbox_id, const api::RequestTarget& target) {
   const api::RequestHeader& request = exchange.request();
@@ -95,7 +108,16 @@ asio::awaitable<std::string_view> ServeEnvd(E2bContext& context, api::HttpExchan
 
   const std::string_view port = Header(request, "E2b-Sandbox-Port");
   if (!port.empty() && port != kEnvdPort) {
-    // A port of the sandbox other than envd's: its own HTTP server, as a preview URL reaches it.
+    // A port of the sandbox other than envd's: its own HTTP server, as a preview URL reaches
+    // it. Created with allowPublicTraffic false, it needs the traffic access token.
+    const core::PreviewAccess& preview = sandbox.front().spec.preview;
+    const api::PreviewVerdict verdict = preview.is_public ? api::PreviewVerdict::kAllowed
+                                                          : api::CheckTokenHeader(request, api::kE2bTrafficTokenHeader,
+                                                                                  preview.token);
+    if (verdict != api::PreviewVerdict::kAllowed) {
+      co_await SendTrafficTokenError(exchange, sandbox_id, verdict == api::PreviewVerdict::kMissing);
+      co_return "envd port";
+    }
     const api::PortProxyRequest proxy{.sandbox_id = sandbox_id,
                                       .port = std::string(port),
                                       .app_target = std::string(api::FromBeast(request.target())),

@@ -60,6 +60,7 @@ ToolResult CreateSandbox(const json& arguments, ToolContext& context) {
   if (arguments.contains("network") || !allow.empty()) {
     request["network"] = {{"mode", ArgumentOr<std::string>(arguments, "network", "allowlist")}, {"allow", allow}};
   }
+  if (ArgumentOr<bool>(arguments, "private_preview", false)) request["preview"] = {{"public", false}};
   auto sandbox = context.api.Call(HttpMethod::kPost, "/v1/sandboxes", request);
   if (!sandbox.ok()) return ApiFailure(sandbox.error());
   return StructuredResult(SandboxSummary(*sandbox));
@@ -145,6 +146,10 @@ ToolResult ExposePort(const json& arguments, ToolContext& context) {
 
   auto health = context.api.Call(HttpMethod::kGet, "/healthz");
   if (!health.ok()) return ApiFailure(health.error(), id);
+  auto sandbox = context.api.Call(HttpMethod::kGet, SandboxPath(id));
+  if (!sandbox.ok()) return ApiFailure(sandbox.error(), id);
+  const json preview = sandbox->value("preview", json::object());
+  const std::string token = preview.value("public", true) ? "" : preview.value("token", std::string());
   const cli::ServerAddress& daemon = context.api.http().address();
   std::string base;
   if (daemon.kind == cli::ServerAddress::Kind::kTcp) {
@@ -157,8 +162,12 @@ ToolResult ExposePort(const json& arguments, ToolContext& context) {
   json result = {{"sandbox_id", id}, {"port", port}, {"listening", listening}};
   result["url"] = base.empty() ? json(nullptr) : json(base + path);
   result["url_needs_api_key"] = true;
-  result["preview_url"] =
-      domain.empty() ? json(nullptr) : json("http://" + std::to_string(port) + "-" + id + "." + domain + "/");
+  const std::string preview_url = "http://" + std::to_string(port) + "-" + id + "." + domain + "/";
+  result["preview_url"] = domain.empty() ? json(nullptr) : json(preview_url);
+  result["preview_headers"] = token.empty() ? json::object() : json{{"Bulkhead-Preview-Token", token}};
+  result["preview_browser_url"] = domain.empty()      ? json(nullptr)
+                                  : token.empty() ? json(preview_url)
+                                                  : json(preview_url + "?bulkhead_preview_token=" + token);
   std::string note;
   if (!listening) {
     note = "Nothing listens on port " + std::to_string(port) +
@@ -170,6 +179,10 @@ ToolResult ExposePort(const json& arguments, ToolContext& context) {
   if (base.empty()) note += " The daemon listens on no TCP address, so there is no path URL.";
   note += " url goes through the daemon's API and needs its key (Authorization: Bearer); preview_url needs no key "
           "(its host name must resolve to the daemon: *.localhost does in browsers and curl).";
+  if (!token.empty()) {
+    note += " The sandbox's preview is private: requests to preview_url need preview_headers; "
+            "preview_browser_url, opened once in a browser, sets a cookie for that host instead.";
+  }
   result["note"] = note;
   return StructuredResult(std::move(result));
 }
@@ -207,7 +220,9 @@ void AddSandboxTools(std::vector<ToolSpec>& tools) {
           "metadata": {"type": "object", "additionalProperties": {"type": "string"},
                        "description": "Labels, e.g. {\"task\": \"fix-login\"}; list_sandboxes filters on them."},
           "workdir": {"type": "string", "description": "Absolute working directory (default /workspace)."},
-          "from_snapshot": {"type": "string", "description": "Start with the files of this snapshot id."}
+          "from_snapshot": {"type": "string", "description": "Start with the files of this snapshot id."},
+          "private_preview": {"type": "boolean",
+                              "description": "Preview URLs (expose_port) then need the sandbox's preview token, not only its id. Default false."}
         },
         "additionalProperties": false
       })json"),
@@ -306,7 +321,8 @@ void AddSandboxTools(std::vector<ToolSpec>& tools) {
       .description =
           "Returns URLs that reach a TCP port of the sandbox over HTTP (WebSockets too), e.g. a dev server you "
           "started with start_process (it must listen on 127.0.0.1 or 0.0.0.0 inside the sandbox). url goes "
-          "through the daemon's API and needs its API key; preview_url is a host name that needs none. Also "
+          "through the daemon's API and needs its API key; preview_url is a host name that needs none (for a "
+          "sandbox created with private_preview: the preview_headers, or open preview_browser_url). Also "
           "says whether something listens on the port now (it requests / once to find out). Nothing is opened to the outside: the URLs are the "
           "daemon's.",
       .input_schema = ParseSchema(R"json({
@@ -323,9 +339,10 @@ void AddSandboxTools(std::vector<ToolSpec>& tools) {
         "properties": {
           "sandbox_id": {"type": "string"}, "port": {"type": "integer"}, "listening": {"type": "boolean"},
           "url": {"type": ["string", "null"]}, "url_needs_api_key": {"type": "boolean"},
-          "preview_url": {"type": ["string", "null"]}, "note": {"type": "string"}
+          "preview_url": {"type": ["string", "null"]}, "preview_headers": {"type": "object"},
+          "preview_browser_url": {"type": ["string", "null"]}, "note": {"type": "string"}
         },
-        "required": ["sandbox_id", "port", "listening", "url", "preview_url"]
+        "required": ["sandbox_id", "port", "listening", "url", "preview_url", "preview_headers", "preview_browser_url"]
       })json"),
       .annotations = {{"readOnlyHint", true}, {"openWorldHint", false}},
       .handler = ExposePort,

@@ -268,6 +268,84 @@ def test_a_port_of_the_sandbox_is_reached_by_header_and_by_host(e2b, daemon, cli
     conn.close()
 
 
+def serve_port_8000(client, sid):
+    client.sh(sid, "mkdir -p /tmp/www && echo served > /tmp/www/index.html")
+    r = client.post(f"/v1/sandboxes/{sid}/processes",
+                    {"cmd": ["python3", "-m", "http.server", "8000", "--directory", "/tmp/www"]})
+    assert r.status == 201, r
+    probe = "import socket; socket.create_connection(('127.0.0.1', 8000)).close()"
+    harness.wait_until(lambda: client.exec(sid, ["python3", "-c", probe])["exit_code"] == 0, timeout=30)
+
+
+def by_host(daemon, sandbox, headers=None) -> harness.Response:
+    """GET /index.html at getHost(8000), as the SDKs' users fetch a sandbox's port."""
+    conn = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=30)
+    try:
+        conn.request("GET", "/index.html", headers={"Host": f"8000-{sandbox['sandboxID']}.{sandbox['domain']}",
+                                                    **(headers or {})})
+        r = conn.getresponse()
+        return harness.Response(r.status, dict((k.lower(), v) for k, v in r.getheaders()), r.read())
+    finally:
+        conn.close()
+
+
+def assert_traffic_token_refused(r, sandbox, missing: bool):
+    """E2B's proxy's answer: 403 {"sandboxId", "message", "code": 403}."""
+    assert r.status == 403 and r.headers["content-type"] == "application/json", r
+    body = r.json()
+    assert body["sandboxId"] == sandbox["sandboxID"] and body["code"] == 403, body
+    assert body["message"] == ("Sandbox is secured with traffic access token. " +
+                               ("Token header 'e2b-traffic-access-token' is missing" if missing else
+                                "Provided token in header 'e2b-traffic-access-token' is invalid")), body
+
+
+def test_allow_public_traffic_false_gives_a_traffic_access_token_that_the_ports_need(e2b, daemon, client):
+    sandbox = e2b.create(network={"allowPublicTraffic": False})
+    sid, token = sandbox["sandboxID"], sandbox["trafficAccessToken"]
+    assert isinstance(token, str) and len(token) == 64 and token != sandbox["envdAccessToken"]
+    assert client.sandbox(sid)["preview"] == {"public": False, "token": token}
+    detail = e2b.request("GET", f"/sandboxes/{sid}").json()
+    assert detail["network"]["allowPublicTraffic"] is False
+    connected = e2b.request("POST", f"/sandboxes/{sid}/connect", {"timeout": 60})
+    assert connected.status == 200 and connected.json()["trafficAccessToken"] == token, connected
+    serve_port_8000(client, sid)
+
+    port = {"E2b-Sandbox-Port": "8000"}
+    assert_traffic_token_refused(e2b.envd(sandbox, "GET", "/index.html", headers=port), sandbox, missing=True)
+    r = e2b.envd(sandbox, "GET", "/index.html", headers={**port, "e2b-traffic-access-token": "0" * 64})
+    assert_traffic_token_refused(r, sandbox, missing=False)
+    r = e2b.envd(sandbox, "GET", "/index.html", headers={**port, "e2b-traffic-access-token": token})
+    assert r.status == 200 and r.body == b"served\n", r
+    # envd itself keeps its own access token, as in E2B.
+    assert e2b.envd(sandbox, "GET", "/health").status == 204
+    # getHost(8000) on the main port: the same token in the same header.
+    assert by_host(daemon, sandbox).status == 403
+    assert by_host(daemon, sandbox, {"e2b-traffic-access-token": "0" * 64}).status == 403
+    r = by_host(daemon, sandbox, {"e2b-traffic-access-token": token})
+    assert r.status == 200 and r.body == b"served\n", r
+
+    r = e2b.request("POST", f"/sandboxes/{sid}/fork", {"count": 1})
+    assert r.status == 201, r
+    fork = r.json()[0]["sandbox"]
+    e2b.request("DELETE", f"/sandboxes/{fork['sandboxID']}")
+    assert fork["trafficAccessToken"] not in (None, token)
+
+
+def test_allow_public_traffic_true_or_absent_opens_the_ports_without_a_token(e2b, daemon, client):
+    for network in ({"allowPublicTraffic": True}, {}, None):
+        sandbox = e2b.create(**({} if network is None else {"network": network}))
+        assert sandbox["trafficAccessToken"] is None
+        detail = e2b.request("GET", f"/sandboxes/{sandbox['sandboxID']}").json()
+        assert detail["network"]["allowPublicTraffic"] is True
+        serve_port_8000(client, sandbox["sandboxID"])
+        r = e2b.envd(sandbox, "GET", "/index.html", headers={"E2b-Sandbox-Port": "8000"})
+        assert r.status == 200, r
+        assert by_host(daemon, sandbox).status == 200
+    r = e2b.request("POST", "/v2/sandboxes", {"templateID": "base", "network": {"allowPublicTraffic": "no"}})
+    assert_e2b_error(r, 400)
+    assert "allowPublicTraffic" in r.json()["message"]
+
+
 def test_bad_requests_get_e2b_shaped_errors(e2b, daemon):
     assert_e2b_error(E2b(daemon, key="e2b_" + "0" * 40).request("GET", "/v2/sandboxes"), 401)
     assert_e2b_error(E2b(daemon, key="").request("GET", "/v2/sandboxes"), 401)

@@ -3,11 +3,13 @@ clients (the Python SDK from .tools/venv, the TypeScript SDK from tests/mcp-clie
 each calling every tool against the real daemon, and by raw JSON-RPC lines for the protocol's
 edge cases: framing, errors, both protocol eras, batches, cancellation and shutdown."""
 
+import http.client
 import json
 import os
 import queue
 import subprocess
 import threading
+import urllib.parse
 import uuid
 
 import pytest
@@ -182,6 +184,49 @@ def test_healthz_tells_where_ports_are_reached(client, daemon):
     health = client.get("/healthz", key=None).json()
     assert health["listen"] == [f"127.0.0.1:{daemon.port}"]
     assert health["preview_domain"] == "localhost:7420"
+
+
+def test_expose_port_of_a_private_preview_gives_what_its_preview_url_needs(mcp, client, daemon):
+    server = mcp()
+    server.initialize()
+    created = server.call("create_sandbox", {"private_preview": True, "timeout_s": 600})["result"]["structuredContent"]
+    sid = created["id"]
+    try:
+        token = client.sandbox(sid)["preview"]["token"]
+        client.sh(sid, "mkdir -p /tmp/www && echo private > /tmp/www/index.html")
+        r = client.post(f"/v1/sandboxes/{sid}/processes",
+                        {"cmd": ["python3", "-m", "http.server", "8000", "--directory", "/tmp/www"]})
+        assert r.status == 201, r
+
+        def exposed():
+            port = server.call("expose_port", {"sandbox_id": sid, "port": 8000})["result"]["structuredContent"]
+            return port if port["listening"] else None
+        port = harness.wait_until(exposed, timeout=30)
+        assert port, "the http server never listened"
+        assert port["preview_headers"] == {"Bulkhead-Preview-Token": token}
+        assert port["preview_browser_url"] == port["preview_url"] + "?bulkhead_preview_token=" + token
+        assert "private" in port["note"]
+        preview = urllib.parse.urlsplit(port["preview_url"])
+
+        def get(headers):
+            conn = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=30)
+            conn.request("GET", "/index.html", headers={"Host": preview.netloc, **headers})
+            answer = conn.getresponse()
+            body = answer.read()
+            conn.close()
+            return answer.status, body
+        assert get({})[0] == 403
+        assert get(port["preview_headers"]) == (200, b"private\n")
+        # A public sandbox: no headers needed, the browser URL is the plain one.
+        public = server.call("create_sandbox", {"timeout_s": 600})["result"]["structuredContent"]["id"]
+        try:
+            plain = server.call("expose_port", {"sandbox_id": public, "port": 8000})["result"]["structuredContent"]
+            assert plain["preview_headers"] == {} and plain["preview_browser_url"] == plain["preview_url"]
+        finally:
+            client.remove(public)
+    finally:
+        client.remove(sid)
+    assert server.close() == 0
 
 
 # ---------------------------------------------------------------- the handshake era

@@ -17,6 +17,7 @@ import threading
 import pytest
 
 from sandbox_apps import ECHO_APP, WS_APP
+import harness
 from harness import BULKHEAD, WebSocket, assert_error_shape, files_url, stream_upload, wait_until
 
 APP_PORT = 8000
@@ -372,6 +373,179 @@ def test_host_routing_errors_are_404(client, app):
         assert json.loads(resp.body)["error"]["code"] in ("sandbox_not_found", "not_found")
     # Not a preview host: the API as usual, key required.
     assert host_request(client, f"{APP_PORT}-{app}.localhost:7421", "/v1/sandboxes").status == 401
+
+
+# ---------------------------------------------------------------- private previews
+
+def host_call(client, method: str, host: str, path: str, headers=None) -> harness.Response:
+    """A request by preview host name, without the API key unless `headers` carry it."""
+    conn = http.client.HTTPConnection("127.0.0.1", client.port, timeout=60)
+    try:
+        conn.request(method, path, headers={"Host": host, **(headers or {})})
+        r = conn.getresponse()
+        return harness.Response(r.status, {k.lower(): v for k, v in r.getheaders()}, r.read())
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def private_app(client, sandbox_factory):
+    """A sandbox with a private preview running the app on APP_PORT: (id, token)."""
+    sandbox = sandbox_factory(preview={"public": False})
+    assert sandbox["preview"]["public"] is False
+    token = sandbox["preview"]["token"]
+    assert len(token) == 64 and int(token, 16) >= 0
+    start_server(client, sandbox["id"], "app", APP, APP_PORT)
+    return sandbox["id"], token
+
+
+def test_a_public_preview_is_the_default_and_needs_no_token(client, app):
+    assert client.sandbox(app)["preview"] == {"public": True}
+    assert host_call(client, "GET", f"{APP_PORT}-{app}.localhost:7420", "/").status == 200
+
+
+def test_a_private_preview_refuses_its_host_name_without_the_token(client, private_app):
+    sid, token = private_app
+    host = f"{APP_PORT}-{sid}.localhost:7420"
+    # What an attacker who learnt the id does: the host name alone, a guess, a near miss.
+    for method in ("GET", "POST", "DELETE"):
+        r = host_call(client, method, host, "/")
+        assert assert_error_shape(r, 403)["code"] == "preview_token_required", (method, r)
+    for wrong in ("0" * 64, token[:-1], token + "0", token.upper()):
+        r = host_call(client, "GET", host, "/", headers={"Bulkhead-Preview-Token": wrong})
+        assert assert_error_shape(r, 403)["code"] == "preview_token_invalid", wrong
+        r = host_call(client, "GET", host, "/", headers={"Cookie": f"bulkhead_preview_token={wrong}"})
+        assert assert_error_shape(r, 403)["code"] == "preview_token_invalid", wrong
+    r = host_call(client, "GET", host, "/", headers={"Authorization": "Bearer not-the-key"})
+    assert assert_error_shape(r, 403)["code"] == "preview_token_required"
+    assert token not in host_call(client, "GET", host, "/").body.decode()
+    # Another sandbox's token does not open it.
+    other = client.create(preview={"public": False})
+    try:
+        r = host_call(client, "GET", host, "/", headers={"Bulkhead-Preview-Token": other["preview"]["token"]})
+        assert assert_error_shape(r, 403)["code"] == "preview_token_invalid"
+    finally:
+        client.remove(other["id"])
+
+
+def test_a_private_preview_serves_the_token_holder_and_the_key_holder(client, private_app):
+    sid, token = private_app
+    host = f"{APP_PORT}-{sid}.localhost:7420"
+    for headers in ({"Bulkhead-Preview-Token": token}, {"e2b-traffic-access-token": token},
+                    {"Authorization": f"Bearer {client.key}"}):
+        r = host_call(client, "POST", host, "/form?x=1", headers={**headers, "Cookie": "session=1"})
+        assert r.status == 200, (headers, r)
+        seen = {k.lower(): v for k, v in r.json()["headers"]}
+        assert r.json()["path"] == "/form?x=1"
+        # None of the credentials reaches the app; its own cookie does.
+        assert seen["cookie"] == "session=1"
+        assert not {"bulkhead-preview-token", "e2b-traffic-access-token", "authorization"} & seen.keys()
+        assert token not in r.body.decode()
+    # The keyed route needs only the API key, as before.
+    assert client.get(ports_url(sid, APP_PORT, "/")).status == 200
+    assert_error_shape(client.get(ports_url(sid, APP_PORT, "/"), key=None), 401)
+
+
+def test_a_browser_trades_the_token_in_the_link_for_a_cookie_of_that_host(client, private_app):
+    sid, token = private_app
+    host = f"{APP_PORT}-{sid}.localhost:7420"
+    r = host_call(client, "GET", host, f"/page?a=1&bulkhead_preview_token={token}&b=2")
+    assert r.status == 303, r
+    assert r.headers["location"] == "/page?a=1&b=2"
+    cookie = r.headers["set-cookie"]
+    assert cookie.startswith(f"bulkhead_preview_token={token};")
+    attributes = {a.strip().lower() for a in cookie.split(";")[1:]}
+    assert {"path=/", "httponly", "samesite=lax"} <= attributes
+    assert not any(a.startswith("domain") for a in attributes)  # this host name only
+    assert r.headers["cache-control"] == "no-store"
+    # The browser follows the redirect with the cookie; its page's own requests carry it too.
+    for fetch in ({}, {"Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "cors"},
+                  {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate"}):
+        r = host_call(client, "GET", host, "/page?a=1&b=2",
+                      headers={"Cookie": f"theme=dark; bulkhead_preview_token={token}", **fetch})
+        assert r.status == 200, (fetch, r)
+        assert r.json()["path"] == "/page?a=1&b=2"
+        assert {k.lower(): v for k, v in r.json()["headers"]}["cookie"] == "theme=dark"
+    # A request that another sandbox's page (the same site) makes with the cookie is refused.
+    r = host_call(client, "GET", host, "/", headers={"Cookie": f"bulkhead_preview_token={token}",
+                                                      "Sec-Fetch-Site": "same-site", "Sec-Fetch-Mode": "no-cors"})
+    assert assert_error_shape(r, 403)["code"] == "preview_token_required"
+    # A wrong token in the link sets nothing.
+    r = host_call(client, "GET", host, "/?bulkhead_preview_token=" + "0" * 64)
+    assert assert_error_shape(r, 403)["code"] == "preview_token_invalid" and "set-cookie" not in r.headers
+
+
+def test_the_preview_token_is_in_neither_the_sandbox_nor_the_log(client, daemon, private_app):
+    sid, token = private_app
+    assert token not in client.sh(sid, "env; cat /proc/1/environ 2>/dev/null; cat /proc/1/cmdline; true")
+    # A proxied request that fails (502: nothing on port 9) is logged, without the token in its link.
+    r = host_call(client, "GET", f"9-{sid}.localhost:7420", f"/?bulkhead_preview_token={token}",
+                  headers={"Authorization": f"Bearer {client.key}"})
+    assert r.status == 502, r
+    assert token not in daemon.log_path.read_text(errors="replace")
+    metrics = client.get("/metrics")
+    assert metrics.status == 200 and token not in metrics.body.decode()
+
+
+def test_forks_and_sandboxes_from_snapshots_get_tokens_of_their_own(client, private_app):
+    sid, token = private_app
+    r = client.post(f"/v1/sandboxes/{sid}/fork", {"count": 2})
+    assert r.status == 201, r
+    forks = r.json()["sandboxes"]
+    try:
+        tokens = {fork["preview"]["token"] for fork in forks if fork["preview"]["public"] is False}
+        assert len(tokens) == 2 and token not in tokens
+        for fork in forks:
+            host = f"{APP_PORT}-{fork['id']}.localhost:7420"
+            start_server(client, fork["id"], "app", APP, APP_PORT)
+            r = host_call(client, "GET", host, "/", headers={"Bulkhead-Preview-Token": token})  # the parent's
+            assert assert_error_shape(r, 403)["code"] == "preview_token_invalid"
+            r = host_call(client, "GET", host, "/", headers={"Bulkhead-Preview-Token": fork["preview"]["token"]})
+            assert r.status == 200, r
+    finally:
+        for fork in forks:
+            client.remove(fork["id"])
+    r = client.post(f"/v1/sandboxes/{sid}/snapshots", {})
+    assert r.status == 201, r
+    snapshot = r.json()["id"]
+    try:
+        # A snapshot keeps the settings but not the token (exports leave the host).
+        archive = client.get(f"/v1/snapshots/{snapshot}/export")
+        assert archive.status == 200, archive
+        unpacked = subprocess.run(["zstd", "-dc"], input=archive.body, capture_output=True, check=True).stdout
+        assert b'"preview"' in unpacked and token.encode() not in unpacked
+        private = client.create(from_snapshot=snapshot, preview={"public": False})
+        public = client.create(from_snapshot=snapshot)
+        assert private["preview"]["token"] not in (token, None) and public["preview"] == {"public": True}
+        client.remove(private["id"])
+        client.remove(public["id"])
+    finally:
+        client.delete(f"/v1/snapshots/{snapshot}")
+
+
+def test_a_private_preview_keeps_its_token_across_a_daemon_restart(daemon_factory):
+    daemon = daemon_factory()
+    daemon.start()
+    client = daemon.client()
+    sandbox = client.create(preview={"public": False})
+    sid, token = sandbox["id"], sandbox["preview"]["token"]
+    start_server(client, sid, "app", APP, APP_PORT)
+    daemon.stop(signal.SIGKILL)
+    daemon.start()
+    client = daemon.client()
+    assert client.sandbox(sid)["preview"] == {"public": False, "token": token}
+    host = f"{APP_PORT}-{sid}.localhost:7420"
+    assert assert_error_shape(host_call(client, "GET", host, "/"), 403)["code"] == "preview_token_required"
+    assert host_call(client, "GET", host, "/", headers={"Bulkhead-Preview-Token": token}).status == 200
+    client.remove(sid)
+
+
+def test_bad_preview_fields_are_422(client):
+    for preview in (False, "private", [], {"public": "false"}, {"public": 0}, {"public": None, "token": "mine"},
+                    {"token": "a" * 64}, {"pubic": False}):
+        r = client.post("/v1/sandboxes", {"preview": preview})
+        assert assert_error_shape(r, 422)["code"] == "invalid_argument", (preview, r)
+        assert "preview" in r.json()["error"]["message"]
 
 
 # ---------------------------------------------------------------- errors

@@ -795,6 +795,37 @@ def test_ports_request_url_preview_tcp_and_websocket(bh, box, daemon):
     ws.close()
 
 
+def test_a_private_preview_needs_the_token_the_sdk_gives(bh, box, daemon):
+    def by_host(url: str, headers=None):
+        parts = urllib.parse.urlsplit(url)
+        conn = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=30)
+        try:
+            target = parts.path + ("?" + parts.query if parts.query else "")
+            conn.request("GET", target, headers={"Host": parts.netloc, **(headers or {})})
+            answer = conn.getresponse()
+            return answer.status, dict(answer.getheaders()), answer.read()
+        finally:
+            conn.close()
+
+    assert box.info.preview == bulkhead.Preview(public=True, token=None)
+    assert box.preview_token is None and box.preview_headers() == {}
+    assert box.preview_url(8000, for_browser=True) == box.preview_url(8000)
+    with bh.sandboxes.create(private_preview=True) as private:
+        token = private.preview_token
+        assert token and private.info.preview.public is False
+        assert bh.sandboxes.get(private.id).preview_token == token
+        start_app(private, "http", HTTP_APP, 8000)
+        url = private.preview_url(8000, "/page?a=1")
+        assert by_host(url)[0] == 403
+        status, _, body = by_host(url, private.preview_headers())
+        assert (status, body) == (200, b"GET /page?a=1 auth=None")
+        browser = private.preview_url(8000, "/page?a=1", for_browser=True)
+        assert browser == url + "&bulkhead_preview_token=" + token
+        status, headers, _ = by_host(browser)
+        assert status == 303 and headers["Location"] == "/page?a=1"
+        assert private.request(8000, path="/keyed").text == "GET /keyed auth=None"  # the key is enough
+
+
 # ---------------------------------------------------------------- volumes and images
 
 def test_volumes_create_mount_share_and_delete(bh):

@@ -37,6 +37,14 @@ TEST(SandboxToJson, HasEveryFieldOfTheContract) {
   EXPECT_EQ(with_usage["usage"], json({{"cpu_s", 1.5}, {"memory_bytes", 100}, {"disk_bytes", 200}, {"pids", 3}}));
 }
 
+TEST(SandboxToJson, APrivatePreviewShowsItsTokenAPublicOneHasNone) {
+  core::SandboxInfo info;
+  info.id = "sb1";
+  EXPECT_EQ(SandboxToJson(info)["preview"], json({{"public", true}}));
+  info.spec.preview = {.is_public = false, .token = "t0k"};
+  EXPECT_EQ(SandboxToJson(info)["preview"], json({{"public", false}, {"token", "t0k"}}));
+}
+
 TEST(ErrorToJson, UsesDetailCodeWhenSet) {
   EXPECT_EQ(ErrorToJson(MakeError(ErrorCode::kNotFound, "gone")),
             json({{"error", {{"code", "not_found"}, {"message", "gone"}}}}));

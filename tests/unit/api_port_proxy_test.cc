@@ -78,6 +78,21 @@ TEST(AppRequestHead, HostRouteKeepsHostAndPathAndAnAppsOwnAuthorization) {
   EXPECT_EQ(AppRequestHead(client, request, "", false).count(http::field::authorization), 0u);
 }
 
+TEST(AppRequestHead, PreviewCredentialsStayBehindAndTheAppsCookiesPass) {
+  RequestHeader client = ClientRequest();
+  client.set("Bulkhead-Preview-Token", "the-token");
+  client.set("E2b-Traffic-Access-Token", "the-token");
+  client.set(http::field::cookie, "session=abc; bulkhead_preview_token=the-token; theme=dark");
+  PortProxyRequest request = PathRoute();
+  request.by_host = true;
+  const RequestHeader head = AppRequestHead(client, request, "", false);
+  EXPECT_EQ(head.count("Bulkhead-Preview-Token"), 0u);
+  EXPECT_EQ(head.count("e2b-traffic-access-token"), 0u);
+  EXPECT_EQ(Get(head, "Cookie"), "session=abc; theme=dark");
+  client.set(http::field::cookie, "bulkhead_preview_token=the-token");
+  EXPECT_EQ(AppRequestHead(client, request, "", false).count(http::field::cookie), 0u);
+}
+
 TEST(AppRequestHead, ChunkedBodiesStayChunkedAndUpgradesKeepTheirHeaders) {
   RequestHeader client{http::verb::put, "/x", 11};
   client.set(http::field::host, "h");

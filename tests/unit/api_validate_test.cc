@@ -260,6 +260,25 @@ TEST(ParseSandboxSpec, Network) {
   EXPECT_NE(SpecError({{"network", {{"mode", "open"}, {"allow", {"a.test"}}}}}), "");
 }
 
+TEST(ParseSandboxSpec, PreviewIsPublicUnlessAskedAndItsTokenIsNeverTheClients) {
+  auto spec = ParseSandboxSpec(json::object(), kHost);
+  ASSERT_TRUE(spec.ok());
+  EXPECT_TRUE(spec->preview.is_public);
+  spec = ParseSandboxSpec({{"preview", {{"public", false}}}}, kHost);
+  ASSERT_TRUE(spec.ok());
+  EXPECT_FALSE(spec->preview.is_public);
+  EXPECT_EQ(spec->preview.token, "");  // the manager issues it
+  EXPECT_EQ(SpecError({{"preview", {{"public", true}}}}), "");
+  EXPECT_EQ(SpecError({{"preview", json::object()}}), "");
+  EXPECT_EQ(SpecError({{"preview", nullptr}}), "");
+  EXPECT_TRUE(Mentions(SpecError({{"preview", false}}), "preview must be an object"));
+  EXPECT_TRUE(Mentions(SpecError({{"preview", "private"}}), "preview must be an object"));
+  EXPECT_TRUE(Mentions(SpecError({{"preview", {{"public", "false"}}}}), "preview.public must be a boolean"));
+  EXPECT_TRUE(Mentions(SpecError({{"preview", {{"public", 0}}}}), "preview.public must be a boolean"));
+  EXPECT_TRUE(Mentions(SpecError({{"preview", {{"public", false}, {"token", "chosen"}}}}), "preview.token"));
+  EXPECT_TRUE(Mentions(SpecError({{"preview", {{"pubic", false}}}}), "preview.pubic is not a known field"));
+}
+
 TEST(ParseNetworkUpdate, SameRulesAsCreate) {
   auto ok = ParseNetworkUpdate({{"mode", "allowlist"}, {"allow", {"a.test"}}});
   ASSERT_TRUE(ok.ok());

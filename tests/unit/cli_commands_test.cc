@@ -195,9 +195,11 @@ TEST(CliCommands, CreatePrintsTheIdOrTheWholeObject) {
   EXPECT_EQ(body["timeout_s"], 60);
   EXPECT_EQ(body["cpus"], 0.5);
   EXPECT_FALSE(body.contains("image"));  // unset flags are the daemon's to default
+  EXPECT_FALSE(body.contains("preview"));
 
-  CliResult as_json = RunCli(server, {"create", "--json"});
+  CliResult as_json = RunCli(server, {"create", "--json", "--private-preview"});
   EXPECT_EQ(json::parse(as_json.out)["id"], "sb-9");
+  EXPECT_EQ(json::parse(server.requests()[1].body)["preview"], json({{"public", false}}));
 
   CliResult bad = RunCli(server, {"create", "--metadata", "novalue"});
   EXPECT_EQ(bad.exit_code, 2);

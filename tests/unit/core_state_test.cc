@@ -56,6 +56,23 @@ TEST(SpecJson, VolumesRoundTripAndOldRowsHaveNone) {
   EXPECT_TRUE(old->volumes.empty());
 }
 
+TEST(SpecJson, PreviewAccessRoundTripsAndOldRowsArePublic) {
+  core::SandboxSpec s;
+  s.preview = {.is_public = false, .token = "0123abcd"};
+  auto back = core::SpecFromJson(core::SpecToJson(s));
+  ASSERT_TRUE(back.ok());
+  EXPECT_FALSE(back->preview.is_public);
+  EXPECT_EQ(back->preview.token, "0123abcd");
+  // A spec stored before private previews existed.
+  auto old = core::SpecFromJson(
+      R"({"image":"host","runtime":"native","cpus":1,"memory_mb":1,"disk_mb":1,"pids":1,"timeout_s":0,)"
+      R"("idle_timeout_s":0,"on_timeout":"kill","env":{},"workdir":"/w","user":"root",)"
+      R"("network":{"mode":"none","allow":[]},"metadata":{}})");
+  ASSERT_TRUE(old.ok()) << old.error().message;
+  EXPECT_TRUE(old->preview.is_public);
+  EXPECT_EQ(old->preview.token, "");
+}
+
 TEST(SpecJson, RejectsCorruptRows) {
   EXPECT_FALSE(core::SpecFromJson("{").ok());
   EXPECT_FALSE(core::SpecFromJson("{\"image\": 3}").ok());

@@ -58,6 +58,25 @@ TEST(E2bCreate, RefusesFieldsOfTheWrongKind) {
   EXPECT_FALSE(BulkheadCreateBody(json{{"allow_internet_access", "no"}}, false).ok());
 }
 
+TEST(E2bCreate, AllowPublicTrafficFalseAsksForAPrivatePreview) {
+  Result<json> closed = BulkheadCreateBody(json{{"network", {{"allowPublicTraffic", false}}}}, false);
+  ASSERT_TRUE(closed.ok()) << closed.error().message;
+  EXPECT_EQ((*closed)["preview"], json({{"public", false}}));
+  EXPECT_EQ((*closed)["network"]["mode"], "open");  // egress is another matter
+  Result<json> open = BulkheadCreateBody(json{{"network", {{"allowPublicTraffic", true}}}}, false);
+  ASSERT_TRUE(open.ok());
+  EXPECT_EQ((*open)["preview"], json({{"public", true}}));
+  for (const json& e2b : {json::object(), json{{"network", json::object()}},
+                          json{{"network", {{"allowPublicTraffic", nullptr}}}}}) {
+    Result<json> body = BulkheadCreateBody(e2b, false);
+    ASSERT_TRUE(body.ok());
+    EXPECT_FALSE(body->contains("preview")) << e2b;  // bulkhead's default: public, as E2B's
+  }
+  Result<json> wrong = BulkheadCreateBody(json{{"network", {{"allowPublicTraffic", "false"}}}}, false);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.error().message.find("allowPublicTraffic"), std::string::npos);
+}
+
 TEST(E2bNetwork, MapsE2bRulesOntoModes) {
   auto mode = [](const json& network, const json& internet) {
     Result<json> out = BulkheadNetwork(network.is_null() ? nullptr : &network, internet.is_null() ? nullptr : &internet);

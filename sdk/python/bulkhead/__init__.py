@@ -16,8 +16,8 @@ from .errors import (ApiError, AuthenticationError, BulkheadConnectionError, Bul
                      UnsafeArchiveError)
 from .files import Files
 from .models import (ArchiveSummary, CommandResult, EgressEntry, Entry, EntryList, ExecEvent, ExitStatus, FileEvent,
-                     Health, Image, Network, OutputEvent, PortResponse, ProcessInfo, PtySize, SandboxInfo, Snapshot,
-                     Usage, Volume, VolumeMount)
+                     Health, Image, Network, OutputEvent, PortResponse, Preview, ProcessInfo, PtySize, SandboxInfo,
+                     Snapshot, Usage, Volume, VolumeMount)
 from .processes import Process, Processes
 from .sandbox import Sandbox
 from .streams import ByteStream, EventStream
@@ -29,8 +29,8 @@ __all__ = [
     "Bulkhead", "Sandboxes", "Snapshots", "Volumes", "Images", "Sandbox", "Processes", "Process", "Files",
     "Attachment", "WebSocket", "ByteStream", "EventStream",
     "ArchiveSummary", "CommandResult", "EgressEntry", "Entry", "EntryList", "ExecEvent", "ExitStatus", "FileEvent",
-    "Health", "Image", "Network", "OutputEvent", "PortResponse", "ProcessInfo", "PtySize", "SandboxInfo", "Snapshot",
-    "Usage", "Volume", "VolumeMount",
+    "Health", "Image", "Network", "OutputEvent", "PortResponse", "Preview", "ProcessInfo", "PtySize", "SandboxInfo",
+    "Snapshot", "Usage", "Volume", "VolumeMount",
     "BulkheadError", "BulkheadConnectionError", "BulkheadTimeoutError", "ApiError", "InvalidRequestError",
     "AuthenticationError", "ForbiddenError", "NotFoundError", "ConflictError", "PayloadTooLargeError",
     "RateLimitError", "UnavailableError", "DiskFullError", "ServerError", "StreamError", "CommandError",

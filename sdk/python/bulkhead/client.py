@@ -101,11 +101,13 @@ class Sandboxes:
                workdir: Optional[str] = None, user: Optional[str] = None, network: Optional[NetworkSpec] = None,
                metadata: Optional[Mapping[str, str]] = None, from_snapshot: Optional[SnapshotRef] = None,
                volumes: Optional[Sequence[Union[VolumeMount, Mapping[str, Any]]]] = None,
-               **extra: Any) -> Sandbox:
+               private_preview: Optional[bool] = None, **extra: Any) -> Sandbox:
         """Creates a sandbox; every setting is optional (the daemon's defaults: image "host",
         1 CPU, 1024 MB memory, 2048 MB disk, 300 s lifetime, no network). `network` is a mode
         name, a Network or {"mode", "allow"}; `volumes` VolumeMounts or {"name", "path",
-        "read_only"}. Use it as a context manager to delete it when the block ends."""
+        "read_only"}. With `private_preview` its preview host names need its preview token
+        (Sandbox.preview_token, preview_headers()), not only its id. Use it as a context
+        manager to delete it when the block ends."""
         spec: Dict[str, Any] = {}
         for key, value in (("image", image), ("runtime", runtime), ("cpus", cpus), ("memory_mb", memory_mb),
                            ("disk_mb", disk_mb), ("pids", pids), ("timeout_s", timeout_s),
@@ -123,6 +125,8 @@ class Sandboxes:
             spec["from_snapshot"] = _snapshot_id(from_snapshot)
         if volumes is not None:
             spec["volumes"] = [v.to_json() if isinstance(v, VolumeMount) else dict(v) for v in volumes]
+        if private_preview is not None:
+            spec["preview"] = {"public": not private_preview}
         spec.update(extra)
         return self._wrap(self._t.json("POST", "/v1/sandboxes", json_body=spec))
 

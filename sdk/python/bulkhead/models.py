@@ -68,6 +68,19 @@ class Network:
 
 
 @dataclass
+class Preview:
+    """Who may reach the sandbox's ports by preview host name ({port}-{id}.{preview domain}):
+    whoever knows the id (public, the default), or only requests with `token` (private)."""
+    public: bool = True
+    token: Optional[str] = None
+
+    @classmethod
+    def from_json(cls, d: Optional[Mapping[str, Any]]) -> "Preview":
+        d = d or {}
+        return cls(public=bool(d.get("public", True)), token=d.get("token"))
+
+
+@dataclass
 class VolumeMount:
     """A named volume mounted at `path` in a sandbox."""
     name: str
@@ -118,6 +131,7 @@ class SandboxInfo:
     user: str
     parent_snapshot: Optional[str]
     volumes: List[VolumeMount] = field(default_factory=list)
+    preview: Preview = field(default_factory=Preview)
     usage: Optional[Usage] = None
     raw: Dict[str, Any] = _raw()
 
@@ -133,6 +147,7 @@ class SandboxInfo:
             env=dict(d.get("env") or {}), workdir=d.get("workdir", ""), user=d.get("user", ""),
             parent_snapshot=d.get("parent_snapshot"),
             volumes=[VolumeMount.from_json(v) for v in d.get("volumes") or []],
+            preview=Preview.from_json(d.get("preview")),
             usage=Usage.from_json(d["usage"]) if isinstance(d.get("usage"), dict) else None,
             raw=dict(d))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import socket
+import urllib.parse
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from ._transport import Body, Transport, segment
@@ -236,12 +237,30 @@ class Sandbox:
                                           "address is unknown: create Bulkhead(url='http://HOST:PORT')")
         return "%s/v1/sandboxes/%s/ports/%d%s" % (a.url, segment(self.id), port, _slash(path))
 
-    def preview_url(self, port: int, path: str = "/", scheme: str = "http") -> str:
+    @property
+    def preview_token(self) -> Optional[str]:
+        """The token its preview host names need; None while the preview is public."""
+        return None if self.info.preview.public else self.info.preview.token
+
+    def preview_url(self, port: int, path: str = "/", scheme: str = "http", for_browser: bool = False) -> str:
         """The host-name form http://{port}-{id}.{preview_domain}/..., which needs no API key.
         The preview domain is the one given to Bulkhead(preview_domain=...) or
-        BULKHEAD_PREVIEW_DOMAIN (the daemon's default is localhost:7420)."""
+        BULKHEAD_PREVIEW_DOMAIN (the daemon's default is localhost:7420). A private preview
+        also needs preview_headers() with each request; or, `for_browser`, the URL carries the
+        token as ?bulkhead_preview_token=, which the daemon trades for a cookie of that host
+        name (a redirect to the URL without it)."""
         domain = self._preview_domain or "localhost:7420"
-        return "%s://%d-%s.%s%s" % (scheme, port, self.id, domain, _slash(path))
+        url = "%s://%d-%s.%s%s" % (scheme, port, self.id, domain, _slash(path))
+        token = self.preview_token
+        if for_browser and token:
+            url += ("&" if "?" in url else "?") + urllib.parse.urlencode({"bulkhead_preview_token": token})
+        return url
+
+    def preview_headers(self) -> Dict[str, str]:
+        """The headers a request to preview_url() needs: {"Bulkhead-Preview-Token": token} for
+        a private preview, {} for a public one."""
+        token = self.preview_token
+        return {"Bulkhead-Preview-Token": token} if token else {}
 
     def request(self, port: int, method: str = "GET", path: str = "/", body: Body = None,
                 headers: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None) -> PortResponse:

@@ -48,6 +48,7 @@ export type {
   NetworkMode,
   NetworkPolicy,
   OutputChunk,
+  PreviewAccess,
   ProcessInfo,
   ProcessOutputEvent,
   PtySize,

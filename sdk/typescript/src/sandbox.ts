@@ -228,13 +228,29 @@ export class Sandbox implements AsyncDisposable {
     return `${this.client.url}${this.path("ports", String(port))}${slash(path)}`;
   }
 
+  /** The token its preview host names need; undefined while the preview is public. */
+  get previewToken(): string | undefined {
+    return this.info.preview.public ? undefined : this.info.preview.token;
+  }
+
   /**
    * The host-name form {scheme}://{port}-{id}.{previewDomain}/..., which needs no API key
    * (the preview domain of new Bulkhead({ previewDomain }), BULKHEAD_PREVIEW_DOMAIN, or the
-   * daemon's default localhost:7420).
+   * daemon's default localhost:7420). A private preview also needs previewHeaders() with each
+   * request; or, with `forBrowser`, the URL carries the token as ?bulkhead_preview_token=,
+   * which the daemon trades for a cookie of that host name (a redirect to the URL without it).
    */
-  previewUrl(port: number, path = "/", scheme = "http"): string {
-    return `${scheme}://${port}-${this.id}.${this.client.previewDomain}${slash(path)}`;
+  previewUrl(port: number, path = "/", scheme = "http", options: { forBrowser?: boolean } = {}): string {
+    const url = `${scheme}://${port}-${this.id}.${this.client.previewDomain}${slash(path)}`;
+    const token = this.previewToken;
+    if (!options.forBrowser || !token) return url;
+    return `${url}${url.includes("?") ? "&" : "?"}bulkhead_preview_token=${encodeURIComponent(token)}`;
+  }
+
+  /** The headers a request to previewUrl() needs: the token of a private preview, none for a public one. */
+  previewHeaders(): Record<string, string> {
+    const token = this.previewToken;
+    return token ? { "Bulkhead-Preview-Token": token } : {};
   }
 
   /**

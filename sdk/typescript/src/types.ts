@@ -16,6 +16,16 @@ export interface VolumeMount {
   readOnly?: boolean;
 }
 
+/**
+ * Who may reach the sandbox's ports by preview host name ({port}-{id}.{previewDomain}): whoever
+ * knows the id (public, the default), or only requests with `token` (private).
+ */
+export interface PreviewAccess {
+  public: boolean;
+  /** Set while the preview is private. */
+  token?: string;
+}
+
 export interface Usage {
   cpuS: number;
   memoryBytes: number;
@@ -45,6 +55,7 @@ export interface SandboxInfo {
   user: string;
   parentSnapshot: string | null;
   volumes: VolumeMount[];
+  preview: PreviewAccess;
   /** Only from sandboxes.get() and refresh(). */
   usage?: Usage;
 }
@@ -71,6 +82,8 @@ export interface SandboxCreateOptions {
   /** A snapshot (or its id) to start from; the sandbox runs the snapshot's image. */
   fromSnapshot?: string | { id: string };
   volumes?: VolumeMount[];
+  /** Preview host names need the sandbox's preview token (sandbox.previewToken), not only its id. */
+  privatePreview?: boolean;
 }
 
 export interface PtySize {
@@ -231,6 +244,7 @@ export function sandboxFromWire(w: Wire): SandboxInfo {
     user: w.user,
     parentSnapshot: w.parent_snapshot ?? null,
     volumes: (w.volumes ?? []).map((v: Wire) => ({ name: v.name, path: v.path, readOnly: Boolean(v.read_only) })),
+    preview: w.preview?.public === false ? { public: false, token: w.preview.token } : { public: true },
   };
   if (w.usage) {
     info.usage = {
@@ -262,6 +276,7 @@ export function sandboxCreateToWire(o: SandboxCreateOptions): Wire {
     metadata: o.metadata,
     from_snapshot: typeof o.fromSnapshot === "object" ? o.fromSnapshot.id : o.fromSnapshot,
     volumes: o.volumes?.map((v) => ({ name: v.name, path: v.path, read_only: v.readOnly })),
+    preview: o.privatePreview === undefined ? undefined : { public: !o.privatePreview },
   };
   return withoutUndefined(w);
 }

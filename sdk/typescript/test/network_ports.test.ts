@@ -52,6 +52,24 @@ test("the egress log records a denied lookup", async () => {
   }
 });
 
+// GET `url` by its host name from the daemon's address, with `headers`.
+function viaPreviewHost(url: string, headers: Record<string, string> = {}) {
+  const preview = new URL(url);
+  const daemon = new URL(process.env.BULKHEAD_URL!);
+  return new Promise<{ status: number; location?: string; body: string }>((resolve, reject) => {
+    const request = http.request(
+      { hostname: daemon.hostname, port: daemon.port, path: preview.pathname + preview.search, headers: { ...headers, host: preview.host } },
+      (response) => {
+        let body = "";
+        response.on("data", (chunk: Buffer) => (body += chunk.toString()));
+        response.on("end", () => resolve({ status: response.statusCode ?? 0, location: response.headers.location, body }));
+      },
+    );
+    request.on("error", reject);
+    request.end();
+  });
+}
+
 test("ports: requests through the API, the port URL, the preview host and raw TCP", async () => {
   await sandbox.files.write("/workspace/site/index.html", "<h1>served</h1>");
   const server = await sandbox.processes.start(["python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"], {
@@ -88,20 +106,8 @@ test("ports: requests through the API, the port URL, the preview host and raw TC
     // The preview host name reaches the same server when sent to the daemon's address.
     const preview = new URL(sandbox.previewUrl(8000, "/index.html"));
     assert.equal(preview.host, `8000-${sandbox.id}.localhost:7420`);
-    const daemon = new URL(process.env.BULKHEAD_URL!);
-    const viaHost = await new Promise<{ status: number; body: string }>((resolve, reject) => {
-      const request = http.request(
-        { hostname: daemon.hostname, port: daemon.port, path: preview.pathname, headers: { host: preview.host } },
-        (response) => {
-          let body = "";
-          response.on("data", (chunk: Buffer) => (body += chunk.toString()));
-          response.on("end", () => resolve({ status: response.statusCode ?? 0, body }));
-        },
-      );
-      request.on("error", reject);
-      request.end();
-    });
-    assert.deepEqual(viaHost, { status: 200, body: "<h1>served</h1>" });
+    const viaHost = await viaPreviewHost(preview.href);
+    assert.deepEqual({ status: viaHost.status, body: viaHost.body }, { status: 200, body: "<h1>served</h1>" });
 
     // Raw TCP: speak HTTP/1.0 by hand over the forwarded connection.
     const socket = await sandbox.connectTcp(8000);
@@ -110,6 +116,35 @@ test("ports: requests through the API, the port URL, the preview host and raw TC
     for await (const chunk of socket) raw += (chunk as Buffer).toString();
     assert.match(raw, /^HTTP\/1\.0 200/);
     assert.ok(raw.endsWith("<h1>served</h1>"), raw);
+  } finally {
+    await server.kill();
+  }
+});
+
+test("a private preview needs the token the SDK gives", async () => {
+  assert.deepEqual(sandbox.info.preview, { public: true });
+  assert.equal(sandbox.previewToken, undefined);
+  assert.deepEqual(sandbox.previewHeaders(), {});
+  assert.equal(sandbox.previewUrl(8000, "/", "http", { forBrowser: true }), sandbox.previewUrl(8000));
+  await using private_ = await bulkhead.sandboxes.create({ privatePreview: true, metadata: { suite: "sdk-network" } });
+  const token = private_.previewToken;
+  assert.ok(token && private_.info.preview.public === false);
+  assert.equal((await bulkhead.sandboxes.get(private_.id)).previewToken, token);
+  await private_.files.write("/workspace/site/index.html", "private");
+  const server = await private_.processes.start(["python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"], {
+    cwd: "/workspace/site",
+  });
+  try {
+    const url = private_.previewUrl(8000, "/index.html");
+    await poll(async () => ((await viaPreviewHost(url, private_.previewHeaders())).status === 200 ? true : undefined),
+      "the private sandbox's web server");
+    assert.deepEqual(await viaPreviewHost(url, private_.previewHeaders()), { status: 200, location: undefined, body: "private" });
+    assert.equal((await viaPreviewHost(url)).status, 403);
+    const browser = private_.previewUrl(8000, "/index.html", "http", { forBrowser: true });
+    assert.equal(browser, `${url}?bulkhead_preview_token=${token}`);
+    const redirect = await viaPreviewHost(browser);
+    assert.equal(redirect.status, 303);
+    assert.equal(redirect.location, "/index.html");
   } finally {
     await server.kill();
   }

@@ -68,12 +68,12 @@ export async function pollUntil(probe, ms = 20_000, interval = 200) {
   return value
 }
 
-// GET `path` from the daemon's main port with the given Host header.
-export function fetchWithHost(host, path) {
+// GET `path` from the daemon's main port with the given Host header (and `headers`).
+export function fetchWithHost(host, path, headers = {}) {
   const main = new URL(process.env.BULKHEAD_MAIN_URL)
   return new Promise((resolve, reject) => {
     const req = http.request(
-      { hostname: main.hostname, port: main.port, path, method: 'GET', headers: { host }, timeout: 10_000 },
+      { hostname: main.hostname, port: main.port, path, method: 'GET', headers: { ...headers, host }, timeout: 10_000 },
       (res) => {
         const chunks = []
         res.on('data', (c) => chunks.push(c))
