@@ -17,6 +17,7 @@ import base64
 import ctypes
 import dataclasses
 import datetime
+import hashlib
 import http.client
 import itertools
 import json
@@ -647,8 +648,13 @@ def descendants(root_pid: int) -> dict[int, str]:
     return found
 
 
+def host_name(sandbox_id: str) -> str:
+    """What the daemon names a sandbox's cgroups: never its id (core/sandbox_manager.cc HostName)."""
+    return "sb-" + hashlib.sha256(sandbox_id.encode()).hexdigest()[:16]
+
+
 def pids_in_cgroups_naming(sandbox_ids: list[str]) -> dict[str, list[int]]:
-    """Processes whose /proc/<pid>/cgroup has a path containing the sandbox id."""
+    """Processes whose /proc/<pid>/cgroup has a path containing the sandbox's host name."""
     found: dict[str, list[int]] = {sandbox_id: [] for sandbox_id in sandbox_ids}
     for pid in all_pids():
         try:
@@ -656,7 +662,7 @@ def pids_in_cgroups_naming(sandbox_ids: list[str]) -> dict[str, list[int]]:
         except (OSError, IndexError):
             continue
         for sandbox_id in sandbox_ids:
-            if any(sandbox_id in path for path in paths):
+            if any(f"/{host_name(sandbox_id)}" in path for path in paths):
                 found[sandbox_id].append(pid)
                 break
     return found
@@ -687,11 +693,11 @@ def cgroup_roots() -> list[Path]:
 
 
 def sandbox_cgroup_dirs(sandbox_ids: list[str]) -> set[str]:
-    """Groups named after a sandbox, one level below a hierarchy's root (bulkhead-<tag>/<id>)."""
+    """Groups of a sandbox, one level below a hierarchy's root (bulkhead-<tag>/<host name>)."""
     found = set()
     for root in cgroup_roots():
         for sandbox_id in sandbox_ids:
-            found.update(str(match) for match in root.glob(f"*/{sandbox_id}"))
+            found.update(str(match) for match in root.glob(f"*/{host_name(sandbox_id)}"))
     return found
 
 
