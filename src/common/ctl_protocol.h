@@ -2,7 +2,8 @@
 //
 // Transport: a SOCK_STREAM unix socket. The daemon creates and binds the listening
 // socket on the host (<state>/sandboxes/<id>/ctl.sock) and hands it to init as fd 3;
-// sandbox processes never see its path. One connection carries one request.
+// sandbox processes never see its path. One connection carries one request. (fd 4 is
+// the workload cgroup's cgroup.procs: kWorkloadCgroupFd.)
 //
 // Framing: every message is a frame
 //     u32 length (little endian, counts the type byte and the payload) | u8 type | payload
@@ -189,6 +190,9 @@ constexpr size_t kMaxExitedProcesses = 256;
 constexpr size_t kMaxListEntries = 100000;
 // The fd on which init finds its listening control socket.
 constexpr int kListenFd = 3;
+// The fd on which init finds the cgroup.procs file of the sandbox's workload group
+// (runtime/native/cgroup.h): every process init starts writes "0" into it before it execs.
+constexpr int kWorkloadCgroupFd = 4;
 
 inline void EncodeHeader(uint8_t* out, uint8_t type, uint32_t payload_len) {
   uint32_t len = payload_len + 1;

@@ -3,16 +3,19 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/magic.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <string_view>
 
+#include "common/ctl_protocol.h"
 #include "init/file_worker.h"
 #include "init/pty.h"
 
@@ -21,8 +24,10 @@ namespace {
 
 constexpr const char* kDefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
+int workload_cgroup_fd = -1;  // AdoptWorkloadCgroup
+
 // What the child reports on the error pipe when a step before exec fails.
-enum class ChildStep : int { kStdio, kGroups, kGid, kUid, kCwd, kTerminal };
+enum class ChildStep : int { kStdio, kGroups, kGid, kUid, kCwd, kTerminal, kCgroup };
 struct ChildFailure {
   ChildStep step;
   int error;
@@ -116,12 +121,10 @@ void CloseFdsAbove2() {
   ::setsid();
   if (plan.controlling_tty && ::ioctl(plan.stdin_fd, TIOCSCTTY, 0) != 0) ReportAndExit(plan.error_fd, ChildStep::kTerminal);
 
-  // Init runs with a low OOM score; the command must not inherit it. Best effort.
-  int oom_fd = ::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
-  if (oom_fd >= 0) {
-    ssize_t ignored = ::write(oom_fd, "0", 1);
-    (void)ignored;
-    ::close(oom_fd);
+  // Out of init's group before anything of the command's runs: its memory counts against
+  // the workload's limit, and init's reserve stays init's.
+  if (workload_cgroup_fd >= 0 && ::write(workload_cgroup_fd, "0", 1) != 1) {
+    ReportAndExit(plan.error_fd, ChildStep::kCgroup);
   }
 
   if (::dup2(plan.stdin_fd, 0) < 0 || ::dup2(plan.stdout_fd, 1) < 0 || ::dup2(plan.stderr_fd, 2) < 0) {
@@ -187,11 +190,20 @@ Error ChildFailureToError(const ChildFailure& failure, const ExecRequest& reques
     case ChildStep::kGroups: return MakeError(ErrorCode::kInternal, "setgroups: " + reason);
     case ChildStep::kGid: return MakeError(ErrorCode::kInternal, "setgid " + std::to_string(user.gid) + ": " + reason);
     case ChildStep::kUid: return MakeError(ErrorCode::kInternal, "setuid " + std::to_string(user.uid) + ": " + reason);
+    case ChildStep::kCgroup: return MakeError(ErrorCode::kInternal, "join the workload cgroup: " + reason);
   }
   return MakeError(ErrorCode::kInternal, "command setup failed: " + reason);
 }
 
 }  // namespace
+
+void AdoptWorkloadCgroup() {
+  struct statfs fs {};
+  if (::fstatfs(ctl::kWorkloadCgroupFd, &fs) != 0) return;
+  if (fs.f_type != CGROUP_SUPER_MAGIC && fs.f_type != CGROUP2_SUPER_MAGIC) return;
+  ::fcntl(ctl::kWorkloadCgroupFd, F_SETFD, FD_CLOEXEC);
+  workload_cgroup_fd = ctl::kWorkloadCgroupFd;
+}
 
 std::vector<std::string> BuildEnvironment(const std::vector<std::string>& requested, const UserIdentity& user,
                                           bool terminal) {

@@ -216,18 +216,6 @@ TEST_F(InitTest, RunsAsRequestedUserAndGroup) {
   EXPECT_EQ(outcome.out, "nobody\nnobody nobody\n");
 }
 
-TEST_F(InitTest, CommandDoesNotInheritInitsOomScore) {
-  // The runtime gives init its own OOM score; commands must start from 0. (Raising the score
-  // needs no privilege, lowering may, so the test raises it.)
-  std::string score_file = "/proc/" + std::to_string(init_.pid()) + "/oom_score_adj";
-  std::ofstream(score_file) << "500";
-  std::string init_score;
-  std::ifstream(score_file) >> init_score;
-  if (init_score != "500") GTEST_SKIP() << "cannot change init's oom_score_adj here";
-  Outcome outcome = Run(Exec({"cat", "/proc/self/oom_score_adj"}));
-  EXPECT_EQ(outcome.out, "0\n");
-}
-
 TEST_F(InitTest, FillsDefaultEnvironmentButNoTerm) {
   Outcome outcome = Run(Exec({"/usr/bin/env"}));
   EXPECT_NE(outcome.out.find("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"), std::string::npos)

@@ -39,9 +39,11 @@ struct ChildPlan {
   uid_t root_owner = 0;          // host uid of the sandbox's root: owns mount points made for volumes
   // Identity
   int userns_fd = -1;            // the sandbox's user namespace (maps 0 -> host_uid)
-  std::vector<int> cgroup_join_fds;
+  std::vector<int> cgroup_join_fds;  // Cgroups::JoinFds
+  int cgroup_init_fd = -1;           // v2 only
   // What init gets
-  int listen_fd = -1;            // becomes fd 3
+  int listen_fd = -1;            // becomes fd 3 (ctl::kListenFd)
+  int workload_cgroup_fd = -1;   // becomes fd 4 (ctl::kWorkloadCgroupFd)
   int init_memfd = -1;           // sealed copy of bulkhead-init
   sock_fprog seccomp{};
   int64_t pids = 512;
