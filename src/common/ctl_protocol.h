@@ -22,7 +22,7 @@
 //                      "user": "root" | "1000" | "1000:1000", "timeout_ms": 0,
 //                      "stdin": true|false, "output_limit": 16777216,
 //                      "background": false, "tag": "dev-server",
-//                      "pty": {"cols": 80, "rows": 24},
+//                      "pty": {"cols": 80, "rows": 24}, "nofile": 12288,
 //                      "file_op": {"op": "read", ...}}
 //              "env" is complete except that init fills PATH, HOME, USER, LOGNAME and TERM
 //              where absent (TERM=xterm-256color with a pty). If "stdin" is false the
@@ -40,6 +40,8 @@
 //              "output_limit" (foreground): init sends at most output_limit + 1 bytes of each
 //              stream (the extra byte says there was more) and reads and drops the rest, so
 //              a flood the daemon would drop anyway costs the sandbox, not the daemon.
+//              "nofile": the command's RLIMIT_NOFILE, soft and hard (runtime/native/cgroup.h
+//              sizes it to the sandbox's memory); absent, the command keeps init's.
 //   kStdin     (bytes) data for the command's stdin
 //   kStdinClose ()     close the command's stdin
 //   kSignal    (json) {"signal": 15} send a signal to the command's process group

@@ -48,6 +48,7 @@ struct ChildPlan {
   bool controlling_tty;                 // stdin_fd is a pty slave to make the session's terminal
   int error_fd;                         // write end of the close-on-exec error pipe
   const std::string* file_op;           // a file operation to run instead of exec, or null
+  struct rlimit nofile;                 // RLIMIT_NOFILE to set (0: keep init's)
 };
 
 bool HasKey(const std::vector<std::string>& env, std::string_view key) {
@@ -143,6 +144,9 @@ void CloseFdsAbove2() {
   // Nothing of init's may reach the command (CVE-2024-21626). This also closes the error pipe,
   // which tells the parent the command is starting.
   CloseFdsAbove2();
+  // The command's descriptor limit, after init's descriptors are gone (the fallback above
+  // closes up to init's limit). Lowering needs no privilege; raising the hard limit would.
+  if (plan.nofile.rlim_max > 0) ::setrlimit(RLIMIT_NOFILE, &plan.nofile);
 
   // A file operation's worker is this process, as the request's user in the sandbox: no exec.
   if (plan.file_op) ::_exit(RunFileOp(*plan.file_op));
@@ -263,6 +267,7 @@ Result<SpawnedCommand> SpawnCommand(const ExecRequest& request) {
   plan.envp.push_back(nullptr);
   if (!request.file_op) plan.exec_paths = ExecPaths(request.argv[0], GetValue(environment, "PATH"));
   plan.file_op = request.file_op ? &*request.file_op : nullptr;
+  plan.nofile.rlim_cur = plan.nofile.rlim_max = request.nofile.value_or(0);
   plan.cwd = request.cwd.c_str();
   plan.uid = user->uid;
   plan.gid = user->gid;

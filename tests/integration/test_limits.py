@@ -139,6 +139,52 @@ def test_an_oom_of_one_hog_beside_a_chatty_init_kills_the_hog(client, sandbox_fa
     assert client.sh(sandbox_id, "echo alive") == "alive\n"
 
 
+# In the sandbox: a server that accepts every connection and never reads, and as many clients
+# as the descriptor limit allows (at most N pairs) that each write up to 128 KiB without
+# blocking. Prints the pairs made and the memory all TCP sockets of the sandbox hold then
+# (ss: receive queue + send queue + reserved, per socket).
+FILL_SOCKET_BUFFERS = r"""
+import re, resource, socket, subprocess, sys
+server = socket.socket()
+server.bind(("127.0.0.1", 0))
+server.listen(4096)
+limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+pairs = min(int(sys.argv[1]), (limit - 64) // 2)  # room left for ss
+held = []
+chunk = b"x" * 65536
+for _ in range(pairs):
+    client = socket.create_connection(server.getsockname())
+    held += [client, server.accept()[0]]
+    client.setblocking(False)
+    sent = 0
+    while sent < 128 << 10:
+        try:
+            sent += client.send(chunk)
+        except BlockingIOError:
+            break
+out = subprocess.run(["ss", "-tmnH"], capture_output=True, text=True, check=True).stdout
+held_bytes = sum(int(r) + int(f) + int(w) for r, f, w in re.findall(r"skmem:\(r(\d+),rb\d+,t\d+,tb\d+,f(\d+),w(\d+)", out))
+print(pairs, held_bytes)
+"""
+
+
+def test_tcp_buffers_stay_within_the_memory_limit(client, sandbox_factory):
+    """Issue 17, finding 6: on cgroup v1 a sandbox's TCP buffers were charged to nothing, so a
+    128 MiB sandbox queued hundreds of MiB in sockets on its own loopback (3000 connections:
+    ~400 MiB). They are bounded now (v1: a TCP limit of a quarter of the memory limit; v2:
+    memory.max), and the descriptor limit keeps what the kernel lets each socket queue past
+    that limit inside the memory limit (a sandbox from the warm pool included: it was
+    started with the default limits)."""
+    memory_mb = 128
+    sandbox_id = sandbox_factory(memory_mb=memory_mb)["id"]
+    result = client.exec(sandbox_id, ["python3", "-c", FILL_SOCKET_BUFFERS, "3000"], timeout_s=120)
+    assert result["exit_code"] == 0, result
+    pairs, held = (int(n) for n in result["stdout"].split())
+    assert pairs >= 500, f"only {pairs} connections: the attack did not get going"
+    assert held <= memory_mb << 20, f"{pairs} connections hold {held >> 20} MiB of socket memory"
+    assert client.sh(sandbox_id, "echo alive") == "alive\n"
+
+
 # In the sandbox: the pids in init's own cgroup (v1: memory's; v2: its leaf).
 INIT_GROUP_PIDS = """
 path=$(sed -n 's/^[0-9]*:memory:// p; s/^0::// p' /proc/1/cgroup | head -1)

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include <linux/magic.h>
+#include <spdlog/spdlog.h>
 
 namespace bulkhead::runtime::native {
 namespace {
@@ -123,6 +124,9 @@ Result<Cgroups> Cgroups::Open(const std::string& tag) {
   if (::statfs(kRoot, &sfs) != 0) return SystemError("statfs /sys/fs/cgroup", errno);
   cg.v2_ = sfs.f_type == CGROUP2_SUPER_MAGIC;
   FavorDynamicMoves();
+  if (cg.v2_ && ReadFile("/proc/cmdline").find("cgroup.memory=nosocket") != std::string::npos) {
+    spdlog::warn("cgroup.memory=nosocket on the kernel command line: sandboxes' TCP buffers are not charged to them");
+  }
   std::string name = "bulkhead-" + tag;
   if (cg.v2_) {
     std::string parent = std::string(kRoot) + "/" + name;
@@ -142,6 +146,12 @@ Result<Cgroups> Cgroups::Open(const std::string& tag) {
     // memory.use_hierarchy must be on so limits of the parent hold for children (default on new kernels).
   }
   return cg;
+}
+
+uint64_t Cgroups::DescriptorLimit(int64_t memory_bytes) {
+  constexpr int64_t kSocketSlack = 64 << 10;
+  const int64_t fit = (memory_bytes - TcpBufferBytes(memory_bytes)) / kSocketSlack;
+  return static_cast<uint64_t>(std::clamp<int64_t>(fit, 1024, 1 << 20));
 }
 
 std::vector<std::string> Cgroups::Paths(const std::string& id) const {
@@ -187,6 +197,12 @@ Status Cgroups::SetLimits(const std::string& id, const Limits& limits) {
     BH_TRY(WriteFile(memory + "/pids.max", std::to_string(limits.pids)));
     BH_TRY(WriteFile(memory + "/cpu.max", std::to_string(quota) + " " + std::to_string(period)));
     return {};
+  }
+  // Writing the TCP limit is what turns TCP accounting on for a v1 group, and a socket is
+  // charged to its creator's group: the workload's, below the sandbox's.
+  for (const std::string& dir : {memory, workload}) {
+    if (Exists(dir + "/memory.kmem.tcp.limit_in_bytes"))
+      BH_TRY(WriteFile(dir + "/memory.kmem.tcp.limit_in_bytes", std::to_string(TcpBufferBytes(mem))));
   }
   std::string pids = parents_[1] + "/" + id, cpu = parents_[2] + "/" + id;
   BH_TRY(WriteFile(pids + "/pids.max", std::to_string(limits.pids)));

@@ -13,6 +13,17 @@
 // v2 allows no process in a group that passes a controller down, so init enters <group>,
 // unshares the namespace, then moves into <group>/init, and InitStarted turns the memory
 // controller on below <group>.
+//
+// TCP socket buffers count against the sandbox too. v2 charges them to memory.current (unless
+// the kernel was booted with cgroup.memory=nosocket: Open warns). v1 charges them to a counter
+// of their own, and only in a group whose memory.kmem.tcp.limit_in_bytes was written: the
+// limit is a quarter of the memory limit, on top of it. Past the limit the kernel still lets
+// each socket queue about one packet (up to 64 KiB on loopback: measured 50-60 KiB per
+// connected pair of sockets), so the descriptors a command may hold are sized to keep that
+// within the rest of the memory limit (DescriptorLimit, sent with every exec request: a
+// sandbox from the warm pool gets its limits after its init started). Not bounded by either:
+// connections a listener has not accepted yet, whose buffers the kernel charges to nobody
+// until accept().
 #pragma once
 #include <string>
 #include <vector>
@@ -32,6 +43,12 @@ class Cgroups {
 
   // What init's reserve keeps from the workload group: 16 MiB, or a quarter of a smaller limit.
   static constexpr int64_t kInitReserve = 16 << 20;
+  // v1's TCP buffer limit for a memory limit.
+  static int64_t TcpBufferBytes(int64_t memory_bytes) { return memory_bytes / 4; }
+  // RLIMIT_NOFILE for the sandbox's commands: 64 KiB of socket buffer past the TCP limit per
+  // descriptor fit in the rest of the memory limit; never below 1024, the customary default
+  // (so below ~85 MiB the bound is looser), at most 1M (Docker's).
+  static uint64_t DescriptorLimit(int64_t memory_bytes);
 
   bool v2() const { return v2_; }
   Status Create(const std::string& id, const Limits& limits);
