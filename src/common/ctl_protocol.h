@@ -2,7 +2,8 @@
 //
 // Transport: a SOCK_STREAM unix socket. The daemon creates and binds the listening
 // socket on the host (<state>/sandboxes/<id>/ctl.sock) and hands it to init as fd 3;
-// sandbox processes never see its path. One connection carries one request.
+// sandbox processes never see its path. One connection carries one request. (fd 4 is
+// the workload cgroup's cgroup.procs: kWorkloadCgroupFd.)
 //
 // Framing: every message is a frame
 //     u32 length (little endian, counts the type byte and the payload) | u8 type | payload
@@ -21,7 +22,7 @@
 //                      "user": "root" | "1000" | "1000:1000", "timeout_ms": 0,
 //                      "stdin": true|false, "output_limit": 16777216,
 //                      "background": false, "tag": "dev-server",
-//                      "pty": {"cols": 80, "rows": 24},
+//                      "pty": {"cols": 80, "rows": 24}, "nofile": 12288,
 //                      "file_op": {"op": "read", ...}}
 //              "env" is complete except that init fills PATH, HOME, USER, LOGNAME and TERM
 //              where absent (TERM=xterm-256color with a pty). If "stdin" is false the
@@ -39,6 +40,8 @@
 //              "output_limit" (foreground): init sends at most output_limit + 1 bytes of each
 //              stream (the extra byte says there was more) and reads and drops the rest, so
 //              a flood the daemon would drop anyway costs the sandbox, not the daemon.
+//              "nofile": the command's RLIMIT_NOFILE, soft and hard (runtime/native/cgroup.h
+//              sizes it to the sandbox's memory); absent, the command keeps init's.
 //   kStdin     (bytes) data for the command's stdin
 //   kStdinClose ()     close the command's stdin
 //   kSignal    (json) {"signal": 15} send a signal to the command's process group
@@ -189,6 +192,9 @@ constexpr size_t kMaxExitedProcesses = 256;
 constexpr size_t kMaxListEntries = 100000;
 // The fd on which init finds its listening control socket.
 constexpr int kListenFd = 3;
+// The fd on which init finds the cgroup.procs file of the sandbox's workload group
+// (runtime/native/cgroup.h): every process init starts writes "0" into it before it execs.
+constexpr int kWorkloadCgroupFd = 4;
 
 inline void EncodeHeader(uint8_t* out, uint8_t type, uint32_t payload_len) {
   uint32_t len = payload_len + 1;

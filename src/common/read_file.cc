@@ -24,4 +24,13 @@ std::optional<std::string> ReadSmallFile(const std::string& path, size_t limit) 
   return out;
 }
 
+Status WriteSmallFile(const std::string& path, const std::string& value) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!fd) return SystemError("open " + path, errno);
+  if (::write(fd.get(), value.data(), value.size()) != static_cast<ssize_t>(value.size())) {
+    return SystemError("write " + value + " to " + path, errno);
+  }
+  return {};
+}
+
 }  // namespace bulkhead

@@ -4,8 +4,13 @@
 #include <optional>
 #include <string>
 
+#include "common/result.h"
+
 namespace bulkhead {
 
 std::optional<std::string> ReadSmallFile(const std::string& path, size_t limit = 1 << 20);
+
+// Writes `value` to an existing file (a sysctl, a cgroup knob) in one write.
+Status WriteSmallFile(const std::string& path, const std::string& value);
 
 }  // namespace bulkhead

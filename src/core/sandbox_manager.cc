@@ -30,6 +30,7 @@
 #include "core/state_dir.h"
 #include "core/volume_registry.h"
 #include "net/netns.h"
+#include "runtime/native/cgroup.h"
 #include "runtime/native/native_runtime.h"
 #include "runtime/native/uid_range.h"
 #include "storage/snapshot_archive.h"
@@ -147,6 +148,7 @@ nlohmann::json InitExecPayload(const ExecRequest& request, const SandboxSpec& sp
                             {"timeout_ms", request.timeout_s * 1000},
                             {"stdin", request.stdin_data.has_value()}};
   if (request.output_limit) payload["output_limit"] = *request.output_limit;
+  payload["nofile"] = runtime::native::Cgroups::DescriptorLimit(spec.memory_mb * 1024 * 1024);
   return payload;
 }
 

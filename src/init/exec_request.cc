@@ -74,6 +74,10 @@ Result<ExecRequest> ParseExecRequest(std::string_view json_text) {
     if (!it->is_number_unsigned()) return Invalid("output_limit must be a non-negative integer");
     request.output_limit = it->get<uint64_t>();
   }
+  if (auto it = doc.find("nofile"); it != doc.end() && !it->is_null()) {
+    if (!it->is_number_unsigned() || it->get<uint64_t>() == 0) return Invalid("nofile must be a positive integer");
+    request.nofile = it->get<uint64_t>();
+  }
   if (auto it = doc.find("stdin"); it != doc.end() && !it->is_null()) {
     if (!it->is_boolean()) return Invalid("stdin must be a boolean");
     request.stdin_enabled = it->get<bool>();

@@ -29,6 +29,8 @@ struct ExecRequest {
   // Foreground: forward at most this many bytes of each output stream, plus one (which tells
   // the daemon there was more); the rest is read and dropped here (ctl_protocol.h).
   std::optional<uint64_t> output_limit;
+  // The command's RLIMIT_NOFILE, soft and hard (absent: init's own).
+  std::optional<uint64_t> nofile;
   // A file operation (ctl_protocol.h, "File operations"): the "file_op" object as JSON text.
   // Set instead of argv; run by a forked worker, not an exec.
   std::optional<std::string> file_op;

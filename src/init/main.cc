@@ -22,6 +22,7 @@
 #include "init/poller.h"
 #include "init/process_table.h"
 #include "init/session.h"
+#include "init/spawn.h"
 
 namespace bulkhead::init {
 namespace {
@@ -73,6 +74,7 @@ class Init {
       return 1;
     }
     ::fcntl(ctl::kListenFd, F_SETFD, FD_CLOEXEC);
+    AdoptWorkloadCgroup();
     ::fcntl(ctl::kListenFd, F_SETFL, ::fcntl(ctl::kListenFd, F_GETFL) | O_NONBLOCK);
     listener_.fd.reset(ctl::kListenFd);
 

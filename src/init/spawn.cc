@@ -3,16 +3,19 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/magic.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <string_view>
 
+#include "common/ctl_protocol.h"
 #include "init/file_worker.h"
 #include "init/pty.h"
 
@@ -21,8 +24,10 @@ namespace {
 
 constexpr const char* kDefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
+int workload_cgroup_fd = -1;  // AdoptWorkloadCgroup
+
 // What the child reports on the error pipe when a step before exec fails.
-enum class ChildStep : int { kStdio, kGroups, kGid, kUid, kCwd, kTerminal };
+enum class ChildStep : int { kStdio, kGroups, kGid, kUid, kCwd, kTerminal, kCgroup };
 struct ChildFailure {
   ChildStep step;
   int error;
@@ -43,6 +48,7 @@ struct ChildPlan {
   bool controlling_tty;                 // stdin_fd is a pty slave to make the session's terminal
   int error_fd;                         // write end of the close-on-exec error pipe
   const std::string* file_op;           // a file operation to run instead of exec, or null
+  struct rlimit nofile;                 // RLIMIT_NOFILE to set (0: keep init's)
 };
 
 bool HasKey(const std::vector<std::string>& env, std::string_view key) {
@@ -116,12 +122,10 @@ void CloseFdsAbove2() {
   ::setsid();
   if (plan.controlling_tty && ::ioctl(plan.stdin_fd, TIOCSCTTY, 0) != 0) ReportAndExit(plan.error_fd, ChildStep::kTerminal);
 
-  // Init runs with a low OOM score; the command must not inherit it. Best effort.
-  int oom_fd = ::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
-  if (oom_fd >= 0) {
-    ssize_t ignored = ::write(oom_fd, "0", 1);
-    (void)ignored;
-    ::close(oom_fd);
+  // Out of init's group before anything of the command's runs: its memory counts against
+  // the workload's limit, and init's reserve stays init's.
+  if (workload_cgroup_fd >= 0 && ::write(workload_cgroup_fd, "0", 1) != 1) {
+    ReportAndExit(plan.error_fd, ChildStep::kCgroup);
   }
 
   if (::dup2(plan.stdin_fd, 0) < 0 || ::dup2(plan.stdout_fd, 1) < 0 || ::dup2(plan.stderr_fd, 2) < 0) {
@@ -140,6 +144,9 @@ void CloseFdsAbove2() {
   // Nothing of init's may reach the command (CVE-2024-21626). This also closes the error pipe,
   // which tells the parent the command is starting.
   CloseFdsAbove2();
+  // The command's descriptor limit, after init's descriptors are gone (the fallback above
+  // closes up to init's limit). Lowering needs no privilege; raising the hard limit would.
+  if (plan.nofile.rlim_max > 0) ::setrlimit(RLIMIT_NOFILE, &plan.nofile);
 
   // A file operation's worker is this process, as the request's user in the sandbox: no exec.
   if (plan.file_op) ::_exit(RunFileOp(*plan.file_op));
@@ -187,11 +194,20 @@ Error ChildFailureToError(const ChildFailure& failure, const ExecRequest& reques
     case ChildStep::kGroups: return MakeError(ErrorCode::kInternal, "setgroups: " + reason);
     case ChildStep::kGid: return MakeError(ErrorCode::kInternal, "setgid " + std::to_string(user.gid) + ": " + reason);
     case ChildStep::kUid: return MakeError(ErrorCode::kInternal, "setuid " + std::to_string(user.uid) + ": " + reason);
+    case ChildStep::kCgroup: return MakeError(ErrorCode::kInternal, "join the workload cgroup: " + reason);
   }
   return MakeError(ErrorCode::kInternal, "command setup failed: " + reason);
 }
 
 }  // namespace
+
+void AdoptWorkloadCgroup() {
+  struct statfs fs {};
+  if (::fstatfs(ctl::kWorkloadCgroupFd, &fs) != 0) return;
+  if (fs.f_type != CGROUP_SUPER_MAGIC && fs.f_type != CGROUP2_SUPER_MAGIC) return;
+  ::fcntl(ctl::kWorkloadCgroupFd, F_SETFD, FD_CLOEXEC);
+  workload_cgroup_fd = ctl::kWorkloadCgroupFd;
+}
 
 std::vector<std::string> BuildEnvironment(const std::vector<std::string>& requested, const UserIdentity& user,
                                           bool terminal) {
@@ -251,6 +267,7 @@ Result<SpawnedCommand> SpawnCommand(const ExecRequest& request) {
   plan.envp.push_back(nullptr);
   if (!request.file_op) plan.exec_paths = ExecPaths(request.argv[0], GetValue(environment, "PATH"));
   plan.file_op = request.file_op ? &*request.file_op : nullptr;
+  plan.nofile.rlim_cur = plan.nofile.rlim_max = request.nofile.value_or(0);
   plan.cwd = request.cwd.c_str();
   plan.uid = user->uid;
   plan.gid = user->gid;

@@ -30,6 +30,11 @@ struct SpawnedCommand {
 std::vector<std::string> BuildEnvironment(const std::vector<std::string>& requested, const UserIdentity& user,
                                           bool terminal = false);
 
+// Takes the workload cgroup's descriptor (ctl::kWorkloadCgroupFd) if the daemon gave init one
+// (not so when init runs as an ordinary process, in a test): from then on every command, and
+// every file worker, moves itself into that group first thing after the fork.
+void AdoptWorkloadCgroup();
+
 // Errors (returned before anything runs): unknown user or group, missing cwd -> kNotFound;
 // cwd not usable by the user -> kInvalid; anything else -> kInternal. An executable that
 // cannot be found or run is not an error here: the child prints

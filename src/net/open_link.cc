@@ -13,11 +13,11 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <set>
 #include <vector>
 
+#include "common/read_file.h"
 #include "net/allow_rules.h"
 #include "net/netns.h"
 #include "net/nftables.h"
@@ -123,14 +123,6 @@ Status AddRule(nl_sock* sock, uint32_t prio, uint8_t protocol, uint16_t dport, u
   return {};
 }
 
-Status WriteSysctl(const std::string& path, const std::string& value) {
-  std::ofstream out(path);
-  out << value;
-  out.flush();
-  if (!out) return MakeError(ErrorCode::kInternal, "open-mode link: cannot write " + path);
-  return {};
-}
-
 // In the sandbox's namespace: our rules out and any eth0 gone (a pair whose host side was
 // lost some other way).
 Status ClearSandboxSide() {
@@ -180,7 +172,7 @@ Status ConfigureSandboxSide(uint32_t sandbox_address, uint32_t host_address) {
   BH_TRY(AddRule(sock->get(), kRuleIcmp, IPPROTO_ICMP, 0, kOpenTable));
   // Unprivileged ICMP echo (ping sockets) for every group (sandbox ids map to host ids up to
   // 0xfe000000): the sandbox has no CAP_NET_RAW.
-  return WriteSysctl("/proc/sys/net/ipv4/ping_group_range", "0 4294967294");
+  return WriteSmallFile("/proc/sys/net/ipv4/ping_group_range", "0 4294967294");
 }
 
 std::string DeniedSet() {
@@ -213,6 +205,8 @@ Result<std::unique_ptr<OpenLinks>> OpenLinks::Start(const IpPrefix& subnet, cons
   for (const auto& name : stale) BH_TRY(DeleteLink(sock->get(), name));
   // A killed predecessor's table: made again with the first link (Recover re-adds those).
   BH_TRY(links->DropHost());
+  // Its ip_forward claim, and those of other daemons here that were killed.
+  BH_TRY(IpForwardClaim::RemoveStale());
   return links;
 }
 
@@ -225,7 +219,7 @@ std::string OpenLinks::HostLinkName(const std::string& sandbox_id) const {
 
 Status OpenLinks::PrepareHost() {
   if (host_ready_) return {};
-  BH_TRY(WriteSysctl("/proc/sys/net/ipv4/ip_forward", "1"));
+  BH_TRY(ip_forward_.Take());
   std::string table = "bulkhead_" + tag_, links = "\"bh" + tag_ + "*\"";
   std::string program = "table ip " + table + " {}\ndelete table ip " + table + "\n" +
                         "table ip " + table + " {\n"
@@ -258,7 +252,7 @@ Status OpenLinks::DropHost() {
   auto done = RunNft("table ip " + table + " {}\ndelete table ip " + table + "\n", "the daemon's network namespace");
   if (!done) return done.error();
   host_ready_ = false;
-  return {};
+  return ip_forward_.Release();
 }
 
 Status OpenLinks::Add(const std::string& sandbox_id, int netns_fd) {

@@ -9,7 +9,8 @@
 //   host side     bh<tag><hash>, the .1; an nftables table `ip bulkhead_<tag>` masquerades the
 //                 open subnet, forwards only UDP and ICMP from it to public addresses and only
 //                 answers to it, and drops everything it sends to the host itself. ip_forward
-//                 is switched on when the first link is made.
+//                 is switched on with the first link and back to what it was with the last
+//                 (ip_forward.h: the last of every daemon's in the namespace).
 // IPv6 UDP stays dropped in open mode: forwarding IPv6 would make the host ignore router
 // advertisements. Address entries of an open policy re-open denied ranges for TCP only.
 // The pair goes away with the sandbox's namespace; links a killed daemon left behind (same
@@ -24,6 +25,7 @@
 
 #include "common/result.h"
 #include "net/ip_address.h"
+#include "net/ip_forward.h"
 
 namespace bulkhead::net {
 
@@ -47,12 +49,13 @@ class OpenLinks {
   OpenLinks(const IpPrefix& subnet, std::string tag);
   std::string HostLinkName(const std::string& sandbox_id) const;
   Status PrepareHost();  // ip_forward and the host table, once
-  Status DropHost();     // the host table, when no link is left (it is made again with the next)
+  Status DropHost();     // both, when no link is left (they are made again with the next)
 
   const IpPrefix subnet_;
   const std::string tag_;
   std::mutex mu_;
   bool host_ready_ = false;
+  IpForwardClaim ip_forward_;
   std::map<std::string, uint32_t> block_;  // sandbox id -> index of its /30 in subnet_
 };
 

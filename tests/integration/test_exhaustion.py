@@ -33,17 +33,22 @@ def usage(client, sandbox_id) -> dict:
 
 
 def oom_kills(sandbox_id) -> int:
-    """The OOM killer's kills in the sandbox's memory cgroup (v1 memory.oom_control, v2
-    memory.events)."""
+    """The OOM killer's kills in the sandbox's memory cgroup and the groups below it (init's
+    and the workload's): v2's memory.events counts them all, v1's memory.oom_control only its
+    own group's."""
+    def kills(path) -> int | None:
+        try:
+            with open(path) as f:
+                return next((int(line.split()[1]) for line in f if line.startswith("oom_kill ")), None)
+        except OSError:
+            return None
+
     for directory in cgroup_dirs_of(sandbox_id):
-        for name in ("memory.oom_control", "memory.events"):
-            try:
-                with open(os.path.join(directory, name)) as f:
-                    for line in f:
-                        if line.startswith("oom_kill "):
-                            return int(line.split()[1])
-            except OSError:
-                continue
+        if (n := kills(os.path.join(directory, "memory.events"))) is not None:
+            return n
+        counts = [kills(os.path.join(d, "memory.oom_control")) for d, _, _ in os.walk(directory)]
+        if any(n is not None for n in counts):
+            return sum(n or 0 for n in counts)
     return 0
 
 

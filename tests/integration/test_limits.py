@@ -1,8 +1,12 @@
 """Resource limits hurt only the sandbox that hits them."""
 
 import os
+import re
 
 import pytest
+
+from conftest import compile_static
+from harness import files_url, wait_until
 
 ALLOCATE_200MB = "data = b'\\x01' * (200 * 1024 * 1024); print('allocated', len(data))"
 
@@ -48,6 +52,170 @@ def test_memory_limit_kills_a_process_that_exceeds_it(client, sandbox_factory):
     assert client.sh(sandbox_id, "echo alive") == "alive\n"
     small = client.exec(sandbox_id, ["python3", "-c", "b = b'x' * (8 << 20); print(len(b))"])
     assert small["stdout"] == f"{8 << 20}\n", small
+
+
+# Forks N children that each touch KIB KiB and wait, then kills those still there: each is
+# smaller than init, so an OOM killer that weighs init with them picks init first.
+SMALL_ALLOCATORS = r"""
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+  int n = atoi(argv[1]), forked = 0;
+  size_t each = (size_t)atoi(argv[2]) << 10;
+  pid_t children[1024];
+  for (int i = 0; i < n && i < 1024; i++) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      volatile char *p = malloc(each);
+      for (size_t at = 0; p && at < each; at += 4096) p[at] = 1;
+      pause();
+      _exit(0);
+    }
+    if (pid < 0) break;
+    children[forked++] = pid;
+  }
+  // Those the OOM killer took are gone already; the rest go now.
+  int killed = 0;
+  for (int i = 0; i < forked; i++) {
+    int status;
+    if (waitpid(children[i], &status, WNOHANG) == children[i]) {
+      killed++;
+      children[i] = 0;
+    }
+  }
+  for (int i = 0; i < forked; i++) if (children[i]) kill(children[i], SIGKILL);
+  for (int i = 0; i < forked; i++) if (children[i]) waitpid(children[i], NULL, 0);
+  printf("forked %d, %d gone before the end\n", forked, killed);
+  return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def small_allocators(session_dir):
+    return compile_static(SMALL_ALLOCATORS, session_dir / "small-allocators").read_bytes()
+
+
+def start_chatty_background_process(client, sandbox_id):
+    """Init keeps the last 4 MiB of a background process's output: init weighs megabytes."""
+    r = client.post(f"/v1/sandboxes/{sandbox_id}/processes", {"cmd": "head -c 6000000 /dev/urandom | base64; sleep 600"})
+    assert r.status == 201, r
+    pid = r.json()["pid"]
+    assert wait_until(lambda: client.get(f"/v1/sandboxes/{sandbox_id}/processes/{pid}/output").status == 200
+                      and len(client.get(f"/v1/sandboxes/{sandbox_id}/processes/{pid}/output").body) > 4_000_000,
+                      timeout=30)
+
+
+def test_an_oom_of_many_small_processes_kills_them_not_init(client, sandbox_factory, small_allocators):
+    """Issue 17, finding 9: 300 children of 512 KiB each overrun 64 MiB. The OOM killer must
+    take children, never init (which weighs more than any of them): the sandbox stays
+    running and usable."""
+    sandbox_id = sandbox_factory(memory_mb=64)["id"]
+    start_chatty_background_process(client, sandbox_id)
+    client.upload(sandbox_id, "/workspace/allocators", small_allocators)
+    result = client.exec(sandbox_id, ["/workspace/allocators", "300", "512"], timeout_s=120)
+    assert result["exit_code"] == 0, result
+    forked, gone = (int(n) for n in re.fullmatch(r"forked (\d+), (\d+) gone before the end\n", result["stdout"]).groups())
+    assert forked == 300 and gone > 0, result  # the OOM killer took some
+    assert client.sandbox(sandbox_id)["state"] == "running", client.sandbox(sandbox_id)
+    assert client.sh(sandbox_id, "echo alive") == "alive\n"
+    small = client.exec(sandbox_id, ["python3", "-c", "b = b'x' * (8 << 20); print(len(b))"])
+    assert small["stdout"] == f"{8 << 20}\n", small
+    assert client.sandbox(sandbox_id)["state"] == "running"
+
+
+def test_an_oom_of_one_hog_beside_a_chatty_init_kills_the_hog(client, sandbox_factory):
+    """Init holds the output of background processes (megabytes of it): a hog that overruns
+    the limit dies, init does not."""
+    sandbox_id = sandbox_factory(memory_mb=128)["id"]
+    start_chatty_background_process(client, sandbox_id)
+    hog = "b = []\nwhile True: b.append(bytearray(1 << 20))"
+    result = client.exec(sandbox_id, ["python3", "-c", hog], timeout_s=120)
+    assert result["signal"] == "SIGKILL", result
+    assert client.sandbox(sandbox_id)["state"] == "running", client.sandbox(sandbox_id)
+    assert client.sh(sandbox_id, "echo alive") == "alive\n"
+
+
+# In the sandbox: a server that accepts every connection and never reads, and as many clients
+# as the descriptor limit allows (at most N pairs) that each write up to 128 KiB without
+# blocking. Prints the pairs made and the memory all TCP sockets of the sandbox hold then
+# (ss: receive queue + send queue + reserved, per socket).
+FILL_SOCKET_BUFFERS = r"""
+import re, resource, socket, subprocess, sys
+server = socket.socket()
+server.bind(("127.0.0.1", 0))
+server.listen(4096)
+limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+pairs = min(int(sys.argv[1]), (limit - 64) // 2)  # room left for ss
+held = []
+chunk = b"x" * 65536
+for _ in range(pairs):
+    client = socket.create_connection(server.getsockname())
+    held += [client, server.accept()[0]]
+    client.setblocking(False)
+    sent = 0
+    while sent < 128 << 10:
+        try:
+            sent += client.send(chunk)
+        except BlockingIOError:
+            break
+out = subprocess.run(["ss", "-tmnH"], capture_output=True, text=True, check=True).stdout
+held_bytes = sum(int(r) + int(f) + int(w) for r, f, w in re.findall(r"skmem:\(r(\d+),rb\d+,t\d+,tb\d+,f(\d+),w(\d+)", out))
+print(pairs, held_bytes)
+"""
+
+
+def test_tcp_buffers_stay_within_the_memory_limit(client, sandbox_factory):
+    """Issue 17, finding 6: on cgroup v1 a sandbox's TCP buffers were charged to nothing, so a
+    128 MiB sandbox queued hundreds of MiB in sockets on its own loopback (3000 connections:
+    ~400 MiB). They are bounded now (v1: a TCP limit of a quarter of the memory limit; v2:
+    memory.max), and the descriptor limit keeps what the kernel lets each socket queue past
+    that limit inside the memory limit (a sandbox from the warm pool included: it was
+    started with the default limits)."""
+    memory_mb = 128
+    sandbox_id = sandbox_factory(memory_mb=memory_mb)["id"]
+    result = client.exec(sandbox_id, ["python3", "-c", FILL_SOCKET_BUFFERS, "3000"], timeout_s=120)
+    assert result["exit_code"] == 0, result
+    pairs, held = (int(n) for n in result["stdout"].split())
+    assert pairs >= 500, f"only {pairs} connections: the attack did not get going"
+    assert held <= memory_mb << 20, f"{pairs} connections hold {held >> 20} MiB of socket memory"
+    assert client.sh(sandbox_id, "echo alive") == "alive\n"
+
+
+# In the sandbox: the pids in init's own cgroup (v1: memory's; v2: its leaf).
+INIT_GROUP_PIDS = """
+path=$(sed -n 's/^[0-9]*:memory:// p; s/^0::// p' /proc/1/cgroup | head -1)
+if [ -e /sys/fs/cgroup/cgroup.controllers ]; then dir=/sys/fs/cgroup$path; else dir=/sys/fs/cgroup/memory$path; fi
+cat $dir/cgroup.procs
+"""
+
+
+def test_sandbox_processes_have_no_share_of_inits_protection(client, sandbox_factory):
+    """Commands and the file worker run outside init's group (its reserve is init's alone) with
+    OOM score 0, which they cannot lower."""
+    sandbox_id = sandbox_factory()["id"]
+    assert client.sh(sandbox_id, INIT_GROUP_PIDS).split() == ["1"]
+    assert client.sh(sandbox_id, "cat /proc/self/oom_score_adj") == "0\n"
+    for value in ("-1", "-1000"):
+        attempt = client.exec(sandbox_id, f"echo {value} > /proc/self/oom_score_adj")
+        assert attempt["exit_code"] != 0, attempt
+    # A file watch keeps its worker (a fork of init) alive meanwhile.
+    client.sh(sandbox_id, "mkdir -p /workspace/watched")
+    conn = client.connection(timeout=30)
+    conn.request("GET", files_url(sandbox_id, "/watch", path="/workspace/watched"),
+                 headers={"Authorization": f"Bearer {client.key}"})
+    try:
+        assert conn.getresponse().status == 200
+        workers = client.sh(sandbox_id, "for f in /proc/[0-9]*/fd/*; do "
+                                        "[ \"$(readlink $f)\" = anon_inode:inotify ] && echo $f; done; true")
+        worker = workers.split("/")[2]
+        assert client.sh(sandbox_id, INIT_GROUP_PIDS).split() == ["1"], worker
+        assert client.sh(sandbox_id, f"cat /proc/{worker}/oom_score_adj") == "0\n"
+    finally:
+        conn.close()
 
 
 def test_pids_limit_stops_a_fork_loop_near_it(client, sandbox_factory):

@@ -3,6 +3,7 @@
 // is not PID 1 here, so it runs as a child subreaper.
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 
 #include <chrono>
@@ -216,18 +217,6 @@ TEST_F(InitTest, RunsAsRequestedUserAndGroup) {
   EXPECT_EQ(outcome.out, "nobody\nnobody nobody\n");
 }
 
-TEST_F(InitTest, CommandDoesNotInheritInitsOomScore) {
-  // The runtime gives init its own OOM score; commands must start from 0. (Raising the score
-  // needs no privilege, lowering may, so the test raises it.)
-  std::string score_file = "/proc/" + std::to_string(init_.pid()) + "/oom_score_adj";
-  std::ofstream(score_file) << "500";
-  std::string init_score;
-  std::ifstream(score_file) >> init_score;
-  if (init_score != "500") GTEST_SKIP() << "cannot change init's oom_score_adj here";
-  Outcome outcome = Run(Exec({"cat", "/proc/self/oom_score_adj"}));
-  EXPECT_EQ(outcome.out, "0\n");
-}
-
 TEST_F(InitTest, FillsDefaultEnvironmentButNoTerm) {
   Outcome outcome = Run(Exec({"/usr/bin/env"}));
   EXPECT_NE(outcome.out.find("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"), std::string::npos)
@@ -356,6 +345,23 @@ TEST_F(InitTest, OutputLimitForwardsOneByteMoreAndDropsTheRest) {
   request = Exec({"printf", "abc"});
   request["output_limit"] = 3;
   EXPECT_EQ(Run(request).out, "abc");
+}
+
+TEST_F(InitTest, NofileBecomesTheCommandsSoftAndHardDescriptorLimit) {
+  json request = Exec({"sh", "-c", "ulimit -Sn; ulimit -Hn; ulimit -n 301 && echo raised"});
+  request["nofile"] = 300;
+  Outcome outcome = Run(request);
+  EXPECT_EQ(outcome.out, "300\n300\n");
+  // Without it, init's own.
+  struct rlimit own {};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &own), 0);
+  EXPECT_EQ(Run(Exec({"sh", "-c", "ulimit -Hn"})).out, std::to_string(own.rlim_max) + "\n");
+  for (json bad : {json(0), json(-1), json("300")}) {
+    request["nofile"] = bad;
+    Outcome refused = Run(request);
+    ASSERT_TRUE(refused.error) << bad;
+    EXPECT_EQ((*refused.error)["code"], "invalid_argument") << bad;
+  }
 }
 
 TEST_F(InitTest, DescendantHoldingStdoutDoesNotDelayExit) {

@@ -10,6 +10,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -17,6 +18,7 @@
 #include <thread>
 
 #include <linux/magic.h>
+#include <spdlog/spdlog.h>
 
 namespace bulkhead::runtime::native {
 namespace {
@@ -25,6 +27,9 @@ constexpr const char* kRoot = "/sys/fs/cgroup";
 // v1 hierarchies we use: limits on memory, pids and cpu; cpuacct for usage; freezer to pause.
 constexpr const char* kV1Controllers[] = {"memory", "pids", "cpu", "cpuacct", "freezer"};
 constexpr size_t kV1Freezer = 4;  // its index in parents_
+// Below the sandbox's group (cgroup.h): every process but init; v2: init's leaf.
+constexpr char kWorkload[] = "workload";
+constexpr char kInitLeaf[] = "init";
 
 Status WriteFile(const std::string& path, const std::string& value) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
@@ -58,6 +63,29 @@ Status MakeDir(const std::string& path) {
 std::string V1Mount(const std::string& controller) {
   std::string p = std::string(kRoot) + "/" + controller;
   return Exists(p) ? p : "";
+}
+
+// The workload group's share of a sandbox's memory limit.
+int64_t WorkloadBytes(int64_t limit) { return limit - std::min(Cgroups::kInitReserve, limit / 4); }
+
+// v1: the memory limit, and the memory+swap limit where swap is accounted (no swap: they are
+// equal). memsw must stay >= the limit: when lowering, set memory first, when raising, memsw.
+Status SetV1Memory(const std::string& dir, int64_t bytes) {
+  bool memsw = Exists(dir + "/memory.memsw.limit_in_bytes");
+  int64_t current = ReadInt(dir + "/memory.limit_in_bytes");
+  if (memsw && bytes > current) BH_TRY(WriteFile(dir + "/memory.memsw.limit_in_bytes", std::to_string(bytes)));
+  BH_TRY(WriteFile(dir + "/memory.limit_in_bytes", std::to_string(bytes)));
+  if (memsw && bytes <= current) BH_TRY(WriteFile(dir + "/memory.memsw.limit_in_bytes", std::to_string(bytes)));
+  // Without swap accounting, keep the group out of swap entirely.
+  if (!memsw) (void)WriteFile(dir + "/memory.swappiness", "0");
+  return {};
+}
+
+Result<UniqueFd> OpenProcs(const std::string& dir) {
+  std::string f = dir + "/cgroup.procs";
+  UniqueFd fd(::open(f.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!fd) return SystemError("open " + f, errno);
+  return fd;
 }
 
 std::vector<pid_t> Procs(const std::string& dir) {
@@ -101,6 +129,9 @@ Result<Cgroups> Cgroups::Open(const std::string& tag) {
   if (::statfs(kRoot, &sfs) != 0) return SystemError("statfs /sys/fs/cgroup", errno);
   cg.v2_ = sfs.f_type == CGROUP2_SUPER_MAGIC;
   FavorDynamicMoves();
+  if (cg.v2_ && ReadFile("/proc/cmdline").find("cgroup.memory=nosocket") != std::string::npos) {
+    spdlog::warn("cgroup.memory=nosocket on the kernel command line: sandboxes' TCP buffers are not charged to them");
+  }
   std::string name = "bulkhead-" + tag;
   if (cg.v2_) {
     std::string parent = std::string(kRoot) + "/" + name;
@@ -122,6 +153,12 @@ Result<Cgroups> Cgroups::Open(const std::string& tag) {
   return cg;
 }
 
+uint64_t Cgroups::DescriptorLimit(int64_t memory_bytes) {
+  constexpr int64_t kSocketSlack = 64 << 10;
+  const int64_t fit = (memory_bytes - TcpBufferBytes(memory_bytes)) / kSocketSlack;
+  return static_cast<uint64_t>(std::clamp<int64_t>(fit, 1024, 1 << 20));
+}
+
 std::vector<std::string> Cgroups::Paths(const std::string& id) const {
   std::vector<std::string> out;
   for (const auto& p : parents_) out.push_back(p + "/" + id);
@@ -129,7 +166,15 @@ std::vector<std::string> Cgroups::Paths(const std::string& id) const {
 }
 
 Status Cgroups::Create(const std::string& id, const Limits& limits) {
-  for (const auto& p : Paths(id)) BH_TRY(MakeDir(p));
+  auto paths = Paths(id);
+  for (const auto& p : paths) BH_TRY(MakeDir(p));
+  if (v2_) {
+    // A daemon killed between InitStarted and a Destroy left the controller on: init must
+    // be able to enter the group again.
+    (void)WriteFile(paths[0] + "/cgroup.subtree_control", "-memory");
+    BH_TRY(MakeDir(paths[0] + "/" + kInitLeaf));
+  }
+  BH_TRY(MakeDir(paths[0] + "/" + kWorkload));  // paths[0]: v1's memory hierarchy, or v2's one
   return SetLimits(id, limits);
 }
 
@@ -137,39 +182,64 @@ Status Cgroups::SetLimits(const std::string& id, const Limits& limits) {
   int64_t mem = limits.memory_mb * 1024 * 1024;
   int64_t period = 100000;
   int64_t quota = static_cast<int64_t>(std::llround(limits.cpus * period));
+  // The memory dir, and its workload group (absent in a sandbox an older daemon started).
+  const std::string memory = Paths(id)[0], workload = memory + "/" + kWorkload;
+  const std::string limit_file = v2_ ? "/memory.max" : "/memory.limit_in_bytes";
+  auto set_memory = [&](const std::string& dir, int64_t bytes) {
+    return v2_ ? WriteFile(dir + limit_file, std::to_string(bytes)) : SetV1Memory(dir, bytes);
+  };
+  auto set_workload = [&]() -> Status {
+    return Exists(workload + limit_file) ? set_memory(workload, WorkloadBytes(mem)) : Status();
+  };
+  // Lowering: the workload group first, so that is where the kernel reclaims.
+  const bool lowering = mem < ReadInt(memory + limit_file);
+  if (lowering) BH_TRY(set_workload());
+  BH_TRY(set_memory(memory, mem));
+  if (!lowering) BH_TRY(set_workload());
   if (v2_) {
-    std::string dir = Paths(id)[0];
-    BH_TRY(WriteFile(dir + "/memory.max", std::to_string(mem)));
     // No swap: memory.max then bounds memory and swap together.
-    if (Exists(dir + "/memory.swap.max")) BH_TRY(WriteFile(dir + "/memory.swap.max", "0"));
-    BH_TRY(WriteFile(dir + "/pids.max", std::to_string(limits.pids)));
-    BH_TRY(WriteFile(dir + "/cpu.max", std::to_string(quota) + " " + std::to_string(period)));
+    if (Exists(memory + "/memory.swap.max")) BH_TRY(WriteFile(memory + "/memory.swap.max", "0"));
+    BH_TRY(WriteFile(memory + "/pids.max", std::to_string(limits.pids)));
+    BH_TRY(WriteFile(memory + "/cpu.max", std::to_string(quota) + " " + std::to_string(period)));
     return {};
   }
-  std::string memory = parents_[0] + "/" + id, pids = parents_[1] + "/" + id, cpu = parents_[2] + "/" + id;
-  // memsw must stay >= limit: when lowering, set memory first, when raising, memsw first.
-  bool memsw = Exists(memory + "/memory.memsw.limit_in_bytes");
-  int64_t current = ReadInt(memory + "/memory.limit_in_bytes");
-  if (memsw && mem > current) BH_TRY(WriteFile(memory + "/memory.memsw.limit_in_bytes", std::to_string(mem)));
-  BH_TRY(WriteFile(memory + "/memory.limit_in_bytes", std::to_string(mem)));
-  if (memsw && mem <= current) BH_TRY(WriteFile(memory + "/memory.memsw.limit_in_bytes", std::to_string(mem)));
-  // Without swap accounting, keep the group out of swap entirely.
-  if (!memsw) (void)WriteFile(memory + "/memory.swappiness", "0");
+  // Writing the TCP limit is what turns TCP accounting on for a v1 group, and a socket is
+  // charged to its creator's group: the workload's, below the sandbox's.
+  for (const std::string& dir : {memory, workload}) {
+    if (Exists(dir + "/memory.kmem.tcp.limit_in_bytes"))
+      BH_TRY(WriteFile(dir + "/memory.kmem.tcp.limit_in_bytes", std::to_string(TcpBufferBytes(mem))));
+  }
+  std::string pids = parents_[1] + "/" + id, cpu = parents_[2] + "/" + id;
   BH_TRY(WriteFile(pids + "/pids.max", std::to_string(limits.pids)));
   BH_TRY(WriteFile(cpu + "/cpu.cfs_period_us", std::to_string(period)));
   BH_TRY(WriteFile(cpu + "/cpu.cfs_quota_us", std::to_string(quota)));
   return {};
 }
 
-Result<std::vector<UniqueFd>> Cgroups::OpenJoinFds(const std::string& id) {
-  std::vector<UniqueFd> fds;
-  for (const auto& p : Paths(id)) {
-    std::string f = p + "/cgroup.procs";
-    int fd = ::open(f.c_str(), O_WRONLY | O_CLOEXEC);
-    if (fd < 0) return SystemError("open " + f, errno);
-    fds.emplace_back(fd);
+Result<Cgroups::JoinFds> Cgroups::OpenJoinFds(const std::string& id) {
+  JoinFds fds;
+  const auto paths = Paths(id);
+  for (const auto& p : paths) {
+    auto fd = OpenProcs(p);
+    if (!fd) return fd.error();
+    fds.sandbox.push_back(std::move(*fd));
   }
+  if (v2_) {
+    auto init = OpenProcs(paths[0] + "/" + kInitLeaf);
+    if (!init) return init.error();
+    fds.init = std::move(*init);
+  }
+  auto workload = OpenProcs(paths[0] + "/" + kWorkload);
+  if (!workload) return workload.error();
+  fds.workload = std::move(*workload);
   return fds;
+}
+
+Status Cgroups::InitStarted(const std::string& id, const Limits& limits) {
+  if (!v2_) return {};
+  const std::string dir = Paths(id)[0];
+  BH_TRY(WriteFile(dir + "/cgroup.subtree_control", "+memory"));
+  return WriteFile(dir + "/" + kWorkload + "/memory.max", std::to_string(WorkloadBytes(limits.memory_mb * 1024 * 1024)));
 }
 
 Result<core::SandboxUsage> Cgroups::Usage(const std::string& id) {
@@ -231,8 +301,14 @@ Status Cgroups::Destroy(const std::string& id) {
   // Frozen tasks do not die until thawed (v1; v2's cgroup.kill handles frozen groups).
   if (!v2_ && Exists(parents_[kV1Freezer] + "/" + id)) (void)WriteFile(parents_[kV1Freezer] + "/" + id + "/freezer.state", "THAWED");
   if (v2_ && Exists(paths[0] + "/cgroup.kill")) (void)WriteFile(paths[0] + "/cgroup.kill", "1");
+  // A group goes only after its children.
+  std::vector<std::string> dirs;
+  for (const auto& p : paths) {
+    for (const char* child : {kWorkload, kInitLeaf}) dirs.push_back(p + "/" + child);
+    dirs.push_back(p);
+  }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  for (const auto& dir : paths) {
+  for (const auto& dir : dirs) {
     while (Exists(dir)) {
       // Killing pid 1 of the sandbox ends its pid namespace; this catches anything that
       // lingers (a process that joined the group but not the namespace).

@@ -1,5 +1,29 @@
 // Per-sandbox cgroups: memory (swap included), pids and cpu limits, usage, and teardown.
 // cgroup v2 (unified) and v1 (one hierarchy per controller) behind one class.
+//
+// Init is kept out of its own sandbox's OOM kills by a reserve: every other process of the
+// sandbox runs in the group's "workload" child, whose memory limit is the sandbox's less
+// kInitReserve, so the sandbox's commands hit their limit (and the OOM killer picks among
+// them) before the sandbox as a whole does. (A lower oom_score_adj for init would need
+// CAP_SYS_RESOURCE, which hosts and containers often drop.) Init moves each process it starts
+// into the workload group through the cgroup.procs descriptor the daemon opens for it.
+//   v1  <memory>/<group>           init; the limit         <memory>/<group>/workload
+//   v2  <group>  the limit; +memory below it: <group>/init  init     <group>/workload
+// The sandbox's cgroup namespace is rooted at <group> (it shows the limit at the top);
+// v2 allows no process in a group that passes a controller down, so init enters <group>,
+// unshares the namespace, then moves into <group>/init, and InitStarted turns the memory
+// controller on below <group>.
+//
+// TCP socket buffers count against the sandbox too. v2 charges them to memory.current (unless
+// the kernel was booted with cgroup.memory=nosocket: Open warns). v1 charges them to a counter
+// of their own, and only in a group whose memory.kmem.tcp.limit_in_bytes was written: the
+// limit is a quarter of the memory limit, on top of it. Past the limit the kernel still lets
+// each socket queue about one packet (up to 64 KiB on loopback: measured 50-60 KiB per
+// connected pair of sockets), so the descriptors a command may hold are sized to keep that
+// within the rest of the memory limit (DescriptorLimit, sent with every exec request: a
+// sandbox from the warm pool gets its limits after its init started). Not bounded by either:
+// connections a listener has not accepted yet, whose buffers the kernel charges to nobody
+// until accept().
 #pragma once
 #include <string>
 #include <vector>
@@ -17,11 +41,29 @@ class Cgroups {
   // every sandbox group of this daemon lives (tag keeps daemons with different state dirs apart).
   static Result<Cgroups> Open(const std::string& tag);
 
+  // What init's reserve keeps from the workload group: 16 MiB, or a quarter of a smaller limit.
+  static constexpr int64_t kInitReserve = 16 << 20;
+  // v1's TCP buffer limit for a memory limit.
+  static int64_t TcpBufferBytes(int64_t memory_bytes) { return memory_bytes / 4; }
+  // RLIMIT_NOFILE for the sandbox's commands: 64 KiB of socket buffer past the TCP limit per
+  // descriptor fit in the rest of the memory limit; never below 1024, the customary default
+  // (so below ~85 MiB the bound is looser), at most 1M (Docker's).
+  static uint64_t DescriptorLimit(int64_t memory_bytes);
+
   bool v2() const { return v2_; }
   Status Create(const std::string& id, const Limits& limits);
   Status SetLimits(const std::string& id, const Limits& limits);
-  // Opens the files a process writes "0" into to join the sandbox's groups (one per hierarchy).
-  Result<std::vector<UniqueFd>> OpenJoinFds(const std::string& id);
+  // cgroup.procs files, opened by the daemon (the kernel checks a move with the opener's
+  // credentials and cgroup namespace), that a process writes "0" into to move itself.
+  struct JoinFds {
+    std::vector<UniqueFd> sandbox;  // the sandbox's group, one per hierarchy: init, first
+    UniqueFd init;                  // v2: init's leaf, after it unshared its cgroup namespace
+    UniqueFd workload;              // every other process of the sandbox
+  };
+  Result<JoinFds> OpenJoinFds(const std::string& id);
+  // Once init left <group> for <group>/init (v2): the memory controller below <group> and the
+  // workload group's limit. Nothing to do on v1.
+  Status InitStarted(const std::string& id, const Limits& limits);
   Result<core::SandboxUsage> Usage(const std::string& id);
   // Freezes (or thaws) every process of the sandbox: the v1 freezer or v2's cgroup.freeze.
   // Returns once the kernel reports the group frozen (a few ms; kUnavailable after ~5 s).

@@ -187,15 +187,18 @@ void EmptyReadOnlyDir(ChildPlan* plan, const char* path) {
 
 void JoinCgroups(ChildPlan* plan) {
   for (int fd : plan->cgroup_join_fds) STEP(Write(fd, "0", 1) == 1, "join cgroup");
+  // The sandbox's group is the root of what its processes see (cgroup.h).
   STEP(::unshare(CLONE_NEWCGROUP) == 0, "unshare cgroup namespace");
+  if (plan->cgroup_init_fd >= 0) STEP(Write(plan->cgroup_init_fd, "0", 1) == 1, "join init's cgroup");
   // A time namespace for the sandbox's processes where the kernel has one.
   if (::unshare(CLONE_NEWTIME) != 0) STEP(errno == EINVAL, "unshare time namespace");
-  // init should be the last process the OOM killer picks: it holds the sandbox together.
-  // Best effort: lowering the score needs CAP_SYS_RESOURCE, which a daemon in a container
-  // may lack; init is tiny, so the killer prefers the process that grew anyway.
+  // OOM score 0 for init and so for everything it starts, whatever the daemon's own (a unit's
+  // OOMScoreAdjust). Written with CAP_SYS_RESOURCE, 0 also becomes the floor the sandbox's
+  // processes cannot go below, so none can shelter from the host's OOM killer. Init's
+  // protection from its own sandbox's OOM is its memory reserve (cgroup.h), not a score.
   int fd = Open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
   if (fd >= 0) {
-    (void)!Write(fd, "-998", 4);
+    (void)!Write(fd, "0", 1);
     Close(fd);
   }
 }
@@ -388,8 +391,9 @@ void ExecInit(ChildPlan* plan) {
   STEP(null_fd >= 0, "open /dev/null");
   for (int fd = 0; fd <= 2; fd++) STEP(Dup3(null_fd, fd, 0) == fd, "stdio");
   STEP(Dup3(plan->listen_fd, ctl::kListenFd, 0) == ctl::kListenFd, "listen fd");
-  // Nothing but 0-3 reaches init; the memfd closes itself on exec.
-  STEP(::syscall(SYS_close_range, ctl::kListenFd + 1, ~0U, CLOSE_RANGE_CLOEXEC) == 0, "close_range");
+  STEP(Dup3(plan->workload_cgroup_fd, ctl::kWorkloadCgroupFd, 0) == ctl::kWorkloadCgroupFd, "workload cgroup fd");
+  // Nothing but 0-4 reaches init; the memfd closes itself on exec.
+  STEP(::syscall(SYS_close_range, ctl::kWorkloadCgroupFd + 1, ~0U, CLOSE_RANGE_CLOEXEC) == 0, "close_range");
   const uint64_t none = 0;
   ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, nullptr, sizeof none);
   char arg0[] = "bulkhead-init";

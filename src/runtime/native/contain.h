@@ -41,9 +41,11 @@ struct ChildPlan {
   int userns_fd = -1;            // the sandbox's user namespace (maps 0 -> host_uid)
   int stored_ids_fd = -1;        // a user namespace that maps kStoredIdBase -> host_uid: the
                                  // idmap of the image and volume mounts (common/id_ranges.h)
-  std::vector<int> cgroup_join_fds;
+  std::vector<int> cgroup_join_fds;  // Cgroups::JoinFds
+  int cgroup_init_fd = -1;           // v2 only
   // What init gets
-  int listen_fd = -1;            // becomes fd 3
+  int listen_fd = -1;            // becomes fd 3 (ctl::kListenFd)
+  int workload_cgroup_fd = -1;   // becomes fd 4 (ctl::kWorkloadCgroupFd)
   int init_memfd = -1;           // sealed copy of bulkhead-init
   sock_fprog seccomp{};
   int64_t pids = 512;

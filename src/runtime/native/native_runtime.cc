@@ -228,8 +228,10 @@ Result<InitProcess> NativeRuntime::Launch(const LaunchSpec& spec) {
   plan.shm_options = "mode=1777,size=" + std::to_string(spec.limits.memory_mb / 2 + 1) + "m," + owner;
   plan.userns_fd = userns->get();
   plan.stored_ids_fd = stored_ids->get();
-  for (const auto& fd : *join) plan.cgroup_join_fds.push_back(fd.get());
+  for (const auto& fd : join->sandbox) plan.cgroup_join_fds.push_back(fd.get());
+  plan.cgroup_init_fd = join->init.get();
   plan.listen_fd = listen->get();
+  plan.workload_cgroup_fd = join->workload.get();
   plan.init_memfd = init_memfd_.get();
   plan.seccomp.len = static_cast<unsigned short>(seccomp_.size());
   plan.seccomp.filter = seccomp_.data();
@@ -269,6 +271,7 @@ Result<InitProcess> NativeRuntime::Launch(const LaunchSpec& spec) {
     return SystemError(std::string("sandbox setup failed at ") + plan.failed_step, plan.failed_errno);
   }
   InitProcess init{pid, ProcessStartTime(pid)};
+  BH_TRY(cgroups_.InitStarted(spec.id, spec.limits));
   undo_cgroups.Dismiss();
   return init;
 }
