@@ -10,6 +10,7 @@
 #include "api/file_request.h"
 #include "api/json_output.h"
 #include "api/validate.h"
+#include "common/bounded_json.h"
 #include "core/file_operation.h"
 
 // g++ 12 reports a false -Wmismatched-new-delete on asio's coroutine frames, whose
@@ -105,7 +106,7 @@ asio::awaitable<void> ServeDownload(HttpExchange& exchange, core::FileOperation&
   ClientHangupWatch watch(exchange.stream().socket(), [&operation] { operation.Cancel(); });
   Result<std::pair<std::string, std::string>> first = co_await ReadFirstLine(operation);
   if (!first.ok()) co_return co_await Fail(exchange, watch, first.error());
-  const json size_line = json::parse(first->first, nullptr, /*allow_exceptions=*/false);
+  const json size_line = ParseBoundedJson(first->first);
   if (!size_line.is_object() || !size_line.contains("size") || !size_line["size"].is_number_unsigned()) {
     co_return co_await Fail(exchange, watch, FileWorkerBroken("did not announce the file's size"));
   }
@@ -138,8 +139,8 @@ asio::awaitable<void> ServeWatch(HttpExchange& exchange, core::FileOperation& op
   ClientHangupWatch watch(exchange.stream().socket(), [&operation] { operation.Cancel(); });
   Result<std::pair<std::string, std::string>> first = co_await ReadFirstLine(operation);
   if (!first.ok()) co_return co_await Fail(exchange, watch, first.error());
-  const json ready = json::parse(first->first, nullptr, /*allow_exceptions=*/false);
-  if (!ready.is_object() || ready.value("type", "") != "ready") {
+  const json ready = ParseBoundedJson(first->first);
+  if (!ready.is_object() || ready.value("type", json()) != "ready") {
     co_return co_await Fail(exchange, watch, FileWorkerBroken("did not report its watch ready"));
   }
   if (!co_await exchange.BeginChunked(http::status::ok, "application/x-ndjson")) co_return;

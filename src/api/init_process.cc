@@ -1,5 +1,8 @@
 #include "api/init_process.h"
 
+#include <algorithm>
+#include <optional>
+
 #include <fmt/format.h>
 
 #include "common/ctl_protocol.h"
@@ -18,17 +21,6 @@ namespace {
 // Stdin frames well below ctl::kMaxFrame, as exec sends them.
 constexpr size_t kStdinFrameBytes = ctl::kMaxFrame / 2;
 
-Error ProtocolError(std::string_view what) {
-  return MakeError(ErrorCode::kInternal, fmt::format("unexpected answer from the sandbox's init: {}", what),
-                   "sandbox_protocol_error");
-}
-
-Result<json> ParseObject(std::string_view payload, std::string_view frame) {
-  json doc = json::parse(payload, nullptr, /*allow_exceptions=*/false);
-  if (!doc.is_object()) return ProtocolError(fmt::format("{} is not a JSON object", frame));
-  return doc;
-}
-
 // Reads an offset field of init's JSON: a non-negative integer.
 std::optional<uint64_t> OffsetField(const json& object, const char* key) {
   auto it = object.find(key);
@@ -40,6 +32,51 @@ std::optional<uint64_t> OffsetField(const json& object, const char* key) {
 std::string StringField(const json& object, const char* key) {
   auto it = object.find(key);
   return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// A Process from init with each field of the type ctl_protocol.h gives it, and only those
+// fields (what reaches a client is what the API documents); else nullopt.
+std::optional<json> ProcessFromInit(const json& process) {
+  const std::optional<int> pid = core::InitPid(process);
+  if (!pid) return std::nullopt;
+  json out = {{"pid", *pid}};
+  auto take = [&](const char* key, auto valid) {
+    auto it = process.find(key);
+    if (it == process.end() || !valid(*it)) return false;
+    out[key] = *it;
+    return true;
+  };
+  auto text_or_null = [](const json& v) { return v.is_string() || v.is_null(); };
+  auto number_or_null = [](const json& v) { return v.is_number_integer() || v.is_null(); };
+  auto text = [](const json& v) { return v.is_string(); };
+  auto argv = [](const json& v) {
+    return v.is_array() && std::all_of(v.begin(), v.end(), [](const json& arg) { return arg.is_string(); });
+  };
+  auto state = [](const json& v) { return v == "running" || v == "exited"; };
+  auto offset = [](const json& v) { return v.is_number_integer() && (v.is_number_unsigned() || v.get<int64_t>() >= 0); };
+  auto side = [](const json& pty, const char* key) {
+    auto it = pty.find(key);
+    return it != pty.end() && it->is_number_integer() && it->get<int64_t>() >= 1 && it->get<int64_t>() <= 65535;
+  };
+  auto pty = [&](const json& v) { return v.is_null() || (v.is_object() && side(v, "cols") && side(v, "rows")); };
+  if (!take("tag", text_or_null) || !take("cmd", argv) || !take("state", state) || !take("exit_code", number_or_null) ||
+      !take("signal", number_or_null) || !take("started_at", text) || !take("exited_at", text_or_null) ||
+      !take("pty", pty)) {
+    return std::nullopt;
+  }
+  for (const char* key : {"stdout_offset", "stderr_offset", "stdout_start", "stderr_start"}) {
+    if (!take(key, offset)) return std::nullopt;
+  }
+  if (out["pty"].is_object()) out["pty"] = {{"cols", out["pty"]["cols"]}, {"rows", out["pty"]["rows"]}};
+  return out;
+}
+
+// The Process under `key` of init's `payload` (a `frame`).
+Result<json> ProcessIn(const json& payload, const char* key, std::string_view frame) {
+  auto process = payload.find(key);
+  std::optional<json> checked = process != payload.end() ? ProcessFromInit(*process) : std::nullopt;
+  if (!checked) return core::InitProtocolError(fmt::format("{} without a valid process", frame));
+  return std::move(*checked);
 }
 
 }  // namespace
@@ -59,7 +96,7 @@ bool HasExited(const json& process) { return StringField(process, "state") == "e
 Result<StreamOffsets> ParseStreamOffsets(const json& payload) {
   std::optional<uint64_t> out = OffsetField(payload, "stdout_offset");
   std::optional<uint64_t> err = OffsetField(payload, "stderr_offset");
-  if (!out || !err) return ProtocolError("missing stream offsets");
+  if (!out || !err) return core::InitProtocolError("missing stream offsets");
   return StreamOffsets{*out, *err};
 }
 
@@ -79,11 +116,9 @@ asio::awaitable<Result<json>> StartProcess(core::SandboxManager& manager, asio::
     if (!frame.ok()) co_return frame.error();
     if (frame->type == ctl::kError) co_return core::ErrorFromInit(frame->payload);
     if (frame->type != ctl::kStarted) continue;  // nothing else is expected; skip what is unknown
-    Result<json> started = ParseObject(frame->payload, "kStarted");
+    Result<json> started = core::ParseInitObject(frame->payload, "kStarted");
     if (!started.ok()) co_return started.error();
-    auto process = started->find("process");
-    if (process == started->end() || !process->is_object()) co_return ProtocolError("kStarted without a process");
-    co_return std::move(*process);
+    co_return ProcessIn(*started, "process", "kStarted");
   }
 }
 
@@ -97,11 +132,19 @@ asio::awaitable<Result<json>> ListProcesses(core::SandboxManager& manager, asio:
     if (!frame.ok()) co_return frame.error();
     if (frame->type == ctl::kError) co_return core::ErrorFromInit(frame->payload);
     if (frame->type != ctl::kResult) continue;
-    Result<json> result = ParseObject(frame->payload, "kResult");
+    Result<json> result = core::ParseInitObject(frame->payload, "kResult");
     if (!result.ok()) co_return result.error();
     auto processes = result->find("processes");
-    if (processes == result->end() || !processes->is_array()) co_return ProtocolError("kResult without processes");
-    co_return std::move(*processes);
+    if (processes == result->end() || !processes->is_array()) {
+      co_return core::InitProtocolError("kResult without processes");
+    }
+    json checked = json::array();
+    for (const json& process : *processes) {
+      std::optional<json> valid = ProcessFromInit(process);
+      if (!valid) co_return core::InitProtocolError("kResult with an invalid process");
+      checked.push_back(std::move(*valid));
+    }
+    co_return checked;
   }
 }
 
@@ -137,12 +180,12 @@ namespace {
 
 // The attachment that init's kAttached `payload` describes, on `client`.
 Result<ProcessAttachment> AttachmentFrom(std::unique_ptr<core::CtlClient> client, std::string_view payload) {
-  Result<json> attached = ParseObject(payload, "kAttached");
+  Result<json> attached = core::ParseInitObject(payload, "kAttached");
   if (!attached.ok()) return attached.error();
   Result<StreamOffsets> start = ParseStreamOffsets(*attached);
   if (!start.ok()) return start.error();
-  auto process = attached->find("process");
-  if (process == attached->end() || !process->is_object()) return ProtocolError("kAttached without a process");
+  Result<json> process = ProcessIn(*attached, "process", "kAttached");
+  if (!process.ok()) return process.error();
   ProcessAttachment result;
   result.client = std::move(client);
   result.process = std::move(*process);
@@ -164,12 +207,7 @@ asio::awaitable<Result<ProcessAttachment>> AttachProcess(core::SandboxManager& m
     // unknown sandbox with its own 404 before process_not_found.
     Result<json> process = co_await FindProcess(manager, executor, sandbox_id, segment);
     if (!process.ok()) co_return process.error();
-    auto found = process->find("pid");
-    if (found == process->end() || !found->is_number_integer() || found->get<int64_t>() < 1 ||
-        found->get<int64_t>() > INT32_MAX) {
-      co_return ProtocolError("a process without a pid");
-    }
-    pid = static_cast<int>(found->get<int64_t>());
+    pid = *core::InitPid(*process);  // ListProcesses checked it
   }
   Result<core::InitConnection> init = co_await manager.ConnectInit(executor, sandbox_id);
   if (!init.ok()) co_return init.error();
@@ -188,7 +226,7 @@ asio::awaitable<Result<ProcessAttachment>> AttachProcess(core::SandboxManager& m
     if (error.code == ErrorCode::kNotFound) co_return ProcessNotFound(segment);
     co_return error;
   }
-  if (frame->type != ctl::kAttached) co_return ProtocolError("expected kAttached");
+  if (frame->type != ctl::kAttached) co_return core::InitProtocolError("expected kAttached");
   co_return AttachmentFrom(std::move(init->client), frame->payload);
 }
 

@@ -21,6 +21,7 @@
 #include "api/process_request.h"
 #include "api/signal_names.h"
 #include "api/validate.h"
+#include "common/bounded_json.h"
 #include "common/ctl_protocol.h"
 
 // g++ 12 reports a false -Wmismatched-new-delete on asio's coroutine frames, whose
@@ -182,7 +183,7 @@ asio::awaitable<void> ForwardOutput(AttachSession& session) {
         if (!co_await Write(session, /*binary=*/true, frame->payload)) co_return;
         break;
       case ctl::kExit: {
-        const std::string exit = DumpJson(ProcessExitEvent(json::parse(frame->payload, nullptr, false)));
+        const std::string exit = DumpJson(ProcessExitEvent(ParseBoundedJson(frame->payload)));
         if (co_await Write(session, /*binary=*/false, exit)) {
           co_await Close(session, websocket::close_code::normal, "the process exited");
         }

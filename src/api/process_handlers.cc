@@ -12,6 +12,7 @@
 #include "api/process_output.h"
 #include "api/process_request.h"
 #include "api/validate.h"
+#include "common/bounded_json.h"
 #include "common/ctl_protocol.h"
 #include "common/scope_guard.h"
 
@@ -161,7 +162,7 @@ asio::awaitable<void> ProcessHandlers::Output(HttpExchange& exchange, const std:
         text = Lines(cursor.Output(OutputStream::kStderr, frame->payload));
         break;
       case ctl::kGap: {
-        Result<StreamOffsets> offsets = ParseStreamOffsets(json::parse(frame->payload, nullptr, false));
+        Result<StreamOffsets> offsets = ParseStreamOffsets(ParseBoundedJson(frame->payload));
         if (!offsets.ok()) {
           text = ErrorLine(offsets.error());
           last = true;
@@ -175,7 +176,7 @@ asio::awaitable<void> ProcessHandlers::Output(HttpExchange& exchange, const std:
         last = true;
         break;
       case ctl::kExit:
-        text = Lines(cursor.Finish()) + DumpJson(ProcessExitEvent(json::parse(frame->payload, nullptr, false))) + "\n";
+        text = Lines(cursor.Finish()) + DumpJson(ProcessExitEvent(ParseBoundedJson(frame->payload))) + "\n";
         last = true;
         break;
       case ctl::kError:

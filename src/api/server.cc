@@ -181,11 +181,13 @@ Result<tcp::endpoint> ApiServer::ListenTcp(const std::string& host_port) {
   if (bind(fd.get(), endpoint->data(), static_cast<socklen_t>(endpoint->size())) != 0) {
     return SystemError(fmt::format("bind {}", host_port), errno);
   }
-  if (listen(fd.get(), SOMAXCONN) != 0) return SystemError("listen", errno);
   tcp::endpoint bound;
   socklen_t length = static_cast<socklen_t>(bound.capacity());
   if (getsockname(fd.get(), bound.data(), &length) != 0) return SystemError("getsockname", errno);
   bound.resize(length);
+  // Out of the sandboxes' reach before the first connection can arrive.
+  manager_.AddDaemonListener({net::IpAddress::FromSockaddr(bound.data()), bound.port()});
+  if (listen(fd.get(), SOMAXCONN) != 0) return SystemError("listen", errno);
   const std::string address = bound.address().to_string();
   tcp_addresses_.push_back(bound.address().is_v6() ? fmt::format("[{}]:{}", address, bound.port())
                                                     : fmt::format("{}:{}", address, bound.port()));

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "api/encoding.h"
+#include "common/bounded_json.h"
 #include "net/allow_rules.h"
 
 namespace bulkhead::api {
@@ -16,7 +17,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int kMaxJsonDepth = 64;
 constexpr size_t kMaxPathBytes = 4096;
 constexpr size_t kMaxMetadataEntries = 64;
 constexpr size_t kMaxMetadataKeyBytes = 128;
@@ -311,16 +311,7 @@ HostLimits HostLimits::Detect() {
 Result<json> ParseJsonObject(std::string_view body) {
   if (body.empty()) return json::object();
   bool too_deep = false;
-  // Refuse deep nesting while parsing: a 1 MiB body of '[' must not build a deep tree.
-  json::parser_callback_t limit_depth = [&too_deep](int depth, json::parse_event_t event, json&) {
-    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
-        depth >= kMaxJsonDepth) {
-      too_deep = true;
-      return false;
-    }
-    return !too_deep;
-  };
-  json value = json::parse(body, limit_depth, /*allow_exceptions=*/false);
+  json value = ParseBoundedJson(body, &too_deep);
   if (too_deep) {
     return MakeError(ErrorCode::kBadRequest, fmt::format("JSON nested deeper than {}", kMaxJsonDepth));
   }

@@ -5,8 +5,10 @@
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/bounded_json.h"
 #include "common/ctl_protocol.h"
 
 // g++ 12 reports a false -Wmismatched-new-delete on asio's coroutine frames.
@@ -53,7 +55,7 @@ asio::awaitable<Result<CtlClient::Frame>> CtlClient::Receive() {
   const int64_t length = ctl::DecodePayloadLength(header);
   if (length < 0) {
     Close();
-    co_return MakeError(ErrorCode::kInternal, "bad frame from the sandbox's init", "sandbox_protocol_error");
+    co_return InitProtocolError("a frame of a bad length");
   }
   Frame frame;
   frame.type = header[4];
@@ -71,10 +73,36 @@ void CtlClient::Close() {
   socket_.close(ec);
 }
 
+Error InitProtocolError(std::string_view what) {
+  return MakeError(ErrorCode::kInternal, fmt::format("unexpected answer from the sandbox's init: {}", what),
+                   "sandbox_protocol_error");
+}
+
+Result<nlohmann::json> ParseInitObject(std::string_view payload, std::string_view frame) {
+  nlohmann::json doc = ParseBoundedJson(payload);
+  if (!doc.is_object()) return InitProtocolError(fmt::format("{} is not a JSON object", frame));
+  return doc;
+}
+
+std::optional<int> InitPid(const nlohmann::json& object) {
+  if (!object.is_object()) return std::nullopt;
+  auto pid = object.find("pid");
+  if (pid == object.end() || !pid->is_number_integer()) return std::nullopt;
+  const int64_t value = pid->get<int64_t>();
+  if (value < 1 || value > INT32_MAX) return std::nullopt;
+  return static_cast<int>(value);
+}
+
 Error ErrorFromInit(std::string_view payload) {
-  const nlohmann::json doc = nlohmann::json::parse(payload, nullptr, false);
-  const std::string code = doc.is_object() ? doc.value("code", "internal") : "internal";
-  const std::string message = doc.is_object() ? doc.value("message", "the sandbox's init failed") : std::string(payload);
+  const nlohmann::json doc = ParseBoundedJson(payload);
+  auto text = [&doc](const char* key) -> std::optional<std::string> {
+    if (!doc.is_object()) return std::nullopt;
+    auto it = doc.find(key);
+    if (it == doc.end() || !it->is_string()) return std::nullopt;
+    return it->get<std::string>();
+  };
+  const std::string code = text("code").value_or("internal");
+  const std::string message = text("message").value_or(doc.is_object() ? "the sandbox's init failed" : std::string(payload));
   if (code == "not_found") return MakeError(ErrorCode::kNotFound, message);
   if (code == "invalid_argument") return MakeError(ErrorCode::kInvalid, message);
   return MakeError(ErrorCode::kInternal, message);

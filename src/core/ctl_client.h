@@ -9,8 +9,11 @@
 #include <boost/asio/local/stream_protocol.hpp>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+
+#include <nlohmann/json.hpp>
 
 #include "common/result.h"
 #include "core/output_budget.h"
@@ -45,6 +48,17 @@ class CtlClient {
   boost::asio::local::stream_protocol::socket socket_;
   std::shared_ptr<OutputBudget> budget_;
 };
+
+// Everything init sends is untrusted: sandbox code that got hold of init could send anything.
+
+// A frame init should not have sent, or sent malformed: 500 sandbox_protocol_error.
+Error InitProtocolError(std::string_view what);
+// The JSON object a `frame` ("kStarted") from init carries (nested at most kMaxJsonDepth:
+// bounded_json.h), else an InitProtocolError.
+Result<nlohmann::json> ParseInitObject(std::string_view payload, std::string_view frame);
+
+// The "pid" of an object from init: an integer 1..INT32_MAX, else nullopt.
+std::optional<int> InitPid(const nlohmann::json& object);
 
 // An init kError payload as an Error ("not_found" -> kNotFound, "invalid_argument" -> kInvalid,
 // else kInternal).

@@ -26,6 +26,15 @@ std::string Frame(uint8_t type, std::string_view payload) {
   return out;
 }
 
+// An integer field of init's kExit within 0..max (an exit status, a signal number), else absent.
+std::optional<int> SmallInt(const json& object, const char* key, int max) {
+  auto it = object.find(key);
+  if (it == object.end() || !it->is_number_integer()) return std::nullopt;
+  const int64_t value = it->get<int64_t>();
+  if (value < 0 || value > max) return std::nullopt;
+  return static_cast<int>(value);
+}
+
 Error LostInit(const boost::system::error_code& ec) {
   return MakeError(ErrorCode::kInternal, "lost the connection to the sandbox's init: " + ec.message(),
                    "sandbox_unreachable");
@@ -88,9 +97,14 @@ asio::awaitable<Result<ExecEvent>> ExecSession::Next() {
     ExecEvent ev;
     switch (frame->type) {
       case ctl::kStarted: {
-        json j = json::parse(frame->payload, nullptr, false);
+        Result<json> started = ParseInitObject(frame->payload, "kStarted");
+        const std::optional<int> pid = started.ok() ? InitPid(*started) : std::nullopt;
+        if (!pid) {
+          done_ = true;
+          co_return InitProtocolError("kStarted without a pid");
+        }
         ev.type = ExecEvent::Type::kStarted;
-        ev.pid = j.is_object() ? j.value("pid", 0) : 0;
+        ev.pid = *pid;
         co_return ev;
       }
       case ctl::kStdout:
@@ -100,14 +114,13 @@ asio::awaitable<Result<ExecEvent>> ExecSession::Next() {
         co_return ev;
       case ctl::kExit: {
         done_ = true;
-        json j = json::parse(frame->payload, nullptr, false);
+        Result<json> exit = ParseInitObject(frame->payload, "kExit");
+        if (!exit.ok()) co_return exit.error();
         ev.type = ExecEvent::Type::kExit;
-        if (j.is_object()) {
-          if (j.contains("exit_code") && j["exit_code"].is_number_integer()) ev.exit.exit_code = j["exit_code"].get<int>();
-          if (j.contains("signal") && j["signal"].is_number_integer()) ev.exit.signal = j["signal"].get<int>();
-          ev.exit.timed_out = j.value("timed_out", false);
-          if (j.contains("duration_ms") && j["duration_ms"].is_number()) ev.exit.duration_ms = j["duration_ms"].get<double>();
-        }
+        ev.exit.exit_code = SmallInt(*exit, "exit_code", 255);
+        ev.exit.signal = SmallInt(*exit, "signal", 64);
+        if (auto it = exit->find("timed_out"); it != exit->end() && it->is_boolean()) ev.exit.timed_out = it->get<bool>();
+        if (auto it = exit->find("duration_ms"); it != exit->end() && it->is_number()) ev.exit.duration_ms = it->get<double>();
         co_return ev;
       }
       case ctl::kError:

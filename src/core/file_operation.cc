@@ -7,6 +7,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <fmt/format.h>
 
+#include "common/bounded_json.h"
 #include "common/ctl_protocol.h"
 
 // g++ 12 reports a false -Wmismatched-new-delete on asio's coroutine frames.
@@ -32,7 +33,7 @@ std::optional<json> ErrorLine(std::string_view text) {
     while (end > 0 && (text[end - 1] == '\n' || text[end - 1] == '\r' || text[end - 1] == ' ')) --end;
     text = text.substr(0, end);
     const size_t start = text.rfind('\n') == std::string_view::npos ? 0 : text.rfind('\n') + 1;
-    json line = json::parse(text.substr(start), nullptr, /*allow_exceptions=*/false);
+    json line = ParseBoundedJson(text.substr(start));
     if (line.is_object() && line.contains("code") && line["code"].is_string()) return line;
     text = text.substr(0, start);
   }
@@ -112,7 +113,7 @@ struct FileOperation::State {
         stderr_text.append(frame->payload, 0, kMaxStderrBytes - std::min(kMaxStderrBytes, stderr_text.size()));
         break;
       case ctl::kExit: {
-        const json exit = json::parse(frame->payload, nullptr, /*allow_exceptions=*/false);
+        const json exit = ParseBoundedJson(frame->payload);
         const json* code = exit.is_object() && exit.contains("exit_code") ? &exit["exit_code"] : nullptr;
         const json* signal = exit.is_object() && exit.contains("signal") ? &exit["signal"] : nullptr;
         if (code && code->is_number_integer() && code->get<int64_t>() == 0) {

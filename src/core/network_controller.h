@@ -32,6 +32,8 @@ class NetworkController {
   void Forget(const std::string& sandbox_id);
   // The last `limit` log records, oldest first, then the open connections.
   Result<std::vector<net::EgressRecord>> Egress(const std::string& sandbox_id, int64_t limit);
+  // A TCP socket of the daemon's own, out of every sandbox's reach from now on.
+  void AddDaemonListener(const net::DaemonListener& listener) { proxy_->AddDaemonListener(listener); }
 
  private:
   class Sink;

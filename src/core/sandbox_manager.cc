@@ -183,6 +183,7 @@ class SandboxManagerImpl : public SandboxManager {
   Result<UniqueFd> SandboxSocket(const std::string& id, int domain) override;
   Result<SandboxInfo> SetNetwork(const std::string& id, const NetworkPolicy& policy) override;
   Result<std::vector<net::EgressRecord>> Egress(const std::string& id, int64_t limit) override;
+  void AddDaemonListener(const net::DaemonListener& listener) override { network_->AddDaemonListener(listener); }
   boost::asio::awaitable<Result<std::unique_ptr<ExecSession>>> StartExec(boost::asio::any_io_executor executor,
                                                                          const std::string& id,
                                                                          ExecRequest request) override;

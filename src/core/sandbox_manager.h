@@ -95,6 +95,9 @@ class SandboxManager {
   // GET /v1/sandboxes/{id}/egress: the last `limit` records, oldest first, then the
   // connections open now (open = true).
   virtual Result<std::vector<net::EgressRecord>> Egress(const std::string& id, int64_t limit) = 0;
+  // A TCP socket the daemon listens on, before it accepts: from then on no sandbox reaches it
+  // through its egress, whatever its policy (issue 17). No-op where there is no egress (tests).
+  virtual void AddDaemonListener(const net::DaemonListener&) {}
 
   // Snapshots and forks. A snapshot freezes a running sandbox while its files are captured
   // (a paused one stays paused). 404 unknown sandbox, 409 one that is not running, paused

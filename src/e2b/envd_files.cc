@@ -13,6 +13,7 @@
 #include "api/file_output.h"
 #include "api/file_request.h"
 #include "api/json_output.h"
+#include "common/bounded_json.h"
 #include "e2b/envd.h"
 #include "e2b/envd_fs.h"
 #include "e2b/envd_paths.h"
@@ -106,7 +107,7 @@ asio::awaitable<void> ServeDownload(EnvdRequest& request) {
     }
     co_return co_await SendFileError(exchange, error);
   }
-  const json size_line = json::parse(first->first, nullptr, /*allow_exceptions=*/false);
+  const json size_line = ParseBoundedJson(first->first);
   if (!size_line.is_object() || !size_line.contains("size") || !size_line["size"].is_number_unsigned()) {
     co_return co_await SendFileError(exchange, api::FileWorkerBroken("did not announce the file's size"));
   }

@@ -17,6 +17,7 @@
 
 #include "api/client_hangup_watch.h"
 #include "api/file_request.h"
+#include "common/bounded_json.h"
 #include "common/ctl_protocol.h"
 #include "e2b/connect_rpc.h"
 #include "e2b/envd.h"
@@ -333,7 +334,7 @@ class FilesystemCall {
     std::string piece = std::move(watch->pending);
     while (!end) {
       for (const std::string& text : TakeLines(pending, piece)) {
-        const json line = json::parse(text, nullptr, /*allow_exceptions=*/false);
+        const json line = ParseBoundedJson(text);
         std::optional<json> event = FilesystemEventOf(line, *path);
         if (!event) continue;
         const json envelope = {{"filesystem", std::move(*event)}};

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "api/file_output.h"
+#include "common/bounded_json.h"
 
 // g++ 12 at -O2 reports a false -Wmismatched-new-delete on asio's coroutine frames.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
@@ -96,7 +97,7 @@ asio::awaitable<Result<json>> SandboxFiles::Run(const json& op, size_t max_answe
   size_t end = output->size();
   while (end > 0 && ((*output)[end - 1] == '\n' || (*output)[end - 1] == ' ')) --end;
   if (end == 0) co_return json(nullptr);
-  json answer = json::parse(std::string_view(*output).substr(0, end), nullptr, /*allow_exceptions=*/false);
+  json answer = ParseBoundedJson(std::string_view(*output).substr(0, end));
   if (!answer.is_object()) co_return api::FileWorkerBroken("answered malformed JSON");
   co_return answer;
 }
@@ -142,8 +143,8 @@ asio::awaitable<Result<StartedWatch>> StartWatch(SandboxFiles& files, const std:
   if (!started.ok()) co_return started.error();
   Result<std::pair<std::string, std::string>> first = co_await api::ReadFirstLine(**started);
   if (!first.ok()) co_return first.error();
-  const json ready = json::parse(first->first, nullptr, /*allow_exceptions=*/false);
-  if (!ready.is_object() || ready.value("type", "") != "ready") {
+  const json ready = ParseBoundedJson(first->first);
+  if (!ready.is_object() || ready.value("type", json()) != "ready") {
     co_return api::FileWorkerBroken("did not report its watch ready");
   }
   co_return StartedWatch{std::move(started.value()), std::move(first->second)};

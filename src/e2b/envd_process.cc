@@ -11,6 +11,7 @@
 
 #include "api/client_hangup_watch.h"
 #include "api/init_process.h"
+#include "common/bounded_json.h"
 #include "common/ctl_protocol.h"
 #include "common/scope_guard.h"
 #include "e2b/connect_rpc.h"
@@ -83,10 +84,7 @@ ConfigRegistry& Registry() {
   return registry;
 }
 
-int PidOf(const json& process) {
-  auto pid = process.find("pid");
-  return pid != process.end() && pid->is_number_integer() ? static_cast<int>(pid->get<int64_t>()) : 0;
-}
+int PidOf(const json& process) { return core::InitPid(process).value_or(0); }
 
 bool HasPty(const json& process) {
   auto pty = process.find("pty");
@@ -161,7 +159,7 @@ asio::awaitable<void> FollowOutput(EnvdRequest& request, ServerStream& stream, c
         break;
       }
       case ctl::kExit: {
-        const json end = EndEvent(json::parse(frame->payload, nullptr, false));
+        const json end = EndEvent(ParseBoundedJson(frame->payload));
         if (co_await stream.Send(end)) co_await stream.Finish();
         co_return;
       }

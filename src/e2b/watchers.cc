@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "api/file_output.h"
+#include "common/bounded_json.h"
 #include "e2b/envd_fs.h"
 #include "e2b/envd_paths.h"
 
@@ -177,7 +178,7 @@ asio::awaitable<void> Pump(std::shared_ptr<Watcher> watcher, core::SandboxManage
   std::string rest;
   auto deliver = [&](std::string_view piece) {
     for (const std::string& text : TakeLines(rest, piece)) {
-      const json line = json::parse(text, nullptr, /*allow_exceptions=*/false);
+      const json line = ParseBoundedJson(text);
       std::optional<json> event = FilesystemEventOf(line, watcher->watched_dir);
       if (!event) continue;
       std::lock_guard lock(watcher->mutex);

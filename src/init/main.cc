@@ -62,6 +62,11 @@ UniqueFd SetUpSignals() {
 class Init {
  public:
   int Run() {
+    // Commands run as init's own uid (sandbox root), so only this keeps them from ptracing
+    // init, reading its memory (every request's env) or taking its listening socket with
+    // pidfd_getfd: a non-dumpable process admits only tracers with CAP_SYS_PTRACE, which
+    // no sandbox process has. The forks of init keep it until they exec a command.
+    ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     EnsureStandardFdsOpen();
     // Not PID 1 (a test): become the reaper of orphaned descendants anyway.
     is_pid1_ = ::getpid() == 1;

@@ -6,6 +6,7 @@
 #include <linux/magic.h>
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
@@ -137,6 +138,9 @@ void CloseFdsAbove2() {
   }
   if (::setresgid(plan.gid, plan.gid, plan.gid) != 0) ReportAndExit(plan.error_fd, ChildStep::kGid);
   if (::setresuid(plan.uid, plan.uid, plan.uid) != 0) ReportAndExit(plan.error_fd, ChildStep::kUid);
+  // A uid change resets dumpability to the host's fs.suid_dumpable, which may be 1: this
+  // process still holds init's memory (and a file worker never execs), so not for the user.
+  ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 
   // After setuid, so the directory is checked with the command's own permissions.
   if (::chdir(plan.cwd) != 0) ReportAndExit(plan.error_fd, ChildStep::kCwd);

@@ -162,15 +162,20 @@ std::string DeniedV4RangeOf(const IpAddress& address, const std::vector<IpAddres
   return {};
 }
 
-// Which always-denied range `address` is in, described for a reason; "" if none.
-std::string DeniedRangeOf(const IpAddress& address, const std::vector<IpAddress>& host_addresses) {
-  // A hand-made IpAddress may hold a mapped address as v6; judge the IPv4 address it carries.
-  // (IpPrefix::Parse would turn "::ffff:0:0/96" into 0.0.0.0/0, hence the bytes.)
+// A hand-made IpAddress may hold a mapped address as v6: the IPv4 address it carries, else
+// `address` itself. (IpPrefix::Parse would turn "::ffff:0:0/96" into 0.0.0.0/0, hence the bytes.)
+IpAddress Unmapped(const IpAddress& address) {
   static const std::array<uint8_t, 12> mapped = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  if (!address.v6) return DeniedV4RangeOf(address, host_addresses);
-  if (std::equal(mapped.begin(), mapped.end(), address.bytes.begin())) {
-    return DeniedV4RangeOf(V4From(address.bytes.data() + 12), host_addresses);
+  if (address.v6 && std::equal(mapped.begin(), mapped.end(), address.bytes.begin())) {
+    return V4From(address.bytes.data() + 12);
   }
+  return address;
+}
+
+// Which always-denied range `address` is in, described for a reason; "" if none.
+std::string DeniedRangeOf(const IpAddress& given, const std::vector<IpAddress>& host_addresses) {
+  const IpAddress address = Unmapped(given);
+  if (!address.v6) return DeniedV4RangeOf(address, host_addresses);
   std::string host = HostAddress(address, host_addresses);
   if (!host.empty()) return host;
   for (const auto& range : DeniedV6()) {
@@ -188,6 +193,24 @@ std::string DeniedRangeOf(const IpAddress& address, const std::vector<IpAddress>
     if (!inner.empty()) return "2002::/16 embedding " + inner;
   }
   return {};
+}
+
+bool IsUnspecified(const IpAddress& address) {
+  const size_t size = address.v6 ? 16 : 4;
+  return std::all_of(address.bytes.begin(), address.bytes.begin() + size, [](uint8_t b) { return b == 0; });
+}
+
+// Whether a connection to `address` stays on the daemon's host: loopback, "this network"
+// (0.0.0.0 connects to loopback), the unspecified address, or one of the host's addresses.
+bool IsLocal(const IpAddress& address, const LocalHost& host) {
+  static const IpPrefix loopback = Prefix("127.0.0.0/8"), this_network = Prefix("0.0.0.0/8");
+  static const IpPrefix loopback6 = Prefix("::1/128");
+  if (loopback.Contains(address) || this_network.Contains(address) || loopback6.Contains(address) ||
+      IsUnspecified(address)) {
+    return true;
+  }
+  if (std::find(host.addresses.begin(), host.addresses.end(), address) != host.addresses.end()) return true;
+  return host.is_own != nullptr && host.is_own(address);
 }
 
 std::string HostPort(const IpAddress& address, uint16_t port) {
@@ -334,6 +357,16 @@ bool IsAlwaysDenied(const IpAddress& address, const std::vector<IpAddress>& host
   return !DeniedRangeOf(address, host_addresses).empty();
 }
 
+bool ReachesDaemonListener(const IpAddress& given, uint16_t port, const LocalHost& host) {
+  const IpAddress address = Unmapped(given);
+  return std::any_of(host.listeners.begin(), host.listeners.end(), [&](const DaemonListener& listener) {
+    if (listener.port != port) return false;
+    const IpAddress bound = Unmapped(listener.address);
+    if (IsUnspecified(bound)) return IsLocal(address, host);
+    return address == bound || IsUnspecified(address);
+  });
+}
+
 bool NameAllowed(const Policy& policy, std::string_view name, uint16_t port) {
   return NameAllowedOnPort(policy, name, port, /*zero_is_any=*/true);
 }
@@ -359,11 +392,12 @@ Verdict DecideName(const Policy& policy, std::string_view name, uint16_t port) {
 }
 
 Verdict Decide(const Policy& policy, const std::optional<std::string>& name, const IpAddress& address, uint16_t port,
-               const std::vector<IpAddress>& host_addresses) {
+               const LocalHost& host) {
   if (policy.mode == Mode::kNone) return {false, "network mode is none"};
+  if (ReachesDaemonListener(address, port, host)) return {false, HostPort(address, port) + " is the daemon's own listener"};
   // A real connection has a real port: here port 0 matches only entries without a port.
   if (AddressAllowedOnPort(policy, address, port, /*zero_is_any=*/false)) return {true, {}};
-  std::string range = DeniedRangeOf(address, host_addresses);
+  std::string range = DeniedRangeOf(address, host.addresses);
   if (!range.empty()) return {false, range + " is always denied"};
   if (policy.mode == Mode::kOpen) return {true, {}};
   std::optional<std::string> normalized;

@@ -57,8 +57,31 @@ Result<Policy> ParsePolicy(std::string_view mode, const std::vector<std::string>
 // and 2002::/16 when they embed one of the v4 ranges above.
 // `host_addresses`: the daemon host's own addresses (always denied too).
 bool IsAlwaysDenied(const IpAddress& address, const std::vector<IpAddress>& host_addresses);
+
 // The fixed ranges above (not the host's addresses, nor the embedding forms), for nftables sets.
 std::vector<IpPrefix> AlwaysDeniedPrefixes(bool v6);
+
+// A TCP socket the daemon itself listens on (its API, its E2B front): from there a sandbox
+// could drive every other one, so no entry reopens it. The unspecified address (0.0.0.0, ::)
+// listens on every local address.
+struct DaemonListener {
+  IpAddress address;
+  uint16_t port = 0;
+};
+
+// The daemon's host as the decisions see it.
+struct LocalHost {
+  std::vector<IpAddress> addresses;       // of its interfaces: always denied (above)
+  std::vector<DaemonListener> listeners;  // denied whatever the entries say
+  // Whether an address is the host's right now, for one `addresses` may not hold yet (read a
+  // few seconds ago; an open-mode link's address is newer). Null: `addresses` is all there is.
+  bool (*is_own)(const IpAddress& address) = nullptr;
+};
+
+// True if a connection to `address`:`port` would reach one of the host's listeners: the
+// listener's own address, or for one on 0.0.0.0 or :: any local address (loopback, the
+// unspecified address, the host's addresses). Connecting to 0.0.0.0 or :: reaches loopback.
+bool ReachesDaemonListener(const IpAddress& address, uint16_t port, const LocalHost& host);
 
 // True if `name` (already lower-cased, no trailing dot) is allowed by a kName/kSuffix entry
 // that has no port or has `port`. port 0 = "any port is fine" (used by the DNS resolver:
@@ -71,6 +94,7 @@ bool AddressExplicitlyAllowed(const Policy& policy, const IpAddress& address, ui
 // Host header, TLS SNI, or the name our DNS resolver answered with this address), if known.
 // Rules, in order:
 //   mode none                                   -> denied "network mode is none"
+//   a daemon listener (ReachesDaemonListener)   -> denied "<address>:<port> is the daemon's own listener"
 //   address explicitly allowed (kPrefix match)  -> allowed (even in always-denied ranges)
 //   address always denied                       -> denied "<range> is always denied"
 //   mode open                                   -> allowed
@@ -82,7 +106,7 @@ struct Verdict {
   std::string reason;  // for the egress log and 403 bodies; empty when allowed
 };
 Verdict Decide(const Policy& policy, const std::optional<std::string>& name, const IpAddress& address, uint16_t port,
-               const std::vector<IpAddress>& host_addresses);
+               const LocalHost& host);
 
 // Whether `name` may be looked up, or connected to by name, before it is resolved (the DNS
 // resolver; the proxy's CONNECT and absolute-form hosts): mode none never, an invalid host

@@ -135,6 +135,8 @@ class EgressProxyImpl final : public EgressProxy {
     return egress->Open();
   }
 
+  void AddDaemonListener(const DaemonListener& listener) override { host_addresses_.AddListener(listener); }
+
  private:
   struct Attached {
     std::shared_ptr<SandboxEgress> egress;

@@ -87,6 +87,8 @@ class EgressProxy {
   virtual void Detach(const std::string& sandbox_id) = 0;
   // The sandbox's connections open right now, with their byte counts so far.
   virtual std::vector<EgressRecord> Open(const std::string& sandbox_id) = 0;
+  // A socket the daemon listens on: denied to every sandbox from now on (allow_rules.h).
+  virtual void AddDaemonListener(const DaemonListener& listener) = 0;
 };
 
 }  // namespace bulkhead::net

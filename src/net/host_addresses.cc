@@ -1,8 +1,12 @@
 #include "net/host_addresses.h"
 
+#include <errno.h>
 #include <ifaddrs.h>
+#include <sys/socket.h>
 
 #include <algorithm>
+
+#include "common/unique_fd.h"
 
 namespace bulkhead::net {
 
@@ -21,14 +25,28 @@ std::vector<IpAddress> ReadHostAddresses() {
   return out;
 }
 
-std::shared_ptr<const std::vector<IpAddress>> HostAddresses::Get() {
+bool IsOwnAddress(const IpAddress& address) {
+  sockaddr_storage storage;
+  const socklen_t length = address.ToSockaddr(0, &storage);
+  UniqueFd probe(::socket(storage.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!probe) return true;
+  return ::bind(probe.get(), reinterpret_cast<const sockaddr*>(&storage), length) == 0 || errno != EADDRNOTAVAIL;
+}
+
+std::shared_ptr<const LocalHost> HostAddresses::Get() {
   std::lock_guard lock(mutex_);
   const auto now = std::chrono::steady_clock::now();
   if (!current_ || now - read_at_ >= kRefresh) {
-    current_ = std::make_shared<const std::vector<IpAddress>>(ReadHostAddresses());
+    current_ = std::make_shared<const LocalHost>(LocalHost{ReadHostAddresses(), listeners_, &IsOwnAddress});
     read_at_ = now;
   }
   return current_;
+}
+
+void HostAddresses::AddListener(const DaemonListener& listener) {
+  std::lock_guard lock(mutex_);
+  listeners_.push_back(listener);
+  current_.reset();  // made again, with it, by the next Get
 }
 
 }  // namespace bulkhead::net

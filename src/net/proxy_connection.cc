@@ -246,16 +246,16 @@ asio::awaitable<void> ProxyConnection::Transparent(Endpoint original) {
   const IpAddress address = original.address;
   const uint16_t port = original.port;
   const auto policy = sandbox_->policy();
-  const auto host_addresses = context_.host_addresses.Get();
+  const auto host = context_.host_addresses.Get();
   // The names our resolver answered this address with: one the policy allows lets the
   // connection through without the client naming it.
   const std::vector<std::string> names = sandbox_->names().Lookup(address);
   std::optional<std::string> remembered;
   if (!names.empty()) remembered = names.front();
-  bool allowed_without_name = Decide(*policy, std::nullopt, address, port, *host_addresses).allowed;
+  bool allowed_without_name = Decide(*policy, std::nullopt, address, port, *host).allowed;
   for (const auto& name : names) {
     if (allowed_without_name) break;
-    if (Decide(*policy, name, address, port, *host_addresses).allowed) {
+    if (Decide(*policy, name, address, port, *host).allowed) {
       allowed_without_name = true;
       remembered = name;
     }
@@ -290,7 +290,7 @@ asio::awaitable<void> ProxyConnection::Transparent(Endpoint original) {
   const std::optional<std::string> name = announced ? NormalizeName(*announced) : std::nullopt;
   if (!name) {
     const std::optional<std::string> logged = announced ? announced : remembered;
-    sandbox_->LogDenied(logged, address, port, Decide(*policy, logged, address, port, *host_addresses).reason);
+    sandbox_->LogDenied(logged, address, port, Decide(*policy, logged, address, port, *host).reason);
     ResetClient();
     co_return;
   }
@@ -428,11 +428,11 @@ asio::awaitable<void> ProxyConnection::ExplicitForward(Destination destination, 
 asio::awaitable<ProxyConnection::Reached> ProxyConnection::Reach(Destination destination,
                                                                  std::optional<IpAddress> preferred) {
   const auto policy = sandbox_->policy();
-  const auto host_addresses = context_.host_addresses.Get();
+  const auto host = context_.host_addresses.Get();
   const uint16_t port = destination.port;
   std::vector<IpAddress> candidates;
   if (destination.address) {
-    const Verdict verdict = Decide(*policy, std::nullopt, *destination.address, port, *host_addresses);
+    const Verdict verdict = Decide(*policy, std::nullopt, *destination.address, port, *host);
     if (!verdict.allowed) co_return Reached{Reached::Outcome::kDenied, verdict.reason, {}};
     candidates.push_back(*destination.address);
   } else {
@@ -447,7 +447,7 @@ asio::awaitable<ProxyConnection::Reached> ProxyConnection::Reach(Destination des
     // Always-denied ranges win over names (DNS rebinding): such addresses are skipped.
     std::string denial;
     for (const IpAddress& address : *resolved) {
-      const Verdict verdict = Decide(*policy, name, address, port, *host_addresses);
+      const Verdict verdict = Decide(*policy, name, address, port, *host);
       if (verdict.allowed) {
         candidates.push_back(address);
       } else if (denial.empty()) {

@@ -53,7 +53,7 @@ void SandboxEgress::Unregister(const std::shared_ptr<Connection>& connection) {
 
 Verdict SandboxEgress::Admit(Connection& connection, const std::optional<std::string>& name,
                              const IpAddress& address, uint16_t port) {
-  const auto host_addresses = context_.host_addresses.Get();
+  const auto host = context_.host_addresses.Get();
   EgressRecord record = TcpRecord(name, address, port);
   record.sandbox_id = id_;
   record.time_ms = UnixMillis();
@@ -61,7 +61,7 @@ Verdict SandboxEgress::Admit(Connection& connection, const std::optional<std::st
   {
     std::lock_guard lock(mutex_);
     verdict = closed_ ? Verdict{false, "the sandbox's network was detached"}
-                      : Decide(*policy_, name, address, port, *host_addresses);
+                      : Decide(*policy_, name, address, port, *host);
     if (verdict.allowed) {
       connection.admitted = true;
       connection.name = name;
@@ -120,14 +120,14 @@ int64_t SandboxEgress::Log(EgressRecord record) {
 }
 
 void SandboxEgress::SetPolicy(Policy policy) {
-  const auto host_addresses = context_.host_addresses.Get();
+  const auto host = context_.host_addresses.Get();
   std::vector<std::function<void(const std::string&)>> cuts;
   {
     std::lock_guard lock(mutex_);
     policy_ = std::make_shared<const Policy>(std::move(policy));
     for (const auto& [key, connection] : connections_) {
       if (!connection->admitted) continue;
-      if (!Decide(*policy_, connection->name, connection->address, connection->port, *host_addresses).allowed) {
+      if (!Decide(*policy_, connection->name, connection->address, connection->port, *host).allowed) {
         cuts.push_back(connection->cut);
       }
     }

@@ -69,6 +69,7 @@ ZONE = {
     "rebind.test": {"A": [LAN_HOST]},
     "meta.test": {"A": [METADATA]},
     "evil.test": {"A": [OTHER_TEST], "TXT": ["tunnel open"]},
+    "home.test": {"A": [HOST_ADDRESS]},  # the daemon's own host
 }
 CERT_NAMES = ["a.test", "*.a.test", "b.test", "*.b.test", "other.test", "evil.test", "meta.test", "rebind.test"]
 LOGS = ("http", "https", "metadata", "dns", "udp")

@@ -546,6 +546,13 @@ def process_names_inside(client: Client, sandbox_id) -> list[str]:
     return out.split()
 
 
+def file_workers(client: Client, sandbox_id) -> list[str]:
+    """The pids of the file workers running in the sandbox: forks of its init, sharing its name."""
+    script = ("for p in /proc/[0-9]*; do [ $p != /proc/1 ] && [ \"$(cat $p/comm 2>/dev/null)\" = "
+              "\"$(cat /proc/1/comm)\" ] && echo ${p#/proc/}; done; true")
+    return client.sh(sandbox_id, script, user="root").split()
+
+
 # ---------------------------------------------------------------- WebSocket client
 
 class WebSocketRefused(Exception):

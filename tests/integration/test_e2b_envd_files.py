@@ -179,10 +179,8 @@ def sh(daemon, sandbox_id, script, user="root") -> str:
 
 
 def file_workers(daemon, sandbox) -> int:
-    """How many file workers run in the sandbox: forks of its init, sharing its name."""
-    script = ("n=0; for p in /proc/[0-9]*; do [ $p != /proc/1 ] && [ \"$(cat $p/comm 2>/dev/null)\" = "
-              "\"$(cat /proc/1/comm)\" ] && n=$((n+1)); done; echo $n")
-    return int(daemon.client().sh(sandbox["sandboxID"], script, user="root").strip())
+    """How many file workers run in the sandbox."""
+    return len(harness.file_workers(daemon.client(), sandbox["sandboxID"]))
 
 
 def unique(prefix="t") -> str:

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from harness import assert_error_shape, files_url, stream_download, stream_upload
+from harness import assert_error_shape, file_workers, files_url, stream_download, stream_upload
 
 MiB = 1024 * 1024
 
@@ -376,9 +376,7 @@ def test_a_watch_ends_when_the_client_hangs_up(client, sandbox):
     client.sh(sandbox, "mkdir -p /workspace/hang")
 
     def watchers() -> int:
-        # inotify instances show up as anon_inode:inotify descriptors of the sandbox's processes.
-        out = client.sh(sandbox, "ls -l /proc/[0-9]*/fd 2>/dev/null | grep -c inotify || true")
-        return int(out.strip() or 0)
+        return len(file_workers(client, sandbox))
 
     before = watchers()
     watch = Watch(client, sandbox, "/workspace/hang")

@@ -11,6 +11,7 @@ import json
 import re
 import signal
 import socket
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -25,6 +26,7 @@ A_VIA = (fn.A_TEST, fn.A_TEST6)  # the proxy may pick either of a.test's address
 PROXY = "http://127.0.0.1:1000"
 CURL = ["curl", "-sS", "--fail", "--max-time", "15"]
 NOPROXY = ["--noproxy", "*"]
+VIA_PROXY = ["--noproxy", "", "-x", PROXY]  # even for the NO_PROXY names (localhost, 127.0.0.1)
 CACERT = ["--cacert", "/workspace/cert.pem"]
 WHERE = ["-w", "\n%{remote_ip} %{remote_port}"]  # what curl itself connected to (the proxy or not)
 SERVER_LOGS = ("http", "https", "metadata", "udp")
@@ -424,8 +426,8 @@ def test_allowlist_blocks_the_daemon_host(allowlisted, fakenet, net_daemon, host
     bait_port, accepted = host_bait
     api = net_daemon.port
     for argv in ([*CURL, f"http://{fn.HOST_ADDRESS}:{api}/healthz"], [*CURL, *NOPROXY, f"http://{fn.HOST_ADDRESS}:{api}/healthz"],
-                 [*CURL, f"http://127.0.0.1:{api}/healthz"], [*CURL, "-x", PROXY, f"http://127.0.0.1:{api}/healthz"],
-                 [*CURL, "-x", PROXY, f"http://localhost:{api}/healthz"],
+                 [*CURL, f"http://127.0.0.1:{api}/healthz"], [*CURL, *VIA_PROXY, f"http://127.0.0.1:{api}/healthz"],
+                 [*CURL, *VIA_PROXY, f"http://localhost:{api}/healthz"],
                  [*CURL, "-g", f"http://[{fn.HOST_ADDRESS6}]:{api}/healthz"],
                  [*CURL, *NOPROXY, "-g", f"http://[{fn.HOST_ADDRESS6}]:{api}/healthz"],
                  [*CURL, f"http://{fn.HOST_ADDRESS}:{bait_port}/"], [*CURL, *NOPROXY, f"http://{fn.HOST_ADDRESS}:{bait_port}/"],
@@ -434,6 +436,74 @@ def test_allowlist_blocks_the_daemon_host(allowlisted, fakenet, net_daemon, host
         assert '"status"' not in result["stdout"], result
     assert not allowlisted.probe("silent", fn.HOST_ADDRESS, bait_port)["ok"]
     assert accepted() == []
+
+
+@pytest.fixture
+def loopback_service(fakenet):
+    """An HTTP server on 127.0.0.1 of the daemon's host namespace: (port, peers it served)."""
+    sock = fn.socket_in_netns(fakenet.host_ns, socket.AF_INET)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    served = []
+
+    def serve():
+        while True:
+            try:
+                conn, peer = sock.accept()
+            except OSError:
+                return
+            served.append(peer)
+            with conn:
+                conn.settimeout(10)
+                try:
+                    conn.recv(65536)
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 19\r\nConnection: close\r\n\r\n"
+                                 b"hello from loopback")
+                except OSError:
+                    pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield sock.getsockname()[1], served
+    sock.shutdown(socket.SHUT_RDWR)
+    sock.close()
+    thread.join(timeout=10)
+
+
+def test_no_allow_entry_reopens_the_daemons_own_listeners(make_box, fakenet, net_daemon, loopback_service):
+    """Issue 17, finding 7: entries that cover the daemon's addresses (all of loopback, the host's
+    address, its exact ip:port, a name for it; in allowlist and open mode) still leave its API
+    and E2B listeners (on 0.0.0.0 here) out of reach, through the proxy and transparently; an
+    allowed loopback service of the host stays reachable."""
+    service_port, served = loopback_service
+    ports = (net_daemon.port, int(net_daemon.e2b_url.rsplit(":", 1)[1]))
+    exact = [f"{host}:{port}" for host in ("127.0.0.1", fn.HOST_ADDRESS) for port in ports]
+    boxes = [make_box("allowlist", ["127.0.0.0/8", fn.HOST_ADDRESS, "home.test"]),
+             make_box("allowlist", exact + [f"127.0.0.1:{service_port}"]),
+             make_box("open", ["127.0.0.0/8", fn.HOST_ADDRESS, "10.0.0.0/8"])]
+    _, gateway = open_link(boxes[2])  # the host side of its link: an address of the daemon's host too
+    for box in boxes:
+        # Through the proxy (absolute-form and CONNECT), and transparently to the host's addresses.
+        by_proxy = ["127.0.0.1", "localhost", fn.HOST_ADDRESS, "home.test"]
+        direct = [fn.HOST_ADDRESS] + ([gateway] if box.mode == "open" else [])
+        for port in ports:
+            attempts = [[*CURL, *tunnel, *VIA_PROXY, f"http://{host}:{port}/healthz"]
+                        for host in by_proxy + direct for tunnel in ([], ["-p"])]
+            # (Straight to the gateway, TCP is neither proxied nor forwarded: it times out.)
+            attempts += [[*CURL, "--connect-timeout", "3", *NOPROXY, f"http://{host}:{port}/healthz"] for host in direct]
+            for argv in attempts:
+                result = box.run(argv)
+                assert result["exit_code"] != 0, f"{box.allow}: {argv} reached the daemon: {result}"
+                assert '"status"' not in result["stdout"], result
+            raw = box.probe("http", fn.HOST_ADDRESS, port, fn.HOST_ADDRESS)
+            assert not raw["ok"] or '"status"' not in raw["body"], (box.allow, port, raw)
+        reasons = [e["reason"] for e in box.egress() if e["verdict"] == "denied" and e["port"] in ports]
+        assert any("the daemon's own listener" in reason for reason in reasons), (box.allow, reasons)
+    # The same entries still reach another loopback service of the host.
+    for box in boxes:
+        result = box.curl(*VIA_PROXY, f"http://127.0.0.1:{service_port}/")
+        assert result["exit_code"] == 0 and result["body"] == "hello from loopback", (box.allow, result)
+    assert len(served) == len(boxes)
 
 
 # ---------------------------------------------------------------- SNI and Host tricks

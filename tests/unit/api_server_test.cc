@@ -98,6 +98,13 @@ asio::awaitable<void> FakeInit(LocalSocket socket, core::ExecRequest request, st
   } else if (command == "killed") {
     const json exit = {{"exit_code", nullptr}, {"signal", 9}, {"timed_out", true}, {"duration_ms", 1000}};
     co_await Send(socket, started + ExitFrame(exit));
+  } else if (command == "forged-pid") {  // what a hijacked init could send
+    co_await Send(socket, Frame(ctl::kStarted, R"({"pid": "7"})") + ExitFrame(ok_exit));
+  } else if (command == "forged-exit") {
+    const std::string exit = Frame(ctl::kExit, R"({"exit_code": 300, "signal": "9", "timed_out": "yes"})");
+    co_await Send(socket, started + exit);
+  } else if (command == "forged-error") {
+    co_await Send(socket, Frame(ctl::kError, R"({"code": 5, "message": ["not", "text"]})"));
   } else if (command == "no-cwd") {
     co_await Send(socket, Frame(ctl::kError, R"({"code": "not_found", "message": "cwd /nope does not exist"})"));
   } else if (command == "lose") {
@@ -116,6 +123,17 @@ asio::awaitable<void> FakeInit(LocalSocket socket, core::ExecRequest request, st
     co_await asio::async_read(socket, asio::buffer(&byte, 1), asio::redirect_error(asio::use_awaitable, ec));
     log->Set(&InitLog::cancelled);
   }
+}
+
+// Init's answer to the first frame of a connection, for sandboxes whose init is forged.
+asio::awaitable<void> ForgedInit(LocalSocket socket, std::string answer) {
+  uint8_t header[ctl::kHeaderSize];
+  boost::system::error_code ec;
+  co_await asio::async_read(socket, asio::buffer(header), asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) co_return;
+  std::string request(static_cast<size_t>(ctl::DecodePayloadLength(header)), '\0');
+  co_await asio::async_read(socket, asio::buffer(request), asio::redirect_error(asio::use_awaitable, ec));
+  co_await Send(socket, answer);
 }
 
 // ---- A scripted core
@@ -183,8 +201,16 @@ class FakeManager : public core::SandboxManager {
     it->second.state = state;
     return it->second;
   }
-  asio::awaitable<Result<core::InitConnection>> ConnectInit(asio::any_io_executor, const std::string& id) override {
-    co_return NotFound(id);  // these tests cover the HTTP layer; integration tests cover init
+  asio::awaitable<Result<core::InitConnection>> ConnectInit(asio::any_io_executor executor,
+                                                           const std::string& id) override {
+    // These tests cover the HTTP layer (integration tests cover init), and what the daemon
+    // makes of an init that answers anything at all.
+    auto forged = forged_init.find(id);
+    if (forged == forged_init.end()) co_return NotFound(id);
+    LocalSocket daemon_end(executor), init_end(executor);
+    asio::local::connect_pair(daemon_end, init_end);
+    asio::co_spawn(executor, ForgedInit(std::move(init_end), forged->second), asio::detached);
+    co_return core::InitConnection{std::make_unique<core::CtlClient>(std::move(daemon_end)), {}, nullptr};
   }
   Result<UniqueFd> SandboxSocket(const std::string& id, int) override { return NotFound(id); }
   Result<core::SandboxInfo> SetNetwork(const std::string& id, const core::NetworkPolicy& policy) override {
@@ -287,6 +313,7 @@ class FakeManager : public core::SandboxManager {
   std::map<std::string, std::string> imported;
   std::string imported_from;
   std::shared_ptr<InitLog> init_log = std::make_shared<InitLog>();
+  std::map<std::string, std::string> forged_init;  // sandbox id -> the frames its init answers
   std::vector<net::EgressRecord> egress;
   int64_t last_egress_limit = 0;
   std::string last_snapshot_name;
@@ -847,6 +874,54 @@ TEST_F(ApiServerConnectionLimitTest, ConnectionsBeyondTheCapGet503) {
   first.close();
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_EQ(Call(http::verb::get, "/healthz").result_int(), 200);
+}
+
+// Sandbox code that took over init could send anything: the daemon parses it as untrusted.
+TEST_F(ApiServerTest, ForgedExecFramesAreProtocolErrorsNotCrashes) {
+  const std::string id = CreateSandbox();
+  Response pid = Call(http::verb::post, "/v1/sandboxes/" + id + "/exec", R"({"cmd": ["forged-pid"]})");
+  EXPECT_EQ(pid.result_int(), 500);
+  EXPECT_EQ(ErrorCode(pid), "sandbox_protocol_error") << pid.body();
+
+  // Fields of the wrong type or out of range are dropped, not trusted.
+  Response exit = Call(http::verb::post, "/v1/sandboxes/" + id + "/exec", R"({"cmd": ["forged-exit"]})");
+  ASSERT_EQ(exit.result_int(), 200) << exit.body();
+  EXPECT_TRUE(Body(exit)["exit_code"].is_null());
+  EXPECT_TRUE(Body(exit)["signal"].is_null());
+  EXPECT_EQ(Body(exit)["timed_out"], false);
+
+  Response error = Call(http::verb::post, "/v1/sandboxes/" + id + "/exec", R"({"cmd": ["forged-error"]})");
+  EXPECT_EQ(error.result_int(), 500);
+  EXPECT_EQ(Body(error)["error"]["message"], "the sandbox's init failed") << error.body();
+}
+
+TEST_F(ApiServerTest, ForgedProcessTablesAreProtocolErrorsNotCrashes) {
+  auto result = [](const std::string& payload) { return Frame(ctl::kResult, payload); };
+  const json process = {{"pid", 7}, {"tag", "web"}, {"cmd", {"sleep", "9"}}, {"state", "running"},
+                        {"exit_code", nullptr}, {"signal", nullptr}, {"started_at", "2026-01-01T00:00:00.000Z"},
+                        {"exited_at", nullptr}, {"pty", {{"cols", 80}, {"rows", 24}}}, {"stdout_offset", 3},
+                        {"stderr_offset", 0}, {"stdout_start", 0}, {"stderr_start", 0}};
+  json injected = process;
+  injected["injected"] = "by the sandbox";
+  injected["pty"]["extra"] = true;
+  json wrong_type = process;
+  wrong_type["pid"] = "7";
+  // Copying or printing JSON nested this deep overflows the stack (nlohmann recurses).
+  const std::string deep = R"({"processes": [)" + std::string(500000, '[') + std::string(500000, ']') + "]}";
+  manager_.forged_init = {{"deep", result(deep)},
+                          {"typed", result(json{{"processes", {wrong_type}}}.dump())},
+                          {"injected", result(json{{"processes", {injected}}}.dump())}};
+
+  for (const char* id : {"deep", "typed"}) {
+    Response list = Call(http::verb::get, std::string("/v1/sandboxes/") + id + "/processes");
+    EXPECT_EQ(list.result_int(), 500) << id;
+    EXPECT_EQ(ErrorCode(list), "sandbox_protocol_error") << id << ": " << list.body();
+  }
+  // Only the fields of a Process reach the client.
+  Response list = Call(http::verb::get, "/v1/sandboxes/injected/processes");
+  ASSERT_EQ(list.result_int(), 200) << list.body();
+  EXPECT_EQ(Body(list), json({{"processes", {process}}}));
+  EXPECT_EQ(Call(http::verb::get, "/healthz", "", false).result_int(), 200);
 }
 
 }  // namespace

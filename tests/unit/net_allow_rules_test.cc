@@ -1,4 +1,5 @@
 #include "net/allow_rules.h"
+#include "net/host_addresses.h"
 
 #include <gtest/gtest.h>
 
@@ -322,9 +323,55 @@ TEST(DecideTest, AnAllowedNameResolvingToAnAlwaysDeniedAddressIsDenied) {
   Verdict nat64 = Decide(p, std::string("rebind.test"), Addr("64:ff9b::a00:5"), 80, {});
   EXPECT_FALSE(nat64.allowed);
   EXPECT_EQ(nat64.reason, "64:ff9b::/96 embedding 10.0.0.0/8 (private network) is always denied");
-  Verdict host = Decide(p, std::string("rebind.test"), Addr("198.18.0.1"), 7420, {Addr("198.18.0.1")});
+  Verdict host = Decide(p, std::string("rebind.test"), Addr("198.18.0.1"), 7420, {{Addr("198.18.0.1")}, {}});
   EXPECT_FALSE(host.allowed);
   EXPECT_EQ(host.reason, "the host's own address 198.18.0.1 is always denied");
+}
+
+TEST(DecideTest, NoEntryReopensTheDaemonsOwnListeners) {
+  // The API on every address (0.0.0.0:7420), the E2B front on loopback only (127.0.0.1:7421).
+  const LocalHost host{{Addr("198.18.0.1"), Addr("2001:db8:1::1")},
+                       {{Addr("0.0.0.0"), 7420}, {Addr("127.0.0.1"), 7421}}};
+  for (const char* mode : {"allowlist", "open"}) {
+    Policy p = MakePolicy(mode, {"127.0.0.0/8", "::1", "0.0.0.0/8", "198.18.0.0/16", "2001:db8::/32", "::/128",
+                                 "198.18.0.1:7420", "127.0.0.1:7421"});
+    for (const char* address : {"127.0.0.1", "127.1.2.3", "0.0.0.0", "198.18.0.1", "::1", "::", "2001:db8:1::1",
+                                "::ffff:127.0.0.1", "::ffff:198.18.0.1"}) {
+      Verdict v = Decide(p, std::nullopt, Addr(address), 7420, host);
+      EXPECT_FALSE(v.allowed) << mode << " " << address;
+      EXPECT_NE(v.reason.find("is the daemon's own listener"), std::string::npos) << v.reason;
+      // A name resolving there is judged by that address too.
+      EXPECT_FALSE(Decide(p, std::string("home.test"), Addr(address), 7420, host).allowed) << address;
+    }
+    EXPECT_FALSE(Decide(p, std::nullopt, Addr("127.0.0.1"), 7421, host).allowed);
+    EXPECT_FALSE(Decide(p, std::nullopt, Addr("0.0.0.0"), 7421, host).allowed);  // connects to loopback
+    // Another port of the same addresses, and a listener's port on an address it does not
+    // listen on (or that is not the host's), stay the entries' to decide.
+    EXPECT_TRUE(Decide(p, std::nullopt, Addr("127.0.0.1"), 8080, host).allowed);
+    EXPECT_TRUE(Decide(p, std::nullopt, Addr("198.18.0.1"), 7421, host).allowed);
+    EXPECT_TRUE(Decide(p, std::nullopt, Addr("198.18.0.10"), 7420, host).allowed);
+  }
+  EXPECT_EQ(Decide(MakePolicy("allowlist", {"127.0.0.1"}), std::nullopt, Addr("127.0.0.1"), 7420, host).reason,
+            "127.0.0.1:7420 is the daemon's own listener");
+  // An address newer than the list (an open-mode link's host side): the kernel is asked.
+  LocalHost newer = host;
+  newer.is_own = [](const IpAddress& a) { return a == IpAddress::Parse("10.213.0.1"); };
+  Policy open = MakePolicy("open", {"10.0.0.0/8"});
+  EXPECT_TRUE(Decide(open, std::nullopt, Addr("10.213.0.1"), 7420, host).allowed);
+  EXPECT_FALSE(Decide(open, std::nullopt, Addr("10.213.0.1"), 7420, newer).allowed);
+  EXPECT_TRUE(Decide(open, std::nullopt, Addr("10.213.0.5"), 7420, newer).allowed);
+}
+
+TEST(IsOwnAddressTest, AnswersWhatThisNamespaceHas) {
+  EXPECT_TRUE(IsOwnAddress(Addr("127.0.0.1")));
+  EXPECT_TRUE(IsOwnAddress(Addr("127.9.9.9")));  // all of 127/8 is local
+  EXPECT_TRUE(IsOwnAddress(Addr("0.0.0.0")));
+  for (const IpAddress& address : ReadHostAddresses()) {
+    if (!(address.v6 && address.bytes[0] == 0xfe && (address.bytes[1] & 0xc0) == 0x80)) {  // link-local needs a scope
+      EXPECT_TRUE(IsOwnAddress(address)) << address.ToString();
+    }
+  }
+  EXPECT_FALSE(IsOwnAddress(Addr("192.0.2.1")));  // TEST-NET-1: on no interface here
 }
 
 TEST(DecideTest, AnAddressEntryReopensAnAlwaysDeniedAddressOnItsPort) {
@@ -335,7 +382,7 @@ TEST(DecideTest, AnAddressEntryReopensAnAlwaysDeniedAddressOnItsPort) {
   // Port 0 is no real destination: a port-qualified entry does not cover it.
   EXPECT_FALSE(Decide(p, std::nullopt, Addr("10.0.0.5"), 0, {}).allowed);
   Policy host_entry = MakePolicy("allowlist", {"198.18.0.1:8080"});
-  EXPECT_TRUE(Decide(host_entry, std::nullopt, Addr("198.18.0.1"), 8080, {Addr("198.18.0.1")}).allowed);
+  EXPECT_TRUE(Decide(host_entry, std::nullopt, Addr("198.18.0.1"), 8080, {{Addr("198.18.0.1")}, {}}).allowed);
 }
 
 TEST(DecideTest, OpenAllowsPublicAddressesButNotAlwaysDeniedOnes) {
@@ -347,7 +394,7 @@ TEST(DecideTest, OpenAllowsPublicAddressesButNotAlwaysDeniedOnes) {
   EXPECT_FALSE(Decide(p, std::nullopt, Addr("127.0.0.1"), 7420, {}).allowed);
   EXPECT_FALSE(Decide(p, std::nullopt, Addr("fd00:ec2::254"), 80, {}).allowed);
   EXPECT_FALSE(Decide(p, std::nullopt, Addr("100.100.100.200"), 80, {}).allowed);
-  EXPECT_FALSE(Decide(p, std::nullopt, Addr("198.18.0.1"), 7420, {Addr("198.18.0.1")}).allowed);
+  EXPECT_FALSE(Decide(p, std::nullopt, Addr("198.18.0.1"), 7420, {{Addr("198.18.0.1")}, {}}).allowed);
 }
 
 TEST(DecideTest, AnInvalidNameIsReportedSafely) {
