@@ -111,8 +111,12 @@
 //     are not checked for uniqueness here (the daemon does that).
 // Output offsets count the bytes of one stream since the process started. Each background
 // process keeps its output in a ring of kProcessRingBytes (both streams together); older
-// output is dropped as new output arrives. init keeps at most kMaxExitedProcesses exited
-// processes in its table (the oldest are forgotten first).
+// output is dropped as new output arrives. All the rings together hold at most
+// kOutputBudgetBytes: beyond it init drops the oldest output of the process that finished
+// first, then of the running process that holds the most (never what a "hold" follower was
+// not sent), since init's memory must fit the reserve it keeps from its sandbox's commands
+// (runtime/native/cgroup.h). init keeps at most kMaxExitedProcesses exited processes in its
+// table (the oldest are forgotten first).
 //
 // File operations
 // A kExec with "file_op" runs the operation in a worker process that init forks (no exec):
@@ -186,6 +190,7 @@ constexpr uint32_t kMaxFrame = 1u << 20;
 constexpr size_t kHeaderSize = 5;
 // Output kept per background process (stdout and stderr together).
 constexpr size_t kProcessRingBytes = 4u << 20;
+constexpr size_t kOutputBudgetBytes = 8u << 20;
 // Exited background processes init still reports (with their output).
 constexpr size_t kMaxExitedProcesses = 256;
 // Entries one "list" file operation returns at most.

@@ -82,6 +82,15 @@ bool BackgroundProcess::OnChildExit(pid_t pid, int wait_status) {
   return true;
 }
 
+size_t BackgroundProcess::ShedOutput() {
+  for (const OutputRing::Cursor* holder : holders_) {
+    if (holder->chunk <= ring_.first_chunk()) return 0;
+  }
+  size_t dropped = ring_.DropOldestChunk();
+  if (dropped > 0) UpdateInterest();  // a holder's lag is counted from what it was sent
+  return dropped;
+}
+
 void BackgroundProcess::AddHolder(const OutputRing::Cursor* cursor) {
   holders_.push_back(cursor);
   UpdateInterest();

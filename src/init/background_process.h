@@ -41,6 +41,9 @@ class BackgroundProcess {
   // Reaped, and its output read to the end (or to the grace limit): nothing more will change.
   bool done() const { return exited_ && !stdout_.open() && !stderr_.open(); }
   const OutputRing& output() const { return ring_; }
+  // For init's budget of all output (ctl::kOutputBudgetBytes): drops the ring's oldest chunk
+  // unless a holder was not sent all of it. The bytes dropped; 0 when none may go.
+  size_t ShedOutput();
 
   void OnEvent(ProcessFd which);
   // Returns true if `pid` is this process, not reaped before.

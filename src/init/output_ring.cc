@@ -31,6 +31,13 @@ void OutputRing::DropOldest() {
   ++first_chunk_;
 }
 
+size_t OutputRing::DropOldestChunk() {
+  if (chunks_.empty()) return 0;
+  size_t size = chunks_.front().data.size();
+  DropOldest();
+  return size;
+}
+
 OutputRing::Cursor OutputRing::CursorAt(uint64_t stdout_offset, uint64_t stderr_offset) const {
   Cursor cursor;
   cursor.chunk = first_chunk_;

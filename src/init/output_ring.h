@@ -34,6 +34,10 @@ class OutputRing {
   uint64_t start(OutputStream stream) const { return start_[stream]; }
   size_t bytes() const { return bytes_; }
   size_t chunks() const { return chunks_.size(); }
+  // The sequence number of the oldest chunk held (Cursor::chunk counts the same way).
+  uint64_t first_chunk() const { return first_chunk_; }
+  // Drops the oldest chunk, for init's budget of all rings together; its bytes (0: empty).
+  size_t DropOldestChunk();
 
   // A reader's position: the next chunk to look at and how far it got in each stream.
   struct Cursor {

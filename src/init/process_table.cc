@@ -76,6 +76,30 @@ void ProcessTable::OnEvent(uint64_t token) {
   it->second.process->OnEvent(ProcessFd(token & 0xff));
   changed_ = true;
   Settle(it->second);
+  KeepOutputWithinBudget();
+}
+
+void ProcessTable::KeepOutputWithinBudget() {
+  size_t total = 0;
+  for (const auto& [id, entry] : entries_) total += entry.process->output().bytes();
+  while (total > ctl::kOutputBudgetBytes) {
+    // Candidates in order of preference; one whose holder blocks it is passed over.
+    std::vector<Entry*> order;
+    for (auto& [id, entry] : entries_) {
+      if (entry.process->output().bytes() > 0) order.push_back(&entry);
+    }
+    std::sort(order.begin(), order.end(), [](const Entry* a, const Entry* b) {
+      if ((a->done_order != 0) != (b->done_order != 0)) return a->done_order != 0;
+      if (a->done_order != 0) return a->done_order < b->done_order;
+      return a->process->output().bytes() > b->process->output().bytes();
+    });
+    size_t dropped = 0;
+    for (Entry* entry : order) {
+      if ((dropped = entry->process->ShedOutput()) > 0) break;
+    }
+    if (dropped == 0) return;  // all held: the holders bound it (they stop the reading)
+    total -= dropped;
+  }
 }
 
 bool ProcessTable::OnChildExit(pid_t pid, int wait_status) {

@@ -52,6 +52,9 @@ class ProcessTable {
 
   // Notes a process that just finished and forgets the oldest finished ones beyond the cap.
   void Settle(Entry& entry);
+  // Sheds output beyond ctl::kOutputBudgetBytes: the longest-finished process's first, then
+  // the biggest running one's.
+  void KeepOutputWithinBudget();
 
   Poller& poller_;
   std::map<uint64_t, Entry> entries_;  // by id; the token of a process's fd is kTokenBit | id << 8 | ProcessFd

@@ -127,6 +127,35 @@ def test_an_oom_of_many_small_processes_kills_them_not_init(client, sandbox_fact
     assert client.sandbox(sandbox_id)["state"] == "running"
 
 
+def test_init_keeps_a_bounded_total_of_output_and_survives_an_oom_beside_many_chatty_processes(
+        client, sandbox_factory, small_allocators):
+    """Each background process's ring holds 4 MiB, but init's reserve is 16 MiB: with eight
+    chatty processes init would hold 32 MiB of output, grow past its reserve and become the
+    biggest process of an OOM among small ones. All rings together stay within 8 MiB, the
+    longest-finished process giving up its oldest output first."""
+    sandbox_id = sandbox_factory(memory_mb=96)["id"]
+    pids = []
+    for _ in range(8):
+        r = client.post(f"/v1/sandboxes/{sandbox_id}/processes", {"cmd": "head -c 6000000 /dev/urandom | base64"})
+        assert r.status == 201, r
+        pids.append(r.json()["pid"])
+
+    def finished():
+        return all(client.get(f"/v1/sandboxes/{sandbox_id}/processes/{pid}").json()["state"] == "exited"
+                   for pid in pids)
+    assert wait_until(finished, timeout=60)
+    kept = [len(client.get(f"/v1/sandboxes/{sandbox_id}/processes/{pid}/output").body) for pid in pids]
+    held = sum(kept)
+    # The events' JSON adds a little to the output itself (an escaped newline per 76 bytes).
+    assert held < 9 << 20, kept
+    assert kept[-1] > kept[0], kept  # the first to finish gave up the most
+    client.upload(sandbox_id, "/workspace/allocators", small_allocators)
+    result = client.exec(sandbox_id, ["/workspace/allocators", "400", "512"], timeout_s=120)
+    assert result["exit_code"] == 0, result
+    assert client.sandbox(sandbox_id)["state"] == "running", client.sandbox(sandbox_id)
+    assert client.sh(sandbox_id, "echo alive") == "alive\n"
+
+
 def test_an_oom_of_one_hog_beside_a_chatty_init_kills_the_hog(client, sandbox_factory):
     """Init holds the output of background processes (megabytes of it): a hog that overruns
     the limit dies, init does not."""

@@ -113,6 +113,21 @@ TEST(OutputRingTest, LargeOutputKeepsTheNewestCapacityBytes) {
   EXPECT_EQ(got[0].data, all.substr(size_t(start)));
 }
 
+TEST(OutputRingTest, DropOldestChunkGivesUpTheOldestOutputForInitsBudget) {
+  OutputRing ring;
+  ring.Append(kStdoutStream, "first");
+  ring.Append(kStderrStream, "second");
+  EXPECT_EQ(ring.first_chunk(), 0u);
+  EXPECT_EQ(ring.DropOldestChunk(), 5u);
+  EXPECT_EQ(ring.first_chunk(), 1u);
+  EXPECT_EQ(ring.bytes(), 6u);
+  EXPECT_EQ(ring.start(kStdoutStream), 5u);  // a reader from 0 now has a gap
+  OutputRing::Cursor cursor = ring.CursorAt(0, 0);
+  EXPECT_EQ(Drain(ring, cursor), (std::vector<Received>{{kStderrStream, "second"}}));
+  EXPECT_EQ(ring.DropOldestChunk(), 6u);
+  EXPECT_EQ(ring.DropOldestChunk(), 0u);  // empty
+}
+
 TEST(OutputRingTest, ChunkCountIsBoundedToo) {
   OutputRing ring(/*capacity=*/1 << 20, /*max_chunks=*/8);
   for (int i = 0; i < 10; ++i) {
