@@ -9,6 +9,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include "common/bounded_json.h"
 #include "api/json_output.h"
 
 // g++ 12 at -O2 reports a false -Wmismatched-new-delete on asio's coroutine frames.
@@ -71,7 +72,7 @@ Result<json> ParseRequestEnvelope(std::string_view body) {
   if (flags & kEnvelopeCompressed) return invalid("compressed envelopes are not accepted (send identity)");
   if (flags != kEnvelopeMessage) return invalid("the request's first envelope is not a message");
   if (body.size() - 5 != size) return invalid("the request must be exactly one envelope");
-  json message = json::parse(body.substr(5), nullptr, false);
+  json message = ParseBoundedJson(body.substr(5));
   if (!message.is_object()) return invalid("the request message is not a JSON object");
   return message;
 }
@@ -106,7 +107,7 @@ asio::awaitable<std::optional<json>> ReadUnaryRequest(api::HttpExchange& exchang
   }
   // An empty body is the empty message.
   json message = json::object();
-  if (!body->empty()) message = json::parse(*body, nullptr, false);
+  if (!body->empty()) message = ParseBoundedJson(*body);
   if (!message.is_object()) {
     // Named, not a braced temporary in the co_await: g++ 12 destroys such a temporary twice.
     const RpcError invalid{"invalid_argument", "the request body is not a JSON object"};

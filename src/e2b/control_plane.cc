@@ -8,6 +8,7 @@
 #include <boost/beast/http/field.hpp>
 #include <fmt/format.h>
 
+#include "common/bounded_json.h"
 #include "api/blocking.h"
 #include "api/file_handler.h"
 #include "api/json_output.h"
@@ -138,7 +139,7 @@ const std::string* QueryValue(const api::QueryParams& query, std::string_view na
 Result<json> ReadObject(const Result<std::string>& body) {
   if (!body.ok()) return body.error();
   if (body->empty()) return json::object();
-  json parsed = json::parse(*body, nullptr, false);
+  json parsed = ParseBoundedJson(*body);
   if (!parsed.is_object()) return Invalid("the request body is not a JSON object");
   return parsed;
 }

@@ -412,7 +412,7 @@ class InputStreamReader {
 
  private:
   asio::awaitable<Status> Apply(std::string_view payload) {
-    json message = json::parse(payload, nullptr, false);
+    json message = ParseBoundedJson(payload);
     if (!message.is_object()) co_return Invalid("a StreamInput message is not a JSON object");
     if (auto start = message.find("start"); start != message.end() && !start->is_null()) {
       if (attached_) co_return Invalid("StreamInput got a second start");

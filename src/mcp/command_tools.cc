@@ -4,6 +4,7 @@
 #include <chrono>
 #include <thread>
 
+#include "common/bounded_json.h"
 #include "cli/line_splitter.h"
 #include "cli/process_commands.h"
 #include "common/base64.h"
@@ -71,7 +72,7 @@ ToolResult RunCommand(const json& arguments, ToolContext& context) {
   HeadTailBuffer out(budget), err(budget);
   json exit_event;
   auto on_line = [&](std::string_view line) -> Status {
-    json event = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    json event = ParseBoundedJson(line);
     if (event.is_discarded() || !event.is_object()) return MalformedStream("an exec event is not JSON");
     const std::string type = event.value("type", "");
     if (type == "stdout") out.Append(EventBytes(event));
@@ -87,7 +88,7 @@ ToolResult RunCommand(const json& arguments, ToolContext& context) {
   if (!response->ok()) return ApiFailure(cli::ErrorFromResponse(*response), id);
   if (response->content_type != "application/x-ndjson") {
     // A daemon that does not stream answers with the whole result.
-    json result = json::parse(response->body, nullptr, /*allow_exceptions=*/false);
+    json result = ParseBoundedJson(response->body);
     if (!result.is_object()) return ApiFailure(MalformedStream("the exec result is not JSON"), id);
     out.Append(result.contains("stdout_b64") ? EventBytes({{"data_b64", result["stdout_b64"]}})
                                              : result.value("stdout", ""));
@@ -195,7 +196,7 @@ Status ReadOutputOnce(ToolContext& context, const std::string& process_path, Str
   auto response = context.api.Download(target, "application/x-ndjson");
   if (!response.ok()) return response.error();
   auto on_line = [&](std::string_view line) -> Status {
-    json event = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    json event = ParseBoundedJson(line);
     if (event.is_discarded() || !event.is_object()) return MalformedStream("an output event is not JSON");
     const std::string type = event.value("type", "");
     if (type == "stdout" || type == "stderr") {

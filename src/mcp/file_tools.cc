@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "common/bounded_json.h"
 #include "cli/server_url.h"
 #include "common/base64.h"
 #include "mcp/text.h"
@@ -227,7 +228,7 @@ ToolResult SearchFiles(const json& arguments, ToolContext& context) {
   json exit_event;
   const char* kEnough = "enough_results";
   auto on_line = [&](std::string_view line) -> Status {
-    json event = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    json event = ParseBoundedJson(line);
     if (!event.is_object()) return MakeError(ErrorCode::kInternal, "an exec event is not JSON", "bad_response");
     const std::string type = event.value("type", "");
     if (type == "stdout") {

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/bounded_json.h"
 #include "cli/exec_stream.h"
 #include "mcp/argument_check.h"
 #include "mcp/json_rpc.h"
@@ -71,7 +72,7 @@ class McpServer {
         continue;
       }
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      json message = json::parse(line, nullptr, /*allow_exceptions=*/false);
+      json message = ParseBoundedJson(line);
       if (message.is_discarded()) {
         writer_.Write(ErrorMessage(nullptr, kParseError, "Parse error: the line is not valid JSON"));
         continue;

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "common/bounded_json.h"
 #include "cli/session.h"
 
 namespace bulkhead::mcp {
@@ -15,7 +16,7 @@ ToolResult StructuredResult(json structured) {
 }
 
 json ParseSchema(const char* text) {
-  json parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  json parsed = ParseBoundedJson(text);
   if (parsed.is_discarded()) {
     std::fprintf(stderr, "bulkhead mcp: a built-in schema does not parse:\n%s\n", text);
     std::abort();

@@ -355,6 +355,11 @@ def test_bad_requests_get_e2b_shaped_errors(e2b, daemon):
     assert_e2b_error(e2b.request("POST", "/v2/sandboxes", {"templateID": "no-such-image"}), 404)  # as E2B: template not found
     assert_e2b_error(e2b.request("POST", "/v2/sandboxes", {"timeout": 10**12}), 400)
     assert_e2b_error(e2b.request("POST", "/v2/sandboxes", b"x" * (2 * 1024 * 1024)), 413)
+    # Nested past the parser's depth bound (copying such a document would overflow the stack).
+    deep = b'{"metadata": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"
+    assert_e2b_error(e2b.request("POST", "/v2/sandboxes", deep), 400)
+    envd = {"E2b-Sandbox-Id": "x", "Content-Type": "application/json"}
+    assert e2b.request("POST", "/process.Process/List", b"[" * 200_000, envd).status >= 400
     assert_e2b_error(e2b.request("GET", "/nothing/here"), 404)
     sandbox = e2b.create()
     r = e2b.request("GET", "/health", headers={"E2b-Sandbox-Id": sandbox["sandboxID"], "X-Access-Token": "wrong"})
