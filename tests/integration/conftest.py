@@ -156,6 +156,20 @@ def new_net_daemon(session_dir: Path, fakenet) -> harness.Daemon:
     return d
 
 
+@pytest.fixture
+def net_daemon_factory(session_dir, fakenet, request):
+    """Makes daemons (not started) in fakenet's host namespace, each with its own state dir."""
+    made = []
+
+    def make():
+        d = new_net_daemon(session_dir, fakenet)
+        made.append(d)
+        return d
+
+    request.addfinalizer(lambda: [d.destroy() for d in made])
+    return make
+
+
 @pytest.fixture(scope="module")
 def net_daemon(session_dir, fakenet, request):
     d = new_net_daemon(session_dir, fakenet)

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from conftest import compile_static
-from harness import files_url, wait_until
+from harness import file_workers, files_url, wait_until
 
 ALLOCATE_200MB = "data = b'\\x01' * (200 * 1024 * 1024); print('allocated', len(data))"
 
@@ -238,9 +238,9 @@ def test_sandbox_processes_have_no_share_of_inits_protection(client, sandbox_fac
                  headers={"Authorization": f"Bearer {client.key}"})
     try:
         assert conn.getresponse().status == 200
-        workers = client.sh(sandbox_id, "for f in /proc/[0-9]*/fd/*; do "
-                                        "[ \"$(readlink $f)\" = anon_inode:inotify ] && echo $f; done; true")
-        worker = workers.split("/")[2]
+        workers = wait_until(lambda: file_workers(client, sandbox_id), timeout=10)
+        assert workers, "no file worker while the watch runs"
+        worker = workers[0]
         assert client.sh(sandbox_id, INIT_GROUP_PIDS).split() == ["1"], worker
         assert client.sh(sandbox_id, f"cat /proc/{worker}/oom_score_adj") == "0\n"
     finally:

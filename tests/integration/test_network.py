@@ -802,20 +802,6 @@ def test_egress_log_lists_allowed_and_denied_with_names_addresses_ports_and_byte
 
 # ---------------------------------------------------------------- daemon restart
 
-@pytest.fixture
-def net_daemon_factory(session_dir, fakenet, request):
-    from conftest import new_net_daemon
-    made = []
-
-    def make():
-        d = new_net_daemon(session_dir, fakenet)
-        made.append(d)
-        return d
-
-    request.addfinalizer(lambda: [d.destroy() for d in made])
-    return make
-
-
 def test_policy_holds_across_a_daemon_kill_and_restart(net_daemon_factory, fakenet):
     daemon = net_daemon_factory()
     daemon.start()

@@ -8,8 +8,6 @@ import signal
 
 import pytest
 
-from conftest import new_net_daemon
-
 
 def ip_forward(fakenet) -> str:
     return fakenet.host_run(["cat", "/proc/sys/net/ipv4/ip_forward"]).stdout.strip()
@@ -29,28 +27,13 @@ def found_value(fakenet, request):
     set_ip_forward(fakenet, before)
 
 
-@pytest.fixture
-def net_daemons(session_dir, fakenet, request):
-    """Starts daemons in fakenet's host namespace, each with its own state dir."""
-    made = []
-
-    def make():
-        d = new_net_daemon(session_dir, fakenet)
-        made.append(d)
-        d.start()
-        return d
-
-    request.addfinalizer(lambda: [d.destroy() for d in made])
-    return make
-
-
 def open_sandbox(daemon) -> str:
     return daemon.client().create(network={"mode": "open"})["id"]
 
 
 @pytest.mark.parametrize("found_value", ["0", "1"], indirect=True)
-def test_the_last_open_sandbox_puts_ip_forward_back(found_value, net_daemons, fakenet):
-    daemon = net_daemons()
+def test_the_last_open_sandbox_puts_ip_forward_back(found_value, net_daemon_factory, fakenet):
+    daemon = net_daemon_factory().start()
     client = daemon.client()
     assert ip_forward(fakenet) == found_value
     first, second = open_sandbox(daemon), open_sandbox(daemon)
@@ -67,8 +50,8 @@ def test_the_last_open_sandbox_puts_ip_forward_back(found_value, net_daemons, fa
 
 
 @pytest.mark.parametrize("found_value", ["0"], indirect=True)
-def test_ip_forward_stays_on_until_every_daemons_last_open_sandbox_is_gone(found_value, net_daemons, fakenet):
-    a, b = net_daemons(), net_daemons()
+def test_ip_forward_stays_on_until_every_daemons_last_open_sandbox_is_gone(found_value, net_daemon_factory, fakenet):
+    a, b = net_daemon_factory().start(), net_daemon_factory().start()
     on_a = open_sandbox(a)
     on_b = open_sandbox(b)
     assert ip_forward(fakenet) == "1"
@@ -85,14 +68,14 @@ def test_ip_forward_stays_on_until_every_daemons_last_open_sandbox_is_gone(found
 
 
 @pytest.mark.parametrize("found_value", ["0"], indirect=True)
-def test_a_daemon_start_puts_back_what_a_killed_daemon_left_on(found_value, net_daemons, fakenet):
-    killed = net_daemons()
+def test_a_daemon_start_puts_back_what_a_killed_daemon_left_on(found_value, net_daemon_factory, fakenet):
+    killed = net_daemon_factory().start()
     open_sandbox(killed)
     assert ip_forward(fakenet) == "1"
     killed.stop(signal.SIGKILL)
     assert ip_forward(fakenet) == "1"  # nothing ran to put it back
     # Another daemon's start finds the dead daemon's claim and the value it recorded.
-    other = net_daemons()
+    other = net_daemon_factory().start()
     assert ip_forward(fakenet) == "0"
     sandbox_id = open_sandbox(other)
     assert ip_forward(fakenet) == "1"

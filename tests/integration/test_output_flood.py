@@ -41,6 +41,7 @@ def follow(client, sandbox_id, pid, results: dict):
                     event = json.loads(line)
                     if event["type"] == "gap":
                         gaps += 1
+                        seen = max(seen, event["to"])  # the bytes the ring overtook
                     elif event["type"] == "exit":
                         exit_line = event
                     if "offset" in event:
