@@ -139,10 +139,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)DecideName(*policy, name, port);
     return 0;
   }
-  const std::vector<IpAddress> host = {*IpAddress::Parse("198.51.100.7")};
+  // The daemon's own listeners: one on loopback, one on every address (as --e2b-listen 0.0.0.0:P).
+  const LocalHost host{.addresses = {*IpAddress::Parse("198.51.100.7")},
+                       .listeners = {{*IpAddress::Parse("127.0.0.1"), 7420}, {*IpAddress::Parse("0.0.0.0"), 7421}}};
   const Verdict verdict = Decide(*policy, name.empty() ? std::nullopt : std::optional(name), *address, port, host);
   if (policy->mode == Mode::kNone) FUZZ_CHECK(!verdict.allowed, "mode none allowed a connection");
-  if (verdict.allowed && IsAlwaysDenied(*address, host)) {
+  if (ReachesDaemonListener(*address, port, host)) {
+    FUZZ_CHECK(!verdict.allowed, address->ToString() + ":" + std::to_string(port) + " is the daemon's listener");
+  }
+  if (verdict.allowed && IsAlwaysDenied(*address, host.addresses)) {
     FUZZ_CHECK(AddressExplicitlyAllowed(*policy, *address, port), address->ToString() + " is always denied");
   }
   if (!verdict.allowed) FUZZ_CHECK(!verdict.reason.empty(), "a denial without a reason");
