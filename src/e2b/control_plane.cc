@@ -418,11 +418,26 @@ asio::awaitable<void> ControlPlane::SetTimeout(const std::string& id) {
   Result<std::optional<int64_t>> timeout = OptionalInt(*body, "timeout", 0, api::kMaxLifetimeS);
   if (!timeout.ok()) co_return co_await Fail(timeout.error());
   if (!*timeout) co_return co_await Fail(Invalid("timeout is required"));
-  if (Result<core::SandboxInfo> sandbox = Find(id); !sandbox.ok()) co_return co_await Fail(sandbox.error());
+  Result<core::SandboxInfo> sandbox = Find(id);
+  if (!sandbox.ok()) co_return co_await Fail(sandbox.error());
   core::SandboxManager& manager = context_.manager;
   const int64_t seconds = **timeout;
-  Result<core::SandboxInfo> updated = co_await Blocking([&] { return manager.SetTimeout(id, seconds); });
-  if (!updated.ok()) co_return co_await Fail(updated.error());
+  // E2B's 0 is "the end is now": the sandbox ends as its lifecycle says at once (bulkhead's
+  // own timeout_s 0 means no end, so it is not passed on).
+  const bool pause = sandbox->spec.on_timeout == "pause";
+  Status done = co_await Blocking([&]() -> Status {
+    Result<core::SandboxInfo> changed = sandbox.value();
+    if (seconds > 0) {
+      changed = manager.SetTimeout(id, seconds);
+    } else if (!pause) {
+      return manager.Delete(id);
+    } else if (sandbox->state == "running") {
+      changed = manager.Pause(id);
+    }
+    if (!changed.ok()) return changed.error();
+    return {};
+  });
+  if (!done.ok()) co_return co_await Fail(done.error());
   co_await exchange_.SendNoContent();
 }
 

@@ -172,6 +172,17 @@ def test_set_timeout_moves_the_end(e2b):
     assert_e2b_error(e2b.request("POST", "/sandboxes/nosuchsandbox0000000/timeout", {"timeout": 5}), 404)
 
 
+def test_a_timeout_of_zero_ends_the_sandbox_now_as_its_lifecycle_says(e2b, client):
+    # E2B sets the end to now: killed, or paused with lifecycle onTimeout "pause".
+    killed = e2b.create(timeout=600)["sandboxID"]
+    assert e2b.request("POST", f"/sandboxes/{killed}/timeout", {"timeout": 0}).status == 204
+    assert_e2b_error(e2b.request("GET", f"/sandboxes/{killed}"), 404)
+    paused = e2b.create(timeout=600, autoPause=True)["sandboxID"]
+    assert e2b.request("POST", f"/sandboxes/{paused}/timeout", {"timeout": 0}).status == 204
+    assert e2b.request("GET", f"/sandboxes/{paused}").json()["state"] == "paused"
+    assert client.sandbox(paused)["state"] == "paused"
+
+
 def test_pause_then_connect_resumes_and_keeps_processes(e2b, client):
     sandbox = e2b.create()
     sid = sandbox["sandboxID"]
