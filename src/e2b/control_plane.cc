@@ -239,6 +239,7 @@ class ControlPlane {
   asio::awaitable<void> CreateSnapshot(const std::string& id);
   asio::awaitable<void> ListSnapshots(const api::QueryParams& query);
   asio::awaitable<void> DeleteSnapshot(const std::string& id);
+  asio::awaitable<void> TemplateAlias(const std::string& alias);
 
   // The sandbox as E2B sees it: 404 for unknown ids and failed sandboxes. With `usage` (get,
   // metrics) it is read with Get's usage figures; otherwise only its state is looked up.
@@ -308,6 +309,8 @@ asio::awaitable<std::string_view> ControlPlane::Serve(const api::RequestTarget& 
     co_return co_await ListSnapshots(target.query), "GET /snapshots";
   } else if (!v2 && n == 2 && s[0] == "templates" && method == http::verb::delete_) {
     co_return co_await DeleteSnapshot(s[1]), "DELETE /templates/{id}";
+  } else if (!v2 && n == 3 && s[0] == "templates" && s[1] == "aliases" && get) {
+    co_return co_await TemplateAlias(s[2]), "GET /templates/aliases/{alias}";
   }
   co_await SendE2bError(exchange_, 404,
                         fmt::format("no route for {} {}", api::FromBeast(exchange_.request().method_string()),
@@ -559,6 +562,25 @@ asio::awaitable<void> ControlPlane::DeleteSnapshot(const std::string& id) {
   Status deleted = co_await Blocking([&] { return manager.DeleteSnapshot(id); });
   if (!deleted.ok()) co_return co_await Fail(deleted.error());
   co_await exchange_.SendNoContent();
+}
+
+// TemplateAliasResponse for what create takes as a templateID: "base", an image (bulkhead's
+// own are public, as E2B's base is; imported ones are the team's), a snapshot id.
+asio::awaitable<void> ControlPlane::TemplateAlias(const std::string& alias) {
+  std::optional<json> found;
+  if (alias == kBaseTemplate) {
+    found = {{"templateID", kBaseTemplate}, {"public", true}};
+  } else if (context_.manager.GetSnapshot(alias).ok()) {
+    found = {{"templateID", alias}, {"public", false}};
+  } else {
+    for (const core::ImageInfo& image : context_.manager.ListImages()) {
+      if (image.name != alias) continue;
+      const bool host = image.source == "host";
+      found = {{"templateID", host ? std::string(kBaseTemplate) : alias}, {"public", host}};
+    }
+  }
+  if (!found) co_return co_await SendE2bError(exchange_, 404, fmt::format("template '{}' not found", alias));
+  co_await exchange_.SendJson(http::status::ok, *found);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // E2B's control-plane REST API (its spec/openapi.yml and the SDKs' generated clients), served
 // from the SandboxManager: create, list, get, kill, timeout, pause, connect (resume), metrics,
-// network, fork and snapshots. Requests were authenticated by X-API-KEY (front.cc).
+// network, fork, snapshots and template aliases. Requests were authenticated by X-API-KEY
+// (front.cc).
 #pragma once
 #include <string_view>
 #include <utility>  // before boost/asio/awaitable.hpp (Boost 1.74 uses std::exchange unincluded)

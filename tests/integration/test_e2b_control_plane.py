@@ -4,9 +4,12 @@ pagination, kill, timeout, pause and connect, metrics, network rules, fork, snap
 error body {"code", "message"}, and envd routing by E2b-Sandbox-Id. The real SDKs run in
 test_e2b_sdk_*.py; these pin the wire shapes and the error cases."""
 import http.client
+import io
 import json
+import tarfile
 import time
 import urllib.parse
+import uuid
 
 import pytest
 
@@ -248,6 +251,40 @@ def test_fork_and_snapshots_carry_the_files(e2b, client):
     assert_e2b_error(e2b.request("DELETE", f"/templates/{quoted}"), 404)
     assert_e2b_error(e2b.request("POST", "/sandboxes/nosuchsandbox0000000/fork", {}), 404)
     assert_e2b_error(e2b.request("POST", f"/sandboxes/{sid}/fork", {"count": 0}), 422)
+
+
+def test_template_aliases_name_base_images_and_snapshots(e2b, client):
+    """GET /templates/aliases/{alias}: TemplateAliasResponse {"templateID", "public"} for what
+    create takes as a templateID, else 404 (Template.exists answers False)."""
+    r = e2b.request("GET", "/templates/aliases/base")
+    assert r.status == 200 and r.json() == {"templateID": "base", "public": True}, r
+    r = e2b.request("GET", "/templates/aliases/no-such-template")
+    assert_e2b_error(r, 404)
+    assert r.json()["message"] == "template 'no-such-template' not found"
+
+    name = f"alias-{uuid.uuid4().hex[:8]}"
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo("etc")
+        info.type, info.mode = tarfile.DIRTYPE, 0o755
+        tar.addfile(info)
+    r = client.request("PUT", f"/v1/images/{name}", buf.getvalue(), headers={"Content-Type": "application/x-tar"})
+    assert r.status in (200, 201), r
+    try:
+        r = e2b.request("GET", f"/templates/aliases/{name}")
+        assert r.status == 200 and r.json() == {"templateID": name, "public": False}, r
+    finally:
+        client.delete(f"/v1/images/{name}")
+    assert_e2b_error(e2b.request("GET", f"/templates/aliases/{name}"), 404)
+
+    sandbox = e2b.create()
+    r = e2b.request("POST", f"/sandboxes/{sandbox['sandboxID']}/snapshots", {})
+    assert r.status == 201, r
+    quoted = urllib.parse.quote(r.json()["snapshotID"], safe="")
+    r = e2b.request("GET", f"/templates/aliases/{quoted}")
+    assert r.status == 200 and r.json()["templateID"] == urllib.parse.unquote(quoted), r
+    assert e2b.request("DELETE", f"/templates/{quoted}").status == 204
+    assert_e2b_error(e2b.request("GET", f"/templates/aliases/{quoted}"), 404)
 
 
 def test_a_port_of_the_sandbox_is_reached_by_header_and_by_host(e2b, daemon, client):
