@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <thread>
+#include <tuple>
 
 #include "common/digest.h"
 #include "common/id_ranges.h"
@@ -263,6 +264,10 @@ class SandboxManagerImpl : public SandboxManager {
   // Frees everything a sandbox may hold; each step tolerates the resource being absent.
   Status Teardown(const std::string& id, uid_t uid_base, const InitProcess& init);
   void ApplyLifetime(Sandbox& sb, int64_t timeout_s);
+  // The created_at of a sandbox made now: the time to the millisecond, and later than that of
+  // every sandbox made before it (a millisecond past the last when the clock has not moved on
+  // or went back), so that created_at orders sandboxes as they were made.
+  std::string NextCreatedAt();
   // The network namespace of a sandbox's init, checked to be that init's (not a reused pid).
   Result<UniqueFd> OpenLiveNetns(const InitProcess& init);
   // The running sandbox with this id, resumed first if paused; 404 if unknown, 409 if not
@@ -300,6 +305,7 @@ class SandboxManagerImpl : public SandboxManager {
   std::map<std::string, std::shared_ptr<Sandbox>> snapshot_pool_;
   ManagerStats stats_;
 
+  std::atomic<int64_t> last_created_ms_{0};  // NextCreatedAt's last, and Recover's newest row
   std::atomic<bool> stopping_{false};
   std::condition_variable wake_;
   std::condition_variable snapshot_released_;  // a UseSnapshot token ended
@@ -376,7 +382,9 @@ Status SandboxManagerImpl::Recover() {
     sb->uid_base = row.uid_base;
     sb->init = init;
     sb->expires_ms = row.expires_at_ms;
-    if (row.expires_at_ms) sb->info.expires_at = Rfc3339(static_cast<time_t>(row.expires_at_ms / 1000));
+    if (row.expires_at_ms) sb->info.expires_at = Rfc3339Millis(row.expires_at_ms);
+    if (auto created = ParseRfc3339Millis(row.created_at); created && *created > last_created_ms_)
+      last_created_ms_ = *created;
     // A sandbox of a version that named its host objects by the id: renamed in place (its
     // processes and control socket carry on; /proc/net/unix keeps the old path until a restart).
     (void)runtime_->Rename(row.id, HostName(row.id));
@@ -464,7 +472,7 @@ Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::Launch(const SandboxSpec& s
   BH_TRY(IssuePreviewToken(sb->info.spec.preview));
   sb->info.parent_snapshot = spec.from_snapshot;
   sb->info.state = "starting";
-  sb->info.created_at = Rfc3339(static_cast<time_t>(UnixMillis() / 1000));
+  sb->info.created_at = NextCreatedAt();
   const std::string& id = sb->info.id;
   if (spec.image != "host") {
     auto image = storage_->ImageRootfs(spec.image);
@@ -553,9 +561,18 @@ void SandboxManagerImpl::ApplyLifetime(Sandbox& sb, int64_t timeout_s) {
   sb.info.spec.timeout_s = timeout_s;
   sb.expires_ms = timeout_s > 0 ? UnixMillis() + timeout_s * 1000 : 0;
   if (sb.expires_ms)
-    sb.info.expires_at = Rfc3339(static_cast<time_t>(sb.expires_ms / 1000));
+    sb.info.expires_at = Rfc3339Millis(sb.expires_ms);
   else
     sb.info.expires_at.reset();
+}
+
+std::string SandboxManagerImpl::NextCreatedAt() {
+  int64_t last = last_created_ms_.load();
+  int64_t next = 0;
+  do {
+    next = std::max(UnixMillis(), last + 1);
+  } while (!last_created_ms_.compare_exchange_weak(last, next));
+  return Rfc3339Millis(next);
 }
 
 Result<SandboxInfo> SandboxManagerImpl::Create(const SandboxSpec& spec) {
@@ -600,7 +617,7 @@ bool SandboxManagerImpl::FitPooled(Sandbox& sb, const SandboxSpec& spec) {
   sb.info.spec = spec;
   sb.info.spec.preview = std::move(preview);
   sb.info.parent_snapshot = spec.from_snapshot;
-  sb.info.created_at = Rfc3339(static_cast<time_t>(UnixMillis() / 1000));
+  sb.info.created_at = NextCreatedAt();
   return true;
 }
 
@@ -623,22 +640,29 @@ Result<SandboxInfo> SandboxManagerImpl::Get(const std::string& id) {
 }
 
 std::vector<SandboxInfo> SandboxManagerImpl::List(const ListFilter& filter) {
-  std::vector<SandboxInfo> out;
-  std::lock_guard lock(mu_);
-  for (const auto& [id, sb] : sandboxes_) {
-    if (sb->deleting) continue;
-    if (filter.id && id != *filter.id) continue;
-    if (filter.state && sb->info.state != *filter.state) continue;
-    bool match = true;
-    for (const auto& [k, v] : filter.metadata) {
-      auto it = sb->info.spec.metadata.find(k);
-      if (it == sb->info.spec.metadata.end() || it->second != v) match = false;
+  // Keyed by created_at as a time (the rows of older versions have whole seconds), so that
+  // they sort as they were made; ties (only such older rows) by id.
+  std::vector<std::pair<int64_t, SandboxInfo>> found;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, sb] : sandboxes_) {
+      if (sb->deleting) continue;
+      if (filter.id && id != *filter.id) continue;
+      if (filter.state && sb->info.state != *filter.state) continue;
+      bool match = true;
+      for (const auto& [k, v] : filter.metadata) {
+        auto it = sb->info.spec.metadata.find(k);
+        if (it == sb->info.spec.metadata.end() || it->second != v) match = false;
+      }
+      if (match) found.emplace_back(ParseRfc3339Millis(sb->info.created_at).value_or(0), sb->info);
     }
-    if (match) out.push_back(sb->info);
   }
-  std::sort(out.begin(), out.end(), [](const SandboxInfo& a, const SandboxInfo& b) {
-    return a.created_at != b.created_at ? a.created_at < b.created_at : a.id < b.id;
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.first, a.second.id) < std::tie(b.first, b.second.id);
   });
+  std::vector<SandboxInfo> out;
+  out.reserve(found.size());
+  for (auto& [created, info] : found) out.push_back(std::move(info));
   return out;
 }
 

