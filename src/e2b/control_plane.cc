@@ -463,8 +463,16 @@ asio::awaitable<void> ControlPlane::Connect(const std::string& id) {
     sandbox = co_await Blocking([&] { return stopped ? manager.Start(id) : manager.Resume(id); });
     if (!sandbox.ok()) co_return co_await Fail(sandbox.error());
   }
-  if (*timeout) {
-    const int64_t seconds = **timeout;
+  // ConnectSandboxV2's timeout is 300 s when absent. A resumed sandbox runs for it from now; a
+  // running one's end only ever moves later (E2B: "TTL is only extended"), and one without an
+  // end keeps none. 0 extends nothing.
+  const int64_t seconds = timeout->value_or(kDefaultTimeoutS);
+  bool extend = seconds > 0 && resumed;
+  if (seconds > 0 && !resumed && sandbox->expires_at) {
+    const std::optional<int64_t> end = ParseRfc3339Millis(*sandbox->expires_at);
+    extend = end && UnixMillis() + seconds * 1000 > *end;
+  }
+  if (extend) {
     sandbox = co_await Blocking([&] { return manager.SetTimeout(id, seconds); });
     if (!sandbox.ok()) co_return co_await Fail(sandbox.error());
   }

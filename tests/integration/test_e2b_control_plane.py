@@ -189,6 +189,11 @@ def test_pause_then_connect_resumes_and_keeps_processes(e2b, client):
     assert client.sh(sid, "cat /tmp/f") == "kept\n"
     r = e2b.request("POST", f"/v2/sandboxes/{sid}/connect", {})
     assert r.status == 200, r  # was running
+    # A running sandbox's end only moves later: not with a shorter timeout, nor with 0.
+    end = e2b.request("GET", f"/sandboxes/{sid}").json()["endAt"]
+    for body in ({"timeout": 5}, {"timeout": 0}):
+        assert e2b.request("POST", f"/v2/sandboxes/{sid}/connect", body).status == 200
+        assert e2b.request("GET", f"/sandboxes/{sid}").json()["endAt"] == end
     assert_e2b_error(e2b.request("POST", "/v2/sandboxes/nosuchsandbox0000000/connect", {}), 404)
 
 

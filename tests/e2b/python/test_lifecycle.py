@@ -41,3 +41,16 @@ def test_list_is_newest_first_in_the_order_they_were_made(new_sandbox):
                                            order="asc")] == made[1:]
     later = started[2] + datetime.timedelta(milliseconds=1)
     assert list_all(query=SandboxQuery(metadata=query.metadata, started_after=later)) == []
+
+
+def test_connect_extends_a_running_sandboxs_timeout_and_never_shortens_it(new_sandbox):
+    sbx = new_sandbox(timeout=300)
+    before = Sandbox.get_info(sbx.sandbox_id).end_at
+    Sandbox.connect(sbx.sandbox_id, timeout=10)
+    assert Sandbox.get_info(sbx.sandbox_id).end_at == before
+    Sandbox.connect(sbx.sandbox_id, timeout=900)
+    after = Sandbox.get_info(sbx.sandbox_id).end_at
+    assert after - before >= datetime.timedelta(seconds=500)
+    # Without a timeout the API's default (300 s) applies, which is not later either.
+    sbx.connect()
+    assert Sandbox.get_info(sbx.sandbox_id).end_at == after
