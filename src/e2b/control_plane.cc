@@ -101,6 +101,8 @@ json ListedJson(const E2bContext& context, const core::SandboxInfo& sandbox, con
     out["allowInternetAccess"] = spec.network.mode != "none";
     out["network"] = NetworkJson(spec);
     out["lifecycle"] = {{"onTimeout", spec.on_timeout == "pause" ? "pause" : "kill"}, {"autoResume", false}};
+    // What the pause saved: a stopped sandbox (a pause without memory) has only its files.
+    if (state == "paused") out["pauseMode"] = sandbox.state == "stopped" ? "filesystem" : "full";
   }
   return out;
 }
@@ -151,6 +153,13 @@ Result<std::optional<int64_t>> OptionalInt(const json& body, const char* name, i
   const int64_t value = found->get<int64_t>();
   if (value < min || value > max) return Invalid(fmt::format("{} must be {} to {}", name, min, max));
   return std::optional<int64_t>(value);
+}
+
+Result<std::optional<bool>> OptionalBool(const json& body, const char* name) {
+  const auto found = body.find(name);
+  if (found == body.end() || found->is_null()) return std::optional<bool>();
+  if (!found->is_boolean()) return Invalid(fmt::format("{} must be a boolean", name));
+  return std::optional<bool>(found->get<bool>());
 }
 
 Result<std::vector<std::string>> StringList(const json& object, const char* name) {
@@ -436,15 +445,20 @@ asio::awaitable<void> ControlPlane::SetTimeout(const std::string& id) {
 }
 
 asio::awaitable<void> ControlPlane::Pause(const std::string& id) {
-  Result<json> body = co_await Body();  // {"memory"?: bool}: bulkhead always keeps memory
+  // SandboxPauseRequest. "memory": false keeps only the files: bulkhead's stop, whose processes
+  // end, and which connect boots again. (requireHealthyGuest: init always answers or is gone.)
+  Result<json> body = co_await Body();
   if (!body.ok()) co_return co_await Fail(body.error());
+  Result<std::optional<bool>> memory = OptionalBool(*body, "memory");
+  if (!memory.ok()) co_return co_await Fail(memory.error());
   Result<core::SandboxInfo> sandbox = Find(id);
   if (!sandbox.ok()) co_return co_await Fail(sandbox.error());
   if (*E2bState(sandbox->state) == "paused") {
     co_return co_await SendE2bError(exchange_, 409, fmt::format("sandbox \"{}\" is already paused", id));
   }
   core::SandboxManager& manager = context_.manager;
-  Result<core::SandboxInfo> paused = co_await Blocking([&] { return manager.Pause(id); });
+  const bool keep_memory = memory->value_or(true);
+  Result<core::SandboxInfo> paused = co_await Blocking([&] { return keep_memory ? manager.Pause(id) : manager.Stop(id); });
   if (!paused.ok()) co_return co_await Fail(paused.error());
   co_await exchange_.SendNoContent();
 }
@@ -454,13 +468,21 @@ asio::awaitable<void> ControlPlane::Connect(const std::string& id) {
   if (!body.ok()) co_return co_await Fail(body.error());
   Result<std::optional<int64_t>> timeout = OptionalInt(*body, "timeout", 0, api::kMaxLifetimeS);
   if (!timeout.ok()) co_return co_await Fail(timeout.error());
+  // "memory": false (the SDKs' onResume "reboot") boots a paused sandbox again from its files.
+  Result<std::optional<bool>> memory = OptionalBool(*body, "memory");
+  if (!memory.ok()) co_return co_await Fail(memory.error());
   Result<core::SandboxInfo> sandbox = Find(id);
   if (!sandbox.ok()) co_return co_await Fail(sandbox.error());
   core::SandboxManager& manager = context_.manager;
+  // A stopped sandbox (a pause without memory) has only its files: it boots again.
   const bool resumed = sandbox->state == "paused" || sandbox->state == "stopped";
   if (resumed) {
-    const bool stopped = sandbox->state == "stopped";
-    sandbox = co_await Blocking([&] { return stopped ? manager.Start(id) : manager.Resume(id); });
+    const bool reboot = sandbox->state == "stopped" || !memory->value_or(true);
+    sandbox = co_await Blocking([&]() -> Result<core::SandboxInfo> {
+      if (!reboot) return manager.Resume(id);
+      BH_TRY(manager.Stop(id));
+      return manager.Start(id);
+    });
     if (!sandbox.ok()) co_return co_await Fail(sandbox.error());
   }
   // ConnectSandboxV2's timeout is 300 s when absent. A resumed sandbox runs for it from now; a

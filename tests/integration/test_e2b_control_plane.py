@@ -197,6 +197,30 @@ def test_pause_then_connect_resumes_and_keeps_processes(e2b, client):
     assert_e2b_error(e2b.request("POST", "/v2/sandboxes/nosuchsandbox0000000/connect", {}), 404)
 
 
+def test_pause_without_memory_stops_and_connect_boots_it_again(e2b, client):
+    sandbox = e2b.create()
+    sid = sandbox["sandboxID"]
+    client.sh(sid, "echo kept > /home/user/f")
+    assert_e2b_error(e2b.request("POST", f"/sandboxes/{sid}/pause", {"memory": "no"}), 400)
+    assert e2b.request("POST", f"/sandboxes/{sid}/pause", {"memory": False}).status == 204
+    assert client.sandbox(sid)["state"] == "stopped"  # bulkhead's stop: files kept, processes gone
+    detail = e2b.request("GET", f"/sandboxes/{sid}").json()
+    assert detail["state"] == "paused" and detail["pauseMode"] == "filesystem", detail
+    assert_e2b_error(e2b.request("POST", f"/sandboxes/{sid}/pause", {"memory": False}), 409)
+    r = e2b.request("POST", f"/v2/sandboxes/{sid}/connect", {"timeout": 60})
+    assert r.status == 201, r
+    assert client.sandbox(sid)["state"] == "running"
+    assert client.sh(sid, "cat /home/user/f") == "kept\n"
+    assert "pauseMode" not in e2b.request("GET", f"/sandboxes/{sid}").json()
+    # A full pause says so; connect with "memory": false boots it again all the same.
+    boot_id = client.sh(sid, "cat /proc/sys/kernel/random/boot_id")
+    assert e2b.request("POST", f"/sandboxes/{sid}/pause", {}).status == 204
+    assert e2b.request("GET", f"/sandboxes/{sid}").json()["pauseMode"] == "full"
+    r = e2b.request("POST", f"/v2/sandboxes/{sid}/connect", {"memory": False})
+    assert r.status == 201, r
+    assert client.sh(sid, "cat /proc/sys/kernel/random/boot_id") != boot_id
+
+
 def test_metrics_answer_one_sample_with_every_field(e2b):
     sandbox = e2b.create()
     r = e2b.request("GET", f"/sandboxes/{sandbox['sandboxID']}/metrics")

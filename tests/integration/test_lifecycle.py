@@ -112,6 +112,28 @@ def test_stop_ends_the_processes_and_keeps_the_files(client, sandbox_factory):
     assert lifecycle(client, sandbox_id, "start")["state"] == "running"  # again: no error
 
 
+def test_each_boot_has_a_boot_id_of_its_own(client, sandbox_factory):
+    """/proc/sys/kernel/random/boot_id changes when a sandbox boots again (start after stop),
+    as a machine's does, and not across a pause; no two sandboxes share one, nor the host's."""
+    def boot_id(sandbox_id):
+        text = client.sh(sandbox_id, "cat /proc/sys/kernel/random/boot_id")
+        assert len(text) == 37 and text.count("-") == 4 and text[14] == "4", text
+        return text
+
+    host = open("/proc/sys/kernel/random/boot_id").read()
+    a, b = sandbox_factory()["id"], sandbox_factory()["id"]
+    first = boot_id(a)
+    assert first != host and first != boot_id(b)
+    lifecycle(client, a, "pause")
+    lifecycle(client, a, "resume")
+    assert boot_id(a) == first
+    # Read-only, as the kernel's is.
+    assert client.exec(a, ["sh", "-c", "echo x > /proc/sys/kernel/random/boot_id"])["exit_code"] != 0
+    lifecycle(client, a, "stop")
+    lifecycle(client, a, "start")
+    assert boot_id(a) not in (first, host)
+
+
 def test_a_paused_sandbox_can_be_stopped_and_deleted(client, sandbox_factory):
     for then in ("stop", "delete"):
         sandbox_id = sandbox_factory()["id"]

@@ -5,7 +5,7 @@ sandbox on connect, and metrics over a time range."""
 
 import datetime
 
-from e2b import Sandbox, SandboxQuery
+from e2b import Sandbox, SandboxQuery, SandboxState
 
 from conftest import RUN_ID
 
@@ -54,3 +54,44 @@ def test_connect_extends_a_running_sandboxs_timeout_and_never_shortens_it(new_sa
     # Without a timeout the API's default (300 s) applies, which is not later either.
     sbx.connect()
     assert Sandbox.get_info(sbx.sandbox_id).end_at == after
+
+
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
+
+def boot_id(sbx) -> str:
+    text = sbx.files.read(BOOT_ID).strip()  # procfs says 0 bytes: read to its end
+    assert len(text) == 36 and text.count("-") == 4, text
+    return text
+
+
+def test_a_pause_without_memory_reboots_the_sandbox_on_connect(new_sandbox):
+    sbx = new_sandbox()
+    sbx.files.write("/home/user/fs-only.txt", "persisted")
+    before = boot_id(sbx)
+    sleeper = sbx.commands.run("sleep 600", background=True, timeout=0)
+
+    assert sbx.pause(mode="filesystem") is True
+    assert Sandbox.get_info(sbx.sandbox_id).state == SandboxState.PAUSED
+    assert Sandbox.pause(sbx.sandbox_id, keep_memory=False) is False  # already paused
+
+    resumed = sbx.connect()
+    assert resumed.sandbox_id == sbx.sandbox_id
+    assert resumed.get_info().state == SandboxState.RUNNING
+    # The files are kept; the sandbox booted again: a new boot id, its processes gone.
+    assert resumed.files.read("/home/user/fs-only.txt") == "persisted"
+    assert boot_id(resumed) != before
+    assert sleeper.pid not in {p.pid for p in resumed.commands.list()}
+
+
+def test_connect_with_reboot_boots_a_paused_sandbox_from_its_files(new_sandbox):
+    sbx = new_sandbox()
+    sbx.files.write("/home/user/kept.txt", "on disk")
+    before = boot_id(sbx)
+    sleeper = sbx.commands.run("sleep 600", background=True, timeout=0)
+    assert sbx.pause() is True  # memory kept, but the resume asks for a reboot
+
+    resumed = Sandbox.connect(sbx.sandbox_id, on_resume="reboot")
+    assert resumed.files.read("/home/user/kept.txt") == "on disk"
+    assert boot_id(resumed) != before
+    assert sleeper.pid not in {p.pid for p in resumed.commands.list()}
