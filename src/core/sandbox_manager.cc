@@ -1068,14 +1068,15 @@ void SandboxManagerImpl::TimerLoop() {
       wake_.wait_for(lock, std::chrono::milliseconds(250), [&] { return stopping_.load(); });
     }
     if (stopping_) break;
-    std::vector<std::string> expired, to_pause;
+    std::vector<std::string> expired, to_pause, to_stop;
     int64_t now = UnixMillis();
     {
       std::lock_guard lock(mu_);
       for (const auto& [id, sb] : sandboxes_) {
         if (sb->deleting || sb->info.state != "running") continue;
         if (sb->expires_ms && sb->expires_ms <= now) {
-          (sb->info.spec.on_timeout == "pause" ? to_pause : expired).push_back(id);
+          const std::string& action = sb->info.spec.on_timeout;
+          (action == "pause" ? to_pause : action == "stop" ? to_stop : expired).push_back(id);
         } else if (sb->info.spec.idle_timeout_s > 0 && sb->busy == 0 &&
                    now - sb->last_activity_ms >= sb->info.spec.idle_timeout_s * 1000) {
           to_pause.push_back(id);
@@ -1085,6 +1086,10 @@ void SandboxManagerImpl::TimerLoop() {
     for (const auto& id : expired) {
       spdlog::info("sandbox {} reached its timeout; deleting it", id);
       (void)Delete(id);
+    }
+    for (const auto& id : to_stop) {
+      spdlog::info("sandbox {} reached its timeout; stopping it", id);
+      if (auto stopped = Stop(id); !stopped) spdlog::warn("sandbox {}: stop: {}", id, stopped.error().message);
     }
     for (const auto& id : to_pause) {
       spdlog::info("sandbox {} reached its timeout or idle timeout; pausing it", id);

@@ -100,7 +100,7 @@ json ListedJson(const E2bContext& context, const core::SandboxInfo& sandbox, con
     out["domain"] = context.preview_domain;
     out["allowInternetAccess"] = spec.network.mode != "none";
     out["network"] = NetworkJson(spec);
-    out["lifecycle"] = {{"onTimeout", spec.on_timeout == "pause" ? "pause" : "kill"}, {"autoResume", false}};
+    out["lifecycle"] = {{"onTimeout", spec.on_timeout == "kill" ? "kill" : "pause"}, {"autoResume", false}};
     // What the pause saved: a stopped sandbox (a pause without memory) has only its files.
     if (state == "paused") out["pauseMode"] = sandbox.state == "stopped" ? "filesystem" : "full";
   }
@@ -675,7 +675,10 @@ Result<json> BulkheadCreateBody(const json& e2b, bool template_is_snapshot) {
   body["timeout_s"] = timeout->value_or(kDefaultTimeoutS);
   if (const auto found = e2b.find("autoPause"); found != e2b.end() && !found->is_null()) {
     if (!found->is_boolean()) return Invalid("autoPause must be a boolean");
-    body["on_timeout"] = found->get<bool>() ? "pause" : "kill";
+    // autoPauseMemory false: a filesystem-only auto-pause, which is bulkhead's stop.
+    Result<std::optional<bool>> memory = OptionalBool(e2b, "autoPauseMemory");
+    if (!memory.ok()) return memory.error();
+    body["on_timeout"] = !found->get<bool>() ? "kill" : memory->value_or(true) ? "pause" : "stop";
   }
   for (const auto& [from, to] : {std::pair<const char*, const char*>{"envVars", "env"}, {"metadata", "metadata"}}) {
     const auto found = e2b.find(from);

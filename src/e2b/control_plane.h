@@ -21,7 +21,7 @@ boost::asio::awaitable<std::string_view> ServeControlPlane(E2bContext& context, 
 
 // NewSandboxV2 (or the v1 NewSandbox) as the body of bulkhead's POST /v1/sandboxes, before
 // bulkhead's own validation: templateID "base" is the host image, a snapshot id starts from
-// that snapshot, the timeout and autoPause become the lifetime, envVars the env, the network
+// that snapshot, the timeout and autoPause become the lifetime (autoPauseMemory false: stop), envVars the env, the network
 // fields the egress policy (E2B's default is open), network.allowPublicTraffic false a private
 // preview (its token is E2B's trafficAccessToken). An error for fields of the wrong type and
 // for egress bulkhead cannot express (a deny list other than everything).

@@ -162,6 +162,17 @@ def test_on_timeout_pause_pauses_and_the_clock_restarts_on_resume(client, sandbo
     assert info["state"] == "running" and info["expires_at"] is not None, info
 
 
+def test_on_timeout_stop_stops_and_start_boots_it_on_its_files(client, sandbox_factory):
+    sandbox_id = sandbox_factory(timeout_s=2, on_timeout="stop")["id"]
+    assert client.sandbox(sandbox_id)["on_timeout"] == "stop"
+    client.sh(sandbox_id, "echo kept > /workspace/kept")
+    assert wait_until(lambda: state(client, sandbox_id) == "stopped", timeout=30)
+    assert client.sandbox(sandbox_id)["expires_at"] is None
+    started = lifecycle(client, sandbox_id, "start")
+    assert started["state"] == "running" and started["expires_at"] is not None, started
+    assert client.sh(sandbox_id, "cat /workspace/kept") == "kept\n"
+
+
 def test_idle_timeout_pauses_only_an_idle_sandbox(client, daemon, sandbox_factory):
     sandbox_id = sandbox_factory(idle_timeout_s=2)["id"]
     # A call in progress is activity: a command longer than the idle timeout is not paused.

@@ -4,6 +4,7 @@ only ever extends a running sandbox's timeout, a filesystem-only pause that rebo
 sandbox on connect, and metrics over a time range."""
 
 import datetime
+import time
 
 from e2b import Sandbox, SandboxQuery, SandboxState
 
@@ -95,3 +96,18 @@ def test_connect_with_reboot_boots_a_paused_sandbox_from_its_files(new_sandbox):
     assert resumed.files.read("/home/user/kept.txt") == "on disk"
     assert boot_id(resumed) != before
     assert sleeper.pid not in {p.pid for p in resumed.commands.list()}
+
+
+def test_a_filesystem_auto_pause_reboots_on_connect(new_sandbox):
+    sbx = new_sandbox(lifecycle={"on_timeout": {"action": "pause", "mode": "filesystem"}})
+    assert sbx.get_info().lifecycle["on_timeout"] == "pause"
+    sbx.files.write("/home/user/kept.txt", "through the auto-pause")
+    before = boot_id(sbx)
+    sbx.set_timeout(1)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and Sandbox.get_info(sbx.sandbox_id).state != SandboxState.PAUSED:
+        time.sleep(0.5)
+    assert Sandbox.get_info(sbx.sandbox_id).state == SandboxState.PAUSED
+    resumed = Sandbox.connect(sbx.sandbox_id, timeout=120)
+    assert resumed.files.read("/home/user/kept.txt") == "through the auto-pause"
+    assert boot_id(resumed) != before
