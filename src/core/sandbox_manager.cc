@@ -101,6 +101,8 @@ struct Sandbox {
   int64_t expires_ms = 0;  // unix milliseconds; 0 = never (and while paused or stopped)
   bool deleting = false;
   int64_t last_activity_ms = 0;  // the last API call that needed it (idle_timeout_s)
+  int64_t booted_ms = 0;         // when its init last started (unix ms)
+  int64_t next_sample_ms = 0;    // when its usage is to be sampled next (usage_history_)
   int busy = 0;                  // API sessions using it now (never idle-paused meanwhile)
   std::mutex lifecycle_mu;       // one pause/resume/stop/start/delete at a time
   // The sandbox's network namespace, opened while its init is known alive (no pid reuse).
@@ -174,6 +176,7 @@ class SandboxManagerImpl : public SandboxManager {
 
   Result<SandboxInfo> Create(const SandboxSpec& spec) override;
   Result<SandboxInfo> Get(const std::string& id) override;
+  Result<std::vector<UsageSample>> UsageSamples(const std::string& id, int64_t from_ms, int64_t to_ms) override;
   std::vector<SandboxInfo> List(const ListFilter& filter) override;
   Status Delete(const std::string& id) override;
   Result<SandboxInfo> SetTimeout(const std::string& id, int64_t timeout_s) override;
@@ -282,6 +285,13 @@ class SandboxManagerImpl : public SandboxManager {
   // Launches the ready sandbox of a warm snapshot (PoolLoop).
   void RefillSnapshotPool(const std::string& snapshot_id);
   void TimerLoop();
+  // Samples the usage of the running sandboxes whose turn it is, the longest waiting first and
+  // at most kSamplesPerTick of them: with many running, each is sampled less often, and the
+  // host's cost stays bounded.
+  void SampleUsage(int64_t now);
+  // One sample of a sandbox into usage_history_ (nothing if it is gone meanwhile).
+  void RecordUsage(const std::string& id, double cpus, int64_t started_ms);
+  static constexpr size_t kSamplesPerTick = 50;  // 200 a second at the timer's 250 ms
 
   DaemonConfig config_;
   UniqueFd lock_;
@@ -305,6 +315,8 @@ class SandboxManagerImpl : public SandboxManager {
   std::map<std::string, std::shared_ptr<Sandbox>> snapshot_pool_;
   ManagerStats stats_;
 
+  UsageHistory usage_history_;
+  int64_t usage_trimmed_ms_ = 0;  // timer thread only
   std::atomic<int64_t> last_created_ms_{0};  // NextCreatedAt's last, and Recover's newest row
   std::atomic<bool> stopping_{false};
   std::condition_variable wake_;
@@ -398,6 +410,8 @@ Status SandboxManagerImpl::Recover() {
         spdlog::error("recover: sandbox {}: {}", row.id, st.error().message);
       if (sb->info.state == "paused") sb->expires_ms = 0, sb->info.expires_at.reset();
       sb->last_activity_ms = UnixMillis();
+      // When it booted is not kept: its CPU share is first counted from its creation.
+      sb->booted_ms = ParseRfc3339Millis(row.created_at).value_or(0);
       (void)uids_.Reclaim(row.uid_base, row.id);
       if (auto netns = OpenLiveNetns(init)) {
         sb->netns = std::move(*netns);
@@ -528,6 +542,7 @@ Status SandboxManagerImpl::Boot(Sandbox& sb, const storage::WritableLayer& layer
   auto init = runtime_->Launch(ls);
   if (!init) return init.error();
   sb.init = *init;
+  sb.booted_ms = UnixMillis();
   auto netns = OpenLiveNetns(sb.init);
   if (!netns) return netns.error();
   sb.netns = std::move(*netns);
@@ -680,6 +695,7 @@ Status SandboxManagerImpl::Delete(const std::string& id) {
     if (auto saved = db_->Put(row); !saved) spdlog::warn("sandbox {}: {}", id, saved.error().message);
   }
   Status st = Teardown(id, sb->uid_base, sb->init);
+  usage_history_.Forget(id);
   std::lock_guard lock(mu_);
   sandboxes_.erase(id);
   stats_.sandboxes_deleted_total++;
@@ -1083,6 +1099,7 @@ void SandboxManagerImpl::TimerLoop() {
         }
       }
     }
+    SampleUsage(now);
     for (const auto& id : expired) {
       spdlog::info("sandbox {} reached its timeout; deleting it", id);
       (void)Delete(id);
@@ -1096,6 +1113,66 @@ void SandboxManagerImpl::TimerLoop() {
       if (auto paused = Pause(id); !paused) spdlog::warn("sandbox {}: pause: {}", id, paused.error().message);
     }
   }
+}
+
+void SandboxManagerImpl::SampleUsage(int64_t now) {
+  struct Due {
+    std::string id;
+    double cpus = 0;
+    int64_t started_ms = 0;
+  };
+  std::vector<Due> due;
+  {
+    std::lock_guard lock(mu_);
+    std::vector<Sandbox*> waiting;
+    for (const auto& [id, sb] : sandboxes_) {
+      if (!sb->deleting && sb->info.state == "running" && sb->next_sample_ms <= now) waiting.push_back(sb.get());
+    }
+    const auto longest_waiting = [](const Sandbox* a, const Sandbox* b) { return a->next_sample_ms < b->next_sample_ms; };
+    if (waiting.size() > kSamplesPerTick) {
+      std::nth_element(waiting.begin(), waiting.begin() + kSamplesPerTick, waiting.end(), longest_waiting);
+      waiting.resize(kSamplesPerTick);
+    }
+    for (Sandbox* sb : waiting) {
+      sb->next_sample_ms = now + UsageHistory::kIntervalMs;
+      due.push_back({sb->info.id, sb->info.spec.cpus, sb->booted_ms});
+    }
+  }
+  for (const Due& d : due) RecordUsage(d.id, d.cpus, d.started_ms);
+  if (now - usage_trimmed_ms_ >= UsageHistory::kIntervalMs) {
+    usage_history_.Trim(now);
+    usage_trimmed_ms_ = now;
+  }
+}
+
+void SandboxManagerImpl::RecordUsage(const std::string& id, double cpus, int64_t started_ms) {
+  auto usage = runtime_->Usage(HostName(id));
+  if (!usage) return;  // deleted or stopped meanwhile
+  if (auto disk = storage_->LayerUsageBytes(id)) usage->disk_bytes = *disk;
+  usage_history_.Record(id, UnixMillis(), *usage, cpus, started_ms);
+}
+
+Result<std::vector<UsageSample>> SandboxManagerImpl::UsageSamples(const std::string& id, int64_t from_ms,
+                                                                  int64_t to_ms) {
+  double cpus = 0;
+  int64_t started_ms = 0;
+  bool sample_now = false;
+  {
+    std::lock_guard lock(mu_);
+    auto sb = FindLocked(id);
+    if (!sb) return NoSandbox(id);
+    const int64_t now = UnixMillis();
+    // Due and its turn has not come (many running), or just made: what it uses now is wanted
+    // too. (One the timer is sampling now is not due, but may have no sample yet.)
+    if (sb->info.state == "running" && (sb->next_sample_ms <= now || usage_history_.LastSampleMs(id) == 0)) {
+      sb->next_sample_ms = now + UsageHistory::kIntervalMs;
+      cpus = sb->info.spec.cpus;
+      started_ms = sb->booted_ms;
+      sample_now = true;
+    }
+  }
+  if (sample_now) RecordUsage(id, cpus, started_ms);
+  return usage_history_.Between(id, from_ms, to_ms);
 }
 
 void SandboxManagerImpl::Shutdown() {

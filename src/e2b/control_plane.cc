@@ -1,8 +1,11 @@
 #include "e2b/control_plane.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <ctime>
+#include <limits>
+#include <ranges>
 #include <vector>
 
 #include <boost/beast/http/field.hpp>
@@ -32,7 +35,8 @@ constexpr std::string_view kBaseTemplate = "base";
 constexpr std::string_view kE2bUser = "user";  // E2B's base template runs as "user"
 constexpr std::string_view kE2bHome = "/home/user";
 constexpr int64_t kDefaultTimeoutS = 300;  // E2B's, when the SDK sends none
-constexpr int64_t kMaxPageSize = 100;
+constexpr int64_t kMaxPageSize = 100;  // and the most sandboxes of one GET /sandboxes/metrics
+constexpr int64_t kMaxUnixS = 253402300799;  // 9999-12-31T23:59:59Z: metrics' start and end
 constexpr uint64_t kMaxBody = 1024 * 1024;
 // For a sandbox without an end (timeout 0): endAt is required, so a date far ahead.
 constexpr std::string_view kNoEnd = "2999-12-31T23:59:59Z";
@@ -107,26 +111,19 @@ json ListedJson(const E2bContext& context, const core::SandboxInfo& sandbox, con
   return out;
 }
 
-// SandboxMetric: one sample, now (bulkhead keeps no history). CPU is the average since the start.
-json MetricsSample(const core::SandboxInfo& sandbox) {
-  const time_t now = std::time(nullptr);
-  const core::SandboxUsage usage = sandbox.usage.value_or(core::SandboxUsage{});
-  double cpu_pct = 0;
-  std::tm started{};
-  if (strptime(sandbox.created_at.c_str(), "%Y-%m-%dT%H:%M:%S", &started)) {
-    const double seconds = std::max<double>(1, static_cast<double>(now - timegm(&started)));
-    cpu_pct = std::min(100.0, 100.0 * usage.cpu_s / seconds / std::max(sandbox.spec.cpus, 0.01));
-  }
+// SandboxMetric: one sample of the sandbox's usage history.
+json MetricsSample(const core::SandboxSpec& spec, const core::UsageSample& sample) {
+  const time_t seconds = static_cast<time_t>(sample.unix_ms / 1000);
   return {
-      {"timestamp", Rfc3339(now)},
-      {"timestampUnix", static_cast<int64_t>(now)},
-      {"cpuCount", static_cast<int64_t>(std::ceil(sandbox.spec.cpus))},
-      {"cpuUsedPct", cpu_pct},
-      {"memUsed", usage.memory_bytes},
-      {"memTotal", sandbox.spec.memory_mb * 1024 * 1024},
+      {"timestamp", Rfc3339(seconds)},
+      {"timestampUnix", static_cast<int64_t>(seconds)},
+      {"cpuCount", static_cast<int64_t>(std::ceil(spec.cpus))},
+      {"cpuUsedPct", sample.cpu_pct},
+      {"memUsed", sample.memory_bytes},
+      {"memTotal", spec.memory_mb * 1024 * 1024},
       {"memCache", 0},
-      {"diskUsed", usage.disk_bytes},
-      {"diskTotal", sandbox.spec.disk_mb * 1024 * 1024},
+      {"diskUsed", sample.disk_bytes},
+      {"diskTotal", spec.disk_mb * 1024 * 1024},
   };
 }
 
@@ -135,6 +132,28 @@ const std::string* QueryValue(const api::QueryParams& query, std::string_view na
     if (key == name) return &value;
   }
   return nullptr;
+}
+
+// The distinct non-empty items of "a,b,c", in order.
+std::vector<std::string> CommaList(std::string_view text) {
+  std::vector<std::string> items;
+  for (const auto part : std::views::split(text, ',')) {
+    std::string item(part.begin(), part.end());
+    if (!item.empty() && std::find(items.begin(), items.end(), item) == items.end()) items.push_back(std::move(item));
+  }
+  return items;
+}
+
+// An optional integer query parameter, min..max.
+Result<std::optional<int64_t>> QueryInt(const api::QueryParams& query, std::string_view name, int64_t min,
+                                        int64_t max) {
+  const std::string* text = QueryValue(query, name);
+  if (!text) return std::optional<int64_t>();
+  int64_t value = 0;
+  const auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), value);
+  if (ec != std::errc() || end != text->data() + text->size()) return Invalid(fmt::format("{} must be an integer", name));
+  if (value < min || value > max) return Invalid(fmt::format("{} must be {} to {}", name, min, max));
+  return std::optional<int64_t>(value);
 }
 
 // The body as a JSON object; an empty body is {}.
@@ -189,17 +208,9 @@ struct Page {
 // keys: each item's, already in the list's order. `descending` tells how the order compares,
 // for the cursor.
 Result<Page> PageOf(const std::vector<ListKey>& keys, const api::QueryParams& query, bool descending) {
-  int64_t limit = kMaxPageSize;
-  if (const std::string* text = QueryValue(query, "limit")) {
-    try {
-      size_t used = 0;
-      limit = std::stoll(*text, &used);
-      if (used != text->size()) throw std::invalid_argument("trailing");
-    } catch (const std::exception&) {
-      return Invalid("limit must be an integer");
-    }
-    if (limit < 1 || limit > kMaxPageSize) return Invalid(fmt::format("limit must be 1 to {}", kMaxPageSize));
-  }
+  Result<std::optional<int64_t>> asked = QueryInt(query, "limit", 1, kMaxPageSize);
+  if (!asked.ok()) return asked.error();
+  const int64_t limit = asked->value_or(kMaxPageSize);
   Page page;
   if (const std::string* token = QueryValue(query, "nextToken"); token && !token->empty()) {
     std::optional<std::string> decoded = Base64Decode(*token);
@@ -243,7 +254,8 @@ class ControlPlane {
   asio::awaitable<void> SetTimeout(const std::string& id);
   asio::awaitable<void> Pause(const std::string& id);
   asio::awaitable<void> Connect(const std::string& id);
-  asio::awaitable<void> Metrics(const std::string& id);
+  asio::awaitable<void> Metrics(const std::string& id, const api::QueryParams& query);
+  asio::awaitable<void> ListMetrics(const api::QueryParams& query);
   asio::awaitable<void> UpdateNetwork(const std::string& id);
   asio::awaitable<void> Fork(const std::string& id);
   asio::awaitable<void> CreateSnapshot(const std::string& id);
@@ -251,18 +263,12 @@ class ControlPlane {
   asio::awaitable<void> DeleteSnapshot(const std::string& id);
   asio::awaitable<void> TemplateAlias(const std::string& alias);
 
-  // The sandbox as E2B sees it: 404 for unknown ids and failed sandboxes. With `usage` (get,
-  // metrics) it is read with Get's usage figures; otherwise only its state is looked up.
-  Result<core::SandboxInfo> Find(const std::string& id, bool usage = false) {
+  // The sandbox as E2B sees it: 404 for unknown ids and failed sandboxes.
+  Result<core::SandboxInfo> Find(const std::string& id) {
     if (!api::IsValidSandboxId(id)) return NotFound(id);
-    Result<core::SandboxInfo> sandbox = NotFound(id);
-    if (usage) {
-      sandbox = context_.manager.Get(id);
-    } else if (std::vector<core::SandboxInfo> found = context_.manager.List(core::ListFilter{.id = id}); !found.empty()) {
-      sandbox = std::move(found.front());
-    }
-    if (!sandbox.ok() || !E2bState(sandbox->state)) return NotFound(id);
-    return sandbox;
+    std::vector<core::SandboxInfo> found = context_.manager.List(core::ListFilter{.id = id});
+    if (found.empty() || !E2bState(found.front().state)) return NotFound(id);
+    return std::move(found.front());
   }
   static Error NotFound(const std::string& id) {
     return MakeError(ErrorCode::kNotFound, fmt::format("sandbox \"{}\" not found", id));
@@ -297,6 +303,7 @@ asio::awaitable<std::string_view> ControlPlane::Serve(const api::RequestTarget& 
     if (post) co_return co_await Create(), "POST /sandboxes";
     if (get) co_return co_await List(target.query, v2), "GET /sandboxes";
   } else if (n == base + 2 && s[base] == "sandboxes" && !v2) {
+    if (get && s[1] == "metrics") co_return co_await ListMetrics(target.query), "GET /sandboxes/metrics";
     if (get) co_return co_await Get(s[1]), "GET /sandboxes/{id}";
     if (method == http::verb::delete_) co_return co_await Kill(s[1]), "DELETE /sandboxes/{id}";
   } else if (n == base + 3 && s[base] == "sandboxes") {
@@ -308,7 +315,7 @@ asio::awaitable<std::string_view> ControlPlane::Serve(const api::RequestTarget& 
     if (!v2) {
       if (post && action == "timeout") co_return co_await SetTimeout(id), "POST /sandboxes/{id}/timeout";
       if (post && action == "pause") co_return co_await Pause(id), "POST /sandboxes/{id}/pause";
-      if (get && action == "metrics") co_return co_await Metrics(id), "GET /sandboxes/{id}/metrics";
+      if (get && action == "metrics") co_return co_await Metrics(id, target.query), "GET /sandboxes/{id}/metrics";
       if (method == http::verb::put && action == "network") {
         co_return co_await UpdateNetwork(id), "PUT /sandboxes/{id}/network";
       }
@@ -417,7 +424,7 @@ asio::awaitable<void> ControlPlane::List(const api::QueryParams& query, bool pag
 }
 
 asio::awaitable<void> ControlPlane::Get(const std::string& id) {
-  Result<core::SandboxInfo> sandbox = Find(id, /*usage=*/true);
+  Result<core::SandboxInfo> sandbox = Find(id);
   if (!sandbox.ok()) co_return co_await Fail(sandbox.error());
   co_await exchange_.SendJson(http::status::ok, ListedJson(context_, *sandbox, *E2bState(sandbox->state), true));
 }
@@ -501,11 +508,47 @@ asio::awaitable<void> ControlPlane::Connect(const std::string& id) {
   co_await exchange_.SendJson(resumed ? http::status::created : http::status::ok, SandboxJson(context_, *sandbox));
 }
 
-asio::awaitable<void> ControlPlane::Metrics(const std::string& id) {
-  Result<core::SandboxInfo> sandbox = Find(id, /*usage=*/true);
+asio::awaitable<void> ControlPlane::Metrics(const std::string& id, const api::QueryParams& query) {
+  // Unix seconds, inclusive; by default all the history kept (the last hour).
+  Result<std::optional<int64_t>> start = QueryInt(query, "start", 0, kMaxUnixS);
+  if (!start.ok()) co_return co_await Fail(start.error());
+  Result<std::optional<int64_t>> end = QueryInt(query, "end", 0, kMaxUnixS);
+  if (!end.ok()) co_return co_await Fail(end.error());
+  if (*start && *end && **start > **end) co_return co_await Fail(Invalid("start must not be after end"));
+  Result<core::SandboxInfo> sandbox = Find(id);
   if (!sandbox.ok()) co_return co_await Fail(sandbox.error());
-  const json samples = json::array({MetricsSample(*sandbox)});
-  co_await exchange_.SendJson(http::status::ok, samples);
+  const int64_t from_ms = start->value_or(0) * 1000;
+  const int64_t to_ms = *end ? **end * 1000 + 999 : std::numeric_limits<int64_t>::max();
+  core::SandboxManager& manager = context_.manager;
+  Result<std::vector<core::UsageSample>> samples =
+      co_await Blocking([&] { return manager.UsageSamples(id, from_ms, to_ms); });
+  if (!samples.ok()) co_return co_await Fail(samples.error());
+  json out = json::array();
+  for (const core::UsageSample& sample : *samples) out.push_back(MetricsSample(sandbox->spec, sample));
+  co_await exchange_.SendJson(http::status::ok, out);
+}
+
+// SandboxesWithMetrics: the latest sample of each sandbox asked for that has one; the others
+// (unknown, failed, never sampled) are left out, as E2B does.
+asio::awaitable<void> ControlPlane::ListMetrics(const api::QueryParams& query) {
+  const std::string* list = QueryValue(query, "sandbox_ids");
+  if (!list) co_return co_await Fail(Invalid("sandbox_ids is required"));
+  const std::vector<std::string> ids = CommaList(*list);
+  if (ids.size() > static_cast<size_t>(kMaxPageSize)) {
+    co_return co_await Fail(Invalid(fmt::format("Too many sandboxes requested, maximum is {}", kMaxPageSize)));
+  }
+  core::SandboxManager& manager = context_.manager;
+  json sandboxes = json::object();
+  for (const std::string& id : ids) {
+    Result<core::SandboxInfo> sandbox = Find(id);
+    if (!sandbox.ok()) continue;
+    Result<std::vector<core::UsageSample>> samples = co_await Blocking(
+        [&] { return manager.UsageSamples(id, 0, std::numeric_limits<int64_t>::max()); });
+    if (samples.ok() && !samples->empty()) sandboxes[id] = MetricsSample(sandbox->spec, samples->back());
+  }
+  json out = json::object();
+  out["sandboxes"] = std::move(sandboxes);
+  co_await exchange_.SendJson(http::status::ok, out);
 }
 
 asio::awaitable<void> ControlPlane::UpdateNetwork(const std::string& id) {

@@ -221,15 +221,41 @@ def test_pause_without_memory_stops_and_connect_boots_it_again(e2b, client):
     assert client.sh(sid, "cat /proc/sys/kernel/random/boot_id") != boot_id
 
 
-def test_metrics_answer_one_sample_with_every_field(e2b):
+def test_metrics_answer_samples_with_every_field(e2b):
     sandbox = e2b.create()
     r = e2b.request("GET", f"/sandboxes/{sandbox['sandboxID']}/metrics")
     assert r.status == 200, r
-    [sample] = r.json()
+    sample = r.json()[-1]
     for field in ("timestamp", "timestampUnix", "cpuCount", "cpuUsedPct", "memUsed", "memTotal", "memCache",
                   "diskUsed", "diskTotal"):
         assert field in sample, field
     assert sample["memTotal"] == 1024 * 1024 * 1024 and sample["memUsed"] > 0
+
+
+def test_metrics_honour_start_and_end(e2b):
+    sid = e2b.create()["sandboxID"]
+    at = e2b.request("GET", f"/sandboxes/{sid}/metrics").json()[-1]["timestampUnix"]
+    # A range before the sandbox existed has none; one around the sample has it.
+    assert e2b.request("GET", f"/sandboxes/{sid}/metrics?start={at - 7200}&end={at - 3600}").json() == []
+    around = e2b.request("GET", f"/sandboxes/{sid}/metrics?start={at}&end={at}").json()
+    assert {s["timestampUnix"] for s in around} == {at}
+    assert e2b.request("GET", f"/sandboxes/{sid}/metrics?start={at + 3600}").json() == []
+    for query in ("start=soon", "end=-1", f"start={at}&end={at - 1}", "start=99999999999999999999"):
+        assert_e2b_error(e2b.request("GET", f"/sandboxes/{sid}/metrics?{query}"), 400)
+    assert_e2b_error(e2b.request("GET", "/sandboxes/inoexistent0000000000/metrics?start=0"), 404)
+
+
+def test_sandboxes_metrics_answer_the_latest_sample_of_each(e2b):
+    sid = e2b.create()["sandboxID"]
+    r = e2b.request("GET", f"/sandboxes/metrics?sandbox_ids={sid},inoexistent0000000000")
+    assert r.status == 200, r
+    sandboxes = r.json()["sandboxes"]
+    assert list(sandboxes) == [sid]
+    assert sandboxes[sid]["memUsed"] > 0 and sandboxes[sid]["cpuCount"] >= 1
+    assert e2b.request("GET", "/sandboxes/metrics?sandbox_ids=").json() == {"sandboxes": {}}
+    assert_e2b_error(e2b.request("GET", "/sandboxes/metrics"), 400)
+    too_many = ",".join(f"i{n:020d}" for n in range(101))
+    assert_e2b_error(e2b.request("GET", f"/sandboxes/metrics?sandbox_ids={too_many}"), 400)
 
 
 def test_network_rules_map_onto_egress_modes(e2b, client):

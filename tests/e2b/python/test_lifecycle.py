@@ -6,7 +6,8 @@ sandbox on connect, and metrics over a time range."""
 import datetime
 import time
 
-from e2b import Sandbox, SandboxQuery, SandboxState
+import pytest
+from e2b import Sandbox, SandboxException, SandboxQuery, SandboxState
 
 from conftest import RUN_ID
 
@@ -111,3 +112,29 @@ def test_a_filesystem_auto_pause_reboots_on_connect(new_sandbox):
     resumed = Sandbox.connect(sbx.sandbox_id, timeout=120)
     assert resumed.files.read("/home/user/kept.txt") == "through the auto-pause"
     assert boot_id(resumed) != before
+
+
+def test_metrics_honour_start_and_end(new_sandbox):
+    sbx = new_sandbox()
+    started = Sandbox.get_info(sbx.sandbox_id).started_at
+    # A range before the sandbox existed has no samples.
+    hour = datetime.timedelta(hours=1)
+    assert sbx.get_metrics(start=started - 2 * hour, end=started - hour) == []
+
+    # The history grows by a sample about every 5 s: wait for a second one.
+    metrics = sbx.get_metrics()
+    deadline = time.monotonic() + 60
+    while len(metrics) < 2 and time.monotonic() < deadline:
+        time.sleep(1)
+        metrics = sbx.get_metrics()
+    times = [m.timestamp for m in metrics]
+    assert len(times) >= 2 and times == sorted(times), times
+    first, last = times[0], times[-1]
+    assert first < last
+
+    # start and end are whole seconds, both inclusive.
+    assert {m.timestamp for m in sbx.get_metrics(start=first, end=first)} == {first}
+    later = [m.timestamp for m in sbx.get_metrics(start=last)]
+    assert last in later and first not in later
+    with pytest.raises(SandboxException, match="400"):
+        sbx.get_metrics(start=last, end=first)
