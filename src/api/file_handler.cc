@@ -100,18 +100,16 @@ asio::awaitable<void> ServeUpload(HttpExchange& exchange, core::FileOperation& o
   co_await exchange.SendText(success, "application/json", std::move(body.value()));
 }
 
-// GET files: {"size": N} from the worker, then exactly N bytes with Content-Length N. Each
-// piece is read from the worker only once the previous one was written to the client.
+// GET files: {"size": N} from the worker, then exactly N bytes with Content-Length N; or {}
+// and the file to its end, chunked (a size the file's filesystem does not know). Each piece
+// is read from the worker only once the previous one was written to the client.
 asio::awaitable<void> ServeDownload(HttpExchange& exchange, core::FileOperation& operation) {
   ClientHangupWatch watch(exchange.stream().socket(), [&operation] { operation.Cancel(); });
   Result<std::pair<std::string, std::string>> first = co_await ReadFirstLine(operation);
   if (!first.ok()) co_return co_await Fail(exchange, watch, first.error());
-  const json size_line = ParseBoundedJson(first->first);
-  if (!size_line.is_object() || !size_line.contains("size") || !size_line["size"].is_number_unsigned()) {
-    co_return co_await Fail(exchange, watch, FileWorkerBroken("did not announce the file's size"));
-  }
-  const uint64_t size = size_line["size"].get<uint64_t>();
-  co_await SendAnnouncedBody(exchange, operation, std::move(first->second), size);
+  Result<std::optional<uint64_t>> size = ParseReadSize(first->first);
+  if (!size.ok()) co_return co_await Fail(exchange, watch, size.error());
+  co_await SendReadBody(exchange, operation, std::move(first->second), *size);
 }
 
 // GET files/archive: the worker's tar stream as chunks. The status is sent with the first

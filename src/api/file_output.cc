@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/bounded_json.h"
+
 // g++ 12 reports a false -Wmismatched-new-delete on asio's coroutine frames.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
@@ -36,13 +38,38 @@ boost::asio::awaitable<Result<std::pair<std::string, std::string>>> ReadFirstLin
   co_return std::pair{std::move(head), std::move(rest)};
 }
 
-asio::awaitable<void> SendAnnouncedBody(HttpExchange& exchange, core::FileOperation& operation, std::string first,
-                                        uint64_t size) {
-  if (!co_await exchange.BeginFixedLength(http::status::ok, "application/octet-stream", size)) co_return;
+Result<std::optional<uint64_t>> ParseReadSize(const std::string& line) {
+  const nlohmann::json parsed = ParseBoundedJson(line);
+  if (!parsed.is_object()) return FileWorkerBroken("did not announce the file's size");
+  const auto size = parsed.find("size");
+  if (size == parsed.end()) return std::optional<uint64_t>();
+  if (!size->is_number_unsigned()) return FileWorkerBroken("did not announce the file's size");
+  return std::optional<uint64_t>(size->get<uint64_t>());
+}
+
+asio::awaitable<void> SendReadBody(HttpExchange& exchange, core::FileOperation& operation, std::string first,
+                                   std::optional<uint64_t> size) {
+  if (!size) {
+    if (!co_await exchange.BeginChunked(http::status::ok, "application/octet-stream")) co_return;
+    std::string piece = std::move(first);
+    for (;;) {
+      if (!piece.empty() && !co_await exchange.WriteChunk(piece)) co_return;
+      Result<std::string> next = co_await operation.Read();
+      if (!next.ok()) {
+        exchange.set_keep_alive(false);  // without the last chunk the client sees it incomplete
+        co_return;
+      }
+      if (next->empty()) break;
+      piece = std::move(next.value());
+    }
+    co_await exchange.EndChunked();
+    co_return;
+  }
+  if (!co_await exchange.BeginFixedLength(http::status::ok, "application/octet-stream", *size)) co_return;
   uint64_t sent = 0;
   std::string piece = std::move(first);
   for (;;) {
-    if (piece.size() > size - sent) {
+    if (piece.size() > *size - sent) {
       // More than announced (the file grew): the response cannot carry it.
       exchange.set_keep_alive(false);
       co_return;
@@ -52,7 +79,7 @@ asio::awaitable<void> SendAnnouncedBody(HttpExchange& exchange, core::FileOperat
     Result<std::string> next = co_await operation.Read();
     if (!next.ok() || next->empty()) {
       // A failure (or a file that shrank) after the header: only a short body can say so.
-      if (!next.ok() || sent != size) exchange.set_keep_alive(false);
+      if (!next.ok() || sent != *size) exchange.set_keep_alive(false);
       co_return;
     }
     piece = std::move(next.value());

@@ -3,6 +3,8 @@
 // by the file routes (file_handler.cc) and the E2B front's envd (src/e2b/).
 #pragma once
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>  // before boost/asio/awaitable.hpp (Boost 1.74 uses std::exchange unincluded)
@@ -30,11 +32,16 @@ Result<std::string> JsonAnswer(std::string text);
 // what followed it.
 boost::asio::awaitable<Result<std::pair<std::string, std::string>>> ReadFirstLine(core::FileOperation& operation);
 
-// Sends a read's content after its {"size": N} line: `first` (what followed the line), then
-// the operation's output piece by piece, each read only once the previous one was written, as
-// the body of a response of exactly `size` bytes (whose header is sent here). A file that grew
-// or shrank, or a worker that failed, cuts the body short and ends the connection.
-boost::asio::awaitable<void> SendAnnouncedBody(HttpExchange& exchange, core::FileOperation& operation,
-                                               std::string first, uint64_t size);
+// A read's first line: {"size": N}, or {} for a file whose size is not known ahead (a
+// kernel filesystem's: procfs, sysfs), which is then read to its end.
+Result<std::optional<uint64_t>> ParseReadSize(const std::string& line);
+
+// Sends a read's content after its first line: `first` (what followed the line), then the
+// operation's output piece by piece, each read only once the previous one was written, as the
+// body of a response (whose header is sent here) of exactly `size` bytes, or chunked to the
+// end when the size is not known. A file that grew or shrank, or a worker that failed, cuts
+// the body short and ends the connection.
+boost::asio::awaitable<void> SendReadBody(HttpExchange& exchange, core::FileOperation& operation, std::string first,
+                                          std::optional<uint64_t> size);
 
 }  // namespace bulkhead::api

@@ -343,7 +343,9 @@ Result<core::SandboxSpec> ParseSandboxSpec(const json& body, const HostLimits& h
   BH_TRY(ReadInt(body, "idle_timeout_s", 0, kMaxLifetimeS, spec.idle_timeout_s));
 
   BH_TRY(ReadString(body, "on_timeout", spec.on_timeout));
-  if (spec.on_timeout != "kill" && spec.on_timeout != "pause") return Invalid("on_timeout must be one of kill, pause");
+  if (spec.on_timeout != "kill" && spec.on_timeout != "pause" && spec.on_timeout != "stop") {
+    return Invalid("on_timeout must be one of kill, pause, stop");
+  }
 
   BH_TRY(ReadEnv(body, "env", spec.env));
   BH_TRY(ReadAbsolutePath(body, "workdir", spec.workdir));

@@ -1,22 +1,11 @@
 #include "cli/output_format.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cstdio>
 
+#include "common/time_format.h"
+
 namespace bulkhead::cli {
-namespace {
-
-// Reads exactly `digits` digits at `pos`.
-std::optional<int> Digits(std::string_view text, size_t pos, size_t digits) {
-  if (pos + digits > text.size()) return std::nullopt;
-  int value = 0;
-  auto [end, ec] = std::from_chars(text.data() + pos, text.data() + pos + digits, value);
-  if (ec != std::errc() || end != text.data() + pos + digits) return std::nullopt;
-  return value;
-}
-
-}  // namespace
 
 std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> widths;
@@ -37,39 +26,9 @@ std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
 }
 
 std::optional<int64_t> ParseRfc3339(std::string_view text) {
-  // YYYY-MM-DDTHH:MM:SS
-  if (text.size() < 19 || text[4] != '-' || text[7] != '-' || (text[10] != 'T' && text[10] != 't' && text[10] != ' ') ||
-      text[13] != ':' || text[16] != ':') {
-    return std::nullopt;
-  }
-  auto year = Digits(text, 0, 4), month = Digits(text, 5, 2), day = Digits(text, 8, 2);
-  auto hour = Digits(text, 11, 2), minute = Digits(text, 14, 2), second = Digits(text, 17, 2);
-  if (!year || !month || !day || !hour || !minute || !second) return std::nullopt;
-  size_t pos = 19;
-  if (pos < text.size() && text[pos] == '.') {
-    ++pos;
-    while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9') ++pos;
-  }
-  int64_t offset_s = 0;
-  if (pos < text.size() && (text[pos] == 'Z' || text[pos] == 'z')) {
-    ++pos;
-  } else if (pos < text.size() && (text[pos] == '+' || text[pos] == '-')) {
-    auto offset_hours = Digits(text, pos + 1, 2), offset_minutes = Digits(text, pos + 4, 2);
-    if (!offset_hours || !offset_minutes || text[pos + 3] != ':') return std::nullopt;
-    offset_s = (*offset_hours * 3600 + *offset_minutes * 60) * (text[pos] == '+' ? 1 : -1);
-    pos += 6;
-  } else {
-    return std::nullopt;
-  }
-  if (pos != text.size()) return std::nullopt;
-  std::tm parts{};
-  parts.tm_year = *year - 1900;
-  parts.tm_mon = *month - 1;
-  parts.tm_mday = *day;
-  parts.tm_hour = *hour;
-  parts.tm_min = *minute;
-  parts.tm_sec = *second;
-  return static_cast<int64_t>(timegm(&parts)) - offset_s;
+  const std::optional<int64_t> millis = ParseRfc3339Millis(text);
+  if (!millis) return std::nullopt;
+  return *millis >= 0 ? *millis / 1000 : (*millis - 999) / 1000;
 }
 
 std::string FormatDuration(int64_t seconds) {

@@ -134,7 +134,9 @@
 //      "mtime": "2026-11-29T21:00:00.123Z", "target": "/x" (symlinks only, else absent)}
 // Ops ("file_op" = {"op": .., fields}):
 //   read    {"path"}  stdout: one line {"size": N}, then the file's bytes (a regular file
-//           only). If it shrinks while read the worker fails after what it sent.
+//           only). If it shrinks while read the worker fails after what it sent. A file whose
+//           size says nothing (on procfs, sysfs, cgroupfs) gets {} instead, and is read to
+//           its end.
 //   write   {"path", "mode"?: 420, "parents": true, "append": false}  stdin: the content.
 //           Written to a temporary file beside the target and renamed over it, so a failed
 //           write (disk full, cut off) leaves the old content intact. Without "mode" an

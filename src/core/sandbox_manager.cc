@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <thread>
+#include <tuple>
 
 #include "common/digest.h"
 #include "common/id_ranges.h"
@@ -100,6 +101,10 @@ struct Sandbox {
   int64_t expires_ms = 0;  // unix milliseconds; 0 = never (and while paused or stopped)
   bool deleting = false;
   int64_t last_activity_ms = 0;  // the last API call that needed it (idle_timeout_s)
+  int64_t booted_ms = 0;         // when its init last started (unix ms)
+  int64_t next_sample_ms = 0;    // when its usage is to be sampled next (usage_history_)
+  int64_t disk_bytes = 0;        // SampledDiskBytes' last walk of its layer, and when
+  int64_t disk_measured_ms = 0;
   int busy = 0;                  // API sessions using it now (never idle-paused meanwhile)
   std::mutex lifecycle_mu;       // one pause/resume/stop/start/delete at a time
   // The sandbox's network namespace, opened while its init is known alive (no pid reuse).
@@ -173,6 +178,7 @@ class SandboxManagerImpl : public SandboxManager {
 
   Result<SandboxInfo> Create(const SandboxSpec& spec) override;
   Result<SandboxInfo> Get(const std::string& id) override;
+  Result<std::vector<UsageSample>> UsageSamples(const std::string& id, int64_t from_ms, int64_t to_ms) override;
   std::vector<SandboxInfo> List(const ListFilter& filter) override;
   Status Delete(const std::string& id) override;
   Result<SandboxInfo> SetTimeout(const std::string& id, int64_t timeout_s) override;
@@ -263,6 +269,10 @@ class SandboxManagerImpl : public SandboxManager {
   // Frees everything a sandbox may hold; each step tolerates the resource being absent.
   Status Teardown(const std::string& id, uid_t uid_base, const InitProcess& init);
   void ApplyLifetime(Sandbox& sb, int64_t timeout_s);
+  // The created_at of a sandbox made now: the time to the millisecond, and later than that of
+  // every sandbox made before it (a millisecond past the last when the clock has not moved on
+  // or went back), so that created_at orders sandboxes as they were made.
+  std::string NextCreatedAt();
   // The network namespace of a sandbox's init, checked to be that init's (not a reused pid).
   Result<UniqueFd> OpenLiveNetns(const InitProcess& init);
   // The running sandbox with this id, resumed first if paused; 404 if unknown, 409 if not
@@ -277,6 +287,14 @@ class SandboxManagerImpl : public SandboxManager {
   // Launches the ready sandbox of a warm snapshot (PoolLoop).
   void RefillSnapshotPool(const std::string& snapshot_id);
   void TimerLoop();
+  // Samples the usage of the running sandboxes whose turn it is, the longest waiting first and
+  // at most kSamplesPerTick of them: with many running, each is sampled less often, and the
+  // host's cost stays bounded.
+  void SampleUsage(int64_t now);
+  // One sample of a sandbox into usage_history_ (nothing if it is gone meanwhile).
+  void RecordUsage(const std::string& id, double cpus, int64_t started_ms);
+  int64_t SampledDiskBytes(const std::string& id, int64_t now);
+  static constexpr size_t kSamplesPerTick = 50;  // 200 a second at the timer's 250 ms
 
   DaemonConfig config_;
   UniqueFd lock_;
@@ -300,6 +318,9 @@ class SandboxManagerImpl : public SandboxManager {
   std::map<std::string, std::shared_ptr<Sandbox>> snapshot_pool_;
   ManagerStats stats_;
 
+  UsageHistory usage_history_;
+  int64_t usage_trimmed_ms_ = 0;  // timer thread only
+  std::atomic<int64_t> last_created_ms_{0};  // NextCreatedAt's last, and Recover's newest row
   std::atomic<bool> stopping_{false};
   std::condition_variable wake_;
   std::condition_variable snapshot_released_;  // a UseSnapshot token ended
@@ -376,7 +397,9 @@ Status SandboxManagerImpl::Recover() {
     sb->uid_base = row.uid_base;
     sb->init = init;
     sb->expires_ms = row.expires_at_ms;
-    if (row.expires_at_ms) sb->info.expires_at = Rfc3339(static_cast<time_t>(row.expires_at_ms / 1000));
+    if (row.expires_at_ms) sb->info.expires_at = Rfc3339Millis(row.expires_at_ms);
+    if (auto created = ParseRfc3339Millis(row.created_at); created && *created > last_created_ms_)
+      last_created_ms_ = *created;
     // A sandbox of a version that named its host objects by the id: renamed in place (its
     // processes and control socket carry on; /proc/net/unix keeps the old path until a restart).
     (void)runtime_->Rename(row.id, HostName(row.id));
@@ -390,6 +413,8 @@ Status SandboxManagerImpl::Recover() {
         spdlog::error("recover: sandbox {}: {}", row.id, st.error().message);
       if (sb->info.state == "paused") sb->expires_ms = 0, sb->info.expires_at.reset();
       sb->last_activity_ms = UnixMillis();
+      // When it booted is not kept: its CPU share is first counted from its creation.
+      sb->booted_ms = ParseRfc3339Millis(row.created_at).value_or(0);
       (void)uids_.Reclaim(row.uid_base, row.id);
       if (auto netns = OpenLiveNetns(init)) {
         sb->netns = std::move(*netns);
@@ -464,7 +489,7 @@ Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::Launch(const SandboxSpec& s
   BH_TRY(IssuePreviewToken(sb->info.spec.preview));
   sb->info.parent_snapshot = spec.from_snapshot;
   sb->info.state = "starting";
-  sb->info.created_at = Rfc3339(static_cast<time_t>(UnixMillis() / 1000));
+  sb->info.created_at = NextCreatedAt();
   const std::string& id = sb->info.id;
   if (spec.image != "host") {
     auto image = storage_->ImageRootfs(spec.image);
@@ -520,6 +545,7 @@ Status SandboxManagerImpl::Boot(Sandbox& sb, const storage::WritableLayer& layer
   auto init = runtime_->Launch(ls);
   if (!init) return init.error();
   sb.init = *init;
+  sb.booted_ms = UnixMillis();
   auto netns = OpenLiveNetns(sb.init);
   if (!netns) return netns.error();
   sb.netns = std::move(*netns);
@@ -553,9 +579,18 @@ void SandboxManagerImpl::ApplyLifetime(Sandbox& sb, int64_t timeout_s) {
   sb.info.spec.timeout_s = timeout_s;
   sb.expires_ms = timeout_s > 0 ? UnixMillis() + timeout_s * 1000 : 0;
   if (sb.expires_ms)
-    sb.info.expires_at = Rfc3339(static_cast<time_t>(sb.expires_ms / 1000));
+    sb.info.expires_at = Rfc3339Millis(sb.expires_ms);
   else
     sb.info.expires_at.reset();
+}
+
+std::string SandboxManagerImpl::NextCreatedAt() {
+  int64_t last = last_created_ms_.load();
+  int64_t next = 0;
+  do {
+    next = std::max(UnixMillis(), last + 1);
+  } while (!last_created_ms_.compare_exchange_weak(last, next));
+  return Rfc3339Millis(next);
 }
 
 Result<SandboxInfo> SandboxManagerImpl::Create(const SandboxSpec& spec) {
@@ -600,7 +635,7 @@ bool SandboxManagerImpl::FitPooled(Sandbox& sb, const SandboxSpec& spec) {
   sb.info.spec = spec;
   sb.info.spec.preview = std::move(preview);
   sb.info.parent_snapshot = spec.from_snapshot;
-  sb.info.created_at = Rfc3339(static_cast<time_t>(UnixMillis() / 1000));
+  sb.info.created_at = NextCreatedAt();
   return true;
 }
 
@@ -623,22 +658,29 @@ Result<SandboxInfo> SandboxManagerImpl::Get(const std::string& id) {
 }
 
 std::vector<SandboxInfo> SandboxManagerImpl::List(const ListFilter& filter) {
-  std::vector<SandboxInfo> out;
-  std::lock_guard lock(mu_);
-  for (const auto& [id, sb] : sandboxes_) {
-    if (sb->deleting) continue;
-    if (filter.id && id != *filter.id) continue;
-    if (filter.state && sb->info.state != *filter.state) continue;
-    bool match = true;
-    for (const auto& [k, v] : filter.metadata) {
-      auto it = sb->info.spec.metadata.find(k);
-      if (it == sb->info.spec.metadata.end() || it->second != v) match = false;
+  // Keyed by created_at as a time (the rows of older versions have whole seconds), so that
+  // they sort as they were made; ties (only such older rows) by id.
+  std::vector<std::pair<int64_t, SandboxInfo>> found;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, sb] : sandboxes_) {
+      if (sb->deleting) continue;
+      if (filter.id && id != *filter.id) continue;
+      if (filter.state && sb->info.state != *filter.state) continue;
+      bool match = true;
+      for (const auto& [k, v] : filter.metadata) {
+        auto it = sb->info.spec.metadata.find(k);
+        if (it == sb->info.spec.metadata.end() || it->second != v) match = false;
+      }
+      if (match) found.emplace_back(ParseRfc3339Millis(sb->info.created_at).value_or(0), sb->info);
     }
-    if (match) out.push_back(sb->info);
   }
-  std::sort(out.begin(), out.end(), [](const SandboxInfo& a, const SandboxInfo& b) {
-    return a.created_at != b.created_at ? a.created_at < b.created_at : a.id < b.id;
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.first, a.second.id) < std::tie(b.first, b.second.id);
   });
+  std::vector<SandboxInfo> out;
+  out.reserve(found.size());
+  for (auto& [created, info] : found) out.push_back(std::move(info));
   return out;
 }
 
@@ -656,6 +698,7 @@ Status SandboxManagerImpl::Delete(const std::string& id) {
     if (auto saved = db_->Put(row); !saved) spdlog::warn("sandbox {}: {}", id, saved.error().message);
   }
   Status st = Teardown(id, sb->uid_base, sb->init);
+  usage_history_.Forget(id);
   std::lock_guard lock(mu_);
   sandboxes_.erase(id);
   stats_.sandboxes_deleted_total++;
@@ -1044,29 +1087,119 @@ void SandboxManagerImpl::TimerLoop() {
       wake_.wait_for(lock, std::chrono::milliseconds(250), [&] { return stopping_.load(); });
     }
     if (stopping_) break;
-    std::vector<std::string> expired, to_pause;
+    std::vector<std::string> expired, to_pause, to_stop;
     int64_t now = UnixMillis();
     {
       std::lock_guard lock(mu_);
       for (const auto& [id, sb] : sandboxes_) {
         if (sb->deleting || sb->info.state != "running") continue;
         if (sb->expires_ms && sb->expires_ms <= now) {
-          (sb->info.spec.on_timeout == "pause" ? to_pause : expired).push_back(id);
+          const std::string& action = sb->info.spec.on_timeout;
+          (action == "pause" ? to_pause : action == "stop" ? to_stop : expired).push_back(id);
         } else if (sb->info.spec.idle_timeout_s > 0 && sb->busy == 0 &&
                    now - sb->last_activity_ms >= sb->info.spec.idle_timeout_s * 1000) {
           to_pause.push_back(id);
         }
       }
     }
+    SampleUsage(now);
     for (const auto& id : expired) {
       spdlog::info("sandbox {} reached its timeout; deleting it", id);
       (void)Delete(id);
+    }
+    for (const auto& id : to_stop) {
+      spdlog::info("sandbox {} reached its timeout; stopping it", id);
+      if (auto stopped = Stop(id); !stopped) spdlog::warn("sandbox {}: stop: {}", id, stopped.error().message);
     }
     for (const auto& id : to_pause) {
       spdlog::info("sandbox {} reached its timeout or idle timeout; pausing it", id);
       if (auto paused = Pause(id); !paused) spdlog::warn("sandbox {}: pause: {}", id, paused.error().message);
     }
   }
+}
+
+void SandboxManagerImpl::SampleUsage(int64_t now) {
+  struct Due {
+    std::string id;
+    double cpus = 0;
+    int64_t started_ms = 0;
+  };
+  std::vector<Due> due;
+  {
+    std::lock_guard lock(mu_);
+    std::vector<Sandbox*> waiting;
+    for (const auto& [id, sb] : sandboxes_) {
+      if (!sb->deleting && sb->info.state == "running" && sb->next_sample_ms <= now) waiting.push_back(sb.get());
+    }
+    const auto longest_waiting = [](const Sandbox* a, const Sandbox* b) { return a->next_sample_ms < b->next_sample_ms; };
+    if (waiting.size() > kSamplesPerTick) {
+      std::nth_element(waiting.begin(), waiting.begin() + kSamplesPerTick, waiting.end(), longest_waiting);
+      waiting.resize(kSamplesPerTick);
+    }
+    for (Sandbox* sb : waiting) {
+      sb->next_sample_ms = now + UsageHistory::kIntervalMs;
+      due.push_back({sb->info.id, sb->info.spec.cpus, sb->booted_ms});
+    }
+  }
+  for (const Due& d : due) RecordUsage(d.id, d.cpus, d.started_ms);
+  if (now - usage_trimmed_ms_ >= UsageHistory::kIntervalMs) {
+    usage_history_.Trim(now);
+    usage_trimmed_ms_ = now;
+  }
+}
+
+void SandboxManagerImpl::RecordUsage(const std::string& id, double cpus, int64_t started_ms) {
+  auto usage = runtime_->Usage(HostName(id));
+  if (!usage) return;  // deleted or stopped meanwhile
+  const int64_t now = UnixMillis();
+  usage->disk_bytes = SampledDiskBytes(id, now);
+  usage_history_.Record(id, now, *usage, cpus, started_ms);
+}
+
+int64_t SandboxManagerImpl::SampledDiskBytes(const std::string& id, int64_t now) {
+  // The quota drivers read the figure from the filesystem's accounting; without quotas it is
+  // a walk of the whole layer, which the sampler repeats at most once a minute per sandbox.
+  constexpr int64_t kWalkIntervalMs = 60'000;
+  const bool walk = !storage_->quotas_enforced();
+  if (walk) {
+    std::lock_guard lock(mu_);
+    auto sb = FindLocked(id);
+    if (!sb) return 0;
+    if (now - sb->disk_measured_ms < kWalkIntervalMs) return sb->disk_bytes;
+  }
+  auto disk = storage_->LayerUsageBytes(id);
+  const int64_t bytes = disk ? *disk : 0;
+  if (walk) {
+    std::lock_guard lock(mu_);
+    if (auto sb = FindLocked(id)) {
+      sb->disk_bytes = bytes;
+      sb->disk_measured_ms = now;
+    }
+  }
+  return bytes;
+}
+
+Result<std::vector<UsageSample>> SandboxManagerImpl::UsageSamples(const std::string& id, int64_t from_ms,
+                                                                  int64_t to_ms) {
+  double cpus = 0;
+  int64_t started_ms = 0;
+  bool sample_now = false;
+  {
+    std::lock_guard lock(mu_);
+    auto sb = FindLocked(id);
+    if (!sb) return NoSandbox(id);
+    const int64_t now = UnixMillis();
+    // Due and its turn has not come (many running), or just made: what it uses now is wanted
+    // too. (One the timer is sampling now is not due, but may have no sample yet.)
+    if (sb->info.state == "running" && (sb->next_sample_ms <= now || usage_history_.LastSampleMs(id) == 0)) {
+      sb->next_sample_ms = now + UsageHistory::kIntervalMs;
+      cpus = sb->info.spec.cpus;
+      started_ms = sb->booted_ms;
+      sample_now = true;
+    }
+  }
+  if (sample_now) RecordUsage(id, cpus, started_ms);
+  return usage_history_.Between(id, from_ms, to_ms);
 }
 
 void SandboxManagerImpl::Shutdown() {

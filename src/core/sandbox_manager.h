@@ -19,6 +19,7 @@
 #include "core/ctl_client.h"
 #include "core/exec_session.h"
 #include "core/types.h"
+#include "core/usage_history.h"
 #include "net/egress_proxy.h"
 
 namespace bulkhead::core {
@@ -58,6 +59,14 @@ class SandboxManager {
 
   virtual Result<SandboxInfo> Create(const SandboxSpec& spec) = 0;            // (blocking)
   virtual Result<SandboxInfo> Get(const std::string& id) = 0;                 // with usage
+  // The samples of the sandbox's usage taken from_ms..to_ms (Unix milliseconds, inclusive),
+  // oldest first (usage_history.h: the last hour, about every 5 s while it runs). A running
+  // sandbox not sampled for an interval is sampled now. 404 for an unknown sandbox; none
+  // where no history is kept (tests).
+  virtual Result<std::vector<UsageSample>> UsageSamples(const std::string& id, int64_t from_ms, int64_t to_ms) {
+    (void)id, (void)from_ms, (void)to_ms;
+    return std::vector<UsageSample>{};
+  }
   virtual std::vector<SandboxInfo> List(const ListFilter& filter) = 0;
   virtual Status Delete(const std::string& id) = 0;                           // (blocking)
   // Restarts the lifetime clock: the sandbox ends (or pauses, per on_timeout) timeout_s from

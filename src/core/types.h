@@ -39,7 +39,7 @@ struct SandboxSpec {
   int64_t pids = 512;
   int64_t timeout_s = 300;       // 0 = no lifetime limit
   int64_t idle_timeout_s = 0;
-  std::string on_timeout = "kill";
+  std::string on_timeout = "kill";  // kill | pause | stop: what the timeout does
   std::map<std::string, std::string> env;
   std::string workdir = "/workspace";
   std::string user = "root";

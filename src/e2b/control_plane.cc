@@ -1,8 +1,11 @@
 #include "e2b/control_plane.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <ctime>
+#include <limits>
+#include <ranges>
 #include <vector>
 
 #include <boost/beast/http/field.hpp>
@@ -32,7 +35,8 @@ constexpr std::string_view kBaseTemplate = "base";
 constexpr std::string_view kE2bUser = "user";  // E2B's base template runs as "user"
 constexpr std::string_view kE2bHome = "/home/user";
 constexpr int64_t kDefaultTimeoutS = 300;  // E2B's, when the SDK sends none
-constexpr int64_t kMaxPageSize = 100;
+constexpr int64_t kMaxPageSize = 100;  // and the most sandboxes of one GET /sandboxes/metrics
+constexpr int64_t kMaxUnixS = 253402300799;  // 9999-12-31T23:59:59Z: metrics' start and end
 constexpr uint64_t kMaxBody = 1024 * 1024;
 // For a sandbox without an end (timeout 0): endAt is required, so a date far ahead.
 constexpr std::string_view kNoEnd = "2999-12-31T23:59:59Z";
@@ -100,31 +104,26 @@ json ListedJson(const E2bContext& context, const core::SandboxInfo& sandbox, con
     out["domain"] = context.preview_domain;
     out["allowInternetAccess"] = spec.network.mode != "none";
     out["network"] = NetworkJson(spec);
-    out["lifecycle"] = {{"onTimeout", spec.on_timeout == "pause" ? "pause" : "kill"}, {"autoResume", false}};
+    out["lifecycle"] = {{"onTimeout", spec.on_timeout == "kill" ? "kill" : "pause"}, {"autoResume", false}};
+    // What the pause saved: a stopped sandbox (a pause without memory) has only its files.
+    if (state == "paused") out["pauseMode"] = sandbox.state == "stopped" ? "filesystem" : "full";
   }
   return out;
 }
 
-// SandboxMetric: one sample, now (bulkhead keeps no history). CPU is the average since the start.
-json MetricsSample(const core::SandboxInfo& sandbox) {
-  const time_t now = std::time(nullptr);
-  const core::SandboxUsage usage = sandbox.usage.value_or(core::SandboxUsage{});
-  double cpu_pct = 0;
-  std::tm started{};
-  if (strptime(sandbox.created_at.c_str(), "%Y-%m-%dT%H:%M:%S", &started)) {
-    const double seconds = std::max<double>(1, static_cast<double>(now - timegm(&started)));
-    cpu_pct = std::min(100.0, 100.0 * usage.cpu_s / seconds / std::max(sandbox.spec.cpus, 0.01));
-  }
+// SandboxMetric: one sample of the sandbox's usage history.
+json MetricsSample(const core::SandboxSpec& spec, const core::UsageSample& sample) {
+  const time_t seconds = static_cast<time_t>(sample.unix_ms / 1000);
   return {
-      {"timestamp", Rfc3339(now)},
-      {"timestampUnix", static_cast<int64_t>(now)},
-      {"cpuCount", static_cast<int64_t>(std::ceil(sandbox.spec.cpus))},
-      {"cpuUsedPct", cpu_pct},
-      {"memUsed", usage.memory_bytes},
-      {"memTotal", sandbox.spec.memory_mb * 1024 * 1024},
+      {"timestamp", Rfc3339(seconds)},
+      {"timestampUnix", static_cast<int64_t>(seconds)},
+      {"cpuCount", static_cast<int64_t>(std::ceil(spec.cpus))},
+      {"cpuUsedPct", sample.cpu_pct},
+      {"memUsed", sample.memory_bytes},
+      {"memTotal", spec.memory_mb * 1024 * 1024},
       {"memCache", 0},
-      {"diskUsed", usage.disk_bytes},
-      {"diskTotal", sandbox.spec.disk_mb * 1024 * 1024},
+      {"diskUsed", sample.disk_bytes},
+      {"diskTotal", spec.disk_mb * 1024 * 1024},
   };
 }
 
@@ -133,6 +132,28 @@ const std::string* QueryValue(const api::QueryParams& query, std::string_view na
     if (key == name) return &value;
   }
   return nullptr;
+}
+
+// The distinct non-empty items of "a,b,c", in order.
+std::vector<std::string> CommaList(std::string_view text) {
+  std::vector<std::string> items;
+  for (const auto part : std::views::split(text, ',')) {
+    std::string item(part.begin(), part.end());
+    if (!item.empty() && std::find(items.begin(), items.end(), item) == items.end()) items.push_back(std::move(item));
+  }
+  return items;
+}
+
+// An optional integer query parameter, min..max.
+Result<std::optional<int64_t>> QueryInt(const api::QueryParams& query, std::string_view name, int64_t min,
+                                        int64_t max) {
+  const std::string* text = QueryValue(query, name);
+  if (!text) return std::optional<int64_t>();
+  int64_t value = 0;
+  const auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), value);
+  if (ec != std::errc() || end != text->data() + text->size()) return Invalid(fmt::format("{} must be an integer", name));
+  if (value < min || value > max) return Invalid(fmt::format("{} must be {} to {}", name, min, max));
+  return std::optional<int64_t>(value);
 }
 
 // The body as a JSON object; an empty body is {}.
@@ -153,6 +174,13 @@ Result<std::optional<int64_t>> OptionalInt(const json& body, const char* name, i
   return std::optional<int64_t>(value);
 }
 
+Result<std::optional<bool>> OptionalBool(const json& body, const char* name) {
+  const auto found = body.find(name);
+  if (found == body.end() || found->is_null()) return std::optional<bool>();
+  if (!found->is_boolean()) return Invalid(fmt::format("{} must be a boolean", name));
+  return std::optional<bool>(found->get<bool>());
+}
+
 Result<std::vector<std::string>> StringList(const json& object, const char* name) {
   std::vector<std::string> out;
   const auto found = object.find(name);
@@ -165,10 +193,11 @@ Result<std::vector<std::string>> StringList(const json& object, const char* name
   return out;
 }
 
-// A page of a list sorted by (startedAt, id): the cursor is the last item's pair, opaque.
-std::string Cursor(const std::string& created_at, const std::string& id) {
-  return Base64Encode(created_at + "|" + id);
-}
+// A list item's place in its order: its creation time in milliseconds, then its id.
+using ListKey = std::pair<int64_t, std::string>;
+
+// The cursor after `key`, opaque to the SDKs: the time as RFC 3339, "|", the id.
+std::string Cursor(const ListKey& key) { return Base64Encode(Rfc3339Millis(key.first) + "|" + key.second); }
 
 struct Page {
   size_t first = 0;
@@ -176,33 +205,25 @@ struct Page {
   std::string next_token;  // "" on the last page
 };
 
-// keys: each item's (created_at, id), already in the list's order. `descending` tells how
-// the order compares, for the cursor.
-Result<Page> PageOf(const std::vector<std::pair<std::string, std::string>>& keys, const api::QueryParams& query,
-                    bool descending) {
-  int64_t limit = kMaxPageSize;
-  if (const std::string* text = QueryValue(query, "limit")) {
-    try {
-      size_t used = 0;
-      limit = std::stoll(*text, &used);
-      if (used != text->size()) throw std::invalid_argument("trailing");
-    } catch (const std::exception&) {
-      return Invalid("limit must be an integer");
-    }
-    if (limit < 1 || limit > kMaxPageSize) return Invalid(fmt::format("limit must be 1 to {}", kMaxPageSize));
-  }
+// keys: each item's, already in the list's order. `descending` tells how the order compares,
+// for the cursor.
+Result<Page> PageOf(const std::vector<ListKey>& keys, const api::QueryParams& query, bool descending) {
+  Result<std::optional<int64_t>> asked = QueryInt(query, "limit", 1, kMaxPageSize);
+  if (!asked.ok()) return asked.error();
+  const int64_t limit = asked->value_or(kMaxPageSize);
   Page page;
   if (const std::string* token = QueryValue(query, "nextToken"); token && !token->empty()) {
     std::optional<std::string> decoded = Base64Decode(*token);
     const size_t bar = decoded ? decoded->find('|') : std::string::npos;
-    if (bar == std::string::npos) return Invalid("nextToken is not one this server gave");
-    const std::pair<std::string, std::string> after{decoded->substr(0, bar), decoded->substr(bar + 1)};
+    const std::optional<int64_t> time = bar == std::string::npos ? std::nullopt : ParseRfc3339Millis(decoded->substr(0, bar));
+    if (!time) return Invalid("nextToken is not one this server gave");
+    const ListKey after{*time, decoded->substr(bar + 1)};
     while (page.first < keys.size() && (descending ? keys[page.first] >= after : keys[page.first] <= after)) {
       ++page.first;
     }
   }
   page.end = std::min(keys.size(), page.first + static_cast<size_t>(limit));
-  if (page.end < keys.size()) page.next_token = Cursor(keys[page.end - 1].first, keys[page.end - 1].second);
+  if (page.end < keys.size()) page.next_token = Cursor(keys[page.end - 1]);
   return page;
 }
 
@@ -233,25 +254,21 @@ class ControlPlane {
   asio::awaitable<void> SetTimeout(const std::string& id);
   asio::awaitable<void> Pause(const std::string& id);
   asio::awaitable<void> Connect(const std::string& id);
-  asio::awaitable<void> Metrics(const std::string& id);
+  asio::awaitable<void> Metrics(const std::string& id, const api::QueryParams& query);
+  asio::awaitable<void> ListMetrics(const api::QueryParams& query);
   asio::awaitable<void> UpdateNetwork(const std::string& id);
   asio::awaitable<void> Fork(const std::string& id);
   asio::awaitable<void> CreateSnapshot(const std::string& id);
   asio::awaitable<void> ListSnapshots(const api::QueryParams& query);
   asio::awaitable<void> DeleteSnapshot(const std::string& id);
+  asio::awaitable<void> TemplateAlias(const std::string& alias);
 
-  // The sandbox as E2B sees it: 404 for unknown ids and failed sandboxes. With `usage` (get,
-  // metrics) it is read with Get's usage figures; otherwise only its state is looked up.
-  Result<core::SandboxInfo> Find(const std::string& id, bool usage = false) {
+  // The sandbox as E2B sees it: 404 for unknown ids and failed sandboxes.
+  Result<core::SandboxInfo> Find(const std::string& id) {
     if (!api::IsValidSandboxId(id)) return NotFound(id);
-    Result<core::SandboxInfo> sandbox = NotFound(id);
-    if (usage) {
-      sandbox = context_.manager.Get(id);
-    } else if (std::vector<core::SandboxInfo> found = context_.manager.List(core::ListFilter{.id = id}); !found.empty()) {
-      sandbox = std::move(found.front());
-    }
-    if (!sandbox.ok() || !E2bState(sandbox->state)) return NotFound(id);
-    return sandbox;
+    std::vector<core::SandboxInfo> found = context_.manager.List(core::ListFilter{.id = id});
+    if (found.empty() || !E2bState(found.front().state)) return NotFound(id);
+    return std::move(found.front());
   }
   static Error NotFound(const std::string& id) {
     return MakeError(ErrorCode::kNotFound, fmt::format("sandbox \"{}\" not found", id));
@@ -286,6 +303,7 @@ asio::awaitable<std::string_view> ControlPlane::Serve(const api::RequestTarget& 
     if (post) co_return co_await Create(), "POST /sandboxes";
     if (get) co_return co_await List(target.query, v2), "GET /sandboxes";
   } else if (n == base + 2 && s[base] == "sandboxes" && !v2) {
+    if (get && s[1] == "metrics") co_return co_await ListMetrics(target.query), "GET /sandboxes/metrics";
     if (get) co_return co_await Get(s[1]), "GET /sandboxes/{id}";
     if (method == http::verb::delete_) co_return co_await Kill(s[1]), "DELETE /sandboxes/{id}";
   } else if (n == base + 3 && s[base] == "sandboxes") {
@@ -297,7 +315,7 @@ asio::awaitable<std::string_view> ControlPlane::Serve(const api::RequestTarget& 
     if (!v2) {
       if (post && action == "timeout") co_return co_await SetTimeout(id), "POST /sandboxes/{id}/timeout";
       if (post && action == "pause") co_return co_await Pause(id), "POST /sandboxes/{id}/pause";
-      if (get && action == "metrics") co_return co_await Metrics(id), "GET /sandboxes/{id}/metrics";
+      if (get && action == "metrics") co_return co_await Metrics(id, target.query), "GET /sandboxes/{id}/metrics";
       if (method == http::verb::put && action == "network") {
         co_return co_await UpdateNetwork(id), "PUT /sandboxes/{id}/network";
       }
@@ -308,6 +326,8 @@ asio::awaitable<std::string_view> ControlPlane::Serve(const api::RequestTarget& 
     co_return co_await ListSnapshots(target.query), "GET /snapshots";
   } else if (!v2 && n == 2 && s[0] == "templates" && method == http::verb::delete_) {
     co_return co_await DeleteSnapshot(s[1]), "DELETE /templates/{id}";
+  } else if (!v2 && n == 3 && s[0] == "templates" && s[1] == "aliases" && get) {
+    co_return co_await TemplateAlias(s[2]), "GET /templates/aliases/{alias}";
   }
   co_await SendE2bError(exchange_, 404,
                         fmt::format("no route for {} {}", api::FromBeast(exchange_.request().method_string()),
@@ -365,28 +385,33 @@ asio::awaitable<void> ControlPlane::List(const api::QueryParams& query, bool pag
     filter.metadata = std::move(*metadata);
   }
   const std::string* template_id = QueryValue(query, "template");
-  const std::string* started_after = QueryValue(query, "startedAfter");
-  bool descending = false;
+  std::optional<int64_t> started_after;
+  if (const std::string* text = QueryValue(query, "startedAfter"); text && !text->empty()) {
+    started_after = ParseRfc3339Millis(*text);
+    if (!started_after) co_return co_await Fail(Invalid("startedAfter must be an RFC 3339 time"));
+  }
+  bool descending = true;  // E2B's default: newest first
   if (const std::string* order = QueryValue(query, "order")) {
     if (*order != "asc" && *order != "desc") co_return co_await Fail(Invalid("order must be asc or desc"));
     descending = *order == "desc";
   }
 
+  // The manager lists them in the order they were made.
   std::vector<std::pair<core::SandboxInfo, std::string>> found;
+  std::vector<ListKey> keys;
   for (core::SandboxInfo& sandbox : context_.manager.List(filter)) {
     std::optional<std::string> state = E2bState(sandbox.state);
     if (!state || std::find(states.begin(), states.end(), *state) == states.end()) continue;
     if (template_id && TemplateOf(sandbox) != *template_id) continue;
-    // RFC 3339 UTC strings of one format compare as their times do.
-    if (started_after && sandbox.created_at <= *started_after) continue;
+    const int64_t started = ParseRfc3339Millis(sandbox.created_at).value_or(0);
+    if (started_after && started < *started_after) continue;  // "started at or after"
+    keys.emplace_back(started, sandbox.id);
     found.emplace_back(std::move(sandbox), std::move(*state));
   }
-  std::sort(found.begin(), found.end(), [descending](const auto& a, const auto& b) {
-    const auto ka = std::tie(a.first.created_at, a.first.id), kb = std::tie(b.first.created_at, b.first.id);
-    return descending ? kb < ka : ka < kb;
-  });
-  std::vector<std::pair<std::string, std::string>> keys;
-  for (const auto& [sandbox, state] : found) keys.emplace_back(sandbox.created_at, sandbox.id);
+  if (descending) {
+    std::reverse(found.begin(), found.end());
+    std::reverse(keys.begin(), keys.end());
+  }
   Page page{0, found.size(), ""};
   if (paginated) {
     Result<Page> paged = PageOf(keys, query, descending);
@@ -399,7 +424,7 @@ asio::awaitable<void> ControlPlane::List(const api::QueryParams& query, bool pag
 }
 
 asio::awaitable<void> ControlPlane::Get(const std::string& id) {
-  Result<core::SandboxInfo> sandbox = Find(id, /*usage=*/true);
+  Result<core::SandboxInfo> sandbox = Find(id);
   if (!sandbox.ok()) co_return co_await Fail(sandbox.error());
   co_await exchange_.SendJson(http::status::ok, ListedJson(context_, *sandbox, *E2bState(sandbox->state), true));
 }
@@ -424,15 +449,15 @@ asio::awaitable<void> ControlPlane::SetTimeout(const std::string& id) {
   const int64_t seconds = **timeout;
   // E2B's 0 is "the end is now": the sandbox ends as its lifecycle says at once (bulkhead's
   // own timeout_s 0 means no end, so it is not passed on).
-  const bool pause = sandbox->spec.on_timeout == "pause";
+  const std::string& on_timeout = sandbox->spec.on_timeout;
   Status done = co_await Blocking([&]() -> Status {
     Result<core::SandboxInfo> changed = sandbox.value();
     if (seconds > 0) {
       changed = manager.SetTimeout(id, seconds);
-    } else if (!pause) {
+    } else if (on_timeout == "kill") {
       return manager.Delete(id);
     } else if (sandbox->state == "running") {
-      changed = manager.Pause(id);
+      changed = on_timeout == "stop" ? manager.Stop(id) : manager.Pause(id);
     }
     if (!changed.ok()) return changed.error();
     return {};
@@ -442,15 +467,20 @@ asio::awaitable<void> ControlPlane::SetTimeout(const std::string& id) {
 }
 
 asio::awaitable<void> ControlPlane::Pause(const std::string& id) {
-  Result<json> body = co_await Body();  // {"memory"?: bool}: bulkhead always keeps memory
+  // SandboxPauseRequest. "memory": false keeps only the files: bulkhead's stop, whose processes
+  // end, and which connect boots again. (requireHealthyGuest: init always answers or is gone.)
+  Result<json> body = co_await Body();
   if (!body.ok()) co_return co_await Fail(body.error());
+  Result<std::optional<bool>> memory = OptionalBool(*body, "memory");
+  if (!memory.ok()) co_return co_await Fail(memory.error());
   Result<core::SandboxInfo> sandbox = Find(id);
   if (!sandbox.ok()) co_return co_await Fail(sandbox.error());
   if (*E2bState(sandbox->state) == "paused") {
     co_return co_await SendE2bError(exchange_, 409, fmt::format("sandbox \"{}\" is already paused", id));
   }
   core::SandboxManager& manager = context_.manager;
-  Result<core::SandboxInfo> paused = co_await Blocking([&] { return manager.Pause(id); });
+  const bool keep_memory = memory->value_or(true);
+  Result<core::SandboxInfo> paused = co_await Blocking([&] { return keep_memory ? manager.Pause(id) : manager.Stop(id); });
   if (!paused.ok()) co_return co_await Fail(paused.error());
   co_await exchange_.SendNoContent();
 }
@@ -460,28 +490,80 @@ asio::awaitable<void> ControlPlane::Connect(const std::string& id) {
   if (!body.ok()) co_return co_await Fail(body.error());
   Result<std::optional<int64_t>> timeout = OptionalInt(*body, "timeout", 0, api::kMaxLifetimeS);
   if (!timeout.ok()) co_return co_await Fail(timeout.error());
+  // "memory": false (the SDKs' onResume "reboot") boots a paused sandbox again from its files.
+  Result<std::optional<bool>> memory = OptionalBool(*body, "memory");
+  if (!memory.ok()) co_return co_await Fail(memory.error());
   Result<core::SandboxInfo> sandbox = Find(id);
   if (!sandbox.ok()) co_return co_await Fail(sandbox.error());
   core::SandboxManager& manager = context_.manager;
+  // A stopped sandbox (a pause without memory) has only its files: it boots again.
   const bool resumed = sandbox->state == "paused" || sandbox->state == "stopped";
   if (resumed) {
-    const bool stopped = sandbox->state == "stopped";
-    sandbox = co_await Blocking([&] { return stopped ? manager.Start(id) : manager.Resume(id); });
+    const bool reboot = sandbox->state == "stopped" || !memory->value_or(true);
+    sandbox = co_await Blocking([&]() -> Result<core::SandboxInfo> {
+      if (!reboot) return manager.Resume(id);
+      BH_TRY(manager.Stop(id));
+      return manager.Start(id);
+    });
     if (!sandbox.ok()) co_return co_await Fail(sandbox.error());
   }
-  if (*timeout) {
-    const int64_t seconds = **timeout;
+  // ConnectSandboxV2's timeout is 300 s when absent. A resumed sandbox runs for it from now; a
+  // running one's end only ever moves later (E2B: "TTL is only extended"), and one without an
+  // end keeps none. 0 extends nothing.
+  const int64_t seconds = timeout->value_or(kDefaultTimeoutS);
+  bool extend = seconds > 0 && resumed;
+  if (seconds > 0 && !resumed && sandbox->expires_at) {
+    const std::optional<int64_t> end = ParseRfc3339Millis(*sandbox->expires_at);
+    extend = end && UnixMillis() + seconds * 1000 > *end;
+  }
+  if (extend) {
     sandbox = co_await Blocking([&] { return manager.SetTimeout(id, seconds); });
     if (!sandbox.ok()) co_return co_await Fail(sandbox.error());
   }
   co_await exchange_.SendJson(resumed ? http::status::created : http::status::ok, SandboxJson(context_, *sandbox));
 }
 
-asio::awaitable<void> ControlPlane::Metrics(const std::string& id) {
-  Result<core::SandboxInfo> sandbox = Find(id, /*usage=*/true);
+asio::awaitable<void> ControlPlane::Metrics(const std::string& id, const api::QueryParams& query) {
+  // Unix seconds, inclusive; by default all the history kept (the last hour).
+  Result<std::optional<int64_t>> start = QueryInt(query, "start", 0, kMaxUnixS);
+  if (!start.ok()) co_return co_await Fail(start.error());
+  Result<std::optional<int64_t>> end = QueryInt(query, "end", 0, kMaxUnixS);
+  if (!end.ok()) co_return co_await Fail(end.error());
+  if (*start && *end && **start > **end) co_return co_await Fail(Invalid("start must not be after end"));
+  Result<core::SandboxInfo> sandbox = Find(id);
   if (!sandbox.ok()) co_return co_await Fail(sandbox.error());
-  const json samples = json::array({MetricsSample(*sandbox)});
-  co_await exchange_.SendJson(http::status::ok, samples);
+  const int64_t from_ms = start->value_or(0) * 1000;
+  const int64_t to_ms = *end ? **end * 1000 + 999 : std::numeric_limits<int64_t>::max();
+  core::SandboxManager& manager = context_.manager;
+  Result<std::vector<core::UsageSample>> samples =
+      co_await Blocking([&] { return manager.UsageSamples(id, from_ms, to_ms); });
+  if (!samples.ok()) co_return co_await Fail(samples.error());
+  json out = json::array();
+  for (const core::UsageSample& sample : *samples) out.push_back(MetricsSample(sandbox->spec, sample));
+  co_await exchange_.SendJson(http::status::ok, out);
+}
+
+// SandboxesWithMetrics: the latest sample of each sandbox asked for that has one; the others
+// (unknown, failed, never sampled) are left out, as E2B does.
+asio::awaitable<void> ControlPlane::ListMetrics(const api::QueryParams& query) {
+  const std::string* list = QueryValue(query, "sandbox_ids");
+  if (!list) co_return co_await Fail(Invalid("sandbox_ids is required"));
+  const std::vector<std::string> ids = CommaList(*list);
+  if (ids.size() > static_cast<size_t>(kMaxPageSize)) {
+    co_return co_await Fail(Invalid(fmt::format("Too many sandboxes requested, maximum is {}", kMaxPageSize)));
+  }
+  core::SandboxManager& manager = context_.manager;
+  json sandboxes = json::object();
+  for (const std::string& id : ids) {
+    Result<core::SandboxInfo> sandbox = Find(id);
+    if (!sandbox.ok()) continue;
+    Result<std::vector<core::UsageSample>> samples = co_await Blocking(
+        [&] { return manager.UsageSamples(id, 0, std::numeric_limits<int64_t>::max()); });
+    if (samples.ok() && !samples->empty()) sandboxes[id] = MetricsSample(sandbox->spec, samples->back());
+  }
+  json out = json::object();
+  out["sandboxes"] = std::move(sandboxes);
+  co_await exchange_.SendJson(http::status::ok, out);
 }
 
 asio::awaitable<void> ControlPlane::UpdateNetwork(const std::string& id) {
@@ -550,11 +632,8 @@ asio::awaitable<void> ControlPlane::ListSnapshots(const api::QueryParams& query)
     if (name && snapshot.name != *name) continue;
     snapshots.push_back(std::move(snapshot));
   }
-  std::stable_sort(snapshots.begin(), snapshots.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.created_at, a.id) < std::tie(b.created_at, b.id);
-  });
-  std::vector<std::pair<std::string, std::string>> keys;
-  for (const auto& snapshot : snapshots) keys.emplace_back(snapshot.created_at, snapshot.id);
+  std::vector<ListKey> keys;
+  for (const auto& snapshot : snapshots) keys.emplace_back(ParseRfc3339Millis(snapshot.created_at).value_or(0), snapshot.id);
   Result<Page> page = PageOf(keys, query, false);
   if (!page.ok()) co_return co_await Fail(page.error());
   json items = json::array();
@@ -574,6 +653,25 @@ asio::awaitable<void> ControlPlane::DeleteSnapshot(const std::string& id) {
   Status deleted = co_await Blocking([&] { return manager.DeleteSnapshot(id); });
   if (!deleted.ok()) co_return co_await Fail(deleted.error());
   co_await exchange_.SendNoContent();
+}
+
+// TemplateAliasResponse for what create takes as a templateID: "base", an image (bulkhead's
+// own are public, as E2B's base is; imported ones are the team's), a snapshot id.
+asio::awaitable<void> ControlPlane::TemplateAlias(const std::string& alias) {
+  std::optional<json> found;
+  if (alias == kBaseTemplate) {
+    found = {{"templateID", kBaseTemplate}, {"public", true}};
+  } else if (context_.manager.GetSnapshot(alias).ok()) {
+    found = {{"templateID", alias}, {"public", false}};
+  } else {
+    for (const core::ImageInfo& image : context_.manager.ListImages()) {
+      if (image.name != alias) continue;
+      const bool host = image.source == "host";
+      found = {{"templateID", host ? std::string(kBaseTemplate) : alias}, {"public", host}};
+    }
+  }
+  if (!found) co_return co_await SendE2bError(exchange_, 404, fmt::format("template '{}' not found", alias));
+  co_await exchange_.SendJson(http::status::ok, *found);
 }
 
 }  // namespace
@@ -635,7 +733,10 @@ Result<json> BulkheadCreateBody(const json& e2b, bool template_is_snapshot) {
   body["timeout_s"] = timeout->value_or(kDefaultTimeoutS);
   if (const auto found = e2b.find("autoPause"); found != e2b.end() && !found->is_null()) {
     if (!found->is_boolean()) return Invalid("autoPause must be a boolean");
-    body["on_timeout"] = found->get<bool>() ? "pause" : "kill";
+    // autoPauseMemory false: a filesystem-only auto-pause, which is bulkhead's stop.
+    Result<std::optional<bool>> memory = OptionalBool(e2b, "autoPauseMemory");
+    if (!memory.ok()) return memory.error();
+    body["on_timeout"] = !found->get<bool>() ? "kill" : memory->value_or(true) ? "pause" : "stop";
   }
   for (const auto& [from, to] : {std::pair<const char*, const char*>{"envVars", "env"}, {"metadata", "metadata"}}) {
     const auto found = e2b.find(from);

@@ -1,6 +1,7 @@
 // E2B's control-plane REST API (its spec/openapi.yml and the SDKs' generated clients), served
 // from the SandboxManager: create, list, get, kill, timeout, pause, connect (resume), metrics,
-// network, fork and snapshots. Requests were authenticated by X-API-KEY (front.cc).
+// network, fork, snapshots and template aliases. Requests were authenticated by X-API-KEY
+// (front.cc).
 #pragma once
 #include <string_view>
 #include <utility>  // before boost/asio/awaitable.hpp (Boost 1.74 uses std::exchange unincluded)
@@ -20,7 +21,7 @@ boost::asio::awaitable<std::string_view> ServeControlPlane(E2bContext& context, 
 
 // NewSandboxV2 (or the v1 NewSandbox) as the body of bulkhead's POST /v1/sandboxes, before
 // bulkhead's own validation: templateID "base" is the host image, a snapshot id starts from
-// that snapshot, the timeout and autoPause become the lifetime, envVars the env, the network
+// that snapshot, the timeout and autoPause become the lifetime (autoPauseMemory false: stop), envVars the env, the network
 // fields the egress policy (E2B's default is open), network.allowPublicTraffic false a private
 // preview (its token is E2B's trafficAccessToken). An error for fields of the wrong type and
 // for egress bulkhead cannot express (a deny list other than everything).

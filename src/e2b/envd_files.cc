@@ -13,7 +13,6 @@
 #include "api/file_output.h"
 #include "api/file_request.h"
 #include "api/json_output.h"
-#include "common/bounded_json.h"
 #include "e2b/envd.h"
 #include "e2b/envd_fs.h"
 #include "e2b/envd_paths.h"
@@ -79,7 +78,7 @@ asio::awaitable<void> SendFileError(api::HttpExchange& exchange, const Error& er
 }
 
 // GET /files: {"size": N} from the read operation, then N bytes, as they are (Content-Length N)
-// or gzip-compressed (chunked).
+// or gzip-compressed (chunked); or {} and the file to its end, chunked (procfs and the like).
 asio::awaitable<void> ServeDownload(EnvdRequest& request) {
   api::HttpExchange& exchange = request.exchange;
   const std::string* path_param = QueryValue(request.query, "path");
@@ -107,16 +106,11 @@ asio::awaitable<void> ServeDownload(EnvdRequest& request) {
     }
     co_return co_await SendFileError(exchange, error);
   }
-  const json size_line = ParseBoundedJson(first->first);
-  if (!size_line.is_object() || !size_line.contains("size") || !size_line["size"].is_number_unsigned()) {
-    co_return co_await SendFileError(exchange, api::FileWorkerBroken("did not announce the file's size"));
-  }
-  const uint64_t size = size_line["size"].get<uint64_t>();
+  Result<std::optional<uint64_t>> size = api::ParseReadSize(first->first);
+  if (!size.ok()) co_return co_await SendFileError(exchange, size.error());
   const bool gzip = AcceptsGzip(Header(exchange.request(), http::field::accept_encoding));
 
-  if (!gzip) {
-    co_return co_await api::SendAnnouncedBody(exchange, operation, std::move(first->second), size);
-  }
+  if (!gzip) co_return co_await api::SendReadBody(exchange, operation, std::move(first->second), *size);
 
   exchange.SetResponseHeader(http::field::content_encoding, "gzip");
   if (!co_await exchange.BeginChunked(http::status::ok, "application/octet-stream")) co_return;
@@ -125,12 +119,12 @@ asio::awaitable<void> ServeDownload(EnvdRequest& request) {
   std::string piece = std::move(first->second);
   for (;;) {
     read += piece.size();
-    if (read > size) {
+    if (*size && read > **size) {
       exchange.set_keep_alive(false);  // it grew: cut short, so the gzip trailer is missing
       co_return;
     }
     Result<std::string> next = co_await operation.Read();
-    if (!next.ok() || (next->empty() && read != size)) {
+    if (!next.ok() || (next->empty() && *size && read != **size)) {
       exchange.set_keep_alive(false);  // without the last chunk the client sees it incomplete
       co_return;
     }

@@ -1,9 +1,11 @@
 // read, write, stat, list, mkdir, move and remove (ctl_protocol.h, "File operations").
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <stdio.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -208,6 +210,26 @@ Status RemoveContents(int dir_fd, const std::string& dir_path) {
   return {};
 }
 
+// Whether a regular file's st_size is what reading it yields: not so on a kernel filesystem,
+// whose files (procfs, sysfs, cgroupfs: /proc/sys/kernel/random/boot_id) report 0 bytes or a
+// page whatever they hold.
+bool SizeIsKnown(int fd) {
+  struct statfs fs;
+  if (::fstatfs(fd, &fs) != 0) return false;
+  switch (static_cast<unsigned long>(fs.f_type)) {
+    case PROC_SUPER_MAGIC:
+    case SYSFS_MAGIC:
+    case CGROUP_SUPER_MAGIC:
+    case CGROUP2_SUPER_MAGIC:
+    case DEBUGFS_MAGIC:
+    case TRACEFS_MAGIC:
+    case SECURITYFS_MAGIC:
+      return false;
+    default:
+      return true;
+  }
+}
+
 // The parent directory of `path` (not "/"), opened, and the last component.
 Result<std::pair<UniqueFd, std::string>> OpenParent(const std::string& path) {
   auto [dir, name] = SplitParent(path);
@@ -232,16 +254,21 @@ Status ReadFileOp(const FileOpArgs& args) {
   if (::fstat(fd.get(), &st) != 0) return ErrnoError(errno, "stat", *path);
   if (!S_ISREG(st.st_mode)) return FileError("invalid_argument", *path + " is not a regular file");
 
-  BH_TRY(WriteJsonLine(json{{"size", uint64_t(st.st_size)}}));
+  // A size that says nothing is not announced, and the file is read to its end.
+  const bool known = SizeIsKnown(fd.get());
+  BH_TRY(WriteJsonLine(known ? json{{"size", uint64_t(st.st_size)}} : json::object()));
   std::vector<char> buf(kChunk);
-  uint64_t left = uint64_t(st.st_size);
-  while (left > 0) {
-    ssize_t n = ::read(fd.get(), buf.data(), std::min<uint64_t>(left, buf.size()));
+  uint64_t left = known ? uint64_t(st.st_size) : 0;
+  while (!known || left > 0) {
+    ssize_t n = ::read(fd.get(), buf.data(), known ? std::min<uint64_t>(left, buf.size()) : buf.size());
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return ErrnoError(errno, "read", *path);
-    if (n == 0) return FileError("internal", *path + " shrank while it was read");
+    if (n == 0) {
+      if (!known) return {};
+      return FileError("internal", *path + " shrank while it was read");
+    }
     BH_TRY(WriteAll(1, std::string_view(buf.data(), size_t(n))));
-    left -= uint64_t(n);
+    if (known) left -= uint64_t(n);
   }
   return {};
 }

@@ -32,7 +32,7 @@ struct LaunchSpec {
   std::string rootfs;                   // the image's root directory (read-only lower layer)
   std::vector<std::string> host_binds;  // host dirs bound read-only at the same path (host image)
   std::string upper, work;              // the writable layer (overlayfs upper and work dirs)
-  std::string staging;                  // an empty private dir of this sandbox for mount plumbing
+  std::string staging;                  // a private dir of this sandbox for mount plumbing
   std::string ctl_socket;               // host path to bind the init control socket at
   uid_t host_uid = 0;                   // sandbox uid 0 maps here; kIdCount ids follow
   Limits limits;

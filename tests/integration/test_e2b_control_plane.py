@@ -4,9 +4,12 @@ pagination, kill, timeout, pause and connect, metrics, network rules, fork, snap
 error body {"code", "message"}, and envd routing by E2b-Sandbox-Id. The real SDKs run in
 test_e2b_sdk_*.py; these pin the wire shapes and the error cases."""
 import http.client
+import io
 import json
+import tarfile
 import time
 import urllib.parse
+import uuid
 
 import pytest
 
@@ -197,18 +200,73 @@ def test_pause_then_connect_resumes_and_keeps_processes(e2b, client):
     assert client.sh(sid, "cat /tmp/f") == "kept\n"
     r = e2b.request("POST", f"/v2/sandboxes/{sid}/connect", {})
     assert r.status == 200, r  # was running
+    # A running sandbox's end only moves later: not with a shorter timeout, nor with 0.
+    end = e2b.request("GET", f"/sandboxes/{sid}").json()["endAt"]
+    for body in ({"timeout": 5}, {"timeout": 0}):
+        assert e2b.request("POST", f"/v2/sandboxes/{sid}/connect", body).status == 200
+        assert e2b.request("GET", f"/sandboxes/{sid}").json()["endAt"] == end
     assert_e2b_error(e2b.request("POST", "/v2/sandboxes/nosuchsandbox0000000/connect", {}), 404)
 
 
-def test_metrics_answer_one_sample_with_every_field(e2b):
+def test_pause_without_memory_stops_and_connect_boots_it_again(e2b, client):
+    sandbox = e2b.create()
+    sid = sandbox["sandboxID"]
+    client.sh(sid, "echo kept > /home/user/f")
+    assert_e2b_error(e2b.request("POST", f"/sandboxes/{sid}/pause", {"memory": "no"}), 400)
+    assert e2b.request("POST", f"/sandboxes/{sid}/pause", {"memory": False}).status == 204
+    assert client.sandbox(sid)["state"] == "stopped"  # bulkhead's stop: files kept, processes gone
+    detail = e2b.request("GET", f"/sandboxes/{sid}").json()
+    assert detail["state"] == "paused" and detail["pauseMode"] == "filesystem", detail
+    assert_e2b_error(e2b.request("POST", f"/sandboxes/{sid}/pause", {"memory": False}), 409)
+    r = e2b.request("POST", f"/v2/sandboxes/{sid}/connect", {"timeout": 60})
+    assert r.status == 201, r
+    assert client.sandbox(sid)["state"] == "running"
+    assert client.sh(sid, "cat /home/user/f") == "kept\n"
+    assert "pauseMode" not in e2b.request("GET", f"/sandboxes/{sid}").json()
+    # A full pause says so; connect with "memory": false boots it again all the same.
+    boot_id = client.sh(sid, "cat /proc/sys/kernel/random/boot_id")
+    assert e2b.request("POST", f"/sandboxes/{sid}/pause", {}).status == 204
+    assert e2b.request("GET", f"/sandboxes/{sid}").json()["pauseMode"] == "full"
+    r = e2b.request("POST", f"/v2/sandboxes/{sid}/connect", {"memory": False})
+    assert r.status == 201, r
+    assert client.sh(sid, "cat /proc/sys/kernel/random/boot_id") != boot_id
+
+
+def test_metrics_answer_samples_with_every_field(e2b):
     sandbox = e2b.create()
     r = e2b.request("GET", f"/sandboxes/{sandbox['sandboxID']}/metrics")
     assert r.status == 200, r
-    [sample] = r.json()
+    sample = r.json()[-1]
     for field in ("timestamp", "timestampUnix", "cpuCount", "cpuUsedPct", "memUsed", "memTotal", "memCache",
                   "diskUsed", "diskTotal"):
         assert field in sample, field
     assert sample["memTotal"] == 1024 * 1024 * 1024 and sample["memUsed"] > 0
+
+
+def test_metrics_honour_start_and_end(e2b):
+    sid = e2b.create()["sandboxID"]
+    at = e2b.request("GET", f"/sandboxes/{sid}/metrics").json()[-1]["timestampUnix"]
+    # A range before the sandbox existed has none; one around the sample has it.
+    assert e2b.request("GET", f"/sandboxes/{sid}/metrics?start={at - 7200}&end={at - 3600}").json() == []
+    around = e2b.request("GET", f"/sandboxes/{sid}/metrics?start={at}&end={at}").json()
+    assert {s["timestampUnix"] for s in around} == {at}
+    assert e2b.request("GET", f"/sandboxes/{sid}/metrics?start={at + 3600}").json() == []
+    for query in ("start=soon", "end=-1", f"start={at}&end={at - 1}", "start=99999999999999999999"):
+        assert_e2b_error(e2b.request("GET", f"/sandboxes/{sid}/metrics?{query}"), 400)
+    assert_e2b_error(e2b.request("GET", "/sandboxes/inoexistent0000000000/metrics?start=0"), 404)
+
+
+def test_sandboxes_metrics_answer_the_latest_sample_of_each(e2b):
+    sid = e2b.create()["sandboxID"]
+    r = e2b.request("GET", f"/sandboxes/metrics?sandbox_ids={sid},inoexistent0000000000")
+    assert r.status == 200, r
+    sandboxes = r.json()["sandboxes"]
+    assert list(sandboxes) == [sid]
+    assert sandboxes[sid]["memUsed"] > 0 and sandboxes[sid]["cpuCount"] >= 1
+    assert e2b.request("GET", "/sandboxes/metrics?sandbox_ids=").json() == {"sandboxes": {}}
+    assert_e2b_error(e2b.request("GET", "/sandboxes/metrics"), 400)
+    too_many = ",".join(f"i{n:020d}" for n in range(101))
+    assert_e2b_error(e2b.request("GET", f"/sandboxes/metrics?sandbox_ids={too_many}"), 400)
 
 
 def test_network_rules_map_onto_egress_modes(e2b, client):
@@ -259,6 +317,40 @@ def test_fork_and_snapshots_carry_the_files(e2b, client):
     assert_e2b_error(e2b.request("DELETE", f"/templates/{quoted}"), 404)
     assert_e2b_error(e2b.request("POST", "/sandboxes/nosuchsandbox0000000/fork", {}), 404)
     assert_e2b_error(e2b.request("POST", f"/sandboxes/{sid}/fork", {"count": 0}), 422)
+
+
+def test_template_aliases_name_base_images_and_snapshots(e2b, client):
+    """GET /templates/aliases/{alias}: TemplateAliasResponse {"templateID", "public"} for what
+    create takes as a templateID, else 404 (Template.exists answers False)."""
+    r = e2b.request("GET", "/templates/aliases/base")
+    assert r.status == 200 and r.json() == {"templateID": "base", "public": True}, r
+    r = e2b.request("GET", "/templates/aliases/no-such-template")
+    assert_e2b_error(r, 404)
+    assert r.json()["message"] == "template 'no-such-template' not found"
+
+    name = f"alias-{uuid.uuid4().hex[:8]}"
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo("etc")
+        info.type, info.mode = tarfile.DIRTYPE, 0o755
+        tar.addfile(info)
+    r = client.request("PUT", f"/v1/images/{name}", buf.getvalue(), headers={"Content-Type": "application/x-tar"})
+    assert r.status in (200, 201), r
+    try:
+        r = e2b.request("GET", f"/templates/aliases/{name}")
+        assert r.status == 200 and r.json() == {"templateID": name, "public": False}, r
+    finally:
+        client.delete(f"/v1/images/{name}")
+    assert_e2b_error(e2b.request("GET", f"/templates/aliases/{name}"), 404)
+
+    sandbox = e2b.create()
+    r = e2b.request("POST", f"/sandboxes/{sandbox['sandboxID']}/snapshots", {})
+    assert r.status == 201, r
+    quoted = urllib.parse.quote(r.json()["snapshotID"], safe="")
+    r = e2b.request("GET", f"/templates/aliases/{quoted}")
+    assert r.status == 200 and r.json()["templateID"] == urllib.parse.unquote(quoted), r
+    assert e2b.request("DELETE", f"/templates/{quoted}").status == 204
+    assert_e2b_error(e2b.request("GET", f"/templates/aliases/{quoted}"), 404)
 
 
 def test_a_port_of_the_sandbox_is_reached_by_header_and_by_host(e2b, daemon, client):

@@ -321,6 +321,17 @@ def test_files_round_trips_text_and_every_byte_value(envd):
     assert got.status == 200 and got.body == b"" and got.headers["content-length"] == "0"
 
 
+def test_files_reads_a_kernel_filesystems_file_to_its_end(envd):
+    # procfs says 0 bytes, sysfs a page: envd reads such files to their end, as it does any.
+    for path in ("/proc/sys/kernel/random/boot_id", "/sys/class/net/lo/address"):
+        got = envd.read(path)
+        assert got.status == 200 and "content-length" not in got.headers, (path, got)
+        assert got.body and got.body.endswith(b"\n"), (path, got)
+        packed = envd.read(path, accept_gzip=True)
+        assert packed.status == 200 and gzip.decompress(packed.body) == got.body, (path, packed)
+    assert envd.read("/sys/class/net/lo/address").body == b"00:00:00:00:00:00\n"
+
+
 def test_files_multipart_several_files_and_path_parameter(envd):
     base = unique("multi")  # relative: under the home
     files = [(f"{base}/a.txt", b"A"), (f"{base}/deep/er/b.bin", bytes(range(256))), (f"/tmp/{base}-c", b"C" * 70000)]

@@ -68,6 +68,19 @@ def test_empty_file_round_trips(client, sandbox):
     assert (r.status, r.body, r.headers["content-length"]) == (200, b"", "0")
 
 
+def test_a_kernel_filesystems_file_is_read_to_its_end(client, sandbox):
+    # procfs files say 0 bytes and sysfs files a page, whatever they hold: such a file comes
+    # chunked (no Content-Length), to its end.
+    for path in ("/proc/sys/kernel/random/boot_id", "/proc/self/status", "/sys/class/net/lo/address"):
+        r = get(client, sandbox, path)
+        assert r.status == 200 and "content-length" not in r.headers, (path, r)
+        assert r.headers.get("transfer-encoding") == "chunked", (path, r)
+        assert r.body and r.body.endswith(b"\n"), (path, r)
+    assert get(client, sandbox, "/sys/class/net/lo/address").body == b"00:00:00:00:00:00\n"
+    boot_id = get(client, sandbox, "/proc/sys/kernel/random/boot_id").body.decode()
+    assert boot_id == client.sh(sandbox, "cat /proc/sys/kernel/random/boot_id") and len(boot_id) == 37
+
+
 def test_files_written_through_the_api_and_by_commands_are_the_same(client, sandbox):
     write(client, sandbox, "/workspace/from-api.txt", b"written by the API\n")
     assert client.sh(sandbox, "cat /workspace/from-api.txt") == "written by the API\n"

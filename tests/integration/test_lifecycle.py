@@ -112,6 +112,28 @@ def test_stop_ends_the_processes_and_keeps_the_files(client, sandbox_factory):
     assert lifecycle(client, sandbox_id, "start")["state"] == "running"  # again: no error
 
 
+def test_each_boot_has_a_boot_id_of_its_own(client, sandbox_factory):
+    """/proc/sys/kernel/random/boot_id changes when a sandbox boots again (start after stop),
+    as a machine's does, and not across a pause; no two sandboxes share one, nor the host's."""
+    def boot_id(sandbox_id):
+        text = client.sh(sandbox_id, "cat /proc/sys/kernel/random/boot_id")
+        assert len(text) == 37 and text.count("-") == 4 and text[14] == "4", text
+        return text
+
+    host = open("/proc/sys/kernel/random/boot_id").read()
+    a, b = sandbox_factory()["id"], sandbox_factory()["id"]
+    first = boot_id(a)
+    assert first != host and first != boot_id(b)
+    lifecycle(client, a, "pause")
+    lifecycle(client, a, "resume")
+    assert boot_id(a) == first
+    # Read-only, as the kernel's is.
+    assert client.exec(a, ["sh", "-c", "echo x > /proc/sys/kernel/random/boot_id"])["exit_code"] != 0
+    lifecycle(client, a, "stop")
+    lifecycle(client, a, "start")
+    assert boot_id(a) not in (first, host)
+
+
 def test_a_paused_sandbox_can_be_stopped_and_deleted(client, sandbox_factory):
     for then in ("stop", "delete"):
         sandbox_id = sandbox_factory()["id"]
@@ -138,6 +160,17 @@ def test_on_timeout_pause_pauses_and_the_clock_restarts_on_resume(client, sandbo
     assert client.sh(sandbox_id, "cat /workspace/kept") == "kept\n"  # resumes it
     info = client.sandbox(sandbox_id)
     assert info["state"] == "running" and info["expires_at"] is not None, info
+
+
+def test_on_timeout_stop_stops_and_start_boots_it_on_its_files(client, sandbox_factory):
+    sandbox_id = sandbox_factory(timeout_s=2, on_timeout="stop")["id"]
+    assert client.sandbox(sandbox_id)["on_timeout"] == "stop"
+    client.sh(sandbox_id, "echo kept > /workspace/kept")
+    assert wait_until(lambda: state(client, sandbox_id) == "stopped", timeout=30)
+    assert client.sandbox(sandbox_id)["expires_at"] is None
+    started = lifecycle(client, sandbox_id, "start")
+    assert started["state"] == "running" and started["expires_at"] is not None, started
+    assert client.sh(sandbox_id, "cat /workspace/kept") == "kept\n"
 
 
 def test_idle_timeout_pauses_only_an_idle_sandbox(client, daemon, sandbox_factory):

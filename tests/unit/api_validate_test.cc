@@ -194,6 +194,7 @@ TEST(ParseSandboxSpec, HugeIntegersFromJsonTextAreRejected) {
 TEST(ParseSandboxSpec, OnTimeout) {
   EXPECT_EQ(SpecError({{"on_timeout", "kill"}}), "");
   EXPECT_EQ(SpecError({{"on_timeout", "pause"}}), "");
+  EXPECT_EQ(SpecError({{"on_timeout", "stop"}}), "");
   EXPECT_TRUE(Mentions(SpecError({{"on_timeout", "explode"}}), "on_timeout"));
   EXPECT_TRUE(Mentions(SpecError({{"on_timeout", 1}}), "on_timeout"));
 }

@@ -38,6 +38,19 @@ TEST(E2bCreate, CarriesTimeoutAutoPauseEnvAndMetadata) {
   EXPECT_EQ((*body)["metadata"], json({{"k", "v w"}}));
 }
 
+TEST(E2bCreate, AnAutoPauseWithoutMemoryIsAStop) {
+  Result<json> body = BulkheadCreateBody(json{{"autoPause", true}, {"autoPauseMemory", false}}, false);
+  ASSERT_TRUE(body.ok());
+  EXPECT_EQ((*body)["on_timeout"], "stop");
+  body = BulkheadCreateBody(json{{"autoPause", true}, {"autoPauseMemory", true}}, false);
+  ASSERT_TRUE(body.ok());
+  EXPECT_EQ((*body)["on_timeout"], "pause");
+  body = BulkheadCreateBody(json{{"autoPause", false}, {"autoPauseMemory", false}}, false);
+  ASSERT_TRUE(body.ok());
+  EXPECT_EQ((*body)["on_timeout"], "kill");
+  EXPECT_FALSE(BulkheadCreateBody(json{{"autoPause", true}, {"autoPauseMemory", "no"}}, false).ok());
+}
+
 TEST(E2bCreate, ASnapshotTemplateStartsFromTheSnapshotAndAnImageKeepsItsDefaults) {
   Result<json> snapshot = BulkheadCreateBody(json{{"templateID", "snap_abc"}}, true);
   ASSERT_TRUE(snapshot.ok());

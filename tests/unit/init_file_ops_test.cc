@@ -415,6 +415,14 @@ TEST_F(FileOpsTest, ReadSendsSizeLineThenTheBytes) {
   EXPECT_EQ(RunOp(json{{"op", "read"}, {"path", Path("empty")}}).out, "{\"size\":0}\n");
 }
 
+TEST_F(FileOpsTest, ReadsAKernelFilesystemsFileToItsEndWithoutASize) {
+  // procfs says 0 bytes for it; what it holds comes, after a first line without a size.
+  WorkerOutcome outcome = RunOp(json{{"op", "read"}, {"path", "/proc/sys/kernel/random/boot_id"}});
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.err;
+  EXPECT_EQ(outcome.out, "{}\n" + ReadFile("/proc/sys/kernel/random/boot_id"));
+  EXPECT_EQ(outcome.out.size(), 3u + 37u);
+}
+
 TEST_F(FileOpsTest, ReadRefusesDirectoriesAndSpecialFiles) {
   ASSERT_EQ(::mkfifo(Path("fifo").c_str(), 0644), 0);
   EXPECT_EQ(RunOp(json{{"op", "read"}, {"path", dir_}}).Code(), "is_a_directory");

@@ -72,7 +72,7 @@ export interface SandboxCreateOptions {
   /** Lifetime in seconds (default 300); 0 = none. */
   timeoutS?: number;
   idleTimeoutS?: number;
-  onTimeout?: "kill" | "pause";
+  onTimeout?: "kill" | "pause" | "stop";
   env?: Record<string, string>;
   workdir?: string;
   user?: string;

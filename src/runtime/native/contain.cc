@@ -42,6 +42,8 @@ enum PathIndex {
   kProcAcpi, kProcScsi, kProcAsound,
   kReadOnlyFirst,  // kernel tunables: visible, read-only
   kProcSys = kReadOnlyFirst, kProcSysrq, kProcIrq, kProcBus, kProcFs,
+  kReadOnlyEnd,
+  kProcBootId = kReadOnlyEnd,
   kPathCount,
 };
 constexpr const char* kRelative[kPathCount] = {
@@ -52,6 +54,7 @@ constexpr const char* kRelative[kPathCount] = {
     "/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug", "/proc/latency_stats",
     "/proc/timer_stats", "/proc/acpi", "/proc/scsi", "/proc/asound",
     "/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs",
+    "/proc/sys/kernel/random/boot_id",
 };
 
 struct Device {
@@ -92,7 +95,9 @@ const char* At(const ChildPlan* plan, PathIndex i) { return plan->root_paths[i].
 // rather than through the libc functions that sanitizers intercept: an interceptor would
 // record the child's calls in the daemon's own bookkeeping (ThreadSanitizer's tables of
 // descriptors and signal handlers). mount, mkdir and the like are not intercepted.
-int Open(const char* path, int flags) { return static_cast<int>(::syscall(SYS_openat, AT_FDCWD, path, flags, 0)); }
+int Open(const char* path, int flags, mode_t mode = 0) {
+  return static_cast<int>(::syscall(SYS_openat, AT_FDCWD, path, flags, mode));
+}
 void Close(int fd) { ::syscall(SYS_close, fd); }
 int Dup3(int from, int to, int flags) { return static_cast<int>(::syscall(SYS_dup3, from, to, flags)); }
 long Write(int fd, const void* data, size_t size) { return ::syscall(SYS_write, fd, data, size); }
@@ -274,9 +279,22 @@ void MountProc(ChildPlan* plan) {
       STEP(::mount("/dev/null", p, nullptr, MS_BIND, nullptr) == 0, "mask proc file");
     }
   }
-  for (int i = kReadOnlyFirst; i < kPathCount; i++) {
+  for (int i = kReadOnlyFirst; i < kReadOnlyEnd; i++) {
     const char* p = At(plan, PathIndex(i));
     if (Exists(p)) BindReadOnly(plan, p, p);
+  }
+  // This boot's own id: the host's would be every sandbox's, and the same after a restart. Its
+  // file is on a tmpfs of its own, so the mount table names no host path (the tmpfs's mount
+  // point goes with the old root; the file stays bound).
+  if (!plan->boot_id.empty() && Exists(At(plan, kProcBootId))) {
+    STEP(::mount("tmpfs", plan->scratch.c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=755") == 0,
+         "mount scratch tmpfs");
+    int fd = Open(plan->boot_id_file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
+    STEP(fd >= 0, "create boot id");
+    const long size = static_cast<long>(plan->boot_id.size());
+    STEP(Write(fd, plan->boot_id.data(), plan->boot_id.size()) == size, "write boot id");
+    Close(fd);
+    BindReadOnly(plan, plan->boot_id_file.c_str(), At(plan, kProcBootId));
   }
 }
 

@@ -35,6 +35,9 @@ struct ChildPlan {
   std::vector<std::string> root_paths;         // root + "/proc", "/dev", ... (see contain.cc)
   std::vector<std::string> top_level_names;    // "usr", "proc", ...: what the mounts go below
   std::string dev_options, devpts_options, shm_options;
+  // This boot's id ("8-4-4-4-12\n"), shown at /proc/sys/kernel/random/boot_id from a file
+  // (boot_id_file) on a small tmpfs the child mounts at `scratch`, an empty dir.
+  std::string boot_id, scratch, boot_id_file;
   std::vector<VolumePlan> volumes;
   uid_t root_owner = 0;          // host uid of the sandbox's root: owns mount points made for volumes
   // Identity

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "common/random_hex.h"
 #include "common/read_file.h"
 #include "common/scope_guard.h"
 #include "runtime/native/clone_shared.h"
@@ -36,6 +37,18 @@ Status WriteFile(const std::string& path, const std::string& value) {
   if (::write(fd.get(), value.data(), value.size()) != static_cast<ssize_t>(value.size()))
     return SystemError("write " + path, errno);
   return {};
+}
+
+// A new boot id: a random UUID in the kernel's form, "8-4-4-4-12" lower-case hex digits and
+// a newline.
+Result<std::string> NewBootId() {
+  auto hex = RandomHex(16);
+  if (!hex) return hex.error();
+  std::string id = *hex;
+  id[12] = '4';                                             // version 4 (random)
+  id[16] = "89ab"[static_cast<unsigned char>(id[16]) % 4];  // the RFC 4122 variant
+  return id.substr(0, 8) + "-" + id.substr(8, 4) + "-" + id.substr(12, 4) + "-" + id.substr(16, 4) + "-" +
+         id.substr(20) + "\n";
 }
 
 // Copies the init binary into a sealed, read-only memfd: what runs as PID 1 in a sandbox can
@@ -195,7 +208,8 @@ Result<InitProcess> NativeRuntime::Launch(const LaunchSpec& spec) {
   plan.image = spec.rootfs;
   plan.lower = spec.staging + "/lower";
   plan.root = spec.staging + "/root";
-  for (const auto& dir : {plan.lower, plan.root})
+  plan.scratch = spec.staging + "/scratch";
+  for (const auto& dir : {plan.lower, plan.root, plan.scratch})
     if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return SystemError("mkdir " + dir, errno);
   // Three descriptor numbers reserved for the child to open the layers into.
   UniqueFd slots[3];
@@ -226,6 +240,10 @@ Result<InitProcess> NativeRuntime::Launch(const LaunchSpec& spec) {
   plan.dev_options = "mode=755,size=64k," + owner;
   plan.devpts_options = "newinstance,ptmxmode=0666,mode=0620,gid=" + std::to_string(spec.host_uid + 5);
   plan.shm_options = "mode=1777,size=" + std::to_string(spec.limits.memory_mb / 2 + 1) + "m," + owner;
+  auto boot_id = NewBootId();
+  if (!boot_id) return boot_id.error();
+  plan.boot_id = std::move(*boot_id);
+  plan.boot_id_file = plan.scratch + "/boot_id";
   plan.userns_fd = userns->get();
   plan.stored_ids_fd = stored_ids->get();
   for (const auto& fd : join->sandbox) plan.cgroup_join_fds.push_back(fd.get());
