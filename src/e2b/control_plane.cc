@@ -566,8 +566,6 @@ asio::awaitable<void> ControlPlane::DeleteSnapshot(const std::string& id) {
   co_await exchange_.SendNoContent();
 }
 
-}  // namespace
-
 // Whether E2B reads an allowOut/denyOut entry as an address (Go's net.ParseIP or ParseCIDR
 // would take it) rather than a domain name.
 bool LooksLikeAddress(const std::string& entry) {
@@ -587,6 +585,8 @@ std::optional<net::IpPrefix> E2bAddress(const std::string& entry) {
   }
   return net::IpPrefix::ParseMasked(entry);
 }
+
+}  // namespace
 
 // E2B's egress rules (infra's validateEgressRules, and its firewall and TCP proxy): denyOut
 // takes IPs and CIDRs only; allowOut takes those and domain names, and names need
