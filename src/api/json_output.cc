@@ -26,7 +26,7 @@ json SandboxToJson(const core::SandboxInfo& sandbox) {
       {"timeout_s", spec.timeout_s},
       {"idle_timeout_s", spec.idle_timeout_s},
       {"on_timeout", spec.on_timeout},
-      {"network", {{"mode", spec.network.mode}, {"allow", spec.network.allow}}},
+      {"network", {{"mode", spec.network.mode}, {"allow", spec.network.allow}, {"deny", spec.network.deny}}},
       {"metadata", spec.metadata},
       {"env", spec.env},
       {"workdir", spec.workdir},

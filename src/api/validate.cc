@@ -164,26 +164,30 @@ Status ReadMetadata(const json& object, std::map<std::string, std::string>& out)
   return {};
 }
 
-// A network object ({"mode", "allow"}) as in POST /v1/sandboxes and PUT .../network. Every
-// entry is checked here (net::ParsePolicy), so the manager only ever sees valid policies.
+// A network object ({"mode", "allow", "deny"}) as in POST /v1/sandboxes and PUT .../network.
+// Every entry is checked here (net::ParsePolicy), so the manager only ever sees valid policies.
 Result<core::NetworkPolicy> ParseNetworkObject(const json& value) {
   if (!value.is_object()) return Invalid("network must be an object");
   core::NetworkPolicy policy;
   for (const auto& [key, unused] : value.items()) {
-    if (key != "mode" && key != "allow") return Invalid(fmt::format("network.{} is not a known field", key));
+    if (key != "mode" && key != "allow" && key != "deny") {
+      return Invalid(fmt::format("network.{} is not a known field", key));
+    }
   }
   if (const json* mode = Find(value, "mode")) {
     if (!mode->is_string()) return Invalid("network.mode must be a string");
     policy.mode = mode->get<std::string>();
   }
-  if (const json* allow = Find(value, "allow")) {
-    if (!allow->is_array()) return Invalid("network.allow must be an array of strings");
-    for (const auto& entry : *allow) {
-      if (!entry.is_string()) return Invalid("network.allow must be an array of strings");
-      policy.allow.push_back(entry.get<std::string>());
+  for (const auto& [name, out] : {std::pair{"allow", &policy.allow}, std::pair{"deny", &policy.deny}}) {
+    const json* list = Find(value, name);
+    if (list == nullptr) continue;
+    if (!list->is_array()) return Invalid(fmt::format("network.{} must be an array of strings", name));
+    for (const auto& entry : *list) {
+      if (!entry.is_string()) return Invalid(fmt::format("network.{} must be an array of strings", name));
+      out->push_back(entry.get<std::string>());
     }
   }
-  auto parsed = net::ParsePolicy(policy.mode, policy.allow);
+  auto parsed = net::ParsePolicy(policy.mode, policy.allow, policy.deny);
   if (!parsed.ok()) return Invalid("network: " + parsed.error().message);
   return policy;
 }

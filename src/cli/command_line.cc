@@ -31,6 +31,10 @@ void AddSandboxFlags(CLI::App* sub, SandboxFlags& flags, bool for_run) {
                   "A destination the sandbox may reach (example.com, *.example.com, 1.2.3.4, 10.0.0.0/8, "
                   "each optionally :PORT); repeatable; implies --network allowlist")
       ->allow_extra_args(false);
+  sub->add_option("--deny", flags.deny,
+                  "A destination the sandbox may not reach, whatever --allow says (as --allow); repeatable; "
+                  "needs --network allowlist or open, or --allow")
+      ->allow_extra_args(false);
   sub->add_option("-v,--volume", flags.volumes,
                   "Mount a named volume: NAME:/PATH, or NAME:/PATH:ro for read-only; repeatable")
       ->allow_extra_args(false);
@@ -215,6 +219,9 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
   network->add_option("--allow", line.sandbox.allow,
                       "A destination (example.com, *.example.com, 1.2.3.4, 10.0.0.0/8, each optionally "
                       ":PORT); repeatable")
+      ->allow_extra_args(false);
+  network->add_option("--deny", line.sandbox.deny,
+                      "A destination denied whatever --allow says (as --allow); repeatable")
       ->allow_extra_args(false);
   network->footer("Open connections the new policy no longer allows are cut at once.");
   Selects(network, line, Command::kNetwork);

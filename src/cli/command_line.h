@@ -60,6 +60,7 @@ struct SandboxFlags {
   std::vector<std::string> metadata;  // k=v; create only
   std::optional<std::string> network;  // none | allowlist | open
   std::vector<std::string> allow;      // allowlist entries
+  std::vector<std::string> deny;       // entries denied before allow (allowlist, open)
   std::vector<std::string> volumes;    // NAME:/path[:ro]
   bool private_preview = false;        // create only
 };
@@ -92,7 +93,7 @@ struct CommandLine {
   std::optional<std::string> open_subnet;
   std::optional<std::string> storage_driver;
 
-  SandboxFlags sandbox;  // run, create; network uses sandbox.allow
+  SandboxFlags sandbox;  // run, create; network uses sandbox.allow and .deny
   std::optional<std::string> network_mode;  // network
   std::optional<int64_t> egress_limit;      // egress
   ExecFlags exec;        // run, exec

@@ -65,8 +65,13 @@ Result<json> SandboxRequest(const SandboxFlags& flags, std::optional<int64_t> li
   if (lifetime_s) request["timeout_s"] = *lifetime_s;
   if (flags.workdir) request["workdir"] = *flags.workdir;
   if (flags.user) request["user"] = *flags.user;
+  if (!flags.network && flags.allow.empty() && !flags.deny.empty()) {
+    return MakeError(ErrorCode::kBadRequest, "--deny needs --network allowlist or open, or --allow",
+                     "invalid_argument");
+  }
   if (flags.network || !flags.allow.empty()) {
-    request["network"] = {{"mode", flags.network.value_or("allowlist")}, {"allow", flags.allow}};
+    request["network"] = {
+        {"mode", flags.network.value_or("allowlist")}, {"allow", flags.allow}, {"deny", flags.deny}};
   }
   if (!flags.env.empty()) {
     auto env = KeyValueObject(flags.env, /*allow_from_environment=*/true);

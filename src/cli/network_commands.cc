@@ -21,7 +21,11 @@ std::string Text(const json& entry, const char* field) {
 void PrintPolicy(Session& session, const json& sandbox) {
   const json network = sandbox.value("network", json::object());
   std::string line = "mode: " + network.value("mode", std::string("none")) + "\n";
-  for (const auto& entry : network.value("allow", json::array())) line += "allow: " + entry.get<std::string>() + "\n";
+  for (const char* list : {"allow", "deny"}) {
+    for (const auto& entry : network.value(list, json::array())) {
+      if (entry.is_string()) line += std::string(list) + ": " + entry.get<std::string>() + "\n";
+    }
+  }
   session.Out(line);
 }
 
@@ -30,13 +34,15 @@ void PrintPolicy(Session& session, const json& sandbox) {
 int NetworkCommand(Session& session) {
   const CommandLine& line = session.line;
   if (!line.network_mode) {
-    if (!line.sandbox.allow.empty()) return session.UsageError("--allow needs a MODE (allowlist or open)");
+    if (!line.sandbox.allow.empty() || !line.sandbox.deny.empty()) {
+      return session.UsageError("--allow and --deny need a MODE (allowlist or open)");
+    }
     auto sandbox = session.api.Call(HttpMethod::kGet, SandboxPath(line.sandbox_id));
     if (!sandbox.ok()) return session.Fail(sandbox.error());
     PrintPolicy(session, *sandbox);
     return 0;
   }
-  const json body = {{"mode", *line.network_mode}, {"allow", line.sandbox.allow}};
+  const json body = {{"mode", *line.network_mode}, {"allow", line.sandbox.allow}, {"deny", line.sandbox.deny}};
   auto sandbox = session.api.Call(HttpMethod::kPut, SandboxPath(line.sandbox_id) + "/network", body);
   if (!sandbox.ok()) return session.Fail(sandbox.error());
   PrintPolicy(session, *sandbox);

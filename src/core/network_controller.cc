@@ -73,7 +73,7 @@ Result<std::unique_ptr<NetworkController>> NetworkController::Start(const Daemon
 }
 
 Status NetworkController::Apply(const std::string& sandbox_id, int netns_fd, const NetworkPolicy& spec) {
-  auto policy = net::ParsePolicy(spec.mode, spec.allow);
+  auto policy = net::ParsePolicy(spec.mode, spec.allow, spec.deny);
   if (!policy) return policy.error();
   const net::Mode mode = policy->mode;
   std::lock_guard lock(mu_);
@@ -91,6 +91,8 @@ Status NetworkController::Apply(const std::string& sandbox_id, int netns_fd, con
     if (attached->second == net::Mode::kOpen && mode != net::Mode::kOpen) {
       BH_TRY(links_->Remove(sandbox_id, netns_fd));  // before the policy opens nothing more
     }
+    // Open mode's UDP and ICMP follow the deny entries before the link is (re)made.
+    if (mode == net::Mode::kOpen) BH_TRY(net::SetDenyEntries(netns_fd, *policy));
     proxy_->SetPolicy(sandbox_id, *policy);
     attached->second = mode;
     if (mode == net::Mode::kOpen) return links_->Add(sandbox_id, netns_fd);
@@ -98,6 +100,7 @@ Status NetworkController::Apply(const std::string& sandbox_id, int netns_fd, con
   }
   auto listeners = net::ConfigureNetns(netns_fd, mode);
   if (!listeners) return listeners.error();
+  if (mode == net::Mode::kOpen && !policy->deny.empty()) BH_TRY(net::SetDenyEntries(netns_fd, *policy));
   proxy_->Attach(sandbox_id, std::move(*listeners), *policy);
   attached_[sandbox_id] = mode;
   if (mode == net::Mode::kOpen) return links_->Add(sandbox_id, netns_fd);

@@ -20,7 +20,7 @@ std::string SpecToJson(const SandboxSpec& s) {
             {"env", s.env},
             {"workdir", s.workdir},
             {"user", s.user},
-            {"network", {{"mode", s.network.mode}, {"allow", s.network.allow}}},
+            {"network", {{"mode", s.network.mode}, {"allow", s.network.allow}, {"deny", s.network.deny}}},
             {"metadata", s.metadata}};
   json volumes = json::array();
   for (const auto& v : s.volumes) volumes.push_back({{"name", v.name}, {"path", v.path}, {"read_only", v.read_only}});
@@ -56,6 +56,8 @@ Result<SandboxSpec> SpecFromJson(const std::string& text) {
     s.user = j.at("user").get<std::string>();
     s.network.mode = j.at("network").at("mode").get<std::string>();
     s.network.allow = j.at("network").at("allow").get<std::vector<std::string>>();
+    // Rows written before deny entries existed have none.
+    s.network.deny = j.at("network").value("deny", std::vector<std::string>{});
     s.metadata = j.at("metadata").get<std::map<std::string, std::string>>();
     // Rows written before volumes existed have none.
     for (const auto& v : j.value("volumes", json::array()))

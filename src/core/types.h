@@ -10,8 +10,9 @@
 namespace bulkhead::core {
 
 struct NetworkPolicy {
-  std::string mode = "none";       // none | allowlist | open (only none is served today)
-  std::vector<std::string> allow;  // allowlist entries, kept as given
+  std::string mode = "none";       // none | allowlist | open
+  std::vector<std::string> allow;  // entries, kept as given (net/allow_rules.h)
+  std::vector<std::string> deny;   // entries checked before `allow`, kept as given
 };
 
 // One entry of a sandbox's "volumes": the named volume appears at `path` inside it.

@@ -19,6 +19,7 @@
 #include "common/base64.h"
 #include "common/time_format.h"
 #include "e2b/envd_auth.h"
+#include "net/ip_address.h"
 
 // g++ 12 at -O2 reports a false -Wmismatched-new-delete on asio's coroutine frames.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
@@ -40,6 +41,8 @@ constexpr int64_t kMaxUnixS = 253402300799;  // 9999-12-31T23:59:59Z: metrics' s
 constexpr uint64_t kMaxBody = 1024 * 1024;
 // For a sandbox without an end (timeout 0): endAt is required, so a date far ahead.
 constexpr std::string_view kNoEnd = "2999-12-31T23:59:59Z";
+constexpr std::string_view kAllTraffic = "0.0.0.0/0";  // E2B's ALL_TRAFFIC
+constexpr size_t kMaxEgressEntries = 1000;             // as bulkhead's own lists
 
 Error Invalid(std::string message) { return MakeError(ErrorCode::kBadRequest, std::move(message)); }
 
@@ -75,10 +78,12 @@ json NetworkJson(const core::SandboxSpec& spec) {
   const core::NetworkPolicy& policy = spec.network;
   json network = {{"allowPublicTraffic", spec.preview.is_public}};
   if (policy.mode == "none") {
-    network["denyOut"] = {"0.0.0.0/0"};
+    network["denyOut"] = {kAllTraffic};
   } else if (policy.mode == "allowlist") {
     network["allowOut"] = policy.allow;
-    network["denyOut"] = {"0.0.0.0/0"};
+    network["denyOut"] = {kAllTraffic};
+  } else if (!policy.deny.empty()) {
+    network["denyOut"] = policy.deny;
   }
   return network;
 }
@@ -674,10 +679,37 @@ asio::awaitable<void> ControlPlane::TemplateAlias(const std::string& alias) {
   co_await exchange_.SendJson(http::status::ok, *found);
 }
 
+// Whether E2B reads an allowOut/denyOut entry as an address (Go's net.ParseIP or ParseCIDR
+// would take it) rather than a domain name.
+bool LooksLikeAddress(const std::string& entry) {
+  return entry.find_first_of("[]") == std::string::npos &&
+         net::IpAddress::Parse(entry.substr(0, entry.find('/'))).has_value();
+}
+
+// Such an entry as E2B uses it: an IP, or a CIDR with its host bits cleared. nullopt for what
+// E2B refuses: no address, or an unspecified one (0.0.0.0, ::, 0.0.0.0/8; the caller has
+// taken kAllTraffic out before).
+std::optional<net::IpPrefix> E2bAddress(const std::string& entry) {
+  if (!LooksLikeAddress(entry)) return std::nullopt;
+  const net::IpAddress address = *net::IpAddress::Parse(entry.substr(0, entry.find('/')));
+  const size_t size = address.v6 ? 16 : 4;
+  if (std::all_of(address.bytes.begin(), address.bytes.begin() + size, [](uint8_t b) { return b == 0; })) {
+    return std::nullopt;
+  }
+  return net::IpPrefix::ParseMasked(entry);
+}
+
 }  // namespace
 
+// E2B's egress rules (infra's validateEgressRules, and its firewall and TCP proxy): denyOut
+// takes IPs and CIDRs only; allowOut takes those and domain names, and names need
+// ALL_TRAFFIC in denyOut; an entry of allowOut wins over any of denyOut; what neither names
+// is allowed. With ALL_TRAFFIC (or allow_internet_access false) allowOut is the allowlist;
+// without, the internet is open but for denyOut, less what allowOut takes back. bulkhead's
+// deny entries win over its allow entries, so that difference is taken out of the deny list
+// here.
 Result<json> BulkheadNetwork(const json* network, const json* allow_internet_access) {
-  json out = {{"mode", "open"}, {"allow", json::array()}};
+  json out = {{"mode", "open"}, {"allow", json::array()}, {"deny", json::array()}};
   std::vector<std::string> allow, deny;
   if (network && !network->is_null()) {
     if (!network->is_object()) return Invalid("network must be an object");
@@ -693,22 +725,53 @@ Result<json> BulkheadNetwork(const json* network, const json* allow_internet_acc
     if (!allow_internet_access->is_boolean()) return Invalid("allow_internet_access must be a boolean");
     internet = allow_internet_access->get<bool>();
   }
-  // bulkhead's egress is an allow-list, so E2B's deny list can only be "everything"
-  // (0.0.0.0/0), which turns allowOut into the list of what stays reachable.
-  bool deny_all = !internet;
-  for (const std::string& entry : deny) {
-    if (entry == "0.0.0.0/0" || entry == "::/0") {
-      deny_all = true;
-    } else {
-      return MakeError(ErrorCode::kInvalid,
-                       fmt::format("denyOut \"{}\": bulkhead denies only everything (0.0.0.0/0) and allows "
-                                   "exceptions with allowOut",
-                                   entry));
-    }
+  if (allow.size() > kMaxEgressEntries || deny.size() > kMaxEgressEntries) {
+    return Invalid(fmt::format("allowOut and denyOut take at most {} entries each", kMaxEgressEntries));
   }
-  if (deny_all) {
+  bool all_traffic = false;
+  std::vector<std::pair<std::string, net::IpPrefix>> denied;  // as written, as read
+  for (const std::string& entry : deny) {
+    if (entry == kAllTraffic) {
+      all_traffic = true;
+      continue;
+    }
+    std::optional<net::IpPrefix> prefix = E2bAddress(entry);
+    if (!prefix) return Invalid(fmt::format("invalid denied CIDR {}", entry));  // E2B's words
+    denied.emplace_back(entry, *prefix);
+  }
+  std::vector<net::IpPrefix> allowed;
+  bool domains = false;
+  for (std::string& entry : allow) {
+    if (!LooksLikeAddress(entry)) {
+      domains = true;
+      continue;
+    }
+    std::optional<net::IpPrefix> prefix = E2bAddress(entry);
+    if (!prefix) return Invalid(fmt::format("invalid allowed address {}", entry));
+    allowed.push_back(*prefix);
+    if (!net::IpPrefix::Parse(entry)) entry = prefix->ToString();  // "10.0.0.1/8" as E2B reads it
+  }
+  if (domains && !all_traffic) {
+    return Invalid(
+        "When specifying allowed domains in allow out, you must include 'ALL_TRAFFIC' in deny out to block all "
+        "other traffic.");
+  }
+  if (all_traffic || !internet) {
     out["mode"] = allow.empty() ? "none" : "allowlist";
-    out["allow"] = allow;
+    out["allow"] = allow;  // the rest of denyOut denies nothing more
+    return out;
+  }
+  for (const auto& [text, prefix] : denied) {
+    auto left = net::SubtractPrefixes(prefix, allowed, kMaxEgressEntries);
+    if (!left || out["deny"].size() + left->size() > kMaxEgressEntries) {
+      return Invalid(fmt::format("denyOut less allowOut takes more than {} ranges", kMaxEgressEntries));
+    }
+    // An entry allowOut leaves whole stays as written (the SDKs read it back).
+    if (left->size() == 1 && (*left)[0].length == prefix.length && net::IpPrefix::Parse(text)) {
+      out["deny"].push_back(text);
+      continue;
+    }
+    for (const net::IpPrefix& piece : *left) out["deny"].push_back(piece.ToString());
   }
   return out;
 }

@@ -24,11 +24,11 @@ boost::asio::awaitable<std::string_view> ServeControlPlane(E2bContext& context, 
 // that snapshot, the timeout and autoPause become the lifetime (autoPauseMemory false: stop), envVars the env, the network
 // fields the egress policy (E2B's default is open), network.allowPublicTraffic false a private
 // preview (its token is E2B's trafficAccessToken). An error for fields of the wrong type and
-// for egress bulkhead cannot express (a deny list other than everything).
+// for egress rules E2B refuses.
 Result<nlohmann::json> BulkheadCreateBody(const nlohmann::json& e2b, bool template_is_snapshot);
 
 // SandboxNetworkConfig / SandboxNetworkUpdateConfig (+ allow_internet_access) as bulkhead's
-// network object {"mode", "allow"}.
+// network object {"mode", "allow", "deny"}, with E2B's meaning (control_plane.cc).
 Result<nlohmann::json> BulkheadNetwork(const nlohmann::json* network, const nlohmann::json* allow_internet_access);
 
 // The `metadata` list filter as the SDKs send it, once URL-decoded: "k=v&k2=v2" with keys and

@@ -57,8 +57,10 @@ ToolResult CreateSandbox(const json& arguments, ToolContext& context) {
   }
   request["timeout_s"] = ArgumentOr<int64_t>(arguments, "timeout_s", kDefaultLifetimeS);
   const json allow = ArgumentOr<json>(arguments, "allow", json::array());
-  if (arguments.contains("network") || !allow.empty()) {
-    request["network"] = {{"mode", ArgumentOr<std::string>(arguments, "network", "allowlist")}, {"allow", allow}};
+  const json deny = ArgumentOr<json>(arguments, "deny", json::array());
+  if (arguments.contains("network") || !allow.empty() || !deny.empty()) {
+    request["network"] = {
+        {"mode", ArgumentOr<std::string>(arguments, "network", "allowlist")}, {"allow", allow}, {"deny", deny}};
   }
   if (ArgumentOr<bool>(arguments, "private_preview", false)) request["preview"] = {{"public", false}};
   auto sandbox = context.api.Call(HttpMethod::kPost, "/v1/sandboxes", request);
@@ -215,6 +217,8 @@ void AddSandboxTools(std::vector<ToolSpec>& tools) {
                       "description": "Egress: none (default), allowlist (only 'allow'), open (public internet)."},
           "allow": {"type": "array", "items": {"type": "string"}, "maxItems": 1000,
                     "description": "Destinations for network 'allowlist' (implies it when network is not given)."},
+          "deny": {"type": "array", "items": {"type": "string"}, "maxItems": 1000,
+                   "description": "Destinations never reached, whatever allow or open say (same syntax as allow)."},
           "env": {"type": "object", "additionalProperties": {"type": "string"},
                   "description": "Environment variables for every command."},
           "metadata": {"type": "object", "additionalProperties": {"type": "string"},

@@ -90,17 +90,27 @@ bool NameMatches(const AllowEntry& entry, std::string_view name) {
   return false;
 }
 
-bool NameAllowedOnPort(const Policy& policy, std::string_view name, uint16_t port, bool zero_is_any) {
-  return std::any_of(policy.allow.begin(), policy.allow.end(), [&](const AllowEntry& entry) {
+// The first of `entries` that names `name` (a kName/kSuffix entry) on `port`, or null.
+const AllowEntry* NameEntry(const std::vector<AllowEntry>& entries, std::string_view name, uint16_t port,
+                            bool zero_is_any) {
+  auto found = std::find_if(entries.begin(), entries.end(), [&](const AllowEntry& entry) {
     return NameMatches(entry, name) && PortMatches(entry, port, zero_is_any);
   });
+  return found == entries.end() ? nullptr : &*found;
 }
 
-bool AddressAllowedOnPort(const Policy& policy, const IpAddress& address, uint16_t port, bool zero_is_any) {
-  return std::any_of(policy.allow.begin(), policy.allow.end(), [&](const AllowEntry& entry) {
+// The first kPrefix entry of `entries` that contains `address` on `port`, or null.
+const AllowEntry* AddressEntry(const std::vector<AllowEntry>& entries, const IpAddress& address, uint16_t port,
+                               bool zero_is_any) {
+  auto found = std::find_if(entries.begin(), entries.end(), [&](const AllowEntry& entry) {
     return entry.kind == AllowEntry::Kind::kPrefix && entry.prefix.Contains(address) &&
            PortMatches(entry, port, zero_is_any);
   });
+  return found == entries.end() ? nullptr : &*found;
+}
+
+std::string DeniedBy(const std::string& what, const AllowEntry& entry) {
+  return what + " is denied by deny entry " + Quote(entry.text);
 }
 
 struct DeniedRange {
@@ -319,19 +329,23 @@ Result<AllowEntry> ParseAllowEntry(std::string_view text) {
   return entry;
 }
 
-Result<Policy> ParsePolicy(std::string_view mode, const std::vector<std::string>& allow) {
+Result<Policy> ParsePolicy(std::string_view mode, const std::vector<std::string>& allow,
+                           const std::vector<std::string>& deny) {
   Policy policy;
   auto parsed_mode = ParseMode(mode);
   if (!parsed_mode) {
     return MakeError(ErrorCode::kInvalid, "mode " + Quote(mode) + " is not one of none, allowlist, open");
   }
   policy.mode = *parsed_mode;
-  if (allow.size() > kMaxEntries) {
-    return MakeError(ErrorCode::kInvalid,
-                     "allow has " + std::to_string(allow.size()) + " entries; at most 1000 are allowed");
-  }
-  if (policy.mode == Mode::kNone && !allow.empty()) {
-    return MakeError(ErrorCode::kInvalid, "mode none takes no allow entries (nothing leaves the sandbox)");
+  for (const auto& [list, texts] : {std::pair{"allow", &allow}, std::pair{"deny", &deny}}) {
+    if (texts->size() > kMaxEntries) {
+      return MakeError(ErrorCode::kInvalid, std::string(list) + " has " + std::to_string(texts->size()) +
+                                                " entries; at most 1000 are allowed");
+    }
+    if (policy.mode == Mode::kNone && !texts->empty()) {
+      return MakeError(ErrorCode::kInvalid,
+                       std::string("mode none takes no ") + list + " entries (nothing leaves the sandbox)");
+    }
   }
   for (size_t i = 0; i < allow.size(); ++i) {
     auto entry = ParseAllowEntry(allow[i]);
@@ -343,6 +357,11 @@ Result<Policy> ParsePolicy(std::string_view mode, const std::vector<std::string>
                                                 "reachable already; an address entry re-opens an always-denied range)");
     }
     policy.allow.push_back(std::move(*entry));
+  }
+  for (size_t i = 0; i < deny.size(); ++i) {
+    auto entry = ParseAllowEntry(deny[i]);
+    if (!entry) return MakeError(ErrorCode::kInvalid, "deny[" + std::to_string(i) + "] " + entry.error().message);
+    policy.deny.push_back(std::move(*entry));
   }
   return policy;
 }
@@ -368,11 +387,11 @@ bool ReachesDaemonListener(const IpAddress& given, uint16_t port, const LocalHos
 }
 
 bool NameAllowed(const Policy& policy, std::string_view name, uint16_t port) {
-  return NameAllowedOnPort(policy, name, port, /*zero_is_any=*/true);
+  return NameEntry(policy.allow, name, port, /*zero_is_any=*/true) != nullptr;
 }
 
 bool AddressExplicitlyAllowed(const Policy& policy, const IpAddress& address, uint16_t port) {
-  return AddressAllowedOnPort(policy, address, port, /*zero_is_any=*/true);
+  return AddressEntry(policy.allow, address, port, /*zero_is_any=*/true) != nullptr;
 }
 
 std::optional<uint16_t> ParsePort(std::string_view text) {
@@ -387,8 +406,13 @@ Verdict DecideName(const Policy& policy, std::string_view name, uint16_t port) {
   if (policy.mode == Mode::kNone) return {false, "network mode is none"};
   const std::optional<std::string> normalized = NormalizeName(name);
   if (!normalized) return {false, Quote(name) + " is not a valid host name"};
+  const std::string named = *normalized + (port != 0 ? ":" + std::to_string(port) : "");
+  // A lookup (port 0) is refused only by a deny entry for every port: other ports stay open.
+  if (const AllowEntry* deny = NameEntry(policy.deny, *normalized, port, /*zero_is_any=*/false)) {
+    return {false, DeniedBy(named, *deny)};
+  }
   if (policy.mode == Mode::kOpen || NameAllowed(policy, *normalized, port)) return {true, {}};
-  return {false, *normalized + (port != 0 ? ":" + std::to_string(port) : "") + " is not in the allowlist"};
+  return {false, named + " is not in the allowlist"};
 }
 
 Verdict Decide(const Policy& policy, const std::optional<std::string>& name, const IpAddress& address, uint16_t port,
@@ -396,15 +420,20 @@ Verdict Decide(const Policy& policy, const std::optional<std::string>& name, con
   if (policy.mode == Mode::kNone) return {false, "network mode is none"};
   if (ReachesDaemonListener(address, port, host)) return {false, HostPort(address, port) + " is the daemon's own listener"};
   // A real connection has a real port: here port 0 matches only entries without a port.
-  if (AddressAllowedOnPort(policy, address, port, /*zero_is_any=*/false)) return {true, {}};
+  if (const AllowEntry* deny = AddressEntry(policy.deny, address, port, /*zero_is_any=*/false)) {
+    return {false, DeniedBy(HostPort(address, port), *deny)};
+  }
+  const std::optional<std::string> normalized = name ? NormalizeName(*name) : std::nullopt;
+  if (normalized) {
+    if (const AllowEntry* deny = NameEntry(policy.deny, *normalized, port, /*zero_is_any=*/false)) {
+      return {false, DeniedBy(*normalized + ":" + std::to_string(port), *deny)};
+    }
+  }
+  if (AddressEntry(policy.allow, address, port, /*zero_is_any=*/false)) return {true, {}};
   std::string range = DeniedRangeOf(address, host.addresses);
   if (!range.empty()) return {false, range + " is always denied"};
   if (policy.mode == Mode::kOpen) return {true, {}};
-  std::optional<std::string> normalized;
-  if (name) {
-    normalized = NormalizeName(*name);
-    if (normalized && NameAllowedOnPort(policy, *normalized, port, /*zero_is_any=*/false)) return {true, {}};
-  }
+  if (normalized && NameEntry(policy.allow, *normalized, port, /*zero_is_any=*/false)) return {true, {}};
   if (normalized) return {false, *normalized + ":" + std::to_string(port) + " is not in the allowlist"};
   if (name && !name->empty() && !IpAddress::Parse(*name)) {  // an IP literal says nothing more than the address
     return {false, Quote(*name) + " is not a valid host name, and " + HostPort(address, port) +

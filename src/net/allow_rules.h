@@ -1,7 +1,7 @@
 // The egress policy of a sandbox and the one function that decides whether a connection or a
 // DNS name is allowed (API.md "Network"). Pure logic: the egress proxy and the DNS resolver
 // ask it, PUT .../network re-asks it for every open connection, and the API validates
-// `network.allow` entries with ParseAllowEntry.
+// `network.allow` and `network.deny` entries with ParseAllowEntry.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -18,7 +18,7 @@ enum class Mode { kNone, kAllowlist, kOpen };
 std::optional<Mode> ParseMode(std::string_view text);  // "none" | "allowlist" | "open"
 const char* ModeName(Mode mode);
 
-// One `allow` entry:
+// One `allow` or `deny` entry (both take the same syntax):
 //   "example.com"        exactly that name (case-insensitive, a trailing dot ignored)
 //   "*.example.com"      every name below example.com, not example.com itself
 //   "1.2.3.4", "2001:db8::1", "10.0.0.0/8", "fd00::/8"
@@ -42,12 +42,15 @@ Result<AllowEntry> ParseAllowEntry(std::string_view text);
 struct Policy {
   Mode mode = Mode::kNone;
   std::vector<AllowEntry> allow;
+  std::vector<AllowEntry> deny;  // checked before `allow`: a deny wins over any allow
 };
-// Validates a whole policy: a known mode, at most 1000 entries, each one parsing. Mode none
-// takes no entries; allowlist takes any; open takes only address entries, which re-open an
-// always-denied range (e.g. open + "10.1.2.3:5432" reaches a database on the LAN).
-// Messages name the entry by index: "allow[3] \"*.\": ...".
-Result<Policy> ParsePolicy(std::string_view mode, const std::vector<std::string>& allow);
+// Validates a whole policy: a known mode, at most 1000 entries in each list, each one parsing.
+// Mode none takes no entries; allowlist takes any; open takes only address entries in `allow`,
+// which re-open an always-denied range (e.g. open + "10.1.2.3:5432" reaches a database on the
+// LAN), and any entries in `deny`. Messages name the entry by list and index:
+// "allow[3] \"*.\": ...", "deny[0] ...".
+Result<Policy> ParsePolicy(std::string_view mode, const std::vector<std::string>& allow,
+                           const std::vector<std::string>& deny = {});
 
 // Addresses never reached unless an address entry (kPrefix) explicitly matches them, in every
 // mode: 0.0.0.0/8, 127.0.0.0/8, 10/8, 172.16/12, 192.168/16, 100.64/10 (CGNAT), 169.254/16
@@ -95,6 +98,8 @@ bool AddressExplicitlyAllowed(const Policy& policy, const IpAddress& address, ui
 // Rules, in order:
 //   mode none                                   -> denied "network mode is none"
 //   a daemon listener (ReachesDaemonListener)   -> denied "<address>:<port> is the daemon's own listener"
+//   a deny entry matches the address, or the    -> denied "<address or name>:<port> is denied by deny
+//   name (same matching as allow entries)          entry \"<entry as given>\""
 //   address explicitly allowed (kPrefix match)  -> allowed (even in always-denied ranges)
 //   address always denied                       -> denied "<range> is always denied"
 //   mode open                                   -> allowed
@@ -110,8 +115,9 @@ Verdict Decide(const Policy& policy, const std::optional<std::string>& name, con
 
 // Whether `name` may be looked up, or connected to by name, before it is resolved (the DNS
 // resolver; the proxy's CONNECT and absolute-form hosts): mode none never, an invalid host
-// name never, mode open always, allowlist when NameAllowed (port 0: any port). What the name
-// resolves to is judged afterwards by Decide.
+// name never, a name a deny entry matches never (port 0, a lookup: only a deny entry without
+// a port refuses it, since other ports stay open), mode open always, allowlist when
+// NameAllowed (port 0: any port). What the name resolves to is judged afterwards by Decide.
 Verdict DecideName(const Policy& policy, std::string_view name, uint16_t port);
 
 // Decimal 1..65535 without sign or leading zeros, else nullopt.

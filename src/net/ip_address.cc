@@ -94,7 +94,11 @@ socklen_t IpAddress::ToSockaddr(uint16_t port, sockaddr_storage* out) const {
   return sizeof(sockaddr_in);
 }
 
-std::optional<IpPrefix> IpPrefix::Parse(std::string_view text) {
+namespace {
+
+bool BitSet(const IpAddress& address, int bit) { return (address.bytes[bit / 8] & (0x80 >> (bit % 8))) != 0; }
+
+std::optional<IpPrefix> ParsePrefix(std::string_view text, bool clear_host_bits) {
   if (text.find('[') != std::string_view::npos) return std::nullopt;  // brackets are the caller's
   size_t slash = text.find('/');
   auto address = IpAddress::Parse(text.substr(0, slash));
@@ -115,12 +119,20 @@ std::optional<IpPrefix> IpPrefix::Parse(std::string_view text) {
     }
     prefix.length = *length;
   }
-  // Host bits set is an error, not silently cleared: "10.0.0.1/8" is most likely a typo.
   for (int bit = prefix.length; bit < max; ++bit) {
-    if (prefix.address.bytes[bit / 8] & (0x80 >> (bit % 8))) return std::nullopt;
+    if (!BitSet(prefix.address, bit)) continue;
+    if (!clear_host_bits) return std::nullopt;
+    prefix.address.bytes[bit / 8] &= static_cast<uint8_t>(~(0x80 >> (bit % 8)));
   }
   return prefix;
 }
+
+}  // namespace
+
+// Host bits set is an error, not silently cleared: "10.0.0.1/8" is most likely a typo.
+std::optional<IpPrefix> IpPrefix::Parse(std::string_view text) { return ParsePrefix(text, false); }
+
+std::optional<IpPrefix> IpPrefix::ParseMasked(std::string_view text) { return ParsePrefix(text, true); }
 
 bool IpPrefix::Contains(const IpAddress& a) const {
   if (a.v6 != address.v6) return false;
@@ -132,5 +144,37 @@ bool IpPrefix::Contains(const IpAddress& a) const {
 }
 
 std::string IpPrefix::ToString() const { return address.ToString() + "/" + std::to_string(length); }
+
+std::optional<std::vector<IpPrefix>> SubtractPrefixes(const IpPrefix& from, const std::vector<IpPrefix>& holes,
+                                                      size_t max_count) {
+  std::vector<IpPrefix> out;
+  // Depth first, low half before high: a prefix no hole touches is kept whole, one a hole
+  // covers is dropped, one a hole lies inside is split in two.
+  std::vector<IpPrefix> pending = {from};
+  while (!pending.empty()) {
+    const IpPrefix prefix = pending.back();
+    pending.pop_back();
+    bool split = false, covered = false;
+    for (const IpPrefix& hole : holes) {
+      if (hole.address.v6 != prefix.address.v6) continue;
+      if (hole.length <= prefix.length && hole.Contains(prefix.address)) {
+        covered = true;
+        break;
+      }
+      if (prefix.Contains(hole.address)) split = true;
+    }
+    if (covered) continue;
+    if (!split) {
+      if (out.size() == max_count) return std::nullopt;
+      out.push_back(prefix);
+      continue;
+    }
+    IpPrefix low{prefix.address, prefix.length + 1}, high = low;
+    high.address.bytes[prefix.length / 8] |= static_cast<uint8_t>(0x80 >> (prefix.length % 8));
+    pending.push_back(high);
+    pending.push_back(low);
+  }
+  return out;
+}
 
 }  // namespace bulkhead::net

@@ -1,4 +1,4 @@
-// IPv4 and IPv6 addresses and prefixes as values: parsing, printing, containment.
+// IPv4 and IPv6 addresses and prefixes as values: parsing, printing, containment, subtraction.
 // An IPv4-mapped IPv6 address (::ffff:a.b.c.d) is treated as the IPv4 address it carries.
 #pragma once
 #include <netinet/in.h>
@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace bulkhead::net {
 
@@ -34,8 +35,16 @@ struct IpPrefix {
   // "10.0.0.0/8", "fd00::/8", or a bare address (a /32 or /128). Host bits set ("10.0.0.1/8")
   // is an error, so a typo cannot silently widen a rule.
   static std::optional<IpPrefix> Parse(std::string_view text);
+  // As Parse, but host bits are cleared ("10.0.0.1/8" is 10.0.0.0/8), as Go's net.ParseCIDR
+  // reads a CIDR: for rules written for E2B.
+  static std::optional<IpPrefix> ParseMasked(std::string_view text);
   bool Contains(const IpAddress& a) const;
   std::string ToString() const;
 };
+
+// The addresses of `from` that none of `holes` holds, as the fewest prefixes, lowest first
+// ("10.0.0.0/8" minus "10.0.0.5" is 23 prefixes). nullopt if that takes more than `max_count`.
+std::optional<std::vector<IpPrefix>> SubtractPrefixes(const IpPrefix& from, const std::vector<IpPrefix>& holes,
+                                                      size_t max_count);
 
 }  // namespace bulkhead::net

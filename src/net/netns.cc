@@ -32,7 +32,8 @@ constexpr char kWhere[] = "sandbox network namespace";
 // loopback pass, everything else (other UDP, QUIC, ICMP) is dropped and the sender gets
 // EPERM. ("oif lo accept" alone would not do: the default routes make every packet leave
 // through lo.) The eth0 rules only matter in open mode, the one mode with an eth0 (OpenLinks):
-// UDP and ICMP to public IPv4 addresses leave through it, and only answers come back in.
+// UDP and ICMP to public IPv4 addresses leave through it, unless chain deny_out (the policy's
+// deny entries, SetDenyEntries) drops them, and only answers come back in.
 std::string TableRules() {
   std::string denied;
   for (const IpPrefix& prefix : AlwaysDeniedPrefixes(/*v6=*/false)) {
@@ -46,11 +47,14 @@ std::string TableRules() {
     meta l4proto { tcp, udp } th dport 53 redirect to :53
     meta l4proto tcp redirect to :1000
   }
+  chain deny_out {
+  }
   chain filter_out {
     type filter hook output priority 0; policy drop;
     oif lo ip daddr 127.0.0.0/8 accept
     oif lo ip6 daddr ::1 accept
-    oifname ")") + kOpenLinkName + R"(" meta l4proto { udp, icmp } ip daddr != { )" + denied + R"( } accept
+    oifname ")") + kOpenLinkName + R"(" jump deny_out
+    oifname ")" + kOpenLinkName + R"(" meta l4proto { udp, icmp } ip daddr != { )" + denied + R"( } accept
   }
   chain filter_in {
     type filter hook input priority 0; policy accept;
@@ -265,6 +269,24 @@ Result<NetnsListeners> ConfigureCurrentNetns(Mode mode) {
 }
 
 }  // namespace
+
+std::string DenyRules(const Policy& policy) {
+  std::string program = "flush chain inet bulkhead deny_out\n";
+  for (const AllowEntry& entry : policy.deny) {
+    if (entry.kind != AllowEntry::Kind::kPrefix || entry.prefix.address.v6) continue;
+    program += "add rule inet bulkhead deny_out ip daddr " + entry.prefix.ToString();
+    if (entry.port) program += " udp dport " + std::to_string(*entry.port);
+    program += " drop\n";
+  }
+  return program;
+}
+
+Status SetDenyEntries(int netns_fd, const Policy& policy) {
+  return RunInNetns(netns_fd, [&]() -> Status {
+    auto done = RunNft(DenyRules(policy), kWhere);
+    return done.ok() ? Status() : done.error();
+  });
+}
 
 Result<NetnsListeners> ConfigureNetns(int netns_fd, Mode mode) {
   NetnsListeners listeners;

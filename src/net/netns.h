@@ -40,6 +40,15 @@ struct NetnsListeners {
 // period more, typically several ms, when an existing table is replaced or removed.)
 Result<NetnsListeners> ConfigureNetns(int netns_fd, Mode mode);
 
+// Makes the namespace's UDP and ICMP out of eth0 (open mode) follow the policy's IPv4 address
+// deny entries: what an entry names is dropped (with a port: UDP to that port), replacing the
+// entries set before in one transaction. Name entries and IPv6 ones have nothing to do here
+// (names are refused by the resolver; IPv6 UDP never leaves). The namespace must have been
+// configured for allowlist or open. (blocking)
+Status SetDenyEntries(int netns_fd, const Policy& policy);
+// The nft program SetDenyEntries runs.
+std::string DenyRules(const Policy& policy);
+
 // A socket created inside the namespace (for the port proxy and port-forward: connecting to
 // the sandbox's 127.0.0.1:PORT). SOCK_NONBLOCK | SOCK_CLOEXEC are added to `type`.
 Result<UniqueFd> SocketInNetns(int netns_fd, int domain, int type);

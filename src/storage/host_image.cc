@@ -181,6 +181,13 @@ Plan MakePlan(const std::string& state_dir) {
   plan.Dir("var", 0755);
   plan.Dir("var/tmp", 01777);
   for (const char* dir : {"var/lib", "var/log", "var/cache"}) plan.Dir(dir, 0755);
+  // What E2B's base template has and the host may lack, under usr/: the runtime shows the
+  // image's usr/ over the host's /usr when it holds anything (native_runtime.cc).
+  struct stat python;
+  if (::stat("/usr/bin/python3", &python) == 0 && ::lstat("/usr/bin/python", &python) != 0) {
+    plan.Dir("usr/bin", 0755);
+    plan.Symlink("usr/bin/python", "python3");
+  }
 
   // bin and lib*: the host's symlinks as they are, real directories as mount points.
   for (const char* name : kLibDirs) {

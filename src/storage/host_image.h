@@ -1,5 +1,6 @@
-// The "host" image: a read-only view of the host OS. Its rootfs holds only empty mount
-// points (the runtime bind-mounts /usr and the real /bin /lib* dirs read-only over them),
+// The "host" image: a read-only view of the host OS. Its rootfs holds only mount points
+// (the runtime bind-mounts /usr and the real /bin /lib* dirs read-only over them; usr/ may
+// hold a few additions, e.g. bin/python -> python3, shown over the host's /usr),
 // the host's /bin /lib* symlinks, and a generated /etc with a few vetted host files copied
 // in. Nothing secret (shadow, ssh keys, /root, /home, the state dir) is ever copied.
 #pragma once

@@ -1,11 +1,13 @@
 // The egress allowlist (net/allow_rules.h) and the address parsing under it. The input is
-// lines: a mode, a destination name, a destination address, a port, then allow entries.
-// Every line also goes through each parser on its own.
+// lines: a mode, a destination name, a destination address, a port, then allow entries and,
+// after a "!", deny entries. Every line also goes through each parser on its own.
 //
 // Checked: parsed entries, addresses and prefixes print back to text that parses to the same
-// value; an entry allows what it names; and the security rules of Decide: mode none allows
-// nothing, and an always-denied address (in any of its spellings: IPv4, mapped, NAT64, 6to4)
-// is reached only through an address entry that contains it.
+// value; an entry allows what it names, and denies it when it is a deny entry too; and the
+// security rules of Decide: mode none allows nothing, the daemon's listeners are never
+// reached, nothing a deny entry names is allowed, and an always-denied address (in any of its
+// spellings: IPv4, mapped, NAT64, 6to4) is reached only through an address entry that
+// contains it.
 #include <sys/socket.h>
 
 #include <string>
@@ -69,6 +71,13 @@ void CheckDeniedSpellings(const IpAddress& v4) {
 void CheckEntry(const AllowEntry& entry) {
   Policy policy{Mode::kAllowlist, {entry}};
   const uint16_t port = entry.port.value_or(8443);
+  // The same entry in both lists: deny wins.
+  const Policy both{Mode::kAllowlist, {entry}, {entry}};
+  if (entry.kind == AllowEntry::Kind::kPrefix) {
+    FUZZ_CHECK(!Decide(both, std::nullopt, entry.prefix.address, port, {}).allowed, entry.text);
+  } else if (entry.kind == AllowEntry::Kind::kName) {
+    FUZZ_CHECK(!DecideName(both, entry.name, port).allowed, entry.text);
+  }
   switch (entry.kind) {
     case AllowEntry::Kind::kName: {
       auto again = ParseAllowEntry(WithPort(entry.name, entry.port));
@@ -129,14 +138,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const std::string& line : lines) CheckLine(line);
   if (lines.size() < 4) return 0;
 
-  const std::vector<std::string> allow(lines.begin() + 4, lines.end());
-  Result<Policy> policy = ParsePolicy(lines[0], allow);
+  std::vector<std::string> allow, deny;
+  for (auto line = lines.begin() + 4; line != lines.end(); ++line) {
+    if (line->starts_with('!')) {
+      deny.push_back(line->substr(1));
+    } else {
+      allow.push_back(*line);
+    }
+  }
+  Result<Policy> policy = ParsePolicy(lines[0], allow, deny);
   if (!policy.ok()) return 0;
   const std::string& name = lines[1];
   const std::optional<IpAddress> address = IpAddress::Parse(lines[2]);
   const uint16_t port = ParsePort(lines[3]).value_or(0);
+  const Policy denied{Mode::kAllowlist, policy->deny};
   if (!address) {
-    (void)DecideName(*policy, name, port);
+    const Verdict verdict = DecideName(*policy, name, port);
+    if (verdict.allowed && port != 0) FUZZ_CHECK(!NameAllowed(denied, *NormalizeName(name), port), name);
     return 0;
   }
   // The daemon's own listeners: one on loopback, one on every address (as --e2b-listen 0.0.0.0:P).
@@ -144,11 +162,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                        .listeners = {{*IpAddress::Parse("127.0.0.1"), 7420}, {*IpAddress::Parse("0.0.0.0"), 7421}}};
   const Verdict verdict = Decide(*policy, name.empty() ? std::nullopt : std::optional(name), *address, port, host);
   if (policy->mode == Mode::kNone) FUZZ_CHECK(!verdict.allowed, "mode none allowed a connection");
-  if (ReachesDaemonListener(*address, port, host)) {
-    FUZZ_CHECK(!verdict.allowed, address->ToString() + ":" + std::to_string(port) + " is the daemon's listener");
-  }
+  const std::string destination = address->ToString() + ":" + std::to_string(port);
+  if (verdict.allowed) FUZZ_CHECK(!ReachesDaemonListener(*address, port, host), destination + " is a daemon listener");
   if (verdict.allowed && IsAlwaysDenied(*address, host.addresses)) {
     FUZZ_CHECK(AddressExplicitlyAllowed(*policy, *address, port), address->ToString() + " is always denied");
+  }
+  // Nothing a deny entry names is allowed (port 0 matches only entries without a port, which
+  // NameAllowed's "any port" cannot tell apart: checked on real ports).
+  if (verdict.allowed && port != 0) {
+    FUZZ_CHECK(!AddressExplicitlyAllowed(denied, *address, port), destination + " is denied");
+    if (auto normalized = NormalizeName(name)) FUZZ_CHECK(!NameAllowed(denied, *normalized, port), *normalized);
   }
   if (!verdict.allowed) FUZZ_CHECK(!verdict.reason.empty(), "a denial without a reason");
   for (bool v6 : {false, true}) {

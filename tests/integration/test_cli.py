@@ -188,3 +188,27 @@ def test_image_without_etc_passwd_runs_commands_as_root(cli, session_dir, hello_
         assert r.stdout == "hello from a bulkhead image\n"
     finally:
         cli("image", "rm", name)
+
+
+def test_cli_deny_entries_on_create_and_network(cli, client):
+    created = cli("create", "--allow", "*.test", "--deny", "other.test", "--deny", "192.0.2.0/24")
+    assert created.returncode == 0, created
+    sandbox_id = created.stdout.strip()
+    try:
+        assert client.sandbox(sandbox_id)["network"] == {"mode": "allowlist", "allow": ["*.test"],
+                                                         "deny": ["other.test", "192.0.2.0/24"]}
+        shown = cli("network", sandbox_id)
+        assert shown.stdout == "mode: allowlist\nallow: *.test\ndeny: other.test\ndeny: 192.0.2.0/24\n", shown
+        changed = cli("network", sandbox_id, "allowlist", "--allow", "a.test", "--deny", "b.a.test")
+        assert changed.stdout == "mode: allowlist\nallow: a.test\ndeny: b.a.test\n", changed
+        assert client.sandbox(sandbox_id)["network"]["deny"] == ["b.a.test"]
+        # --deny without a mode, and a bad entry, are refused; the policy stays.
+        refused = cli("network", sandbox_id, "--deny", "c.test")
+        assert refused.returncode != 0 and "--deny" in refused.stderr, refused
+        refused = cli("network", sandbox_id, "allowlist", "--deny", "*")
+        assert refused.returncode != 0 and "deny[0]" in refused.stderr, refused
+        assert client.sandbox(sandbox_id)["network"]["deny"] == ["b.a.test"]
+    finally:
+        cli("rm", sandbox_id)
+    refused = cli("create", "--deny", "other.test")
+    assert refused.returncode != 0 and "--deny needs" in refused.stderr, refused

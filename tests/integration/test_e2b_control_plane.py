@@ -13,7 +13,21 @@ import uuid
 
 import pytest
 
+import fakenet as fn
 import harness
+
+
+class NetnsConnection(http.client.HTTPConnection):
+    """HTTP over a socket made in network namespace `netns` (a daemon inside fakenet)."""
+
+    def __init__(self, netns: str, host: str, port: int, timeout: float):
+        super().__init__(host, port, timeout=timeout)
+        self.netns = netns
+
+    def connect(self):
+        self.sock = fn.socket_in_netns(self.netns)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect((self.host, self.port))
 
 
 class E2b:
@@ -26,7 +40,10 @@ class E2b:
 
     def request(self, method, path, body=None, headers=None):
         host, port = self.address.rsplit(":", 1)
-        conn = http.client.HTTPConnection(host, int(port), timeout=120)
+        if self.daemon.netns:
+            conn = NetnsConnection(self.daemon.netns, host, int(port), timeout=120)
+        else:
+            conn = http.client.HTTPConnection(host, int(port), timeout=120)
         all_headers = {"X-API-KEY": self.key}
         if body is not None:
             body = body if isinstance(body, (bytes, str)) else json.dumps(body)
@@ -273,19 +290,70 @@ def test_network_rules_map_onto_egress_modes(e2b, client):
     closed = e2b.create(allow_internet_access=False)
     assert client.sandbox(closed["sandboxID"])["network"]["mode"] == "none"
     listed = e2b.create(network={"denyOut": ["0.0.0.0/0"], "allowOut": ["example.com"]})
-    assert client.sandbox(listed["sandboxID"])["network"] == {"mode": "allowlist", "allow": ["example.com"]}
+    assert client.sandbox(listed["sandboxID"])["network"] == {"mode": "allowlist", "allow": ["example.com"], "deny": []}
     detail = e2b.request("GET", f"/sandboxes/{listed['sandboxID']}").json()
     assert detail["allowInternetAccess"] is True and detail["network"]["allowOut"] == ["example.com"]
 
     sid = closed["sandboxID"]
     assert e2b.request("PUT", f"/sandboxes/{sid}/network", {"allowOut": ["10.0.0.0/8"], "denyOut": ["0.0.0.0/0"]}).status == 204
-    assert client.sandbox(sid)["network"] == {"mode": "allowlist", "allow": ["10.0.0.0/8"]}
+    assert client.sandbox(sid)["network"] == {"mode": "allowlist", "allow": ["10.0.0.0/8"], "deny": []}
     assert e2b.request("PUT", f"/sandboxes/{sid}/network", {}).status == 204
     assert client.sandbox(sid)["network"]["mode"] == "open"
-    # A deny list bulkhead cannot express is refused, not silently widened.
-    assert_e2b_error(e2b.request("PUT", f"/sandboxes/{sid}/network", {"denyOut": ["1.2.3.4"]}), 422)
-    assert_e2b_error(e2b.request("POST", "/v2/sandboxes", {"templateID": "base", "network": {"denyOut": ["8.8.8.8"]}}), 422)
+    # Deny entries without ALL_TRAFFIC: open but for them, as E2B.
+    assert e2b.request("PUT", f"/sandboxes/{sid}/network", {"denyOut": ["192.0.2.1", "198.51.100.0/24"]}).status == 204
+    assert client.sandbox(sid)["network"] == {"mode": "open", "allow": [], "deny": ["192.0.2.1", "198.51.100.0/24"]}
+    detail = e2b.request("GET", f"/sandboxes/{sid}").json()
+    assert detail["allowInternetAccess"] is True and detail["network"]["denyOut"] == ["192.0.2.1", "198.51.100.0/24"]
+    # What E2B refuses, in its words (400).
+    for network, message in (({"denyOut": ["example.com"]}, "invalid denied CIDR example.com"),
+                             ({"denyOut": ["0.0.0.0"]}, "invalid denied CIDR 0.0.0.0"),
+                             ({"allowOut": ["example.com"]}, "When specifying allowed domains in allow out, you must "
+                                                             "include 'ALL_TRAFFIC' in deny out to block all other traffic.")):
+        r = e2b.request("PUT", f"/sandboxes/{sid}/network", network)
+        assert_e2b_error(r, 400)
+        assert r.json()["message"] == message, r
+        assert_e2b_error(e2b.request("POST", "/v2/sandboxes", {"templateID": "base", "network": network}), 400)
     assert_e2b_error(e2b.request("PUT", f"/sandboxes/{sid}/network", {"allowOut": ["not a host!"], "denyOut": ["0.0.0.0/0"]}), 422)
+
+
+CURL = ["curl", "-sS", "--fail", "--max-time", "15"]
+UDP = "import socket, sys; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3); " \
+      "s.sendto(b'ping', (sys.argv[1], int(sys.argv[2]))); s.recv(100)"
+
+
+def test_deny_out_of_one_address_leaves_the_rest_reachable(net_daemon, fakenet):
+    """E2B's denyOut without ALL_TRAFFIC: everything stays reachable but what it names; allowOut
+    takes addresses back out of it (allowed entries win over denied ones). Against fakenet."""
+    e2b, client = E2b(net_daemon), net_daemon.client()
+    r = e2b.request("POST", "/v2/sandboxes", {"templateID": "base", "network": {"denyOut": [fn.OTHER_TEST]}})
+    assert r.status == 201, r
+    sid = r.json()["sandboxID"]
+
+    def works(*argv) -> bool:
+        return client.exec(sid, list(argv), timeout=120)["exit_code"] == 0
+
+    try:
+        assert e2b.request("GET", f"/sandboxes/{sid}").json()["network"]["denyOut"] == [fn.OTHER_TEST]
+        mark = fakenet.mark()
+        for extra in ([], ["--noproxy", "*"]):
+            assert works(*CURL, *extra, f"http://{fn.A_TEST}/"), extra
+            assert works(*CURL, *extra, "http://b.test/"), extra
+            assert not works(*CURL, *extra, f"http://{fn.OTHER_TEST}/"), extra
+        assert works("python3", "-c", UDP, fn.A_TEST, str(fn.UDP_ECHO_PORT))
+        assert not works("python3", "-c", UDP, fn.OTHER_TEST, str(fn.UDP_ECHO_PORT))
+        time.sleep(0.5)  # a connection made wrongly would show in the logs by now
+        assert [str(e) for e in fakenet.events_since(mark, ("http", "https", "udp")) if e.local_ip == fn.OTHER_TEST] == []
+
+        # A /24 denied, one address of it allowed back.
+        r = e2b.request("PUT", f"/sandboxes/{sid}/network", {"denyOut": ["198.18.0.0/24"], "allowOut": [fn.A_TEST]})
+        assert r.status == 204, r
+        assert works(*CURL, f"http://{fn.A_TEST}/")
+        assert works("python3", "-c", UDP, fn.A_TEST, str(fn.UDP_ECHO_PORT))
+        for address in (fn.B_TEST, fn.NAMELESS):
+            assert not works(*CURL, f"http://{address}/"), address
+            assert not works("python3", "-c", UDP, address, str(fn.UDP_ECHO_PORT)), address
+    finally:
+        e2b.request("DELETE", f"/sandboxes/{sid}")
 
 
 def test_fork_and_snapshots_carry_the_files(e2b, client):

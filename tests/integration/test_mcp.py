@@ -229,6 +229,20 @@ def test_expose_port_of_a_private_preview_gives_what_its_preview_url_needs(mcp, 
     assert server.close() == 0
 
 
+def test_create_sandbox_takes_deny_entries(mcp, client):
+    server = mcp()
+    server.initialize()
+    created = server.call("create_sandbox", {"allow": ["*.test"], "deny": ["other.test"], "timeout_s": 600})
+    sid = created["result"]["structuredContent"]["id"]
+    try:
+        assert client.sandbox(sid)["network"] == {"mode": "allowlist", "allow": ["*.test"], "deny": ["other.test"]}
+    finally:
+        client.remove(sid)
+    refused = server.call("create_sandbox", {"network": "none", "deny": ["other.test"], "timeout_s": 600})
+    assert "deny entries" in tool_text(refused), refused
+    assert server.close() == 0
+
+
 # ---------------------------------------------------------------- the handshake era
 
 def test_handshake_negotiates_the_clients_version_or_offers_the_newest(mcp):

@@ -130,8 +130,11 @@ class Box:
         assert result["exit_code"] == 0, result
         return json.loads(result["stdout"])
 
-    def network(self, mode, allow=()):
-        r = self.client.request("PUT", f"/v1/sandboxes/{self.id}/network", {"mode": mode, "allow": list(allow)})
+    def network(self, mode, allow=(), deny=()):
+        body = {"mode": mode, "allow": list(allow)}
+        if deny:
+            body["deny"] = list(deny)
+        r = self.client.request("PUT", f"/v1/sandboxes/{self.id}/network", body)
         assert r.status == 200, r
         self.allow, self.mode = list(allow), mode
         return r
@@ -202,9 +205,11 @@ def make_box(net_daemon, fakenet, request):
     client = net_daemon.client()
     made = []
 
-    def make(mode: str | None = "allowlist", allow=ALLOW, **spec) -> Box:
+    def make(mode: str | None = "allowlist", allow=ALLOW, deny=(), **spec) -> Box:
         if mode is not None:
             spec["network"] = {"mode": mode, "allow": list(allow)}
+            if deny:
+                spec["network"]["deny"] = list(deny)
         sandbox_id = client.create(**spec)["id"]
         made.append(sandbox_id)
         prepare(client, sandbox_id, fakenet)
@@ -256,7 +261,7 @@ def host_bait(fakenet):
 
 def test_mode_none_is_the_default_and_reaches_nothing(make_box, fakenet, net_client):
     box = make_box(mode=None)
-    assert net_client.sandbox(box.id)["network"] == {"mode": "none", "allow": []}
+    assert net_client.sandbox(box.id)["network"] == {"mode": "none", "allow": [], "deny": []}
     env = box.run(["env"])["stdout"]
     assert "127.0.0.1:1000" not in env, env
     mark = fakenet.mark()
@@ -676,6 +681,90 @@ def test_open_link_follows_the_mode_and_the_sandbox(make_box, fakenet, net_clien
     assert wait_until(lambda: set(host_links(fakenet)) == before, timeout=10), host_links(fakenet)
 
 
+# ---------------------------------------------------------------- deny entries
+
+def denied_by(box: Box, entry: str, **want) -> list[dict]:
+    """The egress log's denials whose reason names deny entry `entry`, with the fields in `want`."""
+    return [e for e in box.egress() if e["verdict"] == "denied" and e["reason"].endswith(f'is denied by deny entry "{entry}"')
+            and all(e.get(k) == v for k, v in want.items())]
+
+
+def dns_queries(net, mark, *names) -> list[str]:
+    """The lookups of `names` that reached fakenet's DNS server since `mark`."""
+    return [str(e) for e in net.events_since(mark, ("dns",)) if e.kind == "query" and e.detail.split(" ")[0] in names]
+
+
+def test_allowlist_deny_entries_win_over_broader_allow_entries(make_box, fakenet):
+    box = make_box("allowlist", ["*.test", "a.test", "198.18.0.0/24"], deny=["other.test", "*.b.test", fn.NAMELESS])
+    for extra in ([], NOPROXY):
+        result = box.curl(*extra, "http://a.test/")
+        assert result["exit_code"] == 0 and result["body"] in hello("a.test", A_VIA), result
+        result = box.curl(*extra, f"http://{fn.B_TEST}/")  # www.b.test's address, allowed as an address
+        assert result["exit_code"] == 0 and result["body"] in hello(fn.B_TEST, fn.B_TEST), result
+    mark = fakenet.mark()
+    for argv in ([*CURL, "http://other.test/"], [*CURL, *CACERT, "https://other.test/"], [*CURL, *NOPROXY, "http://other.test/"],
+                 [*CURL, "http://www.b.test/"], [*CURL, *NOPROXY, "http://www.b.test/"],
+                 [*CURL, f"http://{fn.NAMELESS}/"], [*CURL, *NOPROXY, f"http://{fn.NAMELESS}/"]):
+        assert_blocked(box, fakenet, argv)
+    # Its address is allowed, so the proxy may connect at once; the name it carries is denied,
+    # and not a byte reaches the server.
+    for argv in ([*CURL, *NOPROXY, "--resolve", f"other.test:80:{fn.OTHER_TEST}", "http://other.test/"],
+                 [*CURL, *NOPROXY, *CACERT, "--resolve", f"other.test:443:{fn.OTHER_TEST}", "https://other.test/"]):
+        assert_blocked(box, fakenet, argv, level="data")
+    # The resolver does not look a denied name up.
+    for name in ("other.test", "www.b.test"):
+        assert box.probe("dns", "127.0.0.1", name, "A", "udp")["rcode"] == 3, name
+    settle()
+    assert dns_queries(fakenet, mark, "other.test", "www.b.test") == []
+    # The log names the rule.
+    assert denied_by(box, "other.test", protocol="tcp", name="other.test", port=80), box.egress()
+    assert denied_by(box, "other.test", protocol="dns", name="other.test"), box.egress()
+    assert denied_by(box, "*.b.test", protocol="tcp", name="www.b.test"), box.egress()
+    assert denied_by(box, fn.NAMELESS, protocol="tcp", address=fn.NAMELESS, port=80), box.egress()
+
+
+def test_open_deny_entries_close_tcp_dns_udp_and_icmp(make_box, fakenet):
+    box = make_box("open", [], deny=["other.test", fn.B_TEST, f"{fn.NAMELESS}:{fn.UDP_ECHO_PORT}"])
+    assert box.client.sandbox(box.id)["network"] == {
+        "mode": "open", "allow": [], "deny": ["other.test", fn.B_TEST, f"{fn.NAMELESS}:{fn.UDP_ECHO_PORT}"]}
+    for extra in ([], NOPROXY):
+        result = box.curl(*extra, "http://a.test/")
+        assert result["exit_code"] == 0 and result["body"] in hello("a.test", A_VIA), result
+        result = box.curl(*extra, f"http://{fn.NAMELESS}/")  # only its UDP echo port is denied
+        assert result["exit_code"] == 0 and result["body"] in hello(fn.NAMELESS, fn.NAMELESS), result
+    mark = fakenet.mark()
+    for argv in ([*CURL, "http://other.test/"], [*CURL, *NOPROXY, "http://other.test/"],
+                 [*CURL, "http://b.test/"], [*CURL, *NOPROXY, "http://b.test/"],
+                 [*CURL, f"http://{fn.B_TEST}/"], [*CURL, *NOPROXY, f"http://{fn.B_TEST}/"]):
+        assert_blocked(box, fakenet, argv)
+    for argv in ([*CURL, *NOPROXY, "--resolve", f"other.test:80:{fn.OTHER_TEST}", "http://other.test/"],
+                 [*CURL, *NOPROXY, *CACERT, "--resolve", f"other.test:443:{fn.OTHER_TEST}", "https://other.test/"]):
+        assert_blocked(box, fakenet, argv, level="data")
+    # A denied name is not looked up; a name whose address is denied is.
+    assert box.probe("dns", "127.0.0.1", "other.test", "A", "udp")["rcode"] == 3
+    assert box.probe("resolve", "b.test")["addresses"] == [fn.B_TEST]
+    settle()
+    assert dns_queries(fakenet, mark, "other.test") == []
+    # UDP and ICMP over the open link: an address entry drops them, one with a port only UDP there.
+    assert box.probe("udp", fn.A_TEST, fn.UDP_ECHO_PORT)["ok"] and box.probe("ping", fn.A_TEST)["ok"]
+    assert box.probe("ping", fn.NAMELESS)["ok"]
+    mark = fakenet.mark()
+    for address in (fn.B_TEST, fn.NAMELESS):
+        assert not box.probe("udp", address, fn.UDP_ECHO_PORT)["ok"], address
+    assert not box.probe("ping", fn.B_TEST)["ok"]
+    settle()
+    assert [str(e) for e in fakenet.events_since(mark, ("udp",)) if e.kind == "datagram"] == []
+    assert denied_by(box, "other.test", protocol="dns", name="other.test"), box.egress()
+    assert denied_by(box, fn.B_TEST, protocol="tcp", address=fn.B_TEST, port=80), box.egress()
+
+    # A new policy moves the UDP denial too.
+    box.network("open", deny=[fn.A_TEST])
+    assert not box.probe("udp", fn.A_TEST, fn.UDP_ECHO_PORT)["ok"] and not box.probe("ping", fn.A_TEST)["ok"]
+    assert box.probe("udp", fn.B_TEST, fn.UDP_ECHO_PORT)["ok"] and box.probe("ping", fn.B_TEST)["ok"]
+    assert box.curl(f"http://{fn.B_TEST}/")["exit_code"] == 0
+    assert_blocked(box, fakenet, [*CURL, f"http://{fn.A_TEST}/"])
+
+
 # ---------------------------------------------------------------- PUT .../network
 
 def start_stream(box: Box, name: str, transparent: bool) -> int:
@@ -704,7 +793,7 @@ def test_changing_the_policy_cuts_connections_it_no_longer_allows(make_box, fake
 
     box.network("allowlist", ["www.b.test"])
     changed = time.monotonic()
-    assert net_client.sandbox(box.id)["network"] == {"mode": "allowlist", "allow": ["www.b.test"]}
+    assert net_client.sandbox(box.id)["network"] == {"mode": "allowlist", "allow": ["www.b.test"], "deny": []}
     ended = lambda: all(process_state(box, pid)["state"] == "exited" for pid in pids.values())  # noqa: E731
     assert wait_until(ended, timeout=30, interval=0.05), [process_state(box, pid) for pid in pids.values()]
     print(f"\nstreams ended {time.monotonic() - changed:.2f} s after PUT .../network returned")
@@ -737,12 +826,14 @@ def test_put_network_rejects_bad_input(make_box, net_client):
     for body in ({"mode": "everything"}, {"mode": "allowlist", "allow": "a.test"}, {"mode": "allowlist", "allow": [1]},
                  {"mode": "allowlist", "allow": ["*"]}, {"mode": "allowlist", "allow": ["a..test"]},
                  {"mode": "allowlist", "allow": ["10.0.0.0/33"]}, {"mode": "allowlist", "allow": ["a.test:99999"]},
-                 {"mode": "none", "allow": ["a.test"]}, {"mode": "open", "allow": ["a.test"]}, [], "x"):
+                 {"mode": "none", "allow": ["a.test"]}, {"mode": "open", "allow": ["a.test"]},
+                 {"mode": "none", "deny": ["a.test"]}, {"mode": "open", "deny": ["*"]}, {"mode": "open", "deny": "a.test"},
+                 {"mode": "open", "deny": [1]}, {"mode": "allowlist", "deny": ["10.0.0.0/33"]}, [], "x"):
         assert_error_shape(net_client.request("PUT", path, body), (400, 422))
     assert_error_shape(net_client.request("PUT", path, b"{", headers={"Content-Type": "application/json"}), (400, 422))
     assert_error_shape(net_client.request("PUT", "/v1/sandboxes/nosuchsandbox0000000/network",
                                           {"mode": "none", "allow": []}), 404)
-    assert net_client.sandbox(box.id)["network"] == {"mode": "allowlist", "allow": ["a.test"]}
+    assert net_client.sandbox(box.id)["network"] == {"mode": "allowlist", "allow": ["a.test"], "deny": []}
 
 
 # ---------------------------------------------------------------- GET .../egress

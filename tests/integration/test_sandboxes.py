@@ -34,7 +34,7 @@ def test_create_with_defaults_returns_documented_sandbox(client, sandbox_factory
     assert sandbox["memory_mb"] == 1024
     assert sandbox["disk_mb"] == 2048
     assert sandbox["pids"] == 512
-    assert sandbox["network"] == {"mode": "none", "allow": []}
+    assert sandbox["network"] == {"mode": "none", "allow": [], "deny": []}
     assert sandbox["metadata"] == {}
     assert sandbox["workdir"] == "/workspace"
     assert sandbox["parent_snapshot"] is None

@@ -700,6 +700,12 @@ def test_network_policy_and_egress_log(net_bh):
         assert sandbox.set_network("allowlist", ["other.test"]).network.allow == ["other.test"]
         assert sandbox.exec(curl + ["http://other.test/"], timeout_s=60).exit_code == 0
         assert sandbox.exec(curl + ["http://a.test/"], timeout_s=60).exit_code != 0
+        # A deny entry wins over the allow entry naming the same destination.
+        denied = sandbox.set_network("allowlist", ["*.test"], deny=["other.test"])
+        assert denied.network == bulkhead.Network("allowlist", ["*.test"], ["other.test"])
+        assert sandbox.exec(curl + ["http://other.test/"], timeout_s=60).exit_code != 0
+        assert any(e.verdict == "denied" and e.name == "other.test" and "deny entry" in (e.reason or "")
+                   for e in sandbox.egress_log()), sandbox.egress_log()
         assert sandbox.set_network("none").network == bulkhead.Network("none", [])
         assert sandbox.exec(curl + ["http://other.test/"], timeout_s=60).exit_code != 0
         with pytest.raises(InvalidRequestError):

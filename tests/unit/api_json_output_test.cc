@@ -26,7 +26,7 @@ TEST(SandboxToJson, HasEveryFieldOfTheContract) {
   EXPECT_TRUE(out["expires_at"].is_null());
   EXPECT_TRUE(out["parent_snapshot"].is_null());
   EXPECT_FALSE(out.contains("usage"));
-  EXPECT_EQ(out["network"], json({{"mode", "none"}, {"allow", json::array()}}));
+  EXPECT_EQ(out["network"], json({{"mode", "none"}, {"allow", json::array()}, {"deny", json::array()}}));
   EXPECT_EQ(out["metadata"]["owner"], "ci");
   EXPECT_EQ(out["memory_mb"], 1024);
 

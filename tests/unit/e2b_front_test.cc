@@ -93,18 +93,60 @@ TEST(E2bCreate, AllowPublicTrafficFalseAsksForAPrivatePreview) {
 TEST(E2bNetwork, MapsE2bRulesOntoModes) {
   auto mode = [](const json& network, const json& internet) {
     Result<json> out = BulkheadNetwork(network.is_null() ? nullptr : &network, internet.is_null() ? nullptr : &internet);
-    return out.ok() ? (*out)["mode"].get<std::string>() + " " + (*out)["allow"].dump() : "error";
+    if (!out.ok()) return "error: " + out.error().message;
+    std::string text = (*out)["mode"].get<std::string>() + " " + (*out)["allow"].dump();
+    return (*out)["deny"].empty() ? text : text + " deny " + (*out)["deny"].dump();
   };
   EXPECT_EQ(mode(nullptr, nullptr), "open []");
   EXPECT_EQ(mode(nullptr, false), "none []");
   EXPECT_EQ(mode(nullptr, true), "open []");
-  EXPECT_EQ(mode(json{{"allowOut", {"example.com"}}}, nullptr), "open []");  // nothing denied: all allowed
   EXPECT_EQ(mode(json{{"denyOut", {"0.0.0.0/0"}}}, nullptr), "none []");
   EXPECT_EQ(mode(json{{"denyOut", {"0.0.0.0/0"}}, {"allowOut", {"example.com", "10.0.0.0/8"}}}, nullptr),
             "allowlist [\"example.com\",\"10.0.0.0/8\"]");
-  EXPECT_EQ(mode(json{{"allowOut", {"example.com"}}}, false), "allowlist [\"example.com\"]");
-  EXPECT_EQ(mode(json{{"denyOut", {"1.2.3.4"}}}, nullptr), "error");  // a deny list bulkhead cannot express
-  EXPECT_EQ(mode(json{{"allowOut", {1}}}, nullptr), "error");
+  // With everything denied, the other deny entries deny nothing more: allowOut wins over them.
+  EXPECT_EQ(mode(json{{"denyOut", {"198.51.100.7", "0.0.0.0/0"}}, {"allowOut", {"198.51.100.0/24"}}}, nullptr),
+            "allowlist [\"198.51.100.0/24\"]");
+  EXPECT_EQ(mode(json{{"allowOut", {"198.51.100.7"}}}, false), "allowlist [\"198.51.100.7\"]");
+}
+
+TEST(E2bNetwork, DenyOutWithoutAllTrafficLeavesTheRestOpen) {
+  auto mode = [](const json& network) {
+    Result<json> out = BulkheadNetwork(&network, nullptr);
+    if (!out.ok()) return "error: " + out.error().message;
+    return (*out)["mode"].get<std::string>() + " " + (*out)["allow"].dump() + " deny " + (*out)["deny"].dump();
+  };
+  EXPECT_EQ(mode(json{{"denyOut", {"8.8.8.8", "2001:db8::/32"}}}), "open [] deny [\"8.8.8.8\",\"2001:db8::/32\"]");
+  // Go's ParseCIDR clears host bits: so does E2B, so does bulkhead here.
+  EXPECT_EQ(mode(json{{"denyOut", {"10.0.0.1/8"}}}), "open [] deny [\"10.0.0.0/8\"]");
+  // allowOut wins over denyOut: what it names is taken out of the deny list.
+  EXPECT_EQ(mode(json{{"denyOut", {"198.51.100.0/24", "203.0.113.9"}}, {"allowOut", {"198.51.100.10", "203.0.113.9"}}}),
+            "open [] deny [\"198.51.100.0/29\",\"198.51.100.8/31\",\"198.51.100.11/32\",\"198.51.100.12/30\","
+            "\"198.51.100.16/28\",\"198.51.100.32/27\",\"198.51.100.64/26\",\"198.51.100.128/25\"]");
+  // An allowOut address nothing denies changes nothing.
+  EXPECT_EQ(mode(json{{"allowOut", {"198.51.100.10"}}}), "open [] deny []");
+}
+
+TEST(E2bNetwork, RefusesWhatE2bRefusesInItsWords) {
+  auto error = [](const json& network, const json& internet) {
+    Result<json> out = BulkheadNetwork(&network, internet.is_null() ? nullptr : &internet);
+    EXPECT_FALSE(out.ok()) << network << " gave " << (out.ok() ? out->dump() : "");
+    if (out.ok()) return std::string();
+    EXPECT_EQ(out.error().code, ErrorCode::kBadRequest) << network;
+    return out.error().message;
+  };
+  const std::string domains =
+      "When specifying allowed domains in allow out, you must include 'ALL_TRAFFIC' in deny out to block all other "
+      "traffic.";
+  EXPECT_EQ(error(json{{"allowOut", {"example.com"}}}, nullptr), domains);
+  EXPECT_EQ(error(json{{"allowOut", {"example.com"}}, {"denyOut", {"8.8.8.8"}}}, nullptr), domains);
+  EXPECT_EQ(error(json{{"allowOut", {"example.com"}}}, false), domains);  // E2B checks denyOut itself
+  for (const char* bad : {"example.com", "::/0", "0.0.0.0", "0.0.0.0/8", "::", "10.0.0.0/33", "[2001:db8::1]", ""}) {
+    EXPECT_EQ(error(json{{"denyOut", {bad}}}, nullptr), std::string("invalid denied CIDR ") + bad);
+  }
+  EXPECT_EQ(error(json{{"allowOut", {"0.0.0.0"}}, {"denyOut", {"0.0.0.0/0"}}}, nullptr),
+            "invalid allowed address 0.0.0.0");
+  EXPECT_EQ(error(json{{"allowOut", {1}}}, nullptr), "network.allowOut must be an array of strings");
+  EXPECT_EQ(error(json{{"denyOut", "8.8.8.8"}}, nullptr), "network.denyOut must be an array of strings");
 }
 
 TEST(E2bList, DecodesTheSdksDoublyEncodedMetadataFilter) {

@@ -15,8 +15,8 @@ IpAddress Addr(const char* text) {
   return a.value_or(IpAddress{});
 }
 
-Policy MakePolicy(const char* mode, const std::vector<std::string>& allow) {
-  auto policy = ParsePolicy(mode, allow);
+Policy MakePolicy(const char* mode, const std::vector<std::string>& allow, const std::vector<std::string>& deny = {}) {
+  auto policy = ParsePolicy(mode, allow, deny);
   EXPECT_TRUE(policy.ok()) << policy.error().message;
   return policy.ok() ? *policy : Policy{};
 }
@@ -177,6 +177,30 @@ TEST(PolicyTest, OpenModeTakesOnlyAddressEntries) {
   ASSERT_FALSE(names.ok());
   EXPECT_EQ(names.error().message.rfind("allow[1] \"a.test\": ", 0), 0u) << names.error().message;
   EXPECT_FALSE(ParsePolicy("open", {"*.a.test"}).ok());
+}
+
+TEST(PolicyTest, DenyEntriesTakeTheAllowSyntaxInEveryModeButNone) {
+  for (const char* mode : {"allowlist", "open"}) {
+    auto policy = ParsePolicy(mode, {}, {"a.test", "*.b.test:443", "198.18.0.12", "198.18.0.0/24:80", "[2001:db8::/32]:53"});
+    ASSERT_TRUE(policy.ok()) << mode << ": " << policy.error().message;
+    ASSERT_EQ(policy->deny.size(), 5u);
+    EXPECT_EQ(policy->deny[1].kind, AllowEntry::Kind::kSuffix);
+    EXPECT_EQ(policy->deny[3].kind, AllowEntry::Kind::kPrefix);
+    EXPECT_EQ(policy->deny[3].port, 80);
+    EXPECT_TRUE(policy->allow.empty());
+  }
+  auto none = ParsePolicy("none", {}, {"198.18.0.12"});
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.error().message, "mode none takes no deny entries (nothing leaves the sandbox)");
+  auto bad = ParsePolicy("open", {}, {"a.test", "*."});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, ErrorCode::kInvalid);
+  EXPECT_EQ(bad.error().message.rfind("deny[1] \"*.\": ", 0), 0u) << bad.error().message;
+  EXPECT_FALSE(ParsePolicy("open", {}, {"*"}).ok());
+  std::vector<std::string> deny(1001, "a.test");
+  auto too_many = ParsePolicy("open", {}, deny);
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_EQ(too_many.error().message, "deny has 1001 entries; at most 1000 are allowed");
 }
 
 TEST(PolicyTest, AtMostAThousandEntries) {
@@ -397,6 +421,40 @@ TEST(DecideTest, OpenAllowsPublicAddressesButNotAlwaysDeniedOnes) {
   EXPECT_FALSE(Decide(p, std::nullopt, Addr("198.18.0.1"), 7420, {{Addr("198.18.0.1")}, {}}).allowed);
 }
 
+TEST(DecideTest, ADenyEntryWinsOverABroaderAllowAndNamesItself) {
+  Policy p = MakePolicy("allowlist", {"*.a.test", "198.18.0.0/24"}, {"secret.a.test", "198.18.0.12", "198.18.0.13:443"});
+  EXPECT_TRUE(Decide(p, std::string("www.a.test"), Addr("198.18.0.10"), 443, {}).allowed);
+  Verdict by_name = Decide(p, std::string("Secret.A.Test."), Addr("198.18.0.10"), 443, {});
+  EXPECT_FALSE(by_name.allowed);
+  EXPECT_EQ(by_name.reason, "secret.a.test:443 is denied by deny entry \"secret.a.test\"");
+  Verdict by_address = Decide(p, std::nullopt, Addr("198.18.0.12"), 80, {});
+  EXPECT_FALSE(by_address.allowed);
+  EXPECT_EQ(by_address.reason, "198.18.0.12:80 is denied by deny entry \"198.18.0.12\"");
+  // An allowed name resolving to a denied address is denied.
+  EXPECT_FALSE(Decide(p, std::string("www.a.test"), Addr("198.18.0.12"), 443, {}).allowed);
+  // A port-qualified deny entry denies only its port; port 0 is no real port.
+  EXPECT_FALSE(Decide(p, std::nullopt, Addr("198.18.0.13"), 443, {}).allowed);
+  EXPECT_TRUE(Decide(p, std::nullopt, Addr("198.18.0.13"), 80, {}).allowed);
+  EXPECT_EQ(Decide(p, std::nullopt, Addr("198.18.0.13"), 0, {}).reason.find("denied by"), std::string::npos);
+  EXPECT_TRUE(Decide(p, std::nullopt, Addr("198.18.0.11"), 443, {}).allowed);
+}
+
+TEST(DecideTest, OpenModeDeniesWhatItsDenyEntriesName) {
+  Policy p = MakePolicy("open", {"10.0.0.5"}, {"198.18.0.12", "*.evil.test", "[2001:db8:1::/64]:443", "10.0.0.0/8"});
+  EXPECT_TRUE(Decide(p, std::nullopt, Addr("198.18.0.10"), 80, {}).allowed);
+  EXPECT_TRUE(Decide(p, std::string("a.test"), Addr("198.18.0.11"), 80, {}).allowed);
+  EXPECT_EQ(Decide(p, std::nullopt, Addr("::ffff:198.18.0.12"), 80, {}).reason,
+            "198.18.0.12:80 is denied by deny entry \"198.18.0.12\"");
+  EXPECT_EQ(Decide(p, std::string("x.evil.test"), Addr("198.18.0.10"), 80, {}).reason,
+            "x.evil.test:80 is denied by deny entry \"*.evil.test\"");
+  EXPECT_TRUE(Decide(p, std::string("evil.test"), Addr("198.18.0.10"), 80, {}).allowed);  // not the apex
+  EXPECT_FALSE(Decide(p, std::nullopt, Addr("2001:db8:1::12"), 443, {}).allowed);
+  EXPECT_TRUE(Decide(p, std::nullopt, Addr("2001:db8:1::12"), 80, {}).allowed);
+  // Deny is checked first: an allow entry inside a denied range does not re-open it.
+  EXPECT_EQ(Decide(p, std::nullopt, Addr("10.0.0.5"), 80, {}).reason,
+            "10.0.0.5:80 is denied by deny entry \"10.0.0.0/8\"");
+}
+
 TEST(DecideTest, AnInvalidNameIsReportedSafely) {
   Policy p = MakePolicy("allowlist", {"a.test"});
   Verdict v = Decide(p, std::string("a.test\x00\xff", 8), Addr("198.18.0.10"), 443, {});
@@ -448,6 +506,22 @@ TEST(DecideNameTest, ModeSyntaxAndNameEntriesDecideBeforeAnyLookup) {
   EXPECT_TRUE(DecideName(MakePolicy("open", {}), "anything.example", 0).allowed);
   EXPECT_FALSE(DecideName(MakePolicy("open", {}), "bad..name", 0).allowed);
   EXPECT_EQ(DecideName(MakePolicy("none", {}), "a.test", 443).reason, "network mode is none");
+}
+
+TEST(DecideNameTest, ADeniedNameIsNotLookedUpUnlessOnlySomePortsAreDenied) {
+  for (const char* mode : {"allowlist", "open"}) {
+    const Policy p = MakePolicy(mode, mode == std::string("open") ? std::vector<std::string>{}
+                                                                  : std::vector<std::string>{"*.test"},
+                                {"*.evil.test", "a.test:443"});
+    Verdict lookup = DecideName(p, "Secret.Evil.Test", 0);
+    EXPECT_FALSE(lookup.allowed) << mode;
+    EXPECT_EQ(lookup.reason, "secret.evil.test is denied by deny entry \"*.evil.test\"");
+    EXPECT_EQ(DecideName(p, "x.evil.test", 80).reason, "x.evil.test:80 is denied by deny entry \"*.evil.test\"");
+    EXPECT_TRUE(DecideName(p, "a.test", 0).allowed) << mode;  // port 80 is still allowed
+    EXPECT_TRUE(DecideName(p, "a.test", 80).allowed) << mode;
+    EXPECT_EQ(DecideName(p, "a.test", 443).reason, "a.test:443 is denied by deny entry \"a.test:443\"");
+    EXPECT_TRUE(DecideName(p, "b.test", 0).allowed) << mode;
+  }
 }
 
 TEST(ParsePortTest, DecimalOneTo65535Only) {

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace bulkhead::net {
 namespace {
@@ -140,6 +141,40 @@ TEST(IpPrefixTest, HostBitsSetAreAnErrorNotAWiderRule) {
   for (const char* text : {"1.2.3.4/32", "1.2.3.4/30", "10.0.0.0/7", "1.2.3.4/31", "2001:db8::/31", "::1/128"}) {
     EXPECT_TRUE(IpPrefix::Parse(text).has_value()) << text;
   }
+}
+
+TEST(IpPrefixTest, ParseMaskedClearsHostBitsAsGoDoes) {
+  EXPECT_EQ(IpPrefix::ParseMasked("10.0.0.1/8")->ToString(), "10.0.0.0/8");
+  EXPECT_EQ(IpPrefix::ParseMasked("1.2.3.5/31")->ToString(), "1.2.3.4/31");
+  EXPECT_EQ(IpPrefix::ParseMasked("fd00::1/8")->ToString(), "fd00::/8");
+  EXPECT_EQ(IpPrefix::ParseMasked("::ffff:10.0.0.1/104")->ToString(), "10.0.0.0/8");
+  EXPECT_EQ(IpPrefix::ParseMasked("1.2.3.4")->ToString(), "1.2.3.4/32");
+  for (const char* text : {"10.0.0.0/33", "10.0.0.0/", "a.test/8", "[fd00::]/8", ""}) {
+    EXPECT_FALSE(IpPrefix::ParseMasked(text).has_value()) << text;
+  }
+}
+
+std::string Pieces(const char* from, const std::vector<const char*>& holes, size_t max_count = 1000) {
+  std::vector<IpPrefix> parsed;
+  for (const char* hole : holes) parsed.push_back(*IpPrefix::Parse(hole));
+  auto left = SubtractPrefixes(*IpPrefix::Parse(from), parsed, max_count);
+  if (!left) return "too many";
+  std::string out;
+  for (const IpPrefix& piece : *left) out += (out.empty() ? "" : " ") + piece.ToString();
+  return out;
+}
+
+TEST(SubtractPrefixesTest, LeavesTheFewestPrefixesLowestFirst) {
+  EXPECT_EQ(Pieces("198.51.100.0/24", {}), "198.51.100.0/24");
+  EXPECT_EQ(Pieces("198.51.100.0/24", {"203.0.113.0/24", "2001:db8::/32"}), "198.51.100.0/24");
+  EXPECT_EQ(Pieces("198.51.100.0/24", {"198.51.0.0/16"}), "");
+  EXPECT_EQ(Pieces("198.51.100.7", {"198.51.100.7"}), "");
+  EXPECT_EQ(Pieces("198.51.100.0/30", {"198.51.100.1"}), "198.51.100.0/32 198.51.100.2/31");
+  EXPECT_EQ(Pieces("198.51.100.0/24", {"198.51.100.128/25", "198.51.100.0/26"}), "198.51.100.64/26");
+  EXPECT_EQ(Pieces("2001:db8::/126", {"2001:db8::3"}), "2001:db8::/127 2001:db8::2/128");
+  // A /32 hole in 0.0.0.0/0 leaves 32 pieces: more than the limit is refused, not cut short.
+  EXPECT_EQ(Pieces("0.0.0.0/0", {"198.51.100.7"}, 32).substr(0, 9), "0.0.0.0/1");
+  EXPECT_EQ(Pieces("0.0.0.0/0", {"198.51.100.7"}, 31), "too many");
 }
 
 TEST(IpPrefixTest, RejectsBadLengthsAndSyntax) {

@@ -19,6 +19,7 @@
 
 #include "common/unique_fd.h"
 #include "net/netns.h"
+#include "net/nftables.h"
 #include "net/open_link.h"
 
 namespace bulkhead::net {
@@ -332,6 +333,44 @@ TEST_F(NetnsTest, ReconfiguringAfterADaemonRestartBindsDespiteTimeWait) {
   NetnsListeners fresh = Configure(Mode::kAllowlist);
   ASSERT_TRUE(fresh.tcp4.valid());
   ExpectRedirected("198.18.0.99", 443, fresh.tcp4.get(), "198.18.0.99:443");
+}
+
+TEST(DenyRulesTest, DropsWhatIpv4AddressEntriesNameAndIgnoresTheRest) {
+  auto policy = ParsePolicy("open", {}, {"198.18.0.12", "a.test", "198.18.0.0/24:9999", "2001:db8::/32", "::ffff:198.18.1.1"});
+  ASSERT_TRUE(policy.ok()) << policy.error().message;
+  EXPECT_EQ(DenyRules(*policy),
+            "flush chain inet bulkhead deny_out\n"
+            "add rule inet bulkhead deny_out ip daddr 198.18.0.12/32 drop\n"
+            "add rule inet bulkhead deny_out ip daddr 198.18.0.0/24 udp dport 9999 drop\n"
+            "add rule inet bulkhead deny_out ip daddr 198.18.1.1/32 drop\n");
+}
+
+TEST_F(NetnsTest, SetDenyEntriesReplacesTheChainsRules) {
+  NetnsListeners listeners = Configure(Mode::kOpen);
+  auto chain = [this] {
+    std::string out;
+    auto status = RunInNetns(netns_.get(), [&]() -> Status {
+      auto listed = RunNft("list chain inet bulkhead deny_out", "test namespace");
+      if (!listed.ok()) return listed.error();
+      out = *listed;
+      return {};
+    });
+    EXPECT_TRUE(status.ok()) << status.error().message;
+    return out;
+  };
+  auto first = ParsePolicy("open", {}, {"198.18.0.12", "198.18.0.0/24:9999"});
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE(SetDenyEntries(netns_.get(), *first).ok());
+  std::string listed = chain();
+  EXPECT_NE(listed.find("ip daddr 198.18.0.12 drop"), std::string::npos) << listed;
+  EXPECT_NE(listed.find("ip daddr 198.18.0.0/24 udp dport 9999 drop"), std::string::npos) << listed;
+  auto second = ParsePolicy("open", {}, {"198.18.0.11"});
+  ASSERT_TRUE(second.ok());
+  ASSERT_TRUE(SetDenyEntries(netns_.get(), *second).ok());
+  listed = chain();
+  EXPECT_NE(listed.find("ip daddr 198.18.0.11 drop"), std::string::npos) << listed;
+  EXPECT_EQ(listed.find("198.18.0.12"), std::string::npos) << listed;
+  EXPECT_EQ(listed.find("9999"), std::string::npos) << listed;
 }
 
 TEST(NetnsErrorTest, NotANetworkNamespaceIsACleanError) {

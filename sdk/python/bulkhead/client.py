@@ -104,7 +104,7 @@ class Sandboxes:
                private_preview: Optional[bool] = None, **extra: Any) -> Sandbox:
         """Creates a sandbox; every setting is optional (the daemon's defaults: image "host",
         1 CPU, 1024 MB memory, 2048 MB disk, 300 s lifetime, no network). `network` is a mode
-        name, a Network or {"mode", "allow"}; `volumes` VolumeMounts or {"name", "path",
+        name, a Network or {"mode", "allow", "deny"}; `volumes` VolumeMounts or {"name", "path",
         "read_only"}. With `private_preview` its preview host names need its preview token
         (Sandbox.preview_token, preview_headers()), not only its id. Use it as a context
         manager to delete it when the block ends."""

@@ -54,17 +54,19 @@ class Health:
 
 @dataclass
 class Network:
-    """A sandbox's egress policy: mode none | allowlist | open, and the allowed destinations."""
+    """A sandbox's egress policy: mode none | allowlist | open, the allowed destinations, and
+    the denied ones (checked first: a deny wins over any allow)."""
     mode: str = "none"
     allow: List[str] = field(default_factory=list)
+    deny: List[str] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, d: Optional[Mapping[str, Any]]) -> "Network":
         d = d or {}
-        return cls(mode=d.get("mode", "none"), allow=list(d.get("allow") or []))
+        return cls(mode=d.get("mode", "none"), allow=list(d.get("allow") or []), deny=list(d.get("deny") or []))
 
     def to_json(self) -> Dict[str, Any]:
-        return {"mode": self.mode, "allow": list(self.allow)}
+        return {"mode": self.mode, "allow": list(self.allow), "deny": list(self.deny)}
 
 
 @dataclass

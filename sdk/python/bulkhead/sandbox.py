@@ -21,7 +21,7 @@ OutputCallback = Callable[[str], Any]
 
 
 def network_json(network: NetworkSpec) -> Dict[str, Any]:
-    """A Network, a {"mode", "allow"} mapping, or just a mode name."""
+    """A Network, a {"mode", "allow", "deny"} mapping, or just a mode name."""
     if isinstance(network, Network):
         return network.to_json()
     if isinstance(network, str):
@@ -213,12 +213,15 @@ class Sandbox:
 
     # ---------------------------------------------------------------- network
 
-    def set_network(self, mode: NetworkSpec, allow: Optional[Sequence[str]] = None) -> "Sandbox":
+    def set_network(self, mode: NetworkSpec, allow: Optional[Sequence[str]] = None,
+                    deny: Optional[Sequence[str]] = None) -> "Sandbox":
         """Changes the egress policy at once: set_network("allowlist", ["example.com"]),
-        set_network("none"), or a Network."""
+        set_network("open", deny=["203.0.113.0/24"]), set_network("none"), or a Network."""
         body = network_json(mode)
         if allow is not None:
             body["allow"] = list(allow)
+        if deny is not None:
+            body["deny"] = list(deny)
         return self._update(self._transport.json("PUT", self._path + "/network", json_body=body))
 
     def egress_log(self, limit: Optional[int] = None) -> List[EgressEntry]:

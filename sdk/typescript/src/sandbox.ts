@@ -203,9 +203,9 @@ export class Sandbox implements AsyncDisposable {
     return (w.sandboxes as any[]).map((s) => new Sandbox(this.client, sandboxFromWire(s)));
   }
 
-  /** Changes egress while running: none, allowlist (with `allow`), or open. */
-  setNetwork(mode: NetworkMode, allow: string[] = []): Promise<this> {
-    return this.update("PUT", "network", { mode, allow });
+  /** Changes egress while running: none, allowlist (with `allow`), or open; `deny` wins over both. */
+  setNetwork(mode: NetworkMode, allow: string[] = [], deny: string[] = []): Promise<this> {
+    return this.update("PUT", "network", { mode, allow, deny });
   }
 
   /** The egress log: connections and DNS lookups, allowed or denied (latest `limit`, default 1000). */

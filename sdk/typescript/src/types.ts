@@ -8,6 +8,8 @@ export interface NetworkPolicy {
   mode: NetworkMode;
   /** example.com, *.example.com, 1.2.3.4, 10.0.0.0/8, each optionally :port. */
   allow: string[];
+  /** Entries as in `allow`, checked first: a deny wins over any allow (and over mode open). */
+  deny: string[];
 }
 
 export interface VolumeMount {
@@ -76,7 +78,7 @@ export interface SandboxCreateOptions {
   env?: Record<string, string>;
   workdir?: string;
   user?: string;
-  /** A mode ("none", "allowlist", "open") or a policy with its allow entries. */
+  /** A mode ("none", "allowlist", "open") or a policy with its allow and deny entries. */
   network?: NetworkMode | Partial<NetworkPolicy>;
   metadata?: Record<string, string>;
   /** A snapshot (or its id) to start from; the sandbox runs the snapshot's image. */
@@ -237,7 +239,7 @@ export function sandboxFromWire(w: Wire): SandboxInfo {
     timeoutS: w.timeout_s,
     idleTimeoutS: w.idle_timeout_s,
     onTimeout: w.on_timeout,
-    network: { mode: w.network?.mode ?? "none", allow: w.network?.allow ?? [] },
+    network: { mode: w.network?.mode ?? "none", allow: w.network?.allow ?? [], deny: w.network?.deny ?? [] },
     metadata: w.metadata ?? {},
     env: w.env ?? {},
     workdir: w.workdir,

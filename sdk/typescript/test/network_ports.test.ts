@@ -19,14 +19,17 @@ after(async () => {
 
 test("setNetwork changes the policy; bad policies are refused", async () => {
   await sandbox.setNetwork("allowlist", ["allowed.invalid", "*.example.invalid:443"]);
-  assert.deepEqual(sandbox.info.network, { mode: "allowlist", allow: ["allowed.invalid", "*.example.invalid:443"] });
+  assert.deepEqual(sandbox.info.network, { mode: "allowlist", allow: ["allowed.invalid", "*.example.invalid:443"], deny: [] });
   assert.deepEqual((await bulkhead.sandboxes.get(sandbox.id)).info.network.allow, ["allowed.invalid", "*.example.invalid:443"]);
   // @ts-expect-error: not a mode
   await rejectsWith(sandbox.setNetwork("everything"), InvalidRequestError);
   await rejectsWith(sandbox.setNetwork("none", ["allowed.invalid"]), InvalidRequestError);
   await rejectsWith(sandbox.setNetwork("allowlist", ["not a host!"]), InvalidRequestError);
+  await sandbox.setNetwork("allowlist", ["*.invalid"], ["denied.invalid", "203.0.113.0/24:53"]);
+  assert.deepEqual(sandbox.info.network, { mode: "allowlist", allow: ["*.invalid"], deny: ["denied.invalid", "203.0.113.0/24:53"] });
+  await rejectsWith(sandbox.setNetwork("allowlist", [], ["*"]), InvalidRequestError);
   await sandbox.setNetwork("none");
-  assert.deepEqual(sandbox.info.network, { mode: "none", allow: [] });
+  assert.deepEqual(sandbox.info.network, { mode: "none", allow: [], deny: [] });
 });
 
 test("the egress log records a denied lookup", async () => {

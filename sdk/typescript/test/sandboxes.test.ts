@@ -22,7 +22,7 @@ test("create applies the options and get reads them back with usage", async () =
       assert.equal(sandbox.info.timeoutS, 600);
       assert.equal(sandbox.info.workdir, "/workspace");
       assert.deepEqual(sandbox.info.metadata, { run, role: "sdk-test" });
-      assert.deepEqual(sandbox.info.network, { mode: "none", allow: [] });
+      assert.deepEqual(sandbox.info.network, { mode: "none", allow: [], deny: [] });
       assert.ok(sandbox.info.expiresAt && Date.parse(sandbox.info.expiresAt) > Date.parse(sandbox.info.createdAt));
       assert.equal(sandbox.usage, undefined, "create answers carry no usage");
 
@@ -41,10 +41,10 @@ test("create applies the options and get reads them back with usage", async () =
 });
 
 test("network as a mode name or a policy", async () => {
-  await withSandbox(bulkhead, async (sandbox) => assert.deepEqual(sandbox.network, { mode: "allowlist", allow: ["a.invalid"] }), {
+  await withSandbox(bulkhead, async (sandbox) => assert.deepEqual(sandbox.network, { mode: "allowlist", allow: ["a.invalid"], deny: [] }), {
     network: { mode: "allowlist", allow: ["a.invalid"] },
   });
-  await withSandbox(bulkhead, async (sandbox) => assert.deepEqual(sandbox.network, { mode: "allowlist", allow: [] }), { network: "allowlist" });
+  await withSandbox(bulkhead, async (sandbox) => assert.deepEqual(sandbox.network, { mode: "allowlist", allow: [], deny: [] }), { network: "allowlist" });
 });
 
 test("list filters by state and metadata", async () => {

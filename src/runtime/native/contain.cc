@@ -247,7 +247,14 @@ void MountRoot(ChildPlan* plan) {
     MakeDir(plan, plan->host_bind_targets[i].c_str(), "mkdir host bind target");
     // Not idmapped: host root's files show as nobody's, so sandbox root has no owner rights
     // over them (a root-only file under /usr stays unreadable); the world-readable rest works.
-    BindClone(plan, plan->host_binds[i].c_str(), plan->host_bind_targets[i].c_str(), true, -1);
+    // An overlay's lower layers are read the same way, with the sandbox root's credentials.
+    if (plan->host_bind_overlays[i].empty()) {
+      BindClone(plan, plan->host_binds[i].c_str(), plan->host_bind_targets[i].c_str(), true, -1);
+    } else {
+      STEP(::mount("overlay", plan->host_bind_targets[i].c_str(), "overlay", MS_RDONLY | MS_NOSUID | MS_NODEV,
+                   plan->host_bind_overlays[i].c_str()) == 0,
+           "mount host overlay");
+    }
   }
 }
 

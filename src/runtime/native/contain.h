@@ -32,6 +32,9 @@ struct ChildPlan {
   int layer_fds[3] = {-1, -1, -1};  // reserved descriptor numbers for lower, upper, work
   std::vector<std::string> host_binds;         // host dirs, e.g. "/usr": not idmapped, host root is nobody
   std::vector<std::string> host_bind_targets;  // root + dir
+  // Per host bind: overlay options that show the image's own files there over the host dir
+  // (read-only, no upper layer), or empty for a plain bind.
+  std::vector<std::string> host_bind_overlays;
   std::vector<std::string> root_paths;         // root + "/proc", "/dev", ... (see contain.cc)
   std::vector<std::string> top_level_names;    // "usr", "proc", ...: what the mounts go below
   std::string dev_options, devpts_options, shm_options;

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <sstream>
 
 #include "common/random_hex.h"
@@ -226,6 +227,11 @@ Result<InitProcess> NativeRuntime::Launch(const LaunchSpec& spec) {
   for (const auto& dir : spec.host_binds) {
     plan.host_binds.push_back(dir);
     plan.host_bind_targets.push_back(plan.root + dir);
+    // The image's own files at that mount point (the host image's additions) go over the
+    // host's, read from the idmapped lower by descriptor, as the root overlay's layers are.
+    std::error_code ec;
+    const bool additions = !std::filesystem::is_empty(spec.rootfs + dir, ec) && !ec;
+    plan.host_bind_overlays.push_back(additions ? "lowerdir=" + fd_path(plan.layer_fds[0]) + dir + ":" + dir : "");
   }
   plan.root_paths = RootPaths(plan.root);
   for (const auto& volume : spec.volumes) {
