@@ -251,11 +251,11 @@ class FilesystemCall {
     if (!files.ok()) co_return files.error();
     Result<std::string> path = PathOf(*files, message, "path", "path");
     if (!path.ok()) co_return path.error();
-    // envd removes with os.RemoveAll: directories with their contents. A symlink is removed,
-    // never followed.
+    // envd removes with os.RemoveAll: directories with their contents, and a path that is not
+    // there (nor its parent) counts as removed. A symlink is removed, never followed.
     const json op = {{"op", "remove"}, {"path", *path}, {"recursive", true}};
     Result<json> removed = co_await files->Run(op);
-    if (!removed.ok()) co_return removed.error();
+    if (!removed.ok() && removed.error().detail_code != "not_found") co_return removed.error();
     co_return json::object();
   }
 

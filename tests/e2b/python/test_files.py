@@ -106,6 +106,13 @@ def test_exists_make_dir_rename_remove(sbx):
     assert sbx.files.exists("/tmp/ops") is False
 
 
+def test_remove_of_a_missing_path_succeeds(sbx):
+    # envd removes with os.RemoveAll: what is not there counts as removed.
+    sbx.files.remove("/home/user/never-written.txt")
+    sbx.files.remove("/tmp/never-made/never-written.txt")
+    assert sbx.files.exists("/home/user/never-written.txt") is False
+
+
 def test_get_info(sbx):
     sbx.files.write("/home/user/info/x.txt", "12345")
     sbx.commands.run("chmod 640 /home/user/info/x.txt")
