@@ -4,7 +4,6 @@
 #include <charconv>
 #include <optional>
 
-#include "common/ascii.h"
 
 namespace bulkhead::e2b {
 
@@ -162,26 +161,17 @@ Result<json> EntryInfoJson(const json& entry, const Accounts& accounts) {
 }
 
 void SortEntryInfos(std::vector<json>& entries) {
-  struct Key {
-    bool dir;
-    std::string lower_name;
-    std::string lower_path;
-    std::string path;
-  };
-  std::vector<std::pair<Key, json>> keyed;
+  // With '/' as the least byte (paths hold no NUL), a plain byte comparison of the paths
+  // compares them component by component: "/d/a/y" < "/d/a-b".
+  std::vector<std::pair<std::string, json>> keyed;
   keyed.reserve(entries.size());
   for (json& entry : entries) {
-    const std::string name = entry.value("name", "");
-    const std::string path = entry.value("path", "");
-    Key key{entry.value("type", "") == "FILE_TYPE_DIRECTORY", AsciiLower(name), AsciiLower(path), path};
+    std::string key = entry.value("path", "");
+    std::replace(key.begin(), key.end(), '/', '\0');
     keyed.emplace_back(std::move(key), std::move(entry));
   }
-  std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) {
-    if (a.first.dir != b.first.dir) return a.first.dir;
-    if (a.first.lower_name != b.first.lower_name) return a.first.lower_name < b.first.lower_name;
-    if (a.first.lower_path != b.first.lower_path) return a.first.lower_path < b.first.lower_path;
-    return a.first.path < b.first.path;
-  });
+  // std::string compares its chars as unsigned char, as Go compares strings.
+  std::sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   entries.clear();
   for (auto& [key, entry] : keyed) entries.push_back(std::move(entry));
 }

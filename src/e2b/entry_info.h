@@ -47,8 +47,9 @@ std::string GoFileModeString(std::string_view type, uint32_t mode);
 // symlink, symlinkTarget. An error for an Entry that lacks its fields (a broken worker).
 Result<nlohmann::json> EntryInfoJson(const nlohmann::json& entry, const Accounts& accounts);
 
-// ListDir's order: directories first, then by name without regard to case (then by path, and
-// exactly, so the order is total).
+// ListDir's order, that of envd's filepath.WalkDir: a walk of the tree in which each
+// directory's names come in byte order and each directory is followed by its contents. That
+// is the order of the paths compared component by component.
 void SortEntryInfos(std::vector<nlohmann::json>& entries);
 
 }  // namespace bulkhead::e2b

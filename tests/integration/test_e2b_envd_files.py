@@ -232,11 +232,13 @@ def test_make_dir_list_dir_move_remove(envd):
     assert envd.error("MakeDir", {"path": f"{base}/alpha.txt"}) == (400, "invalid_argument")
 
     entries = envd.ok("ListDir", {"path": base})["entries"]
-    assert [e["name"] for e in entries] == ["a", "Dir2", "alpha.txt", "Beta.txt", "Zeta.txt"]
+    assert [e["name"] for e in entries] == ["Beta.txt", "Dir2", "Zeta.txt", "a", "alpha.txt"]  # byte order
     assert all(e["path"] == f"{base}/{e['name']}" for e in entries)
     assert envd.ok("ListDir", {"path": base, "depth": 0})["entries"] == entries  # 0 is 1
     deep = envd.ok("ListDir", {"path": base, "depth": 3})["entries"]
-    assert {e["path"] for e in deep} == {e["path"] for e in entries} | {f"{base}/a/b", f"{base}/a/b/c"}
+    # A walk of the tree: each directory followed by its contents.
+    assert [e["path"].removeprefix(base) for e in deep] == [
+        "/Beta.txt", "/Dir2", "/Zeta.txt", "/a", "/a/b", "/a/b/c", "/alpha.txt"]
     assert base not in {e["path"] for e in deep}  # never the directory itself
     assert envd.ok("ListDir", {"path": base, "depth": "2"})["entries"]  # uint32 as a string
     assert envd.error("ListDir", {"path": f"{base}/nope"}) == (404, "not_found")

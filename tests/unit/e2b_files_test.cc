@@ -398,16 +398,18 @@ TEST(E2bEntryInfo, ProtoJsonOfAnEntry) {
   EXPECT_FALSE(EntryInfoJson(negative, accounts).ok());
 }
 
-TEST(E2bEntryInfo, ListDirOrderIsDirectoriesFirstThenNameWithoutCase) {
-  auto entry = [](std::string name, bool dir) {
-    return json{{"name", name}, {"path", "/d/" + name}, {"type", dir ? "FILE_TYPE_DIRECTORY" : "FILE_TYPE_FILE"}};
-  };
-  std::vector<json> entries = {entry("b.txt", false), entry("Zeta", true), entry("A.txt", false),
-                               entry("alpha", true), entry("C", false),    entry("beta", true)};
+TEST(E2bEntryInfo, ListDirOrderIsAWalkOfTheTreeInByteOrder) {
+  auto entry = [](std::string path) { return json{{"name", path.substr(path.rfind('/') + 1)}, {"path", path}}; };
+  std::vector<json> entries = {entry("/d/b.txt"),   entry("/d/a.txt"),   entry("/d/a/z"), entry("/d/B"),
+                               entry("/d/a"),       entry("/d/a/y/deep"), entry("/d/a/y"), entry("/d/a-b"),
+                               entry("/d/\xc3\xa9"), entry("/d/~")};
   SortEntryInfos(entries);
-  std::vector<std::string> names;
-  for (const json& e : entries) names.push_back(e["name"]);
-  EXPECT_EQ(names, (std::vector<std::string>{"alpha", "beta", "Zeta", "A.txt", "b.txt", "C"}));
+  std::vector<std::string> paths;
+  for (const json& e : entries) paths.push_back(e["path"]);
+  // Each directory right before its contents ("/d/a/y" before "/d/a-b" and "/d/a.txt", though
+  // '-' and '.' sort before '/'); names byte for byte, so capitals first and UTF-8 last.
+  EXPECT_EQ(paths, (std::vector<std::string>{"/d/B", "/d/a", "/d/a/y", "/d/a/y/deep", "/d/a/z", "/d/a-b", "/d/a.txt",
+                                             "/d/b.txt", "/d/~", "/d/\xc3\xa9"}));
 }
 
 // ---------------------------------------------------------------- watch events

@@ -102,15 +102,19 @@ test('list with depth', async () => {
     { path: '/tmp/ls/file-b.txt', data: 'bb' },
     { path: '/tmp/ls/File-a.txt', data: 'a' },
     { path: '/tmp/ls/dir/inner.txt', data: 'inner' },
+    { path: '/tmp/ls/dir.txt', data: 'd' },
   ])
   const entries = await sbx.files.list('/tmp/ls')
-  // Directories first, then by name, case-insensitively.
-  assert.deepEqual(entries.map((e) => [e.name, e.type]), [['dir', FileType.DIR], ['File-a.txt', FileType.FILE], ['file-b.txt', FileType.FILE]])
+  // envd's order: by name, byte for byte (capitals first), directories among the files.
+  assert.deepEqual(entries.map((e) => [e.name, e.type]), [
+    ['File-a.txt', FileType.FILE], ['dir', FileType.DIR], ['dir.txt', FileType.FILE], ['file-b.txt', FileType.FILE]])
   const b = entries.find((e) => e.name === 'file-b.txt')
   assert.equal(b.path, '/tmp/ls/file-b.txt')
   assert.equal(b.size, 2)
+  // Deeper, a walk of the tree: each directory is followed by its contents.
   const deep = await sbx.files.list('/tmp/ls', { depth: 2 })
-  assert.deepEqual(deep.map((e) => e.path).sort(), ['/tmp/ls/File-a.txt', '/tmp/ls/dir', '/tmp/ls/dir/inner.txt', '/tmp/ls/file-b.txt'])
+  assert.deepEqual(deep.map((e) => e.path), [
+    '/tmp/ls/File-a.txt', '/tmp/ls/dir', '/tmp/ls/dir/inner.txt', '/tmp/ls/dir.txt', '/tmp/ls/file-b.txt'])
 })
 
 test('exists, makeDir, rename, remove', async () => {

@@ -73,19 +73,23 @@ def test_list_depth(sbx):
         {"path": "/tmp/ls/file-b.txt", "data": "bb"},
         {"path": "/tmp/ls/File-a.txt", "data": "a"},
         {"path": "/tmp/ls/dir/inner.txt", "data": "inner"},
+        {"path": "/tmp/ls/dir.txt", "data": "d"},
     ])
     entries = sbx.files.list("/tmp/ls")
-    # Directories first, then by name, case-insensitively.
+    # envd's order: by name, byte for byte (capitals first), directories among the files.
     assert [(e.name, e.type) for e in entries] == [
-        ("dir", FileType.DIR), ("File-a.txt", FileType.FILE), ("file-b.txt", FileType.FILE)]
+        ("File-a.txt", FileType.FILE), ("dir", FileType.DIR), ("dir.txt", FileType.FILE),
+        ("file-b.txt", FileType.FILE)]
     by_name = {e.name: e for e in entries}
     assert by_name["file-b.txt"].path == "/tmp/ls/file-b.txt"
     assert by_name["file-b.txt"].size == 2
     assert by_name["dir"].path == "/tmp/ls/dir"
 
+    # Deeper, a walk of the tree: each directory is followed by its contents ("dir/inner.txt"
+    # before "dir.txt", though "." sorts before "/").
     deep = sbx.files.list("/tmp/ls", depth=2)
-    assert sorted(e.path for e in deep) == [
-        "/tmp/ls/File-a.txt", "/tmp/ls/dir", "/tmp/ls/dir/inner.txt", "/tmp/ls/file-b.txt"]
+    assert [e.path for e in deep] == [
+        "/tmp/ls/File-a.txt", "/tmp/ls/dir", "/tmp/ls/dir/inner.txt", "/tmp/ls/dir.txt", "/tmp/ls/file-b.txt"]
 
 
 def test_exists_make_dir_rename_remove(sbx):
