@@ -132,6 +132,8 @@
 //     {"path": "/workspace/a.txt", "name": "a.txt", "type": "file" | "dir" | "symlink" | "other",
 //      "size": 3, "mode": 420 (permission bits, & 07777), "uid": 0, "gid": 0,
 //      "mtime": "2026-11-29T21:00:00.123Z", "target": "/x" (symlinks only, else absent)}
+// where "size" of a directory is the space it takes (st_blocks * 512, at least st_blksize),
+// the same on every filesystem.
 // Ops ("file_op" = {"op": .., fields}):
 //   read    {"path"}  stdout: one line {"size": N}, then the file's bytes (a regular file
 //           only). If it shrinks while read the worker fails after what it sent.

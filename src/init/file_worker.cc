@@ -177,12 +177,24 @@ Result<int> FileOpArgs::Int(const char* key, int fallback, int min, int max) con
   return int(it->get<int64_t>());
 }
 
+namespace {
+
+// A directory's st_size means something else on every filesystem (0 or the bytes of its names
+// on btrfs, a multiple of the block size on ext4, a count on tmpfs): its size is the space it
+// takes, at least one block (small directories live inside their inode on btrfs and xfs).
+uint64_t SizeOf(const struct stat& st) {
+  if (!S_ISDIR(st.st_mode)) return uint64_t(st.st_size);
+  return std::max(uint64_t(st.st_blocks) * 512, uint64_t(st.st_blksize));
+}
+
+}  // namespace
+
 json EntryJson(const std::string& path, const struct stat& st, const std::optional<std::string>& target) {
   std::string name = path == "/" ? "/" : path.substr(path.rfind('/') + 1);
   json entry = {{"path", path},
                 {"name", name},
                 {"type", TypeName(st.st_mode)},
-                {"size", uint64_t(st.st_size)},
+                {"size", SizeOf(st)},
                 {"mode", st.st_mode & 07777},
                 {"uid", st.st_uid},
                 {"gid", st.st_gid},

@@ -578,6 +578,17 @@ TEST_F(FileOpsTest, StatReportsASymlinkWithoutFollowingIt) {
   EXPECT_EQ(RunOp(json{{"op", "stat"}, {"path", "/"}}).Line()["name"], "/");
 }
 
+TEST_F(FileOpsTest, ADirectorysSizeIsTheSpaceItTakes) {
+  fs::create_directories(Path("empty"));
+  struct stat st;
+  ASSERT_EQ(::stat(Path("empty").c_str(), &st), 0);
+  json entry = RunOp(json{{"op", "stat"}, {"path", Path("empty")}}).Line();
+  EXPECT_EQ(entry["size"], std::max<uint64_t>(uint64_t(st.st_blocks) * 512, uint64_t(st.st_blksize)));
+  EXPECT_GT(entry["size"].get<uint64_t>(), 0u);
+  WriteFile(Path("five"), "12345");
+  EXPECT_EQ(RunOp(json{{"op", "stat"}, {"path", Path("five")}}).Line()["size"], 5);
+}
+
 TEST_F(FileOpsTest, ListWalksToTheDepthSortedAndNeverFollowsSymlinks) {
   fs::create_directories(Path("d/sub/deeper"));
   WriteFile(Path("d/b.txt"), "bb");

@@ -133,6 +133,17 @@ def test_get_info(sbx):
     assert link.symlink_target == "/home/user/info/x.txt"
 
 
+def test_directory_size_is_the_space_it_takes(sbx):
+    """As on E2B's ext4, a directory's size is what it takes on disk (at least one block),
+    whatever the filesystem reports as its st_size (btrfs: 0 for an empty one)."""
+    sbx.files.make_dir("/home/user/sized/empty")
+    blocks, block_bytes, io_block = map(int, sbx.commands.run("stat -c '%b %B %o' /home/user/sized/empty").stdout.split())
+    info = sbx.files.get_info("/home/user/sized/empty")
+    assert info.size == max(blocks * block_bytes, io_block) > 0
+    listed = {e.name: e for e in sbx.files.list("/home/user/sized")}
+    assert listed["empty"].size == info.size
+
+
 def test_not_found_errors(sbx):
     with pytest.raises(FileNotFoundException):
         sbx.files.read("/tmp/definitely/missing.txt")
