@@ -133,7 +133,11 @@
 //      "size": 3, "mode": 420 (permission bits, & 07777), "uid": 0, "gid": 0,
 //      "mtime": "2026-11-29T21:00:00.123Z", "target": "/x" (symlinks only, else absent)}
 // where "size" of a directory is the space it takes (st_blocks * 512, at least st_blksize),
-// the same on every filesystem.
+// the same on every filesystem. The ops that answer Entries (stat, list, mkdir, move, write)
+// take options for what else they say:
+//     "resolve_links": true   a symlink's Entry also has "resolved" (the absolute path it leads
+//                             to, every link followed), "target_type" and "target_mode" (of what
+//                             it leads to); each absent where the link leads nowhere
 // Ops ("file_op" = {"op": .., fields}):
 //   read    {"path"}  stdout: one line {"size": N}, then the file's bytes (a regular file
 //           only). If it shrinks while read the worker fails after what it sent.

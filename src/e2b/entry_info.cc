@@ -137,25 +137,28 @@ Result<json> EntryInfoJson(const json& entry, const Accounts& accounts) {
   if (!path || !name || !type) return broken("path, name or type");
   if (!size || !mode || !uid || !gid) return broken("size, mode, uid or gid");
 
+  const bool symlink = *type == "symlink";
+  // A symlink: what it leads to, if anything.
+  const std::string* target_type = symlink ? string_field("target_type") : type;
+  const std::optional<uint64_t> target_mode = symlink ? number_field("target_mode") : mode;
   std::string file_type = "FILE_TYPE_UNSPECIFIED";
-  if (*type == "file") file_type = "FILE_TYPE_FILE";
-  if (*type == "dir") file_type = "FILE_TYPE_DIRECTORY";
-  if (*type == "symlink") file_type = "FILE_TYPE_SYMLINK";
+  if (target_type && *target_type == "file") file_type = "FILE_TYPE_FILE";
+  if (target_type && *target_type == "dir") file_type = "FILE_TYPE_DIRECTORY";
   const auto bits = static_cast<uint32_t>(*mode & 07777);
   json info = {
       {"name", *name},
       {"type", file_type},
       {"path", *path},
-      {"size", std::to_string(*size)},  // int64: a string in proto3 JSON
-      {"mode", bits & 0777},            // Go's FileMode.Perm()
+      {"size", std::to_string(*size)},                                      // int64: a string in proto3 JSON
+      {"mode", static_cast<uint32_t>(target_mode.value_or(0) & 0777)},      // Go's FileMode.Perm()
       {"permissions", GoFileModeString(*type, bits)},
       {"owner", accounts.OwnerName(static_cast<uint32_t>(*uid))},
       {"group", accounts.GroupName(static_cast<uint32_t>(*gid))},
   };
   if (const std::string* mtime = string_field("mtime")) info["modifiedTime"] = *mtime;
-  if (*type == "symlink") {
-    const std::string* target = string_field("target");
-    info["symlinkTarget"] = target ? *target : std::string();
+  if (symlink) {
+    const std::string* resolved = string_field("resolved");
+    info["symlinkTarget"] = resolved ? *resolved : *path;
   }
   return info;
 }

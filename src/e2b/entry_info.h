@@ -44,7 +44,11 @@ std::string GoFileModeString(std::string_view type, uint32_t mode);
 
 // The EntryInfo for a worker Entry: name, type (FILE_TYPE_*), path, size (an int64: a
 // string), mode (permission bits), permissions, owner, group, modifiedTime and, for a
-// symlink, symlinkTarget. An error for an Entry that lacks its fields (a broken worker).
+// symlink, symlinkTarget. As envd (its filesystem.GetEntryInfo) a symlink is described by
+// what it leads to: that one's type and mode, and symlinkTarget the absolute path it resolves
+// to (the worker's "resolve_links"); one that leads nowhere has no type and itself as its
+// target. The rest (size, permissions, owner, times) are the link's own. An error for an Entry
+// that lacks its fields (a broken worker).
 Result<nlohmann::json> EntryInfoJson(const nlohmann::json& entry, const Accounts& accounts);
 
 // ListDir's order, that of envd's filepath.WalkDir: a walk of the tree in which each

@@ -200,11 +200,11 @@ class FilesystemCall {
     Result<std::string> path = PathOf(*files, message, "path", "path");
     if (!path.ok()) co_return path.error();
     Result<json> existing = co_await files->Stat(*path);
+    // envd looks with os.Stat, through a symlink.
+    if (existing.ok() && FollowedType(*existing) == "dir") {
+      co_return MakeError(ErrorCode::kConflict, fmt::format("directory already exists: {}", *path), "exists");
+    }
     if (existing.ok()) {
-      const std::string type = existing->value("type", "");
-      if (type == "dir" || type == "symlink") {
-        co_return MakeError(ErrorCode::kConflict, fmt::format("directory already exists: {}", *path), "exists");
-      }
       co_return MakeError(ErrorCode::kBadRequest,
                           fmt::format("path already exists but it is not a directory: {}", *path), "invalid_argument");
     }

@@ -86,7 +86,10 @@ asio::awaitable<Result<std::unique_ptr<core::FileOperation>>> SandboxFiles::Star
   auto executor = co_await asio::this_coro::executor;
   Result<core::InitConnection> connection = co_await manager_->ConnectInit(executor, sandbox_id_);
   if (!connection.ok()) co_return connection.error();
-  co_return co_await core::FileOperation::Start(std::move(connection.value()), op, user_, with_input);
+  // Entries as envd describes them: a symlink by what it leads to (EntryInfoJson).
+  json with_details = op;
+  with_details["resolve_links"] = true;
+  co_return co_await core::FileOperation::Start(std::move(connection.value()), with_details, user_, with_input);
 }
 
 asio::awaitable<Result<json>> SandboxFiles::Run(const json& op, size_t max_answer) {
@@ -120,19 +123,18 @@ asio::awaitable<Result<json>> SandboxFiles::Stat(const std::string& path) {
   co_return co_await Run(op);
 }
 
+std::string FollowedType(const json& entry) {
+  const std::string type = entry.value("type", "");
+  return type == "symlink" ? entry.value("target_type", "") : type;
+}
+
 asio::awaitable<Status> SandboxFiles::CheckDirectory(const std::string& path) {
   Result<json> entry = co_await Stat(path);
   if (!entry.ok()) co_return entry.error();
-  const std::string type = entry->value("type", "");
+  const std::string type = FollowedType(*entry);
   if (type == "dir") co_return Status{};
-  if (type == "symlink") {
-    // Followed as envd's os.Stat does: opening it as a directory (a one-level listing) says
-    // what it points at.
-    const json op = {{"op", "list"}, {"path", path}, {"depth", 1}};
-    Result<json> listing = co_await Run(op, kMaxListingAnswerBytes);
-    if (!listing.ok()) co_return listing.error();
-    co_return Status{};
-  }
+  // Followed as envd's os.Stat does: a symlink that leads nowhere is not there.
+  if (type.empty()) co_return MakeError(ErrorCode::kNotFound, fmt::format("path {} not found", path), "not_found");
   co_return MakeError(ErrorCode::kConflict, fmt::format("path is not a directory: {}", path), "not_a_directory");
 }
 

@@ -47,7 +47,8 @@ class SandboxFiles {
   boost::asio::awaitable<Result<nlohmann::json>> Run(const nlohmann::json& op, size_t max_answer = kMaxFileAnswerBytes);
   // envd's EntryInfo for a worker Entry (the group names are read on first use).
   boost::asio::awaitable<Result<nlohmann::json>> Info(const nlohmann::json& entry);
-  // The Entry of `path` (a symlink reported, not followed).
+  // The Entry of `path` (a symlink reported, not followed; what it leads to in its
+  // "target_type", see FollowedType).
   boost::asio::awaitable<Result<nlohmann::json>> Stat(const std::string& path);
   // OK if `path` is a directory or a symlink to one; else not_found, or 400 with the
   // worker's "not_a_directory" (envd: "path is not a directory").
@@ -63,6 +64,10 @@ class SandboxFiles {
   Accounts accounts_;
   bool groups_read_ = false;
 };
+
+// The type of what a worker Entry leads to: its own, or a symlink's target's ("" for one that
+// leads nowhere).
+std::string FollowedType(const nlohmann::json& entry);
 
 // A watch operation that reported ready, and whatever it wrote after that line.
 struct StartedWatch {

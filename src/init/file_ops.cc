@@ -155,7 +155,7 @@ struct Listing {
   bool truncated = false;
 };
 
-Status ListDirectory(int dir_fd, const std::string& dir_path, int depth, Listing* out) {
+Status ListDirectory(int dir_fd, const std::string& dir_path, int depth, const EntryDetails& details, Listing* out) {
   auto names = DirectoryNames(dir_fd, dir_path);
   if (!names.ok()) return names.error();
   for (const auto& name : *names) {
@@ -164,7 +164,7 @@ Status ListDirectory(int dir_fd, const std::string& dir_path, int depth, Listing
       return {};
     }
     std::string path = JoinPath(dir_path, name);
-    auto entry = EntryAt(dir_fd, name, path);
+    auto entry = EntryAt(dir_fd, name, path, details);
     if (!entry.ok()) continue;  // removed meanwhile
     bool is_dir = (*entry)["type"] == "dir";
     out->entries.emplace_back(path, std::move(*entry));
@@ -172,7 +172,7 @@ Status ListDirectory(int dir_fd, const std::string& dir_path, int depth, Listing
       // O_NOFOLLOW: a directory swapped for a symlink since fstatat is not entered.
       UniqueFd sub(::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       // A subdirectory that cannot be read is listed without its contents.
-      if (sub) (void)ListDirectory(sub.get(), path, depth - 1, out);
+      if (sub) (void)ListDirectory(sub.get(), path, depth - 1, details, out);
       if (out->truncated) return {};
     }
   }
@@ -255,6 +255,8 @@ Status WriteFileOp(const FileOpArgs& args) {
   if (!parents.ok()) return parents.error();
   auto append = args.Bool("append", false);
   if (!append.ok()) return append.error();
+  auto details = EntryDetailsOf(args);
+  if (!details.ok()) return details.error();
   if (*path == "/") return FileError("is_a_directory", "/ is a directory");
 
   if (*parents) BH_TRY(MakeDirectories(SplitParent(*path).first, 0755, /*path_is_a_parent=*/true));
@@ -282,7 +284,7 @@ Status WriteFileOp(const FileOpArgs& args) {
   if (::fchmod(file.fd(), final_mode) != 0) return ErrnoError(errno, "chmod", *path);
   BH_TRY(file.Commit(name, *path));
 
-  auto entry = EntryAt(dir_fd.get(), name, *path);
+  auto entry = EntryAt(dir_fd.get(), name, *path, *details);
   if (!entry.ok()) return entry.error();
   return WriteJsonLine(*entry);
 }
@@ -290,7 +292,9 @@ Status WriteFileOp(const FileOpArgs& args) {
 Status StatOp(const FileOpArgs& args) {
   auto path = args.Path("path");
   if (!path.ok()) return path.error();
-  auto entry = EntryOf(*path);
+  auto details = EntryDetailsOf(args);
+  if (!details.ok()) return details.error();
+  auto entry = EntryOf(*path, *details);
   if (!entry.ok()) return entry.error();
   return WriteJsonLine(*entry);
 }
@@ -300,10 +304,12 @@ Status ListOp(const FileOpArgs& args) {
   if (!path.ok()) return path.error();
   auto depth = args.Int("depth", 1, 1, 32);
   if (!depth.ok()) return depth.error();
+  auto details = EntryDetailsOf(args);
+  if (!details.ok()) return details.error();
   UniqueFd root(::open(path->c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!root) return ErrnoError(errno, "open", *path);
   Listing listing;
-  BH_TRY(ListDirectory(root.get(), *path, *depth, &listing));
+  BH_TRY(ListDirectory(root.get(), *path, *depth, *details, &listing));
   std::sort(listing.entries.begin(), listing.entries.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
   json entries = json::array();
@@ -318,12 +324,14 @@ Status MkdirOp(const FileOpArgs& args) {
   if (!parents.ok()) return parents.error();
   auto mode = args.Mode("mode");
   if (!mode.ok()) return mode.error();
+  auto details = EntryDetailsOf(args);
+  if (!details.ok()) return details.error();
   if (*parents) {
     BH_TRY(MakeDirectories(*path, mode->value_or(0755)));
   } else if (::mkdir(path->c_str(), mode->value_or(0755)) != 0) {
     return ErrnoError(errno, "mkdir", *path);
   }
-  auto entry = EntryOf(*path);
+  auto entry = EntryOf(*path, *details);
   if (!entry.ok()) return entry.error();
   return WriteJsonLine(*entry);
 }
@@ -333,8 +341,10 @@ Status MoveOp(const FileOpArgs& args) {
   if (!from.ok()) return from.error();
   auto to = args.Path("to");
   if (!to.ok()) return to.error();
+  auto details = EntryDetailsOf(args);
+  if (!details.ok()) return details.error();
   if (::rename(from->c_str(), to->c_str()) != 0) return ErrnoError(errno, "move " + *from + " to", *to);
-  auto entry = EntryOf(*to);
+  auto entry = EntryOf(*to, *details);
   if (!entry.ok()) return entry.error();
   return WriteJsonLine(*entry);
 }

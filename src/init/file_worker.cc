@@ -187,6 +187,17 @@ uint64_t SizeOf(const struct stat& st) {
   return std::max(uint64_t(st.st_blocks) * 512, uint64_t(st.st_blksize));
 }
 
+// "resolved", "target_type" and "target_mode" of the symlink `path`: every link followed, as
+// any program in the sandbox would. Absent where it leads nowhere (dangling, a loop).
+void AddResolvedTarget(const std::string& path, json& entry) {
+  char resolved[PATH_MAX];
+  if (::realpath(path.c_str(), resolved) != nullptr) entry["resolved"] = std::string(resolved);
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return;
+  entry["target_type"] = TypeName(st.st_mode);
+  entry["target_mode"] = st.st_mode & 07777;
+}
+
 }  // namespace
 
 json EntryJson(const std::string& path, const struct stat& st, const std::optional<std::string>& target) {
@@ -203,7 +214,15 @@ json EntryJson(const std::string& path, const struct stat& st, const std::option
   return entry;
 }
 
-Result<json> EntryAt(int dir_fd, const std::string& name, const std::string& path) {
+Result<EntryDetails> EntryDetailsOf(const FileOpArgs& args) {
+  EntryDetails details;
+  auto resolve = args.Bool("resolve_links", false);
+  if (!resolve.ok()) return resolve.error();
+  details.resolve_links = *resolve;
+  return details;
+}
+
+Result<json> EntryAt(int dir_fd, const std::string& name, const std::string& path, const EntryDetails& details) {
   struct stat st;
   if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return ErrnoError(errno, "stat", path);
   std::optional<std::string> target;
@@ -212,10 +231,14 @@ Result<json> EntryAt(int dir_fd, const std::string& name, const std::string& pat
     if (!link.ok()) return link.error();
     target = std::move(*link);
   }
-  return EntryJson(path, st, target);
+  json entry = EntryJson(path, st, target);
+  if (details.resolve_links && S_ISLNK(st.st_mode)) AddResolvedTarget(path, entry);
+  return entry;
 }
 
-Result<json> EntryOf(const std::string& path) { return EntryAt(AT_FDCWD, path, path); }
+Result<json> EntryOf(const std::string& path, const EntryDetails& details) {
+  return EntryAt(AT_FDCWD, path, path, details);
+}
 
 Status WriteAll(int fd, std::string_view data) {
   while (!data.empty()) {

@@ -54,13 +54,21 @@ class FileOpArgs {
   const nlohmann::json& doc_;
 };
 
+// What an operation's Entries say beyond their basic fields, as its "resolve_links" asks
+// (ctl_protocol.h).
+struct EntryDetails {
+  bool resolve_links = false;
+};
+Result<EntryDetails> EntryDetailsOf(const FileOpArgs& args);
+
 // The Entry JSON of `path` described by `st` (lstat-style); `target` for a symlink.
 nlohmann::json EntryJson(const std::string& path, const struct stat& st, const std::optional<std::string>& target);
 // The Entry of `name` inside the directory `dir_fd`, never following a symlink; `path` is
-// what the entry reports.
-Result<nlohmann::json> EntryAt(int dir_fd, const std::string& name, const std::string& path);
+// what the entry reports (and where its `details` are looked up).
+Result<nlohmann::json> EntryAt(int dir_fd, const std::string& name, const std::string& path,
+                               const EntryDetails& details = {});
 // The Entry of an absolute path, never following a final symlink.
-Result<nlohmann::json> EntryOf(const std::string& path);
+Result<nlohmann::json> EntryOf(const std::string& path, const EntryDetails& details = {});
 
 // Blocking writes of all of `data` to `fd` (stdout is a pipe: it applies backpressure).
 Status WriteAll(int fd, std::string_view data);

@@ -260,15 +260,26 @@ def test_make_dir_list_dir_move_remove(envd):
     assert envd.ok("Remove", {"path": base}) == {}
 
 
-def test_symlinks_are_reported_as_symlinks(envd, front, sandbox):
+def test_symlinks_are_described_by_what_they_lead_to(envd, front, sandbox):
+    """As envd: a symlink has its target's type and mode, and symlinkTarget is where it
+    resolves to (absolute); a dangling one has no type and itself as its target."""
     base = f"/home/user/{unique('links')}"
     assert envd.ok("MakeDir", {"path": base})
-    sh(front, sandbox["sandboxID"], f"ln -s /etc {base}/to-etc && ln -s missing {base}/dangling", user="user")
+    sh(front, sandbox["sandboxID"], f"cd {base} && ln -s /etc to-etc && ln -s missing dangling && echo x > f"
+                                    f" && ln -s f rel && ln -s ../{base.rsplit('/', 1)[1]}/rel chain", user="user")
     link = envd.ok("Stat", {"path": f"{base}/to-etc"})["entry"]
-    assert link["type"] == "FILE_TYPE_SYMLINK" and link["symlinkTarget"] == "/etc"
-    assert link["permissions"].startswith("L")
-    names = {e["name"]: e["type"] for e in envd.ok("ListDir", {"path": base})["entries"]}
-    assert names == {"dangling": "FILE_TYPE_SYMLINK", "to-etc": "FILE_TYPE_SYMLINK"}
+    assert (link["type"], link["symlinkTarget"], link["mode"]) == ("FILE_TYPE_DIRECTORY", "/etc", 0o755)
+    assert link["permissions"] == "Lrwxrwxrwx" and link["size"] == "4"  # the link's own
+    for name in ("rel", "chain"):
+        entry = envd.ok("Stat", {"path": f"{base}/{name}"})["entry"]
+        assert (entry["type"], entry["symlinkTarget"], entry["mode"]) == ("FILE_TYPE_FILE", f"{base}/f", 0o644), entry
+    dangling = envd.ok("Stat", {"path": f"{base}/dangling"})["entry"]
+    assert dangling["symlinkTarget"] == f"{base}/dangling"
+    assert dangling.get("type", "FILE_TYPE_UNSPECIFIED") == "FILE_TYPE_UNSPECIFIED"
+    listed = {e["name"]: (e.get("type"), e.get("symlinkTarget")) for e in envd.ok("ListDir", {"path": base})["entries"]}
+    assert listed == {"chain": ("FILE_TYPE_FILE", f"{base}/f"), "dangling": ("FILE_TYPE_UNSPECIFIED", f"{base}/dangling"),
+                      "f": ("FILE_TYPE_FILE", None), "rel": ("FILE_TYPE_FILE", f"{base}/f"),
+                      "to-etc": ("FILE_TYPE_DIRECTORY", "/etc")}
     # Listing through a symlink to a directory lists the directory.
     assert "passwd" in {e["name"] for e in envd.ok("ListDir", {"path": f"{base}/to-etc"})["entries"]}
     assert envd.ok("Remove", {"path": f"{base}/to-etc"}) == {}  # the link, never its target

@@ -371,13 +371,26 @@ TEST(E2bEntryInfo, ProtoJsonOfAnEntry) {
                         {"group", "users"},
                         {"modifiedTime", "2026-11-29T21:00:00.123Z"}}));
 
-  const json link = {{"path", "/l"}, {"name", "l"}, {"type", "symlink"}, {"size", 1}, {"mode", 0777},
-                     {"uid", 0},     {"gid", 0},    {"mtime", "2026-01-01T00:00:00Z"}, {"target", "/"}};
+  // A symlink is described by what it leads to; its permissions, size and owner are its own.
+  const json link = {{"path", "/d/l"},   {"name", "l"},      {"type", "symlink"},
+                     {"size", 5},        {"mode", 0777},     {"uid", 0},
+                     {"gid", 0},         {"mtime", "2026-01-01T00:00:00Z"},
+                     {"target", "../x"}, {"resolved", "/x"}, {"target_type", "dir"},
+                     {"target_mode", 0750}};
   const json link_info = *EntryInfoJson(link, accounts);
-  EXPECT_EQ(link_info["type"], "FILE_TYPE_SYMLINK");
-  EXPECT_EQ(link_info["symlinkTarget"], "/");
+  EXPECT_EQ(link_info["type"], "FILE_TYPE_DIRECTORY");
+  EXPECT_EQ(link_info["symlinkTarget"], "/x");
+  EXPECT_EQ(link_info["mode"], 0750);
   EXPECT_EQ(link_info["permissions"], "Lrwxrwxrwx");
+  EXPECT_EQ(link_info["size"], "5");
   EXPECT_EQ(link_info["owner"], "root");
+  // One that leads nowhere: no type, no mode, itself as its target.
+  json dangling = link;
+  for (const char* key : {"resolved", "target_type", "target_mode"}) dangling.erase(key);
+  const json dangling_info = *EntryInfoJson(dangling, accounts);
+  EXPECT_EQ(dangling_info["type"], "FILE_TYPE_UNSPECIFIED");
+  EXPECT_EQ(dangling_info["mode"], 0);
+  EXPECT_EQ(dangling_info["symlinkTarget"], "/d/l");
 
   const json dir = {{"path", "/t"}, {"name", "t"}, {"type", "dir"}, {"size", 4096}, {"mode", 01777}, {"uid", 99}, {"gid", 98}};
   const json dir_info = *EntryInfoJson(dir, accounts);

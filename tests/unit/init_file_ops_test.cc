@@ -578,6 +578,46 @@ TEST_F(FileOpsTest, StatReportsASymlinkWithoutFollowingIt) {
   EXPECT_EQ(RunOp(json{{"op", "stat"}, {"path", "/"}}).Line()["name"], "/");
 }
 
+TEST_F(FileOpsTest, ResolveLinksTellsWhereASymlinkLeads) {
+  fs::create_directories(Path("d"));
+  WriteFile(Path("d/x"), "x");
+  ASSERT_EQ(::chmod(Path("d/x").c_str(), 0640), 0);
+  fs::create_symlink("x", Path("d/rel"));
+  fs::create_symlink("rel", Path("d/chain"));
+  fs::create_symlink(Path("d"), Path("to-dir"));
+  fs::create_symlink("nowhere", Path("d/dangling"));
+  fs::create_symlink("loop", Path("d/loop"));
+  auto stat = [&](const std::string& path, bool resolve) {
+    return RunOp(json{{"op", "stat"}, {"path", path}, {"resolve_links", resolve}}).Line();
+  };
+  const std::string real_dir = fs::canonical(Path("d"));
+  json rel = stat(Path("d/rel"), true);
+  EXPECT_EQ(rel["type"], "symlink");
+  EXPECT_EQ(rel["target"], "x");
+  EXPECT_EQ(rel["resolved"], real_dir + "/x");
+  EXPECT_EQ(rel["target_type"], "file");
+  EXPECT_EQ(rel["target_mode"], 0640);
+  EXPECT_EQ(stat(Path("d/chain"), true)["resolved"], real_dir + "/x");
+  EXPECT_EQ(stat(Path("to-dir"), true)["target_type"], "dir");
+  for (const char* name : {"d/dangling", "d/loop"}) {
+    json nowhere = stat(Path(name), true);
+    EXPECT_EQ(nowhere["type"], "symlink") << name;
+    EXPECT_FALSE(nowhere.contains("resolved") || nowhere.contains("target_type") || nowhere.contains("target_mode"))
+        << nowhere;
+  }
+  // Without the option, and for what is not a symlink, nothing of it.
+  EXPECT_FALSE(stat(Path("d/rel"), false).contains("resolved"));
+  EXPECT_FALSE(stat(Path("d/x"), true).contains("resolved"));
+  // A listing says the same of its symlinks.
+  json listing = RunOp(json{{"op", "list"}, {"path", Path("d")}, {"resolve_links", true}}).Line();
+  std::map<std::string, json> by_name;
+  for (const json& entry : listing["entries"]) by_name[entry["name"]] = entry;
+  EXPECT_EQ(by_name["rel"]["resolved"], real_dir + "/x");
+  EXPECT_FALSE(by_name["dangling"].contains("target_type"));
+  EXPECT_EQ(RunOp(json{{"op", "stat"}, {"path", Path("d")}, {"resolve_links", "yes"}}).Code(), "invalid_argument");
+  fs::remove(Path("d/loop"));  // the fixture's cleanup would trip over it
+}
+
 TEST_F(FileOpsTest, ADirectorysSizeIsTheSpaceItTakes) {
   fs::create_directories(Path("empty"));
   struct stat st;

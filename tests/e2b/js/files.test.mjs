@@ -146,10 +146,12 @@ test('getInfo', async () => {
   assert.ok(info.modifiedTime instanceof Date)
   const dir = await sbx.files.getInfo('/home/user/info')
   assert.deepEqual([dir.type, dir.name], [FileType.DIR, 'info'])
-  await sbx.commands.run('ln -sf /home/user/info/x.txt /home/user/info/link')
+  // A symlink is described by what it leads to, with its target resolved to an absolute path.
+  await sbx.commands.run('cd /home/user/info && ln -sf x.txt link && ln -sfn /home/user/info dir-link')
   const link = await sbx.files.getInfo('/home/user/info/link')
-  assert.equal(link.type, FileType.SYMLINK)
-  assert.equal(link.symlinkTarget, '/home/user/info/x.txt')
+  assert.deepEqual([link.type, link.symlinkTarget, link.mode], [FileType.FILE, '/home/user/info/x.txt', 0o640])
+  const dirLink = await sbx.files.getInfo('/home/user/info/dir-link')
+  assert.deepEqual([dirLink.type, dirLink.symlinkTarget], [FileType.DIR, '/home/user/info'])
 })
 
 test('not-found errors', async () => {

@@ -127,10 +127,32 @@ def test_get_info(sbx):
     assert info.owner == "user"
     d = sbx.files.get_info("/home/user/info")
     assert (d.type, d.name) == (FileType.DIR, "info")
-    sbx.commands.run("ln -sf /home/user/info/x.txt /home/user/info/link")
-    link = sbx.files.get_info("/home/user/info/link")
-    assert link.type == FileType.SYMLINK
-    assert link.symlink_target == "/home/user/info/x.txt"
+
+
+def test_get_info_of_symlinks(sbx):
+    """envd describes a symlink by what it leads to: the target's type and permission bits,
+    and the target fully resolved to an absolute path; the rest is the link's own."""
+    sbx.files.write("/home/user/links/x.txt", "12345")
+    sbx.commands.run("cd /home/user/links && chmod 640 x.txt && ln -s x.txt rel && ln -s rel chain"
+                     " && ln -s /home/user/links abs-dir && ln -s nowhere dangling")
+    rel = sbx.files.get_info("/home/user/links/rel")
+    assert (rel.name, rel.path, rel.type) == ("rel", "/home/user/links/rel", FileType.FILE)
+    assert rel.symlink_target == "/home/user/links/x.txt"
+    assert (rel.mode, rel.permissions, rel.size) == (0o640, "Lrwxrwxrwx", len("x.txt"))
+    chain = sbx.files.get_info("/home/user/links/chain")
+    assert (chain.type, chain.symlink_target) == (FileType.FILE, "/home/user/links/x.txt")
+    to_dir = sbx.files.get_info("/home/user/links/abs-dir")
+    assert (to_dir.type, to_dir.symlink_target, to_dir.mode) == (FileType.DIR, "/home/user/links", 0o755)
+    # A dangling link has no type, and its target is the link itself (envd cannot resolve it).
+    dangling = sbx.files.get_info("/home/user/links/dangling")
+    assert (dangling.type, dangling.symlink_target) == (None, "/home/user/links/dangling")
+    # A listing describes them the same way (the SDK leaves out what has no type: the dangling
+    # link); it does not descend into the link to a directory.
+    listed = {e.name: e for e in sbx.files.list("/home/user/links", depth=2)}
+    assert set(listed) == {"abs-dir", "chain", "rel", "x.txt"}
+    assert (listed["rel"].type, listed["rel"].symlink_target) == (FileType.FILE, "/home/user/links/x.txt")
+    assert (listed["abs-dir"].type, listed["abs-dir"].symlink_target) == (FileType.DIR, "/home/user/links")
+    assert listed["x.txt"].symlink_target is None
 
 
 def test_directory_size_is_the_space_it_takes(sbx):
