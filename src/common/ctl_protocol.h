@@ -141,6 +141,8 @@
 // Ops ("file_op" = {"op": .., fields}):
 //   read    {"path"}  stdout: one line {"size": N}, then the file's bytes (a regular file
 //           only). If it shrinks while read the worker fails after what it sent.
+// write and mkdir also take "owner": {"uid": N, "gid": N}: the file written and each directory
+// they create are given to it (the E2B front runs them as root so, as envd does).
 //   write   {"path", "mode"?: 420, "parents": true, "append": false}  stdin: the content.
 //           Written to a temporary file beside the target and renamed over it, so a failed
 //           write (disk full, cut off) leaves the old content intact. Without "mode" an

@@ -18,16 +18,16 @@ using nlohmann::json;
 
 namespace {
 
-// /etc/passwd and /etc/group are read as root: they are world-readable anyway, and a user
-// whose home cannot be found must still be told apart from one that does not exist.
-constexpr std::string_view kReader = "0";
+// envd runs as root: every file operation runs so, and what one creates is then given to the
+// request's user (see SandboxFiles::Start). /etc/passwd and /etc/group are read so too.
+constexpr std::string_view kRoot = "0";
 constexpr size_t kMaxAccountsFile = 4 * 1024 * 1024;
 
 // A whole (small) file of the sandbox, read as root. "" if it does not exist.
 asio::awaitable<Result<std::string>> ReadSandboxFile(core::InitConnection connection, const std::string& path) {
   const json op = {{"op", "read"}, {"path", path}};
   Result<std::unique_ptr<core::FileOperation>> started =
-      co_await core::FileOperation::Start(std::move(connection), op, std::string(kReader), false);
+      co_await core::FileOperation::Start(std::move(connection), op, std::string(kRoot), false);
   if (!started.ok()) co_return started.error();
   Result<std::string> output = co_await (*started)->Finish(kMaxAccountsFile + api::kMaxFirstLineBytes);
   if (!output.ok()) {
@@ -40,13 +40,21 @@ asio::awaitable<Result<std::string>> ReadSandboxFile(core::InitConnection connec
   co_return output->substr(newline + 1);
 }
 
+std::optional<uint32_t> Number(std::string_view text) {
+  uint32_t number = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), number);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return number;
+}
+
 // The uid a user spec ("name", "1000", "1000:1000") names, if numeric.
-std::optional<uint32_t> NumericUid(std::string_view spec) {
-  spec = spec.substr(0, spec.find(':'));
-  uint32_t uid = 0;
-  const auto [end, ec] = std::from_chars(spec.data(), spec.data() + spec.size(), uid);
-  if (spec.empty() || ec != std::errc() || end != spec.data() + spec.size()) return std::nullopt;
-  return uid;
+std::optional<uint32_t> NumericUid(std::string_view spec) { return Number(spec.substr(0, spec.find(':'))); }
+
+// The gid of a numeric spec "1000:1000", if it has one.
+std::optional<uint32_t> NumericGid(std::string_view spec) {
+  const size_t colon = spec.find(':');
+  if (colon == std::string_view::npos) return std::nullopt;
+  return Number(spec.substr(colon + 1));
 }
 
 }  // namespace
@@ -74,10 +82,15 @@ asio::awaitable<Result<SandboxFiles>> SandboxFiles::Open(core::SandboxManager& m
   }
   if (account) {
     files.home_ = CleanAbsolutePath(account->home);
-  } else if (files.user_ == "root" || files.user_ == "0" || files.user_.starts_with("0:")) {
+    files.owner_ = FileOwner{account->uid, account->gid};
+  } else if (std::optional<uint32_t> uid = NumericUid(files.user_)) {
+    files.home_ = *uid == 0 ? "/root" : "/";
+    files.owner_ = FileOwner{*uid, NumericGid(files.user_).value_or(*uid)};
+  } else if (files.user_ == "root") {
     files.home_ = "/root";
+    files.owner_ = FileOwner{0, 0};
   } else {
-    files.home_ = "/";
+    files.home_ = "/";  // a name the sandbox does not know: init refuses it
   }
   co_return files;
 }
@@ -89,7 +102,13 @@ asio::awaitable<Result<std::unique_ptr<core::FileOperation>>> SandboxFiles::Star
   // Entries as envd describes them: a symlink by what it leads to (EntryInfoJson).
   json with_details = op;
   with_details["resolve_links"] = true;
-  co_return co_await core::FileOperation::Start(std::move(connection.value()), with_details, user_, with_input);
+  // As envd: the sandbox is the boundary, not the user inside it. The operation runs as root,
+  // and the file and directories it creates are the user's.
+  if (!owner_) co_return co_await core::FileOperation::Start(std::move(connection.value()), with_details, user_, with_input);
+  const std::string kind = op.value("op", "");
+  if (kind == "write" || kind == "mkdir") with_details["owner"] = {{"uid", owner_->uid}, {"gid", owner_->gid}};
+  co_return co_await core::FileOperation::Start(std::move(connection.value()), with_details, std::string(kRoot),
+                                                with_input);
 }
 
 asio::awaitable<Result<json>> SandboxFiles::Run(const json& op, size_t max_answer) {

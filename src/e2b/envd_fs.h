@@ -1,7 +1,8 @@
-// What envd's filesystem service and /files share: whom an operation runs as and where its
+// What envd's filesystem service and /files share: whom an operation is for and where its
 // relative paths start (the user's home, from the sandbox's own /etc/passwd), running file
-// operations inside the sandbox (core/file_operation.h: a worker there, as that user, so no
-// path, symlink or ".." reaches a host file), and envd's error codes for their failures.
+// operations inside the sandbox (core/file_operation.h: a worker there, as the sandbox's root
+// the way envd runs, what it creates given to the user; no path, symlink or ".." reaches a
+// host file), and envd's error codes for their failures.
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -41,7 +42,8 @@ class SandboxFiles {
   // envd's path: "~" expanded, relative to the home, cleaned (envd_paths.h). 400 if bad.
   Result<std::string> Resolve(std::string_view path) const { return ResolveEnvdPath(path, home_); }
 
-  // Starts one file operation (ctl_protocol.h "File operations") as the user.
+  // Starts one file operation (ctl_protocol.h "File operations") as envd would for the
+  // user: as root, what it creates given to the user ("owner").
   boost::asio::awaitable<Result<std::unique_ptr<core::FileOperation>>> Start(const nlohmann::json& op, bool with_input);
   // Runs one operation without input to its end: the JSON line it answered (null if none).
   boost::asio::awaitable<Result<nlohmann::json>> Run(const nlohmann::json& op, size_t max_answer = kMaxFileAnswerBytes);
@@ -61,6 +63,11 @@ class SandboxFiles {
   std::string sandbox_id_;
   std::string user_;
   std::string home_;
+  struct FileOwner {
+    uint32_t uid = 0;
+    uint32_t gid = 0;
+  };
+  std::optional<FileOwner> owner_;  // the user's ids, unless the sandbox does not know them
   Accounts accounts_;
   bool groups_read_ = false;
 };

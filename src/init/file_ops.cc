@@ -126,7 +126,7 @@ class ReplacementFile {
 };
 
 // "append": written in place, at the end of the existing file (or a new one).
-Status AppendInPlace(const std::string& path, std::optional<mode_t> mode) {
+Status AppendInPlace(const std::string& path, std::optional<mode_t> mode, const std::optional<FileOwner>& owner) {
   struct stat st;
   if (::stat(path.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) return FileError("is_a_directory", path + " is a directory");
@@ -143,6 +143,8 @@ Status AppendInPlace(const std::string& path, std::optional<mode_t> mode) {
   if (::fstat(fd.get(), &st) != 0) return ErrnoError(errno, "stat", path);
   if (!S_ISREG(st.st_mode)) return FileError("invalid_argument", path + " is not a regular file");
   ::fcntl(fd.get(), F_SETFL, O_APPEND);  // blocking again
+  // Before fchmod, which chown would strip of set-id bits.
+  if (owner && ::fchown(fd.get(), owner->uid, owner->gid) != 0) return ErrnoError(errno, "chown", path);
   if (mode && !created && ::fchmod(fd.get(), *mode) != 0) return ErrnoError(errno, "chmod", path);
   BH_TRY(CopyUntilEof(0, fd.get(), path));
   if (::fstat(fd.get(), &st) != 0) return ErrnoError(errno, "stat", path);
@@ -255,12 +257,14 @@ Status WriteFileOp(const FileOpArgs& args) {
   if (!parents.ok()) return parents.error();
   auto append = args.Bool("append", false);
   if (!append.ok()) return append.error();
+  auto owner = args.Owner("owner");
+  if (!owner.ok()) return owner.error();
   auto details = EntryDetailsOf(args);
   if (!details.ok()) return details.error();
   if (*path == "/") return FileError("is_a_directory", "/ is a directory");
 
-  if (*parents) BH_TRY(MakeDirectories(SplitParent(*path).first, 0755, /*path_is_a_parent=*/true));
-  if (*append) return AppendInPlace(*path, *mode);
+  if (*parents) BH_TRY(MakeDirectories(SplitParent(*path).first, 0755, /*path_is_a_parent=*/true, *owner));
+  if (*append) return AppendInPlace(*path, *mode, *owner);
 
   auto parent = OpenParent(*path);
   if (!parent.ok()) return parent.error();
@@ -275,9 +279,11 @@ Status WriteFileOp(const FileOpArgs& args) {
   ReplacementFile file(dir_fd.get(), SplitParent(*path).first);
   BH_TRY(file.Open());
   BH_TRY(CopyUntilEof(0, file.fd(), *path));
-  // The old file's owner is kept where the worker may (root); before fchmod, which chown
-  // would strip of set-id bits.
-  if (replaces_file && (old.st_uid != ::geteuid() || old.st_gid != ::getegid())) {
+  // The file goes to "owner" if given, else the old file's owner is kept where the worker
+  // may (root); before fchmod, which chown would strip of set-id bits.
+  if (*owner) {
+    if (::fchown(file.fd(), (*owner)->uid, (*owner)->gid) != 0) return ErrnoError(errno, "chown", *path);
+  } else if (replaces_file && (old.st_uid != ::geteuid() || old.st_gid != ::getegid())) {
     if (::fchown(file.fd(), old.st_uid, old.st_gid) != 0 && errno != EPERM) return ErrnoError(errno, "chown", *path);
   }
   mode_t final_mode = mode->value_or(replaces_file ? old.st_mode & 07777 : 0644);
@@ -324,12 +330,16 @@ Status MkdirOp(const FileOpArgs& args) {
   if (!parents.ok()) return parents.error();
   auto mode = args.Mode("mode");
   if (!mode.ok()) return mode.error();
+  auto owner = args.Owner("owner");
+  if (!owner.ok()) return owner.error();
   auto details = EntryDetailsOf(args);
   if (!details.ok()) return details.error();
   if (*parents) {
-    BH_TRY(MakeDirectories(*path, mode->value_or(0755)));
+    BH_TRY(MakeDirectories(*path, mode->value_or(0755), /*path_is_a_parent=*/false, *owner));
   } else if (::mkdir(path->c_str(), mode->value_or(0755)) != 0) {
     return ErrnoError(errno, "mkdir", *path);
+  } else if (*owner && ::lchown(path->c_str(), (*owner)->uid, (*owner)->gid) != 0) {
+    return ErrnoError(errno, "chown", *path);
   }
   auto entry = EntryOf(*path, *details);
   if (!entry.ok()) return entry.error();

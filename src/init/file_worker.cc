@@ -167,6 +167,20 @@ Result<std::optional<mode_t>> FileOpArgs::Mode(const char* key) const {
   return std::optional<mode_t>(mode_t(it->get<uint64_t>()));
 }
 
+Result<std::optional<FileOwner>> FileOpArgs::Owner(const char* key) const {
+  auto it = doc_.find(key);
+  if (it == doc_.end() || it->is_null()) return std::optional<FileOwner>();
+  auto id = [&](const char* field) -> std::optional<uint32_t> {
+    if (!it->is_object()) return std::nullopt;
+    auto value = it->find(field);
+    if (value == it->end() || !value->is_number_unsigned() || value->get<uint64_t>() > UINT32_MAX - 1) return std::nullopt;
+    return uint32_t(value->get<uint64_t>());
+  };
+  std::optional<uint32_t> uid = id("uid"), gid = id("gid");
+  if (!uid || !gid) return FileError("invalid_argument", std::string("\"") + key + "\" must be {\"uid\": N, \"gid\": N}");
+  return std::optional<FileOwner>(FileOwner{uid_t(*uid), gid_t(*gid)});
+}
+
 Result<int> FileOpArgs::Int(const char* key, int fallback, int min, int max) const {
   auto it = doc_.find(key);
   if (it == doc_.end() || it->is_null()) return fallback;
@@ -285,7 +299,7 @@ Result<std::vector<std::string>> DirectoryNames(int dir_fd, const std::string& p
   return names;
 }
 
-Status MakeDirectories(const std::string& path, mode_t mode, bool path_is_a_parent) {
+Status MakeDirectories(const std::string& path, mode_t mode, bool path_is_a_parent, const std::optional<FileOwner>& owner) {
   // Each prefix in turn: mkdir, and an existing one must be a directory (following a symlink,
   // as any program in the sandbox would).
   size_t pos = 0;
@@ -294,7 +308,11 @@ Status MakeDirectories(const std::string& path, mode_t mode, bool path_is_a_pare
     std::string prefix = path.substr(0, pos);
     if (prefix.empty() || prefix == "/") continue;
     bool last = pos == std::string::npos;
-    if (::mkdir(prefix.c_str(), last ? mode : 0755) == 0) continue;
+    if (::mkdir(prefix.c_str(), last ? mode : 0755) == 0) {
+      // lchown: what is there now is not followed if it was swapped for a symlink.
+      if (owner && ::lchown(prefix.c_str(), owner->uid, owner->gid) != 0) return ErrnoError(errno, "chown", prefix);
+      continue;
+    }
     int err = errno;
     struct stat st;
     if (::stat(prefix.c_str(), &st) == 0) {

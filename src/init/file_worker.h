@@ -38,6 +38,12 @@ Error ErrnoError(int err, std::string_view what, std::string_view path);
 // The worker code of an error (its detail_code).
 std::string FileErrorCode(const Error& error);
 
+// Whom a file or directory is given to (chown).
+struct FileOwner {
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+
 // The arguments of one operation: the "file_op" object, with checked accessors.
 class FileOpArgs {
  public:
@@ -49,6 +55,8 @@ class FileOpArgs {
   // Permission bits 0..07777, absent or null -> nullopt.
   Result<std::optional<mode_t>> Mode(const char* key) const;
   Result<int> Int(const char* key, int fallback, int min, int max) const;
+  // "owner" {"uid", "gid"}: whom what the operation creates is given to; absent -> nullopt.
+  Result<std::optional<FileOwner>> Owner(const char* key) const;
 
  private:
   const nlohmann::json& doc_;
@@ -85,7 +93,9 @@ Result<std::vector<std::string>> DirectoryNames(int dir_fd, const std::string& p
 // Creates `path` and its missing parents as directories (mode 0755 for the parents, `mode`
 // for the last); an existing directory anywhere is fine. Something else at `path` itself is
 // "exists", or "not_a_directory" when `path` is where something else is to go (a parent).
-Status MakeDirectories(const std::string& path, mode_t mode, bool path_is_a_parent = false);
+// Each directory it creates is given to `owner`, if any.
+Status MakeDirectories(const std::string& path, mode_t mode, bool path_is_a_parent = false,
+                       const std::optional<FileOwner>& owner = std::nullopt);
 
 // ---- The operations (ctl_protocol.h lists their arguments and output) ----
 Status ReadFileOp(const FileOpArgs& args);

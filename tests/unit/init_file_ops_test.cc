@@ -560,6 +560,43 @@ TEST_F(FileOpsTest, WriteKeepsTheOwnerOfTheFileItReplaces) {
   EXPECT_EQ(st.st_gid, 4321u);
 }
 
+TEST_F(FileOpsTest, OwnerGetsWhatAWriteOrMkdirCreates) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give files to another user";
+  auto owner_of = [&](const std::string& name) {
+    struct stat st;
+    EXPECT_EQ(::lstat(Path(name).c_str(), &st), 0) << name;
+    return std::pair<uid_t, gid_t>(st.st_uid, st.st_gid);
+  };
+  const json owner = {{"uid", 1234}, {"gid", 4321}};
+  const std::pair<uid_t, gid_t> given(1234, 4321), root(0, 0);
+  fs::create_directories(Path("existing"));
+  ASSERT_EQ(RunOp(json{{"op", "write"}, {"path", Path("existing/new/deeper/f")}, {"owner", owner}}, "x").exit_code, 0);
+  EXPECT_EQ(owner_of("existing"), root);  // what was there stays as it was
+  EXPECT_EQ(owner_of("existing/new"), given);
+  EXPECT_EQ(owner_of("existing/new/deeper"), given);
+  EXPECT_EQ(owner_of("existing/new/deeper/f"), given);
+  // A file it replaces is given to the owner too (as envd chowns what it writes).
+  WriteFile(Path("roots"), "r");
+  ASSERT_EQ(::chmod(Path("roots").c_str(), 0600), 0);
+  ASSERT_EQ(RunOp(json{{"op", "write"}, {"path", Path("roots")}, {"owner", owner}}, "y").exit_code, 0);
+  EXPECT_EQ(owner_of("roots"), given);
+  EXPECT_EQ(fs::status(Path("roots")).permissions(), fs::perms(0600));
+  ASSERT_EQ(RunOp(json{{"op", "write"}, {"path", Path("appended")}, {"append", true}, {"owner", owner}}, "a").exit_code, 0);
+  EXPECT_EQ(owner_of("appended"), given);
+  ASSERT_EQ(RunOp(json{{"op", "mkdir"}, {"path", Path("m/n")}, {"owner", owner}}).exit_code, 0);
+  EXPECT_EQ(owner_of("m"), given);
+  EXPECT_EQ(owner_of("m/n"), given);
+  ASSERT_EQ(RunOp(json{{"op", "mkdir"}, {"path", Path("single")}, {"parents", false}, {"owner", owner}}).exit_code, 0);
+  EXPECT_EQ(owner_of("single"), given);
+  // Without it, what the worker makes is its own.
+  ASSERT_EQ(RunOp(json{{"op", "mkdir"}, {"path", Path("plain")}}).exit_code, 0);
+  EXPECT_EQ(owner_of("plain"), root);
+  for (const json& bad : {json("1234"), json{{"uid", 1}}, json{{"uid", -1}, {"gid", 0}}}) {
+    EXPECT_EQ(RunOp(json{{"op", "mkdir"}, {"path", Path("bad")}, {"owner", bad}}).Code(), "invalid_argument") << bad;
+  }
+  EXPECT_FALSE(fs::exists(Path("bad")));
+}
+
 // ---- stat and list ----
 
 TEST_F(FileOpsTest, StatReportsASymlinkWithoutFollowingIt) {

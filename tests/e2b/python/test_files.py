@@ -181,8 +181,32 @@ def test_user_root_files(sbx):
     sbx.files.write("/root/secret.txt", "root's", user="root")
     assert sbx.files.read("/root/secret.txt", user="root") == "root's"
     assert sbx.files.get_info("/root/secret.txt", user="root").owner == "root"
-    with pytest.raises(SandboxException):
-        sbx.files.write("/root/not-mine.txt", "x")
+
+def test_file_operations_run_as_root_and_give_what_they_make_to_the_user(sbx):
+    """envd does every file operation as root, then chowns what it made to the request's user:
+    the sandbox is the boundary, not the user inside it."""
+    owner = lambda path: sbx.commands.run(f"stat -c %U:%G {path}", user="root").stdout.strip()  # noqa: E731
+    info = sbx.files.write("/e2b-made/x.txt", "mine")
+    assert info.path == "/e2b-made/x.txt"
+    assert owner("/e2b-made") == owner("/e2b-made/x.txt") == "user:user"
+    assert sbx.files.make_dir("/srv/made-by-user/sub") is True
+    assert owner("/srv/made-by-user") == owner("/srv/made-by-user/sub") == "user:user"
+    sbx.files.write("/root/not-mine.txt", "x")
+    assert owner("/root/not-mine.txt") == "user:user"
+    # Root's own files: readable, listable, and an overwrite gives the file to the user too.
+    sbx.commands.run("echo root > /srv/root-file && chmod 600 /srv/root-file", user="root")
+    assert sbx.files.read("/srv/root-file") == "root\n"
+    assert "not-mine.txt" in {e.name for e in sbx.files.list("/root")}
+    sbx.files.write("/srv/root-file", "now the user's")
+    assert owner("/srv/root-file") == "user:user"
+    assert sbx.files.rename("/srv/root-file", "/srv/moved/root-file").path == "/srv/moved/root-file"
+    assert owner("/srv/moved") == "user:user"
+    sbx.files.remove("/srv/moved")
+    assert sbx.files.exists("/srv/moved") is False
+    # As another user, what is made is that user's.
+    sbx.files.write("/srv/roots.txt", "r", user="root")
+    assert owner("/srv/roots.txt") == "root:root"
+
 
 
 def test_watch_dir(sbx):
