@@ -39,20 +39,21 @@ Status CopyUntilEof(int from, int to, const std::string& path) {
   }
 }
 
-std::string TempName() {
+std::string TempName(char kind) {
   uint64_t random = 0;
   if (::getrandom(&random, sizeof(random), 0) != sizeof(random)) random = (uint64_t(::getpid()) << 32) ^ uint64_t(::time(nullptr));
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(random));
-  return std::string(kWriteTempPrefix) + buf;
+  return std::string(kWriteTempPrefix) + kind + buf;
 }
 
 // The new content of a file that replaces `name` in `dir_fd` once complete. Unnamed
 // (O_TMPFILE) where the filesystem allows, so nothing is left behind if the worker is killed
-// mid-write; otherwise a uniquely named file beside the target, removed on failure.
+// mid-write; otherwise a uniquely named file beside the target, removed on failure. `kind`
+// (kWriteAsWriter, ...) tells a watch what its commit stands for.
 class ReplacementFile {
  public:
-  ReplacementFile(int dir_fd, std::string dir) : dir_fd_(dir_fd), dir_(std::move(dir)) {}
+  ReplacementFile(int dir_fd, std::string dir, char kind) : dir_fd_(dir_fd), dir_(std::move(dir)), kind_(kind) {}
   ReplacementFile(const ReplacementFile&) = delete;
   ReplacementFile& operator=(const ReplacementFile&) = delete;
   ~ReplacementFile() {
@@ -82,7 +83,7 @@ class ReplacementFile {
  private:
   Status OpenNamed(UniqueFd* fd) {
     for (int attempt = 0; attempt < 16; ++attempt) {
-      std::string name = TempName();
+      std::string name = TempName(kind_);
       fd->reset(::openat(dir_fd_, name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
       if (*fd) {
         temp_name_ = name;
@@ -97,7 +98,7 @@ class ReplacementFile {
   // /proc; with neither, the content is copied into a named file.
   Status LinkUnnamed() {
     for (int attempt = 0; attempt < 16; ++attempt) {
-      std::string name = TempName();
+      std::string name = TempName(kind_);
       std::string proc_path = "/proc/self/fd/" + std::to_string(fd_.get());
       if (::linkat(fd_.get(), "", dir_fd_, name.c_str(), AT_EMPTY_PATH) == 0 ||
           (errno != EEXIST && ::linkat(AT_FDCWD, proc_path.c_str(), dir_fd_, name.c_str(), AT_SYMLINK_FOLLOW) == 0)) {
@@ -121,6 +122,7 @@ class ReplacementFile {
 
   int dir_fd_;
   std::string dir_;
+  char kind_;
   UniqueFd fd_;
   std::string temp_name_;  // the file's name while it has a temporary one
 };
@@ -276,7 +278,9 @@ Status WriteFileOp(const FileOpArgs& args) {
   if (exists && S_ISDIR(old.st_mode)) return FileError("is_a_directory", *path + " is a directory");
   bool replaces_file = exists && S_ISREG(old.st_mode);
 
-  ReplacementFile file(dir_fd.get(), SplitParent(*path).first);
+  // As envd's upload: a file given to an owner is chowned (a chmod event), then written.
+  const char kind = !*owner ? kWriteAsWriter : exists ? kWriteReplaceOwned : kWriteNewOwned;
+  ReplacementFile file(dir_fd.get(), SplitParent(*path).first, kind);
   BH_TRY(file.Open());
   BH_TRY(CopyUntilEof(0, file.fd(), *path));
   // The file goes to "owner" if given, else the old file's owner is kept where the worker

@@ -16,7 +16,9 @@
 // its new name; one moved out of the tree loses them. The watch ends when stdout is closed,
 // or when the watched path itself is removed or moved (after a last remove or rename line).
 // A file written through the API (file_ops.cc) is built in a temporary and renamed over its
-// target: that is reported as create and write of the target, nothing about the temporary.
+// target: that is reported as create and write of the target, nothing about the temporary;
+// one given to an "owner" as envd's upload reports it: create (if new), chmod (the chown),
+// write.
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -50,6 +52,15 @@ bool IsWriteTemporary(std::string_view name, const std::string& path) {
   if (name.size() < 2 || name[0] != '#' || name.find_first_not_of("0123456789", 1) != std::string_view::npos) return false;
   struct stat st;
   return ::lstat(path.c_str(), &st) != 0 && errno == ENOENT;
+}
+
+// What the commit of a write's temporary named `name` stands for (kWriteAsWriter, ...).
+char WriteKind(std::string_view name) {
+  if (name.substr(0, kWriteTempPrefix.size()) != kWriteTempPrefix || name.size() == kWriteTempPrefix.size()) {
+    return kWriteAsWriter;
+  }
+  const char kind = name[kWriteTempPrefix.size()];
+  return kind == kWriteNewOwned || kind == kWriteReplaceOwned ? kind : kWriteAsWriter;
 }
 
 class Watcher {
@@ -215,11 +226,14 @@ class Watcher {
 
     std::string path = JoinPath(it->second, event.name);  // copied: the handlers below may change paths_
     if (!is_dir && IsWriteTemporary(event.name, path)) {
-      if (event.mask & IN_MOVED_FROM) write_commits_.insert(event.cookie);
+      if (event.mask & IN_MOVED_FROM) write_commits_[event.cookie] = WriteKind(event.name);
       return {};
     }
-    if ((event.mask & IN_MOVED_TO) && write_commits_.erase(event.cookie) > 0) {
-      BH_TRY(Emit("create", path, false));
+    if (auto commit = write_commits_.find(event.cookie); (event.mask & IN_MOVED_TO) && commit != write_commits_.end()) {
+      const char kind = commit->second;
+      write_commits_.erase(commit);
+      if (kind != kWriteReplaceOwned) BH_TRY(Emit("create", path, false));
+      if (kind != kWriteAsWriter) BH_TRY(Emit("chmod", path, false));
       return Emit("write", path, false);
     }
     if (event.mask & IN_CREATE) {
@@ -265,7 +279,7 @@ class Watcher {
   int root_wd_ = -1;
   std::map<int, std::string> paths_;             // watch descriptor -> the directory's path
   std::map<uint32_t, std::string> moved_from_;   // this batch's IN_MOVED_FROM directories, by cookie
-  std::set<uint32_t> write_commits_;               // this batch's renames of a write's temporary, by cookie
+  std::map<uint32_t, char> write_commits_;         // this batch's renames of a write's temporary: cookie -> kind
   bool done_ = false;
 };
 

@@ -101,8 +101,12 @@ Status MakeDirectories(const std::string& path, mode_t mode, bool path_is_a_pare
 Status ReadFileOp(const FileOpArgs& args);
 Status WriteFileOp(const FileOpArgs& args);
 // The name prefix of the named temporary a write builds its content in (when the
-// filesystem has no O_TMPFILE); the watch hides such files.
+// filesystem has no O_TMPFILE); the watch hides such files. The letter after it says how the
+// watch reports the rename that commits the write (file_watch.cc):
 constexpr std::string_view kWriteTempPrefix = ".bulkhead-write-";
+constexpr char kWriteAsWriter = 'w';     // create, write: written by whoever the worker runs as
+constexpr char kWriteNewOwned = 'n';     // create, chmod, write: a new file given to its "owner"
+constexpr char kWriteReplaceOwned = 'r';  // chmod, write: a file replaced and given to its "owner"
 Status StatOp(const FileOpArgs& args);
 Status ListOp(const FileOpArgs& args);
 Status MkdirOp(const FileOpArgs& args);

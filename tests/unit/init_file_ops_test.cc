@@ -1019,6 +1019,28 @@ TEST_F(FileOpsTest, WatchReportsAnApiWriteAsCreateAndWriteOfItsTarget) {
   EXPECT_EQ(worker.Wait(), 0);
 }
 
+TEST_F(FileOpsTest, WatchReportsAWriteGivenToAnOwnerAsEnvdsUpload) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give files to another user";
+  fs::create_directories(Path("w"));
+  Worker worker(json{{"op", "watch"}, {"path", Path("w")}});
+  ASSERT_EQ(worker.ReadLine(), R"({"type":"ready"})");
+  const json owner = {{"uid", 1234}, {"gid", 4321}};
+  // envd creates the file, chowns it, writes it; an overwrite is a chown and a write.
+  ASSERT_EQ(RunOp(json{{"op", "write"}, {"path", Path("w/new")}, {"owner", owner}}, "fresh").exit_code, 0);
+  EXPECT_EQ(NextEvent(worker), Event("create", Path("w/new"), false));
+  EXPECT_EQ(NextEvent(worker), Event("chmod", Path("w/new"), false));
+  EXPECT_EQ(NextEvent(worker), Event("write", Path("w/new"), false));
+  ASSERT_EQ(RunOp(json{{"op", "write"}, {"path", Path("w/new")}, {"owner", owner}}, "again").exit_code, 0);
+  EXPECT_EQ(NextEvent(worker), Event("chmod", Path("w/new"), false));
+  EXPECT_EQ(NextEvent(worker), Event("write", Path("w/new"), false));
+  // Its new parent: created, then given to the owner.
+  ASSERT_EQ(RunOp(json{{"op", "write"}, {"path", Path("w/d/f")}, {"owner", owner}}, "x").exit_code, 0);
+  EXPECT_EQ(NextEvent(worker), Event("create", Path("w/d"), true));
+  EXPECT_EQ(NextEvent(worker), Event("chmod", Path("w/d"), true));
+  worker.CloseStdout();
+  EXPECT_EQ(worker.Wait(), 0);
+}
+
 TEST_F(FileOpsTest, WatchWithoutRecursiveSeesOnlyTheDirectory) {
   fs::create_directories(Path("w/sub"));
   Worker worker(json{{"op", "watch"}, {"path", Path("w")}, {"recursive", false}});

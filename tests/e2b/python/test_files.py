@@ -233,6 +233,41 @@ def test_watch_dir(sbx):
         watcher.get_new_events()
 
 
+def events_until(watcher, done, timeout=20) -> list:
+    """A polled watcher's events (in order) until `done(events)` holds; events are gathered
+    in the sandbox as they happen, polled here."""
+    events = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        events += watcher.get_new_events()
+        if done(events):
+            break
+        time.sleep(0.2)
+    return events
+
+
+def test_watch_reports_a_write_as_envd_does(sbx):
+    """envd creates the file, chowns it to the user (a CHMOD), then writes it; an overwrite
+    is a chown and a write."""
+    sbx.files.make_dir("/tmp/watch-order")
+    watcher = sbx.files.watch_dir("/tmp/watch-order")
+    try:
+        def types(events):
+            return [e.type for e in events if e.name == "new.txt"]
+
+        def written(events):
+            return FilesystemEventType.WRITE in types(events)
+
+        sbx.files.write("/tmp/watch-order/new.txt", "first")
+        events = events_until(watcher, written)
+        assert types(events) == [FilesystemEventType.CREATE, FilesystemEventType.CHMOD, FilesystemEventType.WRITE], events
+        sbx.files.write("/tmp/watch-order/new.txt", "second")
+        events = events_until(watcher, written)
+        assert types(events) == [FilesystemEventType.CHMOD, FilesystemEventType.WRITE], events
+    finally:
+        watcher.stop()
+
+
 def test_watch_dir_recursive(sbx):
     sbx.files.make_dir("/tmp/watched-r/sub")
     watcher = sbx.files.watch_dir("/tmp/watched-r", recursive=True)
