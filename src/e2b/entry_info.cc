@@ -160,6 +160,14 @@ Result<json> EntryInfoJson(const json& entry, const Accounts& accounts) {
     const std::string* resolved = string_field("resolved");
     info["symlinkTarget"] = resolved ? *resolved : *path;
   }
+  // The user.e2b.* extended attributes (the worker's "xattrs", the prefix stripped).
+  if (auto xattrs = entry.find("xattrs"); xattrs != entry.end() && xattrs->is_object() && !xattrs->empty()) {
+    json metadata = json::object();
+    for (const auto& [key, value] : xattrs->items()) {
+      if (value.is_string()) metadata[key] = value;
+    }
+    if (!metadata.empty()) info["metadata"] = std::move(metadata);
+  }
   return info;
 }
 

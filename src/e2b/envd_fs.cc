@@ -102,6 +102,7 @@ asio::awaitable<Result<std::unique_ptr<core::FileOperation>>> SandboxFiles::Star
   // Entries as envd describes them: a symlink by what it leads to (EntryInfoJson).
   json with_details = op;
   with_details["resolve_links"] = true;
+  with_details["xattr_prefix"] = kMetadataXattrPrefix;
   // As envd: the sandbox is the boundary, not the user inside it. The operation runs as root,
   // and the file and directories it creates are the user's.
   if (!owner_) co_return co_await core::FileOperation::Start(std::move(connection.value()), with_details, user_, with_input);
@@ -125,6 +126,12 @@ asio::awaitable<Result<json>> SandboxFiles::Run(const json& op, size_t max_answe
 }
 
 asio::awaitable<Result<json>> SandboxFiles::Info(const json& entry) {
+  Result<const Accounts*> accounts = co_await EntryAccounts();
+  if (!accounts.ok()) co_return accounts.error();
+  co_return EntryInfoJson(entry, **accounts);
+}
+
+asio::awaitable<Result<const Accounts*>> SandboxFiles::EntryAccounts() {
   if (!groups_read_) {
     auto executor = co_await asio::this_coro::executor;
     Result<core::InitConnection> connection = co_await manager_->ConnectInit(executor, sandbox_id_);
@@ -134,7 +141,7 @@ asio::awaitable<Result<json>> SandboxFiles::Info(const json& entry) {
     accounts_.groups = ParseGroup(*group);
     groups_read_ = true;
   }
-  co_return EntryInfoJson(entry, accounts_);
+  co_return &accounts_;
 }
 
 asio::awaitable<Result<json>> SandboxFiles::Stat(const std::string& path) {
@@ -157,9 +164,14 @@ asio::awaitable<Status> SandboxFiles::CheckDirectory(const std::string& path) {
   co_return MakeError(ErrorCode::kConflict, fmt::format("path is not a directory: {}", path), "not_a_directory");
 }
 
-asio::awaitable<Result<StartedWatch>> StartWatch(SandboxFiles& files, const std::string& path, bool recursive) {
+asio::awaitable<Result<StartedWatch>> StartWatch(SandboxFiles& files, const std::string& path,
+                                                 const WatchOptions& options) {
   if (Status directory = co_await files.CheckDirectory(path); !directory.ok()) co_return directory.error();
-  const json op = {{"op", "watch"}, {"path", path}, {"recursive", recursive}};
+  const json op = {{"op", "watch"},
+                   {"path", path},
+                   {"recursive", options.recursive},
+                   {"entries", options.include_entry},
+                   {"allow_network_mounts", options.allow_network_mounts}};
   Result<std::unique_ptr<core::FileOperation>> started = co_await files.Start(op, false);
   if (!started.ok()) co_return started.error();
   Result<std::pair<std::string, std::string>> first = co_await api::ReadFirstLine(**started);

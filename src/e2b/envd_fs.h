@@ -49,6 +49,8 @@ class SandboxFiles {
   boost::asio::awaitable<Result<nlohmann::json>> Run(const nlohmann::json& op, size_t max_answer = kMaxFileAnswerBytes);
   // envd's EntryInfo for a worker Entry (the group names are read on first use).
   boost::asio::awaitable<Result<nlohmann::json>> Info(const nlohmann::json& entry);
+  // The sandbox's users and groups, as Info names owners (valid while this lives).
+  boost::asio::awaitable<Result<const Accounts*>> EntryAccounts();
   // The Entry of `path` (a symlink reported, not followed; what it leads to in its
   // "target_type", see FollowedType).
   boost::asio::awaitable<Result<nlohmann::json>> Stat(const std::string& path);
@@ -81,9 +83,17 @@ struct StartedWatch {
   std::unique_ptr<core::FileOperation> operation;
   std::string pending;
 };
+// What a WatchDir / CreateWatcher asks for: envd's recursive, include_entry (create, write
+// and chmod events carry the entry's info) and allow_network_mounts.
+struct WatchOptions {
+  bool recursive = false;
+  bool include_entry = false;
+  bool allow_network_mounts = false;
+};
 // Starts watching the directory `path` (resolved). not_found / invalid_argument (as envd)
-// for a path that is missing or not a directory.
-boost::asio::awaitable<Result<StartedWatch>> StartWatch(SandboxFiles& files, const std::string& path, bool recursive);
+// for a path that is missing or not a directory, or on a network mount unless allowed.
+boost::asio::awaitable<Result<StartedWatch>> StartWatch(SandboxFiles& files, const std::string& path,
+                                                        const WatchOptions& options);
 
 // envd's Connect error for a failed file operation (by the worker's code: not_found,
 // exists -> already_exists, permission_denied, not_a_directory -> invalid_argument, ...).

@@ -4,11 +4,13 @@
 #include <stdio.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <vector>
 
 #include "common/ctl_protocol.h"
@@ -126,6 +128,35 @@ class ReplacementFile {
   UniqueFd fd_;
   std::string temp_name_;  // the file's name while it has a temporary one
 };
+
+// The extended attributes a write sets: its "xattrs" ({key: value}), each key under the
+// "xattr_prefix". Checked before anything is written.
+Result<std::map<std::string, std::string>> XattrsOf(const FileOpArgs& args, const EntryDetails& details) {
+  auto given = args.StringMap("xattrs");
+  if (!given.ok()) return given.error();
+  std::map<std::string, std::string> xattrs;
+  if (given->empty()) return xattrs;
+  if (details.xattr_prefix.empty()) return FileError("invalid_argument", "\"xattrs\" needs an \"xattr_prefix\"");
+  for (auto& [key, value] : *given) {
+    std::string name = details.xattr_prefix + key;
+    if (key.empty() || name.size() > XATTR_NAME_MAX || name.find('\0') != std::string::npos || value.size() > XATTR_SIZE_MAX) {
+      return FileError("invalid_argument", "bad extended attribute \"" + key + "\"");
+    }
+    xattrs.emplace(std::move(name), std::move(value));
+  }
+  return xattrs;
+}
+
+// Sets `xattrs` on the open file. A filesystem without them (procfs, ...) stores none, as envd.
+Status SetXattrs(int fd, const std::map<std::string, std::string>& xattrs, const std::string& path) {
+  for (const auto& [name, value] : xattrs) {
+    if (::fsetxattr(fd, name.c_str(), value.data(), value.size(), 0) == 0) continue;
+    if (errno == ENOTSUP) return {};
+    if (errno == E2BIG || errno == ERANGE) return FileError("disk_full", "no room for the extended attributes of " + path);
+    return ErrnoError(errno, "set an extended attribute of", path);
+  }
+  return {};
+}
 
 // "append": written in place, at the end of the existing file (or a new one).
 Status AppendInPlace(const std::string& path, std::optional<mode_t> mode, const std::optional<FileOwner>& owner) {
@@ -263,6 +294,8 @@ Status WriteFileOp(const FileOpArgs& args) {
   if (!owner.ok()) return owner.error();
   auto details = EntryDetailsOf(args);
   if (!details.ok()) return details.error();
+  auto xattrs = XattrsOf(args, *details);
+  if (!xattrs.ok()) return xattrs.error();
   if (*path == "/") return FileError("is_a_directory", "/ is a directory");
 
   if (*parents) BH_TRY(MakeDirectories(SplitParent(*path).first, 0755, /*path_is_a_parent=*/true, *owner));
@@ -290,6 +323,8 @@ Status WriteFileOp(const FileOpArgs& args) {
   } else if (replaces_file && (old.st_uid != ::geteuid() || old.st_gid != ::getegid())) {
     if (::fchown(file.fd(), old.st_uid, old.st_gid) != 0 && errno != EPERM) return ErrnoError(errno, "chown", *path);
   }
+  // A new inode: an overwrite keeps none of the old file's.
+  BH_TRY(SetXattrs(file.fd(), *xattrs, *path));
   mode_t final_mode = mode->value_or(replaces_file ? old.st_mode & 07777 : 0644);
   if (::fchmod(file.fd(), final_mode) != 0) return ErrnoError(errno, "chmod", *path);
   BH_TRY(file.Commit(name, *path));

@@ -25,11 +25,12 @@
 #include <signal.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <map>
-#include <set>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -63,9 +64,23 @@ char WriteKind(std::string_view name) {
   return kind == kWriteNewOwned || kind == kWriteReplaceOwned ? kind : kWriteAsWriter;
 }
 
+// The filesystems envd calls network mounts (Linux magic numbers): NFS, CIFS, SMB, SMB2, FUSE.
+bool IsNetworkFilesystem(const struct statfs& fs) {
+  switch (static_cast<uint64_t>(fs.f_type) & 0xffffffffu) {
+    case 0x6969:
+    case 0xFF534D42:
+    case 0x517B:
+    case 0xFE534D42:
+    case 0x65735546: return true;
+    default: return false;
+  }
+}
+
 class Watcher {
  public:
-  Watcher(std::string root, bool recursive) : root_(std::move(root)), recursive_(recursive) {}
+  // With `entries`, a create, write or chmod line carries the Entry (`details`) of its path.
+  Watcher(std::string root, bool recursive, std::optional<EntryDetails> entries)
+      : root_(std::move(root)), recursive_(recursive), entries_(std::move(entries)) {}
 
   // Sets every watch; the caller reports "ready" after this.
   Status Start() {
@@ -267,13 +282,21 @@ class Watcher {
   // One event line, written at once. A closed stdout ends the watch.
   Status Emit(const char* type, const std::string& path, bool is_dir) {
     if (done_) return {};
-    Status written = WriteJsonLine(json{{"type", type}, {"path", path}, {"dir", is_dir}});
+    json line = {{"type", type}, {"path", path}, {"dir", is_dir}};
+    // What is there now (envd's includeEntry): never for a remove or rename, whose entry is
+    // gone; none if it went meanwhile.
+    const std::string_view kind = type;
+    if (entries_ && (kind == "create" || kind == "write" || kind == "chmod")) {
+      if (auto entry = EntryOf(path, *entries_); entry.ok()) line["entry"] = std::move(*entry);
+    }
+    Status written = WriteJsonLine(line);
     if (!written.ok()) done_ = true;
     return {};
   }
 
   std::string root_;
   bool recursive_;
+  std::optional<EntryDetails> entries_;
   bool root_is_dir_ = false;
   UniqueFd inotify_;
   int root_wd_ = -1;
@@ -290,7 +313,18 @@ Status WatchOp(const FileOpArgs& args) {
   if (!path.ok()) return path.error();
   auto recursive = args.Bool("recursive", true);
   if (!recursive.ok()) return recursive.error();
-  Watcher watcher(*path, *recursive);
+  auto entries = args.Bool("entries", false);
+  if (!entries.ok()) return entries.error();
+  auto details = EntryDetailsOf(args);
+  if (!details.ok()) return details.error();
+  auto network_mounts = args.Bool("allow_network_mounts", true);
+  if (!network_mounts.ok()) return network_mounts.error();
+  if (!*network_mounts) {
+    struct statfs fs;
+    if (::statfs(path->c_str(), &fs) != 0) return ErrnoError(errno, "statfs", *path);
+    if (IsNetworkFilesystem(fs)) return FileError("invalid_argument", "cannot watch path on network filesystem: " + *path);
+  }
+  Watcher watcher(*path, *recursive, *entries ? std::optional<EntryDetails>(*details) : std::nullopt);
   BH_TRY(watcher.Start());
   BH_TRY(WriteJsonLine(json{{"type", "ready"}}));
   return watcher.Run();

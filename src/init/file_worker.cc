@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -181,6 +182,29 @@ Result<std::optional<FileOwner>> FileOpArgs::Owner(const char* key) const {
   return std::optional<FileOwner>(FileOwner{uid_t(*uid), gid_t(*gid)});
 }
 
+Result<std::string> FileOpArgs::String(const char* key, size_t max_bytes) const {
+  auto it = doc_.find(key);
+  if (it == doc_.end() || it->is_null()) return std::string();
+  if (!it->is_string() || it->get_ref<const std::string&>().size() > max_bytes) {
+    return FileError("invalid_argument",
+                     std::string("\"") + key + "\" must be a string of at most " + std::to_string(max_bytes) + " bytes");
+  }
+  return it->get<std::string>();
+}
+
+Result<std::map<std::string, std::string>> FileOpArgs::StringMap(const char* key) const {
+  std::map<std::string, std::string> map;
+  auto it = doc_.find(key);
+  if (it == doc_.end() || it->is_null()) return map;
+  auto bad = [&] { return FileError("invalid_argument", std::string("\"") + key + "\" must be an object of strings"); };
+  if (!it->is_object()) return bad();
+  for (const auto& [name, value] : it->items()) {
+    if (!value.is_string()) return bad();
+    map.emplace(name, value.get<std::string>());
+  }
+  return map;
+}
+
 Result<int> FileOpArgs::Int(const char* key, int fallback, int min, int max) const {
   auto it = doc_.find(key);
   if (it == doc_.end() || it->is_null()) return fallback;
@@ -212,6 +236,49 @@ void AddResolvedTarget(const std::string& path, json& entry) {
   entry["target_mode"] = st.st_mode & 07777;
 }
 
+// JSON strings must be UTF-8; an attribute that is not (set by some program) is left out.
+bool IsUtf8(const std::string& text) {
+  try {
+    (void)json(text).dump();
+    return true;
+  } catch (const json::type_error&) {
+    return false;
+  }
+}
+
+// "xattrs": the extended attributes of `path` (through a symlink) whose names start with
+// `prefix`, the prefix stripped. Best effort, like the rest of a listing: none where the
+// filesystem has none or they cannot be read.
+void AddXattrs(const std::string& path, const std::string& prefix, json& entry) {
+  std::string names;
+  for (;;) {
+    ssize_t size = ::listxattr(path.c_str(), nullptr, 0);
+    if (size <= 0) return;
+    names.resize(size_t(size));
+    size = ::listxattr(path.c_str(), names.data(), names.size());
+    if (size >= 0) {
+      names.resize(size_t(size));
+      break;
+    }
+    if (errno != ERANGE) return;  // ERANGE: more names appeared meanwhile
+  }
+  json xattrs = json::object();
+  for (size_t start = 0; start < names.size();) {
+    const std::string name(names.c_str() + start);
+    start += name.size() + 1;
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const ssize_t size = ::getxattr(path.c_str(), name.c_str(), nullptr, 0);
+    if (size < 0) continue;  // removed meanwhile
+    std::string value(size_t(size), '\0');
+    const ssize_t got = ::getxattr(path.c_str(), name.c_str(), value.data(), value.size());
+    if (got < 0) continue;  // removed, or grown, meanwhile
+    value.resize(size_t(got));
+    std::string key = name.substr(prefix.size());
+    if (IsUtf8(key) && IsUtf8(value)) xattrs[key] = std::move(value);
+  }
+  if (!xattrs.empty()) entry["xattrs"] = std::move(xattrs);
+}
+
 }  // namespace
 
 json EntryJson(const std::string& path, const struct stat& st, const std::optional<std::string>& target) {
@@ -233,6 +300,9 @@ Result<EntryDetails> EntryDetailsOf(const FileOpArgs& args) {
   auto resolve = args.Bool("resolve_links", false);
   if (!resolve.ok()) return resolve.error();
   details.resolve_links = *resolve;
+  auto prefix = args.String("xattr_prefix", XATTR_NAME_MAX);
+  if (!prefix.ok()) return prefix.error();
+  details.xattr_prefix = std::move(*prefix);
   return details;
 }
 
@@ -247,6 +317,7 @@ Result<json> EntryAt(int dir_fd, const std::string& name, const std::string& pat
   }
   json entry = EntryJson(path, st, target);
   if (details.resolve_links && S_ISLNK(st.st_mode)) AddResolvedTarget(path, entry);
+  if (!details.xattr_prefix.empty()) AddXattrs(path, details.xattr_prefix, entry);
   return entry;
 }
 

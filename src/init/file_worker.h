@@ -9,6 +9,7 @@
 // file_archive.cc  archive_create, archive_extract (libarchive)
 // file_watch.cc    watch (inotify)
 #pragma once
+#include <map>
 #include <sys/stat.h>
 
 #include <optional>
@@ -55,6 +56,10 @@ class FileOpArgs {
   // Permission bits 0..07777, absent or null -> nullopt.
   Result<std::optional<mode_t>> Mode(const char* key) const;
   Result<int> Int(const char* key, int fallback, int min, int max) const;
+  // A string of at most `max_bytes` bytes, absent or null -> "".
+  Result<std::string> String(const char* key, size_t max_bytes) const;
+  // An object of strings, absent or null -> empty.
+  Result<std::map<std::string, std::string>> StringMap(const char* key) const;
   // "owner" {"uid", "gid"}: whom what the operation creates is given to; absent -> nullopt.
   Result<std::optional<FileOwner>> Owner(const char* key) const;
 
@@ -62,10 +67,11 @@ class FileOpArgs {
   const nlohmann::json& doc_;
 };
 
-// What an operation's Entries say beyond their basic fields, as its "resolve_links" asks
-// (ctl_protocol.h).
+// What an operation's Entries say beyond their basic fields, as its "resolve_links" and
+// "xattr_prefix" ask (ctl_protocol.h).
 struct EntryDetails {
   bool resolve_links = false;
+  std::string xattr_prefix;  // "": no "xattrs"
 };
 Result<EntryDetails> EntryDetailsOf(const FileOpArgs& args);
 

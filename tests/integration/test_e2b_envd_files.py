@@ -713,3 +713,23 @@ def test_watch_dir_client_leaving_mid_stream(envd, front, sandbox):
     assert envd.ok("Stat", {"path": f"{base}/after.txt"})["entry"]["size"] == "1"
     # The watch workers went with their streams.
     assert harness.wait_until(lambda: running_workers() == idle, timeout=10)
+
+
+def test_upload_metadata_rules(envd):
+    """envd 0.6.2's rules for X-Metadata-* (printable ASCII, a key of at most 246 bytes, 4096
+    bytes in all): anything else is 400 "invalid metadata" and writes nothing."""
+    base = f"/home/user/{unique('meta')}"
+
+    def upload(name, **metadata):
+        h = envd.headers(**{"Content-Type": "application/octet-stream"},
+                         **{f"X-Metadata-{k}": v for k, v in metadata.items()})
+        return envd.request("POST", "/files?" + urllib.parse.urlencode({"path": f"{base}/{name}"}), b"x", h)
+
+    r = upload("ok.txt", Mixed_Case="v")
+    assert r.status == 200 and r.json()[0]["metadata"] == {"mixed_case": "v"}, r
+    for name, metadata in (("long-key", {"k" * 247: "v"}), ("too-much", {f"k{i}": "v" * 1000 for i in range(5)}),
+                           ("not-ascii", {"k": "caf\xe9"})):
+        r = upload(name, **metadata)
+        assert r.status == 400 and r.json()["message"].startswith("invalid metadata"), (name, r)
+        assert envd.error("Stat", {"path": f"{base}/{name}"}) == (404, "not_found")
+    assert upload("max-key", **{"k" * 246: "v"}).status == 200

@@ -437,6 +437,17 @@ TEST(E2bWatch, EventsAreNamedRelativeToTheWatchedDirectory) {
   EXPECT_FALSE(FilesystemEventOf(json{{"type", "ready"}}, "/w"));
   EXPECT_FALSE(FilesystemEventOf(json{{"type", "mystery"}, {"path", "/w/x"}}, "/w"));
   EXPECT_FALSE(FilesystemEventOf(json::array(), "/w"));
+  // includeEntry: the line's entry becomes the event's EntryInfo (given whom to name owners by).
+  const json with_entry = {{"type", "write"}, {"path", "/w/x"},
+                           {"entry", {{"path", "/w/x"}, {"name", "x"}, {"type", "file"}, {"size", 2}, {"mode", 0644},
+                                      {"uid", 0}, {"gid", 0}, {"xattrs", {{"k", "v"}}}}}};
+  Accounts accounts;
+  accounts.users.push_back({"root", 0, 0, "/root"});
+  const json event = *FilesystemEventOf(with_entry, "/w", &accounts);
+  EXPECT_EQ(event["entry"]["owner"], "root");
+  EXPECT_EQ(event["entry"]["metadata"], (json{{"k", "v"}}));
+  EXPECT_EQ(event["entry"]["size"], "2");
+  EXPECT_FALSE(FilesystemEventOf(with_entry, "/w")->contains("entry"));
 }
 
 TEST(E2bWatch, LinesAcrossPieces) {

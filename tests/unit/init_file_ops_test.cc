@@ -15,6 +15,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -655,6 +656,41 @@ TEST_F(FileOpsTest, ResolveLinksTellsWhereASymlinkLeads) {
   fs::remove(Path("d/loop"));  // the fixture's cleanup would trip over it
 }
 
+TEST_F(FileOpsTest, WriteSetsXattrsAndEntriesShowThoseUnderThePrefix) {
+  const json write = {{"op", "write"}, {"path", Path("m")}, {"xattr_prefix", "user.t."},
+                      {"xattrs", {{"author", "me"}, {"k", "v w"}}}};
+  WorkerOutcome written = RunOp(write, "x");
+  if (written.exit_code != 0 && written.Code() == "internal") GTEST_SKIP() << "no user xattrs here: " << written.err;
+  ASSERT_EQ(written.exit_code, 0) << written.err;
+  struct stat st;
+  ASSERT_EQ(::stat(Path("m").c_str(), &st), 0);
+  char value[16] = {};
+  if (::getxattr(Path("m").c_str(), "user.t.author", value, sizeof value) < 0) GTEST_SKIP() << "no user xattrs here";
+  EXPECT_STREQ(value, "me");
+  EXPECT_EQ(written.Line()["xattrs"], (json{{"author", "me"}, {"k", "v w"}}));
+  // Other namespaces are not shown; an Entry without any under the prefix has no "xattrs".
+  ASSERT_EQ(::setxattr(Path("m").c_str(), "user.other", "o", 1, 0), 0);
+  const json stat_op = {{"op", "stat"}, {"path", Path("m")}, {"xattr_prefix", "user.t."}};
+  EXPECT_EQ(RunOp(stat_op).Line()["xattrs"], (json{{"author", "me"}, {"k", "v w"}}));
+  EXPECT_FALSE(RunOp(json{{"op", "stat"}, {"path", Path("m")}}).Line().contains("xattrs"));
+  // An overwrite is a new file: only what it sets.
+  json again = write;
+  again["xattrs"] = {{"new", "1"}};
+  EXPECT_EQ(RunOp(again, "y").Line()["xattrs"], (json{{"new", "1"}}));
+  json plain = write;
+  plain.erase("xattrs");
+  EXPECT_FALSE(RunOp(plain, "z").Line().contains("xattrs"));
+  json listing = RunOp(json{{"op", "list"}, {"path", dir_}, {"xattr_prefix", "user.t."}}).Line();
+  for (const json& entry : listing["entries"]) EXPECT_FALSE(entry.contains("xattrs")) << entry;
+  // Bad ones are refused before anything is written.
+  for (const json& bad : {json{{"", "v"}}, json{{"k", 1}}, json("x")}) {
+    json op = {{"op", "write"}, {"path", Path("bad")}, {"xattr_prefix", "user.t."}, {"xattrs", bad}};
+    EXPECT_EQ(RunOp(op, "x").Code(), "invalid_argument") << bad;
+  }
+  EXPECT_EQ(RunOp(json{{"op", "write"}, {"path", Path("bad")}, {"xattrs", {{"k", "v"}}}}, "x").Code(), "invalid_argument");
+  EXPECT_FALSE(fs::exists(Path("bad")));
+}
+
 TEST_F(FileOpsTest, ADirectorysSizeIsTheSpaceItTakes) {
   fs::create_directories(Path("empty"));
   struct stat st;
@@ -1039,6 +1075,32 @@ TEST_F(FileOpsTest, WatchReportsAWriteGivenToAnOwnerAsEnvdsUpload) {
   EXPECT_EQ(NextEvent(worker), Event("chmod", Path("w/d"), true));
   worker.CloseStdout();
   EXPECT_EQ(worker.Wait(), 0);
+}
+
+TEST_F(FileOpsTest, WatchWithEntriesDescribesWhatIsThere) {
+  fs::create_directories(Path("w"));
+  Worker worker(json{{"op", "watch"}, {"path", Path("w")}, {"entries", true}, {"allow_network_mounts", false}});
+  ASSERT_EQ(worker.ReadLine(), R"({"type":"ready"})");
+  WritePlain(Path("w/f"), "12345");
+  json created = NextEvent(worker);
+  EXPECT_EQ(created["type"], "create");
+  EXPECT_EQ(created["entry"]["path"], Path("w/f"));
+  json written = NextEvent(worker);
+  EXPECT_EQ(written["type"], "write");
+  EXPECT_EQ(written["entry"]["size"], 5);
+  ASSERT_EQ(::unlink(Path("w/f").c_str()), 0);
+  json removed = NextEvent(worker);
+  EXPECT_EQ(removed["type"], "remove");
+  EXPECT_FALSE(removed.contains("entry")) << removed;
+  worker.CloseStdout();
+  EXPECT_EQ(worker.Wait(), 0);
+  // Without the option, no entries.
+  Worker plain(json{{"op", "watch"}, {"path", Path("w")}});
+  ASSERT_EQ(plain.ReadLine(), R"({"type":"ready"})");
+  WritePlain(Path("w/g"), "x");
+  EXPECT_FALSE(NextEvent(plain).contains("entry"));
+  plain.CloseStdout();
+  EXPECT_EQ(plain.Wait(), 0);
 }
 
 TEST_F(FileOpsTest, WatchWithoutRecursiveSeesOnlyTheDirectory) {

@@ -8,7 +8,7 @@ import time
 
 import httpx
 import pytest
-from e2b import FileNotFoundException, FilesystemEventType, FileType, SandboxException
+from e2b import FileNotFoundException, FilesystemEventType, FileType, InvalidArgumentException, SandboxException
 
 
 def test_write_read_text(sbx):
@@ -301,3 +301,65 @@ def test_signed_upload_and_download_urls(sbx):
     assert httpx.post(download, files={"file": ("x", b"x")}).status_code == 401
     expiring = sbx.download_url("/home/user/signed/up.bin", use_signature_expiration=60)
     assert httpx.get(expiring).content == body
+
+
+def test_file_metadata(sbx):
+    """envd 0.6.2: X-Metadata-* on upload become user.e2b.* xattrs (keys lowercased), shown in
+    entry info and listings, kept by a rename and replaced by an overwrite."""
+    info = sbx.files.write("/home/user/meta/a.txt", "x", metadata={"Author": "mish", "purpose": "upload"})
+    assert info.metadata == {"author": "mish", "purpose": "upload"}
+    assert sbx.files.get_info("/home/user/meta/a.txt").metadata == {"author": "mish", "purpose": "upload"}
+    octet = sbx.files.write("/home/user/meta/b.txt", "y", metadata={"k": "v w"}, use_octet_stream=True)
+    assert octet.metadata == {"k": "v w"}
+    infos = sbx.files.write_files([{"path": "/home/user/meta/c.txt", "data": "c"},
+                                   {"path": "/home/user/meta/d.txt", "data": "d"}], metadata={"batch": "1"})
+    assert [i.metadata for i in infos] == [{"batch": "1"}, {"batch": "1"}]
+    listed = {e.name: e.metadata for e in sbx.files.list("/home/user/meta")}
+    assert listed == {"a.txt": {"author": "mish", "purpose": "upload"}, "b.txt": {"k": "v w"},
+                      "c.txt": {"batch": "1"}, "d.txt": {"batch": "1"}}
+    assert sbx.files.rename("/home/user/meta/a.txt", "/home/user/meta/e.txt").metadata == {
+        "author": "mish", "purpose": "upload"}
+    # An overwrite without metadata leaves none; one with metadata has only the new keys.
+    assert sbx.files.write("/home/user/meta/e.txt", "again").metadata is None
+    assert sbx.files.get_info("/home/user/meta/e.txt").metadata is None
+    assert sbx.files.write("/home/user/meta/b.txt", "z", metadata={"other": "1"}).metadata == {"other": "1"}
+    # Set in the sandbox: only the user.e2b. namespace is metadata.
+    sbx.commands.run("python3 -c \"import os; os.setxattr('/home/user/meta/c.txt', 'user.e2b.tag', b'set'); "
+                     "os.setxattr('/home/user/meta/c.txt', 'user.other', b'not metadata')\"")
+    assert sbx.files.get_info("/home/user/meta/c.txt").metadata == {"batch": "1", "tag": "set"}
+    assert sbx.files.write("/home/user/meta/plain.txt", "p").metadata is None
+    with pytest.raises(InvalidArgumentException):
+        sbx.files.write("/home/user/meta/bad.txt", "x", metadata={"good": "bad\nvalue"})
+    assert sbx.files.exists("/home/user/meta/bad.txt") is False
+
+
+def test_watch_include_entry_and_network_mounts_option(sbx):
+    """envd 0.6.3: include_entry gives create, write and chmod events the entry's info (not
+    remove or rename: the entry is gone); 0.6.4: allow_network_mounts."""
+    sbx.files.make_dir("/home/user/watch-entry")
+    watcher = sbx.files.watch_dir("/home/user/watch-entry", include_entry=True)
+    plain = sbx.files.watch_dir("/home/user/watch-entry", allow_network_mounts=True)
+    try:
+        sbx.files.write("/home/user/watch-entry/f.txt", "12345")
+        sbx.files.remove("/home/user/watch-entry/f.txt")
+        sbx.files.write("/home/user/watch-entry/g.txt", "g", metadata={"m": "1"})
+
+        def done(events):
+            return any(e.type == FilesystemEventType.WRITE and e.name == "g.txt" for e in events)
+
+        events = events_until(watcher, done)
+        f_events = [e for e in events if e.name == "f.txt"]
+        assert [e.type for e in f_events] == [FilesystemEventType.CREATE, FilesystemEventType.CHMOD,
+                                              FilesystemEventType.WRITE, FilesystemEventType.REMOVE], events
+        for event in f_events[:3]:
+            assert (event.entry.name, event.entry.path, event.entry.type) == (
+                "f.txt", "/home/user/watch-entry/f.txt", FileType.FILE), event
+            assert (event.entry.size, event.entry.owner, event.entry.metadata) == (5, "user", None), event
+        assert f_events[3].entry is None
+        g_write = next(e for e in events if e.name == "g.txt" and e.type == FilesystemEventType.WRITE)
+        assert g_write.entry.metadata == {"m": "1"}
+        others = events_until(plain, done)
+        assert done(others) and all(e.entry is None for e in others), others
+    finally:
+        watcher.stop()
+        plain.stop()
