@@ -132,15 +132,28 @@
 //     {"path": "/workspace/a.txt", "name": "a.txt", "type": "file" | "dir" | "symlink" | "other",
 //      "size": 3, "mode": 420 (permission bits, & 07777), "uid": 0, "gid": 0,
 //      "mtime": "2026-11-29T21:00:00.123Z", "target": "/x" (symlinks only, else absent)}
+// where "size" of a directory is the space it takes (st_blocks * 512, at least st_blksize),
+// the same on every filesystem. The ops that answer Entries (stat, list, mkdir, move, write)
+// take options for what else they say:
+//     "resolve_links": true   a symlink's Entry also has "resolved" (the absolute path it leads
+//                             to, every link followed), "target_type" and "target_mode" (of what
+//                             it leads to); each absent where the link leads nowhere
+//     "xattr_prefix": "user.e2b."  the Entry also has "xattrs": {name without the prefix:
+//                             value} of its extended attributes (through a symlink) under that
+//                             prefix, when it has any (UTF-8 ones only)
 // Ops ("file_op" = {"op": .., fields}):
 //   read    {"path"}  stdout: one line {"size": N}, then the file's bytes (a regular file
 //           only). If it shrinks while read the worker fails after what it sent. A file whose
 //           size says nothing (on procfs, sysfs, cgroupfs) gets {} instead, and is read to
 //           its end.
+// write and mkdir also take "owner": {"uid": N, "gid": N}: the file written and each directory
+// they create are given to it (the E2B front runs them as root so, as envd does).
 //   write   {"path", "mode"?: 420, "parents": true, "append": false}  stdin: the content.
 //           Written to a temporary file beside the target and renamed over it, so a failed
 //           write (disk full, cut off) leaves the old content intact. Without "mode" an
-//           existing file keeps its mode, a new one gets 0644. stdout: one Entry line.
+//           existing file keeps its mode, a new one gets 0644. "xattrs": {key: value} are set
+//           on the new file under "xattr_prefix" (an overwrite keeps none of the old file's
+//           extended attributes; a filesystem without them stores none). stdout: one Entry line.
 //   stat    {"path"}  stdout: one Entry line (a symlink is reported, not followed)
 //   list    {"path", "depth": 1}  stdout: one line {"entries": [Entry..], "truncated": bool}
 //           (at most kMaxListEntries entries; symlinks are not followed)
@@ -156,7 +169,10 @@
 //           components, hard links leaving the directory, device nodes, and any entry whose
 //           path would pass through a symlink are refused with "invalid_argument" (entries
 //           before it stay unpacked). stdout: one line {"entries": N, "bytes": M}.
-//   watch   {"path", "recursive": true}  stdout: one line {"type": "ready"} once the inotify
+//   watch   {"path", "recursive": true, "entries": false, "allow_network_mounts": true}
+//           ("entries": create, write and chmod lines carry the "entry" of their path, with the
+//           Entry options; without "allow_network_mounts" a path on NFS, CIFS, SMB or FUSE is
+//           "invalid_argument") stdout: one line {"type": "ready"} once the inotify
 //           watches are set, then one line per event
 //           {"type": "create" | "write" | "remove" | "rename" | "chmod", "path": "/abs", "dir": bool}
 //           until the connection closes. New subdirectories are watched as they appear.

@@ -4,7 +4,6 @@
 #include <charconv>
 #include <optional>
 
-#include "common/ascii.h"
 
 namespace bulkhead::e2b {
 
@@ -138,50 +137,52 @@ Result<json> EntryInfoJson(const json& entry, const Accounts& accounts) {
   if (!path || !name || !type) return broken("path, name or type");
   if (!size || !mode || !uid || !gid) return broken("size, mode, uid or gid");
 
+  const bool symlink = *type == "symlink";
+  // A symlink: what it leads to, if anything.
+  const std::string* target_type = symlink ? string_field("target_type") : type;
+  const std::optional<uint64_t> target_mode = symlink ? number_field("target_mode") : mode;
   std::string file_type = "FILE_TYPE_UNSPECIFIED";
-  if (*type == "file") file_type = "FILE_TYPE_FILE";
-  if (*type == "dir") file_type = "FILE_TYPE_DIRECTORY";
-  if (*type == "symlink") file_type = "FILE_TYPE_SYMLINK";
+  if (target_type && *target_type == "file") file_type = "FILE_TYPE_FILE";
+  if (target_type && *target_type == "dir") file_type = "FILE_TYPE_DIRECTORY";
   const auto bits = static_cast<uint32_t>(*mode & 07777);
   json info = {
       {"name", *name},
       {"type", file_type},
       {"path", *path},
-      {"size", std::to_string(*size)},  // int64: a string in proto3 JSON
-      {"mode", bits & 0777},            // Go's FileMode.Perm()
+      {"size", std::to_string(*size)},                                      // int64: a string in proto3 JSON
+      {"mode", static_cast<uint32_t>(target_mode.value_or(0) & 0777)},      // Go's FileMode.Perm()
       {"permissions", GoFileModeString(*type, bits)},
       {"owner", accounts.OwnerName(static_cast<uint32_t>(*uid))},
       {"group", accounts.GroupName(static_cast<uint32_t>(*gid))},
   };
   if (const std::string* mtime = string_field("mtime")) info["modifiedTime"] = *mtime;
-  if (*type == "symlink") {
-    const std::string* target = string_field("target");
-    info["symlinkTarget"] = target ? *target : std::string();
+  if (symlink) {
+    const std::string* resolved = string_field("resolved");
+    info["symlinkTarget"] = resolved ? *resolved : *path;
+  }
+  // The user.e2b.* extended attributes (the worker's "xattrs", the prefix stripped).
+  if (auto xattrs = entry.find("xattrs"); xattrs != entry.end() && xattrs->is_object() && !xattrs->empty()) {
+    json metadata = json::object();
+    for (const auto& [key, value] : xattrs->items()) {
+      if (value.is_string()) metadata[key] = value;
+    }
+    if (!metadata.empty()) info["metadata"] = std::move(metadata);
   }
   return info;
 }
 
 void SortEntryInfos(std::vector<json>& entries) {
-  struct Key {
-    bool dir;
-    std::string lower_name;
-    std::string lower_path;
-    std::string path;
-  };
-  std::vector<std::pair<Key, json>> keyed;
+  // With '/' as the least byte (paths hold no NUL), a plain byte comparison of the paths
+  // compares them component by component: "/d/a/y" < "/d/a-b".
+  std::vector<std::pair<std::string, json>> keyed;
   keyed.reserve(entries.size());
   for (json& entry : entries) {
-    const std::string name = entry.value("name", "");
-    const std::string path = entry.value("path", "");
-    Key key{entry.value("type", "") == "FILE_TYPE_DIRECTORY", AsciiLower(name), AsciiLower(path), path};
+    std::string key = entry.value("path", "");
+    std::replace(key.begin(), key.end(), '/', '\0');
     keyed.emplace_back(std::move(key), std::move(entry));
   }
-  std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) {
-    if (a.first.dir != b.first.dir) return a.first.dir;
-    if (a.first.lower_name != b.first.lower_name) return a.first.lower_name < b.first.lower_name;
-    if (a.first.lower_path != b.first.lower_path) return a.first.lower_path < b.first.lower_path;
-    return a.first.path < b.first.path;
-  });
+  // std::string compares its chars as unsigned char, as Go compares strings.
+  std::sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   entries.clear();
   for (auto& [key, entry] : keyed) entries.push_back(std::move(entry));
 }

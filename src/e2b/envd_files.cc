@@ -3,6 +3,7 @@
 // either possibly gzip-encoded). Both stream with bounded memory: a download is read from the
 // sandbox's file worker only as fast as the client takes it, an upload goes to the worker a
 // piece at a time as it arrives. Errors are E2B's {"code", "message"}.
+#include <algorithm>
 #include <set>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "e2b/gzip_stream.h"
 #include "e2b/multipart.h"
 #include "common/ascii.h"
+#include "common/bounded_json.h"
 
 // g++ 12 at -O2 reports a false -Wmismatched-new-delete on asio's coroutine frames.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
@@ -44,6 +46,36 @@ const std::string* QueryValue(const api::QueryParams& query, std::string_view na
 std::string_view Header(const api::RequestHeader& request, http::field field) {
   const auto found = request.find(field);
   return found == request.end() ? std::string_view() : api::FromBeast(found->value());
+}
+
+// envd 0.6.2: each X-Metadata-<key> header (the first of a name) is metadata of every uploaded
+// file, the key lowercased; envd's rules (printable ASCII, a key of at most 246 bytes, 4096
+// bytes in all counting the user.e2b. prefixes) or 400 "invalid metadata: …".
+Result<json> UploadMetadata(const api::RequestHeader& request) {
+  constexpr std::string_view kHeaderPrefix = "x-metadata-";
+  constexpr size_t kMaxKeyBytes = 255 - kMetadataXattrPrefix.size();
+  constexpr size_t kMaxTotalBytes = 4096;
+  json metadata = json::object();
+  size_t total = 0;
+  auto invalid = [](const std::string& why) { return MakeError(ErrorCode::kBadRequest, "invalid metadata: " + why); };
+  auto printable = [](std::string_view text) {
+    return std::all_of(text.begin(), text.end(), [](char c) { return c >= 0x20 && c <= 0x7e; });
+  };
+  for (const auto& field : request) {
+    const std::string name = AsciiLower(api::FromBeast(field.name_string()));
+    if (!name.starts_with(kHeaderPrefix) || name.size() == kHeaderPrefix.size()) continue;
+    const std::string key = name.substr(kHeaderPrefix.size());
+    if (metadata.contains(key)) continue;
+    const std::string value(api::FromBeast(field.value()));
+    if (key.size() > kMaxKeyBytes) return invalid(fmt::format("metadata key \"{}\" exceeds {} bytes", key, kMaxKeyBytes));
+    if (!printable(key) || !printable(value)) {
+      return invalid(fmt::format("metadata of key \"{}\" is not printable ASCII", key));
+    }
+    total += kMetadataXattrPrefix.size() + key.size() + value.size();
+    metadata[key] = value;
+  }
+  if (total > kMaxTotalBytes) return invalid(fmt::format("total metadata size {} exceeds {} bytes", total, kMaxTotalBytes));
+  return metadata;
 }
 
 // Accept-Encoding names gzip with a non-zero q.
@@ -144,8 +176,8 @@ asio::awaitable<void> ServeDownload(EnvdRequest& request) {
 // One POST /files: the body (possibly gzip) into one write operation per file.
 class Upload {
  public:
-  Upload(SandboxFiles& files, std::optional<std::string> path_param, bool gzip)
-      : files_(files), path_param_(std::move(path_param)) {
+  Upload(SandboxFiles& files, std::optional<std::string> path_param, bool gzip, json metadata)
+      : files_(files), path_param_(std::move(path_param)), metadata_(std::move(metadata)) {
     if (gzip) inflater_.emplace();
   }
 
@@ -238,7 +270,8 @@ class Upload {
                                                               "in one upload request",
                                                               *path));
     }
-    const json op = {{"op", "write"}, {"path", *path}, {"parents", true}, {"append", false}};
+    // Always given: an overwrite replaces the file's whole metadata (none if none is sent).
+    const json op = {{"op", "write"}, {"path", *path}, {"parents", true}, {"append", false}, {"xattrs", metadata_}};
     Result<std::unique_ptr<core::FileOperation>> started = co_await files_.Start(op, true);
     if (!started.ok()) co_return started.error();
     current_ = std::move(started.value());
@@ -260,12 +293,21 @@ class Upload {
     Result<std::string> answer = co_await current_->Finish(kMaxFileAnswerBytes);
     current_.reset();
     if (!answer.ok()) co_return answer.error();
-    written_.push_back({{"name", BaseName(current_path_)}, {"type", "file"}, {"path", current_path_}});
+    json written = {{"name", BaseName(current_path_)}, {"type", "file"}, {"path", current_path_}};
+    // As envd: the metadata read back from the file (none where the filesystem keeps none).
+    const json entry = ParseBoundedJson(std::string_view(*answer).substr(0, answer->find('\n')));
+    if (entry.is_object()) {
+      if (auto xattrs = entry.find("xattrs"); xattrs != entry.end() && xattrs->is_object() && !xattrs->empty()) {
+        written["metadata"] = *xattrs;
+      }
+    }
+    written_.push_back(std::move(written));
     co_return Status{};
   }
 
   SandboxFiles& files_;
   std::optional<std::string> path_param_;
+  json metadata_;
   std::optional<GzipInflater> inflater_;
   std::optional<MultipartParser> parser_;
   std::vector<MultipartParser::Event> events_;
@@ -294,9 +336,11 @@ asio::awaitable<void> ServeUpload(EnvdRequest& request) {
   std::optional<std::string> path_param;
   if (const std::string* path = QueryValue(request.query, "path"); path && !path->empty()) path_param = *path;
 
+  Result<json> metadata = UploadMetadata(exchange.request());
+  if (!metadata.ok()) co_return co_await SendE2bError(exchange, 400, metadata.error().message);
   Result<SandboxFiles> files = co_await SandboxFiles::Open(request.context.manager, request.sandbox_id, UserOf(request));
   if (!files.ok()) co_return co_await SendFileError(exchange, files.error());
-  Upload upload(*files, path_param, !encoding.empty() && encoding != "identity");
+  Upload upload(*files, path_param, !encoding.empty() && encoding != "identity", std::move(*metadata));
   if (boundary) {
     upload.BeginMultipart(std::move(*boundary));
   } else if (Status begun = co_await upload.BeginRaw(); !begun.ok()) {

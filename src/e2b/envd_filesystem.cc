@@ -68,6 +68,20 @@ Result<bool> BoolField(const json& message, std::string_view json_name, std::str
   return field->get<bool>();
 }
 
+Result<WatchOptions> WatchOptionsOf(const json& message) {
+  WatchOptions options;
+  Result<bool> recursive = BoolField(message, "recursive", "recursive");
+  if (!recursive.ok()) return recursive.error();
+  Result<bool> include_entry = BoolField(message, "includeEntry", "include_entry");
+  if (!include_entry.ok()) return include_entry.error();
+  Result<bool> network_mounts = BoolField(message, "allowNetworkMounts", "allow_network_mounts");
+  if (!network_mounts.ok()) return network_mounts.error();
+  options.recursive = *recursive;
+  options.include_entry = *include_entry;
+  options.allow_network_mounts = *network_mounts;
+  return options;
+}
+
 // A uint32: a JSON number or a decimal string, as proto3 JSON allows.
 Result<uint32_t> Uint32Field(const json& message, std::string_view json_name, std::string_view proto_name) {
   const json* field = Field(message, json_name, proto_name);
@@ -200,11 +214,11 @@ class FilesystemCall {
     Result<std::string> path = PathOf(*files, message, "path", "path");
     if (!path.ok()) co_return path.error();
     Result<json> existing = co_await files->Stat(*path);
+    // envd looks with os.Stat, through a symlink.
+    if (existing.ok() && FollowedType(*existing) == "dir") {
+      co_return MakeError(ErrorCode::kConflict, fmt::format("directory already exists: {}", *path), "exists");
+    }
     if (existing.ok()) {
-      const std::string type = existing->value("type", "");
-      if (type == "dir" || type == "symlink") {
-        co_return MakeError(ErrorCode::kConflict, fmt::format("directory already exists: {}", *path), "exists");
-      }
       co_return MakeError(ErrorCode::kBadRequest,
                           fmt::format("path already exists but it is not a directory: {}", *path), "invalid_argument");
     }
@@ -251,26 +265,33 @@ class FilesystemCall {
     if (!files.ok()) co_return files.error();
     Result<std::string> path = PathOf(*files, message, "path", "path");
     if (!path.ok()) co_return path.error();
-    // envd removes with os.RemoveAll: directories with their contents. A symlink is removed,
-    // never followed.
+    // envd removes with os.RemoveAll: directories with their contents, and a path that is not
+    // there (nor its parent) counts as removed. A symlink is removed, never followed.
     const json op = {{"op", "remove"}, {"path", *path}, {"recursive", true}};
     Result<json> removed = co_await files->Run(op);
-    if (!removed.ok()) co_return removed.error();
+    if (!removed.ok() && removed.error().detail_code != "not_found") co_return removed.error();
     co_return json::object();
   }
 
   asio::awaitable<Result<json>> CreateWatcher(const json& message) {
-    Result<bool> recursive = BoolField(message, "recursive", "recursive");
-    if (!recursive.ok()) co_return recursive.error();
+    Result<WatchOptions> options = WatchOptionsOf(message);
+    if (!options.ok()) co_return options.error();
     Result<SandboxFiles> files = co_await Files();
     if (!files.ok()) co_return files.error();
     Result<std::string> path = PathOf(*files, message, "path", "path");
     if (!path.ok()) co_return path.error();
-    Result<StartedWatch> watch = co_await StartWatch(*files, *path, *recursive);
+    std::optional<Accounts> accounts;
+    if (options->include_entry) {
+      Result<const Accounts*> known = co_await files->EntryAccounts();
+      if (!known.ok()) co_return known.error();
+      accounts = **known;
+    }
+    Result<StartedWatch> watch = co_await StartWatch(*files, *path, *options);
     if (!watch.ok()) co_return watch.error();
     auto executor = co_await asio::this_coro::executor;
-    Result<std::string> id = request_.context.watchers->Add(request_.context.manager, executor, request_.sandbox_id,
-                                                            *path, std::move(watch->operation), std::move(watch->pending));
+    Result<std::string> id =
+        request_.context.watchers->Add(request_.context.manager, executor, request_.sandbox_id, *path,
+                                       std::move(watch->operation), std::move(watch->pending), std::move(accounts));
     if (!id.ok()) co_return id.error();
     co_return json{{"watcherId", *id}};
   }
@@ -301,13 +322,19 @@ class FilesystemCall {
     if (!message) co_return;
     Result<std::optional<std::chrono::milliseconds>> timeout = ConnectTimeout(exchange_.request());
     if (!timeout.ok()) co_return co_await stream.Finish(Invalid(timeout.error().message));
-    Result<bool> recursive = BoolField(*message, "recursive", "recursive");
-    if (!recursive.ok()) co_return co_await stream.Finish(RpcErrorOf(recursive.error()));
+    Result<WatchOptions> options = WatchOptionsOf(*message);
+    if (!options.ok()) co_return co_await stream.Finish(RpcErrorOf(options.error()));
     Result<SandboxFiles> files = co_await Files();
     if (!files.ok()) co_return co_await stream.Finish(RpcErrorOf(files.error()));
     Result<std::string> path = PathOf(*files, *message, "path", "path");
     if (!path.ok()) co_return co_await stream.Finish(RpcErrorOf(path.error()));
-    Result<StartedWatch> watch = co_await StartWatch(*files, *path, *recursive);
+    const Accounts* accounts = nullptr;
+    if (options->include_entry) {
+      Result<const Accounts*> known = co_await files->EntryAccounts();
+      if (!known.ok()) co_return co_await stream.Finish(RpcErrorOf(known.error()));
+      accounts = *known;
+    }
+    Result<StartedWatch> watch = co_await StartWatch(*files, *path, *options);
     if (!watch.ok()) co_return co_await stream.Finish(RpcErrorOf(watch.error()));
     core::FileOperation& operation = *watch->operation;
 
@@ -335,7 +362,7 @@ class FilesystemCall {
     while (!end) {
       for (const std::string& text : TakeLines(pending, piece)) {
         const json line = ParseBoundedJson(text);
-        std::optional<json> event = FilesystemEventOf(line, *path);
+        std::optional<json> event = FilesystemEventOf(line, *path, accounts);
         if (!event) continue;
         const json envelope = {{"filesystem", std::move(*event)}};
         const bool sent = co_await stream.Send(envelope);

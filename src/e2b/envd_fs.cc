@@ -18,16 +18,16 @@ using nlohmann::json;
 
 namespace {
 
-// /etc/passwd and /etc/group are read as root: they are world-readable anyway, and a user
-// whose home cannot be found must still be told apart from one that does not exist.
-constexpr std::string_view kReader = "0";
+// envd runs as root: every file operation runs so, and what one creates is then given to the
+// request's user (see SandboxFiles::Start). /etc/passwd and /etc/group are read so too.
+constexpr std::string_view kRoot = "0";
 constexpr size_t kMaxAccountsFile = 4 * 1024 * 1024;
 
 // A whole (small) file of the sandbox, read as root. "" if it does not exist.
 asio::awaitable<Result<std::string>> ReadSandboxFile(core::InitConnection connection, const std::string& path) {
   const json op = {{"op", "read"}, {"path", path}};
   Result<std::unique_ptr<core::FileOperation>> started =
-      co_await core::FileOperation::Start(std::move(connection), op, std::string(kReader), false);
+      co_await core::FileOperation::Start(std::move(connection), op, std::string(kRoot), false);
   if (!started.ok()) co_return started.error();
   Result<std::string> output = co_await (*started)->Finish(kMaxAccountsFile + api::kMaxFirstLineBytes);
   if (!output.ok()) {
@@ -40,13 +40,21 @@ asio::awaitable<Result<std::string>> ReadSandboxFile(core::InitConnection connec
   co_return output->substr(newline + 1);
 }
 
+std::optional<uint32_t> Number(std::string_view text) {
+  uint32_t number = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), number);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return number;
+}
+
 // The uid a user spec ("name", "1000", "1000:1000") names, if numeric.
-std::optional<uint32_t> NumericUid(std::string_view spec) {
-  spec = spec.substr(0, spec.find(':'));
-  uint32_t uid = 0;
-  const auto [end, ec] = std::from_chars(spec.data(), spec.data() + spec.size(), uid);
-  if (spec.empty() || ec != std::errc() || end != spec.data() + spec.size()) return std::nullopt;
-  return uid;
+std::optional<uint32_t> NumericUid(std::string_view spec) { return Number(spec.substr(0, spec.find(':'))); }
+
+// The gid of a numeric spec "1000:1000", if it has one.
+std::optional<uint32_t> NumericGid(std::string_view spec) {
+  const size_t colon = spec.find(':');
+  if (colon == std::string_view::npos) return std::nullopt;
+  return Number(spec.substr(colon + 1));
 }
 
 }  // namespace
@@ -74,10 +82,15 @@ asio::awaitable<Result<SandboxFiles>> SandboxFiles::Open(core::SandboxManager& m
   }
   if (account) {
     files.home_ = CleanAbsolutePath(account->home);
-  } else if (files.user_ == "root" || files.user_ == "0" || files.user_.starts_with("0:")) {
+    files.owner_ = FileOwner{account->uid, account->gid};
+  } else if (std::optional<uint32_t> uid = NumericUid(files.user_)) {
+    files.home_ = *uid == 0 ? "/root" : "/";
+    files.owner_ = FileOwner{*uid, NumericGid(files.user_).value_or(*uid)};
+  } else if (files.user_ == "root") {
     files.home_ = "/root";
+    files.owner_ = FileOwner{0, 0};
   } else {
-    files.home_ = "/";
+    files.home_ = "/";  // a name the sandbox does not know: init refuses it
   }
   co_return files;
 }
@@ -86,7 +99,17 @@ asio::awaitable<Result<std::unique_ptr<core::FileOperation>>> SandboxFiles::Star
   auto executor = co_await asio::this_coro::executor;
   Result<core::InitConnection> connection = co_await manager_->ConnectInit(executor, sandbox_id_);
   if (!connection.ok()) co_return connection.error();
-  co_return co_await core::FileOperation::Start(std::move(connection.value()), op, user_, with_input);
+  // Entries as envd describes them: a symlink by what it leads to (EntryInfoJson).
+  json with_details = op;
+  with_details["resolve_links"] = true;
+  with_details["xattr_prefix"] = kMetadataXattrPrefix;
+  // As envd: the sandbox is the boundary, not the user inside it. The operation runs as root,
+  // and the file and directories it creates are the user's.
+  if (!owner_) co_return co_await core::FileOperation::Start(std::move(connection.value()), with_details, user_, with_input);
+  const std::string kind = op.value("op", "");
+  if (kind == "write" || kind == "mkdir") with_details["owner"] = {{"uid", owner_->uid}, {"gid", owner_->gid}};
+  co_return co_await core::FileOperation::Start(std::move(connection.value()), with_details, std::string(kRoot),
+                                                with_input);
 }
 
 asio::awaitable<Result<json>> SandboxFiles::Run(const json& op, size_t max_answer) {
@@ -103,6 +126,12 @@ asio::awaitable<Result<json>> SandboxFiles::Run(const json& op, size_t max_answe
 }
 
 asio::awaitable<Result<json>> SandboxFiles::Info(const json& entry) {
+  Result<const Accounts*> accounts = co_await EntryAccounts();
+  if (!accounts.ok()) co_return accounts.error();
+  co_return EntryInfoJson(entry, **accounts);
+}
+
+asio::awaitable<Result<const Accounts*>> SandboxFiles::EntryAccounts() {
   if (!groups_read_) {
     auto executor = co_await asio::this_coro::executor;
     Result<core::InitConnection> connection = co_await manager_->ConnectInit(executor, sandbox_id_);
@@ -112,7 +141,7 @@ asio::awaitable<Result<json>> SandboxFiles::Info(const json& entry) {
     accounts_.groups = ParseGroup(*group);
     groups_read_ = true;
   }
-  co_return EntryInfoJson(entry, accounts_);
+  co_return &accounts_;
 }
 
 asio::awaitable<Result<json>> SandboxFiles::Stat(const std::string& path) {
@@ -120,25 +149,29 @@ asio::awaitable<Result<json>> SandboxFiles::Stat(const std::string& path) {
   co_return co_await Run(op);
 }
 
+std::string FollowedType(const json& entry) {
+  const std::string type = entry.value("type", "");
+  return type == "symlink" ? entry.value("target_type", "") : type;
+}
+
 asio::awaitable<Status> SandboxFiles::CheckDirectory(const std::string& path) {
   Result<json> entry = co_await Stat(path);
   if (!entry.ok()) co_return entry.error();
-  const std::string type = entry->value("type", "");
+  const std::string type = FollowedType(*entry);
   if (type == "dir") co_return Status{};
-  if (type == "symlink") {
-    // Followed as envd's os.Stat does: opening it as a directory (a one-level listing) says
-    // what it points at.
-    const json op = {{"op", "list"}, {"path", path}, {"depth", 1}};
-    Result<json> listing = co_await Run(op, kMaxListingAnswerBytes);
-    if (!listing.ok()) co_return listing.error();
-    co_return Status{};
-  }
+  // Followed as envd's os.Stat does: a symlink that leads nowhere is not there.
+  if (type.empty()) co_return MakeError(ErrorCode::kNotFound, fmt::format("path {} not found", path), "not_found");
   co_return MakeError(ErrorCode::kConflict, fmt::format("path is not a directory: {}", path), "not_a_directory");
 }
 
-asio::awaitable<Result<StartedWatch>> StartWatch(SandboxFiles& files, const std::string& path, bool recursive) {
+asio::awaitable<Result<StartedWatch>> StartWatch(SandboxFiles& files, const std::string& path,
+                                                 const WatchOptions& options) {
   if (Status directory = co_await files.CheckDirectory(path); !directory.ok()) co_return directory.error();
-  const json op = {{"op", "watch"}, {"path", path}, {"recursive", recursive}};
+  const json op = {{"op", "watch"},
+                   {"path", path},
+                   {"recursive", options.recursive},
+                   {"entries", options.include_entry},
+                   {"allow_network_mounts", options.allow_network_mounts}};
   Result<std::unique_ptr<core::FileOperation>> started = co_await files.Start(op, false);
   if (!started.ok()) co_return started.error();
   Result<std::pair<std::string, std::string>> first = co_await api::ReadFirstLine(**started);

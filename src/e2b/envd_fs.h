@@ -1,7 +1,8 @@
-// What envd's filesystem service and /files share: whom an operation runs as and where its
+// What envd's filesystem service and /files share: whom an operation is for and where its
 // relative paths start (the user's home, from the sandbox's own /etc/passwd), running file
-// operations inside the sandbox (core/file_operation.h: a worker there, as that user, so no
-// path, symlink or ".." reaches a host file), and envd's error codes for their failures.
+// operations inside the sandbox (core/file_operation.h: a worker there, as the sandbox's root
+// the way envd runs, what it creates given to the user; no path, symlink or ".." reaches a
+// host file), and envd's error codes for their failures.
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -41,13 +42,17 @@ class SandboxFiles {
   // envd's path: "~" expanded, relative to the home, cleaned (envd_paths.h). 400 if bad.
   Result<std::string> Resolve(std::string_view path) const { return ResolveEnvdPath(path, home_); }
 
-  // Starts one file operation (ctl_protocol.h "File operations") as the user.
+  // Starts one file operation (ctl_protocol.h "File operations") as envd would for the
+  // user: as root, what it creates given to the user ("owner").
   boost::asio::awaitable<Result<std::unique_ptr<core::FileOperation>>> Start(const nlohmann::json& op, bool with_input);
   // Runs one operation without input to its end: the JSON line it answered (null if none).
   boost::asio::awaitable<Result<nlohmann::json>> Run(const nlohmann::json& op, size_t max_answer = kMaxFileAnswerBytes);
   // envd's EntryInfo for a worker Entry (the group names are read on first use).
   boost::asio::awaitable<Result<nlohmann::json>> Info(const nlohmann::json& entry);
-  // The Entry of `path` (a symlink reported, not followed).
+  // The sandbox's users and groups, as Info names owners (valid while this lives).
+  boost::asio::awaitable<Result<const Accounts*>> EntryAccounts();
+  // The Entry of `path` (a symlink reported, not followed; what it leads to in its
+  // "target_type", see FollowedType).
   boost::asio::awaitable<Result<nlohmann::json>> Stat(const std::string& path);
   // OK if `path` is a directory or a symlink to one; else not_found, or 400 with the
   // worker's "not_a_directory" (envd: "path is not a directory").
@@ -60,18 +65,35 @@ class SandboxFiles {
   std::string sandbox_id_;
   std::string user_;
   std::string home_;
+  struct FileOwner {
+    uint32_t uid = 0;
+    uint32_t gid = 0;
+  };
+  std::optional<FileOwner> owner_;  // the user's ids, unless the sandbox does not know them
   Accounts accounts_;
   bool groups_read_ = false;
 };
+
+// The type of what a worker Entry leads to: its own, or a symlink's target's ("" for one that
+// leads nowhere).
+std::string FollowedType(const nlohmann::json& entry);
 
 // A watch operation that reported ready, and whatever it wrote after that line.
 struct StartedWatch {
   std::unique_ptr<core::FileOperation> operation;
   std::string pending;
 };
+// What a WatchDir / CreateWatcher asks for: envd's recursive, include_entry (create, write
+// and chmod events carry the entry's info) and allow_network_mounts.
+struct WatchOptions {
+  bool recursive = false;
+  bool include_entry = false;
+  bool allow_network_mounts = false;
+};
 // Starts watching the directory `path` (resolved). not_found / invalid_argument (as envd)
-// for a path that is missing or not a directory.
-boost::asio::awaitable<Result<StartedWatch>> StartWatch(SandboxFiles& files, const std::string& path, bool recursive);
+// for a path that is missing or not a directory, or on a network mount unless allowed.
+boost::asio::awaitable<Result<StartedWatch>> StartWatch(SandboxFiles& files, const std::string& path,
+                                                        const WatchOptions& options);
 
 // envd's Connect error for a failed file operation (by the worker's code: not_found,
 // exists -> already_exists, permission_denied, not_a_directory -> invalid_argument, ...).

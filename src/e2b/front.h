@@ -23,7 +23,7 @@ namespace bulkhead::e2b {
 // The envd version the front reports: the SDKs turn features on by it (e2b-protocol.md §7).
 // 0.5.7: octet-stream and gzip uploads and CloseStdin; not file metadata (0.6.2) nor a watch's
 // includeEntry (0.6.3).
-constexpr std::string_view kEnvdVersion = "0.5.7";
+constexpr std::string_view kEnvdVersion = "0.6.4";
 // The port envd listens on in an E2B sandbox; E2b-Sandbox-Port names it for envd traffic.
 constexpr std::string_view kEnvdPort = "49983";
 

@@ -49,7 +49,7 @@ std::string NewWatcherId() {
 
 }  // namespace
 
-std::optional<json> FilesystemEventOf(const json& line, std::string_view watched_dir) {
+std::optional<json> FilesystemEventOf(const json& line, std::string_view watched_dir, const Accounts* accounts) {
   if (!line.is_object()) return std::nullopt;
   const auto type = line.find("type");
   const auto path = line.find("path");
@@ -62,7 +62,11 @@ std::optional<json> FilesystemEventOf(const json& line, std::string_view watched
   if (kind == "rename") event_type = "EVENT_TYPE_RENAME";
   if (kind == "chmod") event_type = "EVENT_TYPE_CHMOD";
   if (event_type.empty()) return std::nullopt;
-  return json{{"name", RelativeTo(watched_dir, path->get_ref<const std::string&>())}, {"type", event_type}};
+  json event = {{"name", RelativeTo(watched_dir, path->get_ref<const std::string&>())}, {"type", event_type}};
+  if (auto entry = line.find("entry"); accounts && entry != line.end()) {
+    if (Result<json> info = EntryInfoJson(*entry, *accounts); info.ok()) event["entry"] = std::move(*info);
+  }
+  return event;
 }
 
 std::vector<std::string> TakeLines(std::string& pending, std::string_view piece) {
@@ -97,6 +101,7 @@ struct WatcherRegistry::Watcher {
   std::string id;
   std::string sandbox_id;
   std::string watched_dir;
+  std::optional<Accounts> accounts;  // includeEntry: who owns what
   // On the executor only. Both live in the watcher's coroutines (so they go with the
   // io_context's handlers when the daemon stops, never after it).
   core::FileOperation* operation = nullptr;  // while the watch runs
@@ -179,7 +184,8 @@ asio::awaitable<void> Pump(std::shared_ptr<Watcher> watcher, core::SandboxManage
   auto deliver = [&](std::string_view piece) {
     for (const std::string& text : TakeLines(rest, piece)) {
       const json line = ParseBoundedJson(text);
-      std::optional<json> event = FilesystemEventOf(line, watcher->watched_dir);
+      std::optional<json> event =
+          FilesystemEventOf(line, watcher->watched_dir, watcher->accounts ? &*watcher->accounts : nullptr);
       if (!event) continue;
       std::lock_guard lock(watcher->mutex);
       const bool dropping = watcher->events.dropped() == 0 && watcher->events.size() >= WatcherRegistry::kMaxEvents;
@@ -263,10 +269,12 @@ size_t WatcherRegistry::size() const {
 
 Result<std::string> WatcherRegistry::Add(core::SandboxManager& manager, asio::any_io_executor executor,
                                          const std::string& sandbox_id, const std::string& watched_dir,
-                                         std::unique_ptr<core::FileOperation> operation, std::string pending) {
+                                         std::unique_ptr<core::FileOperation> operation, std::string pending,
+                                         std::optional<Accounts> accounts) {
   auto watcher = std::make_shared<Watcher>(executor);
   watcher->sandbox_id = sandbox_id;
   watcher->watched_dir = watched_dir;
+  watcher->accounts = std::move(accounts);
   {
     std::lock_guard lock(mutex_);
     size_t of_sandbox = 0;

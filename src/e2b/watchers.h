@@ -24,13 +24,16 @@
 #include "common/result.h"
 #include "core/file_operation.h"
 #include "core/sandbox_manager.h"
+#include "e2b/entry_info.h"
 
 namespace bulkhead::e2b {
 
 // envd's FilesystemEvent ({"name": path relative to the watched directory, "type":
 // "EVENT_TYPE_…"}) for one line of a watch operation ({"type": "create", "path": "/abs"}),
-// or nullopt for a line that is not an event.
-std::optional<nlohmann::json> FilesystemEventOf(const nlohmann::json& line, std::string_view watched_dir);
+// or nullopt for a line that is not an event. With `accounts`, the line's "entry" (includeEntry)
+// becomes the event's EntryInfo.
+std::optional<nlohmann::json> FilesystemEventOf(const nlohmann::json& line, std::string_view watched_dir,
+                                                const Accounts* accounts = nullptr);
 
 // Splits a watch operation's output into lines: appends `piece` to `pending` and answers the
 // complete lines in it (without their newlines), leaving the unfinished rest in `pending`.
@@ -63,11 +66,13 @@ class WatcherRegistry : public std::enable_shared_from_this<WatcherRegistry> {
   struct Watcher;
 
   // Takes over a watch of `watched_dir` that reported ready (`pending`: what it wrote after
-  // that) and runs it on `executor` (where `operation` was started). Answers the watcher's id;
+  // that) and runs it on `executor` (where `operation` was started); `accounts` name the owners
+  // of the entries its events carry (includeEntry). Answers the watcher's id;
   // 429 (kTooMany) when the sandbox (or the daemon) has too many.
   Result<std::string> Add(core::SandboxManager& manager, boost::asio::any_io_executor executor,
                           const std::string& sandbox_id, const std::string& watched_dir,
-                          std::unique_ptr<core::FileOperation> operation, std::string pending);
+                          std::unique_ptr<core::FileOperation> operation, std::string pending,
+                          std::optional<Accounts> accounts);
   // The events since the last poll (FilesystemEvent JSON). not_found for an id this sandbox
   // does not have; the watch's error once it failed (the watcher is then gone).
   Result<std::vector<nlohmann::json>> Poll(const std::string& sandbox_id, const std::string& id);

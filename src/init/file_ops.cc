@@ -6,11 +6,13 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <vector>
 
 #include "common/ctl_protocol.h"
@@ -41,20 +43,21 @@ Status CopyUntilEof(int from, int to, const std::string& path) {
   }
 }
 
-std::string TempName() {
+std::string TempName(char kind) {
   uint64_t random = 0;
   if (::getrandom(&random, sizeof(random), 0) != sizeof(random)) random = (uint64_t(::getpid()) << 32) ^ uint64_t(::time(nullptr));
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(random));
-  return std::string(kWriteTempPrefix) + buf;
+  return std::string(kWriteTempPrefix) + kind + buf;
 }
 
 // The new content of a file that replaces `name` in `dir_fd` once complete. Unnamed
 // (O_TMPFILE) where the filesystem allows, so nothing is left behind if the worker is killed
-// mid-write; otherwise a uniquely named file beside the target, removed on failure.
+// mid-write; otherwise a uniquely named file beside the target, removed on failure. `kind`
+// (kWriteAsWriter, ...) tells a watch what its commit stands for.
 class ReplacementFile {
  public:
-  ReplacementFile(int dir_fd, std::string dir) : dir_fd_(dir_fd), dir_(std::move(dir)) {}
+  ReplacementFile(int dir_fd, std::string dir, char kind) : dir_fd_(dir_fd), dir_(std::move(dir)), kind_(kind) {}
   ReplacementFile(const ReplacementFile&) = delete;
   ReplacementFile& operator=(const ReplacementFile&) = delete;
   ~ReplacementFile() {
@@ -84,7 +87,7 @@ class ReplacementFile {
  private:
   Status OpenNamed(UniqueFd* fd) {
     for (int attempt = 0; attempt < 16; ++attempt) {
-      std::string name = TempName();
+      std::string name = TempName(kind_);
       fd->reset(::openat(dir_fd_, name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
       if (*fd) {
         temp_name_ = name;
@@ -99,7 +102,7 @@ class ReplacementFile {
   // /proc; with neither, the content is copied into a named file.
   Status LinkUnnamed() {
     for (int attempt = 0; attempt < 16; ++attempt) {
-      std::string name = TempName();
+      std::string name = TempName(kind_);
       std::string proc_path = "/proc/self/fd/" + std::to_string(fd_.get());
       if (::linkat(fd_.get(), "", dir_fd_, name.c_str(), AT_EMPTY_PATH) == 0 ||
           (errno != EEXIST && ::linkat(AT_FDCWD, proc_path.c_str(), dir_fd_, name.c_str(), AT_SYMLINK_FOLLOW) == 0)) {
@@ -123,12 +126,42 @@ class ReplacementFile {
 
   int dir_fd_;
   std::string dir_;
+  char kind_;
   UniqueFd fd_;
   std::string temp_name_;  // the file's name while it has a temporary one
 };
 
+// The extended attributes a write sets: its "xattrs" ({key: value}), each key under the
+// "xattr_prefix". Checked before anything is written.
+Result<std::map<std::string, std::string>> XattrsOf(const FileOpArgs& args, const EntryDetails& details) {
+  auto given = args.StringMap("xattrs");
+  if (!given.ok()) return given.error();
+  std::map<std::string, std::string> xattrs;
+  if (given->empty()) return xattrs;
+  if (details.xattr_prefix.empty()) return FileError("invalid_argument", "\"xattrs\" needs an \"xattr_prefix\"");
+  for (auto& [key, value] : *given) {
+    std::string name = details.xattr_prefix + key;
+    if (key.empty() || name.size() > XATTR_NAME_MAX || name.find('\0') != std::string::npos || value.size() > XATTR_SIZE_MAX) {
+      return FileError("invalid_argument", "bad extended attribute \"" + key + "\"");
+    }
+    xattrs.emplace(std::move(name), std::move(value));
+  }
+  return xattrs;
+}
+
+// Sets `xattrs` on the open file. A filesystem without them (procfs, ...) stores none, as envd.
+Status SetXattrs(int fd, const std::map<std::string, std::string>& xattrs, const std::string& path) {
+  for (const auto& [name, value] : xattrs) {
+    if (::fsetxattr(fd, name.c_str(), value.data(), value.size(), 0) == 0) continue;
+    if (errno == ENOTSUP) return {};
+    if (errno == E2BIG || errno == ERANGE) return FileError("disk_full", "no room for the extended attributes of " + path);
+    return ErrnoError(errno, "set an extended attribute of", path);
+  }
+  return {};
+}
+
 // "append": written in place, at the end of the existing file (or a new one).
-Status AppendInPlace(const std::string& path, std::optional<mode_t> mode) {
+Status AppendInPlace(const std::string& path, std::optional<mode_t> mode, const std::optional<FileOwner>& owner) {
   struct stat st;
   if (::stat(path.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) return FileError("is_a_directory", path + " is a directory");
@@ -145,6 +178,8 @@ Status AppendInPlace(const std::string& path, std::optional<mode_t> mode) {
   if (::fstat(fd.get(), &st) != 0) return ErrnoError(errno, "stat", path);
   if (!S_ISREG(st.st_mode)) return FileError("invalid_argument", path + " is not a regular file");
   ::fcntl(fd.get(), F_SETFL, O_APPEND);  // blocking again
+  // Before fchmod, which chown would strip of set-id bits.
+  if (owner && ::fchown(fd.get(), owner->uid, owner->gid) != 0) return ErrnoError(errno, "chown", path);
   if (mode && !created && ::fchmod(fd.get(), *mode) != 0) return ErrnoError(errno, "chmod", path);
   BH_TRY(CopyUntilEof(0, fd.get(), path));
   if (::fstat(fd.get(), &st) != 0) return ErrnoError(errno, "stat", path);
@@ -157,7 +192,7 @@ struct Listing {
   bool truncated = false;
 };
 
-Status ListDirectory(int dir_fd, const std::string& dir_path, int depth, Listing* out) {
+Status ListDirectory(int dir_fd, const std::string& dir_path, int depth, const EntryDetails& details, Listing* out) {
   auto names = DirectoryNames(dir_fd, dir_path);
   if (!names.ok()) return names.error();
   for (const auto& name : *names) {
@@ -166,7 +201,7 @@ Status ListDirectory(int dir_fd, const std::string& dir_path, int depth, Listing
       return {};
     }
     std::string path = JoinPath(dir_path, name);
-    auto entry = EntryAt(dir_fd, name, path);
+    auto entry = EntryAt(dir_fd, name, path, details);
     if (!entry.ok()) continue;  // removed meanwhile
     bool is_dir = (*entry)["type"] == "dir";
     out->entries.emplace_back(path, std::move(*entry));
@@ -174,7 +209,7 @@ Status ListDirectory(int dir_fd, const std::string& dir_path, int depth, Listing
       // O_NOFOLLOW: a directory swapped for a symlink since fstatat is not entered.
       UniqueFd sub(::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       // A subdirectory that cannot be read is listed without its contents.
-      if (sub) (void)ListDirectory(sub.get(), path, depth - 1, out);
+      if (sub) (void)ListDirectory(sub.get(), path, depth - 1, details, out);
       if (out->truncated) return {};
     }
   }
@@ -282,10 +317,16 @@ Status WriteFileOp(const FileOpArgs& args) {
   if (!parents.ok()) return parents.error();
   auto append = args.Bool("append", false);
   if (!append.ok()) return append.error();
+  auto owner = args.Owner("owner");
+  if (!owner.ok()) return owner.error();
+  auto details = EntryDetailsOf(args);
+  if (!details.ok()) return details.error();
+  auto xattrs = XattrsOf(args, *details);
+  if (!xattrs.ok()) return xattrs.error();
   if (*path == "/") return FileError("is_a_directory", "/ is a directory");
 
-  if (*parents) BH_TRY(MakeDirectories(SplitParent(*path).first, 0755, /*path_is_a_parent=*/true));
-  if (*append) return AppendInPlace(*path, *mode);
+  if (*parents) BH_TRY(MakeDirectories(SplitParent(*path).first, 0755, /*path_is_a_parent=*/true, *owner));
+  if (*append) return AppendInPlace(*path, *mode, *owner);
 
   auto parent = OpenParent(*path);
   if (!parent.ok()) return parent.error();
@@ -297,19 +338,25 @@ Status WriteFileOp(const FileOpArgs& args) {
   if (exists && S_ISDIR(old.st_mode)) return FileError("is_a_directory", *path + " is a directory");
   bool replaces_file = exists && S_ISREG(old.st_mode);
 
-  ReplacementFile file(dir_fd.get(), SplitParent(*path).first);
+  // As envd's upload: a file given to an owner is chowned (a chmod event), then written.
+  const char kind = !*owner ? kWriteAsWriter : exists ? kWriteReplaceOwned : kWriteNewOwned;
+  ReplacementFile file(dir_fd.get(), SplitParent(*path).first, kind);
   BH_TRY(file.Open());
   BH_TRY(CopyUntilEof(0, file.fd(), *path));
-  // The old file's owner is kept where the worker may (root); before fchmod, which chown
-  // would strip of set-id bits.
-  if (replaces_file && (old.st_uid != ::geteuid() || old.st_gid != ::getegid())) {
+  // The file goes to "owner" if given, else the old file's owner is kept where the worker
+  // may (root); before fchmod, which chown would strip of set-id bits.
+  if (*owner) {
+    if (::fchown(file.fd(), (*owner)->uid, (*owner)->gid) != 0) return ErrnoError(errno, "chown", *path);
+  } else if (replaces_file && (old.st_uid != ::geteuid() || old.st_gid != ::getegid())) {
     if (::fchown(file.fd(), old.st_uid, old.st_gid) != 0 && errno != EPERM) return ErrnoError(errno, "chown", *path);
   }
+  // A new inode: an overwrite keeps none of the old file's.
+  BH_TRY(SetXattrs(file.fd(), *xattrs, *path));
   mode_t final_mode = mode->value_or(replaces_file ? old.st_mode & 07777 : 0644);
   if (::fchmod(file.fd(), final_mode) != 0) return ErrnoError(errno, "chmod", *path);
   BH_TRY(file.Commit(name, *path));
 
-  auto entry = EntryAt(dir_fd.get(), name, *path);
+  auto entry = EntryAt(dir_fd.get(), name, *path, *details);
   if (!entry.ok()) return entry.error();
   return WriteJsonLine(*entry);
 }
@@ -317,7 +364,9 @@ Status WriteFileOp(const FileOpArgs& args) {
 Status StatOp(const FileOpArgs& args) {
   auto path = args.Path("path");
   if (!path.ok()) return path.error();
-  auto entry = EntryOf(*path);
+  auto details = EntryDetailsOf(args);
+  if (!details.ok()) return details.error();
+  auto entry = EntryOf(*path, *details);
   if (!entry.ok()) return entry.error();
   return WriteJsonLine(*entry);
 }
@@ -327,10 +376,12 @@ Status ListOp(const FileOpArgs& args) {
   if (!path.ok()) return path.error();
   auto depth = args.Int("depth", 1, 1, 32);
   if (!depth.ok()) return depth.error();
+  auto details = EntryDetailsOf(args);
+  if (!details.ok()) return details.error();
   UniqueFd root(::open(path->c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!root) return ErrnoError(errno, "open", *path);
   Listing listing;
-  BH_TRY(ListDirectory(root.get(), *path, *depth, &listing));
+  BH_TRY(ListDirectory(root.get(), *path, *depth, *details, &listing));
   std::sort(listing.entries.begin(), listing.entries.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
   json entries = json::array();
@@ -345,12 +396,18 @@ Status MkdirOp(const FileOpArgs& args) {
   if (!parents.ok()) return parents.error();
   auto mode = args.Mode("mode");
   if (!mode.ok()) return mode.error();
+  auto owner = args.Owner("owner");
+  if (!owner.ok()) return owner.error();
+  auto details = EntryDetailsOf(args);
+  if (!details.ok()) return details.error();
   if (*parents) {
-    BH_TRY(MakeDirectories(*path, mode->value_or(0755)));
+    BH_TRY(MakeDirectories(*path, mode->value_or(0755), /*path_is_a_parent=*/false, *owner));
   } else if (::mkdir(path->c_str(), mode->value_or(0755)) != 0) {
     return ErrnoError(errno, "mkdir", *path);
+  } else if (*owner && ::lchown(path->c_str(), (*owner)->uid, (*owner)->gid) != 0) {
+    return ErrnoError(errno, "chown", *path);
   }
-  auto entry = EntryOf(*path);
+  auto entry = EntryOf(*path, *details);
   if (!entry.ok()) return entry.error();
   return WriteJsonLine(*entry);
 }
@@ -360,8 +417,10 @@ Status MoveOp(const FileOpArgs& args) {
   if (!from.ok()) return from.error();
   auto to = args.Path("to");
   if (!to.ok()) return to.error();
+  auto details = EntryDetailsOf(args);
+  if (!details.ok()) return details.error();
   if (::rename(from->c_str(), to->c_str()) != 0) return ErrnoError(errno, "move " + *from + " to", *to);
-  auto entry = EntryOf(*to);
+  auto entry = EntryOf(*to, *details);
   if (!entry.ok()) return entry.error();
   return WriteJsonLine(*entry);
 }

@@ -16,18 +16,21 @@
 // its new name; one moved out of the tree loses them. The watch ends when stdout is closed,
 // or when the watched path itself is removed or moved (after a last remove or rename line).
 // A file written through the API (file_ops.cc) is built in a temporary and renamed over its
-// target: that is reported as create and write of the target, nothing about the temporary.
+// target: that is reported as create and write of the target, nothing about the temporary;
+// one given to an "owner" as envd's upload reports it: create (if new), chmod (the chown),
+// write.
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <map>
-#include <set>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -52,9 +55,32 @@ bool IsWriteTemporary(std::string_view name, const std::string& path) {
   return ::lstat(path.c_str(), &st) != 0 && errno == ENOENT;
 }
 
+// What the commit of a write's temporary named `name` stands for (kWriteAsWriter, ...).
+char WriteKind(std::string_view name) {
+  if (name.substr(0, kWriteTempPrefix.size()) != kWriteTempPrefix || name.size() == kWriteTempPrefix.size()) {
+    return kWriteAsWriter;
+  }
+  const char kind = name[kWriteTempPrefix.size()];
+  return kind == kWriteNewOwned || kind == kWriteReplaceOwned ? kind : kWriteAsWriter;
+}
+
+// The filesystems envd calls network mounts (Linux magic numbers): NFS, CIFS, SMB, SMB2, FUSE.
+bool IsNetworkFilesystem(const struct statfs& fs) {
+  switch (static_cast<uint64_t>(fs.f_type) & 0xffffffffu) {
+    case 0x6969:
+    case 0xFF534D42:
+    case 0x517B:
+    case 0xFE534D42:
+    case 0x65735546: return true;
+    default: return false;
+  }
+}
+
 class Watcher {
  public:
-  Watcher(std::string root, bool recursive) : root_(std::move(root)), recursive_(recursive) {}
+  // With `entries`, a create, write or chmod line carries the Entry (`details`) of its path.
+  Watcher(std::string root, bool recursive, std::optional<EntryDetails> entries)
+      : root_(std::move(root)), recursive_(recursive), entries_(std::move(entries)) {}
 
   // Sets every watch; the caller reports "ready" after this.
   Status Start() {
@@ -215,11 +241,14 @@ class Watcher {
 
     std::string path = JoinPath(it->second, event.name);  // copied: the handlers below may change paths_
     if (!is_dir && IsWriteTemporary(event.name, path)) {
-      if (event.mask & IN_MOVED_FROM) write_commits_.insert(event.cookie);
+      if (event.mask & IN_MOVED_FROM) write_commits_[event.cookie] = WriteKind(event.name);
       return {};
     }
-    if ((event.mask & IN_MOVED_TO) && write_commits_.erase(event.cookie) > 0) {
-      BH_TRY(Emit("create", path, false));
+    if (auto commit = write_commits_.find(event.cookie); (event.mask & IN_MOVED_TO) && commit != write_commits_.end()) {
+      const char kind = commit->second;
+      write_commits_.erase(commit);
+      if (kind != kWriteReplaceOwned) BH_TRY(Emit("create", path, false));
+      if (kind != kWriteAsWriter) BH_TRY(Emit("chmod", path, false));
       return Emit("write", path, false);
     }
     if (event.mask & IN_CREATE) {
@@ -253,19 +282,27 @@ class Watcher {
   // One event line, written at once. A closed stdout ends the watch.
   Status Emit(const char* type, const std::string& path, bool is_dir) {
     if (done_) return {};
-    Status written = WriteJsonLine(json{{"type", type}, {"path", path}, {"dir", is_dir}});
+    json line = {{"type", type}, {"path", path}, {"dir", is_dir}};
+    // What is there now (envd's includeEntry): never for a remove or rename, whose entry is
+    // gone; none if it went meanwhile.
+    const std::string_view kind = type;
+    if (entries_ && (kind == "create" || kind == "write" || kind == "chmod")) {
+      if (auto entry = EntryOf(path, *entries_); entry.ok()) line["entry"] = std::move(*entry);
+    }
+    Status written = WriteJsonLine(line);
     if (!written.ok()) done_ = true;
     return {};
   }
 
   std::string root_;
   bool recursive_;
+  std::optional<EntryDetails> entries_;
   bool root_is_dir_ = false;
   UniqueFd inotify_;
   int root_wd_ = -1;
   std::map<int, std::string> paths_;             // watch descriptor -> the directory's path
   std::map<uint32_t, std::string> moved_from_;   // this batch's IN_MOVED_FROM directories, by cookie
-  std::set<uint32_t> write_commits_;               // this batch's renames of a write's temporary, by cookie
+  std::map<uint32_t, char> write_commits_;         // this batch's renames of a write's temporary: cookie -> kind
   bool done_ = false;
 };
 
@@ -276,7 +313,18 @@ Status WatchOp(const FileOpArgs& args) {
   if (!path.ok()) return path.error();
   auto recursive = args.Bool("recursive", true);
   if (!recursive.ok()) return recursive.error();
-  Watcher watcher(*path, *recursive);
+  auto entries = args.Bool("entries", false);
+  if (!entries.ok()) return entries.error();
+  auto details = EntryDetailsOf(args);
+  if (!details.ok()) return details.error();
+  auto network_mounts = args.Bool("allow_network_mounts", true);
+  if (!network_mounts.ok()) return network_mounts.error();
+  if (!*network_mounts) {
+    struct statfs fs;
+    if (::statfs(path->c_str(), &fs) != 0) return ErrnoError(errno, "statfs", *path);
+    if (IsNetworkFilesystem(fs)) return FileError("invalid_argument", "cannot watch path on network filesystem: " + *path);
+  }
+  Watcher watcher(*path, *recursive, *entries ? std::optional<EntryDetails>(*details) : std::nullopt);
   BH_TRY(watcher.Start());
   BH_TRY(WriteJsonLine(json{{"type", "ready"}}));
   return watcher.Run();

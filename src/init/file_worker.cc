@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -167,6 +168,43 @@ Result<std::optional<mode_t>> FileOpArgs::Mode(const char* key) const {
   return std::optional<mode_t>(mode_t(it->get<uint64_t>()));
 }
 
+Result<std::optional<FileOwner>> FileOpArgs::Owner(const char* key) const {
+  auto it = doc_.find(key);
+  if (it == doc_.end() || it->is_null()) return std::optional<FileOwner>();
+  auto id = [&](const char* field) -> std::optional<uint32_t> {
+    if (!it->is_object()) return std::nullopt;
+    auto value = it->find(field);
+    if (value == it->end() || !value->is_number_unsigned() || value->get<uint64_t>() > UINT32_MAX - 1) return std::nullopt;
+    return uint32_t(value->get<uint64_t>());
+  };
+  std::optional<uint32_t> uid = id("uid"), gid = id("gid");
+  if (!uid || !gid) return FileError("invalid_argument", std::string("\"") + key + "\" must be {\"uid\": N, \"gid\": N}");
+  return std::optional<FileOwner>(FileOwner{uid_t(*uid), gid_t(*gid)});
+}
+
+Result<std::string> FileOpArgs::String(const char* key, size_t max_bytes) const {
+  auto it = doc_.find(key);
+  if (it == doc_.end() || it->is_null()) return std::string();
+  if (!it->is_string() || it->get_ref<const std::string&>().size() > max_bytes) {
+    return FileError("invalid_argument",
+                     std::string("\"") + key + "\" must be a string of at most " + std::to_string(max_bytes) + " bytes");
+  }
+  return it->get<std::string>();
+}
+
+Result<std::map<std::string, std::string>> FileOpArgs::StringMap(const char* key) const {
+  std::map<std::string, std::string> map;
+  auto it = doc_.find(key);
+  if (it == doc_.end() || it->is_null()) return map;
+  auto bad = [&] { return FileError("invalid_argument", std::string("\"") + key + "\" must be an object of strings"); };
+  if (!it->is_object()) return bad();
+  for (const auto& [name, value] : it->items()) {
+    if (!value.is_string()) return bad();
+    map.emplace(name, value.get<std::string>());
+  }
+  return map;
+}
+
 Result<int> FileOpArgs::Int(const char* key, int fallback, int min, int max) const {
   auto it = doc_.find(key);
   if (it == doc_.end() || it->is_null()) return fallback;
@@ -177,12 +215,78 @@ Result<int> FileOpArgs::Int(const char* key, int fallback, int min, int max) con
   return int(it->get<int64_t>());
 }
 
+namespace {
+
+// A directory's st_size means something else on every filesystem (0 or the bytes of its names
+// on btrfs, a multiple of the block size on ext4, a count on tmpfs): its size is the space it
+// takes, at least one block (small directories live inside their inode on btrfs and xfs).
+uint64_t SizeOf(const struct stat& st) {
+  if (!S_ISDIR(st.st_mode)) return uint64_t(st.st_size);
+  return std::max(uint64_t(st.st_blocks) * 512, uint64_t(st.st_blksize));
+}
+
+// "resolved", "target_type" and "target_mode" of the symlink `path`: every link followed, as
+// any program in the sandbox would. Absent where it leads nowhere (dangling, a loop).
+void AddResolvedTarget(const std::string& path, json& entry) {
+  char resolved[PATH_MAX];
+  if (::realpath(path.c_str(), resolved) != nullptr) entry["resolved"] = std::string(resolved);
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return;
+  entry["target_type"] = TypeName(st.st_mode);
+  entry["target_mode"] = st.st_mode & 07777;
+}
+
+// JSON strings must be UTF-8; an attribute that is not (set by some program) is left out.
+bool IsUtf8(const std::string& text) {
+  try {
+    (void)json(text).dump();
+    return true;
+  } catch (const json::type_error&) {
+    return false;
+  }
+}
+
+// "xattrs": the extended attributes of `path` (through a symlink) whose names start with
+// `prefix`, the prefix stripped. Best effort, like the rest of a listing: none where the
+// filesystem has none or they cannot be read.
+void AddXattrs(const std::string& path, const std::string& prefix, json& entry) {
+  std::string names;
+  for (;;) {
+    ssize_t size = ::listxattr(path.c_str(), nullptr, 0);
+    if (size <= 0) return;
+    names.resize(size_t(size));
+    size = ::listxattr(path.c_str(), names.data(), names.size());
+    if (size >= 0) {
+      names.resize(size_t(size));
+      break;
+    }
+    if (errno != ERANGE) return;  // ERANGE: more names appeared meanwhile
+  }
+  json xattrs = json::object();
+  for (size_t start = 0; start < names.size();) {
+    const std::string name(names.c_str() + start);
+    start += name.size() + 1;
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const ssize_t size = ::getxattr(path.c_str(), name.c_str(), nullptr, 0);
+    if (size < 0) continue;  // removed meanwhile
+    std::string value(size_t(size), '\0');
+    const ssize_t got = ::getxattr(path.c_str(), name.c_str(), value.data(), value.size());
+    if (got < 0) continue;  // removed, or grown, meanwhile
+    value.resize(size_t(got));
+    std::string key = name.substr(prefix.size());
+    if (IsUtf8(key) && IsUtf8(value)) xattrs[key] = std::move(value);
+  }
+  if (!xattrs.empty()) entry["xattrs"] = std::move(xattrs);
+}
+
+}  // namespace
+
 json EntryJson(const std::string& path, const struct stat& st, const std::optional<std::string>& target) {
   std::string name = path == "/" ? "/" : path.substr(path.rfind('/') + 1);
   json entry = {{"path", path},
                 {"name", name},
                 {"type", TypeName(st.st_mode)},
-                {"size", uint64_t(st.st_size)},
+                {"size", SizeOf(st)},
                 {"mode", st.st_mode & 07777},
                 {"uid", st.st_uid},
                 {"gid", st.st_gid},
@@ -191,7 +295,18 @@ json EntryJson(const std::string& path, const struct stat& st, const std::option
   return entry;
 }
 
-Result<json> EntryAt(int dir_fd, const std::string& name, const std::string& path) {
+Result<EntryDetails> EntryDetailsOf(const FileOpArgs& args) {
+  EntryDetails details;
+  auto resolve = args.Bool("resolve_links", false);
+  if (!resolve.ok()) return resolve.error();
+  details.resolve_links = *resolve;
+  auto prefix = args.String("xattr_prefix", XATTR_NAME_MAX);
+  if (!prefix.ok()) return prefix.error();
+  details.xattr_prefix = std::move(*prefix);
+  return details;
+}
+
+Result<json> EntryAt(int dir_fd, const std::string& name, const std::string& path, const EntryDetails& details) {
   struct stat st;
   if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return ErrnoError(errno, "stat", path);
   std::optional<std::string> target;
@@ -200,10 +315,15 @@ Result<json> EntryAt(int dir_fd, const std::string& name, const std::string& pat
     if (!link.ok()) return link.error();
     target = std::move(*link);
   }
-  return EntryJson(path, st, target);
+  json entry = EntryJson(path, st, target);
+  if (details.resolve_links && S_ISLNK(st.st_mode)) AddResolvedTarget(path, entry);
+  if (!details.xattr_prefix.empty()) AddXattrs(path, details.xattr_prefix, entry);
+  return entry;
 }
 
-Result<json> EntryOf(const std::string& path) { return EntryAt(AT_FDCWD, path, path); }
+Result<json> EntryOf(const std::string& path, const EntryDetails& details) {
+  return EntryAt(AT_FDCWD, path, path, details);
+}
 
 Status WriteAll(int fd, std::string_view data) {
   while (!data.empty()) {
@@ -250,7 +370,7 @@ Result<std::vector<std::string>> DirectoryNames(int dir_fd, const std::string& p
   return names;
 }
 
-Status MakeDirectories(const std::string& path, mode_t mode, bool path_is_a_parent) {
+Status MakeDirectories(const std::string& path, mode_t mode, bool path_is_a_parent, const std::optional<FileOwner>& owner) {
   // Each prefix in turn: mkdir, and an existing one must be a directory (following a symlink,
   // as any program in the sandbox would).
   size_t pos = 0;
@@ -259,7 +379,11 @@ Status MakeDirectories(const std::string& path, mode_t mode, bool path_is_a_pare
     std::string prefix = path.substr(0, pos);
     if (prefix.empty() || prefix == "/") continue;
     bool last = pos == std::string::npos;
-    if (::mkdir(prefix.c_str(), last ? mode : 0755) == 0) continue;
+    if (::mkdir(prefix.c_str(), last ? mode : 0755) == 0) {
+      // lchown: what is there now is not followed if it was swapped for a symlink.
+      if (owner && ::lchown(prefix.c_str(), owner->uid, owner->gid) != 0) return ErrnoError(errno, "chown", prefix);
+      continue;
+    }
     int err = errno;
     struct stat st;
     if (::stat(prefix.c_str(), &st) == 0) {

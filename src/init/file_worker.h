@@ -9,6 +9,7 @@
 // file_archive.cc  archive_create, archive_extract (libarchive)
 // file_watch.cc    watch (inotify)
 #pragma once
+#include <map>
 #include <sys/stat.h>
 
 #include <optional>
@@ -38,6 +39,12 @@ Error ErrnoError(int err, std::string_view what, std::string_view path);
 // The worker code of an error (its detail_code).
 std::string FileErrorCode(const Error& error);
 
+// Whom a file or directory is given to (chown).
+struct FileOwner {
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+
 // The arguments of one operation: the "file_op" object, with checked accessors.
 class FileOpArgs {
  public:
@@ -49,18 +56,33 @@ class FileOpArgs {
   // Permission bits 0..07777, absent or null -> nullopt.
   Result<std::optional<mode_t>> Mode(const char* key) const;
   Result<int> Int(const char* key, int fallback, int min, int max) const;
+  // A string of at most `max_bytes` bytes, absent or null -> "".
+  Result<std::string> String(const char* key, size_t max_bytes) const;
+  // An object of strings, absent or null -> empty.
+  Result<std::map<std::string, std::string>> StringMap(const char* key) const;
+  // "owner" {"uid", "gid"}: whom what the operation creates is given to; absent -> nullopt.
+  Result<std::optional<FileOwner>> Owner(const char* key) const;
 
  private:
   const nlohmann::json& doc_;
 };
 
+// What an operation's Entries say beyond their basic fields, as its "resolve_links" and
+// "xattr_prefix" ask (ctl_protocol.h).
+struct EntryDetails {
+  bool resolve_links = false;
+  std::string xattr_prefix;  // "": no "xattrs"
+};
+Result<EntryDetails> EntryDetailsOf(const FileOpArgs& args);
+
 // The Entry JSON of `path` described by `st` (lstat-style); `target` for a symlink.
 nlohmann::json EntryJson(const std::string& path, const struct stat& st, const std::optional<std::string>& target);
 // The Entry of `name` inside the directory `dir_fd`, never following a symlink; `path` is
-// what the entry reports.
-Result<nlohmann::json> EntryAt(int dir_fd, const std::string& name, const std::string& path);
+// what the entry reports (and where its `details` are looked up).
+Result<nlohmann::json> EntryAt(int dir_fd, const std::string& name, const std::string& path,
+                               const EntryDetails& details = {});
 // The Entry of an absolute path, never following a final symlink.
-Result<nlohmann::json> EntryOf(const std::string& path);
+Result<nlohmann::json> EntryOf(const std::string& path, const EntryDetails& details = {});
 
 // Blocking writes of all of `data` to `fd` (stdout is a pipe: it applies backpressure).
 Status WriteAll(int fd, std::string_view data);
@@ -77,14 +99,20 @@ Result<std::vector<std::string>> DirectoryNames(int dir_fd, const std::string& p
 // Creates `path` and its missing parents as directories (mode 0755 for the parents, `mode`
 // for the last); an existing directory anywhere is fine. Something else at `path` itself is
 // "exists", or "not_a_directory" when `path` is where something else is to go (a parent).
-Status MakeDirectories(const std::string& path, mode_t mode, bool path_is_a_parent = false);
+// Each directory it creates is given to `owner`, if any.
+Status MakeDirectories(const std::string& path, mode_t mode, bool path_is_a_parent = false,
+                       const std::optional<FileOwner>& owner = std::nullopt);
 
 // ---- The operations (ctl_protocol.h lists their arguments and output) ----
 Status ReadFileOp(const FileOpArgs& args);
 Status WriteFileOp(const FileOpArgs& args);
 // The name prefix of the named temporary a write builds its content in (when the
-// filesystem has no O_TMPFILE); the watch hides such files.
+// filesystem has no O_TMPFILE); the watch hides such files. The letter after it says how the
+// watch reports the rename that commits the write (file_watch.cc):
 constexpr std::string_view kWriteTempPrefix = ".bulkhead-write-";
+constexpr char kWriteAsWriter = 'w';     // create, write: written by whoever the worker runs as
+constexpr char kWriteNewOwned = 'n';     // create, chmod, write: a new file given to its "owner"
+constexpr char kWriteReplaceOwned = 'r';  // chmod, write: a file replaced and given to its "owner"
 Status StatOp(const FileOpArgs& args);
 Status ListOp(const FileOpArgs& args);
 Status MkdirOp(const FileOpArgs& args);

@@ -96,7 +96,7 @@ def e2b(daemon):
 
 def test_create_answers_a_sandbox_the_sdks_accept(e2b, client):
     sandbox = e2b.create(timeout=120, metadata={"k": "v"}, envVars={"A": "1"})
-    assert sandbox["templateID"] == "base" and sandbox["clientID"] and sandbox["envdVersion"] == "0.5.7"
+    assert sandbox["templateID"] == "base" and sandbox["clientID"] and sandbox["envdVersion"] == "0.6.4"
     assert len(sandbox["envdAccessToken"]) == 64
     assert sandbox["domain"] == client.get("/healthz").json()["preview_domain"]
     # A bulkhead sandbox underneath, running as E2B's "user" in its home, with the env.

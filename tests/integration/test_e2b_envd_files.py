@@ -232,11 +232,13 @@ def test_make_dir_list_dir_move_remove(envd):
     assert envd.error("MakeDir", {"path": f"{base}/alpha.txt"}) == (400, "invalid_argument")
 
     entries = envd.ok("ListDir", {"path": base})["entries"]
-    assert [e["name"] for e in entries] == ["a", "Dir2", "alpha.txt", "Beta.txt", "Zeta.txt"]
+    assert [e["name"] for e in entries] == ["Beta.txt", "Dir2", "Zeta.txt", "a", "alpha.txt"]  # byte order
     assert all(e["path"] == f"{base}/{e['name']}" for e in entries)
     assert envd.ok("ListDir", {"path": base, "depth": 0})["entries"] == entries  # 0 is 1
     deep = envd.ok("ListDir", {"path": base, "depth": 3})["entries"]
-    assert {e["path"] for e in deep} == {e["path"] for e in entries} | {f"{base}/a/b", f"{base}/a/b/c"}
+    # A walk of the tree: each directory followed by its contents.
+    assert [e["path"].removeprefix(base) for e in deep] == [
+        "/Beta.txt", "/Dir2", "/Zeta.txt", "/a", "/a/b", "/a/b/c", "/alpha.txt"]
     assert base not in {e["path"] for e in deep}  # never the directory itself
     assert envd.ok("ListDir", {"path": base, "depth": "2"})["entries"]  # uint32 as a string
     assert envd.error("ListDir", {"path": f"{base}/nope"}) == (404, "not_found")
@@ -253,40 +255,52 @@ def test_make_dir_list_dir_move_remove(envd):
     assert envd.ok("Remove", {"path": f"{base}/Beta.txt"}) == {}
     assert envd.ok("Remove", {"path": f"{base}/a"}) == {}  # a whole tree, like os.RemoveAll
     assert envd.error("Stat", {"path": f"{base}/a/b/c"}) == (404, "not_found")
-    assert envd.error("Remove", {"path": f"{base}/a"}) == (404, "not_found")
+    assert envd.ok("Remove", {"path": f"{base}/a"}) == {}  # already gone: fine, as os.RemoveAll
+    assert envd.ok("Remove", {"path": f"{base}/no/such/parent"}) == {}
     assert envd.ok("Remove", {"path": base}) == {}
 
 
-def test_symlinks_are_reported_as_symlinks(envd, front, sandbox):
+def test_symlinks_are_described_by_what_they_lead_to(envd, front, sandbox):
+    """As envd: a symlink has its target's type and mode, and symlinkTarget is where it
+    resolves to (absolute); a dangling one has no type and itself as its target."""
     base = f"/home/user/{unique('links')}"
     assert envd.ok("MakeDir", {"path": base})
-    sh(front, sandbox["sandboxID"], f"ln -s /etc {base}/to-etc && ln -s missing {base}/dangling", user="user")
+    sh(front, sandbox["sandboxID"], f"cd {base} && ln -s /etc to-etc && ln -s missing dangling && echo x > f"
+                                    f" && ln -s f rel && ln -s ../{base.rsplit('/', 1)[1]}/rel chain", user="user")
     link = envd.ok("Stat", {"path": f"{base}/to-etc"})["entry"]
-    assert link["type"] == "FILE_TYPE_SYMLINK" and link["symlinkTarget"] == "/etc"
-    assert link["permissions"].startswith("L")
-    names = {e["name"]: e["type"] for e in envd.ok("ListDir", {"path": base})["entries"]}
-    assert names == {"dangling": "FILE_TYPE_SYMLINK", "to-etc": "FILE_TYPE_SYMLINK"}
+    assert (link["type"], link["symlinkTarget"], link["mode"]) == ("FILE_TYPE_DIRECTORY", "/etc", 0o755)
+    assert link["permissions"] == "Lrwxrwxrwx" and link["size"] == "4"  # the link's own
+    for name in ("rel", "chain"):
+        entry = envd.ok("Stat", {"path": f"{base}/{name}"})["entry"]
+        assert (entry["type"], entry["symlinkTarget"], entry["mode"]) == ("FILE_TYPE_FILE", f"{base}/f", 0o644), entry
+    dangling = envd.ok("Stat", {"path": f"{base}/dangling"})["entry"]
+    assert dangling["symlinkTarget"] == f"{base}/dangling"
+    assert dangling.get("type", "FILE_TYPE_UNSPECIFIED") == "FILE_TYPE_UNSPECIFIED"
+    listed = {e["name"]: (e.get("type"), e.get("symlinkTarget")) for e in envd.ok("ListDir", {"path": base})["entries"]}
+    assert listed == {"chain": ("FILE_TYPE_FILE", f"{base}/f"), "dangling": ("FILE_TYPE_UNSPECIFIED", f"{base}/dangling"),
+                      "f": ("FILE_TYPE_FILE", None), "rel": ("FILE_TYPE_FILE", f"{base}/f"),
+                      "to-etc": ("FILE_TYPE_DIRECTORY", "/etc")}
     # Listing through a symlink to a directory lists the directory.
     assert "passwd" in {e["name"] for e in envd.ok("ListDir", {"path": f"{base}/to-etc"})["entries"]}
     assert envd.ok("Remove", {"path": f"{base}/to-etc"}) == {}  # the link, never its target
     assert envd.ok("Stat", {"path": "/etc/passwd"})["entry"]["type"] == "FILE_TYPE_FILE"
 
 
-def test_users_wrong_user_and_permission_denied(envd):
+def test_unknown_users_and_operations_as_root_for_the_user(envd):
     assert envd.error("Stat", {"path": "/"}, user="nosuchuser") == (401, "unauthenticated")
     r = envd.read("/etc/hostname", user="nosuchuser")
     assert r.status == 401 and r.json()["code"] == 401, r
     r = envd.write_raw("/tmp/x", b"x", user="nosuchuser")
     assert r.status == 401 and r.json()["code"] == 401, r
-    # "user" may not touch /root; root may.
-    assert envd.error("ListDir", {"path": "/root"}) == (403, "permission_denied")
-    assert envd.error("MakeDir", {"path": "/root/forbidden"}) == (403, "permission_denied")
-    r = envd.write_raw("/root/forbidden.txt", b"no")
-    assert r.status == 403 and r.json() == {"code": 403, "message": r.json()["message"]}, r
-    assert envd.ok("MakeDir", {"path": f"/root/{unique('allowed')}"}, user="root")
+    # As envd: operations run as the sandbox's root, what they make is the user's.
+    made = f"/root/{unique('made')}"
+    assert envd.ok("MakeDir", {"path": made})["entry"]["owner"] == "user"
+    assert envd.write_raw(f"{made}/x.txt", b"yes").status == 200
+    assert envd.ok("Stat", {"path": f"{made}/x.txt"})["entry"]["owner"] == "user"
+    assert {e["name"] for e in envd.ok("ListDir", {"path": made})["entries"]} == {"x.txt"}
+    assert envd.ok("MakeDir", {"path": f"/root/{unique('allowed')}"}, user="root")["entry"]["owner"] == "root"
     r = envd.read("/root", user="user")
-    assert r.status in (400, 403), r
-
+    assert r.status == 400, r
 
 def test_bad_rpc_bodies_and_methods(envd):
     assert envd.error("Stat", raw=b"{not json") == (400, "invalid_argument")
@@ -565,7 +579,6 @@ def test_watch_dir_streams_events_keepalives_and_deadline(envd, front, sandbox):
 def test_watch_dir_errors_end_the_stream_with_http_200(envd):
     for message, code in (({"path": f"/home/user/{unique('none')}"}, "not_found"),
                           ({"path": "/etc/passwd"}, "invalid_argument"),
-                          ({"path": "/root"}, "permission_denied"),
                           ({"path": 7}, "invalid_argument")):
         stream = Stream(envd, "WatchDir", message, timeout_ms=5000)
         try:
@@ -711,3 +724,23 @@ def test_watch_dir_client_leaving_mid_stream(envd, front, sandbox):
     assert envd.ok("Stat", {"path": f"{base}/after.txt"})["entry"]["size"] == "1"
     # The watch workers went with their streams.
     assert harness.wait_until(lambda: running_workers() == idle, timeout=10)
+
+
+def test_upload_metadata_rules(envd):
+    """envd 0.6.2's rules for X-Metadata-* (printable ASCII, a key of at most 246 bytes, 4096
+    bytes in all): anything else is 400 "invalid metadata" and writes nothing."""
+    base = f"/home/user/{unique('meta')}"
+
+    def upload(name, **metadata):
+        h = envd.headers(**{"Content-Type": "application/octet-stream"},
+                         **{f"X-Metadata-{k}": v for k, v in metadata.items()})
+        return envd.request("POST", "/files?" + urllib.parse.urlencode({"path": f"{base}/{name}"}), b"x", h)
+
+    r = upload("ok.txt", Mixed_Case="v")
+    assert r.status == 200 and r.json()[0]["metadata"] == {"mixed_case": "v"}, r
+    for name, metadata in (("long-key", {"k" * 247: "v"}), ("too-much", {f"k{i}": "v" * 1000 for i in range(5)}),
+                           ("not-ascii", {"k": "caf\xe9"})):
+        r = upload(name, **metadata)
+        assert r.status == 400 and r.json()["message"].startswith("invalid metadata"), (name, r)
+        assert envd.error("Stat", {"path": f"{base}/{name}"}) == (404, "not_found")
+    assert upload("max-key", **{"k" * 246: "v"}).status == 200

@@ -186,6 +186,22 @@ def test_stat_describes_files_directories_and_symlinks(client, sandbox):
     assert stat(client, sandbox, "/workspace/dangling")["target"] == "nowhere"
 
 
+def test_a_directorys_size_is_the_space_it_takes(client, sandbox):
+    """Not its st_size, which means something else on every filesystem (0 for an empty
+    directory on btrfs): st_blocks * 512, at least one block, in stat and list alike."""
+    client.sh(sandbox, "mkdir -p /workspace/sized/empty /workspace/sized/full && "
+                       "for i in $(seq 200); do : > /workspace/sized/full/f$i; done")
+    for name in ("empty", "full"):
+        path = f"/workspace/sized/{name}"
+        blocks, block_bytes, io_block = map(int, client.sh(sandbox, f"stat -c '%b %B %o' {path}").split())
+        assert stat(client, sandbox, path)["size"] == max(blocks * block_bytes, io_block) > 0, name
+    listed = {e["name"]: e["size"] for e in get(client, sandbox, "/workspace/sized", "/list").json()["entries"]}
+    assert listed == {name: stat(client, sandbox, f"/workspace/sized/{name}")["size"] for name in ("empty", "full")}
+    # A file's size is its length, as ever.
+    client.sh(sandbox, "printf 12345 > /workspace/sized/five")
+    assert stat(client, sandbox, "/workspace/sized/five")["size"] == 5
+
+
 def test_list_descends_to_the_depth_asked(client, sandbox):
     client.sh(sandbox, "mkdir -p /workspace/t/a/b/c && touch /workspace/t/top /workspace/t/a/one /workspace/t/a/b/two "
                        "/workspace/t/a/b/c/three")

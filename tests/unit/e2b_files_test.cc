@@ -371,13 +371,26 @@ TEST(E2bEntryInfo, ProtoJsonOfAnEntry) {
                         {"group", "users"},
                         {"modifiedTime", "2026-11-29T21:00:00.123Z"}}));
 
-  const json link = {{"path", "/l"}, {"name", "l"}, {"type", "symlink"}, {"size", 1}, {"mode", 0777},
-                     {"uid", 0},     {"gid", 0},    {"mtime", "2026-01-01T00:00:00Z"}, {"target", "/"}};
+  // A symlink is described by what it leads to; its permissions, size and owner are its own.
+  const json link = {{"path", "/d/l"},   {"name", "l"},      {"type", "symlink"},
+                     {"size", 5},        {"mode", 0777},     {"uid", 0},
+                     {"gid", 0},         {"mtime", "2026-01-01T00:00:00Z"},
+                     {"target", "../x"}, {"resolved", "/x"}, {"target_type", "dir"},
+                     {"target_mode", 0750}};
   const json link_info = *EntryInfoJson(link, accounts);
-  EXPECT_EQ(link_info["type"], "FILE_TYPE_SYMLINK");
-  EXPECT_EQ(link_info["symlinkTarget"], "/");
+  EXPECT_EQ(link_info["type"], "FILE_TYPE_DIRECTORY");
+  EXPECT_EQ(link_info["symlinkTarget"], "/x");
+  EXPECT_EQ(link_info["mode"], 0750);
   EXPECT_EQ(link_info["permissions"], "Lrwxrwxrwx");
+  EXPECT_EQ(link_info["size"], "5");
   EXPECT_EQ(link_info["owner"], "root");
+  // One that leads nowhere: no type, no mode, itself as its target.
+  json dangling = link;
+  for (const char* key : {"resolved", "target_type", "target_mode"}) dangling.erase(key);
+  const json dangling_info = *EntryInfoJson(dangling, accounts);
+  EXPECT_EQ(dangling_info["type"], "FILE_TYPE_UNSPECIFIED");
+  EXPECT_EQ(dangling_info["mode"], 0);
+  EXPECT_EQ(dangling_info["symlinkTarget"], "/d/l");
 
   const json dir = {{"path", "/t"}, {"name", "t"}, {"type", "dir"}, {"size", 4096}, {"mode", 01777}, {"uid", 99}, {"gid", 98}};
   const json dir_info = *EntryInfoJson(dir, accounts);
@@ -398,16 +411,18 @@ TEST(E2bEntryInfo, ProtoJsonOfAnEntry) {
   EXPECT_FALSE(EntryInfoJson(negative, accounts).ok());
 }
 
-TEST(E2bEntryInfo, ListDirOrderIsDirectoriesFirstThenNameWithoutCase) {
-  auto entry = [](std::string name, bool dir) {
-    return json{{"name", name}, {"path", "/d/" + name}, {"type", dir ? "FILE_TYPE_DIRECTORY" : "FILE_TYPE_FILE"}};
-  };
-  std::vector<json> entries = {entry("b.txt", false), entry("Zeta", true), entry("A.txt", false),
-                               entry("alpha", true), entry("C", false),    entry("beta", true)};
+TEST(E2bEntryInfo, ListDirOrderIsAWalkOfTheTreeInByteOrder) {
+  auto entry = [](std::string path) { return json{{"name", path.substr(path.rfind('/') + 1)}, {"path", path}}; };
+  std::vector<json> entries = {entry("/d/b.txt"),   entry("/d/a.txt"),   entry("/d/a/z"), entry("/d/B"),
+                               entry("/d/a"),       entry("/d/a/y/deep"), entry("/d/a/y"), entry("/d/a-b"),
+                               entry("/d/\xc3\xa9"), entry("/d/~")};
   SortEntryInfos(entries);
-  std::vector<std::string> names;
-  for (const json& e : entries) names.push_back(e["name"]);
-  EXPECT_EQ(names, (std::vector<std::string>{"alpha", "beta", "Zeta", "A.txt", "b.txt", "C"}));
+  std::vector<std::string> paths;
+  for (const json& e : entries) paths.push_back(e["path"]);
+  // Each directory right before its contents ("/d/a/y" before "/d/a-b" and "/d/a.txt", though
+  // '-' and '.' sort before '/'); names byte for byte, so capitals first and UTF-8 last.
+  EXPECT_EQ(paths, (std::vector<std::string>{"/d/B", "/d/a", "/d/a/y", "/d/a/y/deep", "/d/a/z", "/d/a-b", "/d/a.txt",
+                                             "/d/b.txt", "/d/~", "/d/\xc3\xa9"}));
 }
 
 // ---------------------------------------------------------------- watch events
@@ -422,6 +437,17 @@ TEST(E2bWatch, EventsAreNamedRelativeToTheWatchedDirectory) {
   EXPECT_FALSE(FilesystemEventOf(json{{"type", "ready"}}, "/w"));
   EXPECT_FALSE(FilesystemEventOf(json{{"type", "mystery"}, {"path", "/w/x"}}, "/w"));
   EXPECT_FALSE(FilesystemEventOf(json::array(), "/w"));
+  // includeEntry: the line's entry becomes the event's EntryInfo (given whom to name owners by).
+  const json with_entry = {{"type", "write"}, {"path", "/w/x"},
+                           {"entry", {{"path", "/w/x"}, {"name", "x"}, {"type", "file"}, {"size", 2}, {"mode", 0644},
+                                      {"uid", 0}, {"gid", 0}, {"xattrs", {{"k", "v"}}}}}};
+  Accounts accounts;
+  accounts.users.push_back({"root", 0, 0, "/root"});
+  const json event = *FilesystemEventOf(with_entry, "/w", &accounts);
+  EXPECT_EQ(event["entry"]["owner"], "root");
+  EXPECT_EQ(event["entry"]["metadata"], (json{{"k", "v"}}));
+  EXPECT_EQ(event["entry"]["size"], "2");
+  EXPECT_FALSE(FilesystemEventOf(with_entry, "/w")->contains("entry"));
 }
 
 TEST(E2bWatch, LinesAcrossPieces) {

@@ -15,6 +15,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -568,6 +569,43 @@ TEST_F(FileOpsTest, WriteKeepsTheOwnerOfTheFileItReplaces) {
   EXPECT_EQ(st.st_gid, 4321u);
 }
 
+TEST_F(FileOpsTest, OwnerGetsWhatAWriteOrMkdirCreates) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give files to another user";
+  auto owner_of = [&](const std::string& name) {
+    struct stat st;
+    EXPECT_EQ(::lstat(Path(name).c_str(), &st), 0) << name;
+    return std::pair<uid_t, gid_t>(st.st_uid, st.st_gid);
+  };
+  const json owner = {{"uid", 1234}, {"gid", 4321}};
+  const std::pair<uid_t, gid_t> given(1234, 4321), root(0, 0);
+  fs::create_directories(Path("existing"));
+  ASSERT_EQ(RunOp(json{{"op", "write"}, {"path", Path("existing/new/deeper/f")}, {"owner", owner}}, "x").exit_code, 0);
+  EXPECT_EQ(owner_of("existing"), root);  // what was there stays as it was
+  EXPECT_EQ(owner_of("existing/new"), given);
+  EXPECT_EQ(owner_of("existing/new/deeper"), given);
+  EXPECT_EQ(owner_of("existing/new/deeper/f"), given);
+  // A file it replaces is given to the owner too (as envd chowns what it writes).
+  WriteFile(Path("roots"), "r");
+  ASSERT_EQ(::chmod(Path("roots").c_str(), 0600), 0);
+  ASSERT_EQ(RunOp(json{{"op", "write"}, {"path", Path("roots")}, {"owner", owner}}, "y").exit_code, 0);
+  EXPECT_EQ(owner_of("roots"), given);
+  EXPECT_EQ(fs::status(Path("roots")).permissions(), fs::perms(0600));
+  ASSERT_EQ(RunOp(json{{"op", "write"}, {"path", Path("appended")}, {"append", true}, {"owner", owner}}, "a").exit_code, 0);
+  EXPECT_EQ(owner_of("appended"), given);
+  ASSERT_EQ(RunOp(json{{"op", "mkdir"}, {"path", Path("m/n")}, {"owner", owner}}).exit_code, 0);
+  EXPECT_EQ(owner_of("m"), given);
+  EXPECT_EQ(owner_of("m/n"), given);
+  ASSERT_EQ(RunOp(json{{"op", "mkdir"}, {"path", Path("single")}, {"parents", false}, {"owner", owner}}).exit_code, 0);
+  EXPECT_EQ(owner_of("single"), given);
+  // Without it, what the worker makes is its own.
+  ASSERT_EQ(RunOp(json{{"op", "mkdir"}, {"path", Path("plain")}}).exit_code, 0);
+  EXPECT_EQ(owner_of("plain"), root);
+  for (const json& bad : {json("1234"), json{{"uid", 1}}, json{{"uid", -1}, {"gid", 0}}}) {
+    EXPECT_EQ(RunOp(json{{"op", "mkdir"}, {"path", Path("bad")}, {"owner", bad}}).Code(), "invalid_argument") << bad;
+  }
+  EXPECT_FALSE(fs::exists(Path("bad")));
+}
+
 // ---- stat and list ----
 
 TEST_F(FileOpsTest, StatReportsASymlinkWithoutFollowingIt) {
@@ -584,6 +622,92 @@ TEST_F(FileOpsTest, StatReportsASymlinkWithoutFollowingIt) {
   EXPECT_EQ(dir_entry["path"], dir_);
   EXPECT_EQ(dir_entry["type"], "dir");
   EXPECT_EQ(RunOp(json{{"op", "stat"}, {"path", "/"}}).Line()["name"], "/");
+}
+
+TEST_F(FileOpsTest, ResolveLinksTellsWhereASymlinkLeads) {
+  fs::create_directories(Path("d"));
+  WriteFile(Path("d/x"), "x");
+  ASSERT_EQ(::chmod(Path("d/x").c_str(), 0640), 0);
+  fs::create_symlink("x", Path("d/rel"));
+  fs::create_symlink("rel", Path("d/chain"));
+  fs::create_symlink(Path("d"), Path("to-dir"));
+  fs::create_symlink("nowhere", Path("d/dangling"));
+  fs::create_symlink("loop", Path("d/loop"));
+  auto stat = [&](const std::string& path, bool resolve) {
+    return RunOp(json{{"op", "stat"}, {"path", path}, {"resolve_links", resolve}}).Line();
+  };
+  const std::string real_dir = fs::canonical(Path("d"));
+  json rel = stat(Path("d/rel"), true);
+  EXPECT_EQ(rel["type"], "symlink");
+  EXPECT_EQ(rel["target"], "x");
+  EXPECT_EQ(rel["resolved"], real_dir + "/x");
+  EXPECT_EQ(rel["target_type"], "file");
+  EXPECT_EQ(rel["target_mode"], 0640);
+  EXPECT_EQ(stat(Path("d/chain"), true)["resolved"], real_dir + "/x");
+  EXPECT_EQ(stat(Path("to-dir"), true)["target_type"], "dir");
+  for (const char* name : {"d/dangling", "d/loop"}) {
+    json nowhere = stat(Path(name), true);
+    EXPECT_EQ(nowhere["type"], "symlink") << name;
+    EXPECT_FALSE(nowhere.contains("resolved") || nowhere.contains("target_type") || nowhere.contains("target_mode"))
+        << nowhere;
+  }
+  // Without the option, and for what is not a symlink, nothing of it.
+  EXPECT_FALSE(stat(Path("d/rel"), false).contains("resolved"));
+  EXPECT_FALSE(stat(Path("d/x"), true).contains("resolved"));
+  // A listing says the same of its symlinks.
+  json listing = RunOp(json{{"op", "list"}, {"path", Path("d")}, {"resolve_links", true}}).Line();
+  std::map<std::string, json> by_name;
+  for (const json& entry : listing["entries"]) by_name[entry["name"]] = entry;
+  EXPECT_EQ(by_name["rel"]["resolved"], real_dir + "/x");
+  EXPECT_FALSE(by_name["dangling"].contains("target_type"));
+  EXPECT_EQ(RunOp(json{{"op", "stat"}, {"path", Path("d")}, {"resolve_links", "yes"}}).Code(), "invalid_argument");
+  fs::remove(Path("d/loop"));  // the fixture's cleanup would trip over it
+}
+
+TEST_F(FileOpsTest, WriteSetsXattrsAndEntriesShowThoseUnderThePrefix) {
+  const json write = {{"op", "write"}, {"path", Path("m")}, {"xattr_prefix", "user.t."},
+                      {"xattrs", {{"author", "me"}, {"k", "v w"}}}};
+  WorkerOutcome written = RunOp(write, "x");
+  if (written.exit_code != 0 && written.Code() == "internal") GTEST_SKIP() << "no user xattrs here: " << written.err;
+  ASSERT_EQ(written.exit_code, 0) << written.err;
+  struct stat st;
+  ASSERT_EQ(::stat(Path("m").c_str(), &st), 0);
+  char value[16] = {};
+  if (::getxattr(Path("m").c_str(), "user.t.author", value, sizeof value) < 0) GTEST_SKIP() << "no user xattrs here";
+  EXPECT_STREQ(value, "me");
+  EXPECT_EQ(written.Line()["xattrs"], (json{{"author", "me"}, {"k", "v w"}}));
+  // Other namespaces are not shown; an Entry without any under the prefix has no "xattrs".
+  ASSERT_EQ(::setxattr(Path("m").c_str(), "user.other", "o", 1, 0), 0);
+  const json stat_op = {{"op", "stat"}, {"path", Path("m")}, {"xattr_prefix", "user.t."}};
+  EXPECT_EQ(RunOp(stat_op).Line()["xattrs"], (json{{"author", "me"}, {"k", "v w"}}));
+  EXPECT_FALSE(RunOp(json{{"op", "stat"}, {"path", Path("m")}}).Line().contains("xattrs"));
+  // An overwrite is a new file: only what it sets.
+  json again = write;
+  again["xattrs"] = {{"new", "1"}};
+  EXPECT_EQ(RunOp(again, "y").Line()["xattrs"], (json{{"new", "1"}}));
+  json plain = write;
+  plain.erase("xattrs");
+  EXPECT_FALSE(RunOp(plain, "z").Line().contains("xattrs"));
+  json listing = RunOp(json{{"op", "list"}, {"path", dir_}, {"xattr_prefix", "user.t."}}).Line();
+  for (const json& entry : listing["entries"]) EXPECT_FALSE(entry.contains("xattrs")) << entry;
+  // Bad ones are refused before anything is written.
+  for (const json& bad : {json{{"", "v"}}, json{{"k", 1}}, json("x")}) {
+    json op = {{"op", "write"}, {"path", Path("bad")}, {"xattr_prefix", "user.t."}, {"xattrs", bad}};
+    EXPECT_EQ(RunOp(op, "x").Code(), "invalid_argument") << bad;
+  }
+  EXPECT_EQ(RunOp(json{{"op", "write"}, {"path", Path("bad")}, {"xattrs", {{"k", "v"}}}}, "x").Code(), "invalid_argument");
+  EXPECT_FALSE(fs::exists(Path("bad")));
+}
+
+TEST_F(FileOpsTest, ADirectorysSizeIsTheSpaceItTakes) {
+  fs::create_directories(Path("empty"));
+  struct stat st;
+  ASSERT_EQ(::stat(Path("empty").c_str(), &st), 0);
+  json entry = RunOp(json{{"op", "stat"}, {"path", Path("empty")}}).Line();
+  EXPECT_EQ(entry["size"], std::max<uint64_t>(uint64_t(st.st_blocks) * 512, uint64_t(st.st_blksize)));
+  EXPECT_GT(entry["size"].get<uint64_t>(), 0u);
+  WriteFile(Path("five"), "12345");
+  EXPECT_EQ(RunOp(json{{"op", "stat"}, {"path", Path("five")}}).Line()["size"], 5);
 }
 
 TEST_F(FileOpsTest, ListWalksToTheDepthSortedAndNeverFollowsSymlinks) {
@@ -937,6 +1061,54 @@ TEST_F(FileOpsTest, WatchReportsAnApiWriteAsCreateAndWriteOfItsTarget) {
   EXPECT_EQ(NextEvent(worker), Event("write", Path("w/#123"), false));
   worker.CloseStdout();
   EXPECT_EQ(worker.Wait(), 0);
+}
+
+TEST_F(FileOpsTest, WatchReportsAWriteGivenToAnOwnerAsEnvdsUpload) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give files to another user";
+  fs::create_directories(Path("w"));
+  Worker worker(json{{"op", "watch"}, {"path", Path("w")}});
+  ASSERT_EQ(worker.ReadLine(), R"({"type":"ready"})");
+  const json owner = {{"uid", 1234}, {"gid", 4321}};
+  // envd creates the file, chowns it, writes it; an overwrite is a chown and a write.
+  ASSERT_EQ(RunOp(json{{"op", "write"}, {"path", Path("w/new")}, {"owner", owner}}, "fresh").exit_code, 0);
+  EXPECT_EQ(NextEvent(worker), Event("create", Path("w/new"), false));
+  EXPECT_EQ(NextEvent(worker), Event("chmod", Path("w/new"), false));
+  EXPECT_EQ(NextEvent(worker), Event("write", Path("w/new"), false));
+  ASSERT_EQ(RunOp(json{{"op", "write"}, {"path", Path("w/new")}, {"owner", owner}}, "again").exit_code, 0);
+  EXPECT_EQ(NextEvent(worker), Event("chmod", Path("w/new"), false));
+  EXPECT_EQ(NextEvent(worker), Event("write", Path("w/new"), false));
+  // Its new parent: created, then given to the owner.
+  ASSERT_EQ(RunOp(json{{"op", "write"}, {"path", Path("w/d/f")}, {"owner", owner}}, "x").exit_code, 0);
+  EXPECT_EQ(NextEvent(worker), Event("create", Path("w/d"), true));
+  EXPECT_EQ(NextEvent(worker), Event("chmod", Path("w/d"), true));
+  worker.CloseStdout();
+  EXPECT_EQ(worker.Wait(), 0);
+}
+
+TEST_F(FileOpsTest, WatchWithEntriesDescribesWhatIsThere) {
+  fs::create_directories(Path("w"));
+  Worker worker(json{{"op", "watch"}, {"path", Path("w")}, {"entries", true}, {"allow_network_mounts", false}});
+  ASSERT_EQ(worker.ReadLine(), R"({"type":"ready"})");
+  WritePlain(Path("w/f"), "12345");
+  json created = NextEvent(worker);
+  EXPECT_EQ(created["type"], "create");
+  EXPECT_EQ(created["entry"]["path"], Path("w/f"));
+  json written = NextEvent(worker);
+  EXPECT_EQ(written["type"], "write");
+  EXPECT_EQ(written["entry"]["size"], 5);
+  ASSERT_EQ(::unlink(Path("w/f").c_str()), 0);
+  json removed = NextEvent(worker);
+  EXPECT_EQ(removed["type"], "remove");
+  EXPECT_FALSE(removed.contains("entry")) << removed;
+  worker.CloseStdout();
+  EXPECT_EQ(worker.Wait(), 0);
+  // Without the option, no entries.
+  Worker plain(json{{"op", "watch"}, {"path", Path("w")}});
+  ASSERT_EQ(plain.ReadLine(), R"({"type":"ready"})");
+  WritePlain(Path("w/g"), "x");
+  EXPECT_FALSE(NextEvent(plain).contains("entry"));
+  plain.CloseStdout();
+  EXPECT_EQ(plain.Wait(), 0);
 }
 
 TEST_F(FileOpsTest, WatchWithoutRecursiveSeesOnlyTheDirectory) {

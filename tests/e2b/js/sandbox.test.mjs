@@ -20,7 +20,7 @@ test('create, getInfo, isRunning', async () => {
   assert.ok(info.templateId)
   assert.deepEqual(info.metadata, runMetadata({ purpose: 'info', spaced: 'v w&x=y' }))
   assert.equal(info.state, 'running')
-  assert.equal(info.envdVersion, '0.5.7')
+  assert.equal(info.envdVersion, '0.6.4')
   assert.ok(info.cpuCount >= 1 && info.memoryMB >= 1)
   assert.ok(info.startedAt.getTime() >= before && info.startedAt.getTime() <= Date.now() + 1000)
   // timeoutMs 300000 from the factory: the end is 300 s after the start.

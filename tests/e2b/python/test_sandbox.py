@@ -48,7 +48,7 @@ def test_create_info_and_is_running(new_sandbox):
     assert info.template_id
     assert info.metadata == run_metadata(purpose="info", spaced="v w&x=y")
     assert info.state == SandboxState.RUNNING
-    assert info.envd_version == "0.5.7"
+    assert info.envd_version == "0.6.4"
     assert info.cpu_count >= 1 and info.memory_mb >= 1
     assert before - datetime.timedelta(seconds=1) <= info.started_at <= now() + datetime.timedelta(seconds=1)
     # timeout=300 from the factory: the end is 300 s after the start.
