@@ -33,6 +33,8 @@ asio::awaitable<void> SendE2bError(api::HttpExchange& exchange, const Error& err
 
 namespace {
 
+constexpr std::string_view kInvalidSignature = "invalid signature";
+
 std::string_view Header(const api::RequestHeader& request, std::string_view name) {
   const auto found = request.find(api::ToBeast(name));
   return found == request.end() ? std::string_view() : api::FromBeast(found->value());
@@ -45,36 +47,60 @@ const std::string* QueryValue(const api::QueryParams& query, std::string_view na
   return nullptr;
 }
 
-// A signed /files URL (the SDKs' uploadUrl/downloadUrl): the signature of this path,
-// operation and user under the sandbox's token, not yet expired.
-bool HasValidFileSignature(const api::RequestHeader& request, const api::QueryParams& query,
-                           std::string_view token) {
+// What a /files request's signature (the SDKs' uploadUrl/downloadUrl) says, under a sandbox's
+// token: the signature of this path, operation and user, and whether its time has passed.
+enum class SignatureCheck { kNone, kInvalid, kExpired, kValid };
+
+SignatureCheck CheckFileSignature(const api::RequestHeader& request, const api::QueryParams& query,
+                                 std::string_view token) {
   const std::string* signature = QueryValue(query, "signature");
+  if (!signature) return SignatureCheck::kNone;
   const std::string* path = QueryValue(query, "path");
-  if (!signature || !path) return false;
   const std::string* user = QueryValue(query, "username");
   int64_t expiration = 0;
   if (const std::string* text = QueryValue(query, "signature_expiration")) {
     try {
       size_t used = 0;
       expiration = std::stoll(*text, &used);
-      if (used != text->size()) return false;
+      if (used != text->size()) return SignatureCheck::kInvalid;
     } catch (const std::exception&) {
-      return false;
+      return SignatureCheck::kInvalid;
     }
-    if (expiration < static_cast<int64_t>(std::time(nullptr))) return false;
   }
   const std::string_view operation = request.method() == http::verb::get ? "read" : "write";
-  const std::string expected = FileSignature(*path, operation, user ? *user : "", token, expiration);
-  return api::ConstantTimeEquals(*signature, expected);
+  const std::string expected = FileSignature(path ? *path : "", operation, user ? *user : "", token, expiration);
+  if (!api::ConstantTimeEquals(*signature, expected)) return SignatureCheck::kInvalid;
+  if (expiration != 0 && expiration < static_cast<int64_t>(std::time(nullptr))) return SignatureCheck::kExpired;
+  return SignatureCheck::kValid;
 }
 
-// The sandbox whose access token signed this /files request; "" if none.
+// The sandbox whose access token signed this /files request, expired or not; "" if none.
 std::string SandboxOfSignature(E2bContext& context, const api::RequestHeader& request, const api::QueryParams& query) {
   for (const core::SandboxInfo& sandbox : context.manager.List(core::ListFilter{})) {
-    if (HasValidFileSignature(request, query, EnvdAccessToken(context.key, sandbox.id))) return sandbox.id;
+    if (CheckFileSignature(request, query, EnvdAccessToken(context.key, sandbox.id)) != SignatureCheck::kInvalid) {
+      return sandbox.id;
+    }
   }
   return "";
+}
+
+// Why envd refuses a request without the right X-Access-Token; nullopt if it may go on.
+// /files may instead be signed (envd's validateSigning, with its messages).
+std::optional<std::string_view> AccessRefusal(const api::RequestHeader& request, const api::RequestTarget& target,
+                                              std::string_view token) {
+  const std::string_view presented = Header(request, "X-Access-Token");
+  if (api::ConstantTimeEquals(presented, token)) return std::nullopt;
+  if (target.path != "/files") {
+    return "unauthorized access, please provide a valid access token or method signing if supported";
+  }
+  if (!presented.empty()) return "access token present in header but does not match";
+  switch (CheckFileSignature(request, target.query, token)) {
+    case SignatureCheck::kValid: return std::nullopt;
+    case SignatureCheck::kNone: return "missing signature query parameter";
+    case SignatureCheck::kInvalid: return kInvalidSignature;
+    case SignatureCheck::kExpired: return "signature is already expired";
+  }
+  return kInvalidSignature;
 }
 
 // E2B's proxy's answer to traffic without the right e2b-traffic-access-token: 403 and
@@ -127,12 +153,9 @@ asio::awaitable<std::string_view> ServeEnvd(E2bContext& context, api::HttpExchan
     co_return "envd port";
   }
 
-  const std::string token = EnvdAccessToken(context.key, sandbox_id);
-  const bool may_sign = target.path == "/files" || target.path == "/health";
-  if (!api::ConstantTimeEquals(Header(request, "X-Access-Token"), token) &&
-      !(may_sign && HasValidFileSignature(request, target.query, token))) {
-    co_await SendE2bError(exchange, 401,
-                          "unauthorized access, please provide a valid access token or method signing if supported");
+  if (std::optional<std::string_view> refused =
+          AccessRefusal(request, target, EnvdAccessToken(context.key, sandbox_id))) {
+    co_await SendE2bError(exchange, 401, *refused);
     co_return "envd";
   }
   Result<std::optional<std::string>> user = BasicAuthUser(api::FromBeast(request[http::field::authorization]));
@@ -185,6 +208,10 @@ asio::awaitable<std::string_view> E2bFront::Handle(api::HttpExchange& exchange) 
     // A signed URL (uploadUrl/downloadUrl) used as is: with E2B_SANDBOX_URL it names no
     // sandbox, so the sandbox is the one whose token signed it.
     sandbox_id = SandboxOfSignature(context_, request, target->query);
+    if (sandbox_id.empty()) {
+      co_await SendE2bError(exchange, 401, kInvalidSignature);
+      co_return "envd /files";
+    }
   }
   if (!sandbox_id.empty()) {
     // envd's paths have no parameters: decoded whole. (The control plane decodes segments.)
