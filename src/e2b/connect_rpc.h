@@ -29,6 +29,8 @@ struct RpcError {
 int RpcHttpStatus(std::string_view code);
 // The Connect error for a bulkhead Error (not_found, invalid_argument, permission_denied, ...).
 RpcError ToRpcError(const Error& error);
+// What envd's streams end with when their Connect-Timeout-Ms passes (Go's context error).
+inline RpcError DeadlineExceeded() { return {"deadline_exceeded", "context deadline exceeded"}; }
 
 constexpr uint8_t kEnvelopeMessage = 0x00;
 constexpr uint8_t kEnvelopeCompressed = 0x01;

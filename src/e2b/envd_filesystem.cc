@@ -352,7 +352,7 @@ class FilesystemCall {
       Result<std::string> next = co_await operation.Read();
       if (!next.ok()) {
         if (deadline->reached) {
-          end = RpcError{"deadline_exceeded", "the watch reached its deadline (Connect-Timeout-Ms)"};
+          end = DeadlineExceeded();
         } else if (hangup.client_gone()) {
           end = RpcError{"canceled", "the client left"};
         } else {
