@@ -152,12 +152,13 @@ asio::awaitable<void> FollowOutput(EnvdRequest& request, ServerStream& stream, c
   for (;;) {
     Result<core::CtlClient::Frame> frame = co_await init.Receive();
     if (!frame.ok()) {
-      if (watch.client_gone() || stream.finished()) {
-        exchange.set_keep_alive(false);
-        co_return;
-      }
+      if (watch.client_gone() || stream.finished()) co_return co_await stream.Cut();
       if (state->passed) {
         co_await stream.Finish(DeadlineExceeded());
+      } else if (frame.error().detail_code == "sandbox_unreachable") {
+        // The sandbox died under the stream: cut it, as E2B's proxy does when envd goes. The
+        // SDKs then ask /health, which answers 502 for a sandbox that is gone.
+        co_await stream.Cut();
       } else {
         co_await stream.Finish(ToRpcError(frame.error()));
       }
@@ -184,10 +185,7 @@ asio::awaitable<void> FollowOutput(EnvdRequest& request, ServerStream& stream, c
       }
       default: break;  // kGap: the byte stream has no way to say it; output goes on
     }
-    if (!sent) {
-      exchange.set_keep_alive(false);
-      co_return;
-    }
+    if (!sent) co_return co_await stream.Cut();
   }
 }
 
