@@ -100,7 +100,8 @@ json ListedJson(const E2bContext& context, const core::SandboxInfo& sandbox, con
     out["domain"] = context.preview_domain;
     out["allowInternetAccess"] = spec.network.mode != "none";
     out["network"] = NetworkJson(spec);
-    out["lifecycle"] = {{"onTimeout", spec.on_timeout == "pause" ? "pause" : "kill"}, {"autoResume", false}};
+    out["lifecycle"] = {{"onTimeout", spec.on_timeout == "pause" ? "pause" : "kill"},
+                        {"autoResume", spec.e2b_auto_resume}};
   }
   return out;
 }
@@ -163,6 +164,17 @@ Result<std::vector<std::string>> StringList(const json& object, const char* name
     out.push_back(item.get<std::string>());
   }
   return out;
+}
+
+// NewSandbox's autoResume: {"enabled": bool} (SandboxAutoResumeConfig); absent = off.
+Result<bool> AutoResumeOf(const json& e2b) {
+  const auto found = e2b.find("autoResume");
+  if (found == e2b.end() || found->is_null()) return false;
+  const auto enabled = found->is_object() ? found->find("enabled") : found->end();
+  if (!found->is_object() || enabled == found->end() || !enabled->is_boolean()) {
+    return Invalid("autoResume must be an object {\"enabled\": bool}");
+  }
+  return enabled->get<bool>();
 }
 
 // A page of a list sorted by (startedAt, id): the cursor is the last item's pair, opaque.
@@ -330,6 +342,9 @@ asio::awaitable<void> ControlPlane::Create() {
   if (!body.ok()) co_return co_await Fail(body.error());
   Result<core::SandboxSpec> spec = api::ParseSandboxSpec(*body, context_.host);
   if (!spec.ok()) co_return co_await Fail(spec.error());
+  Result<bool> auto_resume = AutoResumeOf(*e2b);
+  if (!auto_resume.ok()) co_return co_await Fail(auto_resume.error());
+  spec->e2b_auto_resume = *auto_resume;
   core::SandboxManager& manager = context_.manager;
   Result<core::SandboxInfo> created = co_await Blocking([&] { return manager.Create(*spec); });
   if (!created.ok()) co_return co_await Fail(created.error());

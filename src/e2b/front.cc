@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "api/api_key.h"
+#include "api/blocking.h"
 #include "api/json_output.h"
 #include "api/port_proxy.h"
 #include "api/preview_access.h"
@@ -103,44 +104,85 @@ std::optional<std::string_view> AccessRefusal(const api::RequestHeader& request,
   return kInvalidSignature;
 }
 
-// E2B's proxy's answer to traffic without the right e2b-traffic-access-token: 403 and
-// {"sandboxId", "message", "code"}.
+// An answer of E2B's proxy (envd's and the sandbox's ports' traffic): {"sandboxId", "message", "code"}.
+asio::awaitable<void> SendProxyError(api::HttpExchange& exchange, http::status status, const std::string& sandbox_id,
+                                     std::string_view message) {
+  const json body = {{"sandboxId", sandbox_id}, {"message", message}, {"code", static_cast<int>(status)}};
+  co_await exchange.SendText(status, "application/json", api::DumpJson(body));
+}
+
+// Traffic without the right e2b-traffic-access-token.
 asio::awaitable<void> SendTrafficTokenError(api::HttpExchange& exchange, const std::string& sandbox_id, bool missing) {
   const std::string message =
       missing ? fmt::format("Sandbox is secured with traffic access token. Token header '{}' is missing",
                             api::kE2bTrafficTokenHeader)
               : fmt::format("Sandbox is secured with traffic access token. Provided token in header '{}' is invalid",
                             api::kE2bTrafficTokenHeader);
-  const json body = {{"sandboxId", sandbox_id}, {"message", message}, {"code", 403}};
-  co_await exchange.SendText(http::status::forbidden, "application/json", api::DumpJson(body));
+  co_await SendProxyError(exchange, http::status::forbidden, sandbox_id, message);
+}
+
+// A sandbox that does not exist (any more), or is paused and not resumed by traffic: the
+// SDKs turn the 502 and its "was not found" into their not-running errors.
+asio::awaitable<void> SendSandboxNotFound(api::HttpExchange& exchange, const std::string& sandbox_id) {
+  co_await SendProxyError(exchange, http::status::bad_gateway, sandbox_id, "The sandbox was not found");
+}
+
+// A paused sandbox (paused or stopped: E2B's "paused") reached through the front, as E2B's
+// proxy treats it: without autoResume, or stopped (a filesystem-only pause, which E2B resumes
+// only when asked), it is not found; with it, traffic carrying the credentials the request
+// needs (`authorized`) resumes it, other traffic is refused (403). True once it runs; else
+// the answer is sent.
+asio::awaitable<bool> ResumeForTraffic(E2bContext& context, api::HttpExchange& exchange,
+                                       const core::SandboxInfo& sandbox, bool authorized) {
+  if (sandbox.state == "stopped" || !sandbox.spec.e2b_auto_resume) {
+    co_await SendSandboxNotFound(exchange, sandbox.id);
+    co_return false;
+  }
+  if (!authorized) {
+    co_await SendProxyError(exchange, http::status::forbidden, sandbox.id,
+                            "This sandbox can't be resumed with the credentials provided. Check your access token "
+                            "and try again.");
+    co_return false;
+  }
+  core::SandboxManager& manager = context.manager;
+  const std::string& id = sandbox.id;
+  Result<core::SandboxInfo> resumed = co_await api::RunBlocking(context.blocking_pool, [&] { return manager.Resume(id); });
+  // Another request may have resumed it first.
+  if (!resumed.ok()) resumed = manager.Get(id);
+  if (!resumed.ok() || resumed->state != "running") {
+    co_await SendSandboxNotFound(exchange, id);
+    co_return false;
+  }
+  co_return true;
 }
 
 asio::awaitable<std::string_view> ServeEnvd(E2bContext& context, api::HttpExchange& exchange,
                                             std::string sandbox_id, const api::RequestTarget& target) {
   const api::RequestHeader& request = exchange.request();
-  // A sandbox that does not exist (any more) answers as E2B's proxy does: 502, "was not
-  // found", which the SDKs turn into their not-running errors.
-  const std::string gone = fmt::format("The sandbox {} was not found", sandbox_id);
   if (!api::IsValidSandboxId(sandbox_id)) {
-    co_await SendE2bError(exchange, 502, gone);
+    co_await SendSandboxNotFound(exchange, sandbox_id);
     co_return "envd";
   }
   // Its state only (List, not Get: no usage readings on every envd call).
-  const std::vector<core::SandboxInfo> sandbox = context.manager.List(core::ListFilter{.id = sandbox_id});
-  if (sandbox.empty() || sandbox.front().state == "error") {
-    co_await SendE2bError(exchange, 502, gone);
+  const std::vector<core::SandboxInfo> found = context.manager.List(core::ListFilter{.id = sandbox_id});
+  if (found.empty() || found.front().state == "error") {
+    co_await SendSandboxNotFound(exchange, sandbox_id);
     co_return "envd";
   }
+  const core::SandboxInfo& sandbox = found.front();
+  const bool paused = sandbox.state == "paused" || sandbox.state == "stopped";
 
   const std::string_view port = Header(request, "E2b-Sandbox-Port");
   if (!port.empty() && port != kEnvdPort) {
     // A port of the sandbox other than envd's: its own HTTP server, as a preview URL reaches
     // it. Created with allowPublicTraffic false, it needs the traffic access token.
-    const core::PreviewAccess& preview = sandbox.front().spec.preview;
+    const core::PreviewAccess& preview = sandbox.spec.preview;
     const api::PreviewVerdict verdict = preview.is_public ? api::PreviewVerdict::kAllowed
                                                           : api::CheckTokenHeader(request, api::kE2bTrafficTokenHeader,
                                                                                   preview.token);
-    if (verdict != api::PreviewVerdict::kAllowed) {
+    const bool allowed = verdict == api::PreviewVerdict::kAllowed;
+    if (paused && !co_await ResumeForTraffic(context, exchange, sandbox, allowed)) co_return "envd port";
+    if (!allowed) {
       co_await SendTrafficTokenError(exchange, sandbox_id, verdict == api::PreviewVerdict::kMissing);
       co_return "envd port";
     }
@@ -153,8 +195,10 @@ asio::awaitable<std::string_view> ServeEnvd(E2bContext& context, api::HttpExchan
     co_return "envd port";
   }
 
-  if (std::optional<std::string_view> refused =
-          AccessRefusal(request, target, EnvdAccessToken(context.key, sandbox_id))) {
+  const std::optional<std::string_view> refused =
+      AccessRefusal(request, target, EnvdAccessToken(context.key, sandbox_id));
+  if (paused && !co_await ResumeForTraffic(context, exchange, sandbox, !refused)) co_return "envd";
+  if (refused) {
     co_await SendE2bError(exchange, 401, *refused);
     co_return "envd";
   }

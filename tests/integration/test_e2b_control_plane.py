@@ -149,15 +149,22 @@ def test_list_pages_with_x_next_token(e2b):
     assert_e2b_error(e2b.request("GET", "/v2/sandboxes?nextToken=garbage"), 400)
 
 
-def test_kill_is_204_then_404_and_envd_answers_502_was_not_found(e2b):
+def assert_sandbox_not_found(r, sid):
+    """E2B's proxy's answer for a sandbox it cannot reach, on envd's port and every other."""
+    assert r.status == 502 and r.headers["content-type"] == "application/json", r
+    assert r.json() == {"sandboxId": sid, "message": "The sandbox was not found", "code": 502}, r
+
+
+def test_kill_is_204_then_404_and_its_traffic_answers_502_not_found(e2b):
     sandbox = e2b.create()
     sid = sandbox["sandboxID"]
     assert e2b.envd(sandbox, "GET", "/health").status == 204
     assert e2b.request("DELETE", f"/sandboxes/{sid}").status == 204
     assert_e2b_error(e2b.request("DELETE", f"/sandboxes/{sid}"), 404)
-    r = e2b.envd(sandbox, "GET", "/health")
-    assert_e2b_error(r, 502)
-    assert "was not found" in r.json()["message"]
+    assert_sandbox_not_found(e2b.envd(sandbox, "GET", "/health"), sid)
+    assert_sandbox_not_found(e2b.envd(sandbox, "GET", "/", headers={"E2b-Sandbox-Port": "3000"}), sid)
+    assert_sandbox_not_found(e2b.envd({**sandbox, "sandboxID": "nosuchsandbox0000000"}, "GET", "/health"),
+                             "nosuchsandbox0000000")
 
 
 def test_set_timeout_moves_the_end(e2b):
@@ -187,6 +194,50 @@ def test_pause_then_connect_resumes_and_keeps_processes(e2b, client):
     r = e2b.request("POST", f"/v2/sandboxes/{sid}/connect", {})
     assert r.status == 200, r  # was running
     assert_e2b_error(e2b.request("POST", "/v2/sandboxes/nosuchsandbox0000000/connect", {}), 404)
+
+
+def test_a_paused_sandbox_answers_its_traffic_as_e2bs_proxy(e2b, client):
+    """Without autoResume: envd and port traffic answer 502 (not found) and leave it paused.
+    With it: traffic carrying its credentials resumes it, other traffic gets 403."""
+    port = {"E2b-Sandbox-Port": "8000"}
+    plain = e2b.create()
+    serve_port_8000(client, plain["sandboxID"])
+    assert e2b.request("POST", f"/sandboxes/{plain['sandboxID']}/pause", {}).status == 204
+    for r in (e2b.envd(plain, "GET", "/health"), e2b.envd(plain, "GET", "/index.html", headers=port),
+              e2b.envd(plain, "POST", "/process.Process/List", {})):
+        assert_sandbox_not_found(r, plain["sandboxID"])
+    assert client.sandbox(plain["sandboxID"])["state"] == "paused"
+    assert e2b.request("GET", f"/sandboxes/{plain['sandboxID']}").json()["lifecycle"]["autoResume"] is False
+
+    auto = e2b.create(autoPause=True, autoResume={"enabled": True}, network={"allowPublicTraffic": False})
+    sid = auto["sandboxID"]
+    assert e2b.request("GET", f"/sandboxes/{sid}").json()["lifecycle"] == {"onTimeout": "pause", "autoResume": True}
+    serve_port_8000(client, sid)
+    assert e2b.request("POST", f"/sandboxes/{sid}/pause", {}).status == 204
+    denied = {"sandboxId": sid, "code": 403,
+              "message": "This sandbox can't be resumed with the credentials provided. Check your access token and "
+                         "try again."}
+    for r in (e2b.envd(auto, "GET", "/health", headers={"X-Access-Token": "wrong"}),
+              e2b.envd(auto, "GET", "/index.html", headers=port),
+              e2b.envd(auto, "GET", "/index.html", headers={**port, "e2b-traffic-access-token": "0" * 64})):
+        assert r.status == 403 and r.json() == denied, r
+    assert client.sandbox(sid)["state"] == "paused"
+    r = e2b.envd(auto, "GET", "/index.html", headers={**port, "e2b-traffic-access-token": auto["trafficAccessToken"]})
+    assert r.status == 200 and r.body == b"served\n", r
+    assert client.sandbox(sid)["state"] == "running"
+    assert e2b.request("POST", f"/sandboxes/{sid}/pause", {}).status == 204
+    assert e2b.envd(auto, "GET", "/health").status == 204
+    assert client.sandbox(sid)["state"] == "running"
+    # Stopped (E2B's filesystem-only pause) it is E2B's "paused", which only connect resumes.
+    assert client.post(f"/v1/sandboxes/{sid}/stop", {}).status == 200
+    assert e2b.request("GET", f"/sandboxes/{sid}").json()["state"] == "paused"
+    assert_sandbox_not_found(e2b.envd(auto, "GET", "/health"), sid)
+    assert client.sandbox(sid)["state"] == "stopped"
+    assert e2b.request("POST", f"/v2/sandboxes/{sid}/connect", {"timeout": 300}).status == 201
+    assert e2b.envd(auto, "GET", "/health").status == 204
+
+    for bad in (True, {"enabled": "yes"}, {}):
+        assert_e2b_error(e2b.request("POST", "/v2/sandboxes", {"templateID": "base", "autoResume": bad}), 400)
 
 
 def test_metrics_answer_one_sample_with_every_field(e2b):
