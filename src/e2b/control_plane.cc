@@ -63,7 +63,7 @@ json SandboxJson(const E2bContext& context, const core::SandboxInfo& sandbox) {
       {"envdAccessToken", EnvdAccessToken(context.key, sandbox.id)},
       // Set for a sandbox created with allowPublicTraffic false: its ports need it.
       {"trafficAccessToken", sandbox.spec.preview.is_public ? json(nullptr) : json(sandbox.spec.preview.token)},
-      {"domain", context.preview_domain},
+      {"domain", context.domain},
   };
 }
 
@@ -97,7 +97,7 @@ json ListedJson(const E2bContext& context, const core::SandboxInfo& sandbox, con
   };
   if (detail) {
     out["envdAccessToken"] = EnvdAccessToken(context.key, sandbox.id);
-    out["domain"] = context.preview_domain;
+    out["domain"] = context.domain;
     out["allowInternetAccess"] = spec.network.mode != "none";
     out["network"] = NetworkJson(spec);
     out["lifecycle"] = {{"onTimeout", spec.on_timeout == "pause" ? "pause" : "kill"},

@@ -2,6 +2,7 @@
 
 #include <ctime>
 
+#include <boost/asio/ip/address.hpp>
 #include <boost/beast/http/field.hpp>
 #include <fmt/format.h>
 
@@ -13,6 +14,7 @@
 #include "e2b/control_plane.h"
 #include "e2b/envd.h"
 #include "e2b/envd_auth.h"
+#include "net/allow_rules.h"
 
 // g++ 12 at -O2 reports a false -Wmismatched-new-delete on asio's coroutine frames.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
@@ -104,10 +106,12 @@ std::optional<std::string_view> AccessRefusal(const api::RequestHeader& request,
   return kInvalidSignature;
 }
 
-// An answer of E2B's proxy (envd's and the sandbox's ports' traffic): {"sandboxId", "message", "code"}.
+// An answer of E2B's proxy (envd's and the sandbox's ports' traffic): {"sandboxId", "message", "code"},
+// and the `extra` fields.
 asio::awaitable<void> SendProxyError(api::HttpExchange& exchange, http::status status, const std::string& sandbox_id,
-                                     std::string_view message) {
-  const json body = {{"sandboxId", sandbox_id}, {"message", message}, {"code", static_cast<int>(status)}};
+                                     std::string_view message, json extra = json::object()) {
+  json body = {{"sandboxId", sandbox_id}, {"message", message}, {"code", static_cast<int>(status)}};
+  body.update(extra);
   co_await exchange.SendText(status, "application/json", api::DumpJson(body));
 }
 
@@ -156,9 +160,50 @@ asio::awaitable<bool> ResumeForTraffic(E2bContext& context, api::HttpExchange& e
   co_return true;
 }
 
-asio::awaitable<std::string_view> ServeEnvd(E2bContext& context, api::HttpExchange& exchange,
-                                            std::string sandbox_id, const api::RequestTarget& target) {
+// A port of the sandbox other than envd's: its own HTTP server, as a preview URL reaches it.
+// Created with allowPublicTraffic false, it needs the traffic access token.
+asio::awaitable<void> ServeSandboxPort(E2bContext& context, api::HttpExchange& exchange,
+                                       const core::SandboxInfo& sandbox, uint16_t port) {
   const api::RequestHeader& request = exchange.request();
+  const core::PreviewAccess& preview = sandbox.spec.preview;
+  const api::PreviewVerdict verdict = preview.is_public
+                                          ? api::PreviewVerdict::kAllowed
+                                          : api::CheckTokenHeader(request, api::kE2bTrafficTokenHeader, preview.token);
+  const bool allowed = verdict == api::PreviewVerdict::kAllowed;
+  if (sandbox.state == "paused" || sandbox.state == "stopped") {
+    const bool resumed = co_await ResumeForTraffic(context, exchange, sandbox, allowed);
+    if (!resumed) co_return;
+  }
+  if (!allowed) co_return co_await SendTrafficTokenError(exchange, sandbox.id, verdict == api::PreviewVerdict::kMissing);
+  const api::PortProxyRequest proxy{.sandbox_id = sandbox.id,
+                                    .port = std::to_string(port),
+                                    .app_target = std::string(api::FromBeast(request.target())),
+                                    .by_host = true,
+                                    .strip_authorization = false};
+  Result<net::StreamSocket> app = co_await api::ConnectToPort(context.manager, proxy);
+  if (app.ok()) co_return co_await api::RelayToPort(exchange, std::move(*app), proxy);
+  if (app.error().detail_code == api::kPortNotListening) {
+    // The SDKs match the message ("port is not open").
+    json port_field = json::object();
+    port_field["port"] = port;
+    co_return co_await SendProxyError(exchange, http::status::bad_gateway, sandbox.id,
+                                      "The sandbox is running but port is not open", std::move(port_field));
+  }
+  co_await SendE2bError(exchange, app.error());
+}
+
+// Traffic for `port` ("" = envd's) of sandbox `sandbox_id`, named by E2b-Sandbox-Id and
+// E2b-Sandbox-Port or by host name: envd itself, or the sandbox's port.
+asio::awaitable<std::string_view> ServeSandboxTraffic(E2bContext& context, api::HttpExchange& exchange,
+                                                      std::string sandbox_id, std::string_view port,
+                                                      api::RequestTarget& target) {
+  const api::RequestHeader& request = exchange.request();
+  const bool envd_port = port.empty() || port == kEnvdPort;
+  const std::optional<uint16_t> port_number = envd_port ? std::nullopt : net::ParsePort(port);
+  if (!envd_port && !port_number) {
+    co_await SendE2bError(exchange, 400, fmt::format("invalid sandbox port \"{}\"", port));
+    co_return "envd port";
+  }
   if (!api::IsValidSandboxId(sandbox_id)) {
     co_await SendSandboxNotFound(exchange, sandbox_id);
     co_return "envd";
@@ -170,34 +215,24 @@ asio::awaitable<std::string_view> ServeEnvd(E2bContext& context, api::HttpExchan
     co_return "envd";
   }
   const core::SandboxInfo& sandbox = found.front();
-  const bool paused = sandbox.state == "paused" || sandbox.state == "stopped";
-
-  const std::string_view port = Header(request, "E2b-Sandbox-Port");
-  if (!port.empty() && port != kEnvdPort) {
-    // A port of the sandbox other than envd's: its own HTTP server, as a preview URL reaches
-    // it. Created with allowPublicTraffic false, it needs the traffic access token.
-    const core::PreviewAccess& preview = sandbox.spec.preview;
-    const api::PreviewVerdict verdict = preview.is_public ? api::PreviewVerdict::kAllowed
-                                                          : api::CheckTokenHeader(request, api::kE2bTrafficTokenHeader,
-                                                                                  preview.token);
-    const bool allowed = verdict == api::PreviewVerdict::kAllowed;
-    if (paused && !co_await ResumeForTraffic(context, exchange, sandbox, allowed)) co_return "envd port";
-    if (!allowed) {
-      co_await SendTrafficTokenError(exchange, sandbox_id, verdict == api::PreviewVerdict::kMissing);
-      co_return "envd port";
-    }
-    const api::PortProxyRequest proxy{.sandbox_id = sandbox_id,
-                                      .port = std::string(port),
-                                      .app_target = std::string(api::FromBeast(request.target())),
-                                      .by_host = true,
-                                      .strip_authorization = false};
-    co_await api::ServePortProxy(exchange, context.manager, proxy);
+  if (!envd_port) {
+    co_await ServeSandboxPort(context, exchange, sandbox, *port_number);
     co_return "envd port";
   }
 
+  // envd's paths have no parameters: decoded whole. (The control plane decodes segments.)
+  std::optional<std::string> decoded = api::PercentDecode(target.path, false);
+  if (!decoded) {
+    co_await SendE2bError(exchange, 400, "malformed request target");
+    co_return "envd";
+  }
+  target.path = std::move(*decoded);
   const std::optional<std::string_view> refused =
       AccessRefusal(request, target, EnvdAccessToken(context.key, sandbox_id));
-  if (paused && !co_await ResumeForTraffic(context, exchange, sandbox, !refused)) co_return "envd";
+  if (sandbox.state == "paused" || sandbox.state == "stopped") {
+    const bool resumed = co_await ResumeForTraffic(context, exchange, sandbox, !refused);
+    if (!resumed) co_return "envd";
+  }
   if (refused) {
     co_await SendE2bError(exchange, 401, *refused);
     co_return "envd";
@@ -240,12 +275,31 @@ asio::awaitable<std::string_view> ServeEnvd(E2bContext& context, api::HttpExchan
 
 }  // namespace
 
+std::string DefaultE2bDomain(std::string_view listen, uint16_t bound_port) {
+  const size_t colon = listen.rfind(':');
+  std::string host(listen.substr(0, colon == std::string_view::npos ? 0 : colon));
+  const std::string bare = host.size() > 1 && host.front() == '[' && host.back() == ']' ? host.substr(1, host.size() - 2)
+                                                                                         : host;
+  boost::system::error_code ec;
+  const asio::ip::address address = asio::ip::make_address(bare, ec);
+  if (host.empty() || host == "localhost" || (!ec && (address.is_loopback() || address.is_unspecified()))) {
+    host = "localhost";
+  }
+  return fmt::format("{}:{}", host, bound_port);
+}
+
 asio::awaitable<std::string_view> E2bFront::Handle(api::HttpExchange& exchange) {
   const api::RequestHeader& request = exchange.request();
   std::optional<api::RequestTarget> target = api::ParseTarget(api::FromBeast(request.target()));
   if (!target) {
     co_await SendE2bError(exchange, 400, "malformed request target");
     co_return "unmatched";
+  }
+  // A host name {port}-{id}.{domain} (getHost) names the sandbox and port, as E2B's proxy
+  // routes a named host; otherwise (E2B_SANDBOX_URL) the headers do.
+  if (const std::optional<api::PreviewHost> host =
+          api::MatchPreviewHost(api::FromBeast(request[http::field::host]), context_.domain)) {
+    co_return co_await ServeSandboxTraffic(context_, exchange, host->sandbox_id, host->port, *target);
   }
   std::string sandbox_id(Header(request, "E2b-Sandbox-Id"));
   if (sandbox_id.empty() && target->path == "/files" && QueryValue(target->query, "signature")) {
@@ -258,14 +312,8 @@ asio::awaitable<std::string_view> E2bFront::Handle(api::HttpExchange& exchange) 
     }
   }
   if (!sandbox_id.empty()) {
-    // envd's paths have no parameters: decoded whole. (The control plane decodes segments.)
-    std::optional<std::string> decoded = api::PercentDecode(target->path, false);
-    if (!decoded) {
-      co_await SendE2bError(exchange, 400, "malformed request target");
-      co_return "unmatched";
-    }
-    target->path = std::move(*decoded);
-    co_return co_await ServeEnvd(context_, exchange, std::move(sandbox_id), *target);
+    co_return co_await ServeSandboxTraffic(context_, exchange, std::move(sandbox_id),
+                                           Header(request, "E2b-Sandbox-Port"), *target);
   }
 
   if (target->path == "/health") {  // the control plane's own, without a key
