@@ -1,8 +1,9 @@
 // The E2B-compatible front (docs/e2b-compat.md): one listener that serves E2B's control-plane
-// REST API and, for requests carrying E2b-Sandbox-Id, the in-sandbox daemon protocol
-// ("envd"), so that the unmodified e2b SDKs run against bulkhead with E2B_API_URL and
-// E2B_SANDBOX_URL pointed at it. It translates onto the same SandboxManager the bulkhead API
-// uses; it keeps no state of its own but the envd watchers that the Python SDK polls.
+// REST API and, for requests carrying E2b-Sandbox-Id (or a host name {port}-{id}.{domain}),
+// the in-sandbox daemon protocol ("envd") and the sandbox's ports, so that the unmodified
+// e2b SDKs run against bulkhead with E2B_API_URL and E2B_SANDBOX_URL pointed at it. It
+// translates onto the same SandboxManager the bulkhead API uses; it keeps no state of its own
+// but the envd watchers that the Python SDK polls.
 #pragma once
 #include <cstdint>
 #include <memory>
