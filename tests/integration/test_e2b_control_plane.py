@@ -464,3 +464,21 @@ def test_cli_prints_the_three_variables(daemon):
     assert out.stdout == (f"export E2B_API_URL={daemon.e2b_url}\nexport E2B_SANDBOX_URL={daemon.e2b_url}\n"
                           f"export E2B_API_KEY={daemon.e2b_key}\n")
     assert daemon.e2b_key.startswith("e2b_") and len(daemon.e2b_key) == 44
+
+
+def test_e2b_domain_option_names_the_sandboxes_domain(daemon_factory):
+    d = daemon_factory()
+    d.extra_args = ("--e2b-domain", "sandboxes.example.test:8443")
+    d.start()
+    front = E2b(d)
+    sandbox = front.create()
+    try:
+        assert sandbox["domain"] == "sandboxes.example.test:8443"
+        r = front.by_host(sandbox, 49983, "/health", {"X-Access-Token": sandbox["envdAccessToken"]})
+        assert r.status == 204, r
+        # The address-derived name is no host name of this front then: the control plane's, keyed.
+        r = front.by_host({**sandbox, "domain": front.domain}, 49983, "/v2/sandboxes")
+        assert_e2b_error(r, 401)
+        assert "API key" in r.json()["message"]
+    finally:
+        front.request("DELETE", f"/sandboxes/{sandbox['sandboxID']}")
