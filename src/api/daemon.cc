@@ -104,6 +104,7 @@ int RunDaemon(const core::DaemonConfig& config) {
                                    .handle_signals = true,
                                    .preview_domain = config.preview_domain,
                                    .e2b_key = *e2b_key,
+                                   .e2b_domain = config.e2b_domain,
                                });
     if (!config.listen.empty()) {
       auto endpoint = server.ListenTcp(config.listen);

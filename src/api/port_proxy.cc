@@ -83,7 +83,7 @@ std::string ClientAddress(HttpStream& stream) {
 
 Error NotListening(const std::string& id, uint16_t port) {
   return MakeError(ErrorCode::kBadGateway, fmt::format("nothing listens on port {} in sandbox {}", port, id),
-                   "port_not_listening");
+                   std::string(kPortNotListening));
 }
 
 // A socket in the sandbox's network namespace connected to its loopback at `port`:
@@ -412,15 +412,23 @@ http::response<http::empty_body> ClientResponseHead(const http::response_header<
   return head;
 }
 
-asio::awaitable<void> ServePortProxy(HttpExchange& exchange, core::SandboxManager& manager,
-                                     const PortProxyRequest& request) {
+asio::awaitable<Result<StreamSocket>> ConnectToPort(core::SandboxManager& manager, const PortProxyRequest& request) {
   const ErrorCode bad_port = request.by_host ? ErrorCode::kNotFound : ErrorCode::kInvalid;
-  Result<StreamSocket> app = co_await OpenAppConnection(manager, request.sandbox_id, request.port, bad_port);
-  if (!app.ok()) co_return co_await exchange.SendError(app.error());
+  co_return co_await OpenAppConnection(manager, request.sandbox_id, request.port, bad_port);
+}
+
+asio::awaitable<void> RelayToPort(HttpExchange& exchange, StreamSocket app, const PortProxyRequest& request) {
   const bool upgrade = IsUpgradeRequest(exchange.request());
   const asio::any_io_executor executor = co_await asio::this_coro::executor;
-  HttpProxySession session(exchange, *app, executor);
+  HttpProxySession session(exchange, app, executor);
   co_await session.Run(request, upgrade);
+}
+
+asio::awaitable<void> ServePortProxy(HttpExchange& exchange, core::SandboxManager& manager,
+                                     const PortProxyRequest& request) {
+  Result<StreamSocket> app = co_await ConnectToPort(manager, request);
+  if (!app.ok()) co_return co_await exchange.SendError(app.error());
+  co_await RelayToPort(exchange, std::move(*app), request);
 }
 
 asio::awaitable<void> ServeTcpForward(HttpExchange& exchange, core::SandboxManager& manager,

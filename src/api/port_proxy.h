@@ -11,7 +11,9 @@
 #include <boost/beast/http/fields.hpp>
 
 #include "api/http_exchange.h"
+#include "common/result.h"
 #include "core/sandbox_manager.h"
+#include "net/relay.h"
 
 namespace bulkhead::api {
 
@@ -31,6 +33,15 @@ struct PortProxyRequest {
 // 422 (by host name 404) bad port, 409 sandbox not running, 502 port_not_listening.
 boost::asio::awaitable<void> ServePortProxy(HttpExchange& exchange, core::SandboxManager& manager,
                                             const PortProxyRequest& request);
+
+// ServePortProxy in two steps, for a front that answers its errors in its own words: the
+// connection to the app (the errors above, not sent), then the exchange relayed over it.
+boost::asio::awaitable<Result<net::StreamSocket>> ConnectToPort(core::SandboxManager& manager,
+                                                                const PortProxyRequest& request);
+boost::asio::awaitable<void> RelayToPort(HttpExchange& exchange, net::StreamSocket app,
+                                         const PortProxyRequest& request);
+// The detail_code of ConnectToPort's error when nothing listens on the port.
+inline constexpr std::string_view kPortNotListening = "port_not_listening";
 
 // Port-forward: connects first, then answers 101 (Upgrade: tcp) and relays raw bytes.
 // 400 without the upgrade headers, 404 unknown sandbox, 422 bad port, 502 port_not_listening.

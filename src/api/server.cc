@@ -164,7 +164,8 @@ Result<tcp::endpoint> ApiServer::ListenE2b(const std::string& host_port) {
       .manager = manager_,
       .blocking_pool = blocking_pool_,
       .key = options_.e2b_key,
-      .preview_domain = options_.preview_domain,
+      .domain = options_.e2b_domain.empty() ? e2b::DefaultE2bDomain(host_port, bound->port())
+                                            : options_.e2b_domain,
       .host = HostLimits::Detect(),
   });
   return bound;

@@ -41,6 +41,8 @@ struct ServerOptions {
   std::string preview_domain = "localhost:7420";
   // The E2B front's key (X-API-KEY); needed before ListenE2b.
   std::string e2b_key;
+  // The E2B sandboxes' domain (e2b::E2bContext::domain); "" = e2b::DefaultE2bDomain.
+  std::string e2b_domain;
 };
 
 class ApiServer {

@@ -92,6 +92,9 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
   serve->add_option("--e2b-listen", line.e2b_listen,
                     "TCP address of the E2B-compatible front (E2B_API_URL and E2B_SANDBOX_URL); \"\" = none "
                     "(default: the --listen host, its port + 1: 127.0.0.1:7421)");
+  serve->add_option("--e2b-domain", line.e2b_domain,
+                    "Host names PORT-ID.DOMAIN sent to the E2B front reach a sandbox's ports (E2B's getHost) "
+                    "(default: its address, with localhost for a loopback or wildcard one: localhost:7421)");
   serve->add_option("--open-subnet", line.open_subnet,
                     "IPv4 prefix whose /30s give open-mode sandboxes their link for UDP and ICMP "
                     "(default 10.213.0.0/16)");
@@ -345,6 +348,7 @@ core::DaemonConfig DaemonConfigFromCommandLine(const CommandLine& line) {
   if (line.preview_domain) config.preview_domain = *line.preview_domain;
   config.e2b_listen = line.e2b_listen ? *line.e2b_listen : DefaultE2bListen(config.listen);
   config.e2b_listen_given = line.e2b_listen.has_value();
+  if (line.e2b_domain) config.e2b_domain = *line.e2b_domain;
   if (line.open_subnet) config.open_subnet = *line.open_subnet;
   if (line.storage_driver) config.storage_driver = *line.storage_driver;
   if (const char* key = std::getenv("BULKHEAD_API_KEY"); key != nullptr && *key != '\0') config.api_key = key;

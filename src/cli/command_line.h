@@ -90,6 +90,7 @@ struct CommandLine {
   std::vector<std::string> dns_servers;
   std::optional<std::string> preview_domain;
   std::optional<std::string> e2b_listen;  // --e2b-listen
+  std::optional<std::string> e2b_domain;  // --e2b-domain
   std::optional<std::string> open_subnet;
   std::optional<std::string> storage_driver;
 

@@ -30,6 +30,9 @@ struct DaemonConfig {
   // The E2B-compatible front's TCP address (E2B_API_URL, E2B_SANDBOX_URL); "" = none. --e2b-listen
   std::string e2b_listen = "127.0.0.1:7421";
   bool e2b_listen_given = false;  // not derived: failing to bind it stops the daemon
+  // The E2B sandboxes' "domain": host names {port}-{id}.{e2b_domain} sent to the E2B front
+  // reach a sandbox's ports (the SDKs' getHost). "" = from its address. --e2b-domain
+  std::string e2b_domain;
   // Open-mode sandboxes take a /30 each from this IPv4 prefix for their veth pair (UDP and
   // ICMP out, NATed). --open-subnet
   std::string open_subnet = "10.213.0.0/16";

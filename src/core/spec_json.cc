@@ -27,6 +27,7 @@ std::string SpecToJson(const SandboxSpec& s) {
   j["volumes"] = std::move(volumes);
   j["preview"] = {{"public", s.preview.is_public}, {"token", s.preview.token}};
   if (s.from_snapshot) j["from_snapshot"] = *s.from_snapshot;
+  if (s.e2b_auto_resume) j["e2b_auto_resume"] = true;
   return j.dump();
 }
 
@@ -69,6 +70,7 @@ Result<SandboxSpec> SpecFromJson(const std::string& text) {
       s.preview.token = j.at("preview").at("token").get<std::string>();
     }
     if (j.contains("from_snapshot")) s.from_snapshot = j.at("from_snapshot").get<std::string>();
+    s.e2b_auto_resume = j.value("e2b_auto_resume", false);
     return s;
   } catch (const std::exception& e) {  // json::exception, or a field of the wrong kind
     return MakeError(ErrorCode::kInternal, std::string("corrupt sandbox spec: ") + e.what());

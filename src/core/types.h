@@ -51,6 +51,10 @@ struct SandboxSpec {
   // The snapshot whose files the sandbox starts with (SandboxInfo.parent_snapshot). With it
   // an empty image means "the snapshot's".
   std::optional<std::string> from_snapshot;
+  // E2B's lifecycle.autoResume, set by the E2B front and read only there: traffic through
+  // the front to a paused sandbox resumes it; without it that traffic answers 502, as E2B's
+  // proxy does. (The bulkhead API resumes a paused sandbox for any call regardless.)
+  bool e2b_auto_resume = false;
 };
 
 // The Volume object: a named directory with a size cap that sandboxes mount and outlive.

@@ -146,12 +146,16 @@ struct ServerStream::State {
 
 namespace {
 
+asio::awaitable<void> AwaitWrites(ServerStream::State& s) {
+  while (s.writing) {
+    boost::system::error_code ignored;
+    co_await s.write_done.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+  }
+}
+
 // One write at a time: the handler's messages and the keepalives share the response.
 asio::awaitable<bool> WriteEnvelope(std::shared_ptr<ServerStream::State> s, std::string bytes, bool last) {
-  while (s->writing) {
-    boost::system::error_code ignored;
-    co_await s->write_done.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
-  }
+  co_await AwaitWrites(*s);
   if (s->client_gone || s->finished) co_return false;
   s->writing = true;
   bool ok = true;
@@ -222,6 +226,14 @@ asio::awaitable<void> ServerStream::Finish(const std::optional<RpcError>& error)
   json end = json::object();
   if (error) end["error"] = {{"code", error->code}, {"message", error->message}};
   co_await WriteEnvelope(state_, Envelope(kEnvelopeEndStream, api::DumpJson(end)), true);
+}
+
+asio::awaitable<void> ServerStream::Cut() {
+  state_->stopped = true;
+  state_->keepalive_timer.cancel();
+  co_await AwaitWrites(*state_);
+  state_->finished = true;
+  state_->exchange.set_keep_alive(false);
 }
 
 bool ServerStream::finished() const { return state_->finished || state_->client_gone; }

@@ -29,6 +29,8 @@ struct RpcError {
 int RpcHttpStatus(std::string_view code);
 // The Connect error for a bulkhead Error (not_found, invalid_argument, permission_denied, ...).
 RpcError ToRpcError(const Error& error);
+// What envd's streams end with when their Connect-Timeout-Ms passes (Go's context error).
+inline RpcError DeadlineExceeded() { return {"deadline_exceeded", "context deadline exceeded"}; }
 
 constexpr uint8_t kEnvelopeMessage = 0x00;
 constexpr uint8_t kEnvelopeCompressed = 0x01;
@@ -70,6 +72,9 @@ class ServerStream {
   // False once the client is gone.
   boost::asio::awaitable<bool> Send(const nlohmann::json& message);
   boost::asio::awaitable<void> Finish(const std::optional<RpcError>& error = std::nullopt);
+  // Ends the stream without the end-stream envelope, the connection with it: what a client
+  // sees of a proxy whose upstream went away. Waits for a write still under way.
+  boost::asio::awaitable<void> Cut();
   bool finished() const;
 
   struct State;

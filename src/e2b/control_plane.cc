@@ -70,7 +70,7 @@ json SandboxJson(const E2bContext& context, const core::SandboxInfo& sandbox) {
       {"envdAccessToken", EnvdAccessToken(context.key, sandbox.id)},
       // Set for a sandbox created with allowPublicTraffic false: its ports need it.
       {"trafficAccessToken", sandbox.spec.preview.is_public ? json(nullptr) : json(sandbox.spec.preview.token)},
-      {"domain", context.preview_domain},
+      {"domain", context.domain},
   };
 }
 
@@ -106,10 +106,11 @@ json ListedJson(const E2bContext& context, const core::SandboxInfo& sandbox, con
   };
   if (detail) {
     out["envdAccessToken"] = EnvdAccessToken(context.key, sandbox.id);
-    out["domain"] = context.preview_domain;
+    out["domain"] = context.domain;
     out["allowInternetAccess"] = spec.network.mode != "none";
     out["network"] = NetworkJson(spec);
-    out["lifecycle"] = {{"onTimeout", spec.on_timeout == "kill" ? "kill" : "pause"}, {"autoResume", false}};
+    out["lifecycle"] = {{"onTimeout", spec.on_timeout == "kill" ? "kill" : "pause"},
+                        {"autoResume", spec.e2b_auto_resume}};
     // What the pause saved: a stopped sandbox (a pause without memory) has only its files.
     if (state == "paused") out["pauseMode"] = sandbox.state == "stopped" ? "filesystem" : "full";
   }
@@ -196,6 +197,17 @@ Result<std::vector<std::string>> StringList(const json& object, const char* name
     out.push_back(item.get<std::string>());
   }
   return out;
+}
+
+// NewSandbox's autoResume: {"enabled": bool} (SandboxAutoResumeConfig); absent = off.
+Result<bool> AutoResumeOf(const json& e2b) {
+  const auto found = e2b.find("autoResume");
+  if (found == e2b.end() || found->is_null()) return false;
+  const auto enabled = found->is_object() ? found->find("enabled") : found->end();
+  if (!found->is_object() || enabled == found->end() || !enabled->is_boolean()) {
+    return Invalid("autoResume must be an object {\"enabled\": bool}");
+  }
+  return enabled->get<bool>();
 }
 
 // A list item's place in its order: its creation time in milliseconds, then its id.
@@ -355,6 +367,9 @@ asio::awaitable<void> ControlPlane::Create() {
   if (!body.ok()) co_return co_await Fail(body.error());
   Result<core::SandboxSpec> spec = api::ParseSandboxSpec(*body, context_.host);
   if (!spec.ok()) co_return co_await Fail(spec.error());
+  Result<bool> auto_resume = AutoResumeOf(*e2b);
+  if (!auto_resume.ok()) co_return co_await Fail(auto_resume.error());
+  spec->e2b_auto_resume = *auto_resume;
   core::SandboxManager& manager = context_.manager;
   Result<core::SandboxInfo> created = co_await Blocking([&] { return manager.Create(*spec); });
   if (!created.ok()) co_return co_await Fail(created.error());

@@ -350,6 +350,7 @@ class FilesystemCall {
     api::ClientHangupWatch hangup(exchange_.stream().socket(), [&operation] { operation.Cancel(); });
 
     std::optional<RpcError> end;
+    bool sandbox_gone = false;
     const json start = {{"start", json::object()}};
     const bool started = co_await stream.Send(start);
     if (!started) {
@@ -379,9 +380,11 @@ class FilesystemCall {
       Result<std::string> next = co_await operation.Read();
       if (!next.ok()) {
         if (deadline->reached) {
-          end = RpcError{"deadline_exceeded", "the watch reached its deadline (Connect-Timeout-Ms)"};
+          end = DeadlineExceeded();
         } else if (hangup.client_gone()) {
           end = RpcError{"canceled", "the client left"};
+        } else if (next.error().detail_code == "sandbox_unreachable") {
+          sandbox_gone = true;  // cut below, as for a process stream (envd_process.cc)
         } else {
           end = RpcErrorOf(next.error());
         }
@@ -392,6 +395,7 @@ class FilesystemCall {
     }
     deadline->operation = nullptr;
     deadline->timer.cancel();
+    if (sandbox_gone) co_return co_await stream.Cut();
     // Finished even for a client that left: Finish first waits for a keepalive still being
     // written, which must not outlive this call (and its exchange).
     co_await stream.Finish(end);

@@ -109,12 +109,26 @@ asio::awaitable<Result<api::ProcessAttachment>> AttachRunning(EnvdRequest& reque
   co_return attached;
 }
 
+// How a followed stream's Connect-Timeout-Ms ends it, with deadline_exceeded either way.
+struct StreamDeadline {
+  // Connect's: the stream ends then, the process goes on.
+  std::optional<std::chrono::milliseconds> stream;
+  // Start's: the deadline is the process's lifetime (init kills it then), and its death by
+  // that deadline ends the stream instead of an end event, as envd's request context does.
+  bool process = false;
+};
+
+bool KilledAtDeadline(const json& exit) {
+  if (!exit.is_object()) return false;
+  const auto timed_out = exit.find("timed_out");
+  return timed_out != exit.end() && timed_out->is_boolean() && timed_out->get<bool>();
+}
+
 // Follows the attached process's output to the stream: data events as init sends them (the
 // next frame is read once the client took the last: backpressure), then the end event and
-// the end of the stream. A client that goes away ends the attach, never the process. With
-// a `deadline` (Connect's Connect-Timeout-Ms) the stream ends there with deadline_exceeded.
+// the end of the stream. A client that goes away ends the attach, never the process.
 asio::awaitable<void> FollowOutput(EnvdRequest& request, ServerStream& stream, core::CtlClient& init, bool pty,
-                                   std::optional<std::chrono::milliseconds> deadline) {
+                                   StreamDeadline deadline) {
   api::HttpExchange& exchange = request.exchange;
   api::ClientHangupWatch watch(exchange.stream().socket(), [&init] { init.Close(); });
   // The deadline's handler may already be queued when this returns: `following` says
@@ -126,8 +140,8 @@ asio::awaitable<void> FollowOutput(EnvdRequest& request, ServerStream& stream, c
   auto state = std::make_shared<Deadline>();
   ScopeGuard stop_following([state] { state->following = false; });
   asio::steady_timer timer(exchange.stream().get_executor());
-  if (deadline) {
-    timer.expires_after(*deadline);
+  if (deadline.stream) {
+    timer.expires_after(*deadline.stream);
     timer.async_wait([state, &init](const boost::system::error_code& ec) {
       if (ec || !state->following) return;
       state->passed = true;
@@ -138,13 +152,13 @@ asio::awaitable<void> FollowOutput(EnvdRequest& request, ServerStream& stream, c
   for (;;) {
     Result<core::CtlClient::Frame> frame = co_await init.Receive();
     if (!frame.ok()) {
-      if (watch.client_gone() || stream.finished()) {
-        exchange.set_keep_alive(false);
-        co_return;
-      }
+      if (watch.client_gone() || stream.finished()) co_return co_await stream.Cut();
       if (state->passed) {
-        const RpcError error{"deadline_exceeded", "the stream's Connect-Timeout-Ms deadline passed"};
-        co_await stream.Finish(error);
+        co_await stream.Finish(DeadlineExceeded());
+      } else if (frame.error().detail_code == "sandbox_unreachable") {
+        // The sandbox died under the stream: cut it, as E2B's proxy does when envd goes. The
+        // SDKs then ask /health, which answers 502 for a sandbox that is gone.
+        co_await stream.Cut();
       } else {
         co_await stream.Finish(ToRpcError(frame.error()));
       }
@@ -159,8 +173,9 @@ asio::awaitable<void> FollowOutput(EnvdRequest& request, ServerStream& stream, c
         break;
       }
       case ctl::kExit: {
-        const json end = EndEvent(ParseBoundedJson(frame->payload));
-        if (co_await stream.Send(end)) co_await stream.Finish();
+        const json exit = ParseBoundedJson(frame->payload);
+        if (deadline.process && KilledAtDeadline(exit)) co_return co_await stream.Finish(DeadlineExceeded());
+        if (co_await stream.Send(EndEvent(exit))) co_await stream.Finish();
         co_return;
       }
       case ctl::kError: {
@@ -170,10 +185,7 @@ asio::awaitable<void> FollowOutput(EnvdRequest& request, ServerStream& stream, c
       }
       default: break;  // kGap: the byte stream has no way to say it; output goes on
     }
-    if (!sent) {
-      exchange.set_keep_alive(false);
-      co_return;
-    }
+    if (!sent) co_return co_await stream.Cut();
   }
 }
 
@@ -219,7 +231,8 @@ asio::awaitable<void> Start(EnvdRequest& request) {
   const bool sent = co_await stream.Send(started);
   if (!sent) co_return request.exchange.set_keep_alive(false);
   StartKeepalive(request, stream);
-  co_await FollowOutput(request, stream, init, spec->options.pty.has_value(), std::nullopt);
+  co_await FollowOutput(request, stream, init, spec->options.pty.has_value(),
+                        StreamDeadline{.process = spec->options.timeout_ms.has_value()});
 }
 
 asio::awaitable<void> Connect(EnvdRequest& request) {
@@ -243,8 +256,8 @@ asio::awaitable<void> Connect(EnvdRequest& request) {
   const bool sent = co_await stream.Send(started);
   if (!sent) co_return request.exchange.set_keep_alive(false);
   StartKeepalive(request, stream);
-  std::optional<std::chrono::milliseconds> deadline;
-  if (*timeout && (*timeout)->count() > 0) deadline = **timeout;
+  StreamDeadline deadline;
+  if (*timeout && (*timeout)->count() > 0) deadline.stream = **timeout;
   co_await FollowOutput(request, stream, *attached->client, HasPty(attached->process), deadline);
 }
 

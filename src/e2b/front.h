@@ -1,9 +1,11 @@
 // The E2B-compatible front (docs/e2b-compat.md): one listener that serves E2B's control-plane
-// REST API and, for requests carrying E2b-Sandbox-Id, the in-sandbox daemon protocol
-// ("envd"), so that the unmodified e2b SDKs run against bulkhead with E2B_API_URL and
-// E2B_SANDBOX_URL pointed at it. It translates onto the same SandboxManager the bulkhead API
-// uses; it keeps no state of its own but the envd watchers that the Python SDK polls.
+// REST API and, for requests carrying E2b-Sandbox-Id (or a host name {port}-{id}.{domain}),
+// the in-sandbox daemon protocol ("envd") and the sandbox's ports, so that the unmodified
+// e2b SDKs run against bulkhead with E2B_API_URL and E2B_SANDBOX_URL pointed at it. It
+// translates onto the same SandboxManager the bulkhead API uses; it keeps no state of its own
+// but the envd watchers that the Python SDK polls.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -31,7 +33,9 @@ struct E2bContext {
   core::SandboxManager& manager;
   boost::asio::thread_pool& blocking_pool;  // for the manager's (blocking) calls
   std::string key;                          // the E2B API key (X-API-KEY)
-  std::string preview_domain;               // sandbox "domain": {port}-{id}.{domain} reaches a port
+  // The sandboxes' "domain": a request to this front for host {port}-{id}.{domain} goes to
+  // that port of the sandbox (the SDKs' getHost), as E2B's proxy routes it.
+  std::string domain;
   api::HostLimits host;
   // envd's CreateWatcher watchers, which outlive their requests (envd_filesystem.cc).
   std::shared_ptr<WatcherRegistry> watchers = std::make_shared<WatcherRegistry>();
@@ -47,6 +51,11 @@ class E2bFront {
  private:
   E2bContext context_;
 };
+
+// The domain for a front listening on `listen` ("host:port", as --e2b-listen) and bound to
+// `bound_port`: the host as written, but localhost for a loopback or wildcard address (an IP
+// cannot carry the {port}-{id}. labels; *.localhost is the loopback), and the bound port.
+std::string DefaultE2bDomain(std::string_view listen, uint16_t bound_port);
 
 // E2B's error body {"code": <status>, "message"}: the SDKs read `code` to decide.
 boost::asio::awaitable<void> SendE2bError(api::HttpExchange& exchange, int status, std::string_view message);

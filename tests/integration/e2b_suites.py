@@ -1,6 +1,6 @@
 """Shared by test_e2b_sdk_python.py and test_e2b_sdk_js.py: a daemon of the test's own, the
-environment an E2B user would set (E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY) plus the main API
-URL for getHost requests, running a suite as a subprocess, and the checks after it."""
+environment an E2B user would set (E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY), running a suite
+as a subprocess, and the checks after it."""
 
 import os
 import re
@@ -15,8 +15,7 @@ def suite_env(daemon) -> dict:
     """This environment without E2B_* / BULKHEAD_* of the caller's, pointing at `daemon`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("E2B_", "BULKHEAD_"))}
     url = daemon.e2b_url
-    env.update(E2B_API_URL=url, E2B_SANDBOX_URL=url, E2B_API_KEY=daemon.e2b_key,
-               BULKHEAD_MAIN_URL=f"http://127.0.0.1:{daemon.port}")
+    env.update(E2B_API_URL=url, E2B_SANDBOX_URL=url, E2B_API_KEY=daemon.e2b_key)
     return env
 
 

@@ -37,6 +37,8 @@ class E2b:
         self.daemon = daemon
         self.address = daemon.client().get("/healthz").json()["e2b_address"]
         self.key = daemon.e2b_key if key is None else key
+        # The sandboxes' "domain": getHost(port) names this front.
+        self.domain = "localhost:" + self.address.rsplit(":", 1)[1]
 
     def request(self, method, path, body=None, headers=None):
         host, port = self.address.rsplit(":", 1)
@@ -69,6 +71,18 @@ class E2b:
         all_headers.update(headers or {})
         return self.request(method, path, body, all_headers)
 
+    def by_host(self, sandbox, port=8000, path="/index.html", headers=None) -> harness.Response:
+        """GET `path` at getHost(port), without the API key, as the SDKs' users reach a port."""
+        host, front_port = self.address.rsplit(":", 1)
+        conn = http.client.HTTPConnection(host, int(front_port), timeout=30)
+        try:
+            conn.request("GET", path, headers={"Host": f"{port}-{sandbox['sandboxID']}.{sandbox['domain']}",
+                                               **(headers or {})})
+            r = conn.getresponse()
+            return harness.Response(r.status, dict((k.lower(), v) for k, v in r.getheaders()), r.read())
+        finally:
+            conn.close()
+
 
 def assert_e2b_error(r, status):
     assert r.status == status, r
@@ -98,7 +112,8 @@ def test_create_answers_a_sandbox_the_sdks_accept(e2b, client):
     sandbox = e2b.create(timeout=120, metadata={"k": "v"}, envVars={"A": "1"})
     assert sandbox["templateID"] == "base" and sandbox["clientID"] and sandbox["envdVersion"] == "0.6.4"
     assert len(sandbox["envdAccessToken"]) == 64
-    assert sandbox["domain"] == client.get("/healthz").json()["preview_domain"]
+    assert sandbox["domain"] == e2b.domain
+    assert e2b.request("GET", f"/sandboxes/{sandbox['sandboxID']}").json()["domain"] == e2b.domain
     # A bulkhead sandbox underneath, running as E2B's "user" in its home, with the env.
     sid = sandbox["sandboxID"]
     assert client.sh(sid, "id -un; pwd; echo $A") == "user\n/home/user\n1\n"
@@ -169,15 +184,27 @@ def test_list_pages_with_x_next_token(e2b):
     assert_e2b_error(e2b.request("GET", "/v2/sandboxes?nextToken=garbage"), 400)
 
 
-def test_kill_is_204_then_404_and_envd_answers_502_was_not_found(e2b):
+def assert_sandbox_not_found(r, sid):
+    """E2B's proxy's answer for a sandbox it cannot reach, on envd's port and every other."""
+    assert r.status == 502 and r.headers["content-type"] == "application/json", r
+    assert r.json() == {"sandboxId": sid, "message": "The sandbox was not found", "code": 502}, r
+
+
+def test_kill_is_204_then_404_and_its_traffic_answers_502_not_found(e2b):
     sandbox = e2b.create()
     sid = sandbox["sandboxID"]
     assert e2b.envd(sandbox, "GET", "/health").status == 204
     assert e2b.request("DELETE", f"/sandboxes/{sid}").status == 204
     assert_e2b_error(e2b.request("DELETE", f"/sandboxes/{sid}"), 404)
-    r = e2b.envd(sandbox, "GET", "/health")
-    assert_e2b_error(r, 502)
-    assert "was not found" in r.json()["message"]
+    assert_sandbox_not_found(e2b.envd(sandbox, "GET", "/health"), sid)
+    assert_sandbox_not_found(e2b.envd(sandbox, "GET", "/", headers={"E2b-Sandbox-Port": "3000"}), sid)
+    assert_sandbox_not_found(e2b.envd({**sandbox, "sandboxID": "nosuchsandbox0000000"}, "GET", "/health"),
+                             "nosuchsandbox0000000")
+    # Its host names too: getHost(port) is the front's, which answers as E2B's proxy.
+    assert_sandbox_not_found(e2b.by_host(sandbox, 3000, "/"), sid)
+    assert_sandbox_not_found(e2b.by_host(sandbox, 49983, "/health"), sid)
+    assert_sandbox_not_found(e2b.by_host({**sandbox, "sandboxID": "nosuchsandbox0000000"}, 3000, "/"),
+                             "nosuchsandbox0000000")
 
 
 def test_set_timeout_moves_the_end(e2b):
@@ -247,6 +274,56 @@ def test_pause_without_memory_stops_and_connect_boots_it_again(e2b, client):
     r = e2b.request("POST", f"/v2/sandboxes/{sid}/connect", {"memory": False})
     assert r.status == 201, r
     assert client.sh(sid, "cat /proc/sys/kernel/random/boot_id") != boot_id
+
+
+def test_a_paused_sandbox_answers_its_traffic_as_e2bs_proxy(e2b, client):
+    """Without autoResume: envd and port traffic answer 502 (not found) and leave it paused.
+    With it: traffic carrying its credentials resumes it, other traffic gets 403."""
+    port = {"E2b-Sandbox-Port": "8000"}
+    plain = e2b.create()
+    serve_port_8000(client, plain["sandboxID"])
+    assert e2b.request("POST", f"/sandboxes/{plain['sandboxID']}/pause", {}).status == 204
+    for r in (e2b.envd(plain, "GET", "/health"), e2b.envd(plain, "GET", "/index.html", headers=port),
+              e2b.envd(plain, "POST", "/process.Process/List", {}), e2b.by_host(plain)):
+        assert_sandbox_not_found(r, plain["sandboxID"])
+    assert client.sandbox(plain["sandboxID"])["state"] == "paused"
+    assert e2b.request("GET", f"/sandboxes/{plain['sandboxID']}").json()["lifecycle"]["autoResume"] is False
+
+    auto = e2b.create(autoPause=True, autoResume={"enabled": True}, network={"allowPublicTraffic": False})
+    sid = auto["sandboxID"]
+    assert e2b.request("GET", f"/sandboxes/{sid}").json()["lifecycle"] == {"onTimeout": "pause", "autoResume": True}
+    serve_port_8000(client, sid)
+    assert e2b.request("POST", f"/sandboxes/{sid}/pause", {}).status == 204
+    denied = {"sandboxId": sid, "code": 403,
+              "message": "This sandbox can't be resumed with the credentials provided. Check your access token and "
+                         "try again."}
+    for r in (e2b.envd(auto, "GET", "/health", headers={"X-Access-Token": "wrong"}),
+              e2b.envd(auto, "GET", "/index.html", headers=port),
+              e2b.envd(auto, "GET", "/index.html", headers={**port, "e2b-traffic-access-token": "0" * 64}),
+              e2b.by_host(auto)):
+        assert r.status == 403 and r.json() == denied, r
+    assert client.sandbox(sid)["state"] == "paused"
+    r = e2b.envd(auto, "GET", "/index.html", headers={**port, "e2b-traffic-access-token": auto["trafficAccessToken"]})
+    assert r.status == 200 and r.body == b"served\n", r
+    assert client.sandbox(sid)["state"] == "running"
+    # By host name alike.
+    assert e2b.request("POST", f"/sandboxes/{sid}/pause", {}).status == 204
+    r = e2b.by_host(auto, headers={"e2b-traffic-access-token": auto["trafficAccessToken"]})
+    assert r.status == 200 and r.body == b"served\n", r
+    assert client.sandbox(sid)["state"] == "running"
+    assert e2b.request("POST", f"/sandboxes/{sid}/pause", {}).status == 204
+    assert e2b.envd(auto, "GET", "/health").status == 204
+    assert client.sandbox(sid)["state"] == "running"
+    # Stopped (E2B's filesystem-only pause) it is E2B's "paused", which only connect resumes.
+    assert client.post(f"/v1/sandboxes/{sid}/stop", {}).status == 200
+    assert e2b.request("GET", f"/sandboxes/{sid}").json()["state"] == "paused"
+    assert_sandbox_not_found(e2b.envd(auto, "GET", "/health"), sid)
+    assert client.sandbox(sid)["state"] == "stopped"
+    assert e2b.request("POST", f"/v2/sandboxes/{sid}/connect", {"timeout": 300}).status == 201
+    assert e2b.envd(auto, "GET", "/health").status == 204
+
+    for bad in (True, {"enabled": "yes"}, {}):
+        assert_e2b_error(e2b.request("POST", "/v2/sandboxes", {"templateID": "base", "autoResume": bad}), 400)
 
 
 def test_metrics_answer_samples_with_every_field(e2b):
@@ -431,12 +508,30 @@ def test_a_port_of_the_sandbox_is_reached_by_header_and_by_host(e2b, daemon, cli
     harness.wait_until(lambda: e2b.envd(sandbox, "GET", "/index.html", headers={"E2b-Sandbox-Port": "8000"}).status == 200,
                        timeout=30)
     assert e2b.envd(sandbox, "GET", "/index.html", headers={"E2b-Sandbox-Port": "8000"}).body == b"served\n"
-    # getHost(8000) is "8000-<id>.<domain>"; the main port serves it by host name.
-    host = f"8000-{sid}.{sandbox['domain']}"
+    # getHost(8000) is "8000-<id>.<domain>", a host name of the front, which serves it.
+    r = e2b.by_host(sandbox)
+    assert r.status == 200 and r.body == b"served\n", r
+    # envd's port by host name is envd, with its own access token.
+    assert e2b.by_host(sandbox, 49983, "/health", {"X-Access-Token": sandbox["envdAccessToken"]}).status == 204
+    assert_e2b_error(e2b.by_host(sandbox, 49983, "/health"), 401)
+    # The main port does not take the front's host names (it has its own preview domain).
     conn = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=30)
-    conn.request("GET", "/index.html", headers={"Host": host})
-    assert conn.getresponse().read() == b"served\n"
+    conn.request("GET", "/index.html", headers={"Host": f"8000-{sid}.{sandbox['domain']}"})
+    assert conn.getresponse().status == 401
     conn.close()
+
+
+def test_a_closed_port_answers_e2bs_port_is_not_open(e2b):
+    """As E2B's proxy: 502 {"sandboxId", "message", "port", "code"}; the SDKs match the message."""
+    sandbox = e2b.create()
+    sid = sandbox["sandboxID"]
+    closed = {"sandboxId": sid, "message": "The sandbox is running but port is not open", "port": 8001, "code": 502}
+    for r in (e2b.by_host(sandbox, 8001), e2b.envd(sandbox, "GET", "/", headers={"E2b-Sandbox-Port": "8001"})):
+        assert r.status == 502 and r.headers["content-type"] == "application/json", r
+        assert r.json() == closed, r
+    for bad in ("0", "70000", "web"):
+        assert_e2b_error(e2b.by_host(sandbox, bad, "/"), 400)
+        assert_e2b_error(e2b.envd(sandbox, "GET", "/", headers={"E2b-Sandbox-Port": bad}), 400)
 
 
 def serve_port_8000(client, sid):
@@ -446,18 +541,6 @@ def serve_port_8000(client, sid):
     assert r.status == 201, r
     probe = "import socket; socket.create_connection(('127.0.0.1', 8000)).close()"
     harness.wait_until(lambda: client.exec(sid, ["python3", "-c", probe])["exit_code"] == 0, timeout=30)
-
-
-def by_host(daemon, sandbox, headers=None) -> harness.Response:
-    """GET /index.html at getHost(8000), as the SDKs' users fetch a sandbox's port."""
-    conn = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=30)
-    try:
-        conn.request("GET", "/index.html", headers={"Host": f"8000-{sandbox['sandboxID']}.{sandbox['domain']}",
-                                                    **(headers or {})})
-        r = conn.getresponse()
-        return harness.Response(r.status, dict((k.lower(), v) for k, v in r.getheaders()), r.read())
-    finally:
-        conn.close()
 
 
 def assert_traffic_token_refused(r, sandbox, missing: bool):
@@ -470,7 +553,7 @@ def assert_traffic_token_refused(r, sandbox, missing: bool):
                                 "Provided token in header 'e2b-traffic-access-token' is invalid")), body
 
 
-def test_allow_public_traffic_false_gives_a_traffic_access_token_that_the_ports_need(e2b, daemon, client):
+def test_allow_public_traffic_false_gives_a_traffic_access_token_that_the_ports_need(e2b, client):
     sandbox = e2b.create(network={"allowPublicTraffic": False})
     sid, token = sandbox["sandboxID"], sandbox["trafficAccessToken"]
     assert isinstance(token, str) and len(token) == 64 and token != sandbox["envdAccessToken"]
@@ -489,10 +572,11 @@ def test_allow_public_traffic_false_gives_a_traffic_access_token_that_the_ports_
     assert r.status == 200 and r.body == b"served\n", r
     # envd itself keeps its own access token, as in E2B.
     assert e2b.envd(sandbox, "GET", "/health").status == 204
-    # getHost(8000) on the main port: the same token in the same header.
-    assert by_host(daemon, sandbox).status == 403
-    assert by_host(daemon, sandbox, {"e2b-traffic-access-token": "0" * 64}).status == 403
-    r = by_host(daemon, sandbox, {"e2b-traffic-access-token": token})
+    # getHost(8000): the same token in the same header, the same answers.
+    assert_traffic_token_refused(e2b.by_host(sandbox), sandbox, missing=True)
+    assert_traffic_token_refused(e2b.by_host(sandbox, headers={"e2b-traffic-access-token": "0" * 64}), sandbox,
+                                 missing=False)
+    r = e2b.by_host(sandbox, headers={"e2b-traffic-access-token": token})
     assert r.status == 200 and r.body == b"served\n", r
 
     r = e2b.request("POST", f"/sandboxes/{sid}/fork", {"count": 1})
@@ -502,7 +586,7 @@ def test_allow_public_traffic_false_gives_a_traffic_access_token_that_the_ports_
     assert fork["trafficAccessToken"] not in (None, token)
 
 
-def test_allow_public_traffic_true_or_absent_opens_the_ports_without_a_token(e2b, daemon, client):
+def test_allow_public_traffic_true_or_absent_opens_the_ports_without_a_token(e2b, client):
     for network in ({"allowPublicTraffic": True}, {}, None):
         sandbox = e2b.create(**({} if network is None else {"network": network}))
         assert sandbox["trafficAccessToken"] is None
@@ -511,7 +595,7 @@ def test_allow_public_traffic_true_or_absent_opens_the_ports_without_a_token(e2b
         serve_port_8000(client, sandbox["sandboxID"])
         r = e2b.envd(sandbox, "GET", "/index.html", headers={"E2b-Sandbox-Port": "8000"})
         assert r.status == 200, r
-        assert by_host(daemon, sandbox).status == 200
+        assert e2b.by_host(sandbox).status == 200
     r = e2b.request("POST", "/v2/sandboxes", {"templateID": "base", "network": {"allowPublicTraffic": "no"}})
     assert_e2b_error(r, 400)
     assert "allowPublicTraffic" in r.json()["message"]
@@ -551,3 +635,21 @@ def test_cli_prints_the_three_variables(daemon):
     assert out.stdout == (f"export E2B_API_URL={daemon.e2b_url}\nexport E2B_SANDBOX_URL={daemon.e2b_url}\n"
                           f"export E2B_API_KEY={daemon.e2b_key}\n")
     assert daemon.e2b_key.startswith("e2b_") and len(daemon.e2b_key) == 44
+
+
+def test_e2b_domain_option_names_the_sandboxes_domain(daemon_factory):
+    d = daemon_factory()
+    d.extra_args = ("--e2b-domain", "sandboxes.example.test:8443")
+    d.start()
+    front = E2b(d)
+    sandbox = front.create()
+    try:
+        assert sandbox["domain"] == "sandboxes.example.test:8443"
+        r = front.by_host(sandbox, 49983, "/health", {"X-Access-Token": sandbox["envdAccessToken"]})
+        assert r.status == 204, r
+        # The address-derived name is no host name of this front then: the control plane's, keyed.
+        r = front.by_host({**sandbox, "domain": front.domain}, 49983, "/v2/sandboxes")
+        assert_e2b_error(r, 401)
+        assert "API key" in r.json()["message"]
+    finally:
+        front.request("DELETE", f"/sandboxes/{sandbox['sandboxID']}")

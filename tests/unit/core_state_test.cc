@@ -73,6 +73,17 @@ TEST(SpecJson, PreviewAccessRoundTripsAndOldRowsArePublic) {
   EXPECT_EQ(old->preview.token, "");
 }
 
+TEST(SpecJson, E2bAutoResumeRoundTripsAndOldRowsAreWithout) {
+  core::SandboxSpec s;
+  s.e2b_auto_resume = true;
+  auto back = core::SpecFromJson(core::SpecToJson(s));
+  ASSERT_TRUE(back.ok());
+  EXPECT_TRUE(back->e2b_auto_resume);
+  auto without = core::SpecFromJson(core::SpecToJson(core::SandboxSpec{}));
+  ASSERT_TRUE(without.ok());
+  EXPECT_FALSE(without->e2b_auto_resume);
+}
+
 TEST(SpecJson, RejectsCorruptRows) {
   EXPECT_FALSE(core::SpecFromJson("{").ok());
   EXPECT_FALSE(core::SpecFromJson("{\"image\": 3}").ok());

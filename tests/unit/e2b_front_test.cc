@@ -1,6 +1,6 @@
 // The pure pieces of the E2B front: request translation (NewSandboxV2 and network rules onto
 // bulkhead's create body), the list's metadata filter, tokens and file signatures, Connect
-// envelopes and headers, and the default address. The front itself is tested against real
+// envelopes and headers, and the default address and domain. The front itself is tested against real
 // daemons in tests/integration/test_e2b_*.py.
 #include <gtest/gtest.h>
 
@@ -10,6 +10,7 @@
 #include "e2b/connect_rpc.h"
 #include "e2b/control_plane.h"
 #include "e2b/envd_auth.h"
+#include "e2b/front.h"
 
 namespace bulkhead::e2b {
 namespace {
@@ -238,6 +239,17 @@ TEST(E2bListen, DefaultsToTheApisHostAndTheNextPort) {
   EXPECT_EQ(cli::DefaultE2bListen("127.0.0.1:0"), "127.0.0.1:0");
   EXPECT_EQ(cli::DefaultE2bListen(""), "");
   EXPECT_EQ(cli::DefaultE2bListen("127.0.0.1:65535"), "");
+}
+
+TEST(E2bDomain, IsTheFrontsAddressWithLocalhostForLoopbackAndWildcardHosts) {
+  EXPECT_EQ(DefaultE2bDomain("127.0.0.1:7421", 7421), "localhost:7421");
+  EXPECT_EQ(DefaultE2bDomain("127.0.0.1:0", 40123), "localhost:40123");  // the bound port
+  EXPECT_EQ(DefaultE2bDomain("localhost:7421", 7421), "localhost:7421");
+  EXPECT_EQ(DefaultE2bDomain("[::1]:7421", 7421), "localhost:7421");
+  EXPECT_EQ(DefaultE2bDomain("0.0.0.0:7421", 7421), "localhost:7421");
+  EXPECT_EQ(DefaultE2bDomain("[::]:7421", 7421), "localhost:7421");
+  EXPECT_EQ(DefaultE2bDomain("sandboxes.example.test:7421", 7421), "sandboxes.example.test:7421");
+  EXPECT_EQ(DefaultE2bDomain("192.0.2.7:7421", 7421), "192.0.2.7:7421");
 }
 
 }  // namespace

@@ -153,6 +153,16 @@ test('timeout rejects and ends the process', async () => {
   assert.equal(r.stdout, 'gone\n')
 })
 
+test('killing the sandbox during a command rejects with what happened', async () => {
+  // As with E2B: the stream is cut, the SDK's health probe gets 502 and the error says so.
+  const sandbox = await factory.create()
+  const handle = await sandbox.commands.run('sleep 60', { background: true })
+  await sandbox.kill()
+  const err = await handle.wait().catch((e) => e)
+  assert.ok(err instanceof TimeoutError, String(err))
+  assert.match(err.message, /sandbox was killed or reached its end of life/)
+})
+
 test('unknown pid', async () => {
   assert.equal(await sbx.commands.kill(999999), false)
 })

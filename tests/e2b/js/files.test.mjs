@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict'
 import { createHash, randomBytes } from 'node:crypto'
 import { after, before, test } from 'node:test'
-import { FileNotFoundError, FileType, FilesystemEventType } from 'e2b'
+import { FileNotFoundError, FileType, FilesystemEventType, SandboxError, TimeoutError } from 'e2b'
 import { SandboxFactory, pollUntil } from './helpers.mjs'
 
 const factory = new SandboxFactory()
@@ -201,6 +201,21 @@ test('watchDir recursive', async () => {
   } finally {
     await handle.stop()
   }
+})
+
+test('killing the sandbox during watchDir ends it with what happened', async () => {
+  // As with E2B: the stream is cut, the SDK's health probe gets 502 and onExit says so.
+  const sandbox = await factory.create()
+  await sandbox.files.makeDir('/home/user/watched-kill')
+  let exited
+  const ended = new Promise((resolve) => {
+    exited = resolve
+  })
+  await sandbox.files.watchDir('/home/user/watched-kill', () => {}, { onExit: (err) => exited(err) })
+  await sandbox.kill()
+  const err = await ended
+  assert.ok(err instanceof TimeoutError, String(err))
+  assert.match(err.message, /sandbox was killed or reached its end of life/)
 })
 
 test('watchDir on a missing directory', async () => {

@@ -1,13 +1,12 @@
 // Shared by the *.test.mjs files: the official `e2b` npm SDK, unmodified, against a real
 // bulkhead daemon's E2B front. tests/integration/test_e2b_sdk_js.py starts the daemon and runs
 // `node --test` here; the SDK finds the daemon only through E2B_API_URL, E2B_SANDBOX_URL and
-// E2B_API_KEY. BULKHEAD_MAIN_URL (the daemon's main API) is where sandbox ports are reached by
-// Host header (sandbox.getHost).
+// E2B_API_KEY; sandbox ports are reached at the front's address by Host header (sandbox.getHost).
 import { randomBytes } from 'node:crypto'
 import http from 'node:http'
 import { Sandbox } from 'e2b'
 
-for (const name of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY', 'BULKHEAD_MAIN_URL']) {
+for (const name of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY']) {
   if (!process.env[name]) throw new Error(`set ${name} (tests/integration/test_e2b_sdk_js.py does)`)
 }
 
@@ -68,9 +67,10 @@ export async function pollUntil(probe, ms = 20_000, interval = 200) {
   return value
 }
 
-// GET `path` from the daemon's main port with the given Host header (and `headers`).
+// GET `path` from the E2B front with the given Host header (and `headers`): sent to its
+// address, as *.localhost need not resolve everywhere.
 export function fetchWithHost(host, path, headers = {}) {
-  const main = new URL(process.env.BULKHEAD_MAIN_URL)
+  const main = new URL(process.env.E2B_SANDBOX_URL)
   return new Promise((resolve, reject) => {
     const req = http.request(
       { hostname: main.hostname, port: main.port, path, method: 'GET', headers: { ...headers, host }, timeout: 10_000 },

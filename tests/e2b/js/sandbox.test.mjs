@@ -224,12 +224,32 @@ test('network settings in getInfo', async () => {
   assert.deepEqual(network?.denyOut, ['0.0.0.0/0'])
 })
 
-test('an envd call on a paused sandbox resumes it', async () => {
-  // bulkhead resumes a paused sandbox for any envd call (E2B's autoResume, always on).
+test('a paused sandbox is not running until connect', async () => {
+  // As E2B's proxy: without autoResume a paused sandbox answers its envd traffic 502 (not
+  // found), so the SDK reports it not running, and nothing resumes it but connect.
   const sbx = await factory.create()
+  await sbx.files.write('/home/user/paused.txt', 'kept')
+  assert.equal(await sbx.pause(), true)
+  assert.equal(await sbx.isRunning(), false)
+  await assert.rejects(sbx.commands.run('true'), SandboxNotFoundError)
+  await assert.rejects(sbx.files.read('/home/user/paused.txt'), TimeoutError)
+  assert.equal((await sbx.getInfo()).state, 'paused')
+  assert.equal((await sbx.getInfo()).lifecycle?.autoResume, false)
+  await sbx.connect()
+  assert.equal(await sbx.isRunning(), true)
+  assert.equal(await sbx.files.read('/home/user/paused.txt'), 'kept')
+})
+
+test('lifecycle autoResume: traffic resumes a paused sandbox', async () => {
+  const sbx = await factory.create({ lifecycle: { onTimeout: 'pause', autoResume: true } })
+  assert.deepEqual((await sbx.getInfo()).lifecycle, { onTimeout: 'pause', autoResume: true })
   await sbx.files.write('/home/user/auto.txt', 'auto')
   assert.equal(await sbx.pause(), true)
+  assert.equal((await sbx.getInfo()).state, 'paused')
   assert.equal(await sbx.files.read('/home/user/auto.txt'), 'auto')
+  assert.equal((await sbx.getInfo()).state, 'running')
+  assert.equal(await sbx.pause(), true)
+  assert.equal(await sbx.isRunning(), true) // the health probe too
   assert.equal((await sbx.getInfo()).state, 'running')
 })
 

@@ -1,8 +1,8 @@
 """The official `e2b` Python SDK (PyPI, pinned in tests/requirements.txt), unmodified, against a
 real bulkhead daemon's E2B-compatible front. tests/integration/test_e2b_sdk_python.py starts the
 daemon and runs this suite with .tools/venv's pytest; the SDK finds the daemon only through
-E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY, as a user's agent code would. BULKHEAD_MAIN_URL
-(the daemon's main API) is where sandbox ports are reached by Host header (sandbox.get_host)."""
+E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY, as a user's agent code would; sandbox ports are
+reached at the front's address by Host header (sandbox.get_host)."""
 
 import os
 import uuid
@@ -10,7 +10,7 @@ import uuid
 import pytest
 from e2b import Sandbox
 
-REQUIRED = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY", "BULKHEAD_MAIN_URL")
+REQUIRED = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY")
 
 # Every sandbox this run creates carries this metadata, so list queries see only ours.
 RUN_ID = uuid.uuid4().hex[:12]

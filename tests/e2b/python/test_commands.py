@@ -4,7 +4,7 @@ runs with wait/connect, stdin, list and kill, timeouts, non-zero exits, cwd/envs
 import hashlib
 
 import pytest
-from e2b import AuthenticationException, CommandExitException, TimeoutException
+from e2b import AuthenticationException, CommandExitException, SandboxNotRunningException, TimeoutException
 
 # A shell loop that waits (at most ~30 s) for a file, so a test can make a command go on
 # exactly when it wants, without racing a timer.
@@ -138,6 +138,17 @@ def test_timeout_raises_and_ends_process(sbx):
     r = sbx.commands.run(f"for i in $(seq 1 100); do kill -0 {pid} 2>/dev/null || break; sleep 0.1; done; "
                          f"kill -0 {pid} 2>/dev/null && echo alive || echo gone")
     assert r.stdout == "gone\n"
+
+
+def test_killing_the_sandbox_during_a_command_raises_that_it_was_killed(new_sandbox):
+    """As with E2B: the stream is cut, the SDK's health probe gets 502 and the error says so."""
+    sandbox = new_sandbox()
+    handle = sandbox.commands.run("sleep 60", background=True)
+    sandbox.kill()
+    with pytest.raises(SandboxNotRunningException) as raised:  # a TimeoutException
+        handle.wait()
+    assert isinstance(raised.value, TimeoutException)
+    assert "sandbox was killed or reached its end of life" in str(raised.value)
 
 
 def test_unknown_pid(sbx):

@@ -363,3 +363,26 @@ def test_watch_include_entry_and_network_mounts_option(sbx):
     finally:
         watcher.stop()
         plain.stop()
+
+
+def test_expired_and_wrong_signatures_get_envds_answers(sbx):
+    """envd's 401s for signed URLs: {"code": 401, "message"} saying what is wrong, whether the
+    URL is used plain or with the SDK's routing header."""
+    sbx.files.write("/home/user/signed/old.txt", "old")
+    expired = {"code": 401, "message": "signature is already expired"}
+    invalid = {"code": 401, "message": "invalid signature"}
+    routed = {"E2b-Sandbox-Id": sbx.sandbox_id}
+    for headers in ({}, routed):
+        download = sbx.download_url("/home/user/signed/old.txt", use_signature_expiration=-120)
+        r = httpx.get(download, headers=headers)
+        assert (r.status_code, r.json()) == (401, expired), r.text
+        upload = sbx.upload_url("/home/user/signed/old.txt", use_signature_expiration=-120)
+        r = httpx.post(upload, files={"file": ("old.txt", b"new")}, headers=headers)
+        assert (r.status_code, r.json()) == (401, expired), r.text
+        # Another path under the same signature, or a signature of nothing: not this sandbox's.
+        other = sbx.download_url("/home/user/signed/old.txt").replace("old.txt", "other.txt")
+        r = httpx.get(other, headers=headers)
+        assert (r.status_code, r.json()) == (401, invalid), r.text
+    r = httpx.get(sbx.download_url("/home/user/signed/old.txt").replace("signature=v1_", "signature=v1_x"))
+    assert (r.status_code, r.json()) == (401, invalid), r.text
+    assert sbx.files.read("/home/user/signed/old.txt") == "old"

@@ -267,12 +267,35 @@ def test_network_settings_in_info(new_sandbox):
     assert network.get("deny_out") == ["0.0.0.0/0"]
 
 
-def test_envd_call_on_paused_sandbox(new_sandbox):
-    """bulkhead resumes a paused sandbox for any envd call (E2B's autoResume, always on)."""
+def test_paused_sandbox_is_not_running_until_connect(new_sandbox):
+    """As E2B's proxy: without auto_resume a paused sandbox answers its envd traffic 502 (not
+    found), so the SDK reports it not running, and nothing resumes it but connect."""
     sbx = new_sandbox()
+    sbx.files.write("/home/user/paused.txt", "kept")
+    assert sbx.pause() is True
+    assert sbx.is_running() is False
+    with pytest.raises(SandboxNotRunningException):
+        sbx.commands.run("true")
+    with pytest.raises(SandboxNotRunningException):
+        sbx.files.read("/home/user/paused.txt")
+    assert sbx.get_info().state == SandboxState.PAUSED
+    assert sbx.get_info().lifecycle["auto_resume"] is False
+    sbx.connect()
+    assert sbx.is_running() is True
+    assert sbx.files.read("/home/user/paused.txt") == "kept"
+
+
+def test_auto_resume_resumes_on_traffic(new_sandbox):
+    """lifecycle auto_resume: any envd traffic, the health probe included, resumes it."""
+    sbx = new_sandbox(lifecycle={"on_timeout": "pause", "auto_resume": True})
+    assert sbx.get_info().lifecycle == {"on_timeout": "pause", "auto_resume": True}
     sbx.files.write("/home/user/auto.txt", "auto")
     assert sbx.pause() is True
+    assert sbx.get_info().state == SandboxState.PAUSED
     assert sbx.files.read("/home/user/auto.txt") == "auto"
+    assert sbx.get_info().state == SandboxState.RUNNING
+    assert sbx.pause() is True
+    assert sbx.is_running() is True
     assert sbx.get_info().state == SandboxState.RUNNING
 
 
