@@ -292,4 +292,11 @@ asio::awaitable<bool> HttpExchange::EndChunked() {
   co_return !ec;
 }
 
+void HttpExchange::Abort() {
+  keep_alive_ = false;
+  beast::error_code ignored;
+  stream_.socket().set_option(boost::asio::socket_base::linger(true, 0), ignored);
+  stream_.socket().close(ignored);
+}
+
 }  // namespace bulkhead::api

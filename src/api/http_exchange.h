@@ -116,6 +116,9 @@ class HttpExchange {
   // Whether the connection can carry another request after this one.
   bool keep_alive() const { return keep_alive_; }
   void set_keep_alive(bool keep_alive) { keep_alive_ = keep_alive; }
+  // Drops the connection at once with a TCP reset, the response unfinished: what a client sees
+  // when the far end of a proxy goes away. (A FIN reads as a clean end, truncated or not.)
+  void Abort();
   // The connection was handed to another protocol (a WebSocket) whose handshake answered
   // with `status`: record it (metrics, logs); the connection carries no more HTTP requests.
   void HandOver(int status) {

@@ -233,7 +233,7 @@ asio::awaitable<void> ServerStream::Cut() {
   state_->keepalive_timer.cancel();
   co_await AwaitWrites(*state_);
   state_->finished = true;
-  state_->exchange.set_keep_alive(false);
+  state_->exchange.Abort();
 }
 
 bool ServerStream::finished() const { return state_->finished || state_->client_gone; }

@@ -72,8 +72,9 @@ class ServerStream {
   // False once the client is gone.
   boost::asio::awaitable<bool> Send(const nlohmann::json& message);
   boost::asio::awaitable<void> Finish(const std::optional<RpcError>& error = std::nullopt);
-  // Ends the stream without the end-stream envelope, the connection with it: what a client
-  // sees of a proxy whose upstream went away. Waits for a write still under way.
+  // Ends the stream without the end-stream envelope, resetting the connection: what a client
+  // sees of a proxy whose upstream went away (the SDKs then probe /health). Waits for a write
+  // still under way.
   boost::asio::awaitable<void> Cut();
   bool finished() const;
 
