@@ -353,7 +353,7 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::Open(const DaemonConfig&
   if (!db) return db.error();
   auto storage = storage::Storage::Open(config.state_dir, config.storage_gb, config.storage_driver);
   if (!storage) return storage.error();
-  auto host = (*storage)->EnsureHostImage();
+  auto host = (*storage)->EnsureHostImage(InitBinaryPath());
   if (!host) return host.error();
   auto rt = runtime::native::NativeRuntime::Create(Fnv1aHex(fs::weakly_canonical(config.state_dir).string()),
                                                    InitBinaryPath());
@@ -542,6 +542,7 @@ Status SandboxManagerImpl::Boot(Sandbox& sb, const storage::WritableLayer& layer
   auto volume_binds = volumes_.Acquire(sb.info.id, spec.volumes);  // marks them in use (again)
   if (!volume_binds) return volume_binds.error();
   ls.volumes = std::move(*volume_binds);
+  ls.sudo_users = spec.sudo_users;
   auto init = runtime_->Launch(ls);
   if (!init) return init.error();
   sb.init = *init;

@@ -26,6 +26,7 @@ std::string SpecToJson(const SandboxSpec& s) {
   for (const auto& v : s.volumes) volumes.push_back({{"name", v.name}, {"path", v.path}, {"read_only", v.read_only}});
   j["volumes"] = std::move(volumes);
   j["preview"] = {{"public", s.preview.is_public}, {"token", s.preview.token}};
+  j["sudo_users"] = s.sudo_users;
   if (s.from_snapshot) j["from_snapshot"] = *s.from_snapshot;
   return j.dump();
 }
@@ -68,6 +69,8 @@ Result<SandboxSpec> SpecFromJson(const std::string& text) {
       s.preview.is_public = j.at("preview").at("public").get<bool>();
       s.preview.token = j.at("preview").at("token").get<std::string>();
     }
+    // Rows written before sudo existed have none.
+    s.sudo_users = j.value("sudo_users", std::vector<std::string>{});
     if (j.contains("from_snapshot")) s.from_snapshot = j.at("from_snapshot").get<std::string>();
     return s;
   } catch (const std::exception& e) {  // json::exception, or a field of the wrong kind

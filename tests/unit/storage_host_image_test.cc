@@ -50,7 +50,7 @@ class StorageHostImageTest : public ::testing::Test {
     auto opened = Storage::Open(state_, 4);
     ASSERT_TRUE(opened.ok()) << opened.error().message;
     storage_ = std::move(*opened);
-    auto rootfs = storage_->EnsureHostImage();
+    auto rootfs = storage_->EnsureHostImage("");
     ASSERT_TRUE(rootfs.ok()) << rootfs.error().message;
     rootfs_ = *rootfs;
   }
@@ -197,7 +197,7 @@ TEST_F(StorageHostImageTest, BinAndLibMirrorTheHost) {
 TEST_F(StorageHostImageTest, EnsureIsStableAndSwitchesTheCurrentLink) {
   struct stat before, after;
   ASSERT_EQ(::stat(rootfs_.c_str(), &before), 0);
-  auto again = storage_->EnsureHostImage();
+  auto again = storage_->EnsureHostImage("");
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(*again, rootfs_);
   ASSERT_EQ(::stat(rootfs_.c_str(), &after), 0);
@@ -217,7 +217,7 @@ TEST_F(StorageHostImageTest, EnsureIsStableAndSwitchesTheCurrentLink) {
   // A stale "current" link is switched back to the version for today's inputs.
   ASSERT_EQ(::unlink(link.c_str()), 0);
   ASSERT_EQ(::symlink("v-0000000000000000", link.c_str()), 0);
-  again = storage_->EnsureHostImage();
+  again = storage_->EnsureHostImage("");
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(*again, rootfs_);
   EXPECT_EQ(state_ + "/images/host/" + ReadLink(link), rootfs_);
