@@ -19,8 +19,8 @@
 
 namespace bulkhead::init {
 
-inline constexpr char kSudoSocketDir[] = "/run/bulkhead";
-inline constexpr char kSudoSocketPath[] = "/run/bulkhead/sudo.sock";
+inline constexpr char kSudoSocketDir[] = "/run/bulkhead-init";
+inline constexpr char kSudoSocketPath[] = "/run/bulkhead-init/sudo.sock";
 // A request beyond this (argv and env together) is refused; packets are read whole.
 inline constexpr size_t kSudoMaxRequestBytes = 128 * 1024;
 

@@ -108,6 +108,7 @@ struct SudoServer::Client {
   PolledFd socket;
   PolledFd timer;
   ucred peer{};
+  bool allowed = false;  // refused clients are answered once their request came
   pid_t pid = -1;  // the command, once started (also its process group)
 };
 
@@ -170,12 +171,8 @@ void SudoServer::Accept() {
     ucred peer{};
     socklen_t length = sizeof(peer);
     if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0) continue;
-    if (!Allowed(peer.uid)) {
-      std::string reply = ErrorReply(NameOf(peer.uid) + " is not in the sudoers file.");
-      ::send(fd.get(), reply.data(), reply.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-      continue;  // closed: nothing of the request is read
-    }
     auto client = std::make_unique<Client>();
+    client->allowed = Allowed(peer.uid);
     client->id = next_id_++;
     client->socket.fd = std::move(fd);
     client->peer = peer;
@@ -237,6 +234,9 @@ void SudoServer::HandleRequest(Client& client) {
     Reply(client, ErrorReply(line));
     Remove(client.id);
   };
+  // Read, not trusted: closing with the request unread would reset the connection before
+  // the client saw the answer.
+  if (!client.allowed) return refuse(NameOf(client.peer.uid) + " is not in the sudoers file.");
   if (message.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) return refuse("sudo: request too large");
   if (fds.size() != 3) return refuse("sudo: bad request: stdin, stdout and stderr must come with it");
 
@@ -261,15 +261,16 @@ void SudoServer::HandleRequest(Client& client) {
       target_name.find('\0') != std::string::npos) {
     return refuse("sudo: unknown user " + target_name);
   }
-  const bool cwd_usable = !requested_cwd.empty() && requested_cwd[0] == '/' && requested_cwd.find('\0') == std::string::npos;
-  const std::string cwd = cwd_usable ? requested_cwd : std::string("/");
+  if (requested_cwd.empty() || requested_cwd[0] != '/' || requested_cwd.find('\0') != std::string::npos) {
+    return refuse("sudo: bad request: cwd must be an absolute path");
+  }
 
   auto target = ResolveUser(target_name);
   if (!target.ok()) return refuse("sudo: unknown user " + target_name);
 
   ExecRequest request;
   request.user = std::to_string(target->uid);
-  request.cwd = mode == "login" ? target->home : cwd;
+  request.cwd = mode == "login" ? target->home : requested_cwd;
   if (mode == "command") {
     request.argv = *args;
   } else {
