@@ -4,6 +4,7 @@
 // signals it gets and exits as the command did.
 #include <errno.h>
 #include <getopt.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -126,26 +127,37 @@ int SudoClientMain(int argc, char** argv) {
     return Fail(std::string("sudo: ") + kSudoSocketPath + ": " + std::strerror(errno));
   }
 
-  // What a sudo relays to its command; the rest keep their defaults.
+  // What a sudo relays to its command; the rest keep their defaults. Blocked except inside
+  // ppoll, so none arrives unseen between a check and the wait.
   struct sigaction relay {};
-  relay.sa_handler = NoteSignal;  // no SA_RESTART: recv returns EINTR and the loop sends it
+  relay.sa_handler = NoteSignal;
+  sigset_t relayed, waiting;
+  ::sigemptyset(&relayed);
   for (int signal : {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT}) {
     ::sigaction(signal, &relay, nullptr);
+    ::sigaddset(&relayed, signal);
+  }
+  ::sigprocmask(SIG_BLOCK, &relayed, &waiting);
+  for (int signal = 1; signal < 65; ++signal) {
+    if (::sigismember(&relayed, signal)) ::sigdelset(&waiting, signal);
   }
   if (!SendRequest(socket.get(), payload)) return Fail(std::string("sudo: send request: ") + std::strerror(errno));
 
   while (true) {
-    char buffer[4096];
-    ssize_t n = ::recv(socket.get(), buffer, sizeof(buffer), 0);
-    if (n < 0 && errno == EINTR) {
-      for (int signal = 1; signal <= 64; ++signal) {
-        if (!pending_signals[signal]) continue;
-        pending_signals[signal] = 0;
-        std::string message = json{{"signal", signal}}.dump();
-        ::send(socket.get(), message.data(), message.size(), MSG_NOSIGNAL);
-      }
-      continue;
+    for (int signal = 1; signal <= 64; ++signal) {
+      if (!pending_signals[signal]) continue;
+      pending_signals[signal] = 0;
+      std::string message = json{{"signal", signal}}.dump();
+      ::send(socket.get(), message.data(), message.size(), MSG_NOSIGNAL);
     }
+    pollfd readable{socket.get(), POLLIN, 0};
+    if (::ppoll(&readable, 1, nullptr, &waiting) < 0) {
+      if (errno == EINTR) continue;  // a signal to relay
+      return Fail(std::string("sudo: poll: ") + std::strerror(errno));
+    }
+    char buffer[4096];
+    ssize_t n = ::recv(socket.get(), buffer, sizeof(buffer), MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
     if (n <= 0) return Fail("sudo: lost the connection to init");
     json reply = json::parse(std::string_view(buffer, size_t(n)), nullptr, /*allow_exceptions=*/false);
     if (!reply.is_object()) return Fail("sudo: bad reply from init");

@@ -99,7 +99,10 @@ std::string NameOf(uid_t uid) {
   return user.ok() && !user->name.empty() ? user->name : std::to_string(uid);
 }
 
-std::string ErrorReply(const std::string& line) { return json{{"error", line}}.dump(); }
+// A line for the client to print, cut to fit its buffer (a path in it may be long).
+std::string ErrorReply(const std::string& line) {
+  return json{{"error", line.substr(0, 1024)}}.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 }  // namespace
 

@@ -30,6 +30,11 @@ def test_sudo_runs_the_command_as_root_with_a_reset_environment(client, sandbox_
     assert out == "[] /root root root user 1000 1000 /tmp\n" \
                   "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n", out
     assert client.sh(sandbox, "FOO=bar sudo -E sh -c 'echo \"[$FOO]\"'", user="user") == "[bar]\n"
+    # The signals a sudo gets go to the command.
+    out = client.sh(sandbox, "sudo sh -c 'trap \"echo got-term; exit 0\" TERM; echo $$ > /tmp/p; "
+                    "while :; do sleep 0.05; done' & c=$!; while [ ! -s /tmp/p ]; do sleep 0.05; done; "
+                    "kill -TERM $c; wait $c; echo rc=$?", user="user", timeout_s=60)
+    assert out == "got-term\nrc=0\n", out
     # stdin and stdout are the caller's own.
     assert client.sh(sandbox, "echo piped | sudo cat", user="user") == "piped\n"
     assert client.sh(sandbox, "sudo -i pwd; sudo -s -- echo a b", user="user") == "/root\na b\n"
@@ -87,6 +92,7 @@ def ask(payload, fds=(0, 1, 2)):
 answers = []
 answers.append(ask(b"garbage \x00\xff"))
 answers.append(ask(b"{" * 100000))
+answers.append(ask(b'{"argv": ' + b"[" * 60000 + b"]" * 60000 + b"}"))
 answers.append(ask(b'{"argv": "id"}'))
 answers.append(ask(b'{"argv": [1]}'))
 answers.append(ask(b'{"argv": ["id"], "user": "root:root"}'))
@@ -115,10 +121,10 @@ def test_hostile_requests_on_the_socket_do_not_hurt_init(client, sandbox_factory
                     "while [ ! -e /tmp/answers.json ] && kill -0 $! 2>/dev/null; do sleep 0.05; done; echo $!",
                     user="user", timeout_s=60).strip()
     answers = json.loads(client.sh(sandbox, "cat /tmp/answers.json || cat /tmp/hostile.log"))
-    for answer in answers[:8]:
+    for answer in answers[:9]:
         assert json.loads(answer).get("error", "").startswith("sudo:"), answers
     # A packet too large for the socket is refused by the kernel or by init.
-    assert "error" in answers[8] or "OSError" in answers[8], answers
+    assert "error" in answers[9] or "OSError" in answers[9], answers
     # Init still runs commands during the flood, and sudo once it is gone.
     assert client.sh(sandbox, "echo alive") == "alive\n"
     client.sh(sandbox, f"kill {pid}; while kill -0 {pid} 2>/dev/null; do sleep 0.05; done", user="user", timeout_s=60)
