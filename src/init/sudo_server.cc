@@ -121,7 +121,14 @@ SudoServer::~SudoServer() { KillAll(); }
 
 bool SudoServer::Listen() {
   // Only init may make or replace the socket: its directory must be init's and not writable
-  // by anyone else (a sandbox user could otherwise put a socket of their own there).
+  // by anyone else (a sandbox user could otherwise put a socket of their own there), and
+  // /run must not let others rename it away (an image with a world-writable /run: sticky).
+  struct stat run;
+  if (::lstat("/run", &run) != 0 || !S_ISDIR(run.st_mode) || run.st_uid != ::getuid() ||
+      ((run.st_mode & 022) != 0 && (run.st_mode & S_ISVTX) == 0)) {
+    std::fprintf(stderr, "bulkhead-init: others may rename what /run holds: no sudo socket\n");
+    return false;
+  }
   if (::mkdir(kSudoSocketDir, 0755) != 0 && errno != EEXIST) {
     std::fprintf(stderr, "bulkhead-init: mkdir %s: %s\n", kSudoSocketDir, std::strerror(errno));
     return false;
