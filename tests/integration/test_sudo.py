@@ -129,3 +129,11 @@ def test_hostile_requests_on_the_socket_do_not_hurt_init(client, sandbox_factory
     assert client.sh(sandbox, "echo alive") == "alive\n"
     client.sh(sandbox, f"kill {pid}; while kill -0 {pid} 2>/dev/null; do sleep 0.05; done", user="user", timeout_s=60)
     assert client.sh(sandbox, "sudo id -u", user="user") == "0\n"
+
+
+def test_sudo_comes_back_after_a_stop_and_start(client, sandbox_factory):
+    sandbox = sandbox_factory(sudo_users=["user"])["id"]
+    assert client.post(f"/v1/sandboxes/{sandbox}/stop", {}).status == 200
+    assert client.post(f"/v1/sandboxes/{sandbox}/start", {}).status == 200
+    # A new init, told its sudo users again; the last boot's socket file is replaced.
+    assert client.sh(sandbox, "sudo id -u", user="user") == "0\n"
