@@ -31,6 +31,7 @@ json SandboxToJson(const core::SandboxInfo& sandbox) {
       {"env", spec.env},
       {"workdir", spec.workdir},
       {"user", spec.user},
+      {"sudo_users", spec.sudo_users},
       {"parent_snapshot", sandbox.parent_snapshot ? json(*sandbox.parent_snapshot) : json(nullptr)},
   };
   json volumes = json::array();

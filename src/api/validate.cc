@@ -284,6 +284,26 @@ Status ReadVolumes(const json& object, std::vector<core::VolumeMount>& out) {
   return {};
 }
 
+// "sudo_users": names or uids that may run the sandbox's sudo (init's --sudo-users, which
+// is comma-separated: IsValidUser keeps commas out).
+Status ReadSudoUsers(const json& object, std::vector<std::string>& out) {
+  const json* value = Find(object, "sudo_users");
+  if (value == nullptr) return {};
+  if (!value->is_array()) return Invalid("sudo_users must be an array of user names or uids");
+  if (value->size() > kMaxSudoUsers) return Invalid(fmt::format("sudo_users has more than {} entries", kMaxSudoUsers));
+  std::vector<std::string> users;
+  for (size_t i = 0; i < value->size(); ++i) {
+    const json& entry = (*value)[i];
+    if (!entry.is_string() || !IsValidUser(entry.get<std::string>()) ||
+        entry.get<std::string>().find(':') != std::string::npos) {
+      return Invalid(fmt::format("sudo_users[{}] must be a user name or a uid", i));
+    }
+    users.push_back(entry.get<std::string>());
+  }
+  out = std::move(users);
+  return {};
+}
+
 bool AllDigits(std::string_view s) {
   if (s.empty()) return false;
   for (char c : s) {
@@ -367,6 +387,7 @@ Result<core::SandboxSpec> ParseSandboxSpec(const json& body, const HostLimits& h
   }
   BH_TRY(ReadVolumes(body, spec.volumes));
   BH_TRY(ReadPreview(body, spec.preview));
+  BH_TRY(ReadSudoUsers(body, spec.sudo_users));
   return spec;
 }
 

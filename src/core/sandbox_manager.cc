@@ -236,10 +236,11 @@ class SandboxManagerImpl : public SandboxManager {
   std::string SandboxDir(const std::string& id) const { return config_.state_dir + "/sandboxes/" + HostName(id); }
   std::string CtlPath(const std::string& id) const { return SandboxDir(id) + "/ctl.sock"; }
   // Pooled sandboxes start with network mode none; Create gives them the requested one.
-  // Volumes are attached and snapshot files copied at launch: such sandboxes never come
-  // from the pool.
+  // Volumes are attached, snapshot files copied and init told its sudo users at launch:
+  // such sandboxes never come from the pool.
   bool PoolEligible(const SandboxSpec& spec) const {
-    return spec.image == "host" && spec.runtime == "native" && spec.volumes.empty() && !spec.from_snapshot;
+    return spec.image == "host" && spec.runtime == "native" && spec.volumes.empty() && !spec.from_snapshot &&
+           spec.sudo_users.empty();
   }
   store::SandboxRow RowOf(const Sandbox& sb) const;
   // The live (not being deleted) sandbox with this id, or nullptr. Caller holds mu_.
@@ -353,7 +354,7 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::Open(const DaemonConfig&
   if (!db) return db.error();
   auto storage = storage::Storage::Open(config.state_dir, config.storage_gb, config.storage_driver);
   if (!storage) return storage.error();
-  auto host = (*storage)->EnsureHostImage();
+  auto host = (*storage)->EnsureHostImage(InitBinaryPath());
   if (!host) return host.error();
   auto rt = runtime::native::NativeRuntime::Create(Fnv1aHex(fs::weakly_canonical(config.state_dir).string()),
                                                    InitBinaryPath());
@@ -542,6 +543,7 @@ Status SandboxManagerImpl::Boot(Sandbox& sb, const storage::WritableLayer& layer
   auto volume_binds = volumes_.Acquire(sb.info.id, spec.volumes);  // marks them in use (again)
   if (!volume_binds) return volume_binds.error();
   ls.volumes = std::move(*volume_binds);
+  ls.sudo_users = spec.sudo_users;
   auto init = runtime_->Launch(ls);
   if (!init) return init.error();
   sb.init = *init;
@@ -1443,7 +1445,8 @@ Result<SandboxInfo> SandboxManagerImpl::CreateFromSnapshot(SandboxSpec spec) {
       }
     }
     if (auto ready = snapshot_pool_.find(snapshot_id);
-        ready != snapshot_pool_.end() && spec.volumes.empty() && spec.runtime == "native") {
+        ready != snapshot_pool_.end() && spec.volumes.empty() && spec.runtime == "native" &&
+        spec.sudo_users.empty()) {
       pooled = ready->second;
       snapshot_pool_.erase(ready);
       stats_.warm_pool_hits_total++;

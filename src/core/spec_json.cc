@@ -26,6 +26,7 @@ std::string SpecToJson(const SandboxSpec& s) {
   for (const auto& v : s.volumes) volumes.push_back({{"name", v.name}, {"path", v.path}, {"read_only", v.read_only}});
   j["volumes"] = std::move(volumes);
   j["preview"] = {{"public", s.preview.is_public}, {"token", s.preview.token}};
+  j["sudo_users"] = s.sudo_users;
   if (s.from_snapshot) j["from_snapshot"] = *s.from_snapshot;
   if (s.e2b_auto_resume) j["e2b_auto_resume"] = true;
   return j.dump();
@@ -69,6 +70,8 @@ Result<SandboxSpec> SpecFromJson(const std::string& text) {
       s.preview.is_public = j.at("preview").at("public").get<bool>();
       s.preview.token = j.at("preview").at("token").get<std::string>();
     }
+    // Rows written before sudo existed have none.
+    s.sudo_users = j.value("sudo_users", std::vector<std::string>{});
     if (j.contains("from_snapshot")) s.from_snapshot = j.at("from_snapshot").get<std::string>();
     s.e2b_auto_resume = j.value("e2b_auto_resume", false);
     return s;

@@ -48,6 +48,8 @@ struct SandboxSpec {
   std::map<std::string, std::string> metadata;
   std::vector<VolumeMount> volumes;
   PreviewAccess preview;
+  // Who may run the sandbox's `sudo` (names or uids, validate.cc); empty: no sudo socket.
+  std::vector<std::string> sudo_users;
   // The snapshot whose files the sandbox starts with (SandboxInfo.parent_snapshot). With it
   // an empty image means "the snapshot's".
   std::optional<std::string> from_snapshot;

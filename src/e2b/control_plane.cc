@@ -805,6 +805,8 @@ Result<json> BulkheadCreateBody(const json& e2b, bool template_is_snapshot) {
   if (template_is_snapshot || template_id == kBaseTemplate) {
     body["user"] = kE2bUser;
     body["workdir"] = kE2bHome;
+    // E2B's base template lets its user sudo without a password.
+    body["sudo_users"] = json::array({kE2bUser});
   }
   Result<std::optional<int64_t>> timeout = OptionalInt(e2b, "timeout", 0, api::kMaxLifetimeS);
   if (!timeout.ok()) return timeout.error();

@@ -1,6 +1,7 @@
 // bulkhead-init: PID 1 of a sandbox. Accepts control connections on fd 3, runs one command
 // per connection or keeps it in its process table (ctl_protocol.h), reaps every process, and
-// exits on SIGTERM.
+// exits on SIGTERM. With --sudo-users=NAME,UID,.. it also serves the sudo socket
+// (sudo_protocol.h). Run under the name "sudo" it is the sandbox's sudo client instead.
 //
 // Single-threaded: one epoll loop, every fd nonblocking and close-on-exec, so no client can
 // stall another.
@@ -17,12 +18,17 @@
 #include <exception>
 #include <map>
 #include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "common/ctl_protocol.h"
 #include "init/poller.h"
 #include "init/process_table.h"
 #include "init/session.h"
 #include "init/spawn.h"
+#include "init/sudo_protocol.h"
+#include "init/sudo_server.h"
 
 namespace bulkhead::init {
 namespace {
@@ -61,6 +67,8 @@ UniqueFd SetUpSignals() {
 
 class Init {
  public:
+  explicit Init(std::vector<std::string> sudo_users) : sudo_(poller_, sudo_users), sudo_enabled_(!sudo_users.empty()) {}
+
   int Run() {
     // Commands run as init's own uid (sandbox root), so only this keeps them from ptracing
     // init, reading its memory (every request's env) or taking its listening socket with
@@ -89,6 +97,7 @@ class Init {
       return 1;
     }
     poller_.Watch(signals_, kSignalToken, EPOLLIN);
+    if (sudo_enabled_) sudo_.Listen();  // without it sudo fails, the sandbox still works
     UpdateListener();
     ReapChildren();  // children that exited before the signalfd existed
 
@@ -101,6 +110,8 @@ class Init {
           AcceptConnections();
         } else if (token == kSignalToken) {
           if (HandleSignals()) return Shutdown();
+        } else if (SudoServer::OwnsToken(token)) {
+          DispatchToSudo(token);
         } else if (ProcessTable::OwnsToken(token)) {
           DispatchToProcess(token);
         } else {
@@ -165,7 +176,24 @@ class Init {
           break;
         }
       }
+      if (!found) found = OnSudoChildExit(pid, status);
       if (!found) processes_.OnChildExit(pid, status);
+    }
+  }
+
+  void DispatchToSudo(uint64_t token) {
+    try {
+      sudo_.OnEvent(token);
+    } catch (const std::exception&) {
+      // Out of memory: that client gets no answer; its connection ends with init's next try.
+    }
+  }
+
+  bool OnSudoChildExit(pid_t pid, int status) {
+    try {
+      return sudo_.OnChildExit(pid, status);
+    } catch (const std::exception&) {
+      return true;
     }
   }
 
@@ -218,6 +246,7 @@ class Init {
   int Shutdown() {
     for (auto& [id, session] : sessions_) session->KillCommand();
     processes_.KillAll();
+    sudo_.KillAll();
     return 0;
   }
 
@@ -226,6 +255,8 @@ class Init {
   PolledFd signals_;
   ProcessTable processes_{poller_};  // after poller_, before sessions_: sessions hold its processes
   std::map<uint64_t, std::unique_ptr<Session>> sessions_;
+  SudoServer sudo_;
+  bool sudo_enabled_;
   uint64_t next_session_id_ = 1;
   bool out_of_fds_ = false;
   bool is_pid1_ = false;
@@ -234,7 +265,23 @@ class Init {
 }  // namespace
 }  // namespace bulkhead::init
 
-int main() {
-  bulkhead::init::Init init;
+int main(int argc, char** argv) {
+  std::string_view name = argc > 0 ? argv[0] : "";
+  if (name.substr(name.find_last_of('/') + 1) == "sudo") return bulkhead::init::SudoClientMain(argc, argv);
+
+  std::vector<std::string> sudo_users;
+  constexpr std::string_view kSudoUsers = "--sudo-users=";
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg.rfind(kSudoUsers, 0) != 0) continue;
+    arg.remove_prefix(kSudoUsers.size());
+    while (!arg.empty()) {
+      size_t comma = arg.find(',');
+      if (comma != 0) sudo_users.emplace_back(arg.substr(0, comma));
+      if (comma == std::string_view::npos) break;
+      arg.remove_prefix(comma + 1);
+    }
+  }
+  bulkhead::init::Init init(std::move(sudo_users));
   return init.Run();
 }

@@ -226,7 +226,7 @@ std::vector<std::string> BuildEnvironment(const std::vector<std::string>& reques
   return env;
 }
 
-Result<SpawnedCommand> SpawnCommand(const ExecRequest& request) {
+Result<SpawnedCommand> SpawnCommand(const ExecRequest& request, const int* stdio) {
   // Failures found here cost no fork.
   auto user = ResolveUser(request.user ? *request.user : std::to_string(::getuid()));
   if (!user.ok()) return user.error();
@@ -243,7 +243,9 @@ Result<SpawnedCommand> SpawnCommand(const ExecRequest& request) {
 
   SpawnedCommand command;
   UniqueFd child_stdin, child_stdout, child_stderr, error_read, error_write;
-  if (request.pty) {
+  if (stdio) {
+    // The child's ends are the given descriptors; init keeps no end of its own.
+  } else if (request.pty) {
     // The slave is the child's stdin, stdout and stderr alike.
     auto pty = OpenPty(*request.pty, user->uid);
     if (!pty.ok()) return pty.error();
@@ -258,7 +260,7 @@ Result<SpawnedCommand> SpawnCommand(const ExecRequest& request) {
     child_stdin.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
     if (!child_stdin) return MakeError(ErrorCode::kInternal, std::string("open /dev/null: ") + std::strerror(errno));
   }
-  if (!request.pty) {
+  if (!request.pty && !stdio) {
     BH_TRY(MakePipe(&command.stdout_fd, &child_stdout));
     BH_TRY(MakePipe(&command.stderr_fd, &child_stderr));
   }
@@ -278,10 +280,10 @@ Result<SpawnedCommand> SpawnCommand(const ExecRequest& request) {
   plan.groups = user->groups;
   plan.already_this_identity = ::getuid() == user->uid && ::geteuid() == user->uid &&
                                ::getgid() == user->gid && ::getegid() == user->gid;
-  plan.stdin_fd = child_stdin.get();
-  plan.stdout_fd = request.pty ? child_stdin.get() : child_stdout.get();
-  plan.stderr_fd = request.pty ? child_stdin.get() : child_stderr.get();
-  plan.controlling_tty = request.pty.has_value();
+  plan.stdin_fd = stdio ? stdio[0] : child_stdin.get();
+  plan.stdout_fd = stdio ? stdio[1] : request.pty ? child_stdin.get() : child_stdout.get();
+  plan.stderr_fd = stdio ? stdio[2] : request.pty ? child_stdin.get() : child_stderr.get();
+  plan.controlling_tty = request.pty.has_value() && !stdio;
   plan.error_fd = error_write.get();
 
   pid_t pid = ::fork();
@@ -311,7 +313,7 @@ Result<SpawnedCommand> SpawnCommand(const ExecRequest& request) {
   }
 
   if (command.stdin_fd) SetNonblocking(command.stdin_fd.get());
-  SetNonblocking(command.stdout_fd.get());
+  if (command.stdout_fd) SetNonblocking(command.stdout_fd.get());
   if (command.stderr_fd) SetNonblocking(command.stderr_fd.get());
   return command;
 }

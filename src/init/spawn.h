@@ -39,6 +39,8 @@ void AdoptWorkloadCgroup();
 // cwd not usable by the user -> kInvalid; anything else -> kInternal. An executable that
 // cannot be found or run is not an error here: the child prints
 // "bulkhead: exec <argv0>: <reason>" on its stderr and exits 127 (126 if it is not runnable).
-Result<SpawnedCommand> SpawnCommand(const ExecRequest& request);
+// With `stdio` (three descriptors, e.g. a sudo client's own) the command gets those as its
+// stdin, stdout and stderr instead of pipes, and the result holds no descriptors.
+Result<SpawnedCommand> SpawnCommand(const ExecRequest& request, const int* stdio = nullptr);
 
 }  // namespace bulkhead::init

@@ -13,6 +13,7 @@ struct PasswdEntry {
   uid_t uid;
   gid_t gid;
   std::string home;
+  std::string shell;
 };
 
 struct GroupEntry {
@@ -60,7 +61,7 @@ std::vector<PasswdEntry> ReadPasswd(const std::string& path) {
     auto uid = ParseId(f[2]);
     auto gid = ParseId(f[3]);
     if (!uid || !gid) continue;
-    entries.push_back(PasswdEntry{std::string(f[0]), *uid, *gid, std::string(f[5])});
+    entries.push_back(PasswdEntry{std::string(f[0]), *uid, *gid, std::string(f[5]), std::string(f[6])});
   }
   return entries;
 }
@@ -90,6 +91,7 @@ UserIdentity FromPasswd(const PasswdEntry& entry) {
   identity.gid = entry.gid;
   identity.name = entry.name;
   identity.home = entry.home.empty() ? "/" : entry.home;
+  if (!entry.shell.empty()) identity.shell = entry.shell;
   return identity;
 }
 

@@ -17,6 +17,7 @@ struct UserIdentity {
   std::vector<gid_t> groups;  // supplementary groups, the primary gid included
   std::string name;           // empty for a numeric uid that /etc/passwd does not know
   std::string home = "/";
+  std::string shell = "/bin/sh";  // login shell (sudo -i, -s)
 };
 
 // `spec` is "name", "uid", "name:group" or "uid:gid" (group by name or number).

@@ -131,6 +131,12 @@ class Plan {
     if (::realpath(src.c_str(), resolved) == nullptr || ::stat(resolved, &st) != 0 || !S_ISREG(st.st_mode)) return;
     Add({Entry::Kind::kCopy, path, resolved, 0644, 0, 0, Fingerprint(st)});
   }
+  // A host executable, copied as a regular file with mode 0755.
+  void CopyExecutable(const std::string& src, const std::string& path) {
+    struct stat st;
+    if (::stat(src.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return;
+    Add({Entry::Kind::kCopy, path, src, 0755, 0, 0, Fingerprint(st)});
+  }
   bool Has(const std::string& path) const {
     return std::any_of(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.path == path; });
   }
@@ -170,7 +176,7 @@ class Plan {
   std::vector<Entry> entries_;
 };
 
-Plan MakePlan(const std::string& state_dir) {
+Plan MakePlan(const std::string& state_dir, const std::string& sudo_binary) {
   Plan plan;
   // Mount points and the empty skeleton.
   for (const char* dir : {"usr", "proc", "sys", "dev", "run", "mnt", "opt", "srv", "workspace"}) plan.Dir(dir, 0755);
@@ -183,11 +189,14 @@ Plan MakePlan(const std::string& state_dir) {
   for (const char* dir : {"var/lib", "var/log", "var/cache"}) plan.Dir(dir, 0755);
   // What E2B's base template has and the host may lack, under usr/: the runtime shows the
   // image's usr/ over the host's /usr when it holds anything (native_runtime.cc).
+  plan.Dir("usr/bin", 0755);
   struct stat python;
   if (::stat("/usr/bin/python3", &python) == 0 && ::lstat("/usr/bin/python", &python) != 0) {
-    plan.Dir("usr/bin", 0755);
     plan.Symlink("usr/bin/python", "python3");
   }
+  // Always ours, never the host's: a host sudo would read host policy and cannot gain
+  // anything under no_new_privs. Ours asks init (sudo_protocol.h).
+  plan.CopyExecutable(sudo_binary, "usr/bin/sudo");
 
   // bin and lib*: the host's symlinks as they are, real directories as mount points.
   for (const char* name : kLibDirs) {
@@ -320,9 +329,10 @@ std::vector<std::string> HostBindDirs() {
   return dirs;
 }
 
-Result<std::string> EnsureHostImageAt(const std::string& host_image_dir, const std::string& state_dir) {
+Result<std::string> EnsureHostImageAt(const std::string& host_image_dir, const std::string& state_dir,
+                                      const std::string& sudo_binary) {
   BH_TRY(MakeDir(host_image_dir, 0700));
-  Plan plan = MakePlan(state_dir);
+  Plan plan = MakePlan(state_dir, sudo_binary);
   std::string version = "v-" + plan.Hash();
   std::string version_dir = host_image_dir + "/" + version;
   struct stat st;

@@ -116,9 +116,9 @@ std::string Storage::LayerDir(const std::string& sandbox_id) const { return laye
 
 // ---- images ----
 
-Result<std::string> Storage::EnsureHostImage() {
+Result<std::string> Storage::EnsureHostImage(const std::string& sudo_binary) {
   std::lock_guard lock(images_mu_);
-  return EnsureHostImageAt(HostImageDir(), state_dir_);
+  return EnsureHostImageAt(HostImageDir(), state_dir_, sudo_binary);
 }
 
 std::vector<std::string> Storage::HostBindDirs() const { return host_bind_dirs_; }

@@ -48,7 +48,8 @@ class Storage {
 
   // The host image: built if missing or stale. Returns its rootfs path (a versioned
   // directory that is never modified once built, safe to hand to a running sandbox).
-  Result<std::string> EnsureHostImage();
+  // sudo_binary: bulkhead-init, the image's usr/bin/sudo (host_image.h).
+  Result<std::string> EnsureHostImage(const std::string& sudo_binary);
   // Host directories bind-mounted read-only into a sandbox of the host image: "/usr" plus
   // any of /bin /sbin /lib /lib32 /lib64 /libx32 that are real directories on this host.
   std::vector<std::string> HostBindDirs() const;

@@ -10,7 +10,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_escape_probe_suite_finds_nothing(daemon, client, sandbox_factory, escape_binary):
-    sandbox_id = sandbox_factory(pids=256, memory_mb=256, disk_mb=128)["id"]
+    # With sudo on: the sudo socket is one more thing in reach, and must give nothing.
+    sandbox_id = sandbox_factory(pids=256, memory_mb=256, disk_mb=128, sudo_users=["user"])["id"]
     client.upload(sandbox_id, "/workspace/escape", escape_binary.read_bytes())
 
     # Bait on the host that must stay out of reach: a loopback TCP port and an abstract socket.

@@ -364,6 +364,19 @@ TEST(ParseSandboxSpec, VolumesAreParsedInOrder) {
   EXPECT_TRUE(ParseSandboxSpec(json::object(), kHost)->volumes.empty());
 }
 
+TEST(ParseSandboxSpec, SudoUsersAreNamesOrUids) {
+  auto spec = ParseSandboxSpec({{"sudo_users", {"user", "1000"}}}, kHost);
+  ASSERT_TRUE(spec.ok()) << spec.error().message;
+  EXPECT_EQ(spec->sudo_users, (std::vector<std::string>{"user", "1000"}));
+  EXPECT_TRUE(ParseSandboxSpec(json::object(), kHost)->sudo_users.empty());
+  EXPECT_TRUE(Mentions(SpecError({{"sudo_users", "user"}}), "sudo_users must be an array"));
+  // init takes them comma-separated: nothing that could split or smuggle an entry.
+  for (const json& bad : {json("a,b"), json("1000:1000"), json(""), json("Root"), json(1000), json("x\n")}) {
+    EXPECT_TRUE(Mentions(SpecError({{"sudo_users", {bad}}}), "sudo_users[0] must be a user name or a uid")) << bad;
+  }
+  EXPECT_TRUE(Mentions(SpecError({{"sudo_users", json(std::vector<std::string>(17, "user"))}}), "more than 16"));
+}
+
 TEST(ParseSandboxSpec, VolumeShapeAndNames) {
   EXPECT_TRUE(Mentions(SpecError({{"volumes", "cache"}}), "volumes must be an array"));
   EXPECT_TRUE(Mentions(SpecError({{"volumes", {"cache"}}}), "volumes[0]"));

@@ -54,6 +54,15 @@ TEST(SpecJson, VolumesRoundTripAndOldRowsHaveNone) {
       R"("network":{"mode":"none","allow":[]},"metadata":{}})");
   ASSERT_TRUE(old.ok()) << old.error().message;
   EXPECT_TRUE(old->volumes.empty());
+  EXPECT_TRUE(old->sudo_users.empty());  // nor sudo users
+}
+
+TEST(SpecJson, SudoUsersRoundTrip) {
+  core::SandboxSpec s;
+  s.sudo_users = {"user", "1001"};
+  auto back = core::SpecFromJson(core::SpecToJson(s));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->sudo_users, s.sudo_users);
 }
 
 TEST(SpecJson, PreviewAccessRoundTripsAndOldRowsArePublic) {

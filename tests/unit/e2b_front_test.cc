@@ -23,6 +23,7 @@ TEST(E2bCreate, BaseTemplateIsTheHostImageAsUserWithOpenEgressAndE2bsTimeout) {
   EXPECT_EQ((*body)["image"], "host");
   EXPECT_EQ((*body)["user"], "user");
   EXPECT_EQ((*body)["workdir"], "/home/user");
+  EXPECT_EQ((*body)["sudo_users"], json::array({"user"}));  // E2B's base template: password-less sudo
   EXPECT_EQ((*body)["timeout_s"], 300);
   EXPECT_EQ((*body)["network"]["mode"], "open");
   EXPECT_FALSE(body->contains("from_snapshot"));

@@ -1,6 +1,7 @@
 // The host image: a generated /etc, empty mount points, /bin and /lib* mirrored, no secrets.
 #include <dirent.h>
 #include <ftw.h>
+#include <filesystem>
 #include <gtest/gtest.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -41,6 +42,9 @@ int CountEntries(const std::string& dir_path) {
   return entries;
 }
 
+// Any regular file stands for bulkhead-init here.
+std::string SudoBinary() { return std::filesystem::read_symlink("/proc/self/exe").parent_path() / "bulkhead-init"; }
+
 class StorageHostImageTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -50,7 +54,7 @@ class StorageHostImageTest : public ::testing::Test {
     auto opened = Storage::Open(state_, 4);
     ASSERT_TRUE(opened.ok()) << opened.error().message;
     storage_ = std::move(*opened);
-    auto rootfs = storage_->EnsureHostImage();
+    auto rootfs = storage_->EnsureHostImage(SudoBinary());
     ASSERT_TRUE(rootfs.ok()) << rootfs.error().message;
     rootfs_ = *rootfs;
   }
@@ -156,16 +160,23 @@ TEST_F(StorageHostImageTest, SkeletonHasMountPointsWithTheRightModes) {
     EXPECT_EQ(st.st_mode & 07777, e.mode) << e.path;
   }
   // usr/ is a mount point, shown over the host's /usr: it holds only what the host lacks of
-  // E2B's base template (python as python3).
+  // E2B's base template (python as python3) and our sudo, always.
+  EXPECT_EQ(CountEntries(rootfs_ + "/usr"), 1);
+  struct stat sudo;
+  ASSERT_EQ(::lstat((rootfs_ + "/usr/bin/sudo").c_str(), &sudo), 0);
+  EXPECT_TRUE(S_ISREG(sudo.st_mode));
+  EXPECT_EQ(sudo.st_mode & 07777, 0755u);  // never setuid: it gains nothing, init does the work
+  struct stat init;
+  ASSERT_EQ(::stat(SudoBinary().c_str(), &init), 0);
+  EXPECT_EQ(sudo.st_size, init.st_size);
   struct stat python3;
   if (::stat("/usr/bin/python3", &python3) == 0 && ::lstat("/usr/bin/python", &python3) != 0) {
-    EXPECT_EQ(CountEntries(rootfs_ + "/usr"), 1);
-    EXPECT_EQ(CountEntries(rootfs_ + "/usr/bin"), 1);
+    EXPECT_EQ(CountEntries(rootfs_ + "/usr/bin"), 2);
     char target[16] = {};
     EXPECT_EQ(::readlink((rootfs_ + "/usr/bin/python").c_str(), target, sizeof target - 1), 7);
     EXPECT_STREQ(target, "python3");
   } else {
-    EXPECT_EQ(CountEntries(rootfs_ + "/usr"), 0);
+    EXPECT_EQ(CountEntries(rootfs_ + "/usr/bin"), 1);
   }
 }
 
@@ -197,7 +208,7 @@ TEST_F(StorageHostImageTest, BinAndLibMirrorTheHost) {
 TEST_F(StorageHostImageTest, EnsureIsStableAndSwitchesTheCurrentLink) {
   struct stat before, after;
   ASSERT_EQ(::stat(rootfs_.c_str(), &before), 0);
-  auto again = storage_->EnsureHostImage();
+  auto again = storage_->EnsureHostImage(SudoBinary());
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(*again, rootfs_);
   ASSERT_EQ(::stat(rootfs_.c_str(), &after), 0);
@@ -217,7 +228,7 @@ TEST_F(StorageHostImageTest, EnsureIsStableAndSwitchesTheCurrentLink) {
   // A stale "current" link is switched back to the version for today's inputs.
   ASSERT_EQ(::unlink(link.c_str()), 0);
   ASSERT_EQ(::symlink("v-0000000000000000", link.c_str()), 0);
-  again = storage_->EnsureHostImage();
+  again = storage_->EnsureHostImage(SudoBinary());
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(*again, rootfs_);
   EXPECT_EQ(state_ + "/images/host/" + ReadLink(link), rootfs_);

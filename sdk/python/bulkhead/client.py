@@ -101,12 +101,14 @@ class Sandboxes:
                workdir: Optional[str] = None, user: Optional[str] = None, network: Optional[NetworkSpec] = None,
                metadata: Optional[Mapping[str, str]] = None, from_snapshot: Optional[SnapshotRef] = None,
                volumes: Optional[Sequence[Union[VolumeMount, Mapping[str, Any]]]] = None,
-               private_preview: Optional[bool] = None, **extra: Any) -> Sandbox:
+               private_preview: Optional[bool] = None, sudo_users: Optional[Sequence[str]] = None,
+               **extra: Any) -> Sandbox:
         """Creates a sandbox; every setting is optional (the daemon's defaults: image "host",
         1 CPU, 1024 MB memory, 2048 MB disk, 300 s lifetime, no network). `network` is a mode
         name, a Network or {"mode", "allow", "deny"}; `volumes` VolumeMounts or {"name", "path",
         "read_only"}. With `private_preview` its preview host names need its preview token
-        (Sandbox.preview_token, preview_headers()), not only its id. Use it as a context
+        (Sandbox.preview_token, preview_headers()), not only its id. `sudo_users` (names or uids)
+        may run `sudo` in it without a password. Use it as a context
         manager to delete it when the block ends."""
         spec: Dict[str, Any] = {}
         for key, value in (("image", image), ("runtime", runtime), ("cpus", cpus), ("memory_mb", memory_mb),
@@ -127,6 +129,8 @@ class Sandboxes:
             spec["volumes"] = [v.to_json() if isinstance(v, VolumeMount) else dict(v) for v in volumes]
         if private_preview is not None:
             spec["preview"] = {"public": not private_preview}
+        if sudo_users is not None:
+            spec["sudo_users"] = list(sudo_users)
         spec.update(extra)
         return self._wrap(self._t.json("POST", "/v1/sandboxes", json_body=spec))
 

@@ -134,6 +134,7 @@ class SandboxInfo:
     parent_snapshot: Optional[str]
     volumes: List[VolumeMount] = field(default_factory=list)
     preview: Preview = field(default_factory=Preview)
+    sudo_users: List[str] = field(default_factory=list)
     usage: Optional[Usage] = None
     raw: Dict[str, Any] = _raw()
 
@@ -150,6 +151,7 @@ class SandboxInfo:
             parent_snapshot=d.get("parent_snapshot"),
             volumes=[VolumeMount.from_json(v) for v in d.get("volumes") or []],
             preview=Preview.from_json(d.get("preview")),
+            sudo_users=list(d.get("sudo_users") or []),
             usage=Usage.from_json(d["usage"]) if isinstance(d.get("usage"), dict) else None,
             raw=dict(d))
 

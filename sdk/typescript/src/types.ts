@@ -58,6 +58,8 @@ export interface SandboxInfo {
   parentSnapshot: string | null;
   volumes: VolumeMount[];
   preview: PreviewAccess;
+  /** Who may run `sudo` in it (names or uids). */
+  sudoUsers: string[];
   /** Only from sandboxes.get() and refresh(). */
   usage?: Usage;
 }
@@ -86,6 +88,8 @@ export interface SandboxCreateOptions {
   volumes?: VolumeMount[];
   /** Preview host names need the sandbox's preview token (sandbox.previewToken), not only its id. */
   privatePreview?: boolean;
+  /** Users (names or uids) whose `sudo` runs commands as root without a password. */
+  sudoUsers?: string[];
 }
 
 export interface PtySize {
@@ -247,6 +251,7 @@ export function sandboxFromWire(w: Wire): SandboxInfo {
     parentSnapshot: w.parent_snapshot ?? null,
     volumes: (w.volumes ?? []).map((v: Wire) => ({ name: v.name, path: v.path, readOnly: Boolean(v.read_only) })),
     preview: w.preview?.public === false ? { public: false, token: w.preview.token } : { public: true },
+    sudoUsers: w.sudo_users ?? [],
   };
   if (w.usage) {
     info.usage = {
@@ -279,6 +284,7 @@ export function sandboxCreateToWire(o: SandboxCreateOptions): Wire {
     from_snapshot: typeof o.fromSnapshot === "object" ? o.fromSnapshot.id : o.fromSnapshot,
     volumes: o.volumes?.map((v) => ({ name: v.name, path: v.path, read_only: v.readOnly })),
     preview: o.privatePreview === undefined ? undefined : { public: !o.privatePreview },
+    sudo_users: o.sudoUsers,
   };
   return withoutUndefined(w);
 }
