@@ -22,6 +22,15 @@ def pytest_configure(config):
         raise pytest.UsageError(f"set {', '.join(missing)} (tests/integration/test_e2b_sdk_python.py does)")
 
 
+def list_all(**kwargs) -> list:
+    """Every page of Sandbox.list(**kwargs)."""
+    paginator = Sandbox.list(**kwargs)
+    items = []
+    while paginator.has_next:
+        items.extend(paginator.next_items())
+    return items
+
+
 def run_metadata(**extra) -> dict:
     return {"suite": "e2b-python", "run": RUN_ID, **extra}
 

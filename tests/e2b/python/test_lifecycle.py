@@ -9,16 +9,7 @@ import time
 import pytest
 from e2b import Sandbox, SandboxException, SandboxQuery, SandboxState
 
-from conftest import RUN_ID
-
-
-def list_all(**kwargs) -> list:
-    """Every page of Sandbox.list(**kwargs)."""
-    paginator = Sandbox.list(**kwargs)
-    items = []
-    while paginator.has_next:
-        items.extend(paginator.next_items())
-    return items
+from conftest import RUN_ID, list_all
 
 
 def test_list_is_newest_first_in_the_order_they_were_made(new_sandbox):

@@ -17,20 +17,11 @@ from e2b import (
     SandboxState,
 )
 
-from conftest import RUN_ID, run_metadata
+from conftest import RUN_ID, list_all, run_metadata
 
 
 def now() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc)
-
-
-def list_all(**kwargs) -> list:
-    """Every page of Sandbox.list(**kwargs)."""
-    paginator = Sandbox.list(**kwargs)
-    items = []
-    while paginator.has_next:
-        items.extend(paginator.next_items())
-    return items
 
 
 def ids_of(infos) -> set:
