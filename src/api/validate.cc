@@ -284,8 +284,7 @@ Status ReadVolumes(const json& object, std::vector<core::VolumeMount>& out) {
   return {};
 }
 
-// "sudo_users": names or uids that may run the sandbox's sudo (init's --sudo-users, which
-// is comma-separated: IsValidUser keeps commas out).
+// "sudo_users": names or uids that may run the sandbox's sudo (ctl::kSudoUsers).
 Status ReadSudoUsers(const json& object, std::vector<std::string>& out) {
   const json* value = Find(object, "sudo_users");
   if (value == nullptr) return {};

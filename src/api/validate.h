@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/ctl_protocol.h"
 #include "common/result.h"
 #include "core/types.h"
 
@@ -34,7 +35,7 @@ constexpr int64_t kMaxLifetimeS = 30 * 24 * 3600;      // timeout_s / idle_timeo
 constexpr int64_t kMaxExecTimeoutS = 24 * 3600;
 
 constexpr size_t kMaxVolumeMounts = 16;               // entries of a sandbox's "volumes"
-constexpr size_t kMaxSudoUsers = 16;                  // entries of a sandbox's "sudo_users"
+constexpr size_t kMaxSudoUsers = ctl::kMaxSudoUsers;  // entries of a sandbox's "sudo_users"
 constexpr int64_t kMaxVolumeSizeMb = 1048576;
 constexpr int64_t kDefaultVolumeSizeMb = 1024;
 

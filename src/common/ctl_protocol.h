@@ -16,6 +16,7 @@
 //   kProcList  list init's process table.
 //   kProcAttach  read a background process's output and/or drive it (stdin, signals, size).
 //   kPing      health check.
+//   kSudoUsers who may use the sandbox's sudo.
 //
 // daemon -> init
 //   kExec      (json) {"argv": [..], "env": ["K=V", ..], "cwd": "/workspace",
@@ -50,6 +51,12 @@
 //   kPing      ()     init answers kPong. As a first frame: a health check. On an attach
 //              connection: a barrier (every frame sent before it has been applied).
 //   kProcList  ()     init answers kResult {"processes": [Process...]} and ends the connection.
+//   kSudoUsers (json) {"users": ["user", "1000"]}  names or uids (at most kMaxSudoUsers) that
+//              may use the sudo socket (init/sudo_protocol.h). The first creates the socket;
+//              a later one replaces the list. A sandbox boots without one (so pooled sandboxes
+//              are all alike): the daemon sends it after each boot, and when it hands a pooled
+//              sandbox to a spec with sudo users. init answers kResult {} and ends the
+//              connection, or kError (invalid_argument; internal: no socket could be made).
 //   kProcAttach (json) {"pid": 12, "output": true, "follow": false,
 //                       "stdout_offset": 0, "stderr_offset": 0}
 //              Unknown pid: kError not_found. Otherwise kAttached, then (with "output")
@@ -80,7 +87,7 @@
 //              kStderr "bulkhead: exec <argv0>: <strerror>" and kExit with exit_code 127
 //              (126 for a permission problem), as a shell would report it.
 //   kPong      ()
-//   kResult    (json) the answer to kProcList. Last frame.
+//   kResult    (json) the answer to kProcList or kSudoUsers. Last frame.
 //   kAttached  (json) {"process": Process, "stdout_offset": N, "stderr_offset": M}
 //              the offsets where the output that follows starts: the requested ones, or
 //              later ones if the ring no longer holds those bytes (the client missed
@@ -191,6 +198,7 @@ enum FrameType : uint8_t {
   kProcList = 6,
   kProcAttach = 7,
   kResize = 8,
+  kSudoUsers = 9,
   kStarted = 16,
   kStdout = 17,
   kStderr = 18,
@@ -213,6 +221,8 @@ constexpr size_t kOutputBudgetBytes = 8u << 20;
 constexpr size_t kMaxExitedProcesses = 256;
 // Entries one "list" file operation returns at most.
 constexpr size_t kMaxListEntries = 100000;
+// Entries of one kSudoUsers list (and of a spec's "sudo_users").
+constexpr size_t kMaxSudoUsers = 16;
 // The fd on which init finds its listening control socket.
 constexpr int kListenFd = 3;
 // The fd on which init finds the cgroup.procs file of the sandbox's workload group

@@ -1,6 +1,9 @@
 #include "core/ctl_client.h"
 
 #include <boost/asio/buffer.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -91,6 +94,33 @@ std::optional<int> InitPid(const nlohmann::json& object) {
   const int64_t value = pid->get<int64_t>();
   if (value < 1 || value > INT32_MAX) return std::nullopt;
   return static_cast<int>(value);
+}
+
+Result<CtlClient::Frame> CallInitBlocking(const std::string& ctl_path, uint8_t type, std::string_view payload,
+                                          std::chrono::milliseconds timeout) {
+  std::optional<Result<CtlClient::Frame>> answer;  // outlives io: an unfinished call is dropped with it
+  asio::io_context io;
+  auto call = [&]() -> asio::awaitable<void> {
+    Result<std::unique_ptr<CtlClient>> client = co_await CtlClient::Connect(io.get_executor(), ctl_path);
+    if (!client.ok()) {
+      answer = client.error();
+      co_return;
+    }
+    if (Status sent = co_await (*client)->Send(type, payload); !sent.ok()) {
+      answer = sent.error();
+      co_return;
+    }
+    Result<CtlClient::Frame> frame = co_await (*client)->Receive();
+    if (frame.ok() && frame->type == ctl::kError)
+      answer = ErrorFromInit(frame->payload);
+    else
+      answer = std::move(frame);
+  };
+  asio::co_spawn(io, call, asio::detached);
+  io.run_for(timeout);
+  if (!answer)
+    return MakeError(ErrorCode::kInternal, "the sandbox's init did not answer in time", "sandbox_unreachable");
+  return std::move(*answer);
 }
 
 Error ErrorFromInit(std::string_view payload) {

@@ -7,6 +7,7 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -59,6 +60,12 @@ Result<nlohmann::json> ParseInitObject(std::string_view payload, std::string_vie
 
 // The "pid" of an object from init: an integer 1..INT32_MAX, else nullopt.
 std::optional<int> InitPid(const nlohmann::json& object);
+
+// One request on a new connection and init's answer (its first frame; kError as an Error), for
+// threads outside any io_context (the lifecycle paths): runs an io_context of its own, and
+// gives up after `timeout`.
+Result<CtlClient::Frame> CallInitBlocking(const std::string& ctl_path, uint8_t type, std::string_view payload,
+                                          std::chrono::milliseconds timeout);
 
 // An init kError payload as an Error ("not_found" -> kNotFound, "invalid_argument" -> kInvalid,
 // else kInternal).

@@ -22,6 +22,7 @@
 #include <thread>
 #include <tuple>
 
+#include "common/ctl_protocol.h"
 #include "common/digest.h"
 #include "common/id_ranges.h"
 #include "common/scope_guard.h"
@@ -235,13 +236,15 @@ class SandboxManagerImpl : public SandboxManager {
 
   std::string SandboxDir(const std::string& id) const { return config_.state_dir + "/sandboxes/" + HostName(id); }
   std::string CtlPath(const std::string& id) const { return SandboxDir(id) + "/ctl.sock"; }
-  // Pooled sandboxes start with network mode none; Create gives them the requested one.
-  // Volumes are attached, snapshot files copied and init told its sudo users at launch:
-  // such sandboxes never come from the pool.
+  // Pooled sandboxes start with network mode none and no sudo users; Create gives them the
+  // requested ones. Volumes are attached and snapshot files copied at launch: such sandboxes
+  // never come from the pool.
   bool PoolEligible(const SandboxSpec& spec) const {
-    return spec.image == "host" && spec.runtime == "native" && spec.volumes.empty() && !spec.from_snapshot &&
-           spec.sudo_users.empty();
+    return spec.image == "host" && spec.runtime == "native" && spec.volumes.empty() && !spec.from_snapshot;
   }
+  // Tells a booted sandbox's init who may use its sudo (ctl::kSudoUsers); nothing to do without
+  // sudo users (init boots with none).
+  Status GrantSudo(const Sandbox& sb, const SandboxSpec& spec) const;
   store::SandboxRow RowOf(const Sandbox& sb) const;
   // The live (not being deleted) sandbox with this id, or nullptr. Caller holds mu_.
   std::shared_ptr<Sandbox> FindLocked(const std::string& id) const;
@@ -543,7 +546,6 @@ Status SandboxManagerImpl::Boot(Sandbox& sb, const storage::WritableLayer& layer
   auto volume_binds = volumes_.Acquire(sb.info.id, spec.volumes);  // marks them in use (again)
   if (!volume_binds) return volume_binds.error();
   ls.volumes = std::move(*volume_binds);
-  ls.sudo_users = spec.sudo_users;
   auto init = runtime_->Launch(ls);
   if (!init) return init.error();
   sb.init = *init;
@@ -551,6 +553,17 @@ Status SandboxManagerImpl::Boot(Sandbox& sb, const storage::WritableLayer& layer
   auto netns = OpenLiveNetns(sb.init);
   if (!netns) return netns.error();
   sb.netns = std::move(*netns);
+  return GrantSudo(sb, spec);
+}
+
+Status SandboxManagerImpl::GrantSudo(const Sandbox& sb, const SandboxSpec& spec) const {
+  if (spec.sudo_users.empty()) return {};
+  constexpr std::chrono::seconds kInitAnswer{10};  // a fresh init answers at once; a stuck one must not hold a create
+  auto answer = CallInitBlocking(CtlPath(sb.info.id), ctl::kSudoUsers,
+                                 nlohmann::json{{"users", spec.sudo_users}}.dump(), kInitAnswer);
+  if (!answer) return answer.error();
+  if (answer->type != ctl::kResult)
+    return InitProtocolError("kSudoUsers answered with frame type " + std::to_string(answer->type));
   return {};
 }
 
@@ -629,6 +642,7 @@ bool SandboxManagerImpl::FitPooled(Sandbox& sb, const SandboxSpec& spec) {
   Status st = IssuePreviewToken(preview);
   if (st) st = runtime_->SetLimits(HostName(sb.info.id), {spec.cpus, spec.memory_mb, spec.pids});
   if (st) st = storage_->SetLayerQuota(sb.info.id, spec.disk_mb);
+  if (st) st = GrantSudo(sb, spec);
   if (!st) {
     spdlog::warn("warm pool: sandbox {}: {}", sb.info.id, st.error().message);
     (void)Teardown(sb.info.id, sb.uid_base, sb.init);
@@ -1056,6 +1070,7 @@ void SandboxManagerImpl::RefillSnapshotPool(const std::string& snapshot_id) {
   spec->from_snapshot = snapshot_id;
   spec->volumes.clear();
   spec->network = {};
+  spec->sudo_users.clear();  // FitPooled grants the handout's
   spec->timeout_s = 0;
   auto sb = Launch(*spec, source);
   if (sb) {
@@ -1445,8 +1460,7 @@ Result<SandboxInfo> SandboxManagerImpl::CreateFromSnapshot(SandboxSpec spec) {
       }
     }
     if (auto ready = snapshot_pool_.find(snapshot_id);
-        ready != snapshot_pool_.end() && spec.volumes.empty() && spec.runtime == "native" &&
-        spec.sudo_users.empty()) {
+        ready != snapshot_pool_.end() && spec.volumes.empty() && spec.runtime == "native") {
       pooled = ready->second;
       snapshot_pool_.erase(ready);
       stats_.warm_pool_hits_total++;

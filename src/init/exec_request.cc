@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/ctl_protocol.h"
+
 namespace bulkhead::init {
 namespace {
 
@@ -128,6 +130,21 @@ Result<int> ParseSignalRequest(std::string_view json_text) {
   int64_t signal = it->get<int64_t>();
   if (signal < 1 || signal > 64) return Invalid("signal must be in 1..64");
   return int(signal);
+}
+
+Result<std::vector<std::string>> ParseSudoUsersRequest(std::string_view json_text) {
+  constexpr size_t kMaxUserBytes = 256;
+  auto parsed = ParseObject(json_text);
+  if (!parsed.ok()) return parsed.error();
+  if (!parsed->contains("users")) return Invalid("users must be an array of user names or uids");
+  auto users = StringArray(*parsed, "users");
+  if (!users.ok()) return users.error();
+  if (users->size() > ctl::kMaxSudoUsers) return Invalid("too many sudo users");
+  for (const auto& user : *users) {
+    if (user.empty() || user.size() > kMaxUserBytes || user.find_first_of(":/") != std::string::npos)
+      return Invalid("a sudo user must be a user name or a uid");
+  }
+  return std::move(*users);
 }
 
 }  // namespace bulkhead::init

@@ -45,4 +45,8 @@ Result<ExecRequest> ParseExecRequest(std::string_view json_text);
 // The payload of a kSignal frame: a signal number in 1..64.
 Result<int> ParseSignalRequest(std::string_view json_text);
 
+// The "users" of a kSudoUsers frame: at most ctl::kMaxSudoUsers names or uids, each
+// non-empty, short and without NUL, ':' or '/'.
+Result<std::vector<std::string>> ParseSudoUsersRequest(std::string_view json_text);
+
 }  // namespace bulkhead::init

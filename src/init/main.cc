@@ -1,7 +1,7 @@
 // bulkhead-init: PID 1 of a sandbox. Accepts control connections on fd 3, runs one command
 // per connection or keeps it in its process table (ctl_protocol.h), reaps every process, and
-// exits on SIGTERM. With --sudo-users=NAME,UID,.. it also serves the sudo socket
-// (sudo_protocol.h). Run under the name "sudo" it is the sandbox's sudo client instead.
+// exits on SIGTERM. Once the daemon names sudo users (ctl::kSudoUsers) it also serves the sudo
+// socket (sudo_protocol.h). Run under the name "sudo" it is the sandbox's sudo client instead.
 //
 // Single-threaded: one epoll loop, every fd nonblocking and close-on-exec, so no client can
 // stall another.
@@ -67,8 +67,6 @@ UniqueFd SetUpSignals() {
 
 class Init {
  public:
-  explicit Init(std::vector<std::string> sudo_users) : sudo_(poller_, sudo_users), sudo_enabled_(!sudo_users.empty()) {}
-
   int Run() {
     // Commands run as init's own uid (sandbox root), so only this keeps them from ptracing
     // init, reading its memory (every request's env) or taking its listening socket with
@@ -97,7 +95,6 @@ class Init {
       return 1;
     }
     poller_.Watch(signals_, kSignalToken, EPOLLIN);
-    if (sudo_enabled_) sudo_.Listen();  // without it sudo fails, the sandbox still works
     UpdateListener();
     ReapChildren();  // children that exited before the signalfd existed
 
@@ -136,7 +133,7 @@ class Init {
       }
       uint64_t id = next_session_id_++;
       try {
-        sessions_.emplace(id, std::make_unique<Session>(id, UniqueFd(fd), poller_, processes_));
+        sessions_.emplace(id, std::make_unique<Session>(id, UniqueFd(fd), poller_, processes_, sudo_));
       } catch (const std::exception&) {
         return;  // out of memory: the socket closed with the failed Session
       }
@@ -254,9 +251,8 @@ class Init {
   PolledFd listener_;
   PolledFd signals_;
   ProcessTable processes_{poller_};  // after poller_, before sessions_: sessions hold its processes
+  SudoServer sudo_{poller_};          // before sessions_, which configure it
   std::map<uint64_t, std::unique_ptr<Session>> sessions_;
-  SudoServer sudo_;
-  bool sudo_enabled_;
   uint64_t next_session_id_ = 1;
   bool out_of_fds_ = false;
   bool is_pid1_ = false;
@@ -269,19 +265,6 @@ int main(int argc, char** argv) {
   std::string_view name = argc > 0 ? argv[0] : "";
   if (name.substr(name.find_last_of('/') + 1) == "sudo") return bulkhead::init::SudoClientMain(argc, argv);
 
-  std::vector<std::string> sudo_users;
-  constexpr std::string_view kSudoUsers = "--sudo-users=";
-  for (int i = 1; i < argc; ++i) {
-    std::string_view arg = argv[i];
-    if (arg.rfind(kSudoUsers, 0) != 0) continue;
-    arg.remove_prefix(kSudoUsers.size());
-    while (!arg.empty()) {
-      size_t comma = arg.find(',');
-      if (comma != 0) sudo_users.emplace_back(arg.substr(0, comma));
-      if (comma == std::string_view::npos) break;
-      arg.remove_prefix(comma + 1);
-    }
-  }
-  bulkhead::init::Init init(std::move(sudo_users));
+  bulkhead::init::Init init;
   return init.Run();
 }

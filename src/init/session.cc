@@ -32,8 +32,8 @@ const char* ProtocolCode(ErrorCode code) {
 
 }  // namespace
 
-Session::Session(uint64_t id, UniqueFd socket, Poller& poller, ProcessTable& processes)
-    : id_(id), poller_(poller), processes_(processes), stdin_(poller), stdout_(poller), stderr_(poller) {
+Session::Session(uint64_t id, UniqueFd socket, Poller& poller, ProcessTable& processes, SudoServer& sudo)
+    : id_(id), poller_(poller), processes_(processes), sudo_(sudo), stdin_(poller), stdout_(poller), stderr_(poller) {
   socket_.fd = std::move(socket);
   UpdateInterest();
 }
@@ -105,6 +105,14 @@ bool Session::OnChildExit(pid_t pid, int wait_status) {
   return true;
 }
 
+void Session::SetSudoUsers(std::string_view payload) {
+  auto users = ParseSudoUsersRequest(payload);
+  if (!users.ok()) return FailWith(users.error());
+  if (!sudo_.Allow(std::move(*users))) return FailWith(MakeError(ErrorCode::kInternal, "no sudo socket (see init's stderr)"));
+  out_.Append(ctl::kResult, "{}");
+  state_ = State::kClosing;
+}
+
 void Session::ReadFrames() {
   switch (in_.Read(socket_.fd.get())) {
     case IncomingFrames::ReadResult::kClosed: state_ = State::kFinished; return;
@@ -150,8 +158,11 @@ void Session::HandleFrame(uint8_t type, std::string_view payload) {
         state_ = State::kClosing;
       } else if (type == ctl::kProcAttach) {
         StartAttach(payload);
+      } else if (type == ctl::kSudoUsers) {
+        SetSudoUsers(payload);
       } else {
-        FailWith(MakeError(ErrorCode::kInvalid, "the first frame must be exec, proc_list, proc_attach or ping"));
+        FailWith(MakeError(ErrorCode::kInvalid,
+                           "the first frame must be exec, proc_list, proc_attach, sudo_users or ping"));
       }
       return;
     case State::kPinging:

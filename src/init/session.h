@@ -18,6 +18,7 @@
 #include "init/poller.h"
 #include "init/process_table.h"
 #include "init/stdin_feeder.h"
+#include "init/sudo_server.h"
 
 namespace bulkhead::init {
 
@@ -27,8 +28,8 @@ enum class SessionFd : uint8_t { kSocket = 1, kStdin, kStdout, kStderr, kTimer }
 class Session {
  public:
   // `id` must be unique for the life of init: it tells stale epoll events apart. Background
-  // processes, listing and attaching go to `processes`.
-  Session(uint64_t id, UniqueFd socket, Poller& poller, ProcessTable& processes);
+  // processes, listing and attaching go to `processes`; kSudoUsers to `sudo`.
+  Session(uint64_t id, UniqueFd socket, Poller& poller, ProcessTable& processes, SudoServer& sudo);
   // Kills the command's process group unless kExit was already queued.
   ~Session();
   Session(const Session&) = delete;
@@ -66,6 +67,7 @@ class Session {
   void StartCommand(std::string_view payload);
   void StartBackground(const ExecRequest& request);
   void StartAttach(std::string_view payload);
+  void SetSudoUsers(std::string_view payload);
   // Moves the attached process's output into the outgoing buffer while the socket takes it.
   void PumpAttachment();
   void ReadOutput(SessionFd which);
@@ -79,6 +81,7 @@ class Session {
   uint64_t id_;
   Poller& poller_;
   ProcessTable& processes_;
+  SudoServer& sudo_;
   std::unique_ptr<Attachment> attachment_;  // in kAttached
   State state_ = State::kAwaitingFirstFrame;
   PolledFd socket_;

@@ -2,7 +2,7 @@
 // binary run as "sudo") asks init (sudo_server.cc) to run a command as another user.
 //
 // A SOCK_SEQPACKET unix socket at kSudoSocketPath, there only when the sandbox's spec names
-// sudo users (init's --sudo-users). Every message is one packet holding a JSON object.
+// sudo users (ctl::kSudoUsers, which the daemon sends init). Every message is one packet holding a JSON object.
 //
 // client -> init
 //   first   {"argv": [..], "cwd": "/home/user", "user": "root", "mode": "command"|"shell"|"login",

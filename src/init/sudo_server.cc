@@ -115,9 +115,14 @@ struct SudoServer::Client {
   pid_t pid = -1;  // the command, once started (also its process group)
 };
 
-SudoServer::SudoServer(Poller& poller, std::vector<std::string> allowed) : poller_(poller), allowed_(std::move(allowed)) {}
+SudoServer::SudoServer(Poller& poller) : poller_(poller) {}
 
 SudoServer::~SudoServer() { KillAll(); }
+
+bool SudoServer::Allow(std::vector<std::string> allowed) {
+  allowed_ = std::move(allowed);  // clients already accepted were checked against the old list
+  return listener_.fd || Listen();
+}
 
 bool SudoServer::Listen() {
   // Only init may make or replace the socket: its directory must be init's and not writable

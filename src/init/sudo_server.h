@@ -17,15 +17,16 @@ namespace bulkhead::init {
 
 class SudoServer {
  public:
-  // `allowed` holds names and uids (init's --sudo-users); names are looked up in the
-  // sandbox's /etc/passwd when a client connects. Does nothing until Listen().
-  SudoServer(Poller& poller, std::vector<std::string> allowed);
+  // Does nothing until Allow().
+  explicit SudoServer(Poller& poller);
   ~SudoServer();
   SudoServer(const SudoServer&) = delete;
   SudoServer& operator=(const SudoServer&) = delete;
 
-  // Creates the socket; false (with a message on stderr) if it cannot.
-  bool Listen();
+  // Who may use sudo from now on (ctl::kSudoUsers): names and uids; names are looked up in
+  // the sandbox's /etc/passwd when a client connects. The first call creates the socket;
+  // false (with a message on stderr) if it cannot.
+  bool Allow(std::vector<std::string> allowed);
 
   static bool OwnsToken(uint64_t token) { return (token & kTokenBit) != 0; }
   void OnEvent(uint64_t token);
@@ -38,6 +39,7 @@ class SudoServer {
   struct Client;
   static constexpr uint64_t kTokenBit = uint64_t(1) << 62;
 
+  bool Listen();
   void Accept();
   void HandleRequest(Client& client);
   void HandleSignalMessage(Client& client);

@@ -37,8 +37,6 @@ struct LaunchSpec {
   uid_t host_uid = 0;                   // sandbox uid 0 maps here; kIdCount ids follow
   Limits limits;
   std::vector<VolumeBind> volumes;      // mounted in this order
-  // Names or uids that may use the sandbox's sudo (init's --sudo-users); empty: no sudo socket.
-  std::vector<std::string> sudo_users;
 };
 
 // What identifies a running sandbox's init across daemon restarts.

@@ -2,6 +2,9 @@
 through init's sudo socket; nobody else may, and without sudo_users there is no socket."""
 
 import json
+import re
+
+from harness import wait_until
 
 SOCKET = "/run/bulkhead-init/sudo.sock"
 
@@ -137,3 +140,45 @@ def test_sudo_comes_back_after_a_stop_and_start(client, sandbox_factory):
     assert client.post(f"/v1/sandboxes/{sandbox}/start", {}).status == 200
     # A new init, told its sudo users again; the last boot's socket file is replaced.
     assert client.sh(sandbox, "sudo id -u", user="user") == "0\n"
+
+
+def _metric(client, name) -> int:
+    return int(re.search(rf"^{name} (\d+)$", client.get("/metrics").body.decode(), re.M).group(1))
+
+
+def test_a_sandbox_with_sudo_users_comes_from_the_warm_pool(daemon_factory):
+    """Pooled sandboxes boot without sudo; the one handed out is told its sudo users then."""
+    daemon = daemon_factory(warm_pool=1)
+    daemon.start()
+    client = daemon.client()
+    assert wait_until(lambda: _metric(client, "bulkhead_warm_pool_ready") == 1, timeout=30)
+    before = _metric(client, "bulkhead_warm_pool_hits_total")
+    sandbox = client.create(sudo_users=["user"])["id"]
+    assert _metric(client, "bulkhead_warm_pool_hits_total") == before + 1
+    assert client.sh(sandbox, "sudo id -u", user="user") == "0\n"
+    # The next pooled one is handed out without sudo: it has no socket.
+    assert wait_until(lambda: _metric(client, "bulkhead_warm_pool_ready") == 1, timeout=30)
+    plain = client.create()["id"]
+    assert _metric(client, "bulkhead_warm_pool_hits_total") == before + 2
+    assert client.sh(plain, f"test -e {SOCKET} && echo there || echo absent") == "absent\n"
+    # A reboot tells the new init again.
+    assert client.post(f"/v1/sandboxes/{sandbox}/stop", {}).status == 200
+    assert client.post(f"/v1/sandboxes/{sandbox}/start", {}).status == 200
+    assert client.sh(sandbox, "sudo id -u", user="user") == "0\n"
+
+
+def test_a_sandbox_with_sudo_users_comes_from_the_snapshot_pool(daemon_factory):
+    daemon = daemon_factory(warm_pool=1)
+    daemon.extra_args = ("--storage-driver", "btrfs")
+    daemon.start()
+    client = daemon.client()
+    source = client.create(sudo_users=["user"])["id"]
+    snapshot = client.post(f"/v1/sandboxes/{source}/snapshots", {}).json()["id"]
+    client.create(from_snapshot=snapshot)
+    # Ready: one sandbox of the host image, one of the snapshot (booted without sudo).
+    assert wait_until(lambda: _metric(client, "bulkhead_warm_pool_ready") == 2, timeout=30)
+    before = _metric(client, "bulkhead_warm_pool_hits_total")
+    sandbox = client.create(from_snapshot=snapshot, sudo_users=["user"])
+    assert _metric(client, "bulkhead_warm_pool_hits_total") == before + 1
+    assert sandbox["parent_snapshot"] == snapshot and sandbox["sudo_users"] == ["user"], sandbox
+    assert client.sh(sandbox["id"], "sudo id -u", user="user") == "0\n"

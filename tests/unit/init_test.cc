@@ -421,6 +421,31 @@ TEST_F(InitTest, MalformedFrameGetsErrorAndInitKeepsServing) {
   EXPECT_EQ(::kill(init_.pid(), 0), 0);
 }
 
+// Each is refused before init touches the filesystem (no sudo socket is made on the host).
+TEST_F(InitTest, MalformedSudoUsersAreRefusedAndInitKeepsServing) {
+  std::string many = "[";
+  for (size_t i = 0; i <= ctl::kMaxSudoUsers; ++i) many += (i ? "," : "") + ("\"u" + std::to_string(i) + "\"");
+  many += "]";
+  const std::vector<std::string> payloads = {
+      "", "[]", R"({"users": "user"})", R"({"users": [1]})", R"({"users": [""]})", R"({"users": ["a:b"]})",
+      R"({"users": ["../x"]})", R"({"users": ["a\u0000"]})", R"({"users": [")" + std::string(300, 'u') + R"("]})",
+      R"({"users": )" + many + "}", R"({"no_users": []})"};
+  for (const std::string& payload : payloads) {
+    Client client(socket_path_);
+    client.Send(ctl::kSudoUsers, payload);
+    Outcome outcome = ReadUntilEnd(client);
+    ASSERT_TRUE(outcome.error) << payload;
+    EXPECT_EQ((*outcome.error)["code"], "invalid_argument") << payload;
+    // The op is known: refused by its parser, not as an unknown first frame.
+    EXPECT_EQ((*outcome.error)["message"].get<std::string>().find("first frame"), std::string::npos) << payload;
+  }
+  Client client(socket_path_);
+  client.Send(ctl::kPing);
+  auto pong = client.Read();
+  ASSERT_TRUE(pong);
+  EXPECT_EQ(pong->type, ctl::kPong);
+}
+
 TEST_F(InitTest, PingIsAnsweredOnTheSameConnection) {
   Client client(socket_path_);
   for (int i = 0; i < 3; ++i) {

@@ -422,7 +422,7 @@ void ExecInit(ChildPlan* plan) {
   const uint64_t none = 0;
   ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, nullptr, sizeof none);
   char arg0[] = "bulkhead-init";
-  char* argv[] = {arg0, plan->init_sudo_arg.empty() ? nullptr : plan->init_sudo_arg.data(), nullptr};
+  char* argv[] = {arg0, nullptr};
   char* envp[] = {nullptr};
   ::syscall(SYS_execveat, plan->init_memfd, "", argv, envp, AT_EMPTY_PATH);
   Fail(plan, "exec init");

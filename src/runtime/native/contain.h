@@ -53,7 +53,6 @@ struct ChildPlan {
   int listen_fd = -1;            // becomes fd 3 (ctl::kListenFd)
   int workload_cgroup_fd = -1;   // becomes fd 4 (ctl::kWorkloadCgroupFd)
   int init_memfd = -1;           // sealed copy of bulkhead-init
-  std::string init_sudo_arg;     // "--sudo-users=.." or empty
   sock_fprog seccomp{};
   int64_t pids = 512;
   bool v2_cgroups = false;

@@ -257,8 +257,6 @@ Result<InitProcess> NativeRuntime::Launch(const LaunchSpec& spec) {
   plan.listen_fd = listen->get();
   plan.workload_cgroup_fd = join->workload.get();
   plan.init_memfd = init_memfd_.get();
-  for (const auto& user : spec.sudo_users)
-    plan.init_sudo_arg += (plan.init_sudo_arg.empty() ? "--sudo-users=" : ",") + user;
   plan.seccomp.len = static_cast<unsigned short>(seccomp_.size());
   plan.seccomp.filter = seccomp_.data();
   plan.pids = spec.limits.pids;
