@@ -5,10 +5,11 @@ E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY, as a user's agent code would; sand
 reached at the front's address by Host header (sandbox.get_host)."""
 
 import os
+import time
 import uuid
 
 import pytest
-from e2b import Sandbox
+from e2b import Sandbox, SandboxState
 
 REQUIRED = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY")
 
@@ -29,6 +30,14 @@ def list_all(**kwargs) -> list:
     while paginator.has_next:
         items.extend(paginator.next_items())
     return items
+
+
+def wait_until_paused(sandbox_id: str, within_s: float = 60) -> None:
+    """Waits for the sandbox to be listed paused (its timeout's action), or fails."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline and Sandbox.get_info(sandbox_id).state != SandboxState.PAUSED:
+        time.sleep(0.5)
+    assert Sandbox.get_info(sandbox_id).state == SandboxState.PAUSED
 
 
 def run_metadata(**extra) -> dict:

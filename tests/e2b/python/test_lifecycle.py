@@ -9,7 +9,7 @@ import time
 import pytest
 from e2b import Sandbox, SandboxException, SandboxQuery, SandboxState
 
-from conftest import RUN_ID, list_all
+from conftest import RUN_ID, list_all, wait_until_paused
 
 
 def test_list_is_newest_first_in_the_order_they_were_made(new_sandbox):
@@ -96,10 +96,7 @@ def test_a_filesystem_auto_pause_reboots_on_connect(new_sandbox):
     sbx.files.write("/home/user/kept.txt", "through the auto-pause")
     before = boot_id(sbx)
     sbx.set_timeout(1)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and Sandbox.get_info(sbx.sandbox_id).state != SandboxState.PAUSED:
-        time.sleep(0.5)
-    assert Sandbox.get_info(sbx.sandbox_id).state == SandboxState.PAUSED
+    wait_until_paused(sbx.sandbox_id)
     resumed = Sandbox.connect(sbx.sandbox_id, timeout=120)
     assert resumed.files.read("/home/user/kept.txt") == "through the auto-pause"
     assert boot_id(resumed) != before

@@ -17,7 +17,7 @@ from e2b import (
     SandboxState,
 )
 
-from conftest import RUN_ID, list_all, run_metadata
+from conftest import RUN_ID, list_all, run_metadata, wait_until_paused
 
 
 def now() -> datetime.datetime:
@@ -296,10 +296,7 @@ def test_lifecycle_pause_on_timeout(new_sandbox):
     assert info.lifecycle is not None and info.lifecycle["on_timeout"] == "pause"
     sbx.files.write("/home/user/kept.txt", "through the auto-pause")
     sbx.set_timeout(1)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and Sandbox.get_info(sbx.sandbox_id).state != SandboxState.PAUSED:
-        time.sleep(0.5)
-    assert Sandbox.get_info(sbx.sandbox_id).state == SandboxState.PAUSED
+    wait_until_paused(sbx.sandbox_id)
     resumed = Sandbox.connect(sbx.sandbox_id, timeout=120)
     assert resumed.get_info().state == SandboxState.RUNNING
     assert resumed.files.read("/home/user/kept.txt") == "through the auto-pause"
