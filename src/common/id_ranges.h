@@ -1,7 +1,7 @@
 // The host uid/gid ranges bulkhead uses, far above any real account.
 //
 // Each sandbox maps its ids 0..kIdCount-1 onto a range of its own from kFirstHostId on
-// (runtime/native/uid_range.h hands them out). The files bulkhead keeps for any sandbox to use
+// (runtime/uid_ranges.h hands them out). The files bulkhead keeps for any sandbox to use
 // (images, volumes, imported snapshots) are stored owned by kStoredIdBase + the id they have
 // inside a sandbox, and each sandbox sees them through a mount idmapped from that range onto
 // its own: nothing stored is owned by a host account (an image's setuid-root files included),

@@ -29,14 +29,11 @@ Error LostInit(const boost::system::error_code& ec) {
 
 }  // namespace
 
-asio::awaitable<Result<std::unique_ptr<CtlClient>>> CtlClient::Connect(asio::any_io_executor executor,
-                                                                       std::string ctl_path) {
-  asio::local::stream_protocol::socket socket(executor);
-  boost::system::error_code ec;
-  co_await socket.async_connect(asio::local::stream_protocol::endpoint(ctl_path),
-                                asio::redirect_error(asio::use_awaitable, ec));
-  if (ec) co_return LostInit(ec);
-  co_return std::make_unique<CtlClient>(std::move(socket));
+asio::awaitable<Result<std::unique_ptr<CtlClient>>> CtlClient::Connect(
+    asio::any_io_executor executor, std::shared_ptr<const runtime::InitDialer> init) {
+  auto socket = co_await init->Dial(executor);
+  if (!socket) co_return socket.error();
+  co_return std::make_unique<CtlClient>(std::move(*socket));
 }
 
 asio::awaitable<Status> CtlClient::Send(uint8_t type, std::string_view payload) {
@@ -96,21 +93,22 @@ std::optional<int> InitPid(const nlohmann::json& object) {
   return static_cast<int>(value);
 }
 
-Result<CtlClient::Frame> CallInitBlocking(const std::string& ctl_path, uint8_t type, std::string_view payload,
+Result<CtlClient::Frame> CallInitBlocking(const runtime::InitDialer& init, uint8_t type, std::string_view payload,
                                           std::chrono::milliseconds timeout) {
   std::optional<Result<CtlClient::Frame>> answer;  // outlives io: an unfinished call is dropped with it
   asio::io_context io;
   auto call = [&]() -> asio::awaitable<void> {
-    Result<std::unique_ptr<CtlClient>> client = co_await CtlClient::Connect(io.get_executor(), ctl_path);
-    if (!client.ok()) {
-      answer = client.error();
+    auto socket = co_await init.Dial(io.get_executor());
+    if (!socket.ok()) {
+      answer = socket.error();
       co_return;
     }
-    if (Status sent = co_await (*client)->Send(type, payload); !sent.ok()) {
+    auto client = std::make_unique<CtlClient>(std::move(*socket));
+    if (Status sent = co_await client->Send(type, payload); !sent.ok()) {
       answer = sent.error();
       co_return;
     }
-    Result<CtlClient::Frame> frame = co_await (*client)->Receive();
+    Result<CtlClient::Frame> frame = co_await client->Receive();
     if (frame.ok() && frame->type == ctl::kError)
       answer = ErrorFromInit(frame->payload);
     else

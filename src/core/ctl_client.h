@@ -18,6 +18,7 @@
 
 #include "common/result.h"
 #include "core/output_budget.h"
+#include "runtime/tier.h"
 
 namespace bulkhead::core {
 
@@ -33,8 +34,8 @@ class CtlClient {
   CtlClient(const CtlClient&) = delete;
   CtlClient& operator=(const CtlClient&) = delete;
 
-  static boost::asio::awaitable<Result<std::unique_ptr<CtlClient>>> Connect(boost::asio::any_io_executor executor,
-                                                                          std::string ctl_path);
+  static boost::asio::awaitable<Result<std::unique_ptr<CtlClient>>> Connect(
+      boost::asio::any_io_executor executor, std::shared_ptr<const runtime::InitDialer> init);
 
   // Sends one frame; payloads over ctl::kMaxFrame - 1 bytes are an error (split them).
   boost::asio::awaitable<Status> Send(uint8_t type, std::string_view payload);
@@ -64,7 +65,7 @@ std::optional<int> InitPid(const nlohmann::json& object);
 // One request on a new connection and init's answer (its first frame; kError as an Error), for
 // threads outside any io_context (the lifecycle paths): runs an io_context of its own, and
 // gives up after `timeout`.
-Result<CtlClient::Frame> CallInitBlocking(const std::string& ctl_path, uint8_t type, std::string_view payload,
+Result<CtlClient::Frame> CallInitBlocking(const runtime::InitDialer& init, uint8_t type, std::string_view payload,
                                           std::chrono::milliseconds timeout);
 
 // An init kError payload as an Error ("not_found" -> kNotFound, "invalid_argument" -> kInvalid,

@@ -50,14 +50,13 @@ ExecSession::~ExecSession() { Cancel(); }
 void ExecSession::Cancel() { client_.Close(); }
 
 asio::awaitable<Result<std::unique_ptr<ExecSession>>> ExecSession::Start(asio::any_io_executor executor,
-                                                                          std::string ctl_path,
+                                                                          std::shared_ptr<const runtime::InitDialer> init,
                                                                           std::string request_json,
                                                                           std::optional<std::string> stdin_data) {
-  asio::local::stream_protocol::socket socket(executor);
+  auto dialed = co_await init->Dial(executor);
+  if (!dialed) co_return dialed.error();
+  asio::local::stream_protocol::socket socket = std::move(*dialed);
   boost::system::error_code ec;
-  co_await socket.async_connect(asio::local::stream_protocol::endpoint(ctl_path),
-                                asio::redirect_error(asio::use_awaitable, ec));
-  if (ec) co_return LostInit(ec);
   // The request and all of stdin go out in one write: stdin is bounded by the API (16 MiB),
   // and init reads it into the command's pipe as the command consumes it.
   std::string out = Frame(ctl::kExec, request_json);

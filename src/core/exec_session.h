@@ -20,9 +20,9 @@ class ExecSession {
   explicit ExecSession(boost::asio::local::stream_protocol::socket socket);
   ~ExecSession();
 
-  // Connects to the init control socket at `ctl_path` and sends the request (and its stdin).
+  // Connects to the sandbox's init and sends the request (and its stdin).
   static boost::asio::awaitable<Result<std::unique_ptr<ExecSession>>> Start(
-      boost::asio::any_io_executor executor, std::string ctl_path, std::string request_json,
+      boost::asio::any_io_executor executor, std::shared_ptr<const runtime::InitDialer> init, std::string request_json,
       std::optional<std::string> stdin_data);
 
   // The next event. kStarted comes first, kExit last; after kExit, calling Next is an error.

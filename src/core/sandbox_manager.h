@@ -1,5 +1,5 @@
 // SandboxManager: the lifecycle of every sandbox of one daemon. Owns the state database,
-// the storage, the isolation runtime and the warm pool. Thread-safe.
+// the storage, the isolation tiers and the warm pools. Thread-safe.
 //
 // Calls marked (blocking) do real system work (mounts, clone, cgroups, SQLite) and take
 // milliseconds: api/ runs them on the blocking thread pool, never on an io thread.
@@ -18,6 +18,7 @@
 #include "core/config.h"
 #include "core/ctl_client.h"
 #include "core/exec_session.h"
+#include "core/tier_set.h"
 #include "core/types.h"
 #include "core/usage_history.h"
 #include "net/egress_proxy.h"
@@ -56,6 +57,8 @@ class SandboxManager {
   // Opens (or creates) the state under config.state_dir, re-attaches to sandboxes that
   // survived a daemon restart and starts the warm pool. (blocking)
   static Result<std::unique_ptr<SandboxManager>> Open(const DaemonConfig& config);
+  // The same with these tiers instead of the host's (tests run the core on a fake tier).
+  static Result<std::unique_ptr<SandboxManager>> Open(const DaemonConfig& config, TierSet tiers);
 
   virtual Result<SandboxInfo> Create(const SandboxSpec& spec) = 0;            // (blocking)
   virtual Result<SandboxInfo> Get(const std::string& id) = 0;                 // with usage

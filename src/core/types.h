@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/usage.h"
+
 namespace bulkhead::core {
 
 struct NetworkPolicy {
@@ -68,12 +70,7 @@ struct VolumeInfo {
   std::vector<std::string> mounted_by;  // ids of the sandboxes (any state) that list it
 };
 
-struct SandboxUsage {
-  double cpu_s = 0;
-  int64_t memory_bytes = 0;
-  int64_t disk_bytes = 0;
-  int64_t pids = 0;
-};
+using SandboxUsage = runtime::Usage;
 
 // The Sandbox object of API.md.
 struct SandboxInfo {

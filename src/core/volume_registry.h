@@ -10,7 +10,7 @@
 
 #include "common/result.h"
 #include "core/types.h"
-#include "runtime/runtime.h"
+#include "runtime/tier.h"
 #include "storage/storage.h"
 #include "store/state_db.h"
 

@@ -57,7 +57,4 @@ Result<UniqueFd> SocketInNetns(int netns_fd, int domain, int type);
 // and /proc/sys/net it opens are that namespace's. (blocking)
 Status RunInNetns(int netns_fd, const std::function<Status()>& fn);
 
-// The network namespace of a running process, for ConfigureNetns / SocketInNetns.
-Result<UniqueFd> OpenNetns(pid_t pid);
-
 }  // namespace bulkhead::net

@@ -36,11 +36,4 @@ Result<UniqueFd> SocketInNetns(int netns_fd, int domain, int type) {
   return fd;
 }
 
-Result<UniqueFd> OpenNetns(pid_t pid) {
-  std::string path = "/proc/" + std::to_string(pid) + "/ns/net";
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return SystemError("open " + path, errno);
-  return fd;
-}
-
 }  // namespace bulkhead::net

@@ -188,7 +188,7 @@ Plan MakePlan(const std::string& state_dir, const std::string& sudo_binary) {
   plan.Dir("var/tmp", 01777);
   for (const char* dir : {"var/lib", "var/log", "var/cache"}) plan.Dir(dir, 0755);
   // What E2B's base template has and the host may lack, under usr/: the runtime shows the
-  // image's usr/ over the host's /usr when it holds anything (native_runtime.cc).
+  // image's usr/ over the host's /usr when it holds anything (native_tier.cc).
   plan.Dir("usr/bin", 0755);
   struct stat python;
   if (::stat("/usr/bin/python3", &python) == 0 && ::lstat("/usr/bin/python", &python) != 0) {

@@ -153,12 +153,6 @@ Result<Cgroups> Cgroups::Open(const std::string& tag) {
   return cg;
 }
 
-uint64_t Cgroups::DescriptorLimit(int64_t memory_bytes) {
-  constexpr int64_t kSocketSlack = 64 << 10;
-  const int64_t fit = (memory_bytes - TcpBufferBytes(memory_bytes)) / kSocketSlack;
-  return static_cast<uint64_t>(std::clamp<int64_t>(fit, 1024, 1 << 20));
-}
-
 std::vector<std::string> Cgroups::Paths(const std::string& id) const {
   std::vector<std::string> out;
   for (const auto& p : parents_) out.push_back(p + "/" + id);
@@ -242,8 +236,8 @@ Status Cgroups::InitStarted(const std::string& id, const Limits& limits) {
   return WriteFile(dir + "/" + kWorkload + "/memory.max", std::to_string(WorkloadBytes(limits.memory_mb * 1024 * 1024)));
 }
 
-Result<core::SandboxUsage> Cgroups::Usage(const std::string& id) {
-  core::SandboxUsage u;
+Result<Usage> Cgroups::Usage(const std::string& id) {
+  runtime::Usage u;
   if (v2_) {
     std::string dir = Paths(id)[0];
     if (!Exists(dir)) return MakeError(ErrorCode::kNotFound, "no cgroup for " + id);

@@ -20,8 +20,7 @@
 // limit is a quarter of the memory limit, on top of it. Past the limit the kernel still lets
 // each socket queue about one packet (up to 64 KiB on loopback: measured 50-60 KiB per
 // connected pair of sockets), so the descriptors a command may hold are sized to keep that
-// within the rest of the memory limit (DescriptorLimit, sent with every exec request: a
-// sandbox from the warm pool gets its limits after its init started). Not bounded by either:
+// within the rest of the memory limit (runtime/usage.h DescriptorLimit). Not bounded by either:
 // connections a listener has not accepted yet, whose buffers the kernel charges to nobody
 // until accept().
 #pragma once
@@ -30,8 +29,7 @@
 
 #include "common/result.h"
 #include "common/unique_fd.h"
-#include "core/types.h"
-#include "runtime/runtime.h"
+#include "runtime/tier.h"
 
 namespace bulkhead::runtime::native {
 
@@ -43,12 +41,6 @@ class Cgroups {
 
   // What init's reserve keeps from the workload group: 16 MiB, or a quarter of a smaller limit.
   static constexpr int64_t kInitReserve = 16 << 20;
-  // v1's TCP buffer limit for a memory limit.
-  static int64_t TcpBufferBytes(int64_t memory_bytes) { return memory_bytes / 4; }
-  // RLIMIT_NOFILE for the sandbox's commands: 64 KiB of socket buffer past the TCP limit per
-  // descriptor fit in the rest of the memory limit; never below 1024, the customary default
-  // (so below ~85 MiB the bound is looser), at most 1M (Docker's).
-  static uint64_t DescriptorLimit(int64_t memory_bytes);
 
   bool v2() const { return v2_; }
   Status Create(const std::string& id, const Limits& limits);
@@ -64,7 +56,7 @@ class Cgroups {
   // Once init left <group> for <group>/init (v2): the memory controller below <group> and the
   // workload group's limit. Nothing to do on v1.
   Status InitStarted(const std::string& id, const Limits& limits);
-  Result<core::SandboxUsage> Usage(const std::string& id);
+  Result<runtime::Usage> Usage(const std::string& id);
   // Freezes (or thaws) every process of the sandbox: the v1 freezer or v2's cgroup.freeze.
   // Returns once the kernel reports the group frozen (a few ms; kUnavailable after ~5 s).
   Status SetFrozen(const std::string& id, bool frozen);

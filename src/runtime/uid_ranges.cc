@@ -1,4 +1,4 @@
-#include "runtime/native/uid_range.h"
+#include "runtime/uid_ranges.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -9,7 +9,7 @@
 
 #include "common/unique_fd.h"
 
-namespace bulkhead::runtime::native {
+namespace bulkhead::runtime {
 namespace {
 
 constexpr const char* kDir = "/run/bulkhead/uid-ranges";
@@ -64,4 +64,4 @@ void UidRanges::Release(uid_t base) {
   ::unlink(SlotPath(static_cast<int>((base - kFirstHostId) / kIdCount)).c_str());
 }
 
-}  // namespace bulkhead::runtime::native
+}  // namespace bulkhead::runtime

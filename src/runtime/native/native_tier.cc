@@ -1,4 +1,4 @@
-#include "runtime/native/native_runtime.h"
+#include "runtime/native/native_tier.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -19,13 +19,13 @@
 #include <filesystem>
 #include <sstream>
 
+#include "common/ctl_protocol.h"
 #include "common/random_hex.h"
 #include "common/read_file.h"
 #include "common/scope_guard.h"
 #include "runtime/native/clone_shared.h"
 #include "runtime/native/contain.h"
 #include "runtime/native/seccomp.h"
-#include "runtime/native/uid_range.h"
 
 namespace bulkhead::runtime::native {
 namespace {
@@ -69,7 +69,12 @@ Result<UniqueFd> SealedInit(const std::string& path) {
   if (::fchmod(mem.get(), 0555) != 0) return SystemError("fchmod memfd", errno);
   if (::fcntl(mem.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0)
     return SystemError("seal memfd", errno);
-  return mem;
+  // Above the numbers the sandbox's first process puts init's descriptors at (0 to
+  // ctl::kWorkloadCgroupFd, contain.cc) before it execs this one: a daemon that makes it
+  // early has its lowest numbers free.
+  UniqueFd high(::fcntl(mem.get(), F_DUPFD_CLOEXEC, ctl::kWorkloadCgroupFd + 1));
+  if (!high) return SystemError("dup memfd", errno);
+  return high;
 }
 
 // The user-namespace holder: it makes the namespace, then only has to exist until the parent
@@ -182,18 +187,27 @@ Result<UniqueFd> CreateUserNamespace(uid_t host_id, uid_t first_id) {
   return ns;
 }
 
-Result<std::unique_ptr<NativeRuntime>> NativeRuntime::Create(const std::string& tag, const std::string& init_binary) {
+Result<std::unique_ptr<NativeTier>> NativeTier::Create(const std::string& tag, const std::string& init_binary) {
   auto cgroups = Cgroups::Open(tag);
   if (!cgroups) return cgroups.error();
   auto memfd = SealedInit(init_binary);
   if (!memfd) return memfd.error();
   auto filter = BuildSeccompFilter();
   if (!filter) return filter.error();
-  return std::unique_ptr<NativeRuntime>(
-      new NativeRuntime(std::move(*cgroups), std::move(*memfd), std::move(*filter)));
+  return std::unique_ptr<NativeTier>(
+      new NativeTier(std::move(*cgroups), std::move(*memfd), std::move(*filter)));
 }
 
-Result<InitProcess> NativeRuntime::Launch(const LaunchSpec& spec) {
+Capabilities NativeTier::capabilities() const {
+  return {.pause = true, .filesystem_snapshot = true, .memory_snapshot = false, .idmapped_volumes = true,
+          .pooling = true};
+}
+
+std::shared_ptr<const InitDialer> NativeTier::Dialer(const std::string& staging) const {
+  return UnixSocketDialer(staging + "/ctl.sock");
+}
+
+Result<SandboxHandle> NativeTier::Launch(const LaunchSpec& spec) {
   auto userns = CreateUserNamespace(spec.host_uid);
   if (!userns) return userns.error();
   auto stored_ids = CreateUserNamespace(spec.host_uid, kStoredIdBase);
@@ -202,11 +216,11 @@ Result<InitProcess> NativeRuntime::Launch(const LaunchSpec& spec) {
   ScopeGuard undo_cgroups([&] { (void)cgroups_.Destroy(spec.id); });
   auto join = cgroups_.OpenJoinFds(spec.id);
   if (!join) return join.error();
-  auto listen = ListenOn(spec.ctl_socket);
+  auto listen = ListenOn(spec.staging + "/ctl.sock");
   if (!listen) return listen.error();
 
   ChildPlan plan;
-  plan.image = spec.rootfs;
+  plan.image = spec.rootfs.image;
   plan.lower = spec.staging + "/lower";
   plan.root = spec.staging + "/root";
   plan.scratch = spec.staging + "/scratch";
@@ -219,18 +233,18 @@ Result<InitProcess> NativeRuntime::Launch(const LaunchSpec& spec) {
     if (!slots[i]) return SystemError("open /dev/null", errno);
     plan.layer_fds[i] = slots[i].get();
   }
-  plan.upper = spec.upper;
-  plan.work = spec.work;
+  plan.upper = spec.rootfs.upper;
+  plan.work = spec.rootfs.work;
   auto fd_path = [](int fd) { return "/proc/self/fd/" + std::to_string(fd); };
   plan.overlay_options = "lowerdir=" + fd_path(plan.layer_fds[0]) + ",upperdir=" + fd_path(plan.layer_fds[1]) +
                          ",workdir=" + fd_path(plan.layer_fds[2]);
-  for (const auto& dir : spec.host_binds) {
+  for (const auto& dir : spec.rootfs.host_binds) {
     plan.host_binds.push_back(dir);
     plan.host_bind_targets.push_back(plan.root + dir);
     // The image's own files at that mount point (the host image's additions) go over the
     // host's, read from the idmapped lower by descriptor, as the root overlay's layers are.
     std::error_code ec;
-    const bool additions = !std::filesystem::is_empty(spec.rootfs + dir, ec) && !ec;
+    const bool additions = !std::filesystem::is_empty(spec.rootfs.image + dir, ec) && !ec;
     plan.host_bind_overlays.push_back(additions ? "lowerdir=" + fd_path(plan.layer_fds[0]) + dir + ":" + dir : "");
   }
   plan.root_paths = RootPaths(plan.root);
@@ -294,21 +308,30 @@ Result<InitProcess> NativeRuntime::Launch(const LaunchSpec& spec) {
     }
     return SystemError(std::string("sandbox setup failed at ") + plan.failed_step, plan.failed_errno);
   }
-  InitProcess init{pid, ProcessStartTime(pid)};
+  SandboxHandle init{pid, ProcessStartTime(pid)};
   BH_TRY(cgroups_.InitStarted(spec.id, spec.limits));
   undo_cgroups.Dismiss();
   return init;
 }
 
-Status NativeRuntime::SetLimits(const std::string& id, const Limits& limits) { return cgroups_.SetLimits(id, limits); }
+Result<NetworkAttachment> NativeTier::AttachNetwork(const SandboxHandle& handle) {
+  const std::string path = "/proc/" + std::to_string(handle.pid) + "/ns/net";
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return SystemError("open " + path, errno);
+  // Opened first, checked after: the namespace is that init's unless its pid was reused.
+  if (!Alive(handle)) return MakeError(ErrorCode::kConflict, "the sandbox's init is gone");
+  return NetworkAttachment{std::move(fd)};
+}
 
-Result<core::SandboxUsage> NativeRuntime::Usage(const std::string& id) { return cgroups_.Usage(id); }
+Status NativeTier::SetLimits(const std::string& id, const Limits& limits) { return cgroups_.SetLimits(id, limits); }
 
-bool NativeRuntime::Alive(const InitProcess& init) {
+Result<Usage> NativeTier::SandboxUsage(const std::string& id) { return cgroups_.Usage(id); }
+
+bool NativeTier::Alive(const SandboxHandle& init) {
   return init.pid > 0 && init.start_time != 0 && ProcessStartTime(init.pid) == init.start_time;
 }
 
-Status NativeRuntime::Destroy(const std::string& id, const InitProcess& init) {
+Status NativeTier::Destroy(const std::string& id, const SandboxHandle& init) {
   UniqueFd pidfd;
   if (Alive(init)) {
     // Killing PID 1 of the sandbox ends every process in its pid namespace.
@@ -330,6 +353,6 @@ Status NativeRuntime::Destroy(const std::string& id, const InitProcess& init) {
   return destroyed;
 }
 
-std::vector<std::string> NativeRuntime::ListCgroups() { return cgroups_.List(); }
+std::vector<std::string> NativeTier::Leftovers() { return cgroups_.List(); }
 
 }  // namespace bulkhead::runtime::native

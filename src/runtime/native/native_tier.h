@@ -10,31 +10,37 @@
 #include "common/id_ranges.h"
 #include "common/unique_fd.h"
 #include "runtime/native/cgroup.h"
-#include "runtime/runtime.h"
+#include "runtime/tier.h"
 
 namespace bulkhead::runtime::native {
 
-class NativeRuntime : public Runtime {
+// The sandbox's init listens on <staging>/ctl.sock; its processes share the network namespace
+// it was cloned into.
+class NativeTier : public Tier {
  public:
   // `tag` names this daemon's cgroup parent; `init_binary` is the static bulkhead-init.
-  static Result<std::unique_ptr<NativeRuntime>> Create(const std::string& tag, const std::string& init_binary);
+  static Result<std::unique_ptr<NativeTier>> Create(const std::string& tag, const std::string& init_binary);
 
-  Result<InitProcess> Launch(const LaunchSpec& spec) override;
+  const std::string& name() const override { return name_; }
+  Capabilities capabilities() const override;
+  Result<SandboxHandle> Launch(const LaunchSpec& spec) override;
+  std::shared_ptr<const InitDialer> Dialer(const std::string& staging) const override;
+  Result<NetworkAttachment> AttachNetwork(const SandboxHandle& handle) override;
   Status SetLimits(const std::string& id, const Limits& limits) override;
-  Result<core::SandboxUsage> Usage(const std::string& id) override;
+  Result<Usage> SandboxUsage(const std::string& id) override;
   Status SetFrozen(const std::string& id, bool frozen) override { return cgroups_.SetFrozen(id, frozen); }
   bool Frozen(const std::string& id) override { return cgroups_.Frozen(id); }
-  bool Alive(const InitProcess& init) override;
-  Status Destroy(const std::string& id, const InitProcess& init) override;
-  std::vector<std::string> ListCgroups() override;
+  bool Alive(const SandboxHandle& handle) override;
+  Status Destroy(const std::string& id, const SandboxHandle& handle) override;
+  std::vector<std::string> Leftovers() override;
   Status Rename(const std::string& from, const std::string& to) override { return cgroups_.Rename(from, to); }
   void Release() override { cgroups_.RemoveParentsIfEmpty(); }
 
-  const Cgroups& cgroups() const { return cgroups_; }
-
  private:
-  NativeRuntime(Cgroups cgroups, UniqueFd init_memfd, std::vector<sock_filter> seccomp)
+  NativeTier(Cgroups cgroups, UniqueFd init_memfd, std::vector<sock_filter> seccomp)
       : cgroups_(std::move(cgroups)), init_memfd_(std::move(init_memfd)), seccomp_(std::move(seccomp)) {}
+
+  const std::string name_ = "native";
 
   Cgroups cgroups_;
   UniqueFd init_memfd_;               // sealed copy of bulkhead-init (CVE-2019-5736)

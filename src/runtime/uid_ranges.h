@@ -1,6 +1,8 @@
-// Host uid ranges for user namespaces: each sandbox maps its uids 0..kIdCount-1 onto a
-// range of unprivileged host uids that no other sandbox on this host uses, even one of
-// another daemon. Ranges are claimed by creating /run/bulkhead/uid-ranges/<slot>.
+// Host uid ranges: each sandbox's ids 0..kIdCount-1 are a range of unprivileged host ids that
+// no other sandbox on this host uses, even one of another daemon. Its files are stored owned
+// by them (storage) and its processes run as them (the tier's user namespace): a host
+// resource of every tier, so the core claims them. Ranges are claimed by creating
+// /run/bulkhead/uid-ranges/<slot>.
 #pragma once
 #include <sys/types.h>
 
@@ -9,7 +11,7 @@
 #include "common/id_ranges.h"
 #include "common/result.h"
 
-namespace bulkhead::runtime::native {
+namespace bulkhead::runtime {
 
 constexpr int kSlots = 0xe000;  // ranges from kFirstHostId up to ~0xfe000000
 
@@ -27,4 +29,4 @@ class UidRanges {
   int next_ = 0;
 };
 
-}  // namespace bulkhead::runtime::native
+}  // namespace bulkhead::runtime

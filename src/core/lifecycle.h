@@ -1,0 +1,46 @@
+// A sandbox's lifecycle as a state machine: its states, the moves between them, and what each
+// lifecycle call does in each state. Plain logic (tests/unit/core_lifecycle_test.cc); the
+// manager does the work and calls MoveTo for every change of state.
+//
+//   starting -> pooled -> running <-> paused      (pause / resume)
+//                  \________^  |  \      |
+//                              v   v     v
+//                           error -> stopped -> running   (stop / start)
+//   any state -> deleting (and the sandbox is gone)
+#pragma once
+#include <optional>
+#include <string_view>
+
+namespace bulkhead::core {
+
+enum class State { kStarting, kPooled, kRunning, kPaused, kStopped, kError, kDeleting };
+
+// The state as the API and the state database spell it ("running", ...).
+std::string_view StateName(State state);
+std::optional<State> ParseState(std::string_view name);
+
+// Whether a sandbox may go from `from` to `to` (the transition table).
+bool CanMove(State from, State to);
+
+// The lifecycle calls of the API.
+enum class Call { kPause, kResume, kStop, kStart, kSnapshot };
+
+// What a call does to a sandbox in a state.
+enum class Step {
+  kNothing,   // it is there already: answer the sandbox as it is
+  kFreeze,    // freeze every process (running -> paused)
+  kThaw,      // thaw them (paused -> running)
+  kEnd,       // end every process, keep the files (-> stopped)
+  kBoot,      // boot it again on its files (stopped or error -> running)
+  kCapture,   // capture its files (frozen meanwhile if running)
+  kRefuse,    // 409: Plan::why says why
+};
+
+struct Plan {
+  Step step;
+  std::string_view why;  // for kRefuse
+};
+
+Plan PlanFor(Call call, State state);
+
+}  // namespace bulkhead::core

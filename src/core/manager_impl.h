@@ -1,0 +1,261 @@
+// The manager's insides, shared by the files that implement it, one concern each:
+//   sandbox_manager.cc  opening the daemon's state, and the calls that read or list
+//   sandbox_lifecycle.cc launch, boot, teardown, pause/resume/stop/start, running checks
+//   recovery.cc         re-attaching after a restart, and cleaning up after a crash
+//   pool_refill.cc      the warm pools' refill thread
+//   timers.cc           timeouts, idle pauses and usage sampling
+//   snapshots.cc        snapshots, forks, export and import
+//   sandbox_access.cc   exec, init connections, sockets and network policy of a sandbox
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "common/time_format.h"
+#include "core/lifecycle.h"
+#include "core/network_controller.h"
+#include "core/sandbox_manager.h"
+#include "core/tier_set.h"
+#include "core/volume_registry.h"
+#include "core/warm_pool.h"
+#include "runtime/tier.h"
+#include "runtime/uid_ranges.h"
+#include "storage/storage.h"
+#include "store/state_db.h"
+
+namespace bulkhead::core {
+
+// The name of a sandbox's objects on the host that any local user can list (its cgroups, the
+// directory of its control socket, seen in /proc/net/unix): derived from the id but never the
+// id itself, which is a capability (preview host names need nothing else).
+std::string HostName(const std::string& id);
+// 20 characters of [a-z0-9]: unguessable (~103 bits) and short enough for socket paths.
+std::string NewId();
+Error NoSandbox(const std::string& id);
+// A new sandbox's preview access: a private one gets a token of its own, never the one of
+// the spec it was copied from (a fork's parent, a snapshot's sandbox).
+Status IssuePreviewToken(PreviewAccess& preview);
+Error WrongState(const std::string& id, std::string_view state, std::string_view what);
+
+// A sandbox as the manager tracks it in memory.
+struct Sandbox {
+  SandboxInfo info;  // info.state is StateName(state): set by MoveTo only
+  State state = State::kStarting;
+  runtime::Tier* tier = nullptr;
+  uid_t uid_base = 0;
+  runtime::SandboxHandle handle;                 // empty while no init runs
+  std::shared_ptr<const runtime::InitDialer> init;  // the way to its init, while it runs
+  int64_t expires_ms = 0;  // unix milliseconds; 0 = never (and while paused or stopped)
+  bool deleting = false;
+  int64_t last_activity_ms = 0;  // the last API call that needed it (idle_timeout_s)
+  int64_t booted_ms = 0;         // when its init last started (unix ms)
+  int64_t next_sample_ms = 0;    // when its usage is to be sampled next (usage_history_)
+  int64_t disk_bytes = 0;        // SampledDiskBytes' last walk of its layer, and when
+  int64_t disk_measured_ms = 0;
+  int busy = 0;                  // API sessions using it now (never idle-paused meanwhile)
+  std::mutex lifecycle_mu;       // one pause/resume/stop/start/delete at a time
+  // The sandbox's network namespace, opened while its init is known alive (no pid reuse).
+  UniqueFd netns;
+  std::mutex network_mu;  // one network change at a time
+  std::shared_ptr<OutputBudget> output_budget;  // made at its first exec or attach; null = no cap
+};
+
+// Where a new sandbox's files come from: nothing (an empty workspace) or a snapshot.
+struct LayerSource {
+  std::string snapshot_id;
+  uid_t uid_base = 0;  // the range the snapshot's owners are in
+};
+
+// A ready snapshot as the manager tracks it in memory.
+struct SnapshotEntry {
+  SnapshotInfo info;
+  uid_t uid_base = 0;
+  std::string spec_json;  // the settings of the sandbox it was taken of
+  int users = 0;          // creates, pool refills and exports reading it now (UseSnapshot)
+  int refills = 0;        // of those, warm-pool refills: a delete waits for them instead of refusing
+};
+
+class SandboxManagerImpl : public SandboxManager {
+ public:
+  SandboxManagerImpl(DaemonConfig config, UniqueFd lock, std::unique_ptr<store::StateDb> db,
+                     std::unique_ptr<NetworkController> network, std::unique_ptr<storage::Storage> storage,
+                     TierSet tiers, std::string host_rootfs);
+  ~SandboxManagerImpl() override { Shutdown(); }
+
+  Status Recover();
+  void StartBackground();
+
+  Result<SandboxInfo> Create(const SandboxSpec& spec) override;
+  Result<SandboxInfo> Get(const std::string& id) override;
+  Result<std::vector<UsageSample>> UsageSamples(const std::string& id, int64_t from_ms, int64_t to_ms) override;
+  std::vector<SandboxInfo> List(const ListFilter& filter) override;
+  Status Delete(const std::string& id) override;
+  Result<SandboxInfo> SetTimeout(const std::string& id, int64_t timeout_s) override;
+  Result<SandboxInfo> Pause(const std::string& id) override { return Change(id, Call::kPause); }
+  Result<SandboxInfo> Resume(const std::string& id) override { return Change(id, Call::kResume); }
+  Result<SandboxInfo> Stop(const std::string& id) override { return Change(id, Call::kStop); }
+  Result<SandboxInfo> Start(const std::string& id) override { return Change(id, Call::kStart); }
+  Result<UniqueFd> SandboxSocket(const std::string& id, int domain) override;
+  Result<SandboxInfo> SetNetwork(const std::string& id, const NetworkPolicy& policy) override;
+  Result<std::vector<net::EgressRecord>> Egress(const std::string& id, int64_t limit) override;
+  void AddDaemonListener(const net::DaemonListener& listener) override { network_->AddDaemonListener(listener); }
+  boost::asio::awaitable<Result<std::unique_ptr<ExecSession>>> StartExec(boost::asio::any_io_executor executor,
+                                                                         const std::string& id,
+                                                                         ExecRequest request) override;
+  boost::asio::awaitable<Result<InitConnection>> ConnectInit(boost::asio::any_io_executor executor,
+                                                             const std::string& id) override;
+  std::vector<ImageInfo> ListImages() override { return storage_->ListImages(); }
+  Result<ImageInfo> ImportImage(const std::string& name, const std::string& tar_path) override {
+    return storage_->ImportImage(name, tar_path);
+  }
+  Status DeleteImage(const std::string& name) override;
+  Result<VolumeInfo> CreateVolume(const std::string& name, int64_t size_mb) override {
+    return volumes_.Create(name, size_mb);
+  }
+  Result<VolumeInfo> GetVolume(const std::string& name) override { return volumes_.Get(name); }
+  std::vector<VolumeInfo> ListVolumes() override { return volumes_.List(); }
+  Status DeleteVolume(const std::string& name) override { return volumes_.Delete(name); }
+  ManagerStats Stats() override;
+  const DaemonConfig& config() const override { return config_; }
+  void Shutdown() override;
+  Result<SnapshotInfo> CreateSnapshot(const std::string& sandbox_id, const std::string& name) override;
+  std::vector<SnapshotInfo> ListSnapshots() override;
+  Result<SnapshotInfo> GetSnapshot(const std::string& id) override;
+  Status DeleteSnapshot(const std::string& id) override;
+  Result<std::vector<SandboxInfo>> Fork(const std::string& sandbox_id, int count) override;
+  Status ExportSnapshot(const std::string& id, int out_fd) override;
+  Result<SnapshotInfo> ImportSnapshot(int in_fd, int64_t max_bytes) override;
+
+ private:
+  // ---- sandbox_lifecycle.cc
+  // Moves the sandbox to `to` (lifecycle.h's table); an illegal move is a bug, refused.
+  Status MoveTo(Sandbox& sb, State to);
+  // Makes a running sandbox. Its row stays "starting" until the caller sets the state it
+  // hands the sandbox out in and writes the row (once): a crash before that is cleaned up.
+  Result<std::shared_ptr<Sandbox>> Launch(const SandboxSpec& spec, const LayerSource& source = {});
+  // Starts the sandbox's init on its writable layer: sets its handle, init and netns.
+  Status Boot(Sandbox& sb, const storage::WritableLayer& layer);
+  // Tells a booted sandbox's init who may use its sudo (ctl::kSudoUsers); nothing to do without
+  // sudo users (init boots with none).
+  Status GrantSudo(const Sandbox& sb, const SandboxSpec& spec) const;
+  // Frees everything a sandbox may hold; each step tolerates the resource being absent.
+  Status Teardown(const std::string& id, runtime::Tier& tier, uid_t uid_base, const runtime::SandboxHandle& handle);
+  Status Teardown(const Sandbox& sb) { return Teardown(sb.info.id, *sb.tier, sb.uid_base, sb.handle); }
+  // Hands out a launched sandbox: network, lifetime, row, listing (what Create does last).
+  Result<SandboxInfo> Admit(const std::shared_ptr<Sandbox>& sb);
+  // A sandbox locked for a lifecycle change. `life` is released before `sandbox` (members go
+  // in reverse order), so the reference keeps the mutex alive until it is unlocked, even when
+  // it is the last one (Delete has erased the sandbox from the map).
+  struct LockedSandbox {
+    std::shared_ptr<Sandbox> sandbox;
+    std::unique_lock<std::mutex> life;
+  };
+  // The live sandbox with this id (404 otherwise), locked for a lifecycle change while the
+  // caller holds the answer. 404 too if it was deleted while we waited.
+  Result<LockedSandbox> LockForChange(const std::string& id);
+  // Pause, resume, stop and start, as lifecycle.h plans them.
+  Result<SandboxInfo> Change(const std::string& id, Call call);
+  // With the sandbox's lifecycle lock held: freeze or thaw; end its processes; boot it again.
+  Status FreezeLocked(Sandbox& sb, bool frozen);
+  Status EndLocked(Sandbox& sb);
+  Status BootAgainLocked(Sandbox& sb);
+  // The running sandbox with this id, resumed first if paused; 404 if unknown, 409 if not
+  // running (an init found dead marks it "error"). Counts as API activity.
+  Result<std::shared_ptr<Sandbox>> RunningSandbox(const std::string& id);
+  void ApplyLifetime(Sandbox& sb, int64_t timeout_s);
+  // The created_at of a sandbox made now: the time to the millisecond, and later than that of
+  // every sandbox made before it (a millisecond past the last when the clock has not moved on
+  // or went back), so that created_at orders sandboxes as they were made.
+  std::string NextCreatedAt();
+  store::SandboxRow RowOf(const Sandbox& sb) const;
+  // The live (not being deleted) sandbox with this id, or nullptr. Caller holds mu_.
+  std::shared_ptr<Sandbox> FindLocked(const std::string& id) const;
+  std::string SandboxDir(const std::string& id) const { return config_.state_dir + "/sandboxes/" + HostName(id); }
+
+  // ---- pool_refill.cc
+  // The pool a create with this spec takes from (pooled sandboxes start with network mode none
+  // and no sudo users; Create gives them the requested ones), or nullopt: volumes are attached
+  // at launch, and a tier may not pool.
+  std::optional<PoolKey> PoolKeyFor(const SandboxSpec& spec) const;
+  // A ready sandbox for this spec, if its pool has one (counted as a hit or a miss).
+  std::shared_ptr<Sandbox> TakePooled(const SandboxSpec& spec);
+  // Gives a sandbox from a warm pool (made with other settings) this request's: limits, disk
+  // cap and spec. False (the sandbox torn down) if that fails; then the caller launches one.
+  bool FitPooled(Sandbox& sb, const SandboxSpec& spec);
+  // A snapshot pool a create just used: it keeps a ready sandbox while it is among the last
+  // kWarmSnapshots used. Answers the sandboxes of pools that went cold, to tear down. Caller
+  // holds mu_.
+  std::vector<std::shared_ptr<Sandbox>> WarmSnapshotLocked(const PoolKey& key);
+  // The snapshot is going: its pools too. Answers their sandboxes, to tear down. Caller holds mu_.
+  std::vector<std::shared_ptr<Sandbox>> ColdSnapshotLocked(const std::string& snapshot_id);
+  void PoolLoop();
+  // Launches one sandbox for the pool `key` and adds it (or tears it down if no longer wanted).
+  void Refill(const PoolKey& key);
+
+  // ---- timers.cc
+  void TimerLoop();
+  // Samples the usage of the running sandboxes whose turn it is, the longest waiting first and
+  // at most kSamplesPerTick of them: with many running, each is sampled less often, and the
+  // host's cost stays bounded.
+  void SampleUsage(int64_t now);
+  // One sample of a sandbox into usage_history_ (nothing if it is gone meanwhile).
+  void RecordUsage(const std::string& id, runtime::Tier& tier, double cpus, int64_t started_ms);
+  int64_t SampledDiskBytes(const std::string& id, int64_t now);
+  static constexpr size_t kSamplesPerTick = 50;  // 200 a second at the timer's 250 ms
+
+  // ---- snapshots.cc
+  void RecoverSnapshots();
+  // Writes a "creating" row, captures the sandbox's files (frozen if running), thaws.
+  Result<store::SnapshotRow> Capture(const std::string& sandbox_id, const std::string& name);
+  void DropSnapshot(const std::string& id);
+  // A copy of a ready snapshot's entry, and a token that keeps DeleteSnapshot away (409) while
+  // it lives; a warm-pool `refill` only delays it. 404 if there is none.
+  Result<std::pair<SnapshotEntry, std::shared_ptr<void>>> UseSnapshot(const std::string& id, bool refill = false);
+  Result<SandboxInfo> CreateFromSnapshot(SandboxSpec spec);
+
+  // ---- sandbox_access.cc
+  // A token that keeps the sandbox counted as busy while it lives.
+  std::shared_ptr<void> BusyToken(const std::shared_ptr<Sandbox>& sb);
+  // The sandbox's output relay budget (output_budget.h), made on first use; null if uncapped.
+  std::shared_ptr<OutputBudget> OutputBudgetLocked(Sandbox& sb);
+  // Its network namespace, or 409 (only a sandbox whose namespace could not be reopened after
+  // a daemon restart lacks one).
+  static Result<int> NetnsOf(const Sandbox& sb);
+
+  DaemonConfig config_;
+  UniqueFd lock_;
+  std::unique_ptr<store::StateDb> db_;
+  std::unique_ptr<NetworkController> network_;  // writes to db_
+  std::unique_ptr<storage::Storage> storage_;
+  TierSet tiers_;
+  VolumeRegistry volumes_{*db_, *storage_};
+  runtime::UidRanges uids_;
+  std::mutex uids_mu_;
+  std::string host_rootfs_;
+
+  std::mutex mu_;  // guards sandboxes_, snapshots_, pools_, warm_snapshots_ and stats_
+  std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
+  std::map<std::string, SnapshotEntry> snapshots_;  // ready ones
+  WarmPool<std::shared_ptr<Sandbox>> pools_;
+  // The snapshot pools that keep a ready sandbox: the last kWarmSnapshots that creates used,
+  // most recent last. Only with warm_pool > 0.
+  static constexpr size_t kWarmSnapshots = 4;
+  std::deque<PoolKey> warm_snapshots_;
+  ManagerStats stats_;
+
+  UsageHistory usage_history_;
+  int64_t usage_trimmed_ms_ = 0;  // timer thread only
+  std::atomic<int64_t> last_created_ms_{0};  // NextCreatedAt's last, and Recover's newest row
+  std::atomic<bool> stopping_{false};
+  std::condition_variable wake_;
+  std::condition_variable snapshot_released_;  // a UseSnapshot token ended
+  std::thread pool_thread_, timer_thread_;
+  std::once_flag shutdown_once_;
+};
+
+}  // namespace bulkhead::core

@@ -1,0 +1,137 @@
+// Warm pools (warm_pool.h): which pool a create takes from, fitting a pooled sandbox to the
+// create's settings, and the thread that keeps every pool at its target.
+#include <algorithm>
+#include <spdlog/spdlog.h>
+
+#include "core/manager_impl.h"
+#include "core/spec_json.h"
+
+namespace bulkhead::core {
+
+std::optional<PoolKey> SandboxManagerImpl::PoolKeyFor(const SandboxSpec& spec) const {
+  if (!spec.volumes.empty()) return std::nullopt;
+  auto tier = tiers_.Find(spec.runtime);
+  if (!tier || !(*tier)->capabilities().pooling) return std::nullopt;
+  return PoolKey{spec.runtime, spec.image, spec.from_snapshot.value_or("")};
+}
+
+std::shared_ptr<Sandbox> SandboxManagerImpl::TakePooled(const SandboxSpec& spec) {
+  const std::optional<PoolKey> key = PoolKeyFor(spec);
+  std::shared_ptr<Sandbox> sb;
+  {
+    std::lock_guard lock(mu_);
+    if (!key || pools_.Target(*key) == 0) return nullptr;  // no pool for such sandboxes
+    if (auto taken = pools_.Take(*key)) {
+      sb = std::move(*taken);
+      stats_.warm_pool_hits_total++;
+    } else {
+      stats_.warm_pool_misses_total++;
+    }
+  }
+  wake_.notify_all();  // the pool refills
+  return sb;
+}
+
+bool SandboxManagerImpl::FitPooled(Sandbox& sb, const SandboxSpec& spec) {
+  PreviewAccess preview = spec.preview;
+  Status st = IssuePreviewToken(preview);
+  if (st) st = sb.tier->SetLimits(HostName(sb.info.id), {spec.cpus, spec.memory_mb, spec.pids});
+  if (st) st = storage_->SetLayerQuota(sb.info.id, spec.disk_mb);
+  if (st) st = GrantSudo(sb, spec);
+  if (!st) {
+    spdlog::warn("warm pool: sandbox {}: {}", sb.info.id, st.error().message);
+    (void)Teardown(sb);
+    return false;
+  }
+  sb.info.spec = spec;
+  sb.info.spec.preview = std::move(preview);
+  sb.info.parent_snapshot = spec.from_snapshot;
+  sb.info.created_at = NextCreatedAt();
+  return true;
+}
+
+std::vector<std::shared_ptr<Sandbox>> SandboxManagerImpl::WarmSnapshotLocked(const PoolKey& key) {
+  if (config_.warm_pool <= 0) return {};
+  warm_snapshots_.erase(std::remove(warm_snapshots_.begin(), warm_snapshots_.end(), key), warm_snapshots_.end());
+  warm_snapshots_.push_back(key);
+  if (pools_.Target(key) == 0) (void)pools_.SetTarget(key, 1);
+  std::vector<std::shared_ptr<Sandbox>> cold;
+  while (warm_snapshots_.size() > kWarmSnapshots) {
+    for (auto& sb : pools_.SetTarget(warm_snapshots_.front(), 0)) cold.push_back(std::move(sb));
+    warm_snapshots_.pop_front();
+  }
+  return cold;
+}
+
+std::vector<std::shared_ptr<Sandbox>> SandboxManagerImpl::ColdSnapshotLocked(const std::string& snapshot_id) {
+  std::vector<std::shared_ptr<Sandbox>> cold;
+  for (auto it = warm_snapshots_.begin(); it != warm_snapshots_.end();) {
+    if (it->snapshot != snapshot_id) {
+      ++it;
+      continue;
+    }
+    for (auto& sb : pools_.SetTarget(*it, 0)) cold.push_back(std::move(sb));
+    it = warm_snapshots_.erase(it);
+  }
+  return cold;
+}
+
+void SandboxManagerImpl::PoolLoop() {
+  while (!stopping_) {
+    std::optional<PoolKey> key;
+    {
+      std::unique_lock lock(mu_);
+      wake_.wait_for(lock, std::chrono::seconds(1), [&] { return stopping_ || (key = pools_.NextToFill()); });
+      if (stopping_) break;
+    }
+    if (key) Refill(*key);
+  }
+}
+
+void SandboxManagerImpl::Refill(const PoolKey& key) {
+  SandboxSpec spec;
+  LayerSource source;
+  std::shared_ptr<void> use_token;  // a snapshot's: not deleted under the launch
+  if (!key.snapshot.empty()) {
+    auto use = UseSnapshot(key.snapshot, /*refill=*/true);
+    if (!use) {  // deleted meanwhile: its pool goes
+      std::lock_guard lock(mu_);
+      (void)pools_.SetTarget(key, 0);
+      return;
+    }
+    auto settings = SpecFromJson(use->first.spec_json);
+    if (!settings) return;
+    spec = *settings;
+    spec.from_snapshot = key.snapshot;
+    spec.volumes.clear();
+    source = {key.snapshot, use->first.uid_base};
+    use_token = std::move(use->second);
+  }
+  // Pooled sandboxes run with no network, no sudo users and no timeout until handed out.
+  spec.runtime = key.tier;
+  spec.image = key.image;
+  spec.network = {};
+  spec.sudo_users.clear();
+  spec.timeout_s = 0;
+  auto sb = Launch(spec, source);
+  if (sb) {
+    (void)MoveTo(**sb, State::kPooled);
+    if (auto st = db_->Put(RowOf(**sb)); !st) {
+      (void)Teardown(**sb);
+      sb = st.error();
+    }
+  }
+  if (!sb) {
+    spdlog::warn("warm pool ({} {} {}): {}", key.tier, key.image, key.snapshot, sb.error().message);
+    std::unique_lock lock(mu_);
+    wake_.wait_for(lock, std::chrono::seconds(5), [&] { return stopping_.load(); });
+    return;
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (pools_.Put(key, *sb)) return;
+  }
+  (void)Teardown(**sb);  // its pool went cold while it booted
+}
+
+}  // namespace bulkhead::core

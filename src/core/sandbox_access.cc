@@ -1,0 +1,126 @@
+// What the API reaches in a running sandbox: commands, init connections, sockets in its
+// network namespace and its network policy.
+#include <sys/socket.h>
+
+#include "core/manager_impl.h"
+#include "net/netns.h"
+
+// g++ 12 reports a false -Wmismatched-new-delete on asio's coroutine frames.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
+namespace bulkhead::core {
+
+std::shared_ptr<void> SandboxManagerImpl::BusyToken(const std::shared_ptr<Sandbox>& sb) {
+  {
+    std::lock_guard lock(mu_);
+    sb->busy++;
+  }
+  return std::shared_ptr<void>(nullptr, [this, sb](void*) {
+    std::lock_guard lock(mu_);
+    sb->busy--;
+    sb->last_activity_ms = UnixMillis();
+  });
+}
+
+std::shared_ptr<OutputBudget> SandboxManagerImpl::OutputBudgetLocked(Sandbox& sb) {
+  if (config_.output_rate_mib <= 0) return nullptr;
+  if (!sb.output_budget) {
+    const int64_t rate = config_.output_rate_mib * 1024 * 1024;
+    // A second's worth at once, and at least one default-sized exec answer (16 MiB).
+    sb.output_budget = std::make_shared<OutputBudget>(rate, std::max<int64_t>(rate, 16 * 1024 * 1024));
+  }
+  return sb.output_budget;
+}
+
+Result<int> SandboxManagerImpl::NetnsOf(const Sandbox& sb) {
+  if (!sb.netns) return MakeError(ErrorCode::kConflict, "sandbox " + sb.info.id + " has no network namespace");
+  return sb.netns.get();
+}
+
+Result<UniqueFd> SandboxManagerImpl::SandboxSocket(const std::string& id, int domain) {
+  auto sb = RunningSandbox(id);
+  if (!sb) return sb.error();
+  auto netns = NetnsOf(**sb);
+  if (!netns) return netns.error();
+  return net::SocketInNetns(*netns, domain, SOCK_STREAM);
+}
+
+Result<SandboxInfo> SandboxManagerImpl::SetNetwork(const std::string& id, const NetworkPolicy& policy) {
+  {
+    std::lock_guard lock(mu_);
+    auto sb = FindLocked(id);
+    if (sb && sb->state == State::kStopped) {  // applies when it starts
+      sb->info.spec.network = policy;
+      BH_TRY(db_->Put(RowOf(*sb)));
+      return sb->info;
+    }
+  }
+  auto found = RunningSandbox(id);
+  if (!found) return found.error();
+  Sandbox& sb = **found;
+  auto netns = NetnsOf(sb);
+  if (!netns) return netns.error();
+  std::lock_guard change(sb.network_mu);
+  BH_TRY(network_->Apply(id, *netns, policy));
+  std::lock_guard lock(mu_);
+  sb.info.spec.network = policy;
+  BH_TRY(db_->Put(RowOf(sb)));
+  return sb.info;
+}
+
+Result<std::vector<net::EgressRecord>> SandboxManagerImpl::Egress(const std::string& id, int64_t limit) {
+  {
+    std::lock_guard lock(mu_);
+    if (!FindLocked(id)) return NoSandbox(id);
+  }
+  return network_->Egress(id, limit);
+}
+
+boost::asio::awaitable<Result<std::unique_ptr<ExecSession>>> SandboxManagerImpl::StartExec(
+    boost::asio::any_io_executor executor, const std::string& id, ExecRequest req) {
+  Result<std::shared_ptr<Sandbox>> sb = RunningSandbox(id);
+  if (!sb.ok()) co_return sb.error();
+  SandboxSpec spec;
+  std::shared_ptr<OutputBudget> budget;
+  std::shared_ptr<const runtime::InitDialer> init;
+  {
+    std::lock_guard lock(mu_);
+    stats_.execs_total++;
+    spec = (*sb)->info.spec;
+    budget = OutputBudgetLocked(**sb);
+    init = (*sb)->init;
+  }
+  if (!init) co_return WrongState(id, "stopped", "it stopped meanwhile");
+  std::shared_ptr<void> busy = BusyToken(*sb);
+  const std::string payload = InitExecPayload(req, spec).dump();
+  Result<std::unique_ptr<ExecSession>> session =
+      co_await ExecSession::Start(executor, std::move(init), payload, std::move(req.stdin_data));
+  if (session.ok()) {
+    (*session)->Hold(std::move(busy));
+    (*session)->PaceWith(std::move(budget));
+  }
+  co_return session;
+}
+
+boost::asio::awaitable<Result<InitConnection>> SandboxManagerImpl::ConnectInit(boost::asio::any_io_executor executor,
+                                                                               const std::string& id) {
+  Result<std::shared_ptr<Sandbox>> sb = RunningSandbox(id);
+  if (!sb.ok()) co_return sb.error();
+  SandboxSpec spec;
+  std::shared_ptr<OutputBudget> budget;
+  std::shared_ptr<const runtime::InitDialer> init;
+  {
+    std::lock_guard lock(mu_);
+    spec = (*sb)->info.spec;
+    budget = OutputBudgetLocked(**sb);
+    init = (*sb)->init;
+  }
+  if (!init) co_return WrongState(id, "stopped", "it stopped meanwhile");
+  std::shared_ptr<void> busy = BusyToken(*sb);
+  Result<std::unique_ptr<CtlClient>> client = co_await CtlClient::Connect(executor, std::move(init));
+  if (!client.ok()) co_return client.error();
+  (*client)->PaceWith(std::move(budget));
+  co_return InitConnection{std::move(client.value()), std::move(spec), std::move(busy)};
+}
+
+}  // namespace bulkhead::core

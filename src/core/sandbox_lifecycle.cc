@@ -1,0 +1,364 @@
+// Launching, booting and tearing down sandboxes, and their lifecycle calls (lifecycle.h).
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <spdlog/spdlog.h>
+
+#include "common/ctl_protocol.h"
+#include "common/id_ranges.h"
+#include "common/random_hex.h"
+#include "common/scope_guard.h"
+#include "common/time_format.h"
+#include "core/manager_impl.h"
+#include "core/spec_json.h"
+
+namespace bulkhead::core {
+namespace fs = std::filesystem;
+
+// Preview tokens are as long as the API key: 32 random bytes, 64 hex digits.
+constexpr size_t kPreviewTokenBytes = 32;
+
+Status IssuePreviewToken(PreviewAccess& preview) {
+  preview.token.clear();
+  if (preview.is_public) return {};
+  auto token = RandomHex(kPreviewTokenBytes);
+  if (!token) return token.error();
+  preview.token = std::move(*token);
+  return {};
+}
+
+Status SandboxManagerImpl::MoveTo(Sandbox& sb, State to) {
+  if (!CanMove(sb.state, to)) {
+    spdlog::error("sandbox {}: no move from {} to {}", sb.info.id, StateName(sb.state), StateName(to));
+    return MakeError(ErrorCode::kInternal, "sandbox " + sb.info.id + " cannot go from " +
+                                               std::string(StateName(sb.state)) + " to " + std::string(StateName(to)));
+  }
+  sb.state = to;
+  sb.info.state = StateName(to);
+  return {};
+}
+
+store::SandboxRow SandboxManagerImpl::RowOf(const Sandbox& sb) const {
+  store::SandboxRow r;
+  r.id = sb.info.id;
+  r.state = StateName(sb.state);
+  r.spec_json = SpecToJson(sb.info.spec);
+  r.created_at = sb.info.created_at;
+  r.expires_at_ms = sb.expires_ms;
+  r.uid_base = sb.uid_base;
+  r.init_pid = sb.handle.pid;
+  r.init_start_time = sb.handle.start_time;
+  return r;
+}
+
+std::shared_ptr<Sandbox> SandboxManagerImpl::FindLocked(const std::string& id) const {
+  auto it = sandboxes_.find(id);
+  if (it == sandboxes_.end() || it->second->deleting) return nullptr;
+  return it->second;
+}
+
+Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::Launch(const SandboxSpec& spec, const LayerSource& source) {
+  auto tier = tiers_.Find(spec.runtime);
+  if (!tier) return tier.error();
+  if (!spec.volumes.empty() && !(*tier)->capabilities().idmapped_volumes)
+    return MakeError(ErrorCode::kInvalid, "the " + spec.runtime + " runtime has no named volumes", "runtime_unsupported");
+  auto sb = std::make_shared<Sandbox>();
+  sb->tier = *tier;
+  sb->info.id = NewId();
+  sb->info.spec = spec;
+  BH_TRY(IssuePreviewToken(sb->info.spec.preview));
+  sb->info.parent_snapshot = spec.from_snapshot;
+  sb->info.state = StateName(sb->state);
+  sb->info.created_at = NextCreatedAt();
+  const std::string& id = sb->info.id;
+  if (spec.image != "host") {
+    auto image = storage_->ImageRootfs(spec.image);
+    if (!image) return image.error();
+  }
+  {
+    std::lock_guard lock(uids_mu_);
+    auto base = uids_.Claim(id);
+    if (!base) return base.error();
+    sb->uid_base = *base;
+  }
+  // The row exists before any resource does, so a crash at any point below is cleaned up
+  // by Recover().
+  if (auto st = db_->Put(RowOf(*sb)); !st) {
+    std::lock_guard lock(uids_mu_);
+    uids_.Release(sb->uid_base);
+    return st.error();
+  }
+  ScopeGuard undo([&] { (void)Teardown(*sb); });
+
+  auto layer = source.snapshot_id.empty()
+                   ? storage_->CreateLayer(id, sb->uid_base, sb->uid_base, spec.disk_mb)
+                   : storage_->CreateLayerFromSnapshot(
+                         id, source.snapshot_id, {source.uid_base, sb->uid_base, kIdCount}, spec.disk_mb);
+  if (!layer) return layer.error();
+  BH_TRY(Boot(*sb, *layer));
+  undo.Dismiss();
+  return sb;
+}
+
+Status SandboxManagerImpl::Boot(Sandbox& sb, const storage::WritableLayer& layer) {
+  const SandboxSpec& spec = sb.info.spec;
+  runtime::LaunchSpec ls;
+  ls.id = HostName(sb.info.id);
+  if (spec.image == "host") {
+    ls.rootfs.image = host_rootfs_;
+    ls.rootfs.host_binds = storage_->HostBindDirs();
+  } else {
+    auto image = storage_->ImageRootfs(spec.image);
+    if (!image) return image.error();
+    ls.rootfs.image = *image;
+  }
+  ls.rootfs.upper = layer.upper;
+  ls.rootfs.work = layer.work;
+  ls.staging = SandboxDir(sb.info.id);
+  if (::mkdir(ls.staging.c_str(), 0700) != 0 && errno != EEXIST) return SystemError("mkdir " + ls.staging, errno);
+  ls.host_uid = sb.uid_base;
+  ls.limits = {spec.cpus, spec.memory_mb, spec.pids};
+  auto volume_binds = volumes_.Acquire(sb.info.id, spec.volumes);  // marks them in use (again)
+  if (!volume_binds) return volume_binds.error();
+  ls.volumes = std::move(*volume_binds);
+  auto handle = sb.tier->Launch(ls);
+  if (!handle) return handle.error();
+  {
+    std::lock_guard lock(mu_);  // readers of a running sandbox's init hold it
+    sb.handle = *handle;
+    sb.init = sb.tier->Dialer(ls.staging);
+  }
+  sb.booted_ms = UnixMillis();
+  auto network = sb.tier->AttachNetwork(sb.handle);
+  if (!network) return network.error();
+  sb.netns = std::move(network->netns);
+  return GrantSudo(sb, spec);
+}
+
+Status SandboxManagerImpl::GrantSudo(const Sandbox& sb, const SandboxSpec& spec) const {
+  if (spec.sudo_users.empty()) return {};
+  constexpr std::chrono::seconds kInitAnswer{10};  // a fresh init answers at once; a stuck one must not hold a create
+  auto answer = CallInitBlocking(*sb.init, ctl::kSudoUsers, nlohmann::json{{"users", spec.sudo_users}}.dump(),
+                                 kInitAnswer);
+  if (!answer) return answer.error();
+  if (answer->type != ctl::kResult)
+    return InitProtocolError("kSudoUsers answered with frame type " + std::to_string(answer->type));
+  return {};
+}
+
+Status SandboxManagerImpl::Teardown(const std::string& id, runtime::Tier& tier, uid_t uid_base,
+                                    const runtime::SandboxHandle& handle) {
+  Status first;
+  auto note = [&](Status st) {
+    if (!st && first) first = st;
+  };
+  network_->Forget(id);
+  note(tier.Destroy(HostName(id), handle));
+  note(storage_->DestroyLayer(id));
+  volumes_.Release(id);  // its volumes' data stays
+  std::error_code ec;
+  fs::remove_all(SandboxDir(id), ec);
+  {
+    std::lock_guard lock(uids_mu_);
+    uids_.Release(uid_base);
+  }
+  // Keep the row if something is left behind, so that the next start retries.
+  if (first.ok())
+    note(db_->Remove(id));
+  else
+    spdlog::warn("teardown of {}: {}", id, first.error().message);
+  return first;
+}
+
+Result<SandboxInfo> SandboxManagerImpl::Admit(const std::shared_ptr<Sandbox>& sb) {
+  const SandboxSpec& spec = sb->info.spec;
+  if (auto st = MoveTo(*sb, State::kRunning); !st) {
+    (void)Teardown(*sb);
+    return st.error();
+  }
+  if (spec.network.mode != "none") {
+    if (auto st = network_->Apply(sb->info.id, sb->netns.get(), spec.network); !st) {
+      (void)Teardown(*sb);
+      return st.error();
+    }
+  }
+  ApplyLifetime(*sb, spec.timeout_s);
+  sb->last_activity_ms = UnixMillis();
+  if (auto st = db_->Put(RowOf(*sb)); !st) {
+    (void)Teardown(*sb);
+    return st.error();
+  }
+  std::lock_guard lock(mu_);
+  sandboxes_[sb->info.id] = sb;
+  stats_.sandboxes_created_total++;
+  stats_.sandboxes_running = static_cast<int64_t>(sandboxes_.size());
+  return sb->info;
+}
+
+void SandboxManagerImpl::ApplyLifetime(Sandbox& sb, int64_t timeout_s) {
+  sb.info.spec.timeout_s = timeout_s;
+  sb.expires_ms = timeout_s > 0 ? UnixMillis() + timeout_s * 1000 : 0;
+  if (sb.expires_ms)
+    sb.info.expires_at = Rfc3339Millis(sb.expires_ms);
+  else
+    sb.info.expires_at.reset();
+}
+
+std::string SandboxManagerImpl::NextCreatedAt() {
+  int64_t last = last_created_ms_.load();
+  int64_t next = 0;
+  do {
+    next = std::max(UnixMillis(), last + 1);
+  } while (!last_created_ms_.compare_exchange_weak(last, next));
+  return Rfc3339Millis(next);
+}
+
+Result<SandboxManagerImpl::LockedSandbox> SandboxManagerImpl::LockForChange(const std::string& id) {
+  LockedSandbox held;
+  {
+    std::lock_guard lock(mu_);
+    held.sandbox = FindLocked(id);
+    if (!held.sandbox) return NoSandbox(id);
+  }
+  held.life = std::unique_lock(held.sandbox->lifecycle_mu);
+  std::lock_guard lock(mu_);
+  if (held.sandbox->deleting) return NoSandbox(id);
+  return held;
+}
+
+Result<SandboxInfo> SandboxManagerImpl::Change(const std::string& id, Call call) {
+  auto held = LockForChange(id);
+  if (!held) return held.error();
+  Sandbox& sb = *held->sandbox;
+  State state;
+  {
+    std::lock_guard lock(mu_);
+    state = sb.state;
+  }
+  const Plan plan = PlanFor(call, state);
+  switch (plan.step) {
+    case Step::kNothing:
+      break;
+    case Step::kFreeze:
+    case Step::kThaw:
+      BH_TRY(FreezeLocked(sb, plan.step == Step::kFreeze));
+      break;
+    case Step::kEnd:
+      BH_TRY(EndLocked(sb));
+      break;
+    case Step::kBoot:
+      BH_TRY(BootAgainLocked(sb));
+      break;
+    case Step::kCapture:
+    case Step::kRefuse:
+      return WrongState(id, StateName(state), plan.why);
+  }
+  std::lock_guard lock(mu_);
+  return sb.info;
+}
+
+Status SandboxManagerImpl::FreezeLocked(Sandbox& sb, bool frozen) {
+  const std::string& id = sb.info.id;
+  if (frozen && !sb.tier->capabilities().pause)
+    return MakeError(ErrorCode::kInvalid, "the " + sb.tier->name() + " runtime cannot pause a sandbox",
+                     "runtime_unsupported");
+  if (!sb.tier->Alive(sb.handle)) {
+    std::lock_guard lock(mu_);
+    (void)MoveTo(sb, State::kError);
+    (void)db_->Put(RowOf(sb));
+    return WrongState(id, "error", "its init is gone; POST .../start boots it again");
+  }
+  BH_TRY(sb.tier->SetFrozen(HostName(id), frozen));
+  std::lock_guard lock(mu_);
+  BH_TRY(MoveTo(sb, frozen ? State::kPaused : State::kRunning));
+  if (frozen) {
+    sb.expires_ms = 0;  // a paused sandbox does not expire; its clock restarts on resume
+    sb.info.expires_at.reset();
+  } else {
+    ApplyLifetime(sb, sb.info.spec.timeout_s);
+    sb.last_activity_ms = UnixMillis();
+  }
+  if (auto st = db_->Put(RowOf(sb)); !st) {
+    spdlog::warn("sandbox {}: state {} not saved: {}", id, sb.info.state, st.error().message);
+  }
+  return {};
+}
+
+Status SandboxManagerImpl::EndLocked(Sandbox& sb) {
+  const std::string& id = sb.info.id;
+  {
+    std::lock_guard lock(mu_);
+    // The row says stopped before anything ends: a crash from here on recovers as stopped.
+    BH_TRY(MoveTo(sb, State::kStopped));
+    sb.expires_ms = 0;
+    sb.info.expires_at.reset();
+    BH_TRY(db_->Put(RowOf(sb)));
+  }
+  network_->Detach(id);
+  BH_TRY(sb.tier->Destroy(HostName(id), sb.handle));  // thaws a paused one first
+  std::lock_guard lock(mu_);
+  sb.handle = {};
+  sb.init.reset();
+  sb.netns.reset();
+  (void)db_->Put(RowOf(sb));
+  return {};
+}
+
+Status SandboxManagerImpl::BootAgainLocked(Sandbox& sb) {
+  const std::string& id = sb.info.id;
+  if (stopping_) return MakeError(ErrorCode::kUnavailable, "the daemon is shutting down");
+  auto layer = storage_->GetLayer(id);
+  if (!layer) return layer.error();
+  network_->Detach(id);
+  BH_TRY(sb.tier->Destroy(HostName(id), sb.handle));  // whatever an init that died left behind
+  ScopeGuard undo([&] {
+    (void)sb.tier->Destroy(HostName(id), sb.handle);
+    std::lock_guard lock(mu_);
+    sb.handle = {};
+    sb.init.reset();
+    sb.netns.reset();
+  });
+  BH_TRY(Boot(sb, *layer));
+  if (sb.info.spec.network.mode != "none") BH_TRY(network_->Apply(id, sb.netns.get(), sb.info.spec.network));
+  std::lock_guard lock(mu_);
+  const State before = sb.state;
+  BH_TRY(MoveTo(sb, State::kRunning));
+  ApplyLifetime(sb, sb.info.spec.timeout_s);
+  sb.last_activity_ms = UnixMillis();
+  if (auto st = db_->Put(RowOf(sb)); !st) {
+    (void)MoveTo(sb, before);
+    return st.error();
+  }
+  undo.Dismiss();
+  return {};
+}
+
+Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::RunningSandbox(const std::string& id) {
+  bool paused = false;
+  {
+    std::lock_guard lock(mu_);
+    auto sb = FindLocked(id);
+    if (!sb) return NoSandbox(id);
+    sb->last_activity_ms = UnixMillis();
+    paused = sb->state == State::kPaused;
+  }
+  if (paused) {
+    auto resumed = Resume(id);
+    if (!resumed) return resumed.error();
+  }
+  std::lock_guard lock(mu_);
+  auto sb = FindLocked(id);
+  if (!sb) return NoSandbox(id);
+  if (sb->state == State::kRunning && !sb->tier->Alive(sb->handle)) {
+    // Its init died under it (killed from outside, or a crash): nothing can run there now.
+    spdlog::warn("sandbox {}: init {} is gone; marking it as error", id, sb->handle.pid);
+    (void)MoveTo(*sb, State::kError);
+    (void)db_->Put(RowOf(*sb));
+  }
+  if (sb->state == State::kStopped) return WrongState(id, "stopped", "POST .../start boots it again");
+  if (sb->state != State::kRunning)
+    return MakeError(ErrorCode::kConflict, "sandbox " + id + " is " + sb->info.state, "sandbox_not_running");
+  return sb;
+}
+
+}  // namespace bulkhead::core

@@ -1,0 +1,357 @@
+// Snapshots and forks of a sandbox's files, and their export and import.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <spdlog/spdlog.h>
+#include <thread>
+
+#include "common/id_ranges.h"
+#include "common/scope_guard.h"
+#include "common/time_format.h"
+#include "core/manager_impl.h"
+#include "core/spec_json.h"
+#include "storage/snapshot_archive.h"
+
+namespace bulkhead::core {
+
+// A snapshot's row is written "creating" before its files exist and "ready" once they are
+// complete; a fork captures an unlisted snapshot of its own (left "creating") and starts
+// every copy from it. A crash at any point leaves rows or files that RecoverSnapshots
+// removes, so no snapshot is listed that cannot be used.
+
+namespace {
+
+Error NoSnapshot(const std::string& id) {
+  return MakeError(ErrorCode::kNotFound, "no snapshot " + id, "snapshot_not_found");
+}
+
+SnapshotInfo SnapshotInfoOf(const store::SnapshotRow& row) {
+  return SnapshotInfo{row.id, row.name, row.sandbox_id, row.created_at, row.size_bytes, row.image};
+}
+
+SnapshotEntry EntryOf(const store::SnapshotRow& row) {
+  return SnapshotEntry{SnapshotInfoOf(row), row.uid_base, row.spec_json, 0};
+}
+
+}  // namespace
+
+void SandboxManagerImpl::RecoverSnapshots() {
+  auto rows = db_->LoadSnapshots();
+  if (!rows) {
+    spdlog::error("recover: snapshots: {}", rows.error().message);
+    return;
+  }
+  std::set<std::string> ready;
+  for (const auto& row : *rows) {
+    struct stat st;
+    bool complete = row.state == "ready" && ::stat((storage_->SnapshotDir(row.id) + "/upper").c_str(), &st) == 0;
+    if (!complete) {
+      spdlog::info("recover: removing unfinished snapshot {}", row.id);
+      DropSnapshot(row.id);
+      continue;
+    }
+    ready.insert(row.id);
+    snapshots_[row.id] = EntryOf(row);
+  }
+  for (const auto& id : storage_->ListSnapshots()) {
+    if (ready.count(id)) continue;
+    spdlog::info("recover: removing snapshot files without a record: {}", id);
+    (void)storage_->DestroySnapshot(id);
+  }
+}
+
+Result<std::pair<SnapshotEntry, std::shared_ptr<void>>> SandboxManagerImpl::UseSnapshot(const std::string& id,
+                                                                                       bool refill) {
+  std::lock_guard lock(mu_);
+  auto it = snapshots_.find(id);
+  if (it == snapshots_.end()) return NoSnapshot(id);
+  it->second.users++;
+  if (refill) it->second.refills++;
+  std::shared_ptr<void> token(nullptr, [this, id, refill](void*) {
+    {
+      std::lock_guard lock(mu_);
+      if (auto it = snapshots_.find(id); it != snapshots_.end()) {
+        it->second.users--;
+        if (refill) it->second.refills--;
+      }
+    }
+    snapshot_released_.notify_all();
+  });
+  return std::pair{it->second, std::move(token)};
+}
+
+void SandboxManagerImpl::DropSnapshot(const std::string& id) {
+  // Files first: a row without files is removed at the next start as well.
+  if (auto st = storage_->DestroySnapshot(id); !st) spdlog::warn("snapshot {}: {}", id, st.error().message);
+  if (auto st = db_->RemoveSnapshot(id); !st) spdlog::warn("snapshot {}: {}", id, st.error().message);
+}
+
+Result<store::SnapshotRow> SandboxManagerImpl::Capture(const std::string& sandbox_id, const std::string& name) {
+  // No pause, resume, stop, start or delete meanwhile: the freeze below is ours alone.
+  auto held = LockForChange(sandbox_id);
+  if (!held) return held.error();
+  Sandbox* sb = held->sandbox.get();
+  store::SnapshotRow row;
+  State state;
+  {
+    std::lock_guard lock(mu_);
+    state = sb->state;
+    // The settings without the preview token: it is this sandbox's alone, and snapshots are
+    // exported.
+    SandboxSpec settings = sb->info.spec;
+    settings.preview.token.clear();
+    row.spec_json = SpecToJson(settings);
+    row.image = sb->info.spec.image;
+    row.uid_base = sb->uid_base;
+  }
+  if (const Plan plan = PlanFor(Call::kSnapshot, state); plan.step == Step::kRefuse)
+    return WrongState(sandbox_id, StateName(state), plan.why);
+  if (!sb->tier->capabilities().filesystem_snapshot)
+    return MakeError(ErrorCode::kInvalid, "the " + sb->tier->name() + " runtime has no snapshots", "runtime_unsupported");
+  row.id = "snap_" + NewId();
+  row.name = name;
+  row.sandbox_id = sandbox_id;
+  row.created_at = Rfc3339(static_cast<time_t>(UnixMillis() / 1000));
+  row.state = "creating";
+  BH_TRY(db_->PutSnapshot(row));
+  ScopeGuard undo([&] { DropSnapshot(row.id); });
+  // Frozen, nothing in the sandbox writes while the capture is cut: files are whole.
+  const bool freeze = state == State::kRunning;
+  if (freeze) BH_TRY(sb->tier->SetFrozen(HostName(sandbox_id), true));
+  Status captured = storage_->CaptureSnapshot(sandbox_id, row.id);
+  if (freeze) {
+    if (auto thawed = sb->tier->SetFrozen(HostName(sandbox_id), false); !thawed) {
+      spdlog::error("sandbox {}: thaw after snapshot: {}", sandbox_id, thawed.error().message);
+      if (captured) captured = thawed.error();
+    }
+  }
+  if (!captured) return captured.error();
+  undo.Dismiss();
+  return row;
+}
+
+Result<SnapshotInfo> SandboxManagerImpl::CreateSnapshot(const std::string& sandbox_id, const std::string& name) {
+  if (stopping_) return MakeError(ErrorCode::kUnavailable, "the daemon is shutting down");
+  auto row = Capture(sandbox_id, name);
+  if (!row) return row.error();
+  ScopeGuard undo([&] { DropSnapshot(row->id); });
+  if (auto size = storage_->SnapshotSizeBytes(row->id)) row->size_bytes = *size;
+  row->state = "ready";
+  BH_TRY(db_->PutSnapshot(*row));
+  undo.Dismiss();
+  std::lock_guard lock(mu_);
+  snapshots_[row->id] = EntryOf(*row);
+  return SnapshotInfoOf(*row);
+}
+
+std::vector<SnapshotInfo> SandboxManagerImpl::ListSnapshots() {
+  std::vector<SnapshotInfo> out;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, entry] : snapshots_) out.push_back(entry.info);
+  }
+  std::sort(out.begin(), out.end(), [](const SnapshotInfo& a, const SnapshotInfo& b) {
+    return a.created_at != b.created_at ? a.created_at < b.created_at : a.id < b.id;
+  });
+  return out;
+}
+
+Result<SnapshotInfo> SandboxManagerImpl::GetSnapshot(const std::string& id) {
+  std::lock_guard lock(mu_);
+  auto it = snapshots_.find(id);
+  if (it == snapshots_.end()) return NoSnapshot(id);
+  return it->second.info;
+}
+
+Status SandboxManagerImpl::DeleteSnapshot(const std::string& id) {
+  std::vector<std::shared_ptr<Sandbox>> pooled;
+  {
+    std::unique_lock lock(mu_);
+    // Refused while a sandbox, a create or an export uses it. A warm-pool refill launching
+    // from it is not the caller's doing: it is told to give up (the snapshot's pools go, so
+    // the refill tears down what it made) and waited for.
+    auto in_use = [&]() -> std::optional<std::string> {
+      auto it = snapshots_.find(id);
+      if (it == snapshots_.end()) return std::nullopt;
+      for (const auto& [sandbox_id, sb] : sandboxes_)
+        if (sb->info.spec.from_snapshot == id) return "sandbox " + sandbox_id;
+      if (it->second.users > it->second.refills) return "a sandbox being created from it, or an export";
+      return std::string();
+    };
+    std::optional<std::string> user = in_use();
+    if (!user) return NoSnapshot(id);
+    if (user->empty() && snapshots_.at(id).refills > 0) {
+      pooled = ColdSnapshotLocked(id);
+      snapshot_released_.wait_for(lock, std::chrono::seconds(30), [&] {
+        auto it = snapshots_.find(id);
+        return it == snapshots_.end() || it->second.refills == 0;
+      });
+      user = in_use();
+      if (!user) return NoSnapshot(id);
+      if (user->empty() && snapshots_.at(id).users > 0) user = "a warm-pool sandbox still being made from it";
+    }
+    if (!user->empty()) {
+      lock.unlock();
+      for (const auto& sb : pooled) (void)Teardown(*sb);
+      return MakeError(ErrorCode::kConflict, "snapshot " + id + " is used by " + *user, "snapshot_in_use");
+    }
+    snapshots_.erase(id);
+    for (auto& sb : ColdSnapshotLocked(id)) pooled.push_back(std::move(sb));
+  }
+  for (const auto& sb : pooled) (void)Teardown(*sb);
+  // The row goes first: files without a row are collected at the next start.
+  BH_TRY(db_->RemoveSnapshot(id));
+  if (auto st = storage_->DestroySnapshot(id); !st) spdlog::warn("snapshot {}: {}", id, st.error().message);
+  return {};
+}
+
+Result<SandboxInfo> SandboxManagerImpl::CreateFromSnapshot(SandboxSpec spec) {
+  const std::string snapshot_id = *spec.from_snapshot;
+  // Held until Admit has listed the sandbox, which holds the snapshot from then on.
+  auto use = UseSnapshot(snapshot_id);
+  if (!use) return use.error();
+  const LayerSource source{snapshot_id, use->first.uid_base};
+  const std::string& image = use->first.info.image;
+  if (spec.image.empty()) spec.image = image;
+  if (spec.image != image)
+    return MakeError(ErrorCode::kInvalid, "snapshot " + snapshot_id + " is of image \"" + image +
+                                              "\": a sandbox started from it runs that image");
+  std::vector<std::shared_ptr<Sandbox>> cold;
+  {
+    std::lock_guard lock(mu_);
+    if (static_cast<int64_t>(sandboxes_.size()) >= config_.max_sandboxes)
+      return MakeError(ErrorCode::kTooMany, "sandbox limit reached (" + std::to_string(config_.max_sandboxes) + ")");
+    if (auto key = PoolKeyFor(spec)) cold = WarmSnapshotLocked(*key);
+  }
+  for (const auto& sb : cold) (void)Teardown(*sb);
+  if (auto pooled = TakePooled(spec); pooled && FitPooled(*pooled, spec)) return Admit(pooled);
+  auto sb = Launch(spec, source);
+  if (!sb) {
+    std::lock_guard lock(mu_);
+    stats_.sandbox_create_failures_total++;
+    return sb.error();
+  }
+  return Admit(*sb);
+}
+
+Result<std::vector<SandboxInfo>> SandboxManagerImpl::Fork(const std::string& sandbox_id, int count) {
+  if (stopping_) return MakeError(ErrorCode::kUnavailable, "the daemon is shutting down");
+  {
+    std::lock_guard lock(mu_);
+    if (static_cast<int64_t>(sandboxes_.size()) + count > config_.max_sandboxes)
+      return MakeError(ErrorCode::kTooMany, "sandbox limit reached (" + std::to_string(config_.max_sandboxes) + ")");
+  }
+  // One capture (one freeze) for all copies; it is never listed and goes when they exist.
+  auto row = Capture(sandbox_id, "");
+  if (!row) return row.error();
+  ScopeGuard drop([&] { DropSnapshot(row->id); });
+  auto spec = SpecFromJson(row->spec_json);
+  if (!spec) return spec.error();
+  spec->from_snapshot.reset();  // a fork's files come from its parent, not from a listed snapshot
+  // The copies boot side by side: a fork of ten costs about one boot per core, not ten.
+  std::vector<std::optional<Result<std::shared_ptr<Sandbox>>>> launched(static_cast<size_t>(count));
+  {
+    std::vector<std::thread> boots;
+    for (size_t i = 0; i < launched.size(); ++i) {
+      boots.emplace_back([&, i] { launched[i] = Launch(*spec, LayerSource{row->id, row->uid_base}); });
+    }
+    for (auto& boot : boots) boot.join();
+  }
+  std::vector<SandboxInfo> forks;
+  std::optional<Error> failed;
+  for (auto& sb : launched) {
+    if (failed) {
+      if (sb->ok()) (void)Teardown(***sb);
+      continue;
+    }
+    if (!sb->ok()) {
+      std::lock_guard lock(mu_);
+      stats_.sandbox_create_failures_total++;
+      failed = sb->error();
+      continue;
+    }
+    auto info = Admit(**sb);  // on failure it has torn the sandbox down
+    if (!info) {
+      failed = info.error();
+      continue;
+    }
+    forks.push_back(*info);
+  }
+  if (failed) {
+    for (const auto& fork : forks) (void)Delete(fork.id);
+    return *failed;
+  }
+  return forks;
+}
+
+
+Status SandboxManagerImpl::ExportSnapshot(const std::string& id, int out_fd) {
+  auto use = UseSnapshot(id);  // not deleted while it is read
+  if (!use) return use.error();
+  const SnapshotEntry& entry = use->first;
+  nlohmann::json metadata = {{"name", entry.info.name}, {"image", entry.info.image},
+                             {"created_at", entry.info.created_at}, {"source_id", id},
+                             {"spec", nlohmann::json::parse(entry.spec_json, nullptr, false)}};
+  return storage::ExportSnapshotTree(storage_->SnapshotDir(id) + "/upper", entry.uid_base, metadata.dump(), out_fd);
+}
+
+namespace {
+
+Error BadSnapshotArchive(const std::string& why) {
+  return MakeError(ErrorCode::kInvalid, "not a bulkhead snapshot archive: " + why, "invalid_snapshot");
+}
+
+}  // namespace
+
+Result<SnapshotInfo> SandboxManagerImpl::ImportSnapshot(int in_fd, int64_t max_bytes) {
+  if (stopping_) return MakeError(ErrorCode::kUnavailable, "the daemon is shutting down");
+  store::SnapshotRow row;
+  row.id = "snap_" + NewId();
+  row.created_at = Rfc3339(static_cast<time_t>(UnixMillis() / 1000));
+  row.image = "host";
+  row.spec_json = SpecToJson(SandboxSpec{});
+  // Owned by the stored range until a sandbox starts from it and gets them shifted to its own:
+  // no account, no sandbox, never host root (a setuid file in an archive stays harmless).
+  row.uid_base = kStoredIdBase;
+  row.state = "creating";  // the row first: a crash from here on is cleaned up by Recover
+  BH_TRY(db_->PutSnapshot(row));
+  ScopeGuard undo([&] { DropSnapshot(row.id); });
+  BH_TRY(storage_->MakeSnapshotDir(row.id));
+  const std::string upper = storage_->SnapshotDir(row.id) + "/upper";
+  auto metadata_text = storage::ImportSnapshotTree(in_fd, upper, row.uid_base, max_bytes);
+  if (!metadata_text) return metadata_text.error();
+  // (A symlink where a mount goes is refused when a sandbox boots from it: contain.cc.)
+
+  nlohmann::json metadata = nlohmann::json::parse(*metadata_text, nullptr, false);
+  if (!metadata.is_object() || !metadata.contains("image") || !metadata["image"].is_string() ||
+      !metadata.contains("spec") || !metadata["spec"].is_object()) {
+    return BadSnapshotArchive("its metadata lacks the image or the settings");
+  }
+  row.image = metadata["image"].get<std::string>();
+  if (row.image != "host" && !storage_->ImageExists(row.image)) {
+    return MakeError(ErrorCode::kInvalid, "the snapshot is of image \"" + row.image +
+                                              "\", which this host does not have: import the image first",
+                     "image_not_found");
+  }
+  auto spec = SpecFromJson(metadata["spec"].dump());
+  if (!spec) return BadSnapshotArchive("its settings do not parse: " + spec.error().message);
+  spec->image = row.image;
+  spec->from_snapshot.reset();
+  spec->volumes.clear();  // names of another host's volumes
+  row.spec_json = SpecToJson(*spec);
+  if (metadata.contains("name") && metadata["name"].is_string()) {
+    row.name = metadata["name"].get<std::string>().substr(0, 128);
+  }
+  BH_TRY(storage_->SealSnapshot(row.id));
+  if (auto size = storage_->SnapshotSizeBytes(row.id)) row.size_bytes = *size;
+  row.state = "ready";
+  BH_TRY(db_->PutSnapshot(row));
+  undo.Dismiss();
+  std::lock_guard lock(mu_);
+  snapshots_[row.id] = EntryOf(row);
+  return SnapshotInfoOf(row);
+}
+
+}  // namespace bulkhead::core

@@ -1,0 +1,26 @@
+#include "core/tier_set.h"
+
+namespace bulkhead::core {
+
+void TierSet::Add(std::unique_ptr<runtime::Tier> tier) {
+  const std::string name = tier->name();
+  lacking_.erase(name);
+  tiers_[name] = std::move(tier);
+}
+
+Result<runtime::Tier*> TierSet::Find(const std::string& name) const {
+  if (auto it = tiers_.find(name); it != tiers_.end()) return it->second.get();
+  auto why = lacking_.find(name);
+  return MakeError(ErrorCode::kInvalid,
+                   "runtime \"" + name + "\" is not available on this host: " +
+                       (why != lacking_.end() ? why->second : "this daemon has no such tier"),
+                   "runtime_unavailable");
+}
+
+std::vector<runtime::Tier*> TierSet::All() const {
+  std::vector<runtime::Tier*> all;
+  for (const auto& [name, tier] : tiers_) all.push_back(tier.get());
+  return all;
+}
+
+}  // namespace bulkhead::core

@@ -1,0 +1,125 @@
+// The tier contract: what the core needs of an isolation tier (a wall around a sandbox). The
+// core keeps sandbox records and the handle a tier gives it; how the wall is built, how the
+// root filesystem is provided, how init is reached and how the network attaches are the
+// tier's. One implementation per folder (runtime/native, ...).
+#pragma once
+#include <sys/types.h>
+#include <utility>  // boost 1.74 awaitable.hpp uses std::exchange without including it
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "common/unique_fd.h"
+#include "runtime/usage.h"
+
+namespace bulkhead::runtime {
+
+struct Limits {
+  double cpus = 1.0;
+  int64_t memory_mb = 1024;
+  int64_t pids = 512;
+};
+
+// A named volume's directory on the host, bound into the sandbox idmapped: its files are
+// stored owned by the stored range (common/id_ranges.h) and show with the same ids in every
+// sandbox.
+struct VolumeBind {
+  std::string source;  // the volume's root directory on the host
+  std::string target;  // absolute, normalized path inside the sandbox
+  bool read_only = false;
+};
+
+// The sandbox's root filesystem as storage keeps it: an image's read-only root (for the host
+// image, with host directories bound read-only at the same paths) under the sandbox's own
+// writable layer. Each tier turns it into what its wall takes (an idmapped overlay, a rootfs
+// for a user-space kernel, a block image for a VM).
+struct RootfsLayers {
+  std::string image;                    // the image's root directory (read-only lower layer)
+  std::vector<std::string> host_binds;  // host dirs bound read-only at the same path (host image)
+  std::string upper, work;              // the writable layer (overlayfs upper and work dirs)
+};
+
+struct LaunchSpec {
+  std::string id;       // the sandbox's host name (see Tier)
+  RootfsLayers rootfs;
+  std::string staging;  // a private dir of this sandbox for the tier's plumbing; kept until Destroy
+  uid_t host_uid = 0;   // sandbox uid 0 maps here; kIdCount ids follow (uid_ranges.h)
+  Limits limits;
+  std::vector<VolumeBind> volumes;  // mounted in this order
+};
+
+// What the core keeps of a launched sandbox, in memory and in its row, to find it again after
+// a daemon restart. Only its tier reads it.
+struct SandboxHandle {
+  pid_t pid = 0;
+  uint64_t start_time = 0;  // /proc/<pid>/stat field 22: guards against pid reuse
+};
+
+// The way to a sandbox's init: each request (an exec, a process, a file operation) gets a
+// connection of its own.
+class InitDialer {
+ public:
+  virtual ~InitDialer() = default;
+  virtual boost::asio::awaitable<Result<boost::asio::local::stream_protocol::socket>> Dial(
+      boost::asio::any_io_executor executor) const = 0;
+};
+
+// How a sandbox's network attaches to the host: the network namespace its traffic leaves
+// from. The tiers so far run the sandbox's processes (or its user-space network stack) in it,
+// so its loopback is theirs: the egress proxy listens there and ports are reached there.
+struct NetworkAttachment {
+  UniqueFd netns;
+};
+
+// What a tier can do beyond running commands; the core refuses the rest with a clear error.
+struct Capabilities {
+  bool pause = false;                // freeze every process, memory kept
+  bool filesystem_snapshot = false;  // snapshots and forks of the files
+  bool memory_snapshot = false;      // snapshots of the running processes
+  bool idmapped_volumes = false;     // named volumes with the same ids in every sandbox
+  bool pooling = false;              // booted ahead and handed out with other limits
+};
+
+// Every call names a sandbox by its host name (LaunchSpec::id): what the host shows any local
+// user (cgroup names), so never its API id.
+class Tier {
+ public:
+  virtual ~Tier() = default;
+  virtual const std::string& name() const = 0;  // the API's "runtime": "native", ...
+  virtual Capabilities capabilities() const = 0;
+
+  // Starts the sandbox's init with its filesystem, namespaces and limits in place.
+  virtual Result<SandboxHandle> Launch(const LaunchSpec& spec) = 0;
+  // The way to the init of the sandbox launched with this staging dir (also after a restart).
+  virtual std::shared_ptr<const InitDialer> Dialer(const std::string& staging) const = 0;
+  // Its network, checked to be this handle's (not a reused pid's).
+  virtual Result<NetworkAttachment> AttachNetwork(const SandboxHandle& handle) = 0;
+  virtual Status SetLimits(const std::string& id, const Limits& limits) = 0;
+  virtual Result<Usage> SandboxUsage(const std::string& id) = 0;
+  // Pause and resume: every process of the sandbox stops (keeping its memory) or goes on.
+  virtual Status SetFrozen(const std::string& id, bool frozen) = 0;
+  virtual bool Frozen(const std::string& id) = 0;
+  // True while the sandbox this handle names still runs.
+  virtual bool Alive(const SandboxHandle& handle) = 0;
+  // Kills every process of the sandbox and frees what the tier holds for it. Idempotent; an
+  // empty handle frees what is left of a sandbox whose processes are gone.
+  virtual Status Destroy(const std::string& id, const SandboxHandle& handle) = 0;
+  // Host names of the sandboxes this daemon's tier holds something for (after a crash, those
+  // without a row are destroyed).
+  virtual std::vector<std::string> Leftovers() = 0;
+  // Renames a running sandbox's host objects (a sandbox of an older version, named otherwise).
+  virtual Status Rename(const std::string& from, const std::string& to) = 0;
+  // The daemon is stopping: release host-wide things that no sandbox uses any more.
+  virtual void Release() = 0;
+};
+
+// The dialer of an init listening on a unix socket at `path` on the host.
+std::shared_ptr<const InitDialer> UnixSocketDialer(std::string path);
+
+}  // namespace bulkhead::runtime

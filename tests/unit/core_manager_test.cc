@@ -1,0 +1,271 @@
+// The core against a fake tier (tests/support/fake_tier.h): the real manager, state database
+// and storage, with sandboxes that are entries in a FakeTier::World. State transitions, crash
+// recovery, warm-pool refill and timeouts.
+#include <gtest/gtest.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <functional>
+#include <thread>
+
+#include "core/manager_impl.h"
+#include "core/sandbox_manager.h"
+#include "core/spec_json.h"
+#include "storage/fs_util.h"
+#include "store/state_db.h"
+#include "support/fake_tier.h"
+
+namespace bulkhead {
+namespace {
+
+using core::SandboxSpec;
+using storage::FindMount;
+using storage::RemoveTree;
+using testing::FakeTier;
+
+// Polls `done` for up to `seconds` (the manager's threads act on their own time).
+bool Eventually(const std::function<bool()>& done, int seconds = 20) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return done();
+}
+
+class CoreManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/bh-core-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    config_.state_dir = tmpl;
+    config_.storage_gb = 4;
+    config_.warm_pool = 0;
+    config_.listen = "";
+    config_.e2b_listen = "";
+  }
+  void TearDown() override {
+    manager_.reset();
+    const std::string mount_point = config_.state_dir + "/storage";
+    if (FindMount(mount_point) && ::umount2(mount_point.c_str(), 0) != 0) ::umount2(mount_point.c_str(), MNT_DETACH);
+    EXPECT_TRUE(RemoveTree(config_.state_dir).ok());
+  }
+
+  // A manager (a daemon start) on the fake tier; the world stays across restarts.
+  void Open(runtime::Capabilities caps = FakeTier::AllCapabilities()) {
+    manager_.reset();
+    core::TierSet tiers;
+    tiers.Add(std::make_unique<FakeTier>(world_, caps));
+    tiers.Lack("gvisor", "runsc is not installed");
+    auto opened = core::SandboxManager::Open(config_, std::move(tiers));
+    ASSERT_TRUE(opened.ok()) << opened.error().message;
+    manager_ = std::move(*opened);
+  }
+
+  std::string Create(SandboxSpec spec = {}) {
+    auto made = manager_->Create(spec);
+    EXPECT_TRUE(made.ok()) << made.error().message;
+    return made.ok() ? made->id : "";
+  }
+  std::string StateOf(const std::string& id) {
+    auto got = manager_->Get(id);
+    return got.ok() ? got->state : "(" + got.error().detail_code + ")";
+  }
+  std::optional<FakeTier::Box> BoxOf(const std::string& id) { return world_.Find(core::HostName(id)); }
+
+  core::DaemonConfig config_;
+  FakeTier::World world_;
+  std::unique_ptr<core::SandboxManager> manager_;
+};
+
+TEST_F(CoreManagerTest, PauseResumeStopStartAndDeleteMoveThroughTheirStates) {
+  Open();
+  const std::string id = Create();
+  EXPECT_EQ(StateOf(id), "running");
+  ASSERT_TRUE(BoxOf(id));
+
+  ASSERT_TRUE(manager_->Pause(id).ok());
+  EXPECT_EQ(StateOf(id), "paused");
+  EXPECT_TRUE(BoxOf(id)->frozen);
+  EXPECT_TRUE(manager_->Pause(id).ok()) << "pausing a paused sandbox is not an error";
+  ASSERT_TRUE(manager_->Resume(id).ok());
+  EXPECT_EQ(StateOf(id), "running");
+  EXPECT_FALSE(BoxOf(id)->frozen);
+
+  ASSERT_TRUE(manager_->Stop(id).ok());
+  EXPECT_EQ(StateOf(id), "stopped");
+  EXPECT_FALSE(BoxOf(id)) << "a stopped sandbox keeps nothing in its tier";
+  auto resumed = manager_->Resume(id);
+  ASSERT_FALSE(resumed.ok());
+  EXPECT_EQ(resumed.error().code, ErrorCode::kConflict);
+  auto paused = manager_->Pause(id);
+  ASSERT_FALSE(paused.ok());
+  EXPECT_EQ(paused.error().code, ErrorCode::kConflict);
+
+  ASSERT_TRUE(manager_->Start(id).ok());
+  EXPECT_EQ(StateOf(id), "running");
+  EXPECT_TRUE(BoxOf(id)) << "start boots it again";
+  EXPECT_EQ(world_.launches, 2);
+
+  ASSERT_TRUE(manager_->Delete(id).ok());
+  EXPECT_EQ(StateOf(id), "(sandbox_not_found)");
+  EXPECT_EQ(world_.Count(), 0);
+}
+
+TEST_F(CoreManagerTest, ASandboxWhoseInitDiedIsInErrorAndStartBootsItAgain) {
+  Open();
+  const std::string id = Create();
+  world_.Kill(core::HostName(id));
+  auto paused = manager_->Pause(id);
+  ASSERT_FALSE(paused.ok());
+  EXPECT_EQ(paused.error().code, ErrorCode::kConflict);
+  EXPECT_EQ(StateOf(id), "error");
+  ASSERT_TRUE(manager_->Start(id).ok());
+  EXPECT_EQ(StateOf(id), "running");
+  EXPECT_TRUE(BoxOf(id)->alive);
+}
+
+TEST_F(CoreManagerTest, ATierTheHostLacksIsA422NamingWhatIsMissing) {
+  Open();
+  SandboxSpec spec;
+  spec.runtime = "gvisor";
+  auto made = manager_->Create(spec);
+  ASSERT_FALSE(made.ok());
+  EXPECT_EQ(made.error().code, ErrorCode::kInvalid);
+  EXPECT_EQ(made.error().detail_code, "runtime_unavailable");
+  EXPECT_NE(made.error().message.find("runsc is not installed"), std::string::npos) << made.error().message;
+  spec.runtime = "microvm";  // not even named by the host
+  made = manager_->Create(spec);
+  ASSERT_FALSE(made.ok());
+  EXPECT_EQ(made.error().detail_code, "runtime_unavailable");
+  EXPECT_EQ(world_.launches, 0);
+}
+
+TEST_F(CoreManagerTest, WhatATierCannotDoIsRefusedBeforeItIsTried) {
+  runtime::Capabilities caps = FakeTier::AllCapabilities();
+  caps.pause = false;
+  caps.filesystem_snapshot = false;
+  Open(caps);
+  const std::string id = Create();
+  auto paused = manager_->Pause(id);
+  ASSERT_FALSE(paused.ok());
+  EXPECT_EQ(paused.error().detail_code, "runtime_unsupported");
+  EXPECT_EQ(StateOf(id), "running");
+  EXPECT_FALSE(BoxOf(id)->frozen);
+  auto snapshot = manager_->CreateSnapshot(id, "s");
+  ASSERT_FALSE(snapshot.ok());
+  EXPECT_EQ(snapshot.error().detail_code, "runtime_unsupported");
+  EXPECT_TRUE(manager_->ListSnapshots().empty());
+}
+
+TEST_F(CoreManagerTest, ARestartReattachesLiveSandboxesAndCleansUpWhatACrashLeft) {
+  Open();
+  SandboxSpec forever;
+  forever.timeout_s = 0;
+  const std::string running = Create(forever), paused = Create(forever), stopped = Create(forever),
+                    died = Create(forever);
+  ASSERT_TRUE(manager_->Pause(paused).ok());
+  ASSERT_TRUE(manager_->Stop(stopped).ok());
+  manager_.reset();  // the daemon goes; the sandboxes stay
+
+  // What a crash leaves: an init that died meanwhile, rows of a launch cut short, of a pooled
+  // sandbox and of a delete cut short (their boxes made), and a box of this daemon without
+  // any row.
+  world_.Kill(core::HostName(died));
+  const std::vector<std::string> unfinished = {"startingstartingstar", "pooledpooledpooledpo", "deletingdeletingdele"};
+  {
+    auto db = store::StateDb::Open(config_.state_dir + "/bulkhead.db");
+    ASSERT_TRUE(db.ok()) << db.error().message;
+    for (const std::string& id : unfinished) {
+      store::SandboxRow row;
+      row.id = id;
+      row.state = id[0] == 's' ? "starting" : id[0] == 'p' ? "pooled" : "deleting";
+      row.spec_json = core::SpecToJson(SandboxSpec{});
+      row.created_at = "2026-01-01T00:00:00.000Z";
+      ASSERT_TRUE((*db)->Put(row).ok());
+      std::lock_guard lock(world_.mu);
+      world_.boxes[core::HostName(id)] = FakeTier::Box{};
+    }
+  }
+  {
+    std::lock_guard lock(world_.mu);
+    world_.boxes["sb-0123456789abcdef"] = FakeTier::Box{};
+  }
+
+  Open();
+  EXPECT_EQ(StateOf(running), "running");
+  EXPECT_EQ(StateOf(paused), "paused");
+  EXPECT_TRUE(BoxOf(paused)->frozen);
+  EXPECT_EQ(StateOf(stopped), "stopped");
+  EXPECT_EQ(StateOf(died), "stopped") << "an init gone while the daemon was away";
+  for (const std::string& id : unfinished) {
+    EXPECT_EQ(StateOf(id), "(sandbox_not_found)");
+    EXPECT_FALSE(world_.Find(core::HostName(id))) << id;
+  }
+  EXPECT_FALSE(world_.Find("sb-0123456789abcdef"));
+  EXPECT_EQ(world_.Count(), 2);  // running and paused
+  EXPECT_EQ(manager_->List({}).size(), 4u);
+
+  ASSERT_TRUE(manager_->Resume(paused).ok());
+  ASSERT_TRUE(manager_->Start(died).ok());
+  EXPECT_EQ(StateOf(died), "running");
+}
+
+TEST_F(CoreManagerTest, TheWarmPoolRefillsAndItsSandboxesGetTheCreatesLimits) {
+  config_.warm_pool = 2;
+  Open();
+  ASSERT_TRUE(Eventually([&] { return manager_->Stats().warm_pool_ready == 2; }));
+  EXPECT_EQ(world_.launches, 2);
+  SandboxSpec spec;
+  spec.memory_mb = 256;
+  spec.pids = 64;
+  const std::string id = Create(spec);
+  EXPECT_EQ(manager_->Stats().warm_pool_hits_total, 1);
+  EXPECT_EQ(BoxOf(id)->limits.memory_mb, 256) << "a pooled sandbox is given the create's limits";
+  EXPECT_EQ(BoxOf(id)->limits.pids, 64);
+  ASSERT_TRUE(Eventually([&] { return manager_->Stats().warm_pool_ready == 2; }));
+  EXPECT_EQ(world_.launches, 3);
+}
+
+TEST_F(CoreManagerTest, ShutdownTearsDownThePoolsButNotTheSandboxes) {
+  config_.warm_pool = 2;
+  Open();
+  ASSERT_TRUE(Eventually([&] { return manager_->Stats().warm_pool_ready == 2; }));
+  ASSERT_TRUE(manager_->Create({}).ok());
+  ASSERT_TRUE(Eventually([&] { return manager_->Stats().warm_pool_ready == 2; }));
+  EXPECT_EQ(world_.Count(), 3);
+  manager_->Shutdown();
+  EXPECT_EQ(world_.Count(), 1) << "user sandboxes outlive the daemon; pooled ones do not";
+  auto db = store::StateDb::Open(config_.state_dir + "/bulkhead.db");
+  ASSERT_TRUE(db.ok());
+  auto rows = (*db)->LoadAll();
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_EQ(rows->front().state, "running");
+}
+
+TEST_F(CoreManagerTest, TimeoutsDeletePauseOrStopAndIdleSandboxesPause) {
+  Open();
+  SandboxSpec kill, pause, stop, idle;
+  kill.timeout_s = pause.timeout_s = stop.timeout_s = 1;
+  pause.on_timeout = "pause";
+  stop.on_timeout = "stop";
+  idle.timeout_s = 0;
+  idle.idle_timeout_s = 1;
+  const std::string killed = Create(kill), paused = Create(pause), stopped = Create(stop), idled = Create(idle);
+  EXPECT_TRUE(Eventually([&] { return StateOf(killed) == "(sandbox_not_found)"; }));
+  EXPECT_TRUE(Eventually([&] { return StateOf(paused) == "paused"; }));
+  EXPECT_TRUE(Eventually([&] { return StateOf(stopped) == "stopped"; }));
+  EXPECT_TRUE(Eventually([&] { return StateOf(idled) == "paused"; }));
+  EXPECT_FALSE(BoxOf(killed));
+  EXPECT_TRUE(BoxOf(paused)->frozen);
+  EXPECT_FALSE(BoxOf(stopped));
+  // A paused sandbox's clock waits: resumed, it has its whole timeout again.
+  auto resumed = manager_->Resume(paused);
+  ASSERT_TRUE(resumed.ok());
+  EXPECT_TRUE(resumed->expires_at.has_value());
+}
+
+}  // namespace
+}  // namespace bulkhead
