@@ -1,8 +1,8 @@
 // The file routes' streaming end to end over loopback: a real ApiServer and the real
-// FileOperation, in front of a scripted init whose "file worker" speaks the control protocol
-// on a socket pair. What a real worker cannot be made to do on cue (fail half-way through a
-// download, announce the wrong size, fill the disk mid-upload) is scripted here; the real
-// worker is covered by tests/integration/test_files.py.
+// FileOperation, in front of a fake manager (tests/support) whose sandbox's "file worker" is
+// scripted here and speaks the control protocol on a socket pair. What a real worker cannot
+// be made to do on cue (fail half-way through a download, announce the wrong size, fill the
+// disk mid-upload) is scripted; the real worker is covered by tests/integration/test_files.py.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -12,11 +12,6 @@
 #include <mutex>
 #include <thread>
 
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/local/connect_pair.hpp>
-#include <boost/asio/read.hpp>
-#include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -26,6 +21,7 @@
 
 #include "api/server.h"
 #include "common/ctl_protocol.h"
+#include "support/fake_manager.h"
 
 // g++ 12 at -O2 reports a false -Wmismatched-new-delete on asio's coroutine frames.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
@@ -36,21 +32,18 @@ namespace {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 using nlohmann::json;
-using LocalSocket = asio::local::stream_protocol::socket;
+using testing::ExitFrame;
+using testing::FakeManager;
+using testing::Frame;
+using testing::LocalSocket;
+using testing::ReceivedFrame;
+using testing::Receive;
+using testing::Send;
 
 constexpr const char* kKey = "test-key-0123456789";
 constexpr size_t kMiB = 1024 * 1024;
 
-std::string Frame(uint8_t type, std::string_view payload) {
-  std::string out(ctl::kHeaderSize, '\0');
-  ctl::EncodeHeader(reinterpret_cast<uint8_t*>(out.data()), type, static_cast<uint32_t>(payload.size()));
-  out.append(payload);
-  return out;
-}
-
-std::string Exit(int code) {
-  return Frame(ctl::kExit, json{{"exit_code", code}, {"signal", nullptr}, {"timed_out", false}}.dump());
-}
+std::string Exit(int code) { return ExitFrame({{"exit_code", code}, {"signal", nullptr}, {"timed_out", false}}); }
 
 std::string WorkerError(const char* code) {
   return Frame(ctl::kStderr, json{{"code", code}, {"message", std::string(code) + " (scripted)"}}.dump() + "\n") + Exit(1);
@@ -78,29 +71,12 @@ struct WorkerLog {
   }
 };
 
-asio::awaitable<void> Send(LocalSocket& socket, const std::string& bytes) {
-  boost::system::error_code ec;
-  co_await asio::async_write(socket, asio::buffer(bytes), asio::redirect_error(asio::use_awaitable, ec));
-}
-
-// One frame from the daemon; type 0 once the connection is closed.
-asio::awaitable<std::pair<uint8_t, std::string>> ReadFrame(LocalSocket& socket) {
-  uint8_t header[ctl::kHeaderSize];
-  boost::system::error_code ec;
-  co_await asio::async_read(socket, asio::buffer(header), asio::redirect_error(asio::use_awaitable, ec));
-  if (ec) co_return std::pair<uint8_t, std::string>{0, ""};
-  std::string payload(static_cast<size_t>(ctl::DecodePayloadLength(header)), '\0');
-  co_await asio::async_read(socket, asio::buffer(payload), asio::redirect_error(asio::use_awaitable, ec));
-  if (ec) co_return std::pair<uint8_t, std::string>{0, ""};
-  co_return std::pair<uint8_t, std::string>{header[4], std::move(payload)};
-}
-
 // Takes stdin until kStdinClose (true), a hang-up (false) or `stop_after` bytes (true).
 asio::awaitable<bool> TakeStdin(LocalSocket& socket, WorkerLog& log, uint64_t stop_after) {
   for (;;) {
-    std::pair<uint8_t, std::string> frame = co_await ReadFrame(socket);
-    const uint8_t type = frame.first;
-    const std::string& payload = frame.second;
+    const ReceivedFrame frame = co_await Receive(socket);
+    const uint8_t type = frame.type;
+    const std::string& payload = frame.payload;
     if (type == 0) {
       log.Update([&] { log.hung_up = true; });
       co_return false;
@@ -148,8 +124,8 @@ std::string Answer(const std::string& path, uint64_t stdin_bytes) {
 
 // The worker side of one file operation; what it does depends on the path.
 asio::awaitable<void> ScriptedWorker(LocalSocket socket, std::shared_ptr<WorkerLog> log) {
-  std::pair<uint8_t, std::string> exec = co_await ReadFrame(socket);
-  const json request = json::parse(exec.second);
+  const ReceivedFrame exec = co_await Receive(socket);
+  const json request = json::parse(exec.payload);
   log->Update([&] { log->request = request; });
   const std::string path = request["file_op"]["path"];
   const std::string started = Frame(ctl::kStarted, R"({"pid": 9})");
@@ -167,8 +143,8 @@ asio::awaitable<void> ScriptedWorker(LocalSocket socket, std::shared_ptr<WorkerL
     co_await timer.async_wait(asio::use_awaitable);
     const std::string answer = Answer(path, 0);
     co_await Send(socket, answer);
-    std::pair<uint8_t, std::string> next = co_await ReadFrame(socket);
-    if (next.first == 0) log->Update([&] { log->hung_up = true; });
+    const ReceivedFrame next = co_await Receive(socket);
+    if (next.type == 0) log->Update([&] { log->hung_up = true; });
   } else {
     const std::string answer = Answer(path, 0);
     co_await Send(socket, answer);
@@ -176,62 +152,16 @@ asio::awaitable<void> ScriptedWorker(LocalSocket socket, std::shared_ptr<WorkerL
   log->Update([&] { log->done = true; });
 }
 
-class FileManager : public core::SandboxManager {
- public:
-  Result<core::SandboxInfo> Create(const core::SandboxSpec&) override { return NotFound(); }
-  Result<core::SandboxInfo> Get(const std::string&) override { return NotFound(); }
-  std::vector<core::SandboxInfo> List(const core::ListFilter&) override { return {}; }
-  Status Delete(const std::string&) override { return NotFound(); }
-  Result<core::SandboxInfo> SetTimeout(const std::string&, int64_t) override { return NotFound(); }
-  Result<core::SandboxInfo> Pause(const std::string&) override { return NotFound(); }
-  Result<core::SandboxInfo> Resume(const std::string&) override { return NotFound(); }
-  Result<core::SandboxInfo> Stop(const std::string&) override { return NotFound(); }
-  Result<core::SandboxInfo> Start(const std::string&) override { return NotFound(); }
-  asio::awaitable<Result<std::unique_ptr<core::ExecSession>>> StartExec(asio::any_io_executor, const std::string&,
-                                                                         core::ExecRequest) override {
-    co_return NotFound();
-  }
-  asio::awaitable<Result<core::InitConnection>> ConnectInit(asio::any_io_executor executor, const std::string& id) override {
-    if (id != "sb") co_return NotFound();
-    LocalSocket daemon_end(executor), init_end(executor);
-    asio::local::connect_pair(daemon_end, init_end);
-    asio::co_spawn(executor, ScriptedWorker(std::move(init_end), log), asio::detached);
-    core::SandboxSpec spec;
-    spec.workdir = "/home/dev";
-    spec.user = "dev";
-    co_return core::InitConnection{std::make_unique<core::CtlClient>(std::move(daemon_end)), spec};
-  }
-  Result<UniqueFd> SandboxSocket(const std::string&, int) override { return NotFound(); }
-  Result<core::SandboxInfo> SetNetwork(const std::string&, const core::NetworkPolicy&) override { return NotFound(); }
-  Result<std::vector<net::EgressRecord>> Egress(const std::string&, int64_t) override { return NotFound(); }
-  std::vector<core::ImageInfo> ListImages() override { return {}; }
-  Result<core::ImageInfo> ImportImage(const std::string&, const std::string&) override { return NotFound(); }
-  Status DeleteImage(const std::string&) override { return NotFound(); }
-  Result<core::VolumeInfo> CreateVolume(const std::string&, int64_t) override { return NotFound(); }
-  Result<core::VolumeInfo> GetVolume(const std::string&) override { return NotFound(); }
-  std::vector<core::VolumeInfo> ListVolumes() override { return {}; }
-  Status DeleteVolume(const std::string&) override { return NotFound(); }
-  Result<core::SnapshotInfo> CreateSnapshot(const std::string&, const std::string&) override { return NotFound(); }
-  std::vector<core::SnapshotInfo> ListSnapshots() override { return {}; }
-  Result<core::SnapshotInfo> GetSnapshot(const std::string&) override { return NotFound(); }
-  Status DeleteSnapshot(const std::string&) override { return NotFound(); }
-  Result<std::vector<core::SandboxInfo>> Fork(const std::string&, int) override { return NotFound(); }
-  Status ExportSnapshot(const std::string&, int) override { return NotFound(); }
-  Result<core::SnapshotInfo> ImportSnapshot(int, int64_t) override { return NotFound(); }
-  core::ManagerStats Stats() override { return {}; }
-  const core::DaemonConfig& config() const override { return config_; }
-  void Shutdown() override {}
-
-  std::shared_ptr<WorkerLog> log = std::make_shared<WorkerLog>();
-
- private:
-  static Error NotFound() { return MakeError(ErrorCode::kNotFound, "no sandbox", "sandbox_not_found"); }
-  core::DaemonConfig config_;
-};
-
 class ApiFilesTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    core::SandboxSpec spec;
+    spec.workdir = "/home/dev";
+    spec.user = "dev";
+    manager_.AddSandbox("sb", spec);
+    manager_.connect_init = [log = log_](LocalSocket socket, std::string) {
+      return ScriptedWorker(std::move(socket), log);
+    };
     char pattern[] = "/tmp/bulkhead-api-files-test-XXXXXX";
     ASSERT_NE(mkdtemp(pattern), nullptr);
     dir_ = pattern;
@@ -332,7 +262,8 @@ class ApiFilesTest : public ::testing::Test {
     return reply;
   }
 
-  FileManager manager_;
+  FakeManager manager_;
+  std::shared_ptr<WorkerLog> log_ = std::make_shared<WorkerLog>();  // the worker script's
   std::unique_ptr<ApiServer> server_;
   std::thread thread_;
   std::string dir_;
@@ -343,8 +274,8 @@ class ApiFilesTest : public ::testing::Test {
 TEST_F(ApiFilesTest, RequestCarriesTheOpUserAndAbsolutePaths) {
   Reply reply = Call(Request(http::verb::put, "/v1/sandboxes/sb/files?path=/up/ok&mode=0640&append=true", "abc"));
   ASSERT_EQ(reply.status, 201) << reply.body;
-  ASSERT_TRUE(manager_.log->WaitDone());
-  const json& request = manager_.log->request;
+  ASSERT_TRUE(log_->WaitDone());
+  const json& request = log_->request;
   EXPECT_EQ(request["file_op"], json::parse(R"({"op": "write", "path": "/up/ok", "mode": 416, "parents": true, "append": true})"));
   EXPECT_EQ(request["user"], "dev");  // the sandbox's user by default
   EXPECT_EQ(request["stdin"], true);
@@ -369,9 +300,9 @@ TEST_F(ApiFilesTest, ChunkedUploadStreamsEveryByteAndClosesStdinAtTheEnd) {
   ASSERT_EQ(reply.status, 201) << reply.body;
   EXPECT_EQ(json::parse(reply.body)["size"], sent);
   EXPECT_TRUE(reply.keep_alive);
-  ASSERT_TRUE(manager_.log->WaitDone());
-  EXPECT_TRUE(manager_.log->stdin_closed);
-  EXPECT_EQ(manager_.log->request["user"], "1000");
+  ASSERT_TRUE(log_->WaitDone());
+  EXPECT_TRUE(log_->stdin_closed);
+  EXPECT_EQ(log_->request["user"], "1000");
 }
 
 TEST_F(ApiFilesTest, DiskFullMidUploadIsAnsweredAtOnceAndTheConnectionCloses) {
@@ -395,8 +326,8 @@ TEST_F(ApiFilesTest, DiskFullMidUploadIsAnsweredAtOnceAndTheConnectionCloses) {
   EXPECT_EQ(json::parse(reply.body)["error"]["code"], "disk_full");
   EXPECT_FALSE(reply.keep_alive);  // the rest of the body was never read
   EXPECT_LT(written.load(), announced);
-  ASSERT_TRUE(manager_.log->WaitDone());
-  EXPECT_FALSE(manager_.log->stdin_closed);
+  ASSERT_TRUE(log_->WaitDone());
+  EXPECT_FALSE(log_->stdin_closed);
 }
 
 TEST_F(ApiFilesTest, UploadCutOffNeverClosesTheWorkersStdin) {
@@ -406,9 +337,9 @@ TEST_F(ApiFilesTest, UploadCutOffNeverClosesTheWorkersStdin) {
                              "Authorization: Bearer " + kKey + "\r\nContent-Length: 10000000\r\n\r\n";
     asio::write(socket, asio::buffer(head + std::string(600 * 1024, 'p')));
   }  // closed half-way
-  ASSERT_TRUE(manager_.log->WaitDone());
-  EXPECT_TRUE(manager_.log->hung_up);
-  EXPECT_FALSE(manager_.log->stdin_closed);  // a partial body is never passed off as complete
+  ASSERT_TRUE(log_->WaitDone());
+  EXPECT_TRUE(log_->hung_up);
+  EXPECT_FALSE(log_->stdin_closed);  // a partial body is never passed off as complete
 }
 
 TEST_F(ApiFilesTest, DownloadHasTheAnnouncedLengthAndKeepsTheConnection) {
@@ -463,18 +394,18 @@ TEST_F(ApiFilesTest, WatchAnswersOnceReadyPassesWholeLinesAndEndsTheWorkerOnHang
   while (parser.get().body().find('\n') == std::string::npos) http::read_some(socket, buffer, parser);
   EXPECT_EQ(json::parse(parser.get().body()), json::parse(R"({"type":"create","path":"/watch/a","dir":false})"));
   socket.close();
-  ASSERT_TRUE(manager_.log->WaitDone());
-  EXPECT_TRUE(manager_.log->hung_up);
-  EXPECT_EQ(manager_.log->request["file_op"]["recursive"], true);
+  ASSERT_TRUE(log_->WaitDone());
+  EXPECT_TRUE(log_->hung_up);
+  EXPECT_EQ(log_->request["file_op"]["recursive"], true);
 }
 
 TEST_F(ApiFilesTest, RelativePathsUseTheSandboxWorkdir) {
   Reply reply = Call(Request(http::verb::get, "/v1/sandboxes/sb/files/stat?path=notes.txt"));
   // (This worker ends without answering: a worker that vanishes is a 500.)
   EXPECT_EQ(reply.status, 500);
-  ASSERT_TRUE(manager_.log->WaitDone());
-  EXPECT_EQ(manager_.log->request["file_op"]["path"], "/home/dev/notes.txt");
-  EXPECT_EQ(manager_.log->request["stdin"], false);
+  ASSERT_TRUE(log_->WaitDone());
+  EXPECT_EQ(log_->request["file_op"]["path"], "/home/dev/notes.txt");
+  EXPECT_EQ(log_->request["stdin"], false);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // The HTTP layer end to end over loopback: a real ApiServer, real sockets and the real
-// ExecSession, in front of a scripted SandboxManager (the core is tested on its own) whose
-// "init" speaks the control protocol on a socket pair.
+// ExecSession, in front of a fake SandboxManager (tests/support; the core is tested on its
+// own) whose "init" speaks the control protocol on a socket pair.
 #include "api/server.h"
 
 #include <gtest/gtest.h>
@@ -15,10 +15,7 @@
 #include <mutex>
 #include <thread>
 
-#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/connect.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/local/connect_pair.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -30,6 +27,7 @@
 
 #include "api/encoding.h"
 #include "common/ctl_protocol.h"
+#include "support/fake_manager.h"
 
 // g++ 12 at -O2 reports a false -Wmismatched-new-delete on asio's coroutine frames.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
@@ -40,18 +38,15 @@ namespace {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 using nlohmann::json;
-using LocalSocket = asio::local::stream_protocol::socket;
+using testing::ExitFrame;
+using testing::FakeManager;
+using testing::Frame;
+using testing::LocalSocket;
+using testing::Send;
 
 constexpr const char* kKey = "test-key-0123456789";
 
 // ---- A scripted init: plays the sandbox side of one exec connection.
-
-std::string Frame(uint8_t type, std::string_view payload) {
-  std::string out(ctl::kHeaderSize, '\0');
-  ctl::EncodeHeader(reinterpret_cast<uint8_t*>(out.data()), type, static_cast<uint32_t>(payload.size()));
-  out.append(payload);
-  return out;
-}
 
 struct InitLog {
   std::mutex mutex;
@@ -69,14 +64,7 @@ struct InitLog {
   }
 };
 
-asio::awaitable<void> Send(LocalSocket& socket, const std::string& frames) {
-  boost::system::error_code ec;
-  co_await asio::async_write(socket, asio::buffer(frames), asio::redirect_error(asio::use_awaitable, ec));
-}
-
-std::string ExitFrame(json fields) { return Frame(ctl::kExit, fields.dump()); }
-
-asio::awaitable<void> FakeInit(LocalSocket socket, core::ExecRequest request, std::shared_ptr<InitLog> log) {
+asio::awaitable<void> ScriptedExec(LocalSocket socket, core::ExecRequest request, std::shared_ptr<InitLog> log) {
   const std::string command = request.argv.at(0) == "/bin/sh" ? "sh" : request.argv.at(0);
   const std::string started = Frame(ctl::kStarted, R"({"pid": 7})");
   const json ok_exit = {{"exit_code", 0}, {"signal", nullptr}, {"timed_out", false}, {"duration_ms", 1.25}};
@@ -125,209 +113,6 @@ asio::awaitable<void> FakeInit(LocalSocket socket, core::ExecRequest request, st
   }
 }
 
-// Init's answer to the first frame of a connection, for sandboxes whose init is forged.
-asio::awaitable<void> ForgedInit(LocalSocket socket, std::string answer) {
-  uint8_t header[ctl::kHeaderSize];
-  boost::system::error_code ec;
-  co_await asio::async_read(socket, asio::buffer(header), asio::redirect_error(asio::use_awaitable, ec));
-  if (ec) co_return;
-  std::string request(static_cast<size_t>(ctl::DecodePayloadLength(header)), '\0');
-  co_await asio::async_read(socket, asio::buffer(request), asio::redirect_error(asio::use_awaitable, ec));
-  co_await Send(socket, answer);
-}
-
-// ---- A scripted core
-
-class FakeManager : public core::SandboxManager {
- public:
-  Result<core::SandboxInfo> Create(const core::SandboxSpec& spec) override {
-    std::lock_guard lock(mutex_);
-    if (spec.image == "missing") return MakeError(ErrorCode::kNotFound, "no image missing", "image_not_found");
-    core::SandboxInfo info;
-    info.id = "sb-" + std::to_string(++next_id_);
-    info.state = "running";
-    info.spec = spec;
-    info.created_at = "2024-05-01T10:00:00Z";
-    if (spec.timeout_s > 0) info.expires_at = "2024-05-01T10:05:00Z";
-    sandboxes_[info.id] = info;
-    last_spec = spec;
-    ++stats_.sandboxes_created_total;
-    return info;
-  }
-  Result<core::SandboxInfo> Get(const std::string& id) override {
-    if (id == "throws") throw std::runtime_error("boom");
-    std::lock_guard lock(mutex_);
-    auto it = sandboxes_.find(id);
-    if (it == sandboxes_.end()) return NotFound(id);
-    core::SandboxInfo info = it->second;
-    info.usage = core::SandboxUsage{.cpu_s = 0.5, .memory_bytes = 1 << 20, .disk_bytes = 4096, .pids = 2};
-    return info;
-  }
-  std::vector<core::SandboxInfo> List(const core::ListFilter& filter) override {
-    std::lock_guard lock(mutex_);
-    std::vector<core::SandboxInfo> out;
-    for (const auto& [id, info] : sandboxes_) {
-      if (filter.state && info.state != *filter.state) continue;
-      bool match = true;
-      for (const auto& [key, value] : filter.metadata) {
-        auto it = info.spec.metadata.find(key);
-        match = match && it != info.spec.metadata.end() && it->second == value;
-      }
-      if (match) out.push_back(info);
-    }
-    return out;
-  }
-  Status Delete(const std::string& id) override {
-    std::lock_guard lock(mutex_);
-    if (sandboxes_.erase(id) == 0) return NotFound(id);
-    return {};
-  }
-  Result<core::SandboxInfo> SetTimeout(const std::string& id, int64_t timeout_s) override {
-    std::lock_guard lock(mutex_);
-    auto it = sandboxes_.find(id);
-    if (it == sandboxes_.end()) return NotFound(id);
-    it->second.spec.timeout_s = timeout_s;
-    it->second.expires_at = "2024-05-01T11:00:00Z";
-    return it->second;
-  }
-  Result<core::SandboxInfo> Pause(const std::string& id) override { return SetState(id, "paused"); }
-  Result<core::SandboxInfo> Resume(const std::string& id) override { return SetState(id, "running"); }
-  Result<core::SandboxInfo> Stop(const std::string& id) override { return SetState(id, "stopped"); }
-  Result<core::SandboxInfo> Start(const std::string& id) override { return SetState(id, "running"); }
-  Result<core::SandboxInfo> SetState(const std::string& id, const std::string& state) {
-    std::lock_guard lock(mutex_);
-    auto it = sandboxes_.find(id);
-    if (it == sandboxes_.end()) return NotFound(id);
-    it->second.state = state;
-    return it->second;
-  }
-  asio::awaitable<Result<core::InitConnection>> ConnectInit(asio::any_io_executor executor,
-                                                           const std::string& id) override {
-    // These tests cover the HTTP layer (integration tests cover init), and what the daemon
-    // makes of an init that answers anything at all.
-    auto forged = forged_init.find(id);
-    if (forged == forged_init.end()) co_return NotFound(id);
-    LocalSocket daemon_end(executor), init_end(executor);
-    asio::local::connect_pair(daemon_end, init_end);
-    asio::co_spawn(executor, ForgedInit(std::move(init_end), forged->second), asio::detached);
-    co_return core::InitConnection{std::make_unique<core::CtlClient>(std::move(daemon_end)), {}, nullptr};
-  }
-  Result<UniqueFd> SandboxSocket(const std::string& id, int) override { return NotFound(id); }
-  Result<core::SandboxInfo> SetNetwork(const std::string& id, const core::NetworkPolicy& policy) override {
-    std::lock_guard lock(mutex_);
-    auto it = sandboxes_.find(id);
-    if (it == sandboxes_.end()) return NotFound(id);
-    it->second.spec.network = policy;
-    return it->second;
-  }
-  Result<std::vector<net::EgressRecord>> Egress(const std::string& id, int64_t limit) override {
-    std::lock_guard lock(mutex_);
-    if (!sandboxes_.contains(id)) return NotFound(id);
-    last_egress_limit = limit;
-    return egress;
-  }
-  asio::awaitable<Result<std::unique_ptr<core::ExecSession>>> StartExec(asio::any_io_executor executor,
-                                                                         const std::string& id,
-                                                                         core::ExecRequest request) override {
-    {
-      std::lock_guard lock(mutex_);
-      if (!sandboxes_.contains(id)) co_return NotFound(id);
-      last_exec = request;
-    }
-    LocalSocket daemon_end(executor), init_end(executor);
-    asio::local::connect_pair(daemon_end, init_end);
-    asio::co_spawn(executor, FakeInit(std::move(init_end), std::move(request), init_log), asio::detached);
-    co_return std::make_unique<core::ExecSession>(std::move(daemon_end));
-  }
-  std::vector<core::ImageInfo> ListImages() override {
-    return {core::ImageInfo{.name = "host", .source = "host", .created_at = "2024-01-01T00:00:00Z", .size_bytes = 0}};
-  }
-  Result<core::ImageInfo> ImportImage(const std::string& name, const std::string& tar_path) override {
-    std::ifstream file(tar_path, std::ios::binary);
-    std::string content((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-    std::lock_guard lock(mutex_);
-    imported[name] = content;
-    imported_from = tar_path;
-    return core::ImageInfo{.name = name, .source = "tarball", .created_at = "2024-05-01T10:00:00Z",
-                           .size_bytes = int64_t(content.size())};
-  }
-  Status DeleteImage(const std::string& name) override {
-    if (name == "busy") return MakeError(ErrorCode::kConflict, "image busy is in use");
-    if (name != "old") return MakeError(ErrorCode::kNotFound, "no image " + name, "image_not_found");
-    return {};
-  }
-  // Volumes: served by the real registry in integration tests; here only the HTTP shape.
-  Result<core::VolumeInfo> CreateVolume(const std::string& name, int64_t size_mb) override {
-    return core::VolumeInfo{.name = name, .size_mb = size_mb, .created_at = "2024-05-01T10:00:00Z"};
-  }
-  Result<core::VolumeInfo> GetVolume(const std::string& name) override {
-    return MakeError(ErrorCode::kNotFound, "no volume named " + name, "volume_not_found");
-  }
-  std::vector<core::VolumeInfo> ListVolumes() override { return {}; }
-  Status DeleteVolume(const std::string& name) override {
-    return MakeError(ErrorCode::kConflict, "volume " + name + " is mounted", "volume_in_use");
-  }
-  Result<core::SnapshotInfo> CreateSnapshot(const std::string& id, const std::string& name) override {
-    if (id != "sb1") return NotFound(id);
-    std::lock_guard lock(mutex_);
-    last_snapshot_name = name;
-    return core::SnapshotInfo{"snap_1", name, id, "2024-05-01T10:00:00Z", 4096, "host"};
-  }
-  std::vector<core::SnapshotInfo> ListSnapshots() override {
-    return {core::SnapshotInfo{"snap_1", "", "sb1", "2024-05-01T10:00:00Z", 4096, "host"}};
-  }
-  Result<core::SnapshotInfo> GetSnapshot(const std::string& id) override {
-    if (id != "snap_1") return MakeError(ErrorCode::kNotFound, "no snapshot " + id, "snapshot_not_found");
-    return ListSnapshots()[0];
-  }
-  Status DeleteSnapshot(const std::string& id) override {
-    if (id == "snap_busy") return MakeError(ErrorCode::kConflict, "in use", "snapshot_in_use");
-    if (id != "snap_1") return MakeError(ErrorCode::kNotFound, "no snapshot " + id, "snapshot_not_found");
-    return {};
-  }
-  Status ExportSnapshot(const std::string& id, int) override {
-    return MakeError(ErrorCode::kNotFound, "no snapshot " + id, "snapshot_not_found");
-  }
-  Result<core::SnapshotInfo> ImportSnapshot(int, int64_t) override {
-    return MakeError(ErrorCode::kInvalid, "not a bulkhead snapshot archive", "invalid_snapshot");
-  }
-  Result<std::vector<core::SandboxInfo>> Fork(const std::string& id, int count) override {
-    if (id != "sb1") return NotFound(id);
-    std::vector<core::SandboxInfo> forks(static_cast<size_t>(count));
-    for (int i = 0; i < count; ++i) {
-      forks[static_cast<size_t>(i)].id = "fork" + std::to_string(i);
-      forks[static_cast<size_t>(i)].state = "running";
-    }
-    return forks;
-  }
-  core::ManagerStats Stats() override {
-    std::lock_guard lock(mutex_);
-    return stats_;
-  }
-  const core::DaemonConfig& config() const override { return config_; }
-  void Shutdown() override {}
-
-  std::mutex mutex_;
-  core::SandboxSpec last_spec;
-  core::ExecRequest last_exec;
-  std::map<std::string, std::string> imported;
-  std::string imported_from;
-  std::shared_ptr<InitLog> init_log = std::make_shared<InitLog>();
-  std::map<std::string, std::string> forged_init;  // sandbox id -> the frames its init answers
-  std::vector<net::EgressRecord> egress;
-  int64_t last_egress_limit = 0;
-  std::string last_snapshot_name;
-
- private:
-  static Error NotFound(const std::string& id) {
-    return MakeError(ErrorCode::kNotFound, "no sandbox " + id, "sandbox_not_found");
-  }
-  std::map<std::string, core::SandboxInfo> sandboxes_;
-  int next_id_ = 0;
-  core::ManagerStats stats_;
-  core::DaemonConfig config_;
-};
-
 // ---- The fixture: a server on 127.0.0.1:<ephemeral> and a unix socket.
 
 using Response = http::response<http::string_body>;
@@ -337,6 +122,9 @@ class ApiServerTest : public ::testing::Test {
   void SetUp() override { Start(ServerOptions{}); }
 
   void Start(ServerOptions options) {
+    manager_.exec_init = [this](LocalSocket socket, core::ExecRequest request) {
+      return ScriptedExec(std::move(socket), std::move(request), init_log_);
+    };
     char pattern[] = "/tmp/bulkhead-api-server-test-XXXXXX";
     ASSERT_NE(mkdtemp(pattern), nullptr);
     dir_ = pattern;
@@ -424,6 +212,7 @@ class ApiServerTest : public ::testing::Test {
   }
 
   FakeManager manager_;
+  std::shared_ptr<InitLog> init_log_ = std::make_shared<InitLog>();  // the exec script's
   std::unique_ptr<ApiServer> server_;
   std::thread thread_;
   std::string dir_;
@@ -650,8 +439,8 @@ TEST_F(ApiServerTest, ExecStreamEndsWithAnErrorLineWhenInitIsLost) {
 TEST_F(ApiServerTest, ClientHangupCancelsTheCommand) {
   const std::string id = CreateSandbox();
   for (bool stream : {false, true}) {
-    manager_.init_log = std::make_shared<InitLog>();
-    auto log = manager_.init_log;
+    init_log_ = std::make_shared<InitLog>();
+    auto log = init_log_;
     tcp::socket socket = Connect();
     auto request = MakeRequest(http::verb::post, "/v1/sandboxes/" + id + "/exec", R"({"cmd": ["sleep"]})");
     if (stream) request.set(http::field::accept, "application/x-ndjson");
@@ -736,6 +525,11 @@ TEST_F(ApiServerTest, ImageUploadIsSpooledToDiskAndImported) {
 }
 
 TEST_F(ApiServerTest, ImagesListAndDelete) {
+  manager_.AddImage("old");
+  manager_.AddImage("busy");
+  core::SandboxSpec on_busy;
+  on_busy.image = "busy";
+  manager_.AddSandbox("sb-on-busy", on_busy);
   Response list = Call(http::verb::get, "/v1/images");
   EXPECT_EQ(Body(list)["images"][0]["name"], "host");
   EXPECT_EQ(Call(http::verb::delete_, "/v1/images/old").result_int(), 204);
@@ -745,6 +539,12 @@ TEST_F(ApiServerTest, ImagesListAndDelete) {
 }
 
 TEST_F(ApiServerTest, SnapshotRoutesValidateAndAnswerInTheContractShapes) {
+  manager_.AddSandbox("sb1");
+  manager_.AddSnapshot({.id = "snap_1", .sandbox_id = "sb1", .image = "host"});
+  manager_.AddSnapshot({.id = "snap_busy", .sandbox_id = "sb1", .image = "host"});
+  core::SandboxSpec from_busy;
+  from_busy.from_snapshot = "snap_busy";
+  manager_.AddSandbox("sb-from-busy", from_busy);
   Response created = Call(http::verb::post, "/v1/sandboxes/sb1/snapshots", R"({"name": "before-upgrade"})");
   ASSERT_EQ(created.result_int(), 201);
   EXPECT_EQ(Body(created)["name"], "before-upgrade");
@@ -908,9 +708,13 @@ TEST_F(ApiServerTest, ForgedProcessTablesAreProtocolErrorsNotCrashes) {
   wrong_type["pid"] = "7";
   // Copying or printing JSON nested this deep overflows the stack (nlohmann recurses).
   const std::string deep = R"({"processes": [)" + std::string(500000, '[') + std::string(500000, ']') + "]}";
-  manager_.forged_init = {{"deep", result(deep)},
-                          {"typed", result(json{{"processes", {wrong_type}}}.dump())},
-                          {"injected", result(json{{"processes", {injected}}}.dump())}};
+  const std::map<std::string, std::string> answers = {{"deep", result(deep)},
+                                                      {"typed", result(json{{"processes", {wrong_type}}}.dump())},
+                                                      {"injected", result(json{{"processes", {injected}}}.dump())}};
+  for (const auto& [id, answer] : answers) manager_.AddSandbox(id);
+  manager_.connect_init = [answers](LocalSocket socket, std::string id) {
+    return testing::AnswerFirstFrame(std::move(socket), answers.at(id));
+  };
 
   for (const char* id : {"deep", "typed"}) {
     Response list = Call(http::verb::get, std::string("/v1/sandboxes/") + id + "/processes");
