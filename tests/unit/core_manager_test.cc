@@ -15,13 +15,12 @@
 #include "storage/fs_util.h"
 #include "store/state_db.h"
 #include "support/fake_tier.h"
+#include "support/temp_state_dir.h"
 
 namespace bulkhead {
 namespace {
 
 using core::SandboxSpec;
-using storage::FindMount;
-using storage::RemoveTree;
 using testing::FakeTier;
 
 // Polls `done` for up to `seconds` (the manager's threads act on their own time).
@@ -37,19 +36,11 @@ bool Eventually(const std::function<bool()>& done, int seconds = 20) {
 class CoreManagerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/bh-core-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    config_.state_dir = tmpl;
+    config_.state_dir = state_dir_.path();
     config_.storage_gb = 4;
     config_.warm_pool = 0;
     config_.listen = "";
     config_.e2b_listen = "";
-  }
-  void TearDown() override {
-    manager_.reset();
-    const std::string mount_point = config_.state_dir + "/storage";
-    if (FindMount(mount_point) && ::umount2(mount_point.c_str(), 0) != 0) ::umount2(mount_point.c_str(), MNT_DETACH);
-    EXPECT_TRUE(RemoveTree(config_.state_dir).ok());
   }
 
   // A manager (a daemon start) on the fake tier; the world stays across restarts.
@@ -74,6 +65,7 @@ class CoreManagerTest : public ::testing::Test {
   }
   std::optional<FakeTier::Box> BoxOf(const std::string& id) { return world_.Find(core::HostName(id)); }
 
+  testing::TempStateDir state_dir_{"bh-core"};  // first: it outlives the manager on it
   core::DaemonConfig config_;
   FakeTier::World world_;
   std::unique_ptr<core::SandboxManager> manager_;

@@ -16,6 +16,7 @@
 #include "common/id_ranges.h"
 #include "storage/fs_util.h"
 #include "storage/storage.h"
+#include "support/temp_state_dir.h"
 
 namespace bulkhead::storage {
 namespace {
@@ -48,9 +49,6 @@ std::string SudoBinary() { return std::filesystem::read_symlink("/proc/self/exe"
 class StorageHostImageTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/bulkhead-storage-test-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    state_ = tmpl;
     auto opened = Storage::Open(state_, 4);
     ASSERT_TRUE(opened.ok()) << opened.error().message;
     storage_ = std::move(*opened);
@@ -58,14 +56,9 @@ class StorageHostImageTest : public ::testing::Test {
     ASSERT_TRUE(rootfs.ok()) << rootfs.error().message;
     rootfs_ = *rootfs;
   }
-  void TearDown() override {
-    storage_.reset();
-    std::string mount_point = state_ + "/storage";
-    if (FindMount(mount_point) && ::umount2(mount_point.c_str(), 0) != 0) ::umount2(mount_point.c_str(), MNT_DETACH);
-    EXPECT_TRUE(RemoveTree(state_).ok());
-  }
 
-  std::string state_;
+  testing::TempStateDir dir_{"bulkhead-storage-test"};  // first: it outlives what is opened on it
+  const std::string state_ = dir_.path();
   std::string rootfs_;
   std::unique_ptr<Storage> storage_;
 };

@@ -18,6 +18,7 @@
 #include "common/id_ranges.h"
 #include "storage/fs_util.h"
 #include "storage/storage.h"
+#include "support/temp_state_dir.h"
 
 namespace bulkhead::storage {
 namespace {
@@ -90,24 +91,10 @@ std::vector<std::string> Names(const std::string& dir) {
 class StorageImportTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/bulkhead-storage-test-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    state_ = tmpl;
-    // A host directory with a canary, beside the state dir: the target of every escape.
-    char canary_tmpl[] = "/tmp/bulkhead-canary-XXXXXX";
-    ASSERT_NE(::mkdtemp(canary_tmpl), nullptr);
-    canary_dir_ = canary_tmpl;
     std::ofstream(canary_dir_ + "/canary") << "untouched";
     auto opened = Storage::Open(state_, 4);
     ASSERT_TRUE(opened.ok()) << opened.error().message;
     storage_ = std::move(*opened);
-  }
-  void TearDown() override {
-    storage_.reset();
-    std::string mount_point = state_ + "/storage";
-    if (FindMount(mount_point) && ::umount2(mount_point.c_str(), 0) != 0) ::umount2(mount_point.c_str(), MNT_DETACH);
-    EXPECT_TRUE(RemoveTree(state_).ok());
-    EXPECT_TRUE(RemoveTree(canary_dir_).ok());
   }
 
   void ExpectCanaryUntouched() {
@@ -117,8 +104,11 @@ class StorageImportTest : public ::testing::Test {
     for (const auto& name : Names(state_ + "/images")) EXPECT_EQ(name.find(".tmp-"), std::string::npos) << name;
   }
 
-  std::string state_;
-  std::string canary_dir_;
+  testing::TempStateDir dir_{"bulkhead-storage-test"};  // first: it outlives what is opened on it
+  const std::string state_ = dir_.path();
+  // A host directory with a canary, beside the state dir: the target of every escape.
+  testing::TempStateDir canary_{"bulkhead-canary"};
+  const std::string canary_dir_ = canary_.path();
   std::unique_ptr<Storage> storage_;
 };
 

@@ -24,6 +24,7 @@
 #include "storage/fs_util.h"
 #include "storage/layer_area.h"
 #include "storage/storage.h"
+#include "support/temp_state_dir.h"
 
 namespace bulkhead::storage {
 namespace {
@@ -34,22 +35,14 @@ constexpr int64_t kMiB = 1024 * 1024;
 class StorageLayersTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/bulkhead-storage-test-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    state_ = tmpl;
     auto opened = Storage::Open(state_, 4);
     ASSERT_TRUE(opened.ok()) << opened.error().message;
     storage_ = std::move(*opened);
   }
   void TearDown() override {
     storage_.reset();
-    // Unmounting frees the loop device (it was attached with autoclear).
-    std::string mount_point = state_ + "/storage";
-    if (FindMount(mount_point)) {
-      if (::umount2(mount_point.c_str(), 0) != 0) ::umount2(mount_point.c_str(), MNT_DETACH);
-    }
-    EXPECT_FALSE(FindMount(mount_point).has_value());
-    EXPECT_TRUE(RemoveTree(state_).ok());
+    dir_.UnmountStorage();
+    EXPECT_FALSE(FindMount(state_ + "/storage").has_value());
   }
 
   // Writes bytes of zeros to path as uid:gid in a child process; returns the errno of the
@@ -125,7 +118,8 @@ class StorageLayersTest : public ::testing::Test {
     return std::string("/sys/fs/btrfs/") + uuid + "/qgroups";
   }
 
-  std::string state_;
+  testing::TempStateDir dir_{"bulkhead-storage-test"};  // first: it outlives what is opened on it
+  const std::string state_ = dir_.path();
   std::unique_ptr<Storage> storage_;
 };
 
@@ -311,9 +305,8 @@ TEST_F(StorageLayersTest, OverlayMountsOnALayerWithWhiteouts) {
 }
 
 TEST(StorageUnmountTest, UnmountingFreesTheLoopDevice) {
-  char tmpl[] = "/tmp/bulkhead-storage-test-XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  std::string state = tmpl;
+  testing::TempStateDir dir("bulkhead-storage-test");
+  const std::string& state = dir.path();
   {
     auto storage = Storage::Open(state, 4);
     ASSERT_TRUE(storage.ok()) << storage.error().message;
@@ -330,14 +323,12 @@ TEST(StorageUnmountTest, UnmountingFreesTheLoopDevice) {
     if (!freed) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_TRUE(freed) << device << " still attached";
-  EXPECT_TRUE(RemoveTree(state).ok());
 }
 
 // The fallback where no quota filesystem can be had: plain directories, usage by walking.
 TEST(StoragePlainLayerAreaTest, PlainDirectoriesWithoutQuota) {
-  char tmpl[] = "/tmp/bulkhead-storage-test-XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  std::string state = tmpl;
+  testing::TempStateDir dir("bulkhead-storage-test");
+  const std::string& state = dir.path();
   auto area = OpenPlainLayerArea(state + "/layers");
   ASSERT_TRUE(area.ok()) << area.error().message;
   EXPECT_FALSE((*area)->enforced());
@@ -351,7 +342,6 @@ TEST(StoragePlainLayerAreaTest, PlainDirectoriesWithoutQuota) {
   EXPECT_EQ((*area)->SetLimit("missing", 32).error().code, ErrorCode::kNotFound);
   ASSERT_TRUE((*area)->DestroyLayerDir("plain").ok());
   EXPECT_NE(::access((*area)->LayerPath("plain").c_str(), F_OK), 0);
-  EXPECT_TRUE(RemoveTree(state).ok());
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 
 #include "common/unique_fd.h"
 #include "storage/fs_util.h"
+#include "support/temp_state_dir.h"
 
 namespace bulkhead::storage {
 namespace {
@@ -144,9 +145,6 @@ std::string WriteArchive(const HostileArchive& spec) {
 class SnapshotArchiveTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/bulkhead-snapshot-test-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    work_ = tmpl;
     src_ = work_ + "/src";
     dest_ = work_ + "/dest";
     canary_dir_ = work_ + "/canary";
@@ -154,7 +152,6 @@ class SnapshotArchiveTest : public ::testing::Test {
     Dir(canary_dir_, 0755, 0, 0);
     Put(canary_dir_ + "/canary", "untouched", 0644, 0, 0);
   }
-  void TearDown() override { EXPECT_TRUE(RemoveTree(work_).ok()); }
 
   Result<std::string> Import(const std::string& archive_bytes, int64_t max_bytes = kNoLimit) {
     UniqueFd fd = FdWith(archive_bytes);
@@ -220,7 +217,9 @@ class SnapshotArchiveTest : public ::testing::Test {
     ASSERT_EQ(::lchown((src_ + "/usr/removed").c_str(), a, a), 0);
   }
 
-  std::string work_, src_, dest_, canary_dir_;
+  testing::TempStateDir dir_{"bulkhead-snapshot-test"};
+  const std::string work_ = dir_.path();
+  std::string src_, dest_, canary_dir_;
 };
 
 uid_t Shifted(uid_t id) { return id - kBaseA + kBaseB; }

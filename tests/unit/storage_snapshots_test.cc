@@ -12,6 +12,7 @@
 #include "common/unique_fd.h"
 #include "storage/fs_util.h"
 #include "storage/storage.h"
+#include "support/temp_state_dir.h"
 
 namespace bulkhead::storage {
 namespace {
@@ -22,24 +23,10 @@ constexpr uid_t kTo = 0x10050000;
 class StorageSnapshotsTest : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/bulkhead-snap-test-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    state_ = tmpl;
-    ASSERT_EQ(::chmod(tmpl, 0711), 0);
+    ASSERT_EQ(::chmod(state_.c_str(), 0711), 0);
     auto opened = Storage::Open(state_, 4, GetParam());
     ASSERT_TRUE(opened.ok()) << opened.error().message;
     storage_ = std::move(*opened);
-  }
-  void TearDown() override {
-    storage_.reset();
-    Unmount();
-    EXPECT_TRUE(RemoveTree(state_).ok());
-  }
-  void Unmount() {
-    std::string mount_point = state_ + "/storage";
-    if (FindMount(mount_point)) {
-      if (::umount2(mount_point.c_str(), 0) != 0) ::umount2(mount_point.c_str(), MNT_DETACH);
-    }
   }
   static void Write(const std::string& path, const std::string& data, uid_t owner) {
     UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
@@ -57,7 +44,8 @@ class StorageSnapshotsTest : public ::testing::TestWithParam<const char*> {
     return st.st_uid;
   }
 
-  std::string state_;
+  testing::TempStateDir dir_{"bulkhead-snap-test"};  // first: it outlives what is opened on it
+  const std::string state_ = dir_.path();
   std::unique_ptr<Storage> storage_;
 };
 
@@ -108,7 +96,7 @@ TEST_P(StorageSnapshotsTest, AStateDirOfTheOtherDriverIsRefused) {
   bool has_image = FindMount(state_ + "/storage").has_value();
   if (!has_image) GTEST_SKIP() << "no quota image here (plain layers): nothing to refuse";
   storage_.reset();
-  Unmount();
+  dir_.UnmountStorage();
   auto other = Storage::Open(state_, 4, driver == "btrfs" ? "overlay" : "btrfs");
   ASSERT_FALSE(other.ok());
   EXPECT_EQ(other.error().code, ErrorCode::kInvalid) << other.error().message;

@@ -18,6 +18,7 @@
 #include "storage/fs_util.h"
 #include "storage/loop_mount.h"
 #include "storage/tree_copy.h"
+#include "support/temp_state_dir.h"
 
 namespace bulkhead::storage {
 namespace {
@@ -29,13 +30,9 @@ constexpr uid_t kCount = 65536;
 class TreeCopyTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/bulkhead-tree-copy-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
     src_ = dir_ + "/src";
     ASSERT_EQ(::mkdir(src_.c_str(), 0755), 0);
   }
-  void TearDown() override { EXPECT_TRUE(RemoveTree(dir_).ok()); }
 
   std::string S(const std::string& rel) const { return src_ + "/" + rel; }
   static void Write(const std::string& path, const std::string& data, mode_t mode, uid_t uid, gid_t gid) {
@@ -90,7 +87,9 @@ class TreeCopyTest : public ::testing::Test {
     ASSERT_EQ(::utimensat(AT_FDCWD, S("workspace").c_str(), old_times, 0), 0);
   }
 
-  std::string dir_, src_;
+  testing::TempStateDir temp_{"bulkhead-tree-copy"};
+  const std::string dir_ = temp_.path();
+  std::string src_;
 };
 
 TEST_F(TreeCopyTest, CopiesEveryKindOfEntryWithItsMetadata) {
@@ -208,15 +207,13 @@ namespace {
 // On xfs made with reflink=1 (as the daemon makes its image) a copy shares the extents of
 // its source instead of duplicating the data.
 TEST(TreeCopyReflink, CopiesOnXfsShareExtents) {
-  char tmpl[] = "/tmp/bulkhead-reflink-XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl, image = dir + "/xfs.img", mnt = dir + "/mnt";
+  testing::TempStateDir temp("bulkhead-reflink");
+  const std::string dir = temp.path(), image = dir + "/xfs.img", mnt = dir + "/mnt";
   ASSERT_TRUE(MakeDir(mnt, 0700).ok());
   ASSERT_TRUE(CreateSparseImage(image, int64_t{512} << 20).ok());
   ASSERT_TRUE(MakeFilesystem(image, FsType::kXfs).ok());
   auto device = MountImage(image, mnt, "xfs", "");
   if (!device.ok()) {
-    (void)RemoveTree(dir);
     GTEST_SKIP() << "no xfs here: " << device.error().message;
   }
   ASSERT_TRUE(MakeDir(mnt + "/src", 0755).ok());
@@ -237,7 +234,6 @@ TEST(TreeCopyReflink, CopiesOnXfsShareExtents) {
   EXPECT_EQ(ReadFile(mnt + "/dst/data")->size(), size_t{4} << 20);
   fd.reset();
   ::umount2(mnt.c_str(), MNT_DETACH);
-  EXPECT_TRUE(RemoveTree(dir).ok());
 }
 
 }  // namespace
