@@ -58,7 +58,9 @@ void FakeManager::AddSnapshot(const core::SnapshotInfo& snapshot) {
 Result<core::SandboxInfo> FakeManager::Create(const core::SandboxSpec& spec) {
   std::lock_guard lock(mutex_);
   const bool known = std::any_of(images_.begin(), images_.end(), [&](const auto& i) { return i.name == spec.image; });
-  if (!known && !spec.image.empty()) return MakeError(ErrorCode::kNotFound, "no image " + spec.image, "image_not_found");
+  if (!known && !spec.image.empty()) {
+    return MakeError(ErrorCode::kNotFound, "no image " + spec.image, "image_not_found");
+  }
   last_spec = spec;
   ++stats_.sandboxes_created_total;
   return Insert("sb-" + std::to_string(++next_sandbox_), spec);

@@ -6,6 +6,7 @@
 #include <sys/mount.h>
 
 #include <cstring>
+#include <stdexcept>
 
 #include "storage/fs_util.h"
 
@@ -13,15 +14,14 @@ namespace bulkhead::testing {
 
 TempStateDir::TempStateDir(const std::string& prefix) {
   std::string pattern = "/tmp/" + prefix + "-XXXXXX";
+  // Thrown, the test fails before its body runs (gtest catches it), with no path to misuse.
   if (::mkdtemp(pattern.data()) == nullptr) {
-    ADD_FAILURE() << "mkdtemp " << pattern << ": " << std::strerror(errno);
-    return;
+    throw std::runtime_error("mkdtemp " + pattern + ": " + std::strerror(errno));
   }
   path_ = pattern;
 }
 
 TempStateDir::~TempStateDir() {
-  if (path_.empty()) return;
   UnmountStorage();
   EXPECT_TRUE(storage::RemoveTree(path_).ok()) << path_;
 }

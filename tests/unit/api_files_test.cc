@@ -22,6 +22,7 @@
 #include "api/server.h"
 #include "common/ctl_protocol.h"
 #include "support/fake_manager.h"
+#include "support/temp_state_dir.h"
 
 // g++ 12 at -O2 reports a false -Wmismatched-new-delete on asio's coroutine frames.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
@@ -162,9 +163,6 @@ class ApiFilesTest : public ::testing::Test {
     manager_.connect_init = [log = log_](LocalSocket socket, std::string) {
       return ScriptedWorker(std::move(socket), log);
     };
-    char pattern[] = "/tmp/bulkhead-api-files-test-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
     ServerOptions options;
     options.api_key = kKey;
     options.upload_dir = dir_;
@@ -178,7 +176,6 @@ class ApiFilesTest : public ::testing::Test {
   void TearDown() override {
     server_->Stop();
     thread_.join();
-    std::filesystem::remove_all(dir_);
   }
 
   tcp::socket Connect() {
@@ -262,11 +259,12 @@ class ApiFilesTest : public ::testing::Test {
     return reply;
   }
 
+  testing::TempStateDir temp_{"bulkhead-api-files-test"};
+  const std::string dir_ = temp_.path();
   FakeManager manager_;
   std::shared_ptr<WorkerLog> log_ = std::make_shared<WorkerLog>();  // the worker script's
   std::unique_ptr<ApiServer> server_;
   std::thread thread_;
-  std::string dir_;
   uint16_t port_ = 0;
   asio::io_context io_;
 };

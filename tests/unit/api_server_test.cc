@@ -28,6 +28,7 @@
 #include "api/encoding.h"
 #include "common/ctl_protocol.h"
 #include "support/fake_manager.h"
+#include "support/temp_state_dir.h"
 
 // g++ 12 at -O2 reports a false -Wmismatched-new-delete on asio's coroutine frames.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
@@ -125,9 +126,6 @@ class ApiServerTest : public ::testing::Test {
     manager_.exec_init = [this](LocalSocket socket, core::ExecRequest request) {
       return ScriptedExec(std::move(socket), std::move(request), init_log_);
     };
-    char pattern[] = "/tmp/bulkhead-api-server-test-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
     options.api_key = kKey;
     options.upload_dir = dir_ + "/tmp";
     options.shutdown_grace = std::chrono::milliseconds(2000);
@@ -147,7 +145,6 @@ class ApiServerTest : public ::testing::Test {
       thread_.join();
       server_.reset();
     }
-    std::filesystem::remove_all(dir_);
   }
 
   tcp::socket Connect() {
@@ -211,11 +208,12 @@ class ApiServerTest : public ::testing::Test {
     return lines;
   }
 
+  testing::TempStateDir temp_{"bulkhead-api-server-test"};
+  const std::string dir_ = temp_.path();
   FakeManager manager_;
   std::shared_ptr<InitLog> init_log_ = std::make_shared<InitLog>();  // the exec script's
   std::unique_ptr<ApiServer> server_;
   std::thread thread_;
-  std::string dir_;
   std::string socket_path_;
   uint16_t port_ = 0;
   asio::io_context io_;
