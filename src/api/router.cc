@@ -188,6 +188,10 @@ std::optional<PreviewHost> MatchPreviewHost(std::string_view host, std::string_v
   return PreviewHost{label.substr(0, dash), label.substr(dash + 1)};
 }
 
+// g++ 12 at -O3 (a Release build) warns falsely that "/" + std::string(...) below may copy
+// overlapping bytes (-Wrestrict inside basic_string's operator+; GCC bug 105329).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wrestrict"
 std::string PortProxyAppTarget(std::string_view target) {
   // Past "/v1/sandboxes/ID/ports/PORT": the sixth '/' starts the app's path.
   size_t at = 0;
@@ -198,6 +202,7 @@ std::string PortProxyAppTarget(std::string_view target) {
   if (target[at] == '?') return "/" + std::string(target.substr(at));
   return std::string(target.substr(at));
 }
+#pragma GCC diagnostic pop
 
 std::optional<std::string> PercentDecode(std::string_view text, bool plus_is_space) {
   std::string out;
