@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "storage/image_info.h"
+
 namespace bulkhead::core {
 
 struct NetworkPolicy {
@@ -129,12 +131,6 @@ struct SnapshotInfo {
   std::string image;
 };
 
-// Images that sandboxes start from.
-struct ImageInfo {
-  std::string name;
-  std::string source;  // "host" | "directory" | "tarball"
-  std::string created_at;
-  int64_t size_bytes = 0;
-};
+using storage::ImageInfo;  // storage/image_info.h
 
 }  // namespace bulkhead::core
