@@ -166,10 +166,6 @@ std::vector<std::pair<std::string_view, std::string_view>> AllRoutes() {
   return routes;
 }
 
-// g++ 12 at -O3 (a Release build) warns falsely that "/" + std::string(...) below may copy
-// overlapping bytes (-Wrestrict inside basic_string's operator+; GCC bug 105329).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wrestrict"
 std::string PortProxyAppTarget(std::string_view target) {
   // Past "/v1/sandboxes/ID/ports/PORT": the sixth '/' starts the app's path.
   size_t at = 0;
@@ -180,6 +176,5 @@ std::string PortProxyAppTarget(std::string_view target) {
   if (target[at] == '?') return "/" + std::string(target.substr(at));
   return std::string(target.substr(at));
 }
-#pragma GCC diagnostic pop
 
 }  // namespace bulkhead::api
