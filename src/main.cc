@@ -3,9 +3,9 @@
 
 #include <CLI/CLI.hpp>
 
-#include "api/daemon.h"
 #include "cli/command_line.h"
 #include "cli/commands.h"
+#include "daemon/daemon.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"bulkhead", "bulkhead"};

@@ -4,9 +4,9 @@
 
 #include <boost/asio/this_coro.hpp>
 
-#include "api/client_hangup_watch.h"
 #include "api/exec_output.h"
 #include "api/json_output.h"
+#include "http/client_hangup_watch.h"
 
 // g++ 12 reports a false -Wmismatched-new-delete on asio's coroutine frames, whose
 // awaitable_frame_base brings its own matching operator new and delete.

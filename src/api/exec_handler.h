@@ -4,9 +4,9 @@
 #include <string>
 #include <string_view>
 
-#include "api/http_exchange.h"
-#include "api/validate.h"
 #include "core/sandbox_manager.h"
+#include "http/http_exchange.h"
+#include "service/validate.h"
 
 namespace bulkhead::api {
 

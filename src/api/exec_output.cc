@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "api/encoding.h"
 #include "api/json_output.h"
+#include "http/encoding.h"
 
 namespace bulkhead::api {
 

@@ -5,9 +5,9 @@
 #pragma once
 #include <string>
 
-#include "api/http_exchange.h"
 #include "api/router.h"
 #include "core/sandbox_manager.h"
+#include "http/http_exchange.h"
 
 namespace bulkhead::api {
 
@@ -16,9 +16,5 @@ namespace bulkhead::api {
 // (the connection closes before the announced length or the last chunk).
 boost::asio::awaitable<void> ServeFiles(HttpExchange& exchange, core::SandboxManager& manager, RouteId route,
                                         const std::string& sandbox_id, const QueryParams& query);
-
-// mkdir -p `path` inside the sandbox as `user` (the workdir a new sandbox asked for).
-boost::asio::awaitable<Status> MakeDirectoryInside(core::SandboxManager& manager, const std::string& sandbox_id,
-                                                   const std::string& path, const std::string& user);
 
 }  // namespace bulkhead::api

@@ -8,13 +8,14 @@
 
 #include <fmt/format.h>
 
-#include "api/blocking.h"
 #include "api/exec_handler.h"
 #include "api/file_handler.h"
 #include "api/json_output.h"
-#include "api/port_proxy.h"
 #include "common/scope_guard.h"
 #include "common/unique_fd.h"
+#include "http/blocking.h"
+#include "service/make_directory.h"
+#include "service/port_proxy.h"
 
 // g++ 12 reports a false -Wmismatched-new-delete on asio's coroutine frames, whose
 // awaitable_frame_base brings its own matching operator new and delete.

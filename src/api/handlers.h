@@ -8,12 +8,12 @@
 
 #include <boost/asio/thread_pool.hpp>
 
-#include "api/http_exchange.h"
 #include "api/metrics.h"
 #include "api/process_handlers.h"
 #include "api/router.h"
-#include "api/validate.h"
 #include "core/sandbox_manager.h"
+#include "http/http_exchange.h"
+#include "service/validate.h"
 
 namespace bulkhead::api {
 

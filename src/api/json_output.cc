@@ -3,7 +3,6 @@
 #include <signal.h>
 #include <string.h>
 
-#include "api/encoding.h"
 #include "common/time_format.h"
 
 namespace bulkhead::api {
@@ -102,52 +101,12 @@ json SnapshotToJson(const core::SnapshotInfo& snapshot) {
   };
 }
 
-std::string ErrorCodeOf(const Error& error) {
-  return error.detail_code.empty() ? std::string(ErrorName(error.code)) : error.detail_code;
-}
-
-json ErrorToJson(const Error& error) {
-  return {{"error", {{"code", ErrorCodeOf(error)}, {"message", error.message}}}};
-}
-
 std::string SignalName(int signal) {
   if (signal >= SIGRTMIN && signal <= SIGRTMAX) {
     return signal == SIGRTMIN ? "SIGRTMIN" : "SIGRTMIN+" + std::to_string(signal - SIGRTMIN);
   }
   if (const char* abbrev = sigabbrev_np(signal)) return std::string("SIG") + abbrev;
   return "SIG" + std::to_string(signal);
-}
-
-namespace {
-
-// Strings this long (command output, mostly) are escaped by AppendJsonString: nlohmann's
-// escaper, a byte at a time through a UTF-8 decoder, was most of the daemon's CPU while it
-// relayed an output flood.
-constexpr size_t kFastStringBytes = 512;
-
-std::string Dump(const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-}  // namespace
-
-std::string DumpJson(const json& value) {
-  if (!value.is_object()) return Dump(value);
-  bool has_long_string = false;
-  for (const auto& item : value.items()) {
-    if (item.value().is_string() && item.value().get_ref<const std::string&>().size() >= kFastStringBytes) {
-      has_long_string = true;
-    }
-  }
-  if (!has_long_string) return Dump(value);
-  std::string out = "{";
-  for (const auto& item : value.items()) {
-    if (out.size() > 1) out += ',';
-    AppendJsonString(out, item.key());  // keys are ours: always UTF-8
-    out += ':';
-    const json& member = item.value();
-    if (!member.is_string() || !AppendJsonString(out, member.get_ref<const std::string&>())) out += Dump(member);
-  }
-  out += '}';
-  return out;
 }
 
 }  // namespace bulkhead::api

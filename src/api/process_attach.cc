@@ -15,14 +15,14 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "api/init_process.h"
 #include "api/json_output.h"
 #include "api/process_output.h"
-#include "api/process_request.h"
-#include "api/signal_names.h"
-#include "api/validate.h"
 #include "common/bounded_json.h"
 #include "common/ctl_protocol.h"
+#include "service/init_process.h"
+#include "service/process_request.h"
+#include "service/signal_names.h"
+#include "service/validate.h"
 
 // g++ 12 reports a false -Wmismatched-new-delete on asio's coroutine frames, whose
 // awaitable_frame_base brings its own matching operator new and delete.

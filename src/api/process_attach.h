@@ -7,9 +7,9 @@
 #pragma once
 #include <string>
 
-#include "api/http_exchange.h"
 #include "api/router.h"
 #include "core/sandbox_manager.h"
+#include "http/http_exchange.h"
 
 namespace bulkhead::api {
 

@@ -5,16 +5,16 @@
 #include <boost/asio/this_coro.hpp>
 #include <fmt/format.h>
 
-#include "api/client_hangup_watch.h"
-#include "api/init_process.h"
 #include "api/json_output.h"
 #include "api/process_attach.h"
 #include "api/process_output.h"
-#include "api/process_request.h"
-#include "api/validate.h"
 #include "common/bounded_json.h"
 #include "common/ctl_protocol.h"
 #include "common/scope_guard.h"
+#include "http/client_hangup_watch.h"
+#include "service/init_process.h"
+#include "service/process_request.h"
+#include "service/validate.h"
 
 // g++ 12 reports a false -Wmismatched-new-delete on asio's coroutine frames, whose
 // awaitable_frame_base brings its own matching operator new and delete.

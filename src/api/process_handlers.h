@@ -8,9 +8,9 @@
 #include <string>
 #include <utility>
 
-#include "api/http_exchange.h"
 #include "api/router.h"
 #include "core/sandbox_manager.h"
+#include "http/http_exchange.h"
 
 namespace bulkhead::api {
 

@@ -115,13 +115,6 @@ size_t LiteralParts(std::string_view pattern) {
   return literal;
 }
 
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
 }  // namespace
 
 const std::string& RouteMatch::Param(std::string_view name) const {
@@ -173,21 +166,6 @@ std::vector<std::pair<std::string_view, std::string_view>> AllRoutes() {
   return routes;
 }
 
-std::optional<PreviewHost> MatchPreviewHost(std::string_view host, std::string_view preview_domain) {
-  if (preview_domain.empty() || host.size() <= preview_domain.size() + 1) return std::nullopt;
-  std::string lower(host);
-  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  std::string domain(preview_domain);
-  for (char& c : domain) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  const size_t label_size = lower.size() - domain.size() - 1;
-  if (lower.compare(label_size + 1, std::string::npos, domain) != 0 || lower[label_size] != '.') return std::nullopt;
-  const std::string label = lower.substr(0, label_size);
-  // The port has no '-'; the id may (so the first '-' splits).
-  const size_t dash = label.find('-');
-  if (dash == std::string::npos || dash == 0 || dash + 1 == label.size()) return std::nullopt;
-  return PreviewHost{label.substr(0, dash), label.substr(dash + 1)};
-}
-
 std::string PortProxyAppTarget(std::string_view target) {
   // Past "/v1/sandboxes/ID/ports/PORT": the sixth '/' starts the app's path.
   size_t at = 0;
@@ -197,49 +175,6 @@ std::string PortProxyAppTarget(std::string_view target) {
   }
   if (target[at] == '?') return "/" + std::string(target.substr(at));
   return std::string(target.substr(at));
-}
-
-std::optional<std::string> PercentDecode(std::string_view text, bool plus_is_space) {
-  std::string out;
-  out.reserve(text.size());
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (c == '%') {
-      if (i + 2 >= text.size()) return std::nullopt;
-      const int hi = HexValue(text[i + 1]);
-      const int lo = HexValue(text[i + 2]);
-      if (hi < 0 || lo < 0) return std::nullopt;
-      out += static_cast<char>(hi * 16 + lo);
-      i += 2;
-    } else if (c == '+' && plus_is_space) {
-      out += ' ';
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-std::optional<RequestTarget> ParseTarget(std::string_view target) {
-  if (target.empty() || target[0] != '/') return std::nullopt;
-  RequestTarget result;
-  const size_t question = target.find('?');
-  result.path = std::string(target.substr(0, question));
-  if (question == std::string_view::npos) return result;
-  std::string_view query = target.substr(question + 1);
-  while (!query.empty()) {
-    const size_t amp = query.find('&');
-    const std::string_view pair = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
-    if (pair.empty()) continue;
-    const size_t equals = pair.find('=');
-    auto key = PercentDecode(pair.substr(0, equals), true);
-    auto value = PercentDecode(
-        equals == std::string_view::npos ? std::string_view() : pair.substr(equals + 1), true);
-    if (!key || !value) return std::nullopt;
-    result.query.emplace_back(std::move(*key), std::move(*value));
-  }
-  return result;
 }
 
 }  // namespace bulkhead::api

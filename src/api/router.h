@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "http/request_target.h"
+
 namespace bulkhead::api {
 
 enum class RouteId {
@@ -62,8 +64,6 @@ enum class RouteId {
   kNotImplemented,  // a route of API.md not served yet: 501 (after the sandbox id is checked)
 };
 
-using QueryParams = std::vector<std::pair<std::string, std::string>>;
-
 struct RouteMatch {
   enum class Outcome { kMatched, kNotFound, kMethodNotAllowed };
   Outcome outcome = Outcome::kNotFound;
@@ -88,28 +88,8 @@ RouteMatch MatchRoute(std::string_view method, std::string_view path);
 // The patterns of every route, in table order (for tests and documentation checks).
 std::vector<std::pair<std::string_view, std::string_view>> AllRoutes();  // {method, pattern}
 
-// Splits "/a/b?x=1&y" into path and query. The path is left encoded (MatchRoute decodes
-// each segment); the query is decoded ('+' is a space). nullopt if the target is not in
-// origin form ("/...").
-struct RequestTarget {
-  std::string path;
-  QueryParams query;
-};
-std::optional<RequestTarget> ParseTarget(std::string_view target);
-
-// A Host of the form "{port}-{id}.{preview_domain}" (case-insensitive): a request for a
-// sandbox's port by host name. The parts are as written (lower case), not yet validated.
-struct PreviewHost {
-  std::string port;
-  std::string sandbox_id;
-};
-std::optional<PreviewHost> MatchPreviewHost(std::string_view host, std::string_view preview_domain);
-
 // The request target for a sandbox's app from a port route's target
 // ("/v1/sandboxes/ID/ports/PORT/a/b?q" -> "/a/b?q"), still encoded as the client sent it.
 std::string PortProxyAppTarget(std::string_view target);
-
-// Decodes %XX escapes (and '+' as space if asked). nullopt on a malformed escape.
-std::optional<std::string> PercentDecode(std::string_view text, bool plus_is_space);
 
 }  // namespace bulkhead::api

@@ -9,11 +9,11 @@
 
 #include <fmt/format.h>
 
-#include "api/blocking.h"
 #include "api/handlers.h"
 #include "api/json_output.h"
 #include "common/scope_guard.h"
 #include "common/unique_fd.h"
+#include "http/blocking.h"
 
 // g++ 12 reports a false -Wmismatched-new-delete on asio's coroutine frames, whose
 // awaitable_frame_base brings its own matching operator new and delete.

@@ -9,7 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "cli/server_url.h"
+#include "client/server_url.h"
 #include "common/result.h"
 #include "core/config.h"
 

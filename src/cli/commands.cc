@@ -10,10 +10,6 @@
 #include <ctime>
 #include <vector>
 
-#include "cli/api_client.h"
-#include "common/base64.h"
-#include "common/read_file.h"
-#include "cli/exec_stream.h"
 #include "cli/file_commands.h"
 #include "cli/network_commands.h"
 #include "cli/output_format.h"
@@ -24,6 +20,10 @@
 #include "cli/shell_command.h"
 #include "cli/tar_stream.h"
 #include "cli/volume_commands.h"
+#include "client/api_client.h"
+#include "client/exec_stream.h"
+#include "common/base64.h"
+#include "common/read_file.h"
 #include "common/unique_fd.h"
 #include "mcp/server.h"
 

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "cli/copy_plan.h"
-#include "cli/line_splitter.h"
 #include "cli/listing_format.h"
 #include "cli/tar_stream.h"
 #include "cli/tar_unpack.h"
+#include "client/line_splitter.h"
 #include "common/scope_guard.h"
 #include "common/unique_fd.h"
 

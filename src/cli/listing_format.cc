@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <vector>
 
-#include "cli/exec_stream.h"
 #include "cli/output_format.h"
+#include "client/exec_stream.h"
 
 namespace bulkhead::cli {
 namespace {

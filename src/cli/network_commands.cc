@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "cli/api_client.h"
 #include "cli/output_format.h"
+#include "client/api_client.h"
 
 namespace bulkhead::cli {
 namespace {

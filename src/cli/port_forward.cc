@@ -22,8 +22,8 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 
-#include "cli/api_client.h"
-#include "cli/daemon_socket.h"
+#include "client/api_client.h"
+#include "client/daemon_socket.h"
 
 namespace bulkhead::cli {
 namespace {

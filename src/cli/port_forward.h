@@ -4,8 +4,8 @@
 #pragma once
 #include <string>
 
-#include "cli/http_client.h"
 #include "cli/session.h"
+#include "client/http_client.h"
 #include "common/result.h"
 #include "common/unique_fd.h"
 

@@ -2,8 +2,8 @@
 
 #include <ctime>
 
-#include "cli/line_splitter.h"
 #include "cli/listing_format.h"
+#include "client/line_splitter.h"
 
 namespace bulkhead::cli {
 namespace {
@@ -21,10 +21,6 @@ std::string OffsetText(const json& event, const char* field) {
 }
 
 }  // namespace
-
-std::string ProcessPath(const std::string& sandbox_id, const std::string& process) {
-  return SandboxPath(sandbox_id) + "/processes/" + PercentEncode(process);
-}
 
 int DetachedExecCommand(Session& session, json request) {
   if (session.line.tag) request["tag"] = *session.line.tag;

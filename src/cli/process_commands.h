@@ -14,7 +14,4 @@ int ProcessListCommand(Session& session);
 int LogsCommand(Session& session);
 int KillCommand(Session& session);
 
-// /v1/sandboxes/{id}/processes/{pid or tag}
-std::string ProcessPath(const std::string& sandbox_id, const std::string& process);
-
 }  // namespace bulkhead::cli

@@ -7,21 +7,16 @@
 #include <string_view>
 #include <utility>
 
-#include "cli/api_client.h"
 #include "cli/command_line.h"
 #include "cli/commands.h"
-#include "cli/exec_stream.h"
+#include "client/api_client.h"
+#include "client/exec_stream.h"
 
 namespace bulkhead::cli {
 
 inline constexpr int kExitError = 1;
 inline constexpr int kExitUsage = 2;
 inline constexpr int kExitOutputClosed = 128 + SIGPIPE;
-
-// The code shown after an error message: the API's snake_case code when there is one.
-inline std::string CodeOf(const Error& error) {
-  return error.detail_code.empty() ? ErrorName(error.code) : error.detail_code;
-}
 
 inline bool IsOutputClosed(const Error& error) { return error.detail_code == kOutputClosed; }
 

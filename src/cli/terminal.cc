@@ -7,7 +7,7 @@
 
 #include <cerrno>
 
-#include "cli/exec_stream.h"
+#include "client/exec_stream.h"
 
 namespace bulkhead::cli {
 

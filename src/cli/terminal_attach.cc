@@ -16,9 +16,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/api_client.h"
-#include "cli/daemon_socket.h"
 #include "cli/terminal.h"
+#include "client/api_client.h"
+#include "client/daemon_socket.h"
 #include "common/unique_fd.h"
 
 namespace bulkhead::cli {

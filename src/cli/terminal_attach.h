@@ -5,8 +5,8 @@
 #include <optional>
 #include <string>
 
-#include "cli/exec_stream.h"
-#include "cli/http_client.h"
+#include "client/exec_stream.h"
+#include "client/http_client.h"
 #include "common/result.h"
 
 namespace bulkhead::cli {

@@ -3,9 +3,9 @@
 #include <ctime>
 #include <vector>
 
-#include "cli/api_client.h"
 #include "cli/output_format.h"
-#include "cli/server_url.h"
+#include "client/api_client.h"
+#include "client/server_url.h"
 
 namespace bulkhead::cli {
 namespace {

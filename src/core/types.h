@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "runtime/usage.h"
+#include "storage/image_info.h"
 
 namespace bulkhead::core {
 
@@ -126,12 +127,6 @@ struct SnapshotInfo {
   std::string image;
 };
 
-// Images that sandboxes start from.
-struct ImageInfo {
-  std::string name;
-  std::string source;  // "host" | "directory" | "tarball"
-  std::string created_at;
-  int64_t size_bytes = 0;
-};
+using storage::ImageInfo;  // storage/image_info.h
 
 }  // namespace bulkhead::core

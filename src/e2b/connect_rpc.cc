@@ -10,7 +10,7 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "common/bounded_json.h"
-#include "api/json_output.h"
+#include "http/json_text.h"
 
 // g++ 12 at -O2 reports a false -Wmismatched-new-delete on asio's coroutine frames.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"

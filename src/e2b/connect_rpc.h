@@ -14,8 +14,8 @@
 #include <boost/asio/awaitable.hpp>
 #include <nlohmann/json.hpp>
 
-#include "api/http_exchange.h"
 #include "common/result.h"
+#include "http/http_exchange.h"
 
 namespace bulkhead::e2b {
 

@@ -10,15 +10,15 @@
 #include <boost/beast/http/field.hpp>
 #include <fmt/format.h>
 
-#include "common/bounded_json.h"
-#include "api/blocking.h"
-#include "api/file_handler.h"
-#include "api/json_output.h"
-#include "api/validate.h"
 #include "common/base64.h"
+#include "common/bounded_json.h"
 #include "common/time_format.h"
 #include "e2b/envd_auth.h"
+#include "http/blocking.h"
+#include "http/json_text.h"
 #include "net/ip_address.h"
+#include "service/make_directory.h"
+#include "service/validate.h"
 
 // g++ 12 at -O2 reports a false -Wmismatched-new-delete on asio's coroutine frames.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"

@@ -9,9 +9,9 @@
 #include <boost/asio/awaitable.hpp>
 #include <nlohmann/json.hpp>
 
-#include "api/http_exchange.h"
-#include "api/router.h"
 #include "e2b/front.h"
+#include "http/http_exchange.h"
+#include "http/request_target.h"
 
 namespace bulkhead::e2b {
 

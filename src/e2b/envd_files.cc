@@ -10,17 +10,17 @@
 #include <boost/beast/http/field.hpp>
 #include <fmt/format.h>
 
-#include "api/client_hangup_watch.h"
-#include "api/file_output.h"
-#include "api/file_request.h"
-#include "api/json_output.h"
+#include "common/ascii.h"
+#include "common/bounded_json.h"
 #include "e2b/envd.h"
 #include "e2b/envd_fs.h"
 #include "e2b/envd_paths.h"
 #include "e2b/gzip_stream.h"
 #include "e2b/multipart.h"
-#include "common/ascii.h"
-#include "common/bounded_json.h"
+#include "http/client_hangup_watch.h"
+#include "http/json_text.h"
+#include "service/file_output.h"
+#include "service/file_request.h"
 
 // g++ 12 at -O2 reports a false -Wmismatched-new-delete on asio's coroutine frames.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"

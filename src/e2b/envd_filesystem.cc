@@ -15,8 +15,6 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <fmt/format.h>
 
-#include "api/client_hangup_watch.h"
-#include "api/file_request.h"
 #include "common/bounded_json.h"
 #include "common/ctl_protocol.h"
 #include "e2b/connect_rpc.h"
@@ -24,6 +22,8 @@
 #include "e2b/envd_fs.h"
 #include "e2b/envd_paths.h"
 #include "e2b/watchers.h"
+#include "http/client_hangup_watch.h"
+#include "service/file_request.h"
 
 // g++ 12 at -O2 reports a false -Wmismatched-new-delete on asio's coroutine frames.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"

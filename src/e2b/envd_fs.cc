@@ -5,8 +5,8 @@
 #include <boost/asio/this_coro.hpp>
 #include <fmt/format.h>
 
-#include "api/file_output.h"
 #include "common/bounded_json.h"
+#include "service/file_output.h"
 
 // g++ 12 at -O2 reports a false -Wmismatched-new-delete on asio's coroutine frames.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"

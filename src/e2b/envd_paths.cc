@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
-#include "api/encoding.h"
-#include "api/file_request.h"
+#include "http/encoding.h"
+#include "service/file_request.h"
 
 namespace bulkhead::e2b {
 

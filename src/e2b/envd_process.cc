@@ -1,7 +1,7 @@
 // envd's process service (e2b-protocol.md §5.1, §6.2, §6.3) on bulkhead's background
 // processes: Start registers one in init's process table (so it outlives the HTTP stream,
 // keeps its in-sandbox pid and tag) and follows its output; Connect follows a running one;
-// the unary calls drive one over an attach connection (api/init_process.h).
+// the unary calls drive one over an attach connection (service/init_process.h).
 #include <map>
 #include <mutex>
 
@@ -9,8 +9,6 @@
 #include <boost/asio/this_coro.hpp>
 #include <fmt/format.h>
 
-#include "api/client_hangup_watch.h"
-#include "api/init_process.h"
 #include "common/bounded_json.h"
 #include "common/ctl_protocol.h"
 #include "common/scope_guard.h"
@@ -18,6 +16,8 @@
 #include "e2b/envd.h"
 #include "e2b/envd_fs.h"
 #include "e2b/process_events.h"
+#include "http/client_hangup_watch.h"
+#include "service/init_process.h"
 
 // g++ 12 at -O2 reports a false -Wmismatched-new-delete on asio's coroutine frames.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"

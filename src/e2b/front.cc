@@ -6,15 +6,15 @@
 #include <boost/beast/http/field.hpp>
 #include <fmt/format.h>
 
-#include "api/api_key.h"
-#include "api/blocking.h"
-#include "api/json_output.h"
-#include "api/port_proxy.h"
-#include "api/preview_access.h"
 #include "e2b/control_plane.h"
 #include "e2b/envd.h"
 #include "e2b/envd_auth.h"
+#include "http/blocking.h"
+#include "http/json_text.h"
 #include "net/allow_rules.h"
+#include "service/api_key.h"
+#include "service/port_proxy.h"
+#include "service/preview_access.h"
 
 // g++ 12 at -O2 reports a false -Wmismatched-new-delete on asio's coroutine frames.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"

@@ -14,11 +14,11 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/thread_pool.hpp>
 
-#include "api/http_exchange.h"
-#include "api/router.h"
-#include "api/validate.h"
 #include "core/sandbox_manager.h"
 #include "e2b/watchers.h"
+#include "http/http_exchange.h"
+#include "http/request_target.h"
+#include "service/validate.h"
 
 namespace bulkhead::e2b {
 

@@ -11,9 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "api/process_request.h"
 #include "common/result.h"
 #include "e2b/connect_rpc.h"
+#include "service/process_request.h"
 
 namespace bulkhead::e2b {
 

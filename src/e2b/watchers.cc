@@ -14,10 +14,10 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "api/file_output.h"
 #include "common/bounded_json.h"
 #include "e2b/envd_fs.h"
 #include "e2b/envd_paths.h"
+#include "service/file_output.h"
 
 // g++ 12 at -O2 reports a false -Wmismatched-new-delete on asio's coroutine frames.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"

@@ -4,10 +4,10 @@
 #include <chrono>
 #include <thread>
 
-#include "common/bounded_json.h"
-#include "cli/line_splitter.h"
-#include "cli/process_commands.h"
+#include "client/api_client.h"
+#include "client/line_splitter.h"
 #include "common/base64.h"
+#include "common/bounded_json.h"
 #include "mcp/text.h"
 #include "mcp/tool.h"
 

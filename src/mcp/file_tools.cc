@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "common/bounded_json.h"
-#include "cli/server_url.h"
+#include "client/server_url.h"
 #include "common/base64.h"
+#include "common/bounded_json.h"
 #include "mcp/text.h"
 #include "mcp/tool.h"
 

@@ -4,7 +4,7 @@
 
 #include <cerrno>
 
-#include "cli/exec_stream.h"
+#include "client/exec_stream.h"
 
 namespace bulkhead::mcp {
 

@@ -1,7 +1,7 @@
 // Tools that make, list, copy and remove sandboxes, and reach their ports.
 #include <string>
 
-#include "cli/server_url.h"
+#include "client/server_url.h"
 #include "mcp/tool.h"
 
 namespace bulkhead::mcp {

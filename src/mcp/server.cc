@@ -11,8 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include "client/exec_stream.h"
 #include "common/bounded_json.h"
-#include "cli/exec_stream.h"
 #include "mcp/argument_check.h"
 #include "mcp/json_rpc.h"
 #include "mcp/tool.h"

@@ -4,7 +4,7 @@
 // handshake of 2025-11-25, 2025-06-18, 2025-03-26 (with JSON-RPC batches) and 2024-11-05.
 // Logs go to stderr only.
 #pragma once
-#include "cli/api_client.h"
+#include "client/api_client.h"
 
 namespace bulkhead::mcp {
 

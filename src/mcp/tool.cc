@@ -3,8 +3,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "client/api_client.h"
 #include "common/bounded_json.h"
-#include "cli/session.h"
 
 namespace bulkhead::mcp {
 

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/api_client.h"
+#include "client/api_client.h"
 #include "common/result.h"
 
 namespace bulkhead::mcp {

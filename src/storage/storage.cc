@@ -50,12 +50,12 @@ std::string MtimeRfc3339(const std::string& path) {
   return Rfc3339(st.st_mtime);
 }
 
-Result<core::ImageInfo> ReadImageMeta(const std::string& image_dir) {
+Result<ImageInfo> ReadImageMeta(const std::string& image_dir) {
   auto text = ReadFile(image_dir + "/meta.json");
   if (!text.ok()) return text.error();
   auto json = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (!json.is_object()) return MakeError(ErrorCode::kInternal, "bad meta.json in " + image_dir);
-  core::ImageInfo info;
+  ImageInfo info;
   info.name = json.value("name", "");
   info.source = json.value("source", "");
   info.created_at = json.value("created_at", "");
@@ -137,7 +137,7 @@ Result<std::string> Storage::ImageRootfs(const std::string& name) const {
   return std::string(resolved);
 }
 
-Result<core::ImageInfo> Storage::ImportImage(const std::string& name, const std::string& tar_path) {
+Result<ImageInfo> Storage::ImportImage(const std::string& name, const std::string& tar_path) {
   if (name == kHostImage) return MakeError(ErrorCode::kConflict, "image name \"host\" is reserved", "image_exists");
   if (!IsValidImageName(name)) {
     return MakeError(ErrorCode::kInvalid, "invalid image name (letters, digits, . _ -): " + name);
@@ -156,7 +156,7 @@ Result<core::ImageInfo> Storage::ImportImage(const std::string& name, const std:
   BH_TRY(ExtractRootfsTarball(tar_path, rootfs));
   BH_TRY(EnsureMountPoints(rootfs));
 
-  core::ImageInfo info;
+  ImageInfo info;
   info.name = name;
   info.source = "tarball";
   info.created_at = NowRfc3339();
@@ -180,9 +180,9 @@ Result<core::ImageInfo> Storage::ImportImage(const std::string& name, const std:
   return info;
 }
 
-std::vector<core::ImageInfo> Storage::ListImages() const {
-  std::vector<core::ImageInfo> images;
-  core::ImageInfo host;
+std::vector<ImageInfo> Storage::ListImages() const {
+  std::vector<ImageInfo> images;
+  ImageInfo host;
   host.name = kHostImage;
   host.source = "host";
   if (auto rootfs = ImageRootfs(kHostImage); rootfs.ok()) {

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "common/result.h"
-#include "core/types.h"
+#include "storage/image_info.h"
 #include "storage/tree_copy.h"
 
 namespace bulkhead::storage {
@@ -58,8 +58,8 @@ class Storage {
   Result<std::string> ImageRootfs(const std::string& name) const;  // kNotFound if unknown
   // Unpacks a rootfs tarball (any compression libarchive knows). kConflict if the name
   // exists or is "host", kInvalid for a bad name or archive, kDiskFull when out of space.
-  Result<core::ImageInfo> ImportImage(const std::string& name, const std::string& tar_path);
-  std::vector<core::ImageInfo> ListImages() const;
+  Result<ImageInfo> ImportImage(const std::string& name, const std::string& tar_path);
+  std::vector<ImageInfo> ListImages() const;
   Status DeleteImage(const std::string& name);  // the caller checks it is unused; "host" -> kConflict
 
   // A sandbox's writable layer: upper/ and work/ for overlayfs, upper/ owned by

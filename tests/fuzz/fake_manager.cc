@@ -15,8 +15,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "api/server.h"
 #include "common/ctl_protocol.h"
+#include "daemon/server.h"
 #include "fuzz_support.h"
 
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"

@@ -34,9 +34,9 @@
 #include <string>
 #include <vector>
 
-#include "api/file_request.h"
 #include "fuzz_support.h"
 #include "init/file_worker.h"
+#include "service/file_request.h"
 
 namespace {
 

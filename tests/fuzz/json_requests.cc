@@ -10,18 +10,19 @@
 #include <string>
 #include <string_view>
 
-#include "api/encoding.h"
-#include "api/file_request.h"
-#include "api/process_request.h"
 #include "api/router.h"
-#include "api/validate.h"
 #include "common/base64.h"
 #include "core/spec_json.h"
 #include "fuzz_support.h"
+#include "http/encoding.h"
 #include "mcp/argument_check.h"
 #include "mcp/json_rpc.h"
 #include "mcp/text.h"
 #include "mcp/tool.h"
+#include "service/file_request.h"
+#include "service/preview_access.h"
+#include "service/process_request.h"
+#include "service/validate.h"
 
 namespace {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "cli/api_client.h"
+#include "client/api_client.h"
 #include "fake_manager.h"
 #include "fuzz_support.h"
 #include "mcp/server.h"

@@ -1,4 +1,4 @@
-#include "api/encoding.h"
+#include "http/encoding.h"
 
 #include <gtest/gtest.h>
 

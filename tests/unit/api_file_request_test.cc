@@ -1,4 +1,4 @@
-#include "api/file_request.h"
+#include "service/file_request.h"
 
 #include <gtest/gtest.h>
 

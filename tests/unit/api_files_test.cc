@@ -19,8 +19,8 @@
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 
-#include "api/server.h"
 #include "common/ctl_protocol.h"
+#include "daemon/server.h"
 #include "support/fake_manager.h"
 #include "support/temp_state_dir.h"
 

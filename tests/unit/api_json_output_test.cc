@@ -1,9 +1,9 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include "api/encoding.h"
 #include "api/exec_output.h"
 #include "api/json_output.h"
+#include "http/encoding.h"
 
 namespace bulkhead::api {
 namespace {

@@ -1,4 +1,4 @@
-#include "api/api_key.h"
+#include "service/api_key.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>

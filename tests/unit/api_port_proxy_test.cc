@@ -1,7 +1,7 @@
 // The heads the port proxy writes: what reaches a sandbox's app from the client (never the
 // bulkhead key, never the client's connection headers) and what reaches the client from the
 // app. The proxying itself is tested end to end in tests/integration/test_ports.py.
-#include "api/port_proxy.h"
+#include "service/port_proxy.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
-// Who may reach a sandbox's port by preview host name (api/preview_access.h): the verdicts
+// Who may reach a sandbox's port by preview host name (service/preview_access.h): the verdicts
 // for each way of carrying the token, and the target and cookies the app gets. Served end to
 // end in tests/integration/test_ports.py.
-#include "api/preview_access.h"
+#include "service/preview_access.h"
 
 #include <gtest/gtest.h>
 

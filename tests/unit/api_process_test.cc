@@ -5,10 +5,10 @@
 
 #include <string>
 
-#include "api/init_process.h"
 #include "api/process_output.h"
-#include "api/process_request.h"
-#include "api/signal_names.h"
+#include "service/init_process.h"
+#include "service/process_request.h"
+#include "service/signal_names.h"
 
 namespace bulkhead::api {
 namespace {

@@ -4,6 +4,8 @@
 
 #include <tuple>
 
+#include "service/preview_access.h"
+
 namespace bulkhead::api {
 namespace {
 

@@ -1,7 +1,7 @@
 // The HTTP layer end to end over loopback: a real ApiServer, real sockets and the real
 // ExecSession, in front of a fake SandboxManager (tests/support; the core is tested on its
 // own) whose "init" speaks the control protocol on a socket pair.
-#include "api/server.h"
+#include "daemon/server.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -25,8 +25,8 @@
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 
-#include "api/encoding.h"
 #include "common/ctl_protocol.h"
+#include "http/encoding.h"
 #include "support/fake_manager.h"
 #include "support/temp_state_dir.h"
 

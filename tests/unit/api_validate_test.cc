@@ -1,10 +1,10 @@
-#include "api/validate.h"
+#include "service/validate.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "api/encoding.h"
+#include "http/encoding.h"
 
 namespace bulkhead::api {
 namespace {

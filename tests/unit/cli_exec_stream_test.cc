@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "cli/exec_stream.h"
+#include "client/exec_stream.h"
 #include "common/unique_fd.h"
 
 namespace bulkhead::cli {

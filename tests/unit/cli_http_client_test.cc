@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "cli/api_client.h"
-#include "cli/http_client.h"
 #include "cli_test_server.h"
+#include "client/api_client.h"
+#include "client/http_client.h"
 
 namespace bulkhead::cli {
 namespace {

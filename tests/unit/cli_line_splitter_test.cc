@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "cli/line_splitter.h"
+#include "client/line_splitter.h"
 
 namespace bulkhead::cli {
 namespace {

@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "cli/server_url.h"
+#include "client/server_url.h"
 
 namespace bulkhead::cli {
 namespace {

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "cli/command_line.h"
-#include "cli/exec_stream.h"
 #include "cli/terminal_attach.h"
+#include "client/exec_stream.h"
 
 namespace bulkhead::cli {
 namespace {

@@ -1,0 +1,142 @@
+#include "daemon/daemon.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <string>
+
+#include <spdlog/spdlog.h>
+
+#include "common/result.h"
+#include "core/sandbox_manager.h"
+#include "core/state_dir.h"
+#include "daemon/server.h"
+#include "service/api_key.h"
+
+namespace bulkhead::api {
+namespace {
+
+// The spool dir of uploads, in the (secured) state dir: made, or checked to be a directory.
+Status EnsureUploadDir(const std::string& path) {
+  if (mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) return SystemError("mkdir " + path, errno);
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) return SystemError("stat " + path, errno);
+  if (!S_ISDIR(st.st_mode)) return MakeError(ErrorCode::kInternal, path + " exists and is not a directory");
+  if (chmod(path.c_str(), 0700) != 0) return SystemError("chmod " + path, errno);
+  return {};
+}
+
+// Uploads interrupted by a crash leave spool files behind; nothing else uses them.
+void RemoveStaleUploads(const std::string& upload_dir) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(upload_dir, ec)) {
+    if (entry.path().filename().string().starts_with("upload-")) std::filesystem::remove(entry.path(), ec);
+  }
+}
+
+// Each connection holds a descriptor; the default soft limit (1024) is below the
+// connection cap. Raise it as far as the hard limit allows.
+void RaiseFileLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  const rlim_t wanted = std::min<rlim_t>(limit.rlim_max, 65536);
+  if (limit.rlim_cur < wanted) {
+    limit.rlim_cur = wanted;
+    setrlimit(RLIMIT_NOFILE, &limit);
+  }
+}
+
+}  // namespace
+
+int RunDaemon(const core::DaemonConfig& config) {
+  // A client that hangs up must not kill the daemon on the next write.
+  signal(SIGPIPE, SIG_IGN);
+  RaiseFileLimit();
+  // Whatever the daemon makes (the database, keys, spooled uploads, layers) is root's alone;
+  // the sandboxes' own files get modes of their own (runtime/native/contain.cc).
+  umask(077);
+
+  const std::string& state_dir = config.state_dir;
+  if (Status status = core::SecureStateDir(state_dir); !status.ok()) {
+    spdlog::error("state directory: {}", status.error().message);
+    return 1;
+  }
+  const std::string upload_dir = state_dir + "/tmp";
+  if (Status status = EnsureUploadDir(upload_dir); !status.ok()) {
+    spdlog::error("upload directory: {}", status.error().message);
+    return 1;
+  }
+  RemoveStaleUploads(upload_dir);
+
+  Result<std::string> api_key = LoadOrCreateApiKey(state_dir, config.api_key);
+  if (!api_key.ok()) {
+    spdlog::error("API key: {}", api_key.error().message);
+    return 1;
+  }
+
+  Result<std::string> e2b_key = LoadOrCreateE2bKey(state_dir);
+  if (!e2b_key.ok()) {
+    spdlog::error("E2B key: {}", e2b_key.error().message);
+    return 1;
+  }
+
+  spdlog::info("bulkhead {} opening state in {}", BULKHEAD_VERSION, state_dir);
+  Result<std::unique_ptr<core::SandboxManager>> opened = core::SandboxManager::Open(config);
+  if (!opened.ok()) {
+    spdlog::error("cannot open the sandbox manager: {}", opened.error().message);
+    return 1;
+  }
+  std::unique_ptr<core::SandboxManager> manager = std::move(opened.value());
+
+  const std::string socket_path = state_dir + "/bulkhead.sock";
+  bool serving = true;
+  {
+    ApiServer server(*manager, ServerOptions{
+                                   .api_key = *api_key,
+                                   .io_threads = std::max(1, config.io_threads),
+                                   .blocking_threads = std::max(1, config.blocking_threads),
+                                   .upload_dir = upload_dir,
+                                   .handle_signals = true,
+                                   .preview_domain = config.preview_domain,
+                                   .e2b_key = *e2b_key,
+                                   .e2b_domain = config.e2b_domain,
+                               });
+    if (!config.listen.empty()) {
+      auto endpoint = server.ListenTcp(config.listen);
+      if (!endpoint.ok()) {
+        spdlog::error("cannot listen on {}: {}", config.listen, endpoint.error().message);
+        serving = false;
+      }
+    }
+    if (serving && !config.e2b_listen.empty()) {
+      auto endpoint = server.ListenE2b(config.e2b_listen);
+      if (!endpoint.ok() && config.e2b_listen_given) {
+        spdlog::error("cannot listen on {} (E2B front): {}", config.e2b_listen, endpoint.error().message);
+        serving = false;
+      } else if (!endpoint.ok()) {
+        // Only the default address: the API serves on without the E2B front.
+        spdlog::warn("no E2B front: cannot listen on {}: {} (choose one with --e2b-listen)", config.e2b_listen,
+                     endpoint.error().message);
+      }
+    }
+    if (serving) {
+      if (Status status = server.ListenUnix(socket_path); !status.ok()) {
+        spdlog::error("cannot listen on {}: {}", socket_path, status.error().message);
+        serving = false;
+      }
+    }
+    if (serving) server.Run();
+  }
+  // The server is gone (no request can reach the manager any more); now the core stops.
+  manager->Shutdown();
+  if (serving) unlink(socket_path.c_str());
+  spdlog::info("bulkhead stopped");
+  return serving ? 0 : 1;
+}
+
+}  // namespace bulkhead::api
