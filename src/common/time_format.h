@@ -77,7 +77,7 @@ inline std::optional<int64_t> ParseRfc3339Millis(std::string_view text) {
   int64_t offset_s = 0;
   if (pos < text.size() && (text[pos] == 'Z' || text[pos] == 'z')) {
     ++pos;
-  } else if (pos < text.size() && (text[pos] == '+' || text[pos] == '-')) {
+  } else if (pos + 6 <= text.size() && (text[pos] == '+' || text[pos] == '-')) {  // +hh:mm
     auto offset_hours = digits(pos + 1, 2), offset_minutes = digits(pos + 4, 2);
     if (!offset_hours || !offset_minutes || text[pos + 3] != ':') return std::nullopt;
     offset_s = (*offset_hours * 3600 + *offset_minutes * 60) * (text[pos] == '+' ? 1 : -1);
