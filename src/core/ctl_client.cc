@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/bounded_json.h"
+#include "common/ctl_messages.h"
 #include "common/ctl_protocol.h"
 
 // g++ 12 reports a false -Wmismatched-new-delete on asio's coroutine frames.
@@ -122,18 +123,9 @@ Result<CtlClient::Frame> CallInitBlocking(const runtime::InitDialer& init, uint8
 }
 
 Error ErrorFromInit(std::string_view payload) {
-  const nlohmann::json doc = ParseBoundedJson(payload);
-  auto text = [&doc](const char* key) -> std::optional<std::string> {
-    if (!doc.is_object()) return std::nullopt;
-    auto it = doc.find(key);
-    if (it == doc.end() || !it->is_string()) return std::nullopt;
-    return it->get<std::string>();
-  };
-  const std::string code = text("code").value_or("internal");
-  const std::string message = text("message").value_or(doc.is_object() ? "the sandbox's init failed" : std::string(payload));
-  if (code == "not_found") return MakeError(ErrorCode::kNotFound, message);
-  if (code == "invalid_argument") return MakeError(ErrorCode::kInvalid, message);
-  return MakeError(ErrorCode::kInternal, message);
+  Result<ctl::ErrorMessage> error = ctl::DecodeError(payload);
+  if (!error.ok()) return MakeError(ErrorCode::kInternal, std::string(payload.substr(0, 1000)));
+  return MakeError(ctl::CodeOf(error->code), error->message.empty() ? "the sandbox's init failed" : error->message);
 }
 
 }  // namespace bulkhead::core

@@ -26,15 +26,6 @@ std::string Frame(uint8_t type, std::string_view payload) {
   return out;
 }
 
-// An integer field of init's kExit within 0..max (an exit status, a signal number), else absent.
-std::optional<int> SmallInt(const json& object, const char* key, int max) {
-  auto it = object.find(key);
-  if (it == object.end() || !it->is_number_integer()) return std::nullopt;
-  const int64_t value = it->get<int64_t>();
-  if (value < 0 || value > max) return std::nullopt;
-  return static_cast<int>(value);
-}
-
 Error LostInit(const boost::system::error_code& ec) {
   return MakeError(ErrorCode::kInternal, "lost the connection to the sandbox's init: " + ec.message(),
                    "sandbox_unreachable");
@@ -96,14 +87,13 @@ asio::awaitable<Result<ExecEvent>> ExecSession::Next() {
     ExecEvent ev;
     switch (frame->type) {
       case ctl::kStarted: {
-        Result<json> started = ParseInitObject(frame->payload, "kStarted");
-        const std::optional<int> pid = started.ok() ? InitPid(*started) : std::nullopt;
-        if (!pid) {
+        Result<ctl::StartedMessage> started = ctl::DecodeStarted(frame->payload);
+        if (!started.ok()) {
           done_ = true;
-          co_return InitProtocolError("kStarted without a pid");
+          co_return InitProtocolError(started.error().message);
         }
         ev.type = ExecEvent::Type::kStarted;
-        ev.pid = *pid;
+        ev.pid = started->pid;
         co_return ev;
       }
       case ctl::kStdout:
@@ -113,13 +103,10 @@ asio::awaitable<Result<ExecEvent>> ExecSession::Next() {
         co_return ev;
       case ctl::kExit: {
         done_ = true;
-        Result<json> exit = ParseInitObject(frame->payload, "kExit");
-        if (!exit.ok()) co_return exit.error();
+        Result<ctl::ExitMessage> exit = ctl::DecodeExit(frame->payload);
+        if (!exit.ok()) co_return InitProtocolError(exit.error().message);
         ev.type = ExecEvent::Type::kExit;
-        ev.exit.exit_code = SmallInt(*exit, "exit_code", 255);
-        ev.exit.signal = SmallInt(*exit, "signal", 64);
-        if (auto it = exit->find("timed_out"); it != exit->end() && it->is_boolean()) ev.exit.timed_out = it->get<bool>();
-        if (auto it = exit->find("duration_ms"); it != exit->end() && it->is_number()) ev.exit.duration_ms = it->get<double>();
+        ev.exit = *exit;
         co_return ev;
       }
       case ctl::kError:

@@ -113,15 +113,13 @@ struct FileOperation::State {
         stderr_text.append(frame->payload, 0, kMaxStderrBytes - std::min(kMaxStderrBytes, stderr_text.size()));
         break;
       case ctl::kExit: {
-        const json exit = ParseBoundedJson(frame->payload);
-        const json* code = exit.is_object() && exit.contains("exit_code") ? &exit["exit_code"] : nullptr;
-        const json* signal = exit.is_object() && exit.contains("signal") ? &exit["signal"] : nullptr;
-        if (code && code->is_number_integer() && code->get<int64_t>() == 0) {
+        Result<ctl::ExitMessage> exit = ctl::DecodeExit(frame->payload);
+        if (!exit.ok()) {
+          End(InitProtocolError(exit.error().message));
+        } else if (exit->exit_code == 0) {
           End(Status{});
         } else {
-          std::optional<int> by_signal;
-          if (signal && signal->is_number_integer()) by_signal = signal->get<int>();
-          End(FileWorkerError(stderr_text, by_signal));
+          End(FileWorkerError(stderr_text, exit->signal));
         }
         break;
       }
@@ -169,9 +167,12 @@ asio::awaitable<Result<std::unique_ptr<FileOperation>>> FileOperation::Start(Ini
                                                                             bool with_input) {
   auto executor = co_await asio::this_coro::executor;
   auto state = std::make_shared<State>(executor, std::move(connection.client));
-  const json request = {{"file_op", op}, {"user", user}, {"cwd", "/"}, {"env", json::array()}, {"stdin", with_input}};
+  ctl::ExecMessage request;
   // Paths are checked to be UTF-8 before they get here; replace rather than throw regardless.
-  const std::string payload = request.dump(-1, ' ', false, json::error_handler_t::replace);
+  request.file_op = op.dump(-1, ' ', false, json::error_handler_t::replace);
+  request.user = user;
+  request.stdin_enabled = with_input;
+  const std::string payload = ctl::Encode(request);
   if (Status sent = co_await state->client->Send(ctl::kExec, payload); !sent.ok()) co_return sent.error();
 
   Result<CtlClient::Frame> first = co_await state->client->Receive();

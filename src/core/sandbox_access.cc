@@ -92,7 +92,7 @@ boost::asio::awaitable<Result<std::unique_ptr<ExecSession>>> SandboxManagerImpl:
   }
   if (!init) co_return WrongState(id, "stopped", "it stopped meanwhile");
   std::shared_ptr<void> busy = BusyToken(*sb);
-  const std::string payload = InitExecPayload(req, spec).dump();
+  const std::string payload = ctl::Encode(InitExecPayload(req, spec));
   Result<std::unique_ptr<ExecSession>> session =
       co_await ExecSession::Start(executor, std::move(init), payload, std::move(req.stdin_data));
   if (session.ok()) {

@@ -71,22 +71,21 @@ Error WrongState(const std::string& id, std::string_view state, std::string_view
                    "sandbox_not_running");
 }
 
-nlohmann::json InitExecPayload(const ExecRequest& request, const SandboxSpec& spec) {
+ctl::ExecMessage InitExecPayload(const ExecRequest& request, const SandboxSpec& spec) {
   std::map<std::string, std::string> env;
   if (spec.network.mode != "none") env = ProxyEnv();
   for (const auto& [k, v] : spec.env) env[k] = v;
   for (const auto& [k, v] : request.env) env[k] = v;
-  nlohmann::json env_list = nlohmann::json::array();
-  for (const auto& [k, v] : env) env_list.push_back(k + "=" + v);
-  nlohmann::json payload = {{"argv", request.argv},
-                            {"env", env_list},
-                            {"cwd", request.cwd.value_or(spec.workdir)},
-                            {"user", request.user.value_or(spec.user)},
-                            {"timeout_ms", request.timeout_s * 1000},
-                            {"stdin", request.stdin_data.has_value()}};
-  if (request.output_limit) payload["output_limit"] = *request.output_limit;
-  payload["nofile"] = runtime::DescriptorLimit(spec.memory_mb * 1024 * 1024);
-  return payload;
+  ctl::ExecMessage m;
+  m.argv = request.argv;
+  for (const auto& [k, v] : env) m.env.push_back(k + "=" + v);
+  m.cwd = request.cwd.value_or(spec.workdir);
+  m.user = request.user.value_or(spec.user);
+  m.timeout_ms = static_cast<uint64_t>(request.timeout_s) * 1000;
+  m.stdin_enabled = request.stdin_data.has_value();
+  if (request.output_limit) m.output_limit = *request.output_limit;
+  m.nofile = runtime::DescriptorLimit(spec.memory_mb * 1024 * 1024);
+  return m;
 }
 
 Result<std::unique_ptr<SandboxManager>> SandboxManager::Open(const DaemonConfig& config) {

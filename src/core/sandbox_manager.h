@@ -46,9 +46,9 @@ struct InitConnection {
   std::shared_ptr<void> in_use;  // while held, the sandbox counts as busy (no idle pause)
 };
 
-// The kExec payload (ctl_protocol.h) for `request` in a sandbox with `spec`: the sandbox's
-// env under the request's, and its workdir and user unless the request names others.
-nlohmann::json InitExecPayload(const ExecRequest& request, const SandboxSpec& spec);
+// The kExec message for `request` in a sandbox with `spec`: the sandbox's env under the
+// request's, and its workdir and user unless the request names others.
+ctl::ExecMessage InitExecPayload(const ExecRequest& request, const SandboxSpec& spec);
 
 class SandboxManager {
  public:

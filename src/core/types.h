@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/ctl_messages.h"
 #include "runtime/usage.h"
 #include "storage/image_info.h"
 
@@ -102,12 +103,8 @@ struct ExecRequest {
   std::optional<int64_t> output_limit;
 };
 
-struct ExitStatus {
-  std::optional<int> exit_code;  // set when the command exited
-  std::optional<int> signal;     // set when a signal ended it
-  bool timed_out = false;
-  double duration_ms = 0;
-};
+// How a command ended (exit_code set when it exited, signal when a signal ended it).
+using ExitStatus = ctl::ExitMessage;
 
 struct ExecEvent {
   enum class Type { kStarted, kStdout, kStderr, kExit };

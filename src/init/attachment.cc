@@ -1,7 +1,6 @@
 #include "init/attachment.h"
 
 #include <limits>
-#include <nlohmann/json.hpp>
 #include <string>
 
 #include "common/ctl_protocol.h"
@@ -12,40 +11,11 @@
 namespace bulkhead::init {
 namespace {
 
-using nlohmann::json;
-
 Error Invalid(const std::string& message) { return MakeError(ErrorCode::kInvalid, message); }
 
 constexpr uint64_t kNoLimit = std::numeric_limits<uint64_t>::max();
 
 }  // namespace
-
-Result<AttachRequest> ParseAttachRequest(std::string_view json_text) {
-  json doc = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded() || !doc.is_object()) return Invalid("payload is not a JSON object");
-  AttachRequest request;
-  auto pid = doc.find("pid");
-  if (pid == doc.end() || !pid->is_number_unsigned() || pid->get<uint64_t>() < 1 ||
-      pid->get<uint64_t>() > uint64_t(std::numeric_limits<pid_t>::max())) {
-    return Invalid("pid must be a positive integer");
-  }
-  request.pid = pid_t(pid->get<uint64_t>());
-  for (auto [key, field] : {std::pair{"output", &request.output}, std::pair{"follow", &request.follow},
-                            std::pair{"hold", &request.hold}}) {
-    auto it = doc.find(key);
-    if (it == doc.end() || it->is_null()) continue;
-    if (!it->is_boolean()) return Invalid(std::string(key) + " must be a boolean");
-    *field = it->get<bool>();
-  }
-  for (auto [key, field] : {std::pair{"stdout_offset", &request.stdout_offset},
-                            std::pair{"stderr_offset", &request.stderr_offset}}) {
-    auto it = doc.find(key);
-    if (it == doc.end() || it->is_null()) continue;
-    if (!it->is_number_unsigned()) return Invalid(std::string(key) + " must be a non-negative integer");
-    *field = it->get<uint64_t>();
-  }
-  return request;
-}
 
 Attachment::Attachment(std::shared_ptr<BackgroundProcess> process, const AttachRequest& request, OutgoingFrames& out)
     : process_(std::move(process)),
@@ -56,10 +26,8 @@ Attachment::Attachment(std::shared_ptr<BackgroundProcess> process, const AttachR
   cursor_ = ring.CursorAt(request.stdout_offset, request.stderr_offset);
   limit_[kStdoutStream] = follow_ ? kNoLimit : ring.total(kStdoutStream);
   limit_[kStderrStream] = follow_ ? kNoLimit : ring.total(kStderrStream);
-  json attached = {{"process", process_->ToJson()},
-                   {"stdout_offset", cursor_.offset[kStdoutStream]},
-                   {"stderr_offset", cursor_.offset[kStderrStream]}};
-  out.Append(ctl::kAttached, DumpJson(attached));
+  out.Append(ctl::kAttached,
+             ctl::Encode(ctl::AttachedMessage{process_->Info(), {cursor_.offset[kStdoutStream], cursor_.offset[kStderrStream]}}));
   if (hold_) process_->AddHolder(&cursor_);
 }
 
@@ -72,13 +40,13 @@ Status Attachment::HandleFrame(uint8_t type, std::string_view payload, OutgoingF
     case ctl::kStdin: process_->WriteStdin(payload); return {};
     case ctl::kStdinClose: process_->CloseStdin(); return {};
     case ctl::kSignal: {
-      auto signal = ParseSignalRequest(payload);
+      auto signal = ctl::DecodeSignal(payload);
       if (!signal.ok()) return signal.error();
-      process_->Signal(*signal);
+      process_->Signal(signal->signal);
       return {};
     }
     case ctl::kResize: {
-      auto size = ParsePtySize(payload);
+      auto size = ctl::DecodePtySize(payload);
       if (!size.ok()) return size.error();
       process_->Resize(*size);
       return {};
@@ -94,7 +62,7 @@ void Attachment::Pump(OutgoingFrames& out) {
   if (!output_) {
     // A connection that only drives the process; with "follow" it still learns how it ended.
     if (follow_ && done) {
-      out.Append(ctl::kExit, DumpJson(process_->ExitJson()));
+      out.Append(ctl::kExit, ctl::Encode(process_->Exit()));
       finished_ = true;
     }
     return;
@@ -111,8 +79,7 @@ void Attachment::Pump(OutgoingFrames& out) {
     // Checked only when there is room to send: everything the ring dropped while this
     // follower's buffer was full becomes one gap, not one per dropped chunk.
     if (ring.SkipDropped(cursor_)) {
-      out.Append(ctl::kGap, DumpJson(json{{"stdout_offset", cursor_.offset[kStdoutStream]},
-                                          {"stderr_offset", cursor_.offset[kStderrStream]}}));
+      out.Append(ctl::kGap, ctl::Encode(ctl::StreamOffsets{cursor_.offset[kStdoutStream], cursor_.offset[kStderrStream]}));
     }
     auto piece = ring.Read(cursor_, kOutputChunk, limit_);
     if (!piece) break;
@@ -122,7 +89,7 @@ void Attachment::Pump(OutgoingFrames& out) {
   if (hold_) process_->HolderMoved();
   // Everything up to the limit was sent.
   if (done) {
-    out.Append(ctl::kExit, DumpJson(process_->ExitJson()));
+    out.Append(ctl::kExit, ctl::Encode(process_->Exit()));
     finished_ = true;
   } else if (!follow_) {
     out.Append(ctl::kEnd, {});

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string_view>
 
+#include "common/ctl_messages.h"
 #include "common/result.h"
 #include "init/background_process.h"
 #include "init/frame_buffer.h"
@@ -15,17 +16,7 @@
 
 namespace bulkhead::init {
 
-struct AttachRequest {
-  pid_t pid = 0;
-  bool output = true;
-  bool follow = false;
-  bool hold = false;  // with follow: the process waits for this follower (ctl_protocol.h)
-  uint64_t stdout_offset = 0;
-  uint64_t stderr_offset = 0;
-};
-
-// kInvalid for anything that is not the documented shape. Never throws.
-Result<AttachRequest> ParseAttachRequest(std::string_view json_text);
+using AttachRequest = ctl::AttachMessage;
 
 class Attachment {
  public:

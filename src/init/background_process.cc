@@ -14,8 +14,6 @@
 namespace bulkhead::init {
 namespace {
 
-using nlohmann::json;
-
 timespec RealtimeNow() {
   timespec now;
   ::clock_gettime(CLOCK_REALTIME, &now);
@@ -172,26 +170,25 @@ void BackgroundProcess::UpdateInterest() {
   poller_.Watch(timer_, token(ProcessFd::kTimer), kIn);
 }
 
-json BackgroundProcess::ToJson() const {
-  bool finished = done();
-  json process = {{"pid", pid_},
-                  {"tag", tag_ ? json(*tag_) : json(nullptr)},
-                  {"cmd", cmd_},
-                  {"state", finished ? "exited" : "running"},
-                  {"exit_code", nullptr},
-                  {"signal", nullptr},
-                  {"started_at", Rfc3339Millis(started_at_real_)},
-                  {"exited_at", finished ? json(Rfc3339Millis(exited_at_real_)) : json(nullptr)},
-                  {"pty", pty_size_ ? json{{"cols", pty_size_->cols}, {"rows", pty_size_->rows}} : json(nullptr)},
-                  {"stdout_offset", ring_.total(kStdoutStream)},
-                  {"stderr_offset", ring_.total(kStderrStream)},
-                  {"stdout_start", ring_.start(kStdoutStream)},
-                  {"stderr_start", ring_.start(kStderrStream)}};
-  if (finished && WIFEXITED(wait_status_)) process["exit_code"] = WEXITSTATUS(wait_status_);
-  if (finished && WIFSIGNALED(wait_status_)) process["signal"] = WTERMSIG(wait_status_);
-  return process;
+ctl::ProcessInfo BackgroundProcess::Info() const {
+  const bool finished = done();
+  ctl::ProcessInfo p;
+  p.pid = pid_;
+  p.tag = tag_;
+  p.cmd = cmd_;
+  p.exited = finished;
+  p.started_at = Rfc3339Millis(started_at_real_);
+  if (finished) p.exited_at = Rfc3339Millis(exited_at_real_);
+  p.pty = pty_size_;
+  p.stdout_offset = ring_.total(kStdoutStream);
+  p.stderr_offset = ring_.total(kStderrStream);
+  p.stdout_start = ring_.start(kStdoutStream);
+  p.stderr_start = ring_.start(kStderrStream);
+  if (finished && WIFEXITED(wait_status_)) p.exit_code = WEXITSTATUS(wait_status_);
+  if (finished && WIFSIGNALED(wait_status_)) p.signal = WTERMSIG(wait_status_);
+  return p;
 }
 
-json BackgroundProcess::ExitJson() const { return ExitReport(wait_status_, timed_out_, started_at_, exited_at_); }
+ctl::ExitMessage BackgroundProcess::Exit() const { return ExitReport(wait_status_, timed_out_, started_at_, exited_at_); }
 
 }  // namespace bulkhead::init

@@ -6,7 +6,6 @@
 #include <time.h>
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -72,9 +71,9 @@ class BackgroundProcess {
   void HolderMoved() { UpdateInterest(); }
 
   // Process (json) of ctl_protocol.h.
-  nlohmann::json ToJson() const;
+  ctl::ProcessInfo Info() const;
   // The kExit payload; once done().
-  nlohmann::json ExitJson() const;
+  ctl::ExitMessage Exit() const;
 
  private:
   void ReadOutput(ProcessFd which);

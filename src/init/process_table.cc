@@ -61,13 +61,13 @@ std::shared_ptr<BackgroundProcess> ProcessTable::Find(pid_t pid) const {
   return nullptr;
 }
 
-nlohmann::json ProcessTable::List() const {
+ctl::ProcessList ProcessTable::List() const {
   std::vector<const BackgroundProcess*> sorted;
   for (const auto& [id, entry] : entries_) sorted.push_back(entry.process.get());
   std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->pid() < b->pid(); });
-  nlohmann::json processes = nlohmann::json::array();
-  for (const auto* process : sorted) processes.push_back(process->ToJson());
-  return nlohmann::json{{"processes", std::move(processes)}};
+  ctl::ProcessList list;
+  for (const auto* process : sorted) list.processes.push_back(process->Info());
+  return list;
 }
 
 void ProcessTable::OnEvent(uint64_t token) {

@@ -30,7 +30,7 @@ class ProcessTable {
   // nullptr if no process with that pid is listed.
   std::shared_ptr<BackgroundProcess> Find(pid_t pid) const;
   // {"processes": [Process...]} sorted by pid.
-  nlohmann::json List() const;
+  ctl::ProcessList List() const;
 
   void OnEvent(uint64_t token);
   // Returns true if `pid` was one of the table's running processes.

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 
-#include <nlohmann/json.hpp>
 
 #include "common/ctl_protocol.h"
 #include "init/command_limits.h"
@@ -17,20 +16,6 @@
 #include "init/spawn.h"
 
 namespace bulkhead::init {
-namespace {
-
-using nlohmann::json;
-
-const char* ProtocolCode(ErrorCode code) {
-  switch (code) {
-    case ErrorCode::kNotFound: return "not_found";
-    case ErrorCode::kBadRequest:
-    case ErrorCode::kInvalid: return "invalid_argument";
-    default: return "internal";
-  }
-}
-
-}  // namespace
 
 Session::Session(uint64_t id, UniqueFd socket, Poller& poller, ProcessTable& processes, SudoServer& sudo)
     : id_(id), poller_(poller), processes_(processes), sudo_(sudo), stdin_(poller), stdout_(poller), stderr_(poller) {
@@ -106,9 +91,9 @@ bool Session::OnChildExit(pid_t pid, int wait_status) {
 }
 
 void Session::SetSudoUsers(std::string_view payload) {
-  auto users = ParseSudoUsersRequest(payload);
+  auto users = ctl::DecodeSudoUsers(payload);
   if (!users.ok()) return FailWith(users.error());
-  if (!sudo_.Allow(std::move(*users))) return FailWith(MakeError(ErrorCode::kInternal, "no sudo socket (see init's stderr)"));
+  if (!sudo_.Allow(std::move(users->users))) return FailWith(MakeError(ErrorCode::kInternal, "no sudo socket (see init's stderr)"));
   out_.Append(ctl::kResult, "{}");
   state_ = State::kClosing;
 }
@@ -154,7 +139,7 @@ void Session::HandleFrame(uint8_t type, std::string_view payload) {
       } else if (type == ctl::kExec) {
         StartCommand(payload);
       } else if (type == ctl::kProcList) {
-        out_.Append(ctl::kResult, DumpJson(processes_.List()));
+        out_.Append(ctl::kResult, ctl::Encode(processes_.List()));
         state_ = State::kClosing;
       } else if (type == ctl::kProcAttach) {
         StartAttach(payload);
@@ -185,18 +170,18 @@ void Session::HandleFrame(uint8_t type, std::string_view payload) {
         }
         stdin_.RequestClose();
       } else if (type == ctl::kResize) {
-        auto size = ParsePtySize(payload);
+        auto size = ctl::DecodePtySize(payload);
         if (!size.ok()) {
           FailWith(size.error());
         } else if (pty_) {
           SetPtySize(pty_.get(), *size);
         }
       } else if (type == ctl::kSignal) {
-        auto signal = ParseSignalRequest(payload);
+        auto signal = ctl::DecodeSignal(payload);
         if (!signal.ok()) {
           FailWith(signal.error());
         } else if (!exited_) {
-          ::kill(-pid_, *signal);
+          ::kill(-pid_, signal->signal);
         }
       } else {
         FailWith(MakeError(ErrorCode::kInvalid, "unexpected frame type " + std::to_string(type)));
@@ -211,7 +196,7 @@ void Session::HandleFrame(uint8_t type, std::string_view payload) {
 }
 
 void Session::StartCommand(std::string_view payload) {
-  auto request = ParseExecRequest(payload);
+  auto request = ctl::DecodeExec(payload);
   if (!request.ok()) return FailWith(request.error());
   if (request->background) return StartBackground(*request);
   started_at_ = MonotonicNow();
@@ -226,7 +211,7 @@ void Session::StartCommand(std::string_view payload) {
   stderr_.Open(std::move(command->stderr_fd));
   pty_ = std::move(command->pty_fd);
   output_limit_ = request->output_limit;
-  out_.Append(ctl::kStarted, DumpJson(json{{"pid", pid_}}));
+  out_.Append(ctl::kStarted, ctl::Encode(ctl::StartedMessage{pid_, std::nullopt}));
   if (request->timeout_ms > 0) ArmTimer(timer_, request->timeout_ms);
   if (pty_ && !request->stdin_enabled) {
     // The terminal is its stdin regardless; "stdin": false then means input ends at once.
@@ -239,7 +224,7 @@ void Session::StartCommand(std::string_view payload) {
 void Session::StartBackground(const ExecRequest& request) {
   auto process = processes_.Start(request);
   if (!process.ok()) return FailWith(process.error());
-  out_.Append(ctl::kStarted, DumpJson(json{{"pid", (*process)->pid()}, {"process", (*process)->ToJson()}}));
+  out_.Append(ctl::kStarted, ctl::Encode(ctl::StartedMessage{(*process)->pid(), (*process)->Info()}));
   if (request.attach) {
     // The connection follows the new process from its first byte, which it cannot miss.
     AttachRequest attach;
@@ -253,7 +238,7 @@ void Session::StartBackground(const ExecRequest& request) {
 }
 
 void Session::StartAttach(std::string_view payload) {
-  auto request = ParseAttachRequest(payload);
+  auto request = ctl::DecodeAttach(payload);
   if (!request.ok()) return FailWith(request.error());
   auto process = processes_.Find(request->pid);
   if (!process) return FailWith(MakeError(ErrorCode::kNotFound, "no process " + std::to_string(request->pid)));
@@ -309,7 +294,7 @@ void Session::OnTimer() {
 
 void Session::FinishIfDone() {
   if (state_ != State::kRunning || !exited_ || stdout_.open() || stderr_.open()) return;
-  out_.Append(ctl::kExit, DumpJson(ExitReport(wait_status_, timed_out_, started_at_, exited_at_)));
+  out_.Append(ctl::kExit, ctl::Encode(ExitReport(wait_status_, timed_out_, started_at_, exited_at_)));
   kill_on_close_ = false;
   poller_.Close(timer_);
   state_ = State::kClosing;
@@ -322,7 +307,7 @@ void Session::FailWith(const Error& error) {
   stdout_.Close();
   stderr_.Close();
   poller_.Close(timer_);
-  out_.Append(ctl::kError, DumpJson(json{{"code", ProtocolCode(error.code)}, {"message", error.message}}));
+  out_.Append(ctl::kError, ctl::Encode(ctl::ErrorMessage{ctl::WordOf(error.code), error.message}));
   state_ = State::kClosing;
 }
 

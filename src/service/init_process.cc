@@ -104,12 +104,12 @@ asio::awaitable<Result<json>> StartProcess(core::SandboxManager& manager, asio::
                                            const std::string& sandbox_id, const ProcessOptions& options) {
   Result<core::InitConnection> init = co_await manager.ConnectInit(executor, sandbox_id);
   if (!init.ok()) co_return init.error();
-  json payload = core::InitExecPayload(options.request, init->spec);
-  payload["background"] = true;
-  if (options.tag) payload["tag"] = *options.tag;
-  if (options.timeout_ms) payload["timeout_ms"] = *options.timeout_ms;
-  if (options.pty) payload["pty"] = {{"cols", options.pty->cols}, {"rows", options.pty->rows}};
-  const std::string request = payload.dump();
+  ctl::ExecMessage payload = core::InitExecPayload(options.request, init->spec);
+  payload.background = true;
+  payload.tag = options.tag;
+  if (options.timeout_ms) payload.timeout_ms = *options.timeout_ms;
+  if (options.pty) payload.pty = ctl::PtySize{static_cast<uint16_t>(options.pty->cols), static_cast<uint16_t>(options.pty->rows)};
+  const std::string request = ctl::Encode(payload);
   if (Status sent = co_await init->client->Send(ctl::kExec, request); !sent.ok()) co_return sent.error();
   for (;;) {
     Result<core::CtlClient::Frame> frame = co_await init->client->Receive();
@@ -236,13 +236,13 @@ asio::awaitable<Result<ProcessAttachment>> StartAttachedProcess(core::SandboxMan
                                                                 const ProcessOptions& options) {
   Result<core::InitConnection> init = co_await manager.ConnectInit(executor, sandbox_id);
   if (!init.ok()) co_return init.error();
-  json payload = core::InitExecPayload(options.request, init->spec);
-  payload["background"] = true;
-  payload["attach"] = true;
-  if (options.tag) payload["tag"] = *options.tag;
-  if (options.pty) payload["pty"] = {{"cols", options.pty->cols}, {"rows", options.pty->rows}};
-  if (options.timeout_ms) payload["timeout_ms"] = *options.timeout_ms;
-  const std::string request = payload.dump();
+  ctl::ExecMessage payload = core::InitExecPayload(options.request, init->spec);
+  payload.background = true;
+  payload.attach = true;
+  payload.tag = options.tag;
+  if (options.pty) payload.pty = ctl::PtySize{static_cast<uint16_t>(options.pty->cols), static_cast<uint16_t>(options.pty->rows)};
+  if (options.timeout_ms) payload.timeout_ms = *options.timeout_ms;
+  const std::string request = ctl::Encode(payload);
   if (Status sent = co_await init->client->Send(ctl::kExec, request); !sent.ok()) co_return sent.error();
   for (;;) {
     Result<core::CtlClient::Frame> frame = co_await init->client->Receive();

@@ -1,0 +1,143 @@
+// The payloads of init's control protocol (ctl_protocol.h) as types, with the one encoder and
+// the one decoder of each, shared by the daemon and init. Decoders take untrusted text (init
+// decodes what the daemon sends; the daemon decodes what init, which sandbox code may have
+// taken over, sends): anything but the documented shape is an Error, never an exception.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+
+namespace bulkhead::ctl {
+
+struct PtySize {
+  uint16_t cols = 80;
+  uint16_t rows = 24;
+};
+
+// daemon -> init
+
+// kExec: a command, a background process or a file operation.
+struct ExecMessage {
+  std::vector<std::string> argv;  // never empty, except for a file operation
+  std::vector<std::string> env;   // "K=V" entries
+  std::string cwd = "/";
+  std::optional<std::string> user;  // absent: init's own uid
+  uint64_t timeout_ms = 0;          // 0: no timeout
+  bool stdin_enabled = false;       // false: the command's stdin is /dev/null
+  bool background = false;
+  bool attach = false;              // background: the connection then follows it, holding
+  std::optional<std::string> tag;   // background processes only
+  std::optional<PtySize> pty;
+  std::optional<uint64_t> output_limit;  // foreground: bytes forwarded of each stream (+1)
+  std::optional<uint64_t> nofile;        // the command's RLIMIT_NOFILE
+  std::optional<std::string> file_op;    // the "file_op" object as JSON text; set instead of argv
+};
+
+// kProcAttach
+struct AttachMessage {
+  int pid = 0;
+  bool output = true;
+  bool follow = false;
+  bool hold = false;
+  uint64_t stdout_offset = 0;
+  uint64_t stderr_offset = 0;
+};
+
+// init -> daemon
+
+// Where output (re)starts: kAttached's offsets, kGap.
+struct StreamOffsets {
+  uint64_t stdout_offset = 0;
+  uint64_t stderr_offset = 0;
+};
+
+// A background process in init's table.
+struct ProcessInfo {
+  int pid = 0;
+  std::optional<std::string> tag;
+  std::vector<std::string> cmd;
+  bool exited = false;  // "state": "exited" | "running"
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+  std::string started_at;
+  std::optional<std::string> exited_at;
+  std::optional<PtySize> pty;
+  uint64_t stdout_offset = 0, stderr_offset = 0;  // bytes each stream produced so far
+  uint64_t stdout_start = 0, stderr_start = 0;    // oldest offsets the ring still holds
+};
+
+// kStarted
+struct StartedMessage {
+  int pid = 0;
+  std::optional<ProcessInfo> process;  // a background process's entry
+};
+
+// kExit (decoded leniently: a malformed field is left out, the exit still reported)
+struct ExitMessage {
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+  bool timed_out = false;
+  double duration_ms = 0;
+};
+
+// kAttached
+struct AttachedMessage {
+  ProcessInfo process;
+  StreamOffsets start;
+};
+
+// kError: what failed, in the words both sides know (decoded leniently, as kExit).
+enum class ErrorWord { kNotFound, kInvalidArgument, kInternal };
+struct ErrorMessage {
+  ErrorWord code = ErrorWord::kInternal;
+  std::string message;
+};
+
+// kResult of kProcList
+struct ProcessList {
+  std::vector<ProcessInfo> processes;
+};
+
+// kSudoUsers: at most kMaxSudoUsers names or uids, each non-empty, short, without ':' or '/'.
+struct SudoUsersMessage {
+  std::vector<std::string> users;
+};
+
+// kSignal: a signal number in 1..64.
+struct SignalMessage {
+  int signal = 0;
+};
+
+std::string Encode(const ExecMessage& m);
+std::string Encode(const AttachMessage& m);
+std::string Encode(const PtySize& m);  // kResize
+std::string Encode(const SudoUsersMessage& m);
+std::string Encode(const SignalMessage& m);
+std::string Encode(const StreamOffsets& m);  // kGap
+std::string Encode(const StartedMessage& m);
+std::string Encode(const ExitMessage& m);
+std::string Encode(const AttachedMessage& m);
+std::string Encode(const ErrorMessage& m);
+std::string Encode(const ProcessList& m);
+
+Result<ExecMessage> DecodeExec(std::string_view text);
+Result<AttachMessage> DecodeAttach(std::string_view text);
+Result<PtySize> DecodePtySize(std::string_view text);
+Result<SudoUsersMessage> DecodeSudoUsers(std::string_view text);
+Result<SignalMessage> DecodeSignal(std::string_view text);
+Result<StreamOffsets> DecodeStreamOffsets(std::string_view text);
+Result<StartedMessage> DecodeStarted(std::string_view text);
+Result<ExitMessage> DecodeExit(std::string_view text);
+Result<AttachedMessage> DecodeAttached(std::string_view text);
+Result<ErrorMessage> DecodeError(std::string_view text);
+Result<ProcessList> DecodeProcessList(std::string_view text);
+
+// The ErrorWord of an ErrorCode, and back.
+ErrorWord WordOf(ErrorCode code);
+ErrorCode CodeOf(ErrorWord word);
+
+}  // namespace bulkhead::ctl

@@ -1,0 +1,159 @@
+// Init's protocol messages (common/ctl_messages.h): what one side encodes the other decodes,
+// and what either side receives is checked, never trusted.
+#include <gtest/gtest.h>
+
+#include "common/ctl_messages.h"
+#include "common/ctl_protocol.h"
+
+namespace bulkhead::ctl {
+namespace {
+
+ProcessInfo AProcess() {
+  ProcessInfo p;
+  p.pid = 12;
+  p.tag = "web";
+  p.cmd = {"python3", "-m", "http.server"};
+  p.exited = true;
+  p.exit_code = 3;
+  p.started_at = "2026-12-02T10:00:00.000Z";
+  p.exited_at = "2026-12-02T10:00:01.000Z";
+  p.pty = PtySize{120, 40};
+  p.stdout_offset = 5;
+  p.stderr_offset = 6;
+  p.stdout_start = 1;
+  p.stderr_start = 2;
+  return p;
+}
+
+TEST(CtlMessages, ExecRoundTripsEveryField) {
+  ExecMessage m;
+  m.argv = {"sh", "-c", "echo hi"};
+  m.env = {"A=1", "B=x=y"};
+  m.cwd = "/workspace";
+  m.user = "1000:1000";
+  m.timeout_ms = 5000;
+  m.stdin_enabled = true;
+  m.background = true;
+  m.attach = true;
+  m.tag = "dev";
+  m.pty = PtySize{100, 30};
+  m.output_limit = 1 << 20;
+  m.nofile = 4096;
+  auto back = DecodeExec(Encode(m));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->argv, m.argv);
+  EXPECT_EQ(back->env, m.env);
+  EXPECT_EQ(back->cwd, "/workspace");
+  EXPECT_EQ(back->user, "1000:1000");
+  EXPECT_EQ(back->timeout_ms, 5000u);
+  EXPECT_TRUE(back->stdin_enabled && back->background && back->attach);
+  EXPECT_EQ(back->tag, "dev");
+  EXPECT_EQ(back->pty->cols, 100);
+  EXPECT_EQ(back->output_limit, 1u << 20);
+  EXPECT_EQ(back->nofile, 4096u);
+  EXPECT_FALSE(back->file_op);
+}
+
+TEST(CtlMessages, AFileOperationHasNoArgv) {
+  ExecMessage m;
+  m.file_op = R"({"op":"stat","path":"/etc"})";
+  m.user = "root";
+  auto back = DecodeExec(Encode(m));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_TRUE(back->argv.empty());
+  EXPECT_NE(back->file_op->find("\"stat\""), std::string::npos);
+  EXPECT_FALSE(DecodeExec(R"({"file_op":{"op":"stat"},"argv":["x"]})").ok());
+  EXPECT_FALSE(DecodeExec(R"({"file_op":{"op":"stat"},"background":true})").ok());
+}
+
+TEST(CtlMessages, MalformedExecRequestsAreRefused) {
+  for (const char* bad : {"", "[]", "{}", R"({"argv":[]})", R"({"argv":[""]})", R"({"argv":"sh"})",
+                          R"({"argv":["a\u0000b"]})", R"({"argv":["sh"],"env":["NOEQUALS"]})",
+                          R"({"argv":["sh"],"env":["=x"]})", R"({"argv":["sh"],"cwd":""})",
+                          R"({"argv":["sh"],"timeout_ms":-1})", R"({"argv":["sh"],"nofile":0})",
+                          R"({"argv":["sh"],"stdin":"yes"})", R"({"argv":["sh"],"pty":{"cols":0}})",
+                          R"({"argv":["sh"],"pty":{"cols":10001}})", R"({"argv":["sh"],"tag":7})"}) {
+    EXPECT_FALSE(DecodeExec(bad).ok()) << bad;
+  }
+  std::string deep(100000, '[');
+  EXPECT_FALSE(DecodeExec(deep).ok());
+}
+
+TEST(CtlMessages, AnswersRoundTrip) {
+  auto started = DecodeStarted(Encode(StartedMessage{12, AProcess()}));
+  ASSERT_TRUE(started.ok()) << started.error().message;
+  EXPECT_EQ(started->pid, 12);
+  EXPECT_EQ(started->process->cmd, AProcess().cmd);
+  EXPECT_EQ(started->process->pty->rows, 40);
+  EXPECT_EQ(started->process->exit_code, 3);
+
+  auto attached = DecodeAttached(Encode(AttachedMessage{AProcess(), {7, 8}}));
+  ASSERT_TRUE(attached.ok()) << attached.error().message;
+  EXPECT_EQ(attached->start.stdout_offset, 7u);
+  EXPECT_EQ(attached->process.exited_at, "2026-12-02T10:00:01.000Z");
+
+  auto list = DecodeProcessList(Encode(ProcessList{{AProcess(), AProcess()}}));
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(list->processes.size(), 2u);
+
+  ExitMessage exit;
+  exit.signal = 9;
+  exit.timed_out = true;
+  exit.duration_ms = 12.3456789;
+  auto back = DecodeExit(Encode(exit));
+  ASSERT_TRUE(back.ok());
+  EXPECT_FALSE(back->exit_code);
+  EXPECT_EQ(back->signal, 9);
+  EXPECT_TRUE(back->timed_out);
+  EXPECT_DOUBLE_EQ(back->duration_ms, 12.346);
+
+  auto error = DecodeError(Encode(ErrorMessage{ErrorWord::kNotFound, "no process 9"}));
+  ASSERT_TRUE(error.ok());
+  EXPECT_EQ(CodeOf(error->code), ErrorCode::kNotFound);
+  EXPECT_EQ(error->message, "no process 9");
+  EXPECT_EQ(WordOf(ErrorCode::kBadRequest), ErrorWord::kInvalidArgument);
+
+  auto attach = DecodeAttach(Encode(AttachMessage{5, false, true, true, 10, 20}));
+  ASSERT_TRUE(attach.ok());
+  EXPECT_FALSE(attach->output);
+  EXPECT_EQ(attach->stderr_offset, 20u);
+  EXPECT_TRUE(DecodeAttach(R"({"pid":5})")->output) << "output is the default of an attach";
+}
+
+TEST(CtlMessages, WhatInitSendsIsCheckedNotTrusted) {
+  EXPECT_FALSE(DecodeStarted(R"({"pid":0})").ok());
+  EXPECT_FALSE(DecodeStarted(R"({"pid":4294967296})").ok());
+  EXPECT_FALSE(DecodeStarted(R"({"pid":"12"})").ok());
+  EXPECT_FALSE(DecodeStarted(R"({"pid":12,"process":{"pid":12}})").ok()) << "a process missing its fields";
+  EXPECT_FALSE(DecodeProcessList(R"({"processes":{}})").ok());
+  EXPECT_FALSE(DecodeProcessList(R"({"processes":[{"pid":1,"cmd":["x"],"state":"zombie"}]})").ok());
+  EXPECT_FALSE(DecodeAttached(R"({"stdout_offset":1,"stderr_offset":-1})").ok());
+  // An exit's malformed fields are left out; the exit is still an exit.
+  auto exit = DecodeExit(R"({"exit_code":300,"signal":"KILL","timed_out":1,"duration_ms":-5})");
+  ASSERT_TRUE(exit.ok());
+  EXPECT_FALSE(exit->exit_code);
+  EXPECT_FALSE(exit->signal);
+  EXPECT_FALSE(exit->timed_out);
+  EXPECT_EQ(exit->duration_ms, 0);
+  EXPECT_FALSE(DecodeExit("not json").ok());
+  // An unknown error word is internal.
+  auto error = DecodeError(R"({"code":"root_now","message":"x"})");
+  ASSERT_TRUE(error.ok());
+  EXPECT_EQ(error->code, ErrorWord::kInternal);
+}
+
+TEST(CtlMessages, SudoUsersAndSignalsAreBounded) {
+  EXPECT_TRUE(DecodeSudoUsers(Encode(SudoUsersMessage{{"user", "1000"}})).ok());
+  EXPECT_FALSE(DecodeSudoUsers(R"({"users":["a:b"]})").ok());
+  EXPECT_FALSE(DecodeSudoUsers(R"({"users":[""]})").ok());
+  EXPECT_FALSE(DecodeSudoUsers(R"({})").ok());
+  SudoUsersMessage many;
+  many.users.assign(kMaxSudoUsers + 1, "u");
+  EXPECT_FALSE(DecodeSudoUsers(Encode(many)).ok());
+  EXPECT_EQ(DecodeSignal(Encode(SignalMessage{15}))->signal, 15);
+  EXPECT_FALSE(DecodeSignal(R"({"signal":65})").ok());
+  EXPECT_FALSE(DecodeSignal(R"({"signal":0})").ok());
+}
+
+}  // namespace
+}  // namespace bulkhead::ctl
