@@ -219,6 +219,15 @@ class SandboxManagerImpl : public SandboxManager {
   Result<SandboxInfo> CreateFromSnapshot(SandboxSpec spec);
 
   // ---- sandbox_access.cc
+  // What a request to a running sandbox's init needs, taken together: its settings, its output
+  // budget, the way to its init, and a busy token. 404/409 as RunningSandbox.
+  struct InitAccess {
+    SandboxSpec spec;
+    std::shared_ptr<OutputBudget> budget;
+    std::shared_ptr<const runtime::InitDialer> init;
+    std::shared_ptr<void> busy;
+  };
+  Result<InitAccess> AccessInit(const std::string& id);
   // A token that keeps the sandbox counted as busy while it lives.
   std::shared_ptr<void> BusyToken(const std::shared_ptr<Sandbox>& sb);
   // The sandbox's output relay budget (output_budget.h), made on first use; null if uncapped.

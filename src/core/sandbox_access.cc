@@ -76,51 +76,47 @@ Result<std::vector<net::EgressRecord>> SandboxManagerImpl::Egress(const std::str
   return network_->Egress(id, limit);
 }
 
+Result<SandboxManagerImpl::InitAccess> SandboxManagerImpl::AccessInit(const std::string& id) {
+  Result<std::shared_ptr<Sandbox>> sb = RunningSandbox(id);
+  if (!sb.ok()) return sb.error();
+  InitAccess access;
+  {
+    std::lock_guard lock(mu_);
+    access.spec = (*sb)->info.spec;
+    access.budget = OutputBudgetLocked(**sb);
+    access.init = (*sb)->init;
+  }
+  if (!access.init) return WrongState(id, "stopped", "it stopped meanwhile");
+  access.busy = BusyToken(*sb);
+  return access;
+}
+
 boost::asio::awaitable<Result<std::unique_ptr<ExecSession>>> SandboxManagerImpl::StartExec(
     boost::asio::any_io_executor executor, const std::string& id, ExecRequest req) {
-  Result<std::shared_ptr<Sandbox>> sb = RunningSandbox(id);
-  if (!sb.ok()) co_return sb.error();
-  SandboxSpec spec;
-  std::shared_ptr<OutputBudget> budget;
-  std::shared_ptr<const runtime::InitDialer> init;
+  Result<InitAccess> access = AccessInit(id);
+  if (!access.ok()) co_return access.error();
   {
     std::lock_guard lock(mu_);
     stats_.execs_total++;
-    spec = (*sb)->info.spec;
-    budget = OutputBudgetLocked(**sb);
-    init = (*sb)->init;
   }
-  if (!init) co_return WrongState(id, "stopped", "it stopped meanwhile");
-  std::shared_ptr<void> busy = BusyToken(*sb);
-  const std::string payload = ctl::Encode(InitExecPayload(req, spec));
+  const std::string payload = ctl::Encode(InitExecPayload(req, access->spec));
   Result<std::unique_ptr<ExecSession>> session =
-      co_await ExecSession::Start(executor, std::move(init), payload, std::move(req.stdin_data));
+      co_await ExecSession::Start(executor, std::move(access->init), payload, std::move(req.stdin_data));
   if (session.ok()) {
-    (*session)->Hold(std::move(busy));
-    (*session)->PaceWith(std::move(budget));
+    (*session)->Hold(std::move(access->busy));
+    (*session)->PaceWith(std::move(access->budget));
   }
   co_return session;
 }
 
 boost::asio::awaitable<Result<InitConnection>> SandboxManagerImpl::ConnectInit(boost::asio::any_io_executor executor,
                                                                                const std::string& id) {
-  Result<std::shared_ptr<Sandbox>> sb = RunningSandbox(id);
-  if (!sb.ok()) co_return sb.error();
-  SandboxSpec spec;
-  std::shared_ptr<OutputBudget> budget;
-  std::shared_ptr<const runtime::InitDialer> init;
-  {
-    std::lock_guard lock(mu_);
-    spec = (*sb)->info.spec;
-    budget = OutputBudgetLocked(**sb);
-    init = (*sb)->init;
-  }
-  if (!init) co_return WrongState(id, "stopped", "it stopped meanwhile");
-  std::shared_ptr<void> busy = BusyToken(*sb);
-  Result<std::unique_ptr<CtlClient>> client = co_await CtlClient::Connect(executor, std::move(init));
+  Result<InitAccess> access = AccessInit(id);
+  if (!access.ok()) co_return access.error();
+  Result<std::unique_ptr<CtlClient>> client = co_await CtlClient::Connect(executor, std::move(access->init));
   if (!client.ok()) co_return client.error();
-  (*client)->PaceWith(std::move(budget));
-  co_return InitConnection{std::move(client.value()), std::move(spec), std::move(busy)};
+  (*client)->PaceWith(std::move(access->budget));
+  co_return InitConnection{std::move(client.value()), std::move(access->spec), std::move(access->busy)};
 }
 
 }  // namespace bulkhead::core

@@ -79,6 +79,18 @@ Result<json> ProcessIn(const json& payload, const char* key, std::string_view fr
   return std::move(*checked);
 }
 
+// The kExec of a background process with these options in a sandbox with `spec`; with
+// `attach` the connection then follows it.
+ctl::ExecMessage BackgroundExec(const ProcessOptions& options, const core::SandboxSpec& spec, bool attach) {
+  ctl::ExecMessage m = core::InitExecPayload(options.request, spec);
+  m.background = true;
+  m.attach = attach;
+  m.tag = options.tag;
+  if (options.timeout_ms) m.timeout_ms = *options.timeout_ms;
+  if (options.pty) m.pty = ctl::PtySize{static_cast<uint16_t>(options.pty->cols), static_cast<uint16_t>(options.pty->rows)};
+  return m;
+}
+
 }  // namespace
 
 Error ProcessNotFound(std::string_view segment) {
@@ -104,12 +116,7 @@ asio::awaitable<Result<json>> StartProcess(core::SandboxManager& manager, asio::
                                            const std::string& sandbox_id, const ProcessOptions& options) {
   Result<core::InitConnection> init = co_await manager.ConnectInit(executor, sandbox_id);
   if (!init.ok()) co_return init.error();
-  ctl::ExecMessage payload = core::InitExecPayload(options.request, init->spec);
-  payload.background = true;
-  payload.tag = options.tag;
-  if (options.timeout_ms) payload.timeout_ms = *options.timeout_ms;
-  if (options.pty) payload.pty = ctl::PtySize{static_cast<uint16_t>(options.pty->cols), static_cast<uint16_t>(options.pty->rows)};
-  const std::string request = ctl::Encode(payload);
+  const std::string request = ctl::Encode(BackgroundExec(options, init->spec, /*attach=*/false));
   if (Status sent = co_await init->client->Send(ctl::kExec, request); !sent.ok()) co_return sent.error();
   for (;;) {
     Result<core::CtlClient::Frame> frame = co_await init->client->Receive();
@@ -236,13 +243,7 @@ asio::awaitable<Result<ProcessAttachment>> StartAttachedProcess(core::SandboxMan
                                                                 const ProcessOptions& options) {
   Result<core::InitConnection> init = co_await manager.ConnectInit(executor, sandbox_id);
   if (!init.ok()) co_return init.error();
-  ctl::ExecMessage payload = core::InitExecPayload(options.request, init->spec);
-  payload.background = true;
-  payload.attach = true;
-  payload.tag = options.tag;
-  if (options.pty) payload.pty = ctl::PtySize{static_cast<uint16_t>(options.pty->cols), static_cast<uint16_t>(options.pty->rows)};
-  if (options.timeout_ms) payload.timeout_ms = *options.timeout_ms;
-  const std::string request = ctl::Encode(payload);
+  const std::string request = ctl::Encode(BackgroundExec(options, init->spec, /*attach=*/true));
   if (Status sent = co_await init->client->Send(ctl::kExec, request); !sent.ok()) co_return sent.error();
   for (;;) {
     Result<core::CtlClient::Frame> frame = co_await init->client->Receive();
