@@ -183,7 +183,7 @@ asio::awaitable<void> ForwardOutput(AttachSession& session) {
         if (!co_await Write(session, /*binary=*/true, frame->payload)) co_return;
         break;
       case ctl::kExit: {
-        const std::string exit = DumpJson(ProcessExitEvent(ParseBoundedJson(frame->payload)));
+        const std::string exit = DumpJson(ProcessExitEvent(ctl::ReadExit(frame->payload)));
         if (co_await Write(session, /*binary=*/false, exit)) {
           co_await Close(session, websocket::close_code::normal, "the process exited");
         }

@@ -162,7 +162,7 @@ asio::awaitable<void> ProcessHandlers::Output(HttpExchange& exchange, const std:
         text = Lines(cursor.Output(OutputStream::kStderr, frame->payload));
         break;
       case ctl::kGap: {
-        Result<StreamOffsets> offsets = ParseStreamOffsets(ParseBoundedJson(frame->payload));
+        Result<ctl::StreamOffsets> offsets = ctl::DecodeStreamOffsets(frame->payload);
         if (!offsets.ok()) {
           text = ErrorLine(offsets.error());
           last = true;
@@ -176,7 +176,7 @@ asio::awaitable<void> ProcessHandlers::Output(HttpExchange& exchange, const std:
         last = true;
         break;
       case ctl::kExit:
-        text = Lines(cursor.Finish()) + DumpJson(ProcessExitEvent(ParseBoundedJson(frame->payload))) + "\n";
+        text = Lines(cursor.Finish()) + DumpJson(ProcessExitEvent(ctl::ReadExit(frame->payload))) + "\n";
         last = true;
         break;
       case ctl::kError:

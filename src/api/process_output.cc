@@ -62,16 +62,12 @@ std::vector<json> ProcessOutputCursor::Finish() {
   return events;
 }
 
-json ProcessExitEvent(const json& exit) {
-  json event = {{"type", "exit"}, {"exit_code", nullptr}, {"signal", nullptr}, {"timed_out", false}};
-  if (!exit.is_object()) return event;
-  if (auto it = exit.find("exit_code"); it != exit.end() && it->is_number_integer()) event["exit_code"] = *it;
-  if (auto it = exit.find("signal"); it != exit.end() && it->is_number_integer()) {
-    event["signal"] = SignalName(static_cast<int>(it->get<int64_t>()));
-  }
-  if (auto it = exit.find("duration_ms"); it != exit.end() && it->is_number()) event["duration_ms"] = *it;
-  if (auto it = exit.find("timed_out"); it != exit.end() && it->is_boolean()) event["timed_out"] = *it;
-  return event;
+json ProcessExitEvent(const ctl::ExitMessage& exit) {
+  return {{"type", "exit"},
+          {"exit_code", exit.exit_code ? json(*exit.exit_code) : json(nullptr)},
+          {"signal", exit.signal ? json(SignalName(*exit.signal)) : json(nullptr)},
+          {"timed_out", exit.timed_out},
+          {"duration_ms", exit.duration_ms}};
 }
 
 }  // namespace bulkhead::api

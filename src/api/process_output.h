@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/exec_output.h"
+#include "common/ctl_messages.h"
 
 namespace bulkhead::api {
 
@@ -53,8 +54,8 @@ class ProcessOutputCursor {
   Stream stderr_;
 };
 
-// {"type": "exit", "exit_code", "signal" (a name, as exec reports it), "duration_ms" (when
-// init reported it), "timed_out"} from init's kExit payload (already parsed).
-nlohmann::json ProcessExitEvent(const nlohmann::json& exit);
+// {"type": "exit", "exit_code", "signal" (a name, as exec reports it), "duration_ms",
+// "timed_out"} from init's kExit.
+nlohmann::json ProcessExitEvent(const ctl::ExitMessage& exit);
 
 }  // namespace bulkhead::api

@@ -119,7 +119,9 @@ Result<StreamOffsets> OffsetsFrom(const json& doc) {
   return o;
 }
 
-json ProcessJson(const ProcessInfo& p) {
+}  // namespace
+
+json ToJson(const ProcessInfo& p) {
   auto opt = [](const auto& v) { return v ? json(*v) : json(nullptr); };
   return {{"pid", p.pid},
           {"tag", opt(p.tag)},
@@ -135,6 +137,8 @@ json ProcessJson(const ProcessInfo& p) {
           {"stdout_start", p.stdout_start},
           {"stderr_start", p.stderr_start}};
 }
+
+namespace {
 
 // Every field of the documented type, or an error: what reaches a client is what the API documents.
 Result<ProcessInfo> ProcessFrom(const json& doc) {
@@ -202,7 +206,7 @@ ErrorCode CodeOf(ErrorWord word) {
 std::string Encode(const ExecMessage& m) {
   json doc = {{"env", m.env}, {"cwd", m.cwd}, {"timeout_ms", m.timeout_ms}, {"stdin", m.stdin_enabled}};
   if (m.file_op) {
-    doc["file_op"] = ParseBoundedJson(*m.file_op);
+    doc["file_op"] = *m.file_op;
   } else {
     doc["argv"] = m.argv;
   }
@@ -224,7 +228,7 @@ Result<ExecMessage> DecodeExec(std::string_view text) {
   if (const json* op = Field(doc, "file_op")) {
     if (!op->is_object()) return Invalid("file_op must be an object");
     if (doc.contains("argv")) return Invalid("a file operation has no argv");
-    m.file_op = op->dump();
+    m.file_op = *op;
   } else {
     BH_TRY(ReadStrings(doc, "argv", m.argv));
     if (m.argv.empty() || m.argv[0].empty()) return Invalid("argv must name a program");
@@ -331,7 +335,7 @@ Result<StreamOffsets> DecodeStreamOffsets(std::string_view text) {
 
 std::string Encode(const StartedMessage& m) {
   json doc = {{"pid", m.pid}};
-  if (m.process) doc["process"] = ProcessJson(*m.process);
+  if (m.process) doc["process"] = ToJson(*m.process);
   return Dump(doc);
 }
 
@@ -373,9 +377,14 @@ Result<ExitMessage> DecodeExit(std::string_view text) {
   return m;
 }
 
+ExitMessage ReadExit(std::string_view text) {
+  Result<ExitMessage> exit = DecodeExit(text);
+  return exit.ok() ? *exit : ExitMessage{};
+}
+
 std::string Encode(const AttachedMessage& m) {
   json doc = OffsetsJson(m.start);
-  doc["process"] = ProcessJson(m.process);
+  doc["process"] = ToJson(m.process);
   return Dump(doc);
 }
 
@@ -417,7 +426,7 @@ Result<ErrorMessage> DecodeError(std::string_view text) {
 
 std::string Encode(const ProcessList& m) {
   json processes = json::array();
-  for (const auto& p : m.processes) processes.push_back(ProcessJson(p));
+  for (const auto& p : m.processes) processes.push_back(ToJson(p));
   return Dump({{"processes", std::move(processes)}});
 }
 

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/result.h"
 
 namespace bulkhead::ctl {
@@ -34,7 +36,7 @@ struct ExecMessage {
   std::optional<PtySize> pty;
   std::optional<uint64_t> output_limit;  // foreground: bytes forwarded of each stream (+1)
   std::optional<uint64_t> nofile;        // the command's RLIMIT_NOFILE
-  std::optional<std::string> file_op;    // the "file_op" object as JSON text; set instead of argv
+  std::optional<nlohmann::json> file_op;  // the "file_op" object; set instead of argv
 };
 
 // kProcAttach
@@ -132,9 +134,14 @@ Result<SignalMessage> DecodeSignal(std::string_view text);
 Result<StreamOffsets> DecodeStreamOffsets(std::string_view text);
 Result<StartedMessage> DecodeStarted(std::string_view text);
 Result<ExitMessage> DecodeExit(std::string_view text);
+// A kExit as far as it says anything (not even an object: an exit with nothing known).
+ExitMessage ReadExit(std::string_view text);
 Result<AttachedMessage> DecodeAttached(std::string_view text);
 Result<ErrorMessage> DecodeError(std::string_view text);
 Result<ProcessList> DecodeProcessList(std::string_view text);
+
+// A Process as ctl_protocol.h (and the API, which shows init's Process as it is) spells it.
+nlohmann::json ToJson(const ProcessInfo& p);
 
 // The ErrorWord of an ErrorCode, and back.
 ErrorWord WordOf(ErrorCode code);

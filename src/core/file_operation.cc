@@ -168,8 +168,7 @@ asio::awaitable<Result<std::unique_ptr<FileOperation>>> FileOperation::Start(Ini
   auto executor = co_await asio::this_coro::executor;
   auto state = std::make_shared<State>(executor, std::move(connection.client));
   ctl::ExecMessage request;
-  // Paths are checked to be UTF-8 before they get here; replace rather than throw regardless.
-  request.file_op = op.dump(-1, ' ', false, json::error_handler_t::replace);
+  request.file_op = op;  // (Encode replaces invalid UTF-8 rather than throw)
   request.user = user;
   request.stdin_enabled = with_input;
   const std::string payload = ctl::Encode(request);

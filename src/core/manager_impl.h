@@ -37,6 +37,9 @@ std::string HostName(const std::string& id);
 // 20 characters of [a-z0-9]: unguessable (~103 bits) and short enough for socket paths.
 std::string NewId();
 Error NoSandbox(const std::string& id);
+struct Sandbox;
+// The sandbox as the API shows it: its info with its state.
+SandboxInfo InfoOf(const Sandbox& sb);
 // A new sandbox's preview access: a private one gets a token of its own, never the one of
 // the spec it was copied from (a fork's parent, a snapshot's sandbox).
 Status IssuePreviewToken(PreviewAccess& preview);
@@ -44,7 +47,7 @@ Error WrongState(const std::string& id, std::string_view state, std::string_view
 
 // A sandbox as the manager tracks it in memory.
 struct Sandbox {
-  SandboxInfo info;  // info.state is StateName(state): set by MoveTo only
+  SandboxInfo info;  // without its state (InfoOf adds it)
   State state = State::kStarting;
   runtime::Tier* tier = nullptr;
   uid_t uid_base = 0;

@@ -58,7 +58,6 @@ Status SandboxManagerImpl::Recover() {
       // The row says what was asked; the tier is brought to it. A frozen sandbox under a
       // "running" row is a snapshot or a pause the crash cut short: thaw it.
       sb->state = *state;
-      sb->info.state = StateName(*state);
       if (auto st = sb->tier->SetFrozen(HostName(row.id), *state == State::kPaused); !st)
         spdlog::error("recover: sandbox {}: {}", row.id, st.error().message);
       if (*state == State::kPaused) sb->expires_ms = 0, sb->info.expires_at.reset();
@@ -80,7 +79,6 @@ Status SandboxManagerImpl::Recover() {
       // Its processes are gone (host reboot, or killed) or it was stopped: the files stay,
       // the sandbox is stopped, and POST .../start boots it again.
       sb->state = State::kStopped;
-      sb->info.state = StateName(State::kStopped);
       sb->handle = {};
       sb->expires_ms = 0;
       sb->info.expires_at.reset();

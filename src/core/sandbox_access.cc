@@ -52,7 +52,7 @@ Result<SandboxInfo> SandboxManagerImpl::SetNetwork(const std::string& id, const 
     if (sb && sb->state == State::kStopped) {  // applies when it starts
       sb->info.spec.network = policy;
       BH_TRY(db_->Put(RowOf(*sb)));
-      return sb->info;
+      return InfoOf(*sb);
     }
   }
   auto found = RunningSandbox(id);
@@ -65,7 +65,7 @@ Result<SandboxInfo> SandboxManagerImpl::SetNetwork(const std::string& id, const 
   std::lock_guard lock(mu_);
   sb.info.spec.network = policy;
   BH_TRY(db_->Put(RowOf(sb)));
-  return sb.info;
+  return InfoOf(sb);
 }
 
 Result<std::vector<net::EgressRecord>> SandboxManagerImpl::Egress(const std::string& id, int64_t limit) {

@@ -34,8 +34,13 @@ Status SandboxManagerImpl::MoveTo(Sandbox& sb, State to) {
                                                std::string(StateName(sb.state)) + " to " + std::string(StateName(to)));
   }
   sb.state = to;
-  sb.info.state = StateName(to);
   return {};
+}
+
+SandboxInfo InfoOf(const Sandbox& sb) {
+  SandboxInfo info = sb.info;
+  info.state = StateName(sb.state);
+  return info;
 }
 
 store::SandboxRow SandboxManagerImpl::RowOf(const Sandbox& sb) const {
@@ -68,7 +73,6 @@ Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::Launch(const SandboxSpec& s
   sb->info.spec = spec;
   BH_TRY(IssuePreviewToken(sb->info.spec.preview));
   sb->info.parent_snapshot = spec.from_snapshot;
-  sb->info.state = StateName(sb->state);
   sb->info.created_at = NextCreatedAt();
   const std::string& id = sb->info.id;
   if (spec.image != "host") {
@@ -192,7 +196,7 @@ Result<SandboxInfo> SandboxManagerImpl::Admit(const std::shared_ptr<Sandbox>& sb
   sandboxes_[sb->info.id] = sb;
   stats_.sandboxes_created_total++;
   stats_.sandboxes_running = static_cast<int64_t>(sandboxes_.size());
-  return sb->info;
+  return InfoOf(*sb);
 }
 
 void SandboxManagerImpl::ApplyLifetime(Sandbox& sb, int64_t timeout_s) {
@@ -254,7 +258,7 @@ Result<SandboxInfo> SandboxManagerImpl::Change(const std::string& id, Call call)
       return WrongState(id, StateName(state), plan.why);
   }
   std::lock_guard lock(mu_);
-  return sb.info;
+  return InfoOf(sb);
 }
 
 Status SandboxManagerImpl::FreezeLocked(Sandbox& sb, bool frozen) {
@@ -279,7 +283,7 @@ Status SandboxManagerImpl::FreezeLocked(Sandbox& sb, bool frozen) {
     sb.last_activity_ms = UnixMillis();
   }
   if (auto st = db_->Put(RowOf(sb)); !st) {
-    spdlog::warn("sandbox {}: state {} not saved: {}", id, sb.info.state, st.error().message);
+    spdlog::warn("sandbox {}: state {} not saved: {}", id, StateName(sb.state), st.error().message);
   }
   return {};
 }
@@ -357,7 +361,7 @@ Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::RunningSandbox(const std::s
   }
   if (sb->state == State::kStopped) return WrongState(id, "stopped", "POST .../start boots it again");
   if (sb->state != State::kRunning)
-    return MakeError(ErrorCode::kConflict, "sandbox " + id + " is " + sb->info.state, "sandbox_not_running");
+    return WrongState(id, StateName(sb->state), "not running");
   return sb;
 }
 

@@ -184,7 +184,7 @@ Result<SandboxInfo> SandboxManagerImpl::Get(const std::string& id) {
     std::lock_guard lock(mu_);
     auto sb = FindLocked(id);
     if (!sb) return NoSandbox(id);
-    info = sb->info;  // (reading it is not activity: a dashboard must not keep it awake)
+    info = InfoOf(*sb);  // (reading it is not activity: a dashboard must not keep it awake)
     tier = sb->tier;
   }
   SandboxUsage usage;
@@ -205,13 +205,13 @@ std::vector<SandboxInfo> SandboxManagerImpl::List(const ListFilter& filter) {
     for (const auto& [id, sb] : sandboxes_) {
       if (sb->deleting) continue;
       if (filter.id && id != *filter.id) continue;
-      if (filter.state && sb->info.state != *filter.state) continue;
+      if (filter.state && StateName(sb->state) != *filter.state) continue;
       bool match = true;
       for (const auto& [k, v] : filter.metadata) {
         auto it = sb->info.spec.metadata.find(k);
         if (it == sb->info.spec.metadata.end() || it->second != v) match = false;
       }
-      if (match) found.emplace_back(ParseRfc3339Millis(sb->info.created_at).value_or(0), sb->info);
+      if (match) found.emplace_back(ParseRfc3339Millis(sb->info.created_at).value_or(0), InfoOf(*sb));
     }
   }
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
@@ -254,7 +254,7 @@ Result<SandboxInfo> SandboxManagerImpl::SetTimeout(const std::string& id, int64_
     sb->info.expires_at.reset();
   }
   BH_TRY(db_->Put(RowOf(*sb)));
-  return sb->info;
+  return InfoOf(*sb);
 }
 
 Status SandboxManagerImpl::DeleteImage(const std::string& name) {

@@ -118,12 +118,6 @@ struct StreamDeadline {
   bool process = false;
 };
 
-bool KilledAtDeadline(const json& exit) {
-  if (!exit.is_object()) return false;
-  const auto timed_out = exit.find("timed_out");
-  return timed_out != exit.end() && timed_out->is_boolean() && timed_out->get<bool>();
-}
-
 // Follows the attached process's output to the stream: data events as init sends them (the
 // next frame is read once the client took the last: backpressure), then the end event and
 // the end of the stream. A client that goes away ends the attach, never the process.
@@ -173,8 +167,8 @@ asio::awaitable<void> FollowOutput(EnvdRequest& request, ServerStream& stream, c
         break;
       }
       case ctl::kExit: {
-        const json exit = ParseBoundedJson(frame->payload);
-        if (deadline.process && KilledAtDeadline(exit)) co_return co_await stream.Finish(DeadlineExceeded());
+        const ctl::ExitMessage exit = ctl::ReadExit(frame->payload);
+        if (deadline.process && exit.timed_out) co_return co_await stream.Finish(DeadlineExceeded());
         if (co_await stream.Send(EndEvent(exit))) co_await stream.Finish();
         co_return;
       }

@@ -63,15 +63,13 @@ std::string GoSignalText(int signal) {
   return fmt::format("signal {}", signal);
 }
 
-json EndEvent(const json& exit) {
+json EndEvent(const ctl::ExitMessage& exit) {
   json end = json::object();
-  const json* code = Field(exit, "exit_code");
-  const json* signal = Field(exit, "signal");
-  if (signal != nullptr && signal->is_number_integer()) {
-    const std::string status = "signal: " + GoSignalText(static_cast<int>(signal->get<int64_t>()));
+  if (exit.signal) {
+    const std::string status = "signal: " + GoSignalText(*exit.signal);
     end = {{"exitCode", -1}, {"exited", false}, {"status", status}, {"error", status}};
   } else {
-    const int64_t value = code != nullptr && code->is_number_integer() ? code->get<int64_t>() : -1;
+    const int64_t value = exit.exit_code.value_or(-1);
     const std::string status = fmt::format("exit status {}", value);
     end["exited"] = true;
     end["status"] = status;

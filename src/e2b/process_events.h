@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/ctl_messages.h"
 #include "common/result.h"
 #include "e2b/connect_rpc.h"
 #include "service/process_request.h"
@@ -23,10 +24,10 @@ nlohmann::json StartEvent(int pid);
 nlohmann::json DataEvent(std::string_view stream, std::string_view bytes);
 // {"event":{"keepalive":{}}}
 nlohmann::json KeepaliveEvent();
-// {"event":{"end":{...}}} from init's kExit payload {"exit_code", "signal"}: exitCode
+// {"event":{"end":{...}}} from init's kExit: exitCode
 // (omitted when 0; -1 after a signal), exited, status as Go's ProcessState prints it
 // ("exit status 3", "signal: killed") and error (the same text) unless it exited 0.
-nlohmann::json EndEvent(const nlohmann::json& exit);
+nlohmann::json EndEvent(const ctl::ExitMessage& exit);
 // Go's text for a signal ("killed", "terminated", ...), "signal N" for the rest.
 std::string GoSignalText(int signal);
 

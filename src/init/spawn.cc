@@ -272,7 +272,10 @@ Result<SpawnedCommand> SpawnCommand(const ExecRequest& request, const int* stdio
   for (const auto& entry : environment) plan.envp.push_back(const_cast<char*>(entry.c_str()));
   plan.envp.push_back(nullptr);
   if (!request.file_op) plan.exec_paths = ExecPaths(request.argv[0], GetValue(environment, "PATH"));
-  plan.file_op = request.file_op ? &*request.file_op : nullptr;
+  // The worker takes its operation as text (file_worker.h).
+  const std::string file_op =
+      request.file_op ? request.file_op->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) : "";
+  plan.file_op = request.file_op ? &file_op : nullptr;
   plan.nofile.rlim_cur = plan.nofile.rlim_max = request.nofile.value_or(0);
   plan.cwd = request.cwd.c_str();
   plan.uid = user->uid;

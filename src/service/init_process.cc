@@ -21,62 +21,16 @@ namespace {
 // Stdin frames well below ctl::kMaxFrame, as exec sends them.
 constexpr size_t kStdinFrameBytes = ctl::kMaxFrame / 2;
 
-// Reads an offset field of init's JSON: a non-negative integer.
-std::optional<uint64_t> OffsetField(const json& object, const char* key) {
-  auto it = object.find(key);
-  if (it == object.end() || !it->is_number_integer()) return std::nullopt;  // signed or unsigned
-  if (!it->is_number_unsigned() && it->get<int64_t>() < 0) return std::nullopt;
-  return it->get<uint64_t>();
-}
-
 std::string StringField(const json& object, const char* key) {
   auto it = object.find(key);
   return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
-// A Process from init with each field of the type ctl_protocol.h gives it, and only those
-// fields (what reaches a client is what the API documents); else nullopt.
-std::optional<json> ProcessFromInit(const json& process) {
-  const std::optional<int> pid = core::InitPid(process);
-  if (!pid) return std::nullopt;
-  json out = {{"pid", *pid}};
-  auto take = [&](const char* key, auto valid) {
-    auto it = process.find(key);
-    if (it == process.end() || !valid(*it)) return false;
-    out[key] = *it;
-    return true;
-  };
-  auto text_or_null = [](const json& v) { return v.is_string() || v.is_null(); };
-  auto number_or_null = [](const json& v) { return v.is_number_integer() || v.is_null(); };
-  auto text = [](const json& v) { return v.is_string(); };
-  auto argv = [](const json& v) {
-    return v.is_array() && std::all_of(v.begin(), v.end(), [](const json& arg) { return arg.is_string(); });
-  };
-  auto state = [](const json& v) { return v == "running" || v == "exited"; };
-  auto offset = [](const json& v) { return v.is_number_integer() && (v.is_number_unsigned() || v.get<int64_t>() >= 0); };
-  auto side = [](const json& pty, const char* key) {
-    auto it = pty.find(key);
-    return it != pty.end() && it->is_number_integer() && it->get<int64_t>() >= 1 && it->get<int64_t>() <= 65535;
-  };
-  auto pty = [&](const json& v) { return v.is_null() || (v.is_object() && side(v, "cols") && side(v, "rows")); };
-  if (!take("tag", text_or_null) || !take("cmd", argv) || !take("state", state) || !take("exit_code", number_or_null) ||
-      !take("signal", number_or_null) || !take("started_at", text) || !take("exited_at", text_or_null) ||
-      !take("pty", pty)) {
-    return std::nullopt;
-  }
-  for (const char* key : {"stdout_offset", "stderr_offset", "stdout_start", "stderr_start"}) {
-    if (!take(key, offset)) return std::nullopt;
-  }
-  if (out["pty"].is_object()) out["pty"] = {{"cols", out["pty"]["cols"]}, {"rows", out["pty"]["rows"]}};
-  return out;
-}
-
-// The Process under `key` of init's `payload` (a `frame`).
-Result<json> ProcessIn(const json& payload, const char* key, std::string_view frame) {
-  auto process = payload.find(key);
-  std::optional<json> checked = process != payload.end() ? ProcessFromInit(*process) : std::nullopt;
-  if (!checked) return core::InitProtocolError(fmt::format("{} without a valid process", frame));
-  return std::move(*checked);
+// A message init sent, decoded; a malformed one is a protocol error of the sandbox's init.
+template <typename T>
+Result<T> FromInit(Result<T> decoded) {
+  if (!decoded.ok()) return core::InitProtocolError(decoded.error().message);
+  return decoded;
 }
 
 // The kExec of a background process with these options in a sandbox with `spec`; with
@@ -105,12 +59,6 @@ Error ProcessExited(const json& process) {
 
 bool HasExited(const json& process) { return StringField(process, "state") == "exited"; }
 
-Result<StreamOffsets> ParseStreamOffsets(const json& payload) {
-  std::optional<uint64_t> out = OffsetField(payload, "stdout_offset");
-  std::optional<uint64_t> err = OffsetField(payload, "stderr_offset");
-  if (!out || !err) return core::InitProtocolError("missing stream offsets");
-  return StreamOffsets{*out, *err};
-}
 
 asio::awaitable<Result<json>> StartProcess(core::SandboxManager& manager, asio::any_io_executor executor,
                                            const std::string& sandbox_id, const ProcessOptions& options) {
@@ -123,9 +71,10 @@ asio::awaitable<Result<json>> StartProcess(core::SandboxManager& manager, asio::
     if (!frame.ok()) co_return frame.error();
     if (frame->type == ctl::kError) co_return core::ErrorFromInit(frame->payload);
     if (frame->type != ctl::kStarted) continue;  // nothing else is expected; skip what is unknown
-    Result<json> started = core::ParseInitObject(frame->payload, "kStarted");
+    Result<ctl::StartedMessage> started = FromInit(ctl::DecodeStarted(frame->payload));
     if (!started.ok()) co_return started.error();
-    co_return ProcessIn(*started, "process", "kStarted");
+    if (!started->process) co_return core::InitProtocolError("kStarted without the process");
+    co_return ctl::ToJson(*started->process);
   }
 }
 
@@ -139,19 +88,11 @@ asio::awaitable<Result<json>> ListProcesses(core::SandboxManager& manager, asio:
     if (!frame.ok()) co_return frame.error();
     if (frame->type == ctl::kError) co_return core::ErrorFromInit(frame->payload);
     if (frame->type != ctl::kResult) continue;
-    Result<json> result = core::ParseInitObject(frame->payload, "kResult");
-    if (!result.ok()) co_return result.error();
-    auto processes = result->find("processes");
-    if (processes == result->end() || !processes->is_array()) {
-      co_return core::InitProtocolError("kResult without processes");
-    }
-    json checked = json::array();
-    for (const json& process : *processes) {
-      std::optional<json> valid = ProcessFromInit(process);
-      if (!valid) co_return core::InitProtocolError("kResult with an invalid process");
-      checked.push_back(std::move(*valid));
-    }
-    co_return checked;
+    Result<ctl::ProcessList> list = FromInit(ctl::DecodeProcessList(frame->payload));
+    if (!list.ok()) co_return list.error();
+    json processes = json::array();
+    for (const ctl::ProcessInfo& process : list->processes) processes.push_back(ctl::ToJson(process));
+    co_return processes;
   }
 }
 
@@ -187,17 +128,13 @@ namespace {
 
 // The attachment that init's kAttached `payload` describes, on `client`.
 Result<ProcessAttachment> AttachmentFrom(std::unique_ptr<core::CtlClient> client, std::string_view payload) {
-  Result<json> attached = core::ParseInitObject(payload, "kAttached");
+  Result<ctl::AttachedMessage> attached = FromInit(ctl::DecodeAttached(payload));
   if (!attached.ok()) return attached.error();
-  Result<StreamOffsets> start = ParseStreamOffsets(*attached);
-  if (!start.ok()) return start.error();
-  Result<json> process = ProcessIn(*attached, "process", "kAttached");
-  if (!process.ok()) return process.error();
   ProcessAttachment result;
   result.client = std::move(client);
-  result.process = std::move(*process);
-  result.stdout_start = start->stdout_offset;
-  result.stderr_start = start->stderr_offset;
+  result.process = ctl::ToJson(attached->process);
+  result.stdout_start = attached->start.stdout_offset;
+  result.stderr_start = attached->start.stderr_offset;
   return result;
 }
 

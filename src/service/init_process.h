@@ -77,11 +77,6 @@ boost::asio::awaitable<Status> SendStdin(core::CtlClient& client, std::string_vi
 boost::asio::awaitable<Status> AwaitBarrier(core::CtlClient& client);
 
 // The "stdout_offset" and "stderr_offset" of a kAttached or kGap payload.
-struct StreamOffsets {
-  uint64_t stdout_offset = 0;
-  uint64_t stderr_offset = 0;
-};
-Result<StreamOffsets> ParseStreamOffsets(const nlohmann::json& payload);
 
 // "running" unless the Process says "exited".
 bool HasExited(const nlohmann::json& process);

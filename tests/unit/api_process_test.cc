@@ -241,12 +241,12 @@ TEST(ProcessOutputCursor, HeldBackBytesAreSentBeforeAGapAndAtTheEnd) {
 }
 
 TEST(ProcessExitEvent, NamesTheSignalAsExecDoes) {
-  EXPECT_EQ(ProcessExitEvent(json{{"exit_code", nullptr}, {"signal", 15}, {"timed_out", false}, {"duration_ms", 2.5}}),
+  EXPECT_EQ(ProcessExitEvent(ctl::ReadExit(R"({"exit_code": null, "signal": 15, "timed_out": false, "duration_ms": 2.5})")),
             (json{{"type", "exit"}, {"exit_code", nullptr}, {"signal", "SIGTERM"}, {"timed_out", false},
                   {"duration_ms", 2.5}}));
-  EXPECT_EQ(ProcessExitEvent(json{{"exit_code", 3}}),
-            (json{{"type", "exit"}, {"exit_code", 3}, {"signal", nullptr}, {"timed_out", false}}));
-  EXPECT_EQ(ProcessExitEvent(json("garbage"))["type"], "exit");
+  EXPECT_EQ(ProcessExitEvent(ctl::ReadExit(R"({"exit_code": 3})")),
+            (json{{"type", "exit"}, {"exit_code", 3}, {"signal", nullptr}, {"timed_out", false}, {"duration_ms", 0}}));
+  EXPECT_EQ(ProcessExitEvent(ctl::ReadExit("garbage"))["type"], "exit");
 }
 
 // ---- pid-or-tag lookup
@@ -267,14 +267,14 @@ TEST(SelectProcess, FindsByPidOrByTagPreferringTheRunningOne) {
   EXPECT_EQ(SelectProcess(json::object(), ProcessRef{.pid = 5}), nullptr);
 }
 
-TEST(ParseStreamOffsets, NeedsBothOffsets) {
-  Result<StreamOffsets> offsets = ParseStreamOffsets(json{{"stdout_offset", 3}, {"stderr_offset", 4}});
+TEST(StreamOffsets, AGapNeedsBothOffsets) {
+  Result<ctl::StreamOffsets> offsets = ctl::DecodeStreamOffsets(R"({"stdout_offset": 3, "stderr_offset": 4})");
   ASSERT_TRUE(offsets.ok());
   EXPECT_EQ(offsets->stdout_offset, 3u);
   EXPECT_EQ(offsets->stderr_offset, 4u);
-  EXPECT_FALSE(ParseStreamOffsets(json{{"stdout_offset", 3}}).ok());
-  EXPECT_FALSE(ParseStreamOffsets(json{{"stdout_offset", -3}, {"stderr_offset", 4}}).ok());
-  EXPECT_FALSE(ParseStreamOffsets(json("x")).ok());
+  EXPECT_FALSE(ctl::DecodeStreamOffsets(R"({"stdout_offset": 3})").ok());
+  EXPECT_FALSE(ctl::DecodeStreamOffsets(R"({"stdout_offset": -3, "stderr_offset": 4})").ok());
+  EXPECT_FALSE(ctl::DecodeStreamOffsets(R"("x")").ok());
 }
 
 }  // namespace

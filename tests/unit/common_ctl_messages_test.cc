@@ -56,12 +56,12 @@ TEST(CtlMessages, ExecRoundTripsEveryField) {
 
 TEST(CtlMessages, AFileOperationHasNoArgv) {
   ExecMessage m;
-  m.file_op = R"({"op":"stat","path":"/etc"})";
+  m.file_op = nlohmann::json{{"op", "stat"}, {"path", "/etc"}};
   m.user = "root";
   auto back = DecodeExec(Encode(m));
   ASSERT_TRUE(back.ok()) << back.error().message;
   EXPECT_TRUE(back->argv.empty());
-  EXPECT_NE(back->file_op->find("\"stat\""), std::string::npos);
+  EXPECT_EQ((*back->file_op)["op"], "stat");
   EXPECT_FALSE(DecodeExec(R"({"file_op":{"op":"stat"},"argv":["x"]})").ok());
   EXPECT_FALSE(DecodeExec(R"({"file_op":{"op":"stat"},"background":true})").ok());
 }

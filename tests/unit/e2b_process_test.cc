@@ -19,25 +19,25 @@ TEST(E2bProcessEvents, StartDataKeepalive) {
 }
 
 TEST(E2bProcessEvents, EndOfAZeroExitOmitsExitCodeAndError) {
-  EXPECT_EQ(EndEvent(json{{"exit_code", 0}, {"signal", nullptr}}),
+  EXPECT_EQ(EndEvent(ctl::ReadExit(json{{"exit_code", 0}, {"signal", nullptr}}.dump())),
             json::parse(R"({"event":{"end":{"exited":true,"status":"exit status 0"}}})"));
 }
 
 TEST(E2bProcessEvents, EndOfANonZeroExitCarriesCodeAndError) {
-  EXPECT_EQ(EndEvent(json{{"exit_code", 3}, {"signal", nullptr}}),
+  EXPECT_EQ(EndEvent(ctl::ReadExit(json{{"exit_code", 3}, {"signal", nullptr}}.dump())),
             json::parse(R"({"event":{"end":{"exitCode":3,"exited":true,"status":"exit status 3","error":"exit status 3"}}})"));
 }
 
 TEST(E2bProcessEvents, EndOfASignalIsGoShaped) {
-  EXPECT_EQ(EndEvent(json{{"exit_code", nullptr}, {"signal", 9}, {"timed_out", true}}),
+  EXPECT_EQ(EndEvent(ctl::ReadExit(json{{"exit_code", nullptr}, {"signal", 9}, {"timed_out", true}}.dump())),
             json::parse(R"({"event":{"end":{"exitCode":-1,"exited":false,"status":"signal: killed","error":"signal: killed"}}})"));
-  EXPECT_EQ(EndEvent(json{{"signal", 15}})["event"]["end"]["status"], "signal: terminated");
+  EXPECT_EQ(EndEvent(ctl::ReadExit(json{{"signal", 15}}.dump()))["event"]["end"]["status"], "signal: terminated");
   EXPECT_EQ(GoSignalText(2), "interrupt");
   EXPECT_EQ(GoSignalText(40), "signal 40");
 }
 
 TEST(E2bProcessEvents, EndOfAMalformedExitStillEnds) {
-  const json end = EndEvent(json("garbage"))["event"]["end"];
+  const json end = EndEvent(ctl::ReadExit(json("garbage").dump()))["event"]["end"];
   EXPECT_EQ(end["status"], "exit status -1");
   EXPECT_EQ(end["exitCode"], -1);
 }
