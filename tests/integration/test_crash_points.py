@@ -125,7 +125,10 @@ def act(operation, client, base, victims, round_number, plan, ack: Acknowledged)
     elif operation == "exec":
         content = f"round {round_number}\n"
         ack.exec_contents[base].add(content)  # may land without its answer
-        r = client.post(f"/v1/sandboxes/{base}/exec", {"cmd": f"printf '{content}' > /workspace/acked; sync"})
+        # Replaced by a rename: a shell's `>` truncates before it writes, and the kill (which
+        # ends a foreground command with its client) may land in between.
+        r = client.post(f"/v1/sandboxes/{base}/exec",
+                        {"cmd": f"printf '{content}' > /workspace/acked.new && mv /workspace/acked.new /workspace/acked; sync"})
         if r.status == 200 and r.json()["exit_code"] == 0:
             ack.exec_contents[base] = {content}
     elif operation == "write":
