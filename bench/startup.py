@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-SYSTEMS = ("bulkhead", "bwrap", "crun", "runsc")
+SYSTEMS = ("bulkhead", "bulkhead-gvisor", "bwrap", "crun", "runsc")
 COMMAND = ["echo", "hi"]
 EXPECTED_STDOUT = b"hi\n"
 RUN_TIMEOUT_S = 60.0          # one run that takes longer than this counts as failed
@@ -48,7 +48,13 @@ ERROR_SAMPLES = 5             # distinct error messages kept per row
 GOALS = {
     ("bulkhead", "sequential"): "p50 < 10 ms, p99 < 30 ms",
     ("bulkhead", "concurrent"): "all answered < 1000 ms",
+    ("bulkhead --runtime gvisor", "sequential"): "p50 <= 15 ms (from the pool)",
+    ("bulkhead --runtime gvisor, cold", "sequential"): "no slower than runsc run",
 }
+# gVisor sandboxes boot one at a time in a few hundred ms: their concurrent rows start fewer.
+GVISOR_CONCURRENCY = 10
+# The runsc the gvisor tier drives (scripts/install-runsc.sh); the runsc row runs the same one.
+PINNED_RUNSC = "/usr/local/lib/bulkhead/runsc"
 HOST_SYMLINKS = {"bin": "usr/bin", "lib": "usr/lib", "lib64": "usr/lib64", "sbin": "usr/sbin"}
 
 
@@ -412,11 +418,16 @@ def crun_trial(bundle: Path) -> ProcessTrial:
                         lambda name: ["crun", "delete", "-f", name])
 
 
+def runsc_binary() -> str:
+    return PINNED_RUNSC if os.access(PINNED_RUNSC, os.X_OK) else "runsc"
+
+
 def runsc_trial(bundle: Path, platform_flags: list[str]) -> ProcessTrial:
+    runsc = runsc_binary()
     return ProcessTrial(
         "runsc",
-        lambda name: ["runsc", "--network=none", *platform_flags, "run", "--bundle", str(bundle), name],
-        lambda name: ["runsc", "delete", "-force", name])
+        lambda name: [runsc, "--network=none", *platform_flags, "run", "--bundle", str(bundle), name],
+        lambda name: [runsc, "delete", "-force", name])
 
 
 def measure_baseline(trial: Trial, runs: int, concurrency: int) -> list[ModeResult]:
@@ -502,8 +513,19 @@ class BulkheadApi:
             raise RunFailed(api_error_text(method, path, response.status, data))
         return json.loads(data) if data else None
 
-    def create_sandbox(self) -> str:
-        return self.call("POST", "/v1/sandboxes", {}, expect=201)["id"]
+    def create_sandbox(self, runtime: str = "native") -> str:
+        return self.call("POST", "/v1/sandboxes", {"runtime": runtime}, expect=201)["id"]
+
+    def wait_for_pool(self, timeout_s: float = 60.0) -> None:
+        """Until the warm pool holds a ready sandbox (bulkhead_warm_pool_ready in /metrics)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            text = self._send("GET", "/metrics", None, "text/plain").read().decode()
+            match = re.search(r"^bulkhead_warm_pool_ready (\d+)$", text, re.M)
+            if match and int(match.group(1)) > 0:
+                return
+            time.sleep(0.01)
+        raise RunFailed("the warm pool had no ready sandbox within 60 s")
 
     def delete_sandbox(self, sandbox_id: str) -> None:
         self.call("DELETE", f"/v1/sandboxes/{sandbox_id}", expect=204)
@@ -555,11 +577,19 @@ def api_error_text(method: str, path: str, status: int, body: bytes) -> str:
 
 
 class BulkheadTrial(Trial):
-    """create sandbox -> first stdout line of `echo hi`; DELETE afterwards (untimed)."""
-    system = "bulkhead"
+    """create sandbox -> first stdout line of `echo hi`; DELETE afterwards (untimed).
 
-    def __init__(self, daemon: "Daemon") -> None:
+    With `pooled`, each sequential run first waits (untimed) until the daemon's warm pool has a
+    sandbox ready, so that every timed create is one from the pool: what an agent that does not
+    create dozens a second gets (a gVisor sandbox takes a few hundred ms to boot into the pool).
+    """
+
+    def __init__(self, daemon: "Daemon", system: str = "bulkhead", runtime: str = "native",
+                 pooled: bool = False) -> None:
         self.daemon = daemon
+        self.system = system
+        self.runtime = runtime
+        self.pooled = pooled
 
     def open_worker(self) -> BulkheadApi:
         return BulkheadApi(self.daemon.port, self.daemon.api_key)
@@ -568,8 +598,10 @@ class BulkheadTrial(Trial):
         worker.close()
 
     def measure(self, worker: BulkheadApi, index: int) -> Timed:
+        if self.pooled:
+            worker.wait_for_pool()
         started = time.perf_counter()
-        sandbox_id = worker.create_sandbox()
+        sandbox_id = worker.create_sandbox(self.runtime)
         self.daemon.remember(sandbox_id)
         try:
             answered, stdout = worker.exec_until_first_stdout(sandbox_id, COMMAND)
@@ -621,6 +653,14 @@ def process_start_time(pid: int) -> str | None:
         return stat.rsplit(")", 1)[1].split()[19]
     except (OSError, IndexError):
         return None
+
+
+def is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def all_pids() -> list[int]:
@@ -701,17 +741,18 @@ def sandbox_cgroup_dirs(sandbox_ids: list[str]) -> set[str]:
     return found
 
 
-def daemon_cgroup_parent_name(state_dir: str) -> str:
-    """The daemon names its parent group bulkhead-<FNV-1a 32 of the canonical state dir>
-    (core/sandbox_manager.cc), so that daemons with different state dirs stay apart."""
+def daemon_cgroup_parent_names(state_dir: str) -> list[str]:
+    """The daemon names its parent groups bulkhead-<FNV-1a 32 of the canonical state dir>
+    (core/sandbox_manager.cc), so that daemons with different state dirs stay apart, and the
+    gvisor tier's that, then -gvisor."""
     digest = 2166136261
     for byte in os.path.realpath(state_dir).encode():
         digest = ((digest ^ byte) * 16777619) & 0xFFFFFFFF
-    return f"bulkhead-{digest:08x}"
+    return [f"bulkhead-{digest:08x}", f"bulkhead-{digest:08x}-gvisor"]
 
 
-def existing_cgroup_dirs(name: str) -> set[str]:
-    return {str(root / name) for root in cgroup_roots() if (root / name).is_dir()}
+def existing_cgroup_dirs(names: list[str]) -> set[str]:
+    return {str(root / name) for root in cgroup_roots() for name in names if (root / name).is_dir()}
 
 
 def remove_cgroup_tree(top: str) -> bool:
@@ -743,7 +784,7 @@ class Daemon:
         # The daemon's parent cgroups: learnt from live sandboxes, or found by the daemon's naming
         # rule and absent before it started. Another daemon's groups on this host are left alone.
         self.cgroup_parents: set[str] = set()
-        self.cgroup_parent_name = ""
+        self.cgroup_parent_names: list[str] = []
         self.cgroup_parents_before: set[str] = set()
 
     def remember(self, sandbox_id: str) -> None:
@@ -759,8 +800,8 @@ class Daemon:
         if not os.access(self.binary, os.X_OK):
             raise RunFailed(f"{self.binary} not found or not executable (build it, or pass --build)")
         self.state_dir = tempfile.mkdtemp(prefix="bulkhead-bench-")
-        self.cgroup_parent_name = daemon_cgroup_parent_name(self.state_dir)
-        self.cgroup_parents_before = existing_cgroup_dirs(self.cgroup_parent_name)
+        self.cgroup_parent_names = daemon_cgroup_parent_names(self.state_dir)
+        self.cgroup_parents_before = existing_cgroup_dirs(self.cgroup_parent_names)
         log_fd, self.log_path = tempfile.mkstemp(prefix="bulkhead-bench-", suffix=".log")
         self.port = free_loopback_port()
         environment = {key: value for key, value in os.environ.items() if not key.startswith("BULKHEAD_")}
@@ -867,6 +908,9 @@ class Daemon:
         for pids in pids_in_cgroups_naming(self.all_sandboxes).values():
             leftovers.update(pids)
         leftovers.discard(os.getpid())
+        # A zombie has ended: it waits for its parent (the host's init, for runsc's Sentry and
+        # gofer of a sandbox torn down as the daemon stopped) to collect its exit status.
+        leftovers = {pid for pid in leftovers if not is_zombie(pid)}
         if not leftovers:
             return
         self.daemon_misbehaved = True
@@ -885,8 +929,8 @@ class Daemon:
         leftovers = sandbox_cgroup_dirs(self.all_sandboxes)
         self.cgroup_parents.update(os.path.dirname(path) for path in leftovers)
         leftovers.update(parent for parent in self.cgroup_parents if os.path.isdir(parent))
-        # A group with our daemon's name that did not exist before it started is its parent group.
-        leftovers.update(existing_cgroup_dirs(self.cgroup_parent_name) - self.cgroup_parents_before)
+        # A group with our daemon's names that did not exist before it started is its parent group.
+        leftovers.update(existing_cgroup_dirs(self.cgroup_parent_names) - self.cgroup_parents_before)
         if not leftovers:
             return
         kept = [directory for directory in sorted(leftovers, reverse=True) if not remove_cgroup_tree(directory)]
@@ -966,6 +1010,31 @@ def measure_idle_memory(daemon: Daemon, memory: dict[str, Any]) -> None:
                 print(f"warning: DELETE {sandbox_id} failed (retried at the end): {describe(exc)}",
                       file=sys.stderr)
         api.close()
+
+
+def measure_bulkhead_gvisor(build_dir: Path, runs: int, concurrency: int, notes: list[str]) -> list[ModeResult]:
+    """The gvisor tier: from its warm pool, then cold (a daemon without pools)."""
+    rows: list[ModeResult] = []
+    concurrency = min(concurrency, GVISOR_CONCURRENCY)
+    for label, pool_args, pooled in (("bulkhead --runtime gvisor", ("--warm-pool", "0", "--warm-pool", "gvisor=2"), True),
+                                     ("bulkhead --runtime gvisor, cold", ("--warm-pool", "0"), False)):
+        daemon = Daemon(build_dir, pool_args)
+        try:
+            daemon.start()
+            trial = BulkheadTrial(daemon, label, "gvisor", pooled)
+            error = warm_up(trial)
+            if error is not None:
+                raise RunFailed(f"warm-up run failed: {error}")
+            rows += [run_sequential(trial, runs), run_concurrent(trial, concurrency)]
+        except (RunFailed, *TRANSPORT_ERRORS) as exc:
+            rows += unavailable_rows(label, runs, concurrency, describe(exc))
+        finally:
+            daemon.stop()
+            notes.extend(f"{label} cleanup: {line}" for line in daemon.cleanup_report)
+    notes.append(f"bulkhead --runtime gvisor: runsc {tool_version([runsc_binary(), '--version'])}; each sequential "
+                 "run from the pool waits (untimed) until the pool has a sandbox ready; concurrent rows start "
+                 f"{concurrency} at once (the pool holds 2: the rest boot cold)")
+    return rows
 
 
 def measure_bulkhead(build_dir: Path, runs: int, concurrency: int,
@@ -1124,6 +1193,8 @@ def main(argv: list[str]) -> int:
             print(f"measuring {system} ...", file=sys.stderr, flush=True)
             if system == "bulkhead":
                 system_rows, memory = measure_bulkhead(Path(args.build), args.runs, args.concurrency, notes)
+            elif system == "bulkhead-gvisor":
+                system_rows = measure_bulkhead_gvisor(Path(args.build), args.runs, args.concurrency, notes)
             elif shutil.which(system) is None:
                 system_rows = unavailable_rows(system, args.runs, args.concurrency, f"{system} is not installed")
             elif system == "bwrap":
@@ -1144,7 +1215,7 @@ def main(argv: list[str]) -> int:
                  "loadavg_1min_at_start": load_at_start, "loadavg_1min_at_end": os.getloadavg()[0]},
         "versions": {
             "bwrap": tool_version(["bwrap", "--version"]), "crun": tool_version(["crun", "--version"]),
-            "runsc": tool_version(["runsc", "--version"]),
+            "runsc": tool_version([runsc_binary(), "--version"]),
         },
         "options": {"runs": args.runs, "concurrency": args.concurrency, "only": args.systems,
                     "build": args.build},
@@ -1170,7 +1241,7 @@ def main(argv: list[str]) -> int:
     print(f"results: {results_path}")
 
     # Timing goals are only printed. The exit status says whether bulkhead worked at all.
-    bulkhead_rows = [row for row in row_data if row["system"] == "bulkhead"]
+    bulkhead_rows = [row for row in row_data if row["system"].startswith("bulkhead")]
     return 1 if any(row["unavailable"] or row["failed"] for row in bulkhead_rows) else 0
 
 

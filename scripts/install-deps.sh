@@ -37,3 +37,6 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+
+# The gvisor runtime's runsc: a pinned build newer than Debian's (see the script).
+bash "$(dirname "$0")/install-runsc.sh"

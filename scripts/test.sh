@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Command 2 of the README, and what CI runs: builds, then runs every test — unit tests
 # (GoogleTest via ctest), integration tests against real daemons (pytest), the escape
-# probe suite inside a sandbox, a short benchmark smoke run, then the sanitizer build (ASan and
+# probe suite inside a sandbox, the tier matrix (the core behaviours again on gvisor), a short
+# benchmark smoke run, then the sanitizer build (ASan and
 # UBSan, clang, built meanwhile: a bounded set of integration tests against its daemon;
 # scripts/sanitize.sh without --ci runs everything) and every fuzz target for a bounded time in
 # the same tree.
@@ -21,6 +22,13 @@ echo "== unit tests"
 (cd build && ctest --output-on-failure --timeout 300)
 echo "== integration tests"
 /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration
+echo "== tier matrix: the core behaviours on the gvisor tier (tests/integration/tier_matrix.txt)"
+if [ ! -x /usr/local/lib/bulkhead/runsc ]; then
+  echo "the gvisor tier needs the pinned runsc (scripts/install-runsc.sh)" >&2
+  exit 1
+fi
+(cd tests/integration && BULKHEAD_TEST_RUNTIME=gvisor /usr/bin/python3 -m pytest -q -p no:cacheprovider \
+  $(grep -v '^#' tier_matrix.txt))
 echo "== sanitizer build: waiting for it"
 if ! wait "$sanitizer_build"; then
   tail -n 60 "$sanitizer_build_log"

@@ -115,6 +115,14 @@ asio::awaitable<void> ApiHandlers::Healthz(HttpExchange& exchange) {
   if (const std::string e2b = context_.e2b_address ? context_.e2b_address() : ""; !e2b.empty()) {
     body["e2b_address"] = e2b;
   }
+  json runtimes = json::object();
+  for (const core::RuntimeInfo& runtime : context_.manager.Runtimes()) {
+    json entry = {{"available", runtime.available}};
+    if (!runtime.available) entry["reason"] = runtime.why;
+    for (const auto& [key, value] : runtime.details) entry[key] = value;
+    runtimes[runtime.name] = std::move(entry);
+  }
+  body["runtimes"] = std::move(runtimes);
   co_await exchange.SendJson(http::status::ok, body);
 }
 

@@ -40,6 +40,15 @@ void AddSandboxFlags(CLI::App* sub, SandboxFlags& flags, bool for_run) {
       ->allow_extra_args(false);
 }
 
+CLI::Validator WarmPoolValidator() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        auto pool = ParseWarmPool(text);
+        return pool ? "" : pool.error().message;
+      },
+      "N|RUNTIME=N");
+}
+
 // Records which subcommand was chosen; CLI11 calls this once the subcommand parsed.
 void Selects(CLI::App* sub, CommandLine& line, Command command) {
   sub->callback([&line, command] { line.command = command; });
@@ -69,8 +78,18 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
                     "TCP address to listen on as well as the unix socket; \"\" = unix socket only "
                     "(default 127.0.0.1:7420)")
       ->envname("BULKHEAD_LISTEN");
-  serve->add_option("--warm-pool", line.warm_pool, "Ready sandboxes of the host image kept in advance")
-      ->check(CLI::NonNegativeNumber);
+  serve->add_option("--warm-pool", line.warm_pools,
+                    "Ready sandboxes of the host image kept in advance: N for every runtime, RUNTIME=N for "
+                    "one (repeatable; default 4, gvisor=2). The default runtime's pool and named ones fill at start, "
+                    "another runtime's from its first create")
+      ->check(WarmPoolValidator())
+      ->allow_extra_args(false);
+  serve->add_option("--default-runtime", line.default_runtime,
+                    "Isolation tier of sandboxes whose create names none (default native)")
+      ->check(CLI::IsMember({"native", "gvisor", "microvm"}));
+  serve->add_option("--runsc", line.runsc,
+                    "The runsc binary of the gvisor runtime (default: the pinned build in "
+                    "/usr/local/lib/bulkhead, else runsc on the PATH)");
   serve->add_option("--io-threads", line.io_threads,
                     "Threads serving HTTP (default " + std::to_string(core::DaemonConfig{}.io_threads) + ")")
       ->check(CLI::Range(1, 256));
@@ -340,7 +359,21 @@ core::DaemonConfig DaemonConfigFromCommandLine(const CommandLine& line) {
   } else if (const char* listen = std::getenv("BULKHEAD_LISTEN"); listen != nullptr) {
     config.listen = listen;  // set but empty = unix socket only (CLI11 skips empty variables)
   }
-  if (line.warm_pool) config.warm_pool = *line.warm_pool;
+  for (const std::string& entry : line.warm_pools) {
+    const auto pool = *ParseWarmPool(entry);  // checked by WarmPoolValidator
+    if (pool.first.empty()) {
+      config.warm_pool = pool.second;
+      config.runtime_warm_pools.clear();
+    }
+  }
+  for (const std::string& entry : line.warm_pools) {
+    const auto pool = *ParseWarmPool(entry);
+    if (pool.first.empty()) continue;
+    config.runtime_warm_pools[pool.first] = pool.second;
+    config.warm_pool_named.insert(pool.first);
+  }
+  if (line.runsc) config.runsc = *line.runsc;
+  if (line.default_runtime) config.default_runtime = *line.default_runtime;
   if (line.io_threads) config.io_threads = *line.io_threads;
   if (line.blocking_threads) config.blocking_threads = *line.blocking_threads;
   if (line.output_rate_mib) config.output_rate_mib = *line.output_rate_mib;
@@ -353,6 +386,20 @@ core::DaemonConfig DaemonConfigFromCommandLine(const CommandLine& line) {
   if (line.storage_driver) config.storage_driver = *line.storage_driver;
   if (const char* key = std::getenv("BULKHEAD_API_KEY"); key != nullptr && *key != '\0') config.api_key = key;
   return config;
+}
+
+Result<std::pair<std::string, int>> ParseWarmPool(const std::string& text) {
+  const size_t equals = text.find('=');
+  const std::string runtime = equals == std::string::npos ? "" : text.substr(0, equals);
+  const std::string count = equals == std::string::npos ? text : text.substr(equals + 1);
+  auto invalid = [&] {
+    return MakeError(ErrorCode::kInvalid, "--warm-pool takes N or RUNTIME=N (native, gvisor, microvm), not " + text);
+  };
+  if (equals != std::string::npos && runtime != "native" && runtime != "gvisor" && runtime != "microvm")
+    return invalid();
+  if (count.empty() || count.size() > 6 || count.find_first_not_of("0123456789") != std::string::npos)
+    return invalid();
+  return std::pair{runtime, std::stoi(count)};
 }
 
 Result<std::pair<std::string, std::optional<std::string>>> ParseKeyValue(const std::string& text,

@@ -84,7 +84,9 @@ struct CommandLine {
 
   // serve
   std::optional<std::string> listen;  // --listen / BULKHEAD_LISTEN
-  std::optional<int> warm_pool;
+  std::vector<std::string> warm_pools;  // --warm-pool N | RUNTIME=N, repeatable
+  std::optional<std::string> runsc;
+  std::optional<std::string> default_runtime;
   std::optional<int> io_threads, blocking_threads;
   std::optional<int64_t> output_rate_mib;
   std::vector<std::string> dns_servers;
@@ -144,6 +146,9 @@ core::DaemonConfig DaemonConfigFromCommandLine(const CommandLine& line);
 // The E2B front's address when --e2b-listen is not given: the API's host, its port + 1 (port 0
 // stays 0); "" when the API has no TCP address.
 std::string DefaultE2bListen(const std::string& listen);
+
+// A --warm-pool entry: "N" -> {"", N}; "RUNTIME=N" -> {RUNTIME, N}.
+Result<std::pair<std::string, int>> ParseWarmPool(const std::string& text);
 
 // "K=V" -> {K, V}. Without '=' the value is looked up in this process's environment when
 // `allow_from_environment` (like `docker run -e K`); a missing key is an error.

@@ -323,7 +323,46 @@ Result<SignalMessage> DecodeSignal(std::string_view text) {
   return SignalMessage{*signal};
 }
 
+std::string Encode(const LimitsMessage& m) {
+  return Dump({{"pids", m.pids}, {"memory_bytes", m.memory_bytes}, {"cpus", m.cpus}});
+}
+
+Result<LimitsMessage> DecodeLimits(std::string_view text) {
+  auto parsed = ParseObject(text, "kLimits");
+  if (!parsed) return parsed.error();
+  LimitsMessage m;
+  std::optional<int> pids;
+  BH_TRY(ReadOptionalInt(*parsed, "pids", 1, INT32_MAX, pids));
+  if (!pids) return Invalid("pids must be a positive integer");
+  m.pids = *pids;
+  std::optional<uint64_t> memory;
+  BH_TRY(ReadOptionalUnsigned(*parsed, "memory_bytes", memory));
+  if (!memory || *memory == 0 || *memory > (uint64_t{1} << 50)) return Invalid("memory_bytes must be a positive integer");
+  m.memory_bytes = static_cast<int64_t>(*memory);
+  const json* cpus = Field(*parsed, "cpus");
+  if (!cpus || !cpus->is_number() || cpus->get<double>() < 0.01 || cpus->get<double>() > 4096)
+    return Invalid("cpus must be a number from 0.01 to 4096");
+  m.cpus = cpus->get<double>();
+  return m;
+}
+
 // ---- init -> daemon
+
+std::string Encode(const ReclaimedMessage& m) {
+  if (!m.killed) return "{}";
+  return Dump({{"killed", *m.killed}, {"resident_bytes", m.resident_bytes}});
+}
+
+Result<ReclaimedMessage> DecodeReclaimed(std::string_view text) {
+  auto parsed = ParseObject(text, "kReclaim's kResult");
+  if (!parsed) return parsed.error();
+  ReclaimedMessage m;
+  BH_TRY(ReadOptionalInt(*parsed, "killed", 2, INT32_MAX, m.killed));
+  std::optional<uint64_t> resident;
+  BH_TRY(ReadOptionalUnsigned(*parsed, "resident_bytes", resident));
+  m.resident_bytes = static_cast<int64_t>(resident.value_or(0));
+  return m;
+}
 
 std::string Encode(const StreamOffsets& m) { return Dump(OffsetsJson(m)); }
 

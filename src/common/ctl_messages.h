@@ -109,6 +109,19 @@ struct SudoUsersMessage {
   std::vector<std::string> users;
 };
 
+// kLimits: the sandbox's limits that its own kernel enforces (Capabilities::limits_in_sandbox).
+struct LimitsMessage {
+  int pids = 0;              // > 0
+  int64_t memory_bytes = 0;  // > 0
+  double cpus = 1;           // 0.01 .. 4096
+};
+
+// kResult of kReclaim: the process init killed, if any.
+struct ReclaimedMessage {
+  std::optional<int> killed;
+  int64_t resident_bytes = 0;
+};
+
 // kSignal: a signal number in 1..64.
 struct SignalMessage {
   int signal = 0;
@@ -119,6 +132,8 @@ std::string Encode(const AttachMessage& m);
 std::string Encode(const PtySize& m);  // kResize
 std::string Encode(const SudoUsersMessage& m);
 std::string Encode(const SignalMessage& m);
+std::string Encode(const LimitsMessage& m);
+std::string Encode(const ReclaimedMessage& m);
 std::string Encode(const StreamOffsets& m);  // kGap
 std::string Encode(const StartedMessage& m);
 std::string Encode(const ExitMessage& m);
@@ -131,6 +146,8 @@ Result<AttachMessage> DecodeAttach(std::string_view text);
 Result<PtySize> DecodePtySize(std::string_view text);
 Result<SudoUsersMessage> DecodeSudoUsers(std::string_view text);
 Result<SignalMessage> DecodeSignal(std::string_view text);
+Result<LimitsMessage> DecodeLimits(std::string_view text);
+Result<ReclaimedMessage> DecodeReclaimed(std::string_view text);
 Result<StreamOffsets> DecodeStreamOffsets(std::string_view text);
 Result<StartedMessage> DecodeStarted(std::string_view text);
 Result<ExitMessage> DecodeExit(std::string_view text);

@@ -1,7 +1,8 @@
 // The control protocol between the daemon and a sandbox's init (PID 1).
 //
 // Transport: a SOCK_STREAM unix socket. The daemon creates and binds the listening
-// socket on the host (<state>/sandboxes/<id>/ctl.sock) and hands it to init as fd 3;
+// socket on the host (<state>/sandboxes/<id>/ctl.sock) and hands it to init as fd 3, or
+// (gvisor) init binds it in a directory of the daemon's and hides it (init/self_contain.h);
 // sandbox processes never see its path. One connection carries one request. (fd 4 is
 // the workload cgroup's cgroup.procs: kWorkloadCgroupFd.)
 //
@@ -17,6 +18,8 @@
 //   kProcAttach  read a background process's output and/or drive it (stdin, signals, size).
 //   kPing      health check.
 //   kSudoUsers who may use the sandbox's sudo.
+//   kLimits    the limits init enforces in the sandbox's own kernel.
+//   kReclaim   the sandbox ran out of memory: kill its largest process.
 //
 // daemon -> init
 //   kExec      (json) {"argv": [..], "env": ["K=V", ..], "cwd": "/workspace",
@@ -41,7 +44,7 @@
 //              "output_limit" (foreground): init sends at most output_limit + 1 bytes of each
 //              stream (the extra byte says there was more) and reads and drops the rest, so
 //              a flood the daemon would drop anyway costs the sandbox, not the daemon.
-//              "nofile": the command's RLIMIT_NOFILE, soft and hard (runtime/native/cgroup.h
+//              "nofile": the command's RLIMIT_NOFILE, soft and hard (runtime/cgroup.h
 //              sizes it to the sandbox's memory); absent, the command keeps init's.
 //   kStdin     (bytes) data for the command's stdin
 //   kStdinClose ()     close the command's stdin
@@ -57,6 +60,18 @@
 //              are all alike): the daemon sends it after each boot, and when it hands a pooled
 //              sandbox to a spec with sudo users. init answers kResult {} and ends the
 //              connection, or kError (invalid_argument; internal: no socket could be made).
+//   kLimits    (json) {"pids": 512, "memory_bytes": 1073741824, "cpus": 1.0}  the sandbox's
+//              limits, where init made its cgroups itself in the sandbox's own kernel
+//              (init/self_contain.h: tiers whose kernel is not the host's): the workload's pids
+//              limit (enforced there), and the memory and CPU limits its programs read there (the
+//              host enforces those). The daemon sends it after each boot and each change of
+//              limits. init answers kResult {} and ends the connection, or kError
+//              invalid_argument (a bad value, or an init whose cgroups are the host's).
+//   kReclaim   ()     the sandbox ran out of memory, where its tier keeps the host's OOM killer
+//              away (runtime/memory_watch.h): init SIGKILLs the process with the largest
+//              resident set but itself, as the kernel's OOM killer would, and answers kResult
+//              {"killed": 12, "resident_bytes": N}, or {} when there is none; then ends the
+//              connection.
 //   kProcAttach (json) {"pid": 12, "output": true, "follow": false,
 //                       "stdout_offset": 0, "stderr_offset": 0}
 //              Unknown pid: kError not_found. Otherwise kAttached, then (with "output")
@@ -87,7 +102,7 @@
 //              kStderr "bulkhead: exec <argv0>: <strerror>" and kExit with exit_code 127
 //              (126 for a permission problem), as a shell would report it.
 //   kPong      ()
-//   kResult    (json) the answer to kProcList or kSudoUsers. Last frame.
+//   kResult    (json) the answer to kProcList, kSudoUsers, kLimits or kReclaim. Last frame.
 //   kAttached  (json) {"process": Process, "stdout_offset": N, "stderr_offset": M}
 //              the offsets where the output that follows starts: the requested ones, or
 //              later ones if the ring no longer holds those bytes (the client missed
@@ -122,7 +137,7 @@
 // kOutputBudgetBytes: beyond it init drops the oldest output of the process that finished
 // first, then of the running process that holds the most (never what a "hold" follower was
 // not sent), since init's memory must fit the reserve it keeps from its sandbox's commands
-// (runtime/native/cgroup.h). init keeps at most kMaxExitedProcesses exited processes in its
+// (runtime/cgroup.h). init keeps at most kMaxExitedProcesses exited processes in its
 // table (the oldest are forgotten first).
 //
 // File operations
@@ -199,6 +214,8 @@ enum FrameType : uint8_t {
   kProcAttach = 7,
   kResize = 8,
   kSudoUsers = 9,
+  kLimits = 10,
+  kReclaim = 11,
   kStarted = 16,
   kStdout = 17,
   kStderr = 18,
@@ -226,7 +243,7 @@ constexpr size_t kMaxSudoUsers = 16;
 // The fd on which init finds its listening control socket.
 constexpr int kListenFd = 3;
 // The fd on which init finds the cgroup.procs file of the sandbox's workload group
-// (runtime/native/cgroup.h): every process init starts writes "0" into it before it execs.
+// (runtime/cgroup.h): every process init starts writes "0" into it before it execs.
 constexpr int kWorkloadCgroupFd = 4;
 
 inline void EncodeHeader(uint8_t* out, uint8_t type, uint32_t payload_len) {

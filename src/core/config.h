@@ -1,6 +1,8 @@
 // What `bulkhead serve` was started with.
 #pragma once
 #include <cstdint>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -10,7 +12,27 @@ struct DaemonConfig {
   std::string state_dir = "/var/lib/bulkhead";  // --state-dir / BULKHEAD_STATE
   std::string listen = "127.0.0.1:7420";        // --listen / BULKHEAD_LISTEN; "" = unix socket only
   std::string api_key;                           // BULKHEAD_API_KEY, else <state>/api-key
-  int warm_pool = 4;       // --warm-pool: ready sandboxes of the host image kept in advance
+  // --warm-pool: ready sandboxes of the host image kept booted in advance, per runtime: `N`
+  // for every runtime (and none of the defaults below), `RUNTIME=N` for one. A pooled gvisor
+  // sandbox waits as a Sentry with its threads, so fewer of them are kept by default.
+  // The default runtime's pool and those named RUNTIME=N fill from the start; another
+  // runtime's fills from its first create, so a host that never uses a tier pays nothing for it.
+  int warm_pool = 4;
+  std::map<std::string, int> runtime_warm_pools = {{"gvisor", 2}};
+  std::set<std::string> warm_pool_named;  // the runtimes given as RUNTIME=N
+  int WarmPool(const std::string& runtime) const {
+    auto it = runtime_warm_pools.find(runtime);
+    return it == runtime_warm_pools.end() ? warm_pool : it->second;
+  }
+  bool WarmPoolAtStart(const std::string& runtime) const {
+    return runtime == default_runtime || warm_pool_named.contains(runtime);
+  }
+  // --default-runtime: the isolation tier of a sandbox whose create names none (the API's
+  // "runtime", the E2B front's creates). A tier this host lacks is refused at start.
+  std::string default_runtime = "native";
+  // --runsc: the runsc binary of the gvisor tier; "" = the pinned build, else Debian's
+  // (runtime/gvisor/runsc.h).
+  std::string runsc;
   int io_threads = 2;      // threads serving HTTP
   int blocking_threads = 4;  // threads running sandbox setup and teardown
   // --output-rate: MiB/s of one sandbox's command output the daemon relays, over all its

@@ -95,7 +95,7 @@ std::optional<int> InitPid(const nlohmann::json& object) {
 }
 
 Result<CtlClient::Frame> CallInitBlocking(const runtime::InitDialer& init, uint8_t type, std::string_view payload,
-                                          std::chrono::milliseconds timeout) {
+                                          std::chrono::milliseconds timeout, uint8_t until) {
   std::optional<Result<CtlClient::Frame>> answer;  // outlives io: an unfinished call is dropped with it
   asio::io_context io;
   auto call = [&]() -> asio::awaitable<void> {
@@ -109,11 +109,17 @@ Result<CtlClient::Frame> CallInitBlocking(const runtime::InitDialer& init, uint8
       answer = sent.error();
       co_return;
     }
-    Result<CtlClient::Frame> frame = co_await client->Receive();
-    if (frame.ok() && frame->type == ctl::kError)
-      answer = ErrorFromInit(frame->payload);
-    else
-      answer = std::move(frame);
+    while (true) {
+      Result<CtlClient::Frame> frame = co_await client->Receive();
+      if (frame.ok() && frame->type == ctl::kError) {
+        answer = ErrorFromInit(frame->payload);
+      } else if (!frame.ok() || until == 0 || frame->type == until) {
+        answer = std::move(frame);
+      } else {
+        continue;  // (a frame before the one asked for)
+      }
+      co_return;
+    }
   };
   asio::co_spawn(io, call, asio::detached);
   io.run_for(timeout);

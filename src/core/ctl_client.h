@@ -62,11 +62,11 @@ Result<nlohmann::json> ParseInitObject(std::string_view payload, std::string_vie
 // The "pid" of an object from init: an integer 1..INT32_MAX, else nullopt.
 std::optional<int> InitPid(const nlohmann::json& object);
 
-// One request on a new connection and init's answer (its first frame; kError as an Error), for
-// threads outside any io_context (the lifecycle paths): runs an io_context of its own, and
-// gives up after `timeout`.
+// One request on a new connection and init's answer (its first frame, or with `until` the
+// first frame of that type; kError as an Error), for threads outside any io_context (the
+// lifecycle paths): runs an io_context of its own, and gives up after `timeout`.
 Result<CtlClient::Frame> CallInitBlocking(const runtime::InitDialer& init, uint8_t type, std::string_view payload,
-                                          std::chrono::milliseconds timeout);
+                                          std::chrono::milliseconds timeout, uint8_t until = 0);
 
 // An init kError payload as an Error ("not_found" -> kNotFound, "invalid_argument" -> kInvalid,
 // else kInternal).

@@ -124,6 +124,7 @@ class SandboxManagerImpl : public SandboxManager {
   std::vector<VolumeInfo> ListVolumes() override { return volumes_.List(); }
   Status DeleteVolume(const std::string& name) override { return volumes_.Delete(name); }
   ManagerStats Stats() override;
+  std::vector<RuntimeInfo> Runtimes() const override { return tiers_.Describe(); }
   const DaemonConfig& config() const override { return config_; }
   void Shutdown() override;
   Result<SnapshotInfo> CreateSnapshot(const std::string& sandbox_id, const std::string& name) override;
@@ -146,6 +147,12 @@ class SandboxManagerImpl : public SandboxManager {
   // Tells a booted sandbox's init who may use its sudo (ctl::kSudoUsers); nothing to do without
   // sudo users (init boots with none).
   Status GrantSudo(const Sandbox& sb, const SandboxSpec& spec) const;
+  // Where the sandbox's own kernel enforces its limits (Capabilities::limits_in_sandbox), tells
+  // its init (ctl::kLimits); nothing to do elsewhere.
+  Status SetLimitsInside(const Sandbox& sb, const runtime::Limits& limits) const;
+  // The sandbox with this host name ran out of memory (Tier::SetReclaim): has its init kill its
+  // largest process. True if one was killed.
+  bool ReclaimMemory(const std::string& host_name);
   // Frees everything a sandbox may hold; each step tolerates the resource being absent.
   Status Teardown(const std::string& id, runtime::Tier& tier, uid_t uid_base, const runtime::SandboxHandle& handle);
   Status Teardown(const Sandbox& sb) { return Teardown(sb.info.id, *sb.tier, sb.uid_base, sb.handle); }
@@ -255,7 +262,7 @@ class SandboxManagerImpl : public SandboxManager {
   std::map<std::string, SnapshotEntry> snapshots_;  // ready ones
   WarmPool<std::shared_ptr<Sandbox>> pools_;
   // The snapshot pools that keep a ready sandbox: the last kWarmSnapshots that creates used,
-  // most recent last. Only with warm_pool > 0.
+  // most recent last. Only where the snapshot's runtime pools (DaemonConfig::WarmPool).
   static constexpr size_t kWarmSnapshots = 4;
   std::deque<PoolKey> warm_snapshots_;
   ManagerStats stats_;

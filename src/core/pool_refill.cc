@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <spdlog/spdlog.h>
 
+#include "common/ctl_protocol.h"
+#include "core/ctl_client.h"
 #include "core/manager_impl.h"
 #include "core/spec_json.h"
 
@@ -20,7 +22,12 @@ std::shared_ptr<Sandbox> SandboxManagerImpl::TakePooled(const SandboxSpec& spec)
   std::shared_ptr<Sandbox> sb;
   {
     std::lock_guard lock(mu_);
-    if (!key || pools_.Target(*key) == 0) return nullptr;  // no pool for such sandboxes
+    if (!key) return nullptr;  // no pool for such sandboxes
+    if (pools_.Target(*key) == 0) {
+      // A runtime's host-image pool not filled from the start fills from its first create.
+      if (key->image != "host" || !key->snapshot.empty() || config_.WarmPool(key->tier) <= 0) return nullptr;
+      (void)pools_.SetTarget(*key, config_.WarmPool(key->tier));
+    }
     if (auto taken = pools_.Take(*key)) {
       sb = std::move(*taken);
       stats_.warm_pool_hits_total++;
@@ -35,8 +42,15 @@ std::shared_ptr<Sandbox> SandboxManagerImpl::TakePooled(const SandboxSpec& spec)
 bool SandboxManagerImpl::FitPooled(Sandbox& sb, const SandboxSpec& spec) {
   PreviewAccess preview = spec.preview;
   Status st = IssuePreviewToken(preview);
-  if (st) st = sb.tier->SetLimits(HostName(sb.info.id), {spec.cpus, spec.memory_mb, spec.pids});
-  if (st) st = storage_->SetLayerQuota(sb.info.id, spec.disk_mb);
+  // It booted with its pool's limits and disk quota: only those the create changes are set
+  // again (each call into a gVisor sandbox's init costs milliseconds of the create).
+  const SandboxSpec& booted = sb.info.spec;
+  const runtime::Limits limits{spec.cpus, spec.memory_mb, spec.pids};
+  if (booted.cpus != spec.cpus || booted.memory_mb != spec.memory_mb || booted.pids != spec.pids) {
+    if (st) st = sb.tier->SetLimits(HostName(sb.info.id), limits);
+    if (st) st = SetLimitsInside(sb, limits);
+  }
+  if (st && booted.disk_mb != spec.disk_mb) st = storage_->SetLayerQuota(sb.info.id, spec.disk_mb);
   if (st) st = GrantSudo(sb, spec);
   if (!st) {
     spdlog::warn("warm pool: sandbox {}: {}", sb.info.id, st.error().message);
@@ -51,7 +65,7 @@ bool SandboxManagerImpl::FitPooled(Sandbox& sb, const SandboxSpec& spec) {
 }
 
 std::vector<std::shared_ptr<Sandbox>> SandboxManagerImpl::WarmSnapshotLocked(const PoolKey& key) {
-  if (config_.warm_pool <= 0) return {};
+  if (config_.WarmPool(key.tier) <= 0) return {};
   warm_snapshots_.erase(std::remove(warm_snapshots_.begin(), warm_snapshots_.end(), key), warm_snapshots_.end());
   warm_snapshots_.push_back(key);
   if (pools_.Target(key) == 0) (void)pools_.SetTarget(key, 1);
@@ -114,6 +128,16 @@ void SandboxManagerImpl::Refill(const PoolKey& key) {
   spec.sudo_users.clear();
   spec.timeout_s = 0;
   auto sb = Launch(spec, source);
+  if (sb && (*sb)->tier->capabilities().warm_up_exec) {
+    // (A shell and dynamically linked programs, what most first commands load; whatever the
+    // image lacks of them fails harmlessly.)
+    ctl::ExecMessage warm_up;
+    warm_up.argv = {"/bin/sh", "-c", "exec /usr/bin/env true"};
+    warm_up.cwd = "/";
+    warm_up.user = "root";
+    auto ran = CallInitBlocking(*(*sb)->init, ctl::kExec, ctl::Encode(warm_up), std::chrono::seconds(10), ctl::kExit);
+    if (!ran) spdlog::warn("warm pool: sandbox {}: the warm-up command: {}", (*sb)->info.id, ran.error().message);
+  }
   if (sb) {
     (void)MoveTo(**sb, State::kPooled);
     if (auto st = db_->Put(RowOf(**sb)); !st) {

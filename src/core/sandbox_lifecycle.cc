@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <spdlog/spdlog.h>
 
+#include "common/ctl_messages.h"
 #include "common/ctl_protocol.h"
 #include "common/id_ranges.h"
 #include "common/random_hex.h"
@@ -137,6 +138,41 @@ Status SandboxManagerImpl::Boot(Sandbox& sb, const storage::WritableLayer& layer
   if (!network) return network.error();
   sb.netns = std::move(network->netns);
   return GrantSudo(sb, spec);
+}
+
+bool SandboxManagerImpl::ReclaimMemory(const std::string& host_name) {
+  std::shared_ptr<const runtime::InitDialer> init;
+  std::string id;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [sandbox_id, sb] : sandboxes_) {
+      if (HostName(sandbox_id) == host_name) init = sb->init, id = sandbox_id;
+    }
+    // A pooled one has no row in sandboxes_ yet: it runs nothing to kill either.
+  }
+  if (!init) return false;
+  constexpr std::chrono::seconds kInitAnswer{10};
+  auto answer = CallInitBlocking(*init, ctl::kReclaim, "", kInitAnswer);
+  if (!answer || answer->type != ctl::kResult) {
+    spdlog::warn("sandbox {}: out of memory, and its init did not reclaim: {}", id,
+                 answer ? "frame type " + std::to_string(answer->type) : answer.error().message);
+    return false;
+  }
+  auto reclaimed = ctl::DecodeReclaimed(answer->payload);
+  if (!reclaimed || !reclaimed->killed) return false;
+  spdlog::info("sandbox {}: out of memory: killed process {} ({} MiB resident)", id, *reclaimed->killed,
+               reclaimed->resident_bytes >> 20);
+  return true;
+}
+
+Status SandboxManagerImpl::SetLimitsInside(const Sandbox& sb, const runtime::Limits& limits) const {
+  if (!sb.tier->capabilities().limits_in_sandbox) return {};
+  constexpr std::chrono::seconds kInitAnswer{10};
+  auto answer = CallInitBlocking(*sb.init, ctl::kLimits, ctl::Encode(sb.tier->LimitsInsideFor(limits)), kInitAnswer);
+  if (!answer) return answer.error();
+  if (answer->type != ctl::kResult)
+    return InitProtocolError("kLimits answered with frame type " + std::to_string(answer->type));
+  return {};
 }
 
 Status SandboxManagerImpl::GrantSudo(const Sandbox& sb, const SandboxSpec& spec) const {

@@ -16,6 +16,7 @@
 #include "common/time_format.h"
 #include "core/manager_impl.h"
 #include "core/state_dir.h"
+#include "runtime/gvisor/gvisor_tier.h"
 #include "runtime/native/native_tier.h"
 
 namespace bulkhead::core {
@@ -89,17 +90,29 @@ ctl::ExecMessage InitExecPayload(const ExecRequest& request, const SandboxSpec& 
 }
 
 Result<std::unique_ptr<SandboxManager>> SandboxManager::Open(const DaemonConfig& config) {
-  auto native = runtime::native::NativeTier::Create(Fnv1aHex(fs::weakly_canonical(config.state_dir).string()),
-                                                    InitBinaryPath());
+  const std::string tag = Fnv1aHex(fs::weakly_canonical(config.state_dir).string());
+  auto native = runtime::native::NativeTier::Create(tag, InitBinaryPath());
   if (!native) return native.error();
   TierSet tiers;
   tiers.Add(std::move(*native));
-  tiers.Lack("gvisor", "this bulkhead has no gvisor tier yet");
+  // gvisor where runsc is installed and runs here; otherwise create answers why not.
+  auto runsc = runtime::gvisor::FindRunsc(config.runsc);
+  auto gvisor = runsc ? runtime::gvisor::GvisorTier::Create(tag, config.state_dir, InitBinaryPath(), *runsc)
+                      : Result<std::unique_ptr<runtime::gvisor::GvisorTier>>(runsc.error());
+  if (gvisor) {
+    spdlog::info("gvisor runtime: {} ({}, {})", runsc->path, runsc->version, runsc->origin);
+    tiers.Add(std::move(*gvisor));
+  } else {
+    spdlog::warn("gvisor runtime unavailable: {}", gvisor.error().message);
+    tiers.Lack("gvisor", gvisor.error().message);
+  }
   tiers.Lack("microvm", "this bulkhead has no microvm tier yet");
   return Open(config, std::move(tiers));
 }
 
 Result<std::unique_ptr<SandboxManager>> SandboxManager::Open(const DaemonConfig& config, TierSet tiers) {
+  if (auto tier = tiers.Find(config.default_runtime); !tier)
+    return MakeError(ErrorCode::kInvalid, "--default-runtime: " + tier.error().message);
   BH_TRY(SecureStateDir(config.state_dir));
   std::error_code ec;
   // <state>/sandboxes/<20 chars>/ctl.sock must fit a unix socket path (107 bytes).
@@ -147,12 +160,20 @@ SandboxManagerImpl::SandboxManagerImpl(DaemonConfig config, UniqueFd lock, std::
       tiers_(std::move(tiers)),
       uids_(config_.state_dir),
       host_rootfs_(std::move(host_rootfs)) {
-  // The pool of plain sandboxes of the host image; snapshots get pools as creates use them.
-  if (config_.warm_pool > 0) pools_.SetTarget({"native", "host", ""}, config_.warm_pool);
+  for (runtime::Tier* tier : tiers_.All())
+    tier->SetReclaim([this](const std::string& host_name) { return ReclaimMemory(host_name); });
+  // The pools of plain sandboxes of the host image (config.h: some from their first create);
+  // snapshots get pools as creates use them.
+  for (runtime::Tier* tier : tiers_.All()) {
+    if (tier->capabilities().pooling && config_.WarmPool(tier->name()) > 0 && config_.WarmPoolAtStart(tier->name()))
+      (void)pools_.SetTarget({tier->name(), "host", ""}, config_.WarmPool(tier->name()));
+  }
 }
 
 void SandboxManagerImpl::StartBackground() {
-  if (config_.warm_pool > 0) pool_thread_ = std::thread([this] { PoolLoop(); });
+  bool pooling = false;
+  for (runtime::Tier* tier : tiers_.All()) pooling = pooling || config_.WarmPool(tier->name()) > 0;
+  if (pooling) pool_thread_ = std::thread([this] { PoolLoop(); });
   timer_thread_ = std::thread([this] { TimerLoop(); });
 }
 
@@ -279,6 +300,7 @@ ManagerStats SandboxManagerImpl::Stats() {
 void SandboxManagerImpl::Shutdown() {
   std::call_once(shutdown_once_, [&] {
     stopping_ = true;
+    for (runtime::Tier* tier : tiers_.All()) tier->SetReclaim(nullptr);
     wake_.notify_all();
     if (pool_thread_.joinable()) pool_thread_.join();
     if (timer_thread_.joinable()) timer_thread_.join();

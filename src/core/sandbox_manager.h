@@ -143,6 +143,8 @@ class SandboxManager {
   virtual Result<SnapshotInfo> ImportSnapshot(int in_fd, int64_t max_bytes) = 0;
 
   virtual ManagerStats Stats() = 0;
+  // The isolation tiers this daemon has and lacks (/healthz).
+  virtual std::vector<RuntimeInfo> Runtimes() const { return {}; }
   virtual const DaemonConfig& config() const = 0;
 
   // Stops timers and the warm pool and discards pooled sandboxes; user sandboxes keep

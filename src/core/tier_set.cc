@@ -23,4 +23,13 @@ std::vector<runtime::Tier*> TierSet::All() const {
   return all;
 }
 
+std::vector<RuntimeInfo> TierSet::Describe() const {
+  std::map<std::string, RuntimeInfo> all;
+  for (const auto& [name, tier] : tiers_) all[name] = {name, true, "", tier->Details()};
+  for (const auto& [name, why] : lacking_) all[name] = {name, false, why, {}};
+  std::vector<RuntimeInfo> out;
+  for (auto& [name, info] : all) out.push_back(std::move(info));
+  return out;
+}
+
 }  // namespace bulkhead::core

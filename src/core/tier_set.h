@@ -10,6 +10,14 @@
 
 namespace bulkhead::core {
 
+// A runtime the API names, as /healthz shows it.
+struct RuntimeInfo {
+  std::string name;
+  bool available = false;
+  std::string why;  // what is missing, when not available
+  std::vector<std::pair<std::string, std::string>> details;  // Tier::Details
+};
+
 class TierSet {
  public:
   void Add(std::unique_ptr<runtime::Tier> tier);
@@ -18,6 +26,8 @@ class TierSet {
   // The tier named by a sandbox's "runtime"; 422 runtime_unavailable naming what is missing.
   Result<runtime::Tier*> Find(const std::string& name) const;
   std::vector<runtime::Tier*> All() const;
+  // Every tier, available or lacking, by name.
+  std::vector<RuntimeInfo> Describe() const;
 
  private:
   std::map<std::string, std::unique_ptr<runtime::Tier>> tiers_;

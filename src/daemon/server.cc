@@ -137,7 +137,7 @@ ApiServer::ApiServer(core::SandboxManager& manager, ServerOptions options)
       .blocking_pool = blocking_pool_,
       .metrics = metrics_,
       .upload_dir = options_.upload_dir,
-      .host = HostLimits::Detect(),
+      .host = HostLimits::Detect(manager_.config().default_runtime),
       .open_connections = [this] { return open_connections_.load(); },
       .tcp_addresses = [this] { return tcp_addresses_; },
       .e2b_address = [this] { return e2b_address_; },
@@ -166,7 +166,7 @@ Result<tcp::endpoint> ApiServer::ListenE2b(const std::string& host_port) {
       .key = options_.e2b_key,
       .domain = options_.e2b_domain.empty() ? e2b::DefaultE2bDomain(host_port, bound->port())
                                             : options_.e2b_domain,
-      .host = HostLimits::Detect(),
+      .host = HostLimits::Detect(manager_.config().default_runtime),
   });
   return bound;
 }

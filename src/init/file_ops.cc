@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <signal.h>
 #include <stdio.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -51,9 +52,58 @@ std::string TempName(char kind) {
   return std::string(kWriteTempPrefix) + kind + buf;
 }
 
+// A named temporary must not outlive a worker that init kills mid-write (it SIGKILLs the
+// worker's process group when the client goes): a guard process, in a group of its own, holds
+// the read end of a pipe and removes the file when the pipe ends without the worker's word that
+// the file is committed or removed already.
+class TemporaryGuard {
+ public:
+  TemporaryGuard() = default;
+  TemporaryGuard(const TemporaryGuard&) = delete;
+  TemporaryGuard& operator=(const TemporaryGuard&) = delete;
+  ~TemporaryGuard() { Release(); }
+
+  Status Start(int dir_fd, const std::string& name) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) return ErrnoError(errno, "create a pipe for", name);
+    UniqueFd read_end(fds[0]);
+    word_.reset(fds[1]);
+    const pid_t pid = ::fork();
+    if (pid < 0) return ErrnoError(errno, "fork a guard for", name);
+    if (pid == 0) Guard(read_end.get(), dir_fd, name.c_str());
+    ::setpgid(pid, pid);  // (both sides: the group exists before either goes on)
+    return {};
+  }
+  // The file needs no guarding any more.
+  void Release() {
+    if (!word_) return;
+    (void)!::write(word_.get(), "k", 1);
+    word_.reset();
+  }
+
+ private:
+  [[noreturn]] static void Guard(int pipe, int dir_fd, const char* name) {
+    ::setpgid(0, 0);
+    // Nothing else of the worker's stays open here (its stdio is the connection to init).
+    const unsigned low = static_cast<unsigned>(std::min(pipe, dir_fd)), high = static_cast<unsigned>(std::max(pipe, dir_fd));
+    if (low > 0) ::close_range(0, low - 1, 0);
+    if (high > low + 1) ::close_range(low + 1, high - 1, 0);
+    ::close_range(high + 1, ~0U, 0);
+    char word = 0;
+    ssize_t n;
+    while ((n = ::read(pipe, &word, 1)) < 0 && errno == EINTR) {
+    }
+    if (n != 1) ::unlinkat(dir_fd, name, 0);
+    ::_exit(0);
+  }
+
+  UniqueFd word_;  // the write end; closed by the worker's death when it is not released
+};
+
 // The new content of a file that replaces `name` in `dir_fd` once complete. Unnamed
 // (O_TMPFILE) where the filesystem allows, so nothing is left behind if the worker is killed
-// mid-write; otherwise a uniquely named file beside the target, removed on failure. `kind`
+// mid-write; otherwise a uniquely named file beside the target, removed on failure, and by a
+// TemporaryGuard if the worker is killed (gVisor's gofer has no O_TMPFILE). `kind`
 // (kWriteAsWriter, ...) tells a watch what its commit stands for.
 class ReplacementFile {
  public:
@@ -62,6 +112,7 @@ class ReplacementFile {
   ReplacementFile& operator=(const ReplacementFile&) = delete;
   ~ReplacementFile() {
     if (!temp_name_.empty()) ::unlinkat(dir_fd_, temp_name_.c_str(), 0);
+    guard_.Release();
   }
 
   Status Open() {
@@ -81,6 +132,7 @@ class ReplacementFile {
     fd_.reset();
     if (::renameat(dir_fd_, temp_name_.c_str(), dir_fd_, name.c_str()) != 0) return ErrnoError(errno, "rename over", path);
     temp_name_.clear();
+    guard_.Release();
     return {};
   }
 
@@ -88,11 +140,14 @@ class ReplacementFile {
   Status OpenNamed(UniqueFd* fd) {
     for (int attempt = 0; attempt < 16; ++attempt) {
       std::string name = TempName(kind_);
+      // Guarded before it exists: a kill in between leaves nothing either.
+      BH_TRY(guard_.Start(dir_fd_, name));
       fd->reset(::openat(dir_fd_, name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
       if (*fd) {
         temp_name_ = name;
         return {};
       }
+      guard_.Release();
       if (errno != EEXIST) return ErrnoError(errno, "create a file in", dir_);
     }
     return FileError("internal", "cannot find an unused temporary name in " + dir_);
@@ -129,6 +184,7 @@ class ReplacementFile {
   char kind_;
   UniqueFd fd_;
   std::string temp_name_;  // the file's name while it has a temporary one
+  TemporaryGuard guard_;   // of a named temporary
 };
 
 // The extended attributes a write sets: its "xattrs" ({key: value}), each key under the

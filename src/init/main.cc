@@ -23,8 +23,10 @@
 #include <vector>
 
 #include "common/ctl_protocol.h"
+#include "init/memory_guard.h"
 #include "init/poller.h"
 #include "init/process_table.h"
+#include "init/self_contain.h"
 #include "init/session.h"
 #include "init/spawn.h"
 #include "init/sudo_protocol.h"
@@ -36,6 +38,8 @@ namespace {
 // Session tokens are (id << 8) | kind with id >= 1, so they never collide with these.
 constexpr uint64_t kListenerToken = 1;
 constexpr uint64_t kSignalToken = 2;
+constexpr uint64_t kMemoryGuardToken = 3;
+constexpr uint64_t kAcceptRetryToken = 4;
 // Beyond this many connections init stops accepting until one ends (fds are finite).
 constexpr size_t kMaxSessions = 1024;
 
@@ -95,6 +99,11 @@ class Init {
       return 1;
     }
     poller_.Watch(signals_, kSignalToken, EPOLLIN);
+    if (GuardedMemory() > 0) {  // contained itself (memory_guard.h)
+      ArmTimer(memory_guard_, GuardMemory());
+      poller_.Watch(memory_guard_, kMemoryGuardToken, EPOLLIN);
+    }
+    accept_backoff_.Start(poller_, kAcceptRetryToken);
     UpdateListener();
     ReapChildren();  // children that exited before the signalfd existed
 
@@ -107,6 +116,12 @@ class Init {
           AcceptConnections();
         } else if (token == kSignalToken) {
           if (HandleSignals()) return Shutdown();
+        } else if (token == kMemoryGuardToken) {
+          uint64_t expirations;
+          (void)!::read(memory_guard_.fd.get(), &expirations, sizeof expirations);
+          ArmTimer(memory_guard_, GuardMemory());
+        } else if (token == kAcceptRetryToken) {
+          accept_backoff_.OnTimer();
         } else if (SudoServer::OwnsToken(token)) {
           DispatchToSudo(token);
         } else if (ProcessTable::OwnsToken(token)) {
@@ -127,8 +142,7 @@ class Init {
       int fd = ::accept4(listener_.fd.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EINTR || errno == ECONNABORTED) continue;
-        // Out of fds: wait for a session to end instead of spinning on a ready listener.
-        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) out_of_fds_ = true;
+        accept_backoff_.Pause(errno);  // until a session ends, or a moment passes
         return;
       }
       uint64_t id = next_session_id_++;
@@ -228,7 +242,7 @@ class Init {
     for (auto it = sessions_.begin(); it != sessions_.end();) {
       if (it->second->finished()) {
         it = sessions_.erase(it);
-        out_of_fds_ = false;
+        accept_backoff_.Resume();
       } else {
         ++it;
       }
@@ -236,7 +250,7 @@ class Init {
   }
 
   void UpdateListener() {
-    bool accepting = sessions_.size() < kMaxSessions && !out_of_fds_;
+    bool accepting = sessions_.size() < kMaxSessions && !accept_backoff_.paused();
     poller_.Watch(listener_, kListenerToken, accepting ? uint32_t(EPOLLIN) : 0u);
   }
 
@@ -250,11 +264,12 @@ class Init {
   Poller poller_;
   PolledFd listener_;
   PolledFd signals_;
+  PolledFd memory_guard_;  // a timerfd, where init holds the memory limit itself
+  AcceptBackoff accept_backoff_;
   ProcessTable processes_{poller_};  // after poller_, before sessions_: sessions hold its processes
   SudoServer sudo_{poller_};          // before sessions_, which configure it
   std::map<uint64_t, std::unique_ptr<Session>> sessions_;
   uint64_t next_session_id_ = 1;
-  bool out_of_fds_ = false;
   bool is_pid1_ = false;
 };
 
@@ -265,6 +280,20 @@ int main(int argc, char** argv) {
   std::string_view name = argc > 0 ? argv[0] : "";
   if (name.substr(name.find_last_of('/') + 1) == "sudo") return bulkhead::init::SudoClientMain(argc, argv);
 
+  // `--self-contain DIR --limits JSON` (a kLimits payload): the tier's runtime started init
+  // as a plain container process (self_contain.h); otherwise the tier gave it fds 3 and 4
+  // (ctl_protocol.h).
+  if (argc == 5 && std::string_view(argv[1]) == "--self-contain" && std::string_view(argv[3]) == "--limits") {
+    auto limits = bulkhead::ctl::DecodeLimits(argv[4]);
+    bulkhead::Status contained = limits.ok() ? bulkhead::init::SelfContain(argv[2], *limits) : bulkhead::Status(limits.error());
+    if (!contained.ok()) {
+      std::fprintf(stderr, "bulkhead-init: %s\n", contained.error().message.c_str());
+      return 1;
+    }
+  } else if (argc != 1) {
+    std::fprintf(stderr, "usage: bulkhead-init [--self-contain DIR --limits JSON]\n");
+    return 2;
+  }
   bulkhead::init::Init init;
   return init.Run();
 }

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <sys/timerfd.h>
+#include <unistd.h>
 
 namespace bulkhead::init {
 
@@ -12,6 +13,24 @@ void ArmTimer(PolledFd& timer, uint64_t milliseconds) {
   spec.it_value.tv_sec = time_t(milliseconds / 1000);
   spec.it_value.tv_nsec = long(milliseconds % 1000) * 1000000L;
   ::timerfd_settime(timer.fd.get(), 0, &spec, nullptr);
+}
+
+void AcceptBackoff::Start(Poller& poller, uint64_t timer_token) {
+  ArmTimer(timer_, 0);
+  poller.Watch(timer_, timer_token, EPOLLIN);
+}
+
+bool AcceptBackoff::Pause(int error) {
+  if (error != EMFILE && error != ENFILE && error != ENOBUFS && error != ENOMEM) return false;
+  paused_ = true;
+  ArmTimer(timer_, kPauseMs);
+  return true;
+}
+
+void AcceptBackoff::OnTimer() {
+  uint64_t expirations;
+  (void)!::read(timer_.fd.get(), &expirations, sizeof expirations);
+  paused_ = false;
 }
 
 Poller::Poller() : epoll_fd_(::epoll_create1(EPOLL_CLOEXEC)) {}

@@ -20,6 +20,29 @@ struct PolledFd {
 // replaces a pending expiration.
 void ArmTimer(PolledFd& timer, uint64_t milliseconds);
 
+class Poller;
+
+// A listener that ran out of descriptors (or memory) to accept with stops being watched for a
+// moment instead of spinning on epoll: its pending connections stay ready. Other processes of
+// the sandbox may free descriptors (under gVisor every host descriptor of the Sentry is the
+// whole sandbox's), so accepting resumes after a pause, not only when a connection ends.
+class AcceptBackoff {
+ public:
+  static constexpr uint64_t kPauseMs = 100;
+  // Creates and watches the timer now: once descriptors run out there is none for it.
+  void Start(Poller& poller, uint64_t timer_token);
+  // After accept4 failed with `error`: true (and paused) if it was for want of resources.
+  bool Pause(int error);
+  void Resume() { paused_ = false; }
+  // The timer's event: reads it and resumes.
+  void OnTimer();
+  bool paused() const { return paused_; }
+
+ private:
+  PolledFd timer_;
+  bool paused_ = false;
+};
+
 class Poller {
  public:
   Poller();

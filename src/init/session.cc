@@ -12,7 +12,9 @@
 #include "init/command_limits.h"
 #include "init/exec_request.h"
 #include "init/exit_report.h"
+#include "init/out_of_memory.h"
 #include "init/pty.h"
+#include "init/self_contain.h"
 #include "init/spawn.h"
 
 namespace bulkhead::init {
@@ -98,6 +100,14 @@ void Session::SetSudoUsers(std::string_view payload) {
   state_ = State::kClosing;
 }
 
+void Session::SetLimits(std::string_view payload) {
+  auto limits = ctl::DecodeLimits(payload);
+  if (!limits.ok()) return FailWith(limits.error());
+  if (auto st = init::SetLimits(*limits); !st) return FailWith(st.error());
+  out_.Append(ctl::kResult, "{}");
+  state_ = State::kClosing;
+}
+
 void Session::ReadFrames() {
   switch (in_.Read(socket_.fd.get())) {
     case IncomingFrames::ReadResult::kClosed: state_ = State::kFinished; return;
@@ -145,9 +155,17 @@ void Session::HandleFrame(uint8_t type, std::string_view payload) {
         StartAttach(payload);
       } else if (type == ctl::kSudoUsers) {
         SetSudoUsers(payload);
+      } else if (type == ctl::kLimits) {
+        SetLimits(payload);
+      } else if (type == ctl::kReclaim) {
+        const std::vector<Killed> killed = KillLargestProcesses(1);
+        ctl::ReclaimedMessage answer;
+        if (!killed.empty()) answer = {killed[0].pid, killed[0].resident_bytes};
+        out_.Append(ctl::kResult, ctl::Encode(answer));
+        state_ = State::kClosing;
       } else {
         FailWith(MakeError(ErrorCode::kInvalid,
-                           "the first frame must be exec, proc_list, proc_attach, sudo_users or ping"));
+                           "the first frame must be exec, proc_list, proc_attach, sudo_users, limits, reclaim or ping"));
       }
       return;
     case State::kPinging:

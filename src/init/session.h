@@ -68,6 +68,7 @@ class Session {
   void StartBackground(const ExecRequest& request);
   void StartAttach(std::string_view payload);
   void SetSudoUsers(std::string_view payload);
+  void SetLimits(std::string_view payload);
   // Moves the attached process's output into the outgoing buffer while the socket takes it.
   void PumpAttachment();
   void ReadOutput(SessionFd which);

@@ -12,7 +12,8 @@
 //   then    {"signal": 15}  a signal the client received, for the command's process group
 // init -> client
 //   last    {"exit_code": 0} | {"signal": 9} | {"error": "a line to print"}
-// The client's uid is the socket's SO_PEERCRED, never anything it sends. init kills the
+// The client's uid is the SCM_CREDENTIALS the kernel attaches to its request (the socket has
+// SO_PASSCRED), never anything it writes. init kills the
 // command's process group when the connection closes before the command ended.
 #pragma once
 #include <cstddef>

@@ -110,8 +110,7 @@ struct SudoServer::Client {
   uint64_t id = 0;
   PolledFd socket;
   PolledFd timer;
-  ucred peer{};
-  bool allowed = false;  // refused clients are answered once their request came
+  ucred peer{};  // from its request (SCM_CREDENTIALS)
   pid_t pid = -1;  // the command, once started (also its process group)
 };
 
@@ -120,7 +119,7 @@ SudoServer::SudoServer(Poller& poller) : poller_(poller) {}
 SudoServer::~SudoServer() { KillAll(); }
 
 bool SudoServer::Allow(std::vector<std::string> allowed) {
-  allowed_ = std::move(allowed);  // clients already accepted were checked against the old list
+  allowed_ = std::move(allowed);  // requests that come from now on are checked against it
   return listener_.fd || Listen();
 }
 
@@ -146,6 +145,8 @@ bool SudoServer::Listen() {
   }
   ::unlink(kSudoSocketPath);  // a previous boot's
   listener_.fd.reset(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  const int on = 1;  // the clients' credentials come with their requests (Accept)
+  if (listener_.fd) (void)::setsockopt(listener_.fd.get(), SOL_SOCKET, SO_PASSCRED, &on, sizeof(on));
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
   std::strncpy(address.sun_path, kSudoSocketPath, sizeof(address.sun_path) - 1);
@@ -155,6 +156,7 @@ bool SudoServer::Listen() {
     listener_.fd.reset();
     return false;
   }
+  accept_backoff_.Start(poller_, kTokenBit | uint64_t(Kind::kTimer));  // client id 0: the listener's
   UpdateListener();
   return true;
 }
@@ -173,7 +175,8 @@ bool SudoServer::Allowed(uid_t uid) const {
 }
 
 void SudoServer::UpdateListener() {
-  poller_.Watch(listener_, kTokenBit, clients_.size() < kMaxClients ? uint32_t(EPOLLIN) : 0u);
+  const bool accepting = clients_.size() < kMaxClients && !accept_backoff_.paused();
+  poller_.Watch(listener_, kTokenBit, accepting ? uint32_t(EPOLLIN) : 0u);
 }
 
 void SudoServer::Accept() {
@@ -181,16 +184,16 @@ void SudoServer::Accept() {
     UniqueFd fd(::accept4(listener_.fd.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
     if (!fd) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
+      accept_backoff_.Pause(errno);  // until a client leaves, or a moment passes
       break;
     }
-    ucred peer{};
-    socklen_t length = sizeof(peer);
-    if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0) continue;
+    // Who the client is comes with its request (SCM_CREDENTIALS, filled in by the kernel):
+    // gVisor answers SO_PEERCRED on an accepted SOCK_SEQPACKET socket with the listener's.
+    const int on = 1;
+    if (::setsockopt(fd.get(), SOL_SOCKET, SO_PASSCRED, &on, sizeof(on)) != 0) continue;
     auto client = std::make_unique<Client>();
-    client->allowed = Allowed(peer.uid);
     client->id = next_id_++;
     client->socket.fd = std::move(fd);
-    client->peer = peer;
     ArmTimer(client->timer, kRequestDeadlineMs);
     const uint64_t base = kTokenBit | (client->id << 8);
     poller_.Watch(client->socket, base | uint64_t(Kind::kSocket), EPOLLIN | EPOLLRDHUP);
@@ -202,7 +205,10 @@ void SudoServer::Accept() {
 
 void SudoServer::OnEvent(uint64_t token) {
   uint64_t id = (token & ~kTokenBit) >> 8;
-  if (id == 0) return Accept();
+  if (id == 0) {
+    if (Kind(token & 0xff) == Kind::kTimer) accept_backoff_.OnTimer();
+    return Accept();
+  }
   auto it = clients_.find(id);
   if (it == clients_.end()) return;  // a stale event
   Client& client = *it->second;
@@ -223,7 +229,7 @@ void SudoServer::Reply(Client& client, const std::string& json_text) {
 
 void SudoServer::HandleRequest(Client& client) {
   std::string buffer(kSudoMaxRequestBytes + 1, '\0');
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 8)];
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 8) + CMSG_SPACE(sizeof(ucred))];
   iovec iov{buffer.data(), buffer.size()};
   msghdr message{};
   message.msg_iov = &iov;
@@ -236,7 +242,13 @@ void SudoServer::HandleRequest(Client& client) {
 
   // Every descriptor that came along is ours to close, whatever the request turns out to be.
   std::vector<UniqueFd> fds;
+  bool identified = false;
   for (cmsghdr* c = CMSG_FIRSTHDR(&message); c; c = CMSG_NXTHDR(&message, c)) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS && c->cmsg_len == CMSG_LEN(sizeof(ucred))) {
+      std::memcpy(&client.peer, CMSG_DATA(c), sizeof(ucred));
+      identified = true;
+      continue;
+    }
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
     size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
     for (size_t i = 0; i < count; ++i) {
@@ -251,7 +263,8 @@ void SudoServer::HandleRequest(Client& client) {
   };
   // Read, not trusted: closing with the request unread would reset the connection before
   // the client saw the answer.
-  if (!client.allowed) return refuse(NameOf(client.peer.uid) + " is not in the sudoers file.");
+  if (!identified) return refuse("sudo: bad request: no credentials came with it");
+  if (!Allowed(client.peer.uid)) return refuse(NameOf(client.peer.uid) + " is not in the sudoers file.");
   if (message.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) return refuse("sudo: request too large");
   if (fds.size() != 3) return refuse("sudo: bad request: stdin, stdout and stderr must come with it");
 
@@ -372,6 +385,7 @@ void SudoServer::Remove(uint64_t id) {
   poller_.Close(client.socket);
   poller_.Close(client.timer);
   clients_.erase(it);
+  accept_backoff_.Resume();
   UpdateListener();
 }
 

@@ -51,6 +51,7 @@ class SudoServer {
   Poller& poller_;
   std::vector<std::string> allowed_;
   PolledFd listener_;
+  AcceptBackoff accept_backoff_;
   std::map<uint64_t, std::unique_ptr<Client>> clients_;
   uint64_t next_id_ = 1;
 };

@@ -17,8 +17,8 @@ constexpr int64_t kDefaultLifetimeS = 3600;
 // The parts of a Sandbox object a model needs.
 json SandboxSummary(const json& sandbox) {
   json summary = json::object();
-  for (const char* field : {"id", "state", "image", "workdir", "created_at", "expires_at", "network", "metadata",
-                            "parent_snapshot", "memory_mb", "cpus"}) {
+  for (const char* field : {"id", "state", "image", "runtime", "workdir", "created_at", "expires_at", "network",
+                            "metadata", "parent_snapshot", "memory_mb", "cpus"}) {
     if (auto it = sandbox.find(field); it != sandbox.end()) summary[field] = *it;
   }
   return summary;
@@ -30,6 +30,7 @@ const char* kSandboxSchema = R"json({
     "id": {"type": "string"},
     "state": {"type": "string"},
     "image": {"type": "string"},
+    "runtime": {"type": "string"},
     "workdir": {"type": "string"},
     "created_at": {"type": "string"},
     "expires_at": {"type": ["string", "null"]},
@@ -52,7 +53,8 @@ json SandboxListSchema() {
 
 ToolResult CreateSandbox(const json& arguments, ToolContext& context) {
   json request = json::object();
-  for (const char* field : {"image", "cpus", "memory_mb", "disk_mb", "env", "metadata", "workdir", "from_snapshot"}) {
+  for (const char* field :
+       {"image", "runtime", "cpus", "memory_mb", "disk_mb", "env", "metadata", "workdir", "from_snapshot"}) {
     if (auto it = arguments.find(field); it != arguments.end() && !it->is_null()) request[field] = *it;
   }
   request["timeout_s"] = ArgumentOr<int64_t>(arguments, "timeout_s", kDefaultLifetimeS);
@@ -203,11 +205,15 @@ void AddSandboxTools(std::vector<ToolSpec>& tools) {
           "when done. Network is off by default: set network to 'allowlist' with allow entries "
           "(example.com, *.example.com, 1.2.3.4, 10.0.0.0/8, optionally :port) or to 'open' to reach the "
           "internet. Commands run as root in the workdir (default /workspace). image 'host' (default) is a "
-          "read-only view of the host's OS with its tools; from_snapshot starts from a snapshot_sandbox copy.",
+          "read-only view of the host's OS with its tools; from_snapshot starts from a snapshot_sandbox copy. "
+          "runtime 'gvisor' runs the sandbox under gVisor's user-space kernel: a stronger wall for code you trust "
+          "least, with slower file and process work.",
       .input_schema = ParseSchema(R"json({
         "type": "object",
         "properties": {
           "image": {"type": "string", "description": "Image name; default 'host'."},
+          "runtime": {"type": "string", "enum": ["native", "gvisor", "microvm"],
+                      "description": "Isolation tier: native (default; namespaces, seccomp, cgroups on the host kernel) or gvisor (gVisor's user-space kernel between the code and the host)."},
           "memory_mb": {"type": "integer", "minimum": 32, "description": "Memory limit in MiB (default 1024)."},
           "cpus": {"type": "number", "minimum": 0.05, "description": "CPU limit in CPUs (default 1)."},
           "disk_mb": {"type": "integer", "minimum": 64, "description": "Writable disk in MiB (default 2048)."},

@@ -10,10 +10,12 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "common/ctl_messages.h"
 #include "common/result.h"
 #include "common/unique_fd.h"
 #include "runtime/usage.h"
@@ -25,6 +27,10 @@ struct Limits {
   int64_t memory_mb = 1024;
   int64_t pids = 512;
 };
+
+// What init sets inside the sandbox where its own kernel holds the limits
+// (Capabilities::limits_in_sandbox): the ctl::kLimits payload.
+ctl::LimitsMessage LimitsInside(const Limits& limits);
 
 // A named volume's directory on the host, bound into the sandbox idmapped: its files are
 // stored owned by the stored range (common/id_ranges.h) and show with the same ids in every
@@ -84,6 +90,13 @@ struct Capabilities {
   bool memory_snapshot = false;      // snapshots of the running processes
   bool idmapped_volumes = false;     // named volumes with the same ids in every sandbox
   bool pooling = false;              // booted ahead and handed out with other limits
+  // The sandbox's own kernel enforces its pids limit (gVisor's, a guest's): the tier's Launch
+  // hands init the LaunchSpec's limits, and init sets each later change (ctl::kLimits); the
+  // host's cgroups only bound the tier's processes around it.
+  bool limits_in_sandbox = false;
+  // The sandbox's first command is much slower than the next (its own kernel's file caches
+  // start cold): the warm pool runs one before it hands the sandbox out.
+  bool warm_up_exec = false;
 };
 
 // Every call names a sandbox by its host name (LaunchSpec::id): what the host shows any local
@@ -93,6 +106,11 @@ class Tier {
   virtual ~Tier() = default;
   virtual const std::string& name() const = 0;  // the API's "runtime": "native", ...
   virtual Capabilities capabilities() const = 0;
+  // The limits init sets inside the sandbox (Capabilities::limits_in_sandbox): LimitsInside,
+  // unless the tier knows better.
+  virtual ctl::LimitsMessage LimitsInsideFor(const Limits& limits) const { return LimitsInside(limits); }
+  // What the tier runs on, for /healthz (name, value pairs: the runtime binary and its version).
+  virtual std::vector<std::pair<std::string, std::string>> Details() const { return {}; }
 
   // Starts the sandbox's init with its filesystem, namespaces and limits in place.
   virtual Result<SandboxHandle> Launch(const LaunchSpec& spec) = 0;
@@ -113,11 +131,26 @@ class Tier {
   // Host names of the sandboxes this daemon's tier holds something for (after a crash, those
   // without a row are destroyed).
   virtual std::vector<std::string> Leftovers() = 0;
+  // The daemon restarted and found this sandbox running: the tier takes up what it watches.
+  virtual Status Reattach(const std::string& /*id*/, const Limits& /*limits*/) { return {}; }
+  // Who frees memory in a sandbox that ran out of it where the tier keeps the host's OOM killer
+  // away from it (gvisor, runtime/memory_watch.h): the core, which has the sandbox's init kill
+  // its largest process (ctl::kReclaim). Called on a thread of the tier's with the sandbox's
+  // host name; answers whether something was freed.
+  virtual void SetReclaim(std::function<bool(const std::string& id)> /*reclaim*/) {}
   // Renames a running sandbox's host objects (a sandbox of an older version, named otherwise).
   virtual Status Rename(const std::string& from, const std::string& to) = 0;
   // The daemon is stopping: release host-wide things that no sandbox uses any more.
   virtual void Release() = 0;
 };
+
+// A tier's Launch answers this (409 sandbox_files_unbootable) when a top-level mount point of
+// the sandbox's own files is not a real directory (a symlink its writable layer or an
+// imported snapshot carries): its files cannot boot as they are.
+Error UnbootableFiles();
+// Why a volume could not be attached at the failed step (errno): a mount point the image cannot
+// have (a symlink, a file, a read-only directory on the way) is the request's fault (422).
+Error VolumeMountPointError(const VolumeBind& volume, const char* failed_step, int error);
 
 // The dialer of an init listening on a unix socket at `path` on the host.
 std::shared_ptr<const InitDialer> UnixSocketDialer(std::string path);

@@ -319,8 +319,9 @@ bool IsNumericId(std::string_view s) {
 
 }  // namespace
 
-HostLimits HostLimits::Detect() {
+HostLimits HostLimits::Detect(std::string default_runtime) {
   HostLimits limits;
+  limits.default_runtime = std::move(default_runtime);
   const unsigned cpus = std::thread::hardware_concurrency();
   limits.max_cpus = cpus > 0 ? cpus : 1;
   const long pages = sysconf(_SC_PHYS_PAGES);
@@ -340,6 +341,7 @@ Result<core::SandboxSpec> ParseSandboxSpec(const json& body, const HostLimits& h
     return Invalid("image must match ^[a-z0-9][a-z0-9._-]{0,63}$");
   }
 
+  spec.runtime = host.default_runtime;
   BH_TRY(ReadString(body, "runtime", spec.runtime));
   // Whether this host has the tier is the core's to say (422 runtime_unavailable).
   if (spec.runtime != "native" && spec.runtime != "gvisor" && spec.runtime != "microvm")

@@ -21,10 +21,13 @@
 namespace bulkhead::api {
 
 // Limits that depend on the machine the daemon runs on.
+// What this host allows a sandbox spec, and what it gives one that does not say.
 struct HostLimits {
   double max_cpus = 1;
   int64_t max_memory_mb = 1024;
-  static HostLimits Detect();  // std::thread::hardware_concurrency and physical RAM
+  std::string default_runtime = "native";  // serve --default-runtime
+  // std::thread::hardware_concurrency and physical RAM; the runtime as given.
+  static HostLimits Detect(std::string default_runtime = "native");
 };
 
 constexpr size_t kMaxEnvBytes = 256 * 1024;            // keys + values of one env map

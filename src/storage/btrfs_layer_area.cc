@@ -23,7 +23,7 @@
 #include "storage/fs_util.h"
 #include "storage/layer_area.h"
 #include "storage/qgroup_watch.h"
-#include "storage/run_program.h"
+#include "common/run_program.h"
 
 namespace bulkhead::storage {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "storage/fs_util.h"
 #include "storage/loop_mount.h"
-#include "storage/run_program.h"
+#include "common/run_program.h"
 
 namespace bulkhead::storage {
 namespace {

@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "common/unique_fd.h"
-#include "storage/run_program.h"
+#include "common/run_program.h"
 
 namespace bulkhead::storage {
 namespace {

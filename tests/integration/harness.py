@@ -36,6 +36,10 @@ def sanitizer_of_build() -> str:
 
 SANITIZER = sanitizer_of_build()
 
+# The tier matrix (scripts/test.sh): BULKHEAD_TEST_RUNTIME=gvisor runs a selection of these
+# tests (tier_matrix.txt) against daemons whose sandboxes default to that runtime.
+RUNTIME = os.environ.get("BULKHEAD_TEST_RUNTIME", "native")
+
 
 def shared_dir() -> Path:
     """The team's shared/ directory: ../shared next to the repo, else /work/shared."""
@@ -363,7 +367,9 @@ class Daemon:
         self.process = subprocess.Popen(
             prefix + [str(BULKHEAD), "serve", "--state-dir", str(self.state_dir),
                       "--listen", f"{self.listen_host}:{self.port}", "--warm-pool", str(self.warm_pool),
-                      "--e2b-listen", f"{self.listen_host}:0", *self.extra_args],
+                      "--e2b-listen", f"{self.listen_host}:0", "--default-runtime", RUNTIME,
+                      # (in the tier matrix, the pools of the runtime the tests use, no others)
+                      *(("--warm-pool", "native=0") if RUNTIME != "native" else ()), *self.extra_args],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             env={k: v for k, v in os.environ.items() if not k.startswith("BULKHEAD_")})
         log.close()
@@ -490,11 +496,14 @@ def destroy_all_daemons():
 # ---------------------------------------------------------------- host-side inspection
 
 def sandbox_host_uid_range(client: Client, sandbox_id) -> tuple[int, int]:
-    """(first host uid, count) of the sandbox, from /proc/self/uid_map read inside it."""
-    out = client.sh(sandbox_id, "cat /proc/self/uid_map")
-    inside, outside, count = (int(x) for x in out.split())
-    assert inside == 0
-    return outside, count
+    """(first host uid, count) of the sandbox, from the uid map of its processes as the host
+    sees them (inside, gvisor shows a map of its own kernel's)."""
+    client.sandbox(sandbox_id)  # resumes nothing; fails for an unknown id
+    for pid in cgroup_pids_of(sandbox_id):
+        fields = _read(f"/proc/{pid}/uid_map").split()
+        if len(fields) >= 3 and fields[0] == "0" and fields[1] != "0":
+            return int(fields[1]), int(fields[2])
+    raise AssertionError(f"no process of sandbox {sandbox_id} runs in a uid range of its own")
 
 
 def host_processes_in_uid_range(first: int, count: int, orphan_zombies: bool = True) -> list[str]:
@@ -530,6 +539,16 @@ def cgroup_dirs_of(sandbox_id) -> list[str]:
     name = host_name(sandbox_id)
     return (glob.glob(f"/sys/fs/cgroup/*/bulkhead-*/{name}")
             + glob.glob(f"/sys/fs/cgroup/bulkhead-*/{name}"))
+
+
+def cgroup_pids_of(sandbox_id) -> list[int]:
+    """The host pids in the sandbox's cgroups (its init and commands on native; the Sentry,
+    its gofer and their helpers on gvisor)."""
+    pids = set()
+    for directory in cgroup_dirs_of(sandbox_id):
+        for procs in glob.glob(f"{directory}/**/cgroup.procs", recursive=True):
+            pids.update(int(p) for p in _read(procs).split())
+    return sorted(pids)
 
 
 def mountinfo_lines_mentioning(text: str, pid: int | str = "self") -> list[str]:
@@ -845,6 +864,7 @@ def find_leaks(daemon, uid_ranges=()) -> dict[str, list[str]]:
         found.setdefault(kind, []).append(what)
 
     parent = cgroup_parent_name(state_dir)
+    parents = (parent, f"{parent}-gvisor")  # the native tier's and the gvisor tier's
     daemon_pid = daemon.process.pid if daemon.running() else None
 
     # uid range claims: /run/bulkhead/uid-ranges/<slot> = "<owner state dir>\n<sandbox id>\n".
@@ -868,8 +888,11 @@ def find_leaks(daemon, uid_ranges=()) -> dict[str, list[str]]:
         sandbox_of = None
         for line in _read(f"/proc/{pid}/cgroup").splitlines():
             path = line.split(":", 2)[-1]
-            if f"/{parent}/" in path:
-                sandbox_of = path.split(f"/{parent}/", 1)[1].split("/")[0]
+            for group_parent in parents:
+                if f"/{group_parent}/" in path:
+                    sandbox_of = path.split(f"/{group_parent}/", 1)[1].split("/")[0]
+                    break
+            if sandbox_of is not None:
                 break
         if sandbox_of is not None:
             if sandbox_of in known_names:
@@ -892,8 +915,9 @@ def find_leaks(daemon, uid_ranges=()) -> dict[str, list[str]]:
                 continue
             leak("mounts", f"{point} ({view})")
 
-    # cgroups: <root>/bulkhead-<tag>/<id> on v2, <root>/<controller>/bulkhead-<tag>/<id> on v1.
-    for group_parent in [Path("/sys/fs/cgroup") / parent, *Path("/sys/fs/cgroup").glob(f"*/{parent}")]:
+    # cgroups: <root>/bulkhead-<tag>[-gvisor]/<id> on v2, <root>/<controller>/... on v1.
+    for group_parent in [path for name in parents
+                         for path in (Path("/sys/fs/cgroup") / name, *Path("/sys/fs/cgroup").glob(f"*/{name}"))]:
         try:
             children = [p for p in group_parent.iterdir() if p.is_dir()]
         except OSError:
@@ -935,8 +959,10 @@ def find_leaks(daemon, uid_ranges=()) -> dict[str, list[str]]:
     if len(attached) > (1 if is_mountpoint(Path(storage)) else 0):
         found["loop devices"] = sorted(attached)
 
-    # Files: a sandbox dir or a layer without its sandbox (volumes' layers are "vol...").
-    for where in (Path(state_dir) / "sandboxes", Path(storage) / "layers", Path(state_dir) / "layers"):
+    # Files: a sandbox dir or a layer without its sandbox (volumes' layers are "vol..."), runsc's
+    # state of a gvisor sandbox (/run/bulkhead/gvisor-<tag>/<host name>).
+    runsc_root = Path("/run/bulkhead") / ("gvisor-" + parent.removeprefix("bulkhead-"))
+    for where in (Path(state_dir) / "sandboxes", Path(storage) / "layers", Path(state_dir) / "layers", runsc_root):
         try:
             names = [p.name for p in where.iterdir()]
         except OSError:

@@ -3,6 +3,8 @@
 import os
 from pathlib import Path
 
+import harness
+import pytest
 from harness import (cgroup_dirs_of, host_name, host_processes_in_uid_range, mountinfo_lines_mentioning,
                      sandbox_host_uid_range, wait_until)
 
@@ -68,6 +70,7 @@ def test_delete_leaves_no_process_mount_cgroup_or_directory(daemon, client, sand
     assert_nothing_left(daemon, sandbox_id, first_uid, count)
 
 
+@pytest.mark.skipif(harness.RUNTIME == "gvisor", reason="gVisor's processes are not the host's")
 def test_delete_kills_background_children_of_finished_commands(daemon, client, sandbox_factory):
     sandbox_id = sandbox_factory()["id"]
     first_uid, count = sandbox_host_uid_range(client, sandbox_id)
@@ -86,3 +89,32 @@ def test_expired_sandbox_leaves_nothing_behind(daemon, client, sandbox_factory):
     client.exec(sandbox_id, "sleep 1000 & echo started")
     assert wait_until(lambda: client.get(f"/v1/sandboxes/{sandbox_id}").status == 404, timeout=8)
     assert_nothing_left(daemon, sandbox_id, first_uid, count)
+
+
+def test_sandboxes_in_every_state_and_the_pools_leave_nothing_when_deleted_and_stopped(daemon_factory):
+    """A daemon of its own with a warm pool: sandboxes running, paused, stopped, forked from a
+    snapshot, with background processes and a volume; all deleted, then the daemon stopped."""
+    d = daemon_factory(warm_pool=1)
+    d.start()
+    client = d.client()
+    assert client.post("/v1/volumes", {"name": "leakvol", "size_mb": 64}).status == 201
+    made = [client.create()["id"] for _ in range(4)]
+    made.append(client.create(volumes=[{"name": "leakvol", "path": "/vol"}])["id"])
+    for sandbox_id in made:
+        client.exec(sandbox_id, "sleep 1000 & echo data > /workspace/f")
+    assert client.post(f"/v1/sandboxes/{made[1]}/pause").status == 200
+    assert client.post(f"/v1/sandboxes/{made[2]}/stop").status == 200
+    r = client.post(f"/v1/sandboxes/{made[0]}/snapshots", {"name": "leaksnap"})
+    assert r.status == 201, r
+    made.append(client.create(from_snapshot=r.json()["id"])["id"])
+    assert client.sh(made[-1], "cat /workspace/f") == "data\n"
+    forked = client.post(f"/v1/sandboxes/{made[3]}/fork", {"count": 2})
+    assert forked.status == 201, forked
+    made += [f["id"] for f in forked.json()["sandboxes"]]
+    for sandbox_id in made:
+        client.remove(sandbox_id)
+    assert client.delete(f"/v1/snapshots/{r.json()['id']}").status == 204
+    assert client.delete("/v1/volumes/leakvol").status == 204
+    harness.assert_no_leaks(d)
+    d.stop()
+    harness.assert_no_leaks(d)

@@ -8,6 +8,8 @@ import os
 import socket
 import time
 
+import pytest
+
 import harness
 from harness import assert_error_shape, wait_until
 
@@ -154,6 +156,9 @@ def vm_rss_kib(pid):
     raise AssertionError("no VmRSS")
 
 
+# The daemon's own memory over a long stream: the tier does not change it, and on gvisor the
+# stream takes minutes of the tier matrix's time.
+@pytest.mark.skipif(harness.RUNTIME != "native", reason="the daemon's side; run on native")
 def test_exec_printing_1_gib_keeps_daemon_memory_bounded(daemon, client, sandbox):
     """The default cap keeps 16 MiB per stream; the rest streams through and is dropped."""
     client.exec(sandbox, "head -c 20000000 /dev/zero")  # warm up buffers and allocator arenas

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import fakenet as fn
+import harness
 from harness import assert_error_shape, files_url, wait_until
 
 ALLOW = ["a.test", "*.b.test", "meta.test", "rebind.test", f"{fn.NAMELESS}:80"]
@@ -603,7 +604,8 @@ def udp_bait(fakenet):
 
 def open_link(box: Box) -> tuple[str, str] | None:
     """(the sandbox side's address, its gateway) of the box's eth0, or None without one."""
-    result = box.run(["sh", "-c", "ip -4 -o addr show dev eth0 && ip -4 route show table 100"])
+    # (gvisor shows the namespace's routes, every table's, in one dump)
+    result = box.run(["sh", "-c", "ip -4 -o addr show dev eth0 && ip -4 route show table 100 && ip -4 route"])
     if result["exit_code"] != 0:
         return None
     address = re.search(r"inet (\d+\.\d+\.\d+\.\d+)/30", result["stdout"])
@@ -958,7 +960,7 @@ def test_escape_probe_suite_passes_with_network(make_box, net_daemon, fakenet, e
     unix.bind("\0" + abstract_name)
     unix.listen(8)
     try:
-        argv = ["/workspace/escape", "--net", mode, "--max-pids", "256", "--mem-mb", "256", "--disk-mb", "128",
+        argv = ["/workspace/escape", "--tier", harness.RUNTIME, "--net", mode, "--max-pids", "256", "--mem-mb", "256", "--disk-mb", "128",
                 "--disk-dir", "/workspace", "--host-port", str(tcp.getsockname()[1]),
                 "--host-abstract", abstract_name,
                 "--forbid", str(net_daemon.state_dir), "--forbid", str(net_daemon.state_dir / "api-key"),

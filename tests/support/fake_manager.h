@@ -62,6 +62,9 @@ class FakeManager : public core::SandboxManager {
   Result<core::SnapshotInfo> ImportSnapshot(int, int64_t) override;
   Result<std::vector<core::SandboxInfo>> Fork(const std::string& id, int count) override;
   core::ManagerStats Stats() override;
+  std::vector<core::RuntimeInfo> Runtimes() const override {
+    return {{"gvisor", false, "no runsc here", {}}, {"native", true, "", {}}};
+  }
   const core::DaemonConfig& config() const override { return config_; }
   void Shutdown() override {}
 

@@ -25,6 +25,7 @@ class FakeTier : public runtime::Tier {
     std::mutex mu;
     std::map<std::string, Box> boxes;
     int launches = 0;
+    int limit_changes = 0;  // SetLimits calls
     uint64_t next_start_time = 1;
 
     int Count() {
@@ -76,6 +77,7 @@ class FakeTier : public runtime::Tier {
     auto it = world_.boxes.find(id);
     if (it == world_.boxes.end()) return MakeError(ErrorCode::kNotFound, "no box " + id);
     it->second.limits = limits;
+    world_.limit_changes++;
     return {};
   }
   Result<runtime::Usage> SandboxUsage(const std::string& id) override {

@@ -226,7 +226,10 @@ TEST_F(ApiServerTest, HealthzAnswersWithoutKey) {
   EXPECT_EQ(Body(response), json({{"status", "ok"},
                                   {"version", BULKHEAD_VERSION},
                                   {"listen", {"127.0.0.1:" + std::to_string(port_)}},
-                                  {"preview_domain", "localhost:7420"}}));
+                                  {"preview_domain", "localhost:7420"},
+                                  {"runtimes",
+                                   {{"gvisor", {{"available", false}, {"reason", "no runsc here"}}},
+                                    {"native", {{"available", true}}}}}}));
 }
 
 TEST_F(ApiServerTest, EveryOtherRouteNeedsTheKey) {

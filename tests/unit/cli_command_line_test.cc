@@ -122,6 +122,39 @@ TEST_F(CliCommandLine, EnvironmentGivesDefaultsThatFlagsOverride) {
   EXPECT_EQ(overridden.command, Command::kVersion);
 }
 
+TEST_F(CliCommandLine, WarmPoolsArePerRuntimeOrForAll) {
+  Define();
+  ASSERT_EQ(Parse({"serve", "--warm-pool", "3", "--warm-pool", "gvisor=1", "--default-runtime", "gvisor",
+                   "--runsc", "/opt/runsc"}),
+            0);
+  core::DaemonConfig config = DaemonConfigFromCommandLine(line_);
+  EXPECT_EQ(config.WarmPool("native"), 3);
+  EXPECT_EQ(config.WarmPool("gvisor"), 1);
+  EXPECT_EQ(config.default_runtime, "gvisor");
+  EXPECT_EQ(config.runsc, "/opt/runsc");
+  EXPECT_TRUE(config.WarmPoolAtStart("gvisor"));
+  EXPECT_FALSE(config.WarmPoolAtStart("native"));  // fills from its first create
+
+  EXPECT_EQ(*ParseWarmPool("0"), std::make_pair(std::string(), 0));
+  EXPECT_EQ(*ParseWarmPool("microvm=2"), std::make_pair(std::string("microvm"), 2));
+  for (const char* bad : {"", "-1", "x", "gvisor=", "=2", "kvm=2", "gvisor=1.5", "9999999"})
+    EXPECT_FALSE(ParseWarmPool(bad).ok()) << bad;
+  auto refused = [](const char* flag, const char* value) {
+    CLI::App app{"bulkhead", "bulkhead"};
+    CommandLine line;
+    DefineCommandLine(app, line);
+    const char* argv[] = {"bulkhead", "serve", flag, value};
+    try {
+      app.parse(4, argv);
+    } catch (const CLI::ParseError&) {
+      return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(refused("--warm-pool", "lots"));
+  EXPECT_TRUE(refused("--default-runtime", "kvm"));
+}
+
 TEST_F(CliCommandLine, ServeConfigComesFromFlagsOverEnvironment) {
   setenv("BULKHEAD_LISTEN", "127.0.0.1:9999", 1);
   setenv("BULKHEAD_STATE", "/env-state", 1);
@@ -134,6 +167,7 @@ TEST_F(CliCommandLine, ServeConfigComesFromFlagsOverEnvironment) {
   EXPECT_EQ(config.state_dir, "/env-state");
   EXPECT_EQ(config.api_key, "secret");
   EXPECT_EQ(config.warm_pool, 0);
+  EXPECT_EQ(config.WarmPool("gvisor"), 0);  // a bare N is every runtime's
   EXPECT_EQ(config.io_threads, 8);
   EXPECT_EQ(config.blocking_threads, 6);
   EXPECT_EQ(config.output_rate_mib, 0);  // no cap
@@ -147,6 +181,8 @@ TEST_F(CliCommandLine, ServeConfigComesFromFlagsOverEnvironment) {
   EXPECT_EQ(from_flags.listen, "");  // unix socket only
   EXPECT_EQ(from_flags.state_dir, "/flag-state");
   EXPECT_EQ(from_flags.warm_pool, core::DaemonConfig{}.warm_pool);
+  EXPECT_EQ(from_flags.WarmPool("gvisor"), 2);
+  EXPECT_EQ(from_flags.default_runtime, "native");
   EXPECT_EQ(from_flags.io_threads, core::DaemonConfig{}.io_threads);
   EXPECT_EQ(from_flags.blocking_threads, core::DaemonConfig{}.blocking_threads);
   EXPECT_EQ(from_flags.output_rate_mib, core::DaemonConfig{}.output_rate_mib);

@@ -218,6 +218,37 @@ TEST_F(CoreManagerTest, TheWarmPoolRefillsAndItsSandboxesGetTheCreatesLimits) {
   EXPECT_EQ(BoxOf(id)->limits.pids, 64);
   ASSERT_TRUE(Eventually([&] { return manager_->Stats().warm_pool_ready == 2; }));
   EXPECT_EQ(world_.launches, 3);
+
+  // With the limits it booted with, a pooled sandbox is handed out as it is.
+  const int changes = world_.limit_changes;
+  const std::string plain = Create(SandboxSpec{});
+  EXPECT_EQ(manager_->Stats().warm_pool_hits_total, 2);
+  EXPECT_EQ(world_.limit_changes, changes);
+  EXPECT_EQ(BoxOf(plain)->limits.memory_mb, SandboxSpec{}.memory_mb);
+}
+
+TEST_F(CoreManagerTest, AnotherRuntimesPoolFillsFromItsFirstCreate) {
+  config_.warm_pool = 1;
+  config_.runtime_warm_pools.clear();  // (as `--warm-pool 1`)
+  core::TierSet tiers;
+  tiers.Add(std::make_unique<FakeTier>(world_));
+  tiers.Add(std::make_unique<FakeTier>(world_, FakeTier::AllCapabilities(), "gvisor"));
+  auto opened = core::SandboxManager::Open(config_, std::move(tiers));
+  ASSERT_TRUE(opened.ok()) << opened.error().message;
+  manager_ = std::move(*opened);
+  ASSERT_TRUE(Eventually([&] { return manager_->Stats().warm_pool_ready == 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(world_.launches, 1) << "only the default runtime's pool fills at start";
+
+  SandboxSpec spec;
+  spec.runtime = "gvisor";
+  Create(spec);  // booted for it: the pool was empty
+  EXPECT_EQ(manager_->Stats().warm_pool_misses_total, 1);
+  ASSERT_TRUE(Eventually([&] { return manager_->Stats().warm_pool_ready == 2; }));
+  Create(spec);
+  EXPECT_EQ(manager_->Stats().warm_pool_hits_total, 1);
+  ASSERT_TRUE(Eventually([&] { return manager_->Stats().warm_pool_ready == 2; }));
+  EXPECT_EQ(world_.launches, 4);  // native's pool, gvisor's first create, its pool and the refill
 }
 
 TEST_F(CoreManagerTest, ShutdownTearsDownThePoolsButNotTheSandboxes) {

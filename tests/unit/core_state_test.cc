@@ -7,7 +7,7 @@
 #include <filesystem>
 
 #include "core/spec_json.h"
-#include "runtime/native/seccomp.h"
+#include "runtime/seccomp.h"
 #include "store/state_db.h"
 
 namespace bulkhead {
@@ -154,7 +154,7 @@ TEST(StateDb, MigratesVersion1ExpiryFromSecondsToMilliseconds) {
 }
 
 TEST(Seccomp, FilterCompilesToBpf) {
-  auto prog = runtime::native::BuildSeccompFilter();
+  auto prog = runtime::BuildSeccompFilter();
   ASSERT_TRUE(prog.ok()) << prog.error().message;
   // An architecture check, then dozens of rules: a few hundred instructions at most.
   EXPECT_GT(prog->size(), 50u);

@@ -364,6 +364,28 @@ TEST_F(InitTest, NofileBecomesTheCommandsSoftAndHardDescriptorLimit) {
   }
 }
 
+// Under gVisor the Sentry's host descriptors are the whole sandbox's: a command that holds
+// them all leaves init none to accept with, and frees them without any connection of init's
+// ending. Init must notice by itself (here: its own limit lowered, then raised from outside).
+TEST_F(InitTest, OutOfDescriptorsInitAcceptsAgainOnceSomeAreFree) {
+  const pid_t pid = init_.pid();
+  struct rlimit own {};
+  ASSERT_EQ(::prlimit(pid, RLIMIT_NOFILE, nullptr, &own), 0);
+  const struct rlimit full = {0, own.rlim_max};  // no new descriptor at all
+  ASSERT_EQ(::prlimit(pid, RLIMIT_NOFILE, &full, nullptr), 0);
+
+  Client refused(socket_path_);  // accepted by the kernel; init cannot take it yet
+  ASSERT_TRUE(refused.connected());
+  SendExec(refused, Exec({"echo", "late"}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_EQ(::prlimit(pid, RLIMIT_NOFILE, &own, nullptr), 0);
+
+  Outcome outcome = ReadUntilEnd(refused, std::chrono::seconds(5));
+  ASSERT_TRUE(outcome.exit) << "init never accepted again";
+  EXPECT_EQ(outcome.out, "late\n");
+  EXPECT_EQ(Run(Exec({"echo", "again"})).out, "again\n");
+}
+
 TEST_F(InitTest, DescendantHoldingStdoutDoesNotDelayExit) {
   auto begin = Clock::now();
   Outcome outcome = Run(Exec({"sh", "-c", "sleep 1000 & echo $!"}));

@@ -24,6 +24,9 @@
 #include <cstring>
 
 #include "common/ctl_protocol.h"
+#include "common/proc_masks.h"
+#include "common/sandbox_caps.h"
+#include "runtime/child_syscalls.h"
 
 #ifndef CLONE_NEWTIME
 #define CLONE_NEWTIME 0x00000080
@@ -57,6 +60,17 @@ constexpr const char* kRelative[kPathCount] = {
     "/proc/sys/kernel/random/boot_id",
 };
 
+// The masks of common/proc_masks.h, in kRelative's order.
+constexpr bool ProcListsMatch() {
+  for (int i = kMaskFirst; i < kReadOnlyFirst; i++)
+    if (kMaskedProcPaths[i - kMaskFirst] != kRelative[i]) return false;
+  for (int i = kReadOnlyFirst; i < kReadOnlyEnd; i++)
+    if (kReadOnlyProcPaths[i - kReadOnlyFirst] != kRelative[i]) return false;
+  return std::size(kMaskedProcPaths) == kReadOnlyFirst - kMaskFirst &&
+         std::size(kReadOnlyProcPaths) == kReadOnlyEnd - kReadOnlyFirst;
+}
+static_assert(ProcListsMatch(), "kRelative's /proc masks must be common/proc_masks.h's");
+
 struct Device {
   PathIndex path;
   unsigned major, minor;
@@ -71,13 +85,6 @@ constexpr Link kLinks[] = {{kFd, "/proc/self/fd"}, {kStdin, "/proc/self/fd/0"},
                            {kStdout, "/proc/self/fd/1"}, {kStderr, "/proc/self/fd/2"},
                            {kPtmx, "pts/ptmx"}};
 
-// Docker's default capability set minus NET_RAW and MKNOD, which nothing here may use.
-constexpr int kKeptCaps[] = {CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FSETID, CAP_FOWNER, CAP_SETGID,
-                             CAP_SETUID, CAP_SETPCAP, CAP_NET_BIND_SERVICE, CAP_KILL,
-                             CAP_SYS_CHROOT, CAP_SETFCAP, CAP_AUDIT_WRITE};
-
-
-
 [[noreturn]] void Fail(ChildPlan* plan, const char* step) {
   plan->failed_step = step;
   plan->failed_errno = errno;
@@ -91,31 +98,13 @@ constexpr int kKeptCaps[] = {CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FSETID, CAP_FOWNER
 
 const char* At(const ChildPlan* plan, PathIndex i) { return plan->root_paths[i].c_str(); }
 
-// The child shares the daemon's memory until it execs init, so it calls the kernel directly
-// rather than through the libc functions that sanitizers intercept: an interceptor would
-// record the child's calls in the daemon's own bookkeeping (ThreadSanitizer's tables of
-// descriptors and signal handlers). mount, mkdir and the like are not intercepted.
-int Open(const char* path, int flags, mode_t mode = 0) {
-  return static_cast<int>(::syscall(SYS_openat, AT_FDCWD, path, flags, mode));
-}
-void Close(int fd) { ::syscall(SYS_close, fd); }
-int Dup3(int from, int to, int flags) { return static_cast<int>(::syscall(SYS_dup3, from, to, flags)); }
-long Write(int fd, const void* data, size_t size) { return ::syscall(SYS_write, fd, data, size); }
-int Ioctl(int fd, unsigned long request, void* arg) { return static_cast<int>(::syscall(SYS_ioctl, fd, request, arg)); }
-int Prctl(int option, unsigned long arg) { return static_cast<int>(::syscall(SYS_prctl, option, arg, 0, 0, 0)); }
-int SetRlimit(int resource, const struct rlimit* limit) {
-  return static_cast<int>(::syscall(SYS_prlimit64, 0, resource, limit, nullptr));
-}
-int GetRlimit(int resource, struct rlimit* limit) {
-  return static_cast<int>(::syscall(SYS_prlimit64, 0, resource, nullptr, limit));
-}
-// The kernel's struct sigaction and signal set (64 signals), as rt_sigaction takes them.
-struct KernelSigaction {
-  void (*handler)(int);
-  unsigned long flags;
-  void (*restorer)();
-  uint64_t mask;
-};
+using child::Close;
+using child::Dup3;
+using child::GetRlimit;
+using child::Open;
+using child::Prctl;
+using child::SetRlimit;
+using child::Write;
 
 bool IsDir(const char* path) {
   struct stat st;
@@ -127,21 +116,11 @@ void MakeDir(ChildPlan* plan, const char* path, const char* step) {
   STEP(::mkdir(path, 0755) == 0 || errno == EEXIST, step);
 }
 
-// A detached clone of `source`, nosuid and nodev, read-only unless `writable`, its owners
-// seen through `idmap` (a user namespace's mapping; -1 = as they are on the host).
+// A detached clone of `source` (child::CloneTree).
 int CloneMount(ChildPlan* plan, const char* source, bool recursive, bool writable, int idmap) {
-  int fd = static_cast<int>(::syscall(SYS_open_tree, AT_FDCWD, source,
-                                      OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (recursive ? AT_RECURSIVE : 0)));
-  STEP(fd >= 0, "open_tree");
-  struct mount_attr attr {};
-  attr.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (writable ? 0 : MOUNT_ATTR_RDONLY);
-  if (idmap >= 0) {
-    attr.attr_set |= MOUNT_ATTR_IDMAP;
-    attr.userns_fd = static_cast<uint64_t>(idmap);
-  }
-  STEP(::syscall(SYS_mount_setattr, fd, "", AT_EMPTY_PATH | (recursive ? AT_RECURSIVE : 0), &attr,
-                 sizeof attr) == 0,
-       idmap >= 0 ? "mount_setattr idmap" : "mount_setattr");
+  const char* step = nullptr;
+  int fd = child::CloneTree(source, recursive, writable, idmap, &step);
+  STEP(fd >= 0, step);
   return fd;
 }
 
@@ -152,27 +131,10 @@ void BindClone(ChildPlan* plan, const char* source, const char* target, bool rec
   Close(fd);
 }
 
-// The directory at root + components, made where missing (owned by the sandbox's root). The
-// root's writable layer is the sandbox's: a component that is a symlink is refused rather
-// than followed, so a planted link cannot aim a mount (or a mkdir) at a host path.
+// The directory at root + components, made where missing (child::OpenMountPoint).
 int OpenVolumeMountPoint(ChildPlan* plan, const VolumePlan& volume) {
-  int dir = Open(plan->root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
-  STEP(dir >= 0, kVolumeMountPointStep);
-  for (const std::string& name : volume.components) {
-    struct open_how how {};
-    how.flags = O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
-    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-    int next = static_cast<int>(::syscall(SYS_openat2, dir, name.c_str(), &how, sizeof how));
-    if (next < 0 && errno == ENOENT) {
-      STEP((::mkdirat(dir, name.c_str(), 0755) == 0 || errno == EEXIST) &&
-               ::fchownat(dir, name.c_str(), plan->root_owner, plan->root_owner, AT_SYMLINK_NOFOLLOW) == 0,
-           kVolumeMountPointStep);
-      next = static_cast<int>(::syscall(SYS_openat2, dir, name.c_str(), &how, sizeof how));
-    }
-    STEP(next >= 0, kVolumeMountPointStep);
-    Close(dir);
-    dir = next;
-  }
+  int dir = child::OpenMountPoint(plan->root.c_str(), volume.components, true, plan->root_owner);
+  STEP(dir >= 0, child::kVolumeMountPointStep);
   return dir;
 }
 
@@ -217,14 +179,7 @@ void JoinCgroups(ChildPlan* plan) {
 void RequireRealTopLevelDirs(ChildPlan* plan) {
   int root = Open(plan->root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   STEP(root >= 0, "open sandbox root");
-  for (const std::string& name : plan->top_level_names) {
-    struct open_how how {};
-    how.flags = O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
-    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-    int fd = static_cast<int>(::syscall(SYS_openat2, root, name.c_str(), &how, sizeof how));
-    STEP(fd >= 0 || errno == ENOENT, kRootMountPointStep);
-    if (fd >= 0) Close(fd);
-  }
+  for (const std::string& name : plan->top_level_names) STEP(child::RealDirOrAbsent(root, name.c_str()), child::kRootMountPointStep);
   Close(root);
 }
 
@@ -348,14 +303,7 @@ void MountSys(ChildPlan* plan) {
 
 void SetupNetwork(ChildPlan* plan) {
   // Network mode "none": the new network namespace with only loopback, brought up.
-  int s = static_cast<int>(::syscall(SYS_socket, AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  STEP(s >= 0, "socket for lo");
-  struct ifreq ifr {};
-  std::memcpy(ifr.ifr_name, "lo", 3);
-  STEP(Ioctl(s, SIOCGIFFLAGS, &ifr) == 0, "get lo flags");
-  ifr.ifr_flags |= IFF_UP;
-  STEP(Ioctl(s, SIOCSIFFLAGS, &ifr) == 0, "bring lo up");
-  Close(s);
+  STEP(child::LoopbackUp(), "bring lo up");
   STEP(::sethostname("sandbox", 7) == 0, "sethostname");
 }
 
@@ -390,8 +338,7 @@ void SetRlimits(ChildPlan* plan) {
 }
 
 void DropCapabilities(ChildPlan* plan) {
-  uint64_t keep = 0;
-  for (int c : kKeptCaps) keep |= 1ull << c;
+  const uint64_t keep = SandboxCapMask();
   for (int c = 0; c <= 63; c++) {
     if (keep & (1ull << c)) continue;
     if (Prctl(PR_CAPBSET_DROP, c) != 0) STEP(errno == EINVAL, "drop bounding cap");
@@ -419,8 +366,7 @@ void ExecInit(ChildPlan* plan) {
   STEP(Dup3(plan->workload_cgroup_fd, ctl::kWorkloadCgroupFd, 0) == ctl::kWorkloadCgroupFd, "workload cgroup fd");
   // Nothing but 0-4 reaches init; the memfd closes itself on exec.
   STEP(::syscall(SYS_close_range, ctl::kWorkloadCgroupFd + 1, ~0U, CLOSE_RANGE_CLOEXEC) == 0, "close_range");
-  const uint64_t none = 0;
-  ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, nullptr, sizeof none);
+  child::UnblockSignals();
   char arg0[] = "bulkhead-init";
   char* argv[] = {arg0, nullptr};
   char* envp[] = {nullptr};
@@ -451,12 +397,7 @@ std::vector<std::string> TopLevelNames(const ChildPlan& plan) {
 
 int ChildMain(void* arg) {
   auto* plan = static_cast<ChildPlan*>(arg);
-  // Signal handlers are the daemon's; this process must not run them (nor keep what the
-  // daemon ignores across the exec).
-  const KernelSigaction default_action{SIG_DFL, 0, nullptr, 0};
-  for (int sig = 1; sig <= 64; sig++) {
-    if (sig != SIGKILL && sig != SIGSTOP) ::syscall(SYS_rt_sigaction, sig, &default_action, nullptr, sizeof(uint64_t));
-  }
+  child::ResetSignalHandlers();
   // The daemon's umask (077) is for its own files; the sandbox's start with the usual one.
   ::syscall(SYS_umask, 022);
 

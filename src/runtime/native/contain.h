@@ -65,12 +65,6 @@ struct ChildPlan {
   int failed_volume = -1;  // index into volumes when a volume step failed
 };
 
-// The failed_step of a volume whose mount point could not be made or entered (a symlink, a
-// read-only directory, a file in the way): the request's fault, not the daemon's.
-inline constexpr char kVolumeMountPointStep[] = "volume mount point";
-// A top-level mount point of the sandbox's own files is not a real directory (a symlink its
-// writable layer or an imported snapshot carries): its files cannot boot as they are.
-inline constexpr char kRootMountPointStep[] = "a mount point in the sandbox root is not a directory (a symlink?)";
 
 // Runs in the cloned child. Returns only on failure (then the child exits).
 int ChildMain(void* plan);

@@ -13,7 +13,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -21,24 +20,18 @@
 
 #include "common/ctl_protocol.h"
 #include "common/random_hex.h"
-#include "common/read_file.h"
 #include "common/scope_guard.h"
-#include "runtime/native/clone_shared.h"
+#include "runtime/child_syscalls.h"
+#include "runtime/clone_shared.h"
 #include "runtime/native/contain.h"
-#include "runtime/native/seccomp.h"
+#include "runtime/process.h"
+#include "runtime/seccomp.h"
+#include "runtime/user_namespace.h"
 
 namespace bulkhead::runtime::native {
 namespace {
 
 constexpr size_t kChildStack = 256 * 1024;
-
-Status WriteFile(const std::string& path, const std::string& value) {
-  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
-  if (!fd) return SystemError("open " + path, errno);
-  if (::write(fd.get(), value.data(), value.size()) != static_cast<ssize_t>(value.size()))
-    return SystemError("write " + path, errno);
-  return {};
-}
 
 // A new boot id: a random UUID in the kernel's form, "8-4-4-4-12" lower-case hex digits and
 // a newline.
@@ -77,47 +70,6 @@ Result<UniqueFd> SealedInit(const std::string& path) {
   return high;
 }
 
-// The user-namespace holder: it makes the namespace, then only has to exist until the parent
-// has an fd for it, and is then killed. (Not "wait for EOF on a pipe": a concurrent clone on
-// another thread copies our descriptors, and a copy of the write end would keep the pipe open.)
-//
-// It makes the namespace as the sandbox's own host uid, not as root, so that this uid owns it.
-// The kernel counts per-user resources (inotify instances and watches, pending signals, locked
-// memory, message queues...) at every namespace level up to the host's, there against the
-// namespace's owner and the host's limit for one user: with root as every sandbox's owner, all
-// sandboxes and the host's root would share one count (128 inotify instances by default), and
-// one sandbox could exhaust it for its neighbours and the host. Owned by its own uid, each
-// sandbox gets the host's per-user limits to itself. (Ownership gives capabilities in the
-// namespace only to processes outside it with that uid, and there are none: the uid is the
-// sandbox's root, inside it.)
-//
-// It runs beside the daemon in the daemon's memory and with its thread pointer: not
-// instrumented, and raw syscalls only, since the sanitizer runtimes' wrappers would take it for
-// the daemon's thread (a sanitizer build, scripts/sanitize.sh).
-struct Holder {
-  uid_t owner;
-  pid_t daemon;
-  std::atomic<int> made{0};  // 0 until the namespace exists, then 1, or -errno
-};
-
-__attribute__((no_sanitize("address", "thread"))) int HoldNamespace(void* arg) {
-  auto* holder = static_cast<Holder*>(arg);
-  // Raw syscalls: this child shares the daemon's memory (CLONE_VM), and glibc's setresuid
-  // would change the credentials of every thread of the daemon.
-  const uid_t id = holder->owner;
-  const bool ok = ::syscall(SYS_setresgid, id, id, id) == 0 && ::syscall(SYS_setresuid, id, id, id) == 0 &&
-                  ::syscall(SYS_unshare, CLONE_NEWUSER) == 0;
-  const int err = ok ? 0 : errno;
-  // It dies with the daemon (set after the credential changes, which clear it): a holder
-  // outliving a killed daemon would keep its copies of the daemon's descriptors open, the
-  // clients' connections and the state dir's lock among them.
-  if (::syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL) != 0 || ::syscall(SYS_getppid) != holder->daemon) {
-    ::syscall(SYS_exit, 1);
-  }
-  holder->made.store(ok ? 1 : -err);
-  for (;;) ::syscall(SYS_pause);
-}
-
 Result<UniqueFd> ListenOn(const std::string& path) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -131,61 +83,7 @@ Result<UniqueFd> ListenOn(const std::string& path) {
   return fd;
 }
 
-// Why a volume could not be attached. A mount point the image cannot have (a symlink, a
-// file, a read-only directory on the way) is the request's fault: 422.
-Error VolumeError(const VolumeBind& volume, const ChildPlan& plan) {
-  if (std::strcmp(plan.failed_step, kVolumeMountPointStep) == 0) {
-    return MakeError(ErrorCode::kInvalid, "volume path " + volume.target +
-                                              " cannot be a mount point in this sandbox (a symlink, a file or a "
-                                              "read-only directory is in the way): " +
-                                              std::strerror(plan.failed_errno));
-  }
-  return SystemError("attaching volume at " + volume.target + " failed at " + plan.failed_step, plan.failed_errno);
-}
-
 }  // namespace
-
-uint64_t ProcessStartTime(pid_t pid) {
-  std::string stat = ReadSmallFile("/proc/" + std::to_string(pid) + "/stat").value_or("");
-  // The command name may hold spaces and parentheses: fields start after the last ')'.
-  size_t close = stat.rfind(')');
-  if (close == std::string::npos) return 0;
-  std::istringstream rest(stat.substr(close + 2));
-  std::string field, state;
-  rest >> state;
-  if (state == "Z" || state == "X") return 0;
-  for (int i = 4; i <= 22; i++) rest >> field;  // fields 4..22; 22 is starttime
-  return std::strtoull(field.c_str(), nullptr, 10);
-}
-
-Result<UniqueFd> CreateUserNamespace(uid_t host_id, uid_t first_id) {
-  // A tiny child that owns the new namespace until we have a descriptor for it.
-  alignas(16) static thread_local char stack[16 * 1024];
-  Holder holder{.owner = host_id, .daemon = ::getpid()};
-  pid_t pid = CloneSharingMemory(HoldNamespace, stack + sizeof stack, CLONE_VM | SIGCHLD, &holder);
-  if (pid < 0) return SystemError("clone user namespace holder", errno);
-  ScopeGuard reap([&] {
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, nullptr, __WALL);
-  });
-  // Three syscalls away: yield a few times, then sleep briefly (it may not have a CPU yet).
-  for (int polls = 0; holder.made.load() == 0; ++polls) {
-    if (polls >= 100000) return MakeError(ErrorCode::kInternal, "user namespace holder did not start");
-    if (polls < 50) {
-      ::sched_yield();
-    } else {
-      ::usleep(20);
-    }
-  }
-  if (holder.made.load() < 0) return SystemError("make user namespace", -holder.made.load());
-  std::string map = std::to_string(first_id) + " " + std::to_string(host_id) + " " + std::to_string(kIdCount) + "\n";
-  std::string proc = "/proc/" + std::to_string(pid);
-  BH_TRY(WriteFile(proc + "/uid_map", map));
-  BH_TRY(WriteFile(proc + "/gid_map", map));
-  UniqueFd ns(::open((proc + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));
-  if (!ns) return SystemError("open user namespace", errno);
-  return ns;
-}
 
 Result<std::unique_ptr<NativeTier>> NativeTier::Create(const std::string& tag, const std::string& init_binary) {
   auto cgroups = Cgroups::Open(tag);
@@ -301,35 +199,24 @@ Result<SandboxHandle> NativeTier::Launch(const LaunchSpec& spec) {
   // CLONE_VFORK: we are back when the child exec'd init or gave up.
   if (plan.failed_step) {
     ::waitpid(pid, nullptr, __WALL);
-    if (plan.failed_volume >= 0) return VolumeError(spec.volumes[plan.failed_volume], plan);
-    if (std::strcmp(plan.failed_step, kRootMountPointStep) == 0) {
-      return MakeError(ErrorCode::kConflict, std::string("the sandbox's files cannot boot: ") + kRootMountPointStep,
-                       "sandbox_files_unbootable");
-    }
+    if (plan.failed_volume >= 0)
+      return VolumeMountPointError(spec.volumes[plan.failed_volume], plan.failed_step, plan.failed_errno);
+    if (std::strcmp(plan.failed_step, child::kRootMountPointStep) == 0) return UnbootableFiles();
     return SystemError(std::string("sandbox setup failed at ") + plan.failed_step, plan.failed_errno);
   }
-  SandboxHandle init{pid, ProcessStartTime(pid)};
+  SandboxHandle init = HandleOf(pid);
   BH_TRY(cgroups_.InitStarted(spec.id, spec.limits));
   undo_cgroups.Dismiss();
   return init;
 }
 
-Result<NetworkAttachment> NativeTier::AttachNetwork(const SandboxHandle& handle) {
-  const std::string path = "/proc/" + std::to_string(handle.pid) + "/ns/net";
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return SystemError("open " + path, errno);
-  // Opened first, checked after: the namespace is that init's unless its pid was reused.
-  if (!Alive(handle)) return MakeError(ErrorCode::kConflict, "the sandbox's init is gone");
-  return NetworkAttachment{std::move(fd)};
-}
+Result<NetworkAttachment> NativeTier::AttachNetwork(const SandboxHandle& handle) { return NetworkOf(handle); }
 
 Status NativeTier::SetLimits(const std::string& id, const Limits& limits) { return cgroups_.SetLimits(id, limits); }
 
 Result<Usage> NativeTier::SandboxUsage(const std::string& id) { return cgroups_.Usage(id); }
 
-bool NativeTier::Alive(const SandboxHandle& init) {
-  return init.pid > 0 && init.start_time != 0 && ProcessStartTime(init.pid) == init.start_time;
-}
+bool NativeTier::Alive(const SandboxHandle& init) { return HandleAlive(init); }
 
 Status NativeTier::Destroy(const std::string& id, const SandboxHandle& init) {
   UniqueFd pidfd;

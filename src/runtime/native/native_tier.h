@@ -9,7 +9,7 @@
 
 #include "common/id_ranges.h"
 #include "common/unique_fd.h"
-#include "runtime/native/cgroup.h"
+#include "runtime/cgroup.h"
 #include "runtime/tier.h"
 
 namespace bulkhead::runtime::native {
@@ -46,13 +46,5 @@ class NativeTier : public Tier {
   UniqueFd init_memfd_;               // sealed copy of bulkhead-init (CVE-2019-5736)
   std::vector<sock_filter> seccomp_;  // compiled once
 };
-
-// Creates a user namespace, owned by host_id, that maps first_id..first_id+kIdCount-1 onto
-// host ids starting at host_id: a sandbox's own (first_id 0), or the idmap that shows stored
-// files (first_id kStoredIdBase) with the sandbox's ids.
-Result<UniqueFd> CreateUserNamespace(uid_t host_id, uid_t first_id = 0);
-
-// /proc/<pid>/stat field 22, or 0 if the process is gone.
-uint64_t ProcessStartTime(pid_t pid);
 
 }  // namespace bulkhead::runtime::native

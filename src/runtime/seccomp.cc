@@ -1,4 +1,4 @@
-#include "runtime/native/seccomp.h"
+#include "runtime/seccomp.h"
 
 #include <fcntl.h>
 #include <linux/sched.h>
@@ -20,7 +20,7 @@
 #define CLONE_NEWTIME 0x00000080
 #endif
 
-namespace bulkhead::runtime::native {
+namespace bulkhead::runtime {
 namespace {
 
 // Calls refused with EPERM, whatever their arguments.
@@ -159,4 +159,4 @@ Result<std::vector<sock_filter>> BuildSeccompFilter() {
   return prog;
 }
 
-}  // namespace bulkhead::runtime::native
+}  // namespace bulkhead::runtime

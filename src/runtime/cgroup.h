@@ -31,7 +31,7 @@
 #include "common/unique_fd.h"
 #include "runtime/tier.h"
 
-namespace bulkhead::runtime::native {
+namespace bulkhead::runtime {
 
 class Cgroups {
  public:
@@ -57,6 +57,17 @@ class Cgroups {
   // workload group's limit. Nothing to do on v1.
   Status InitStarted(const std::string& id, const Limits& limits);
   Result<runtime::Usage> Usage(const std::string& id);
+  // Out-of-memory handling by the daemon instead of the kernel's OOM killer (memory_watch.h):
+  // answers the descriptor that becomes readable when the group runs out of memory (v1: an
+  // eventfd on memory.oom_control, with the OOM killer off; v2: memory.events, EPOLLPRI, with
+  // memory.high at `limit_bytes`).
+  Result<UniqueFd> OomEvents(const std::string& id, int64_t limit_bytes);
+  // Whether the group is out of memory now: v1 under_oom; v2 memory.current above memory.high.
+  bool OutOfMemory(const std::string& id);
+  // v1: the group's hard limit alone (a rescue grows it, then puts it back; kBusy-like
+  // kUnavailable while the group holds more). The OOM killer on again: the last resort.
+  Status SetMemoryBytes(const std::string& id, int64_t bytes);
+  Status EnableOomKiller(const std::string& id);
   // Freezes (or thaws) every process of the sandbox: the v1 freezer or v2's cgroup.freeze.
   // Returns once the kernel reports the group frozen (a few ms; kUnavailable after ~5 s).
   Status SetFrozen(const std::string& id, bool frozen);
@@ -77,4 +88,4 @@ class Cgroups {
   std::vector<std::string> parents_;  // v2: {"/sys/fs/cgroup/bulkhead-x"}; v1: one per controller
 };
 
-}  // namespace bulkhead::runtime::native
+}  // namespace bulkhead::runtime

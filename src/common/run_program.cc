@@ -1,4 +1,4 @@
-#include "storage/run_program.h"
+#include "common/run_program.h"
 
 #include <fcntl.h>
 #include <spawn.h>
@@ -11,9 +11,9 @@
 
 extern char** environ;
 
-namespace bulkhead::storage {
+namespace bulkhead {
 
-Status RunProgram(const std::vector<std::string>& argv) {
+Result<std::string> RunProgramOutput(const std::vector<std::string>& argv) {
   if (argv.empty()) return MakeError(ErrorCode::kInternal, "RunProgram: empty argv");
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return SystemError("pipe", errno);
@@ -49,11 +49,17 @@ Status RunProgram(const std::vector<std::string>& argv) {
   while (::waitpid(pid, &status, 0) < 0) {
     if (errno != EINTR) return SystemError("waitpid " + argv[0], errno);
   }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return {};
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return output;
   if (output.size() > 1024) output.erase(0, output.size() - 1024);
   std::string how = WIFEXITED(status) ? "exited " + std::to_string(WEXITSTATUS(status))
                                       : "killed by signal " + std::to_string(WTERMSIG(status));
   return MakeError(ErrorCode::kInternal, argv[0] + " " + how + ": " + output);
+}
+
+Status RunProgram(const std::vector<std::string>& argv) {
+  auto output = RunProgramOutput(argv);
+  if (!output) return output.error();
+  return {};
 }
 
 std::string FindProgram(const std::vector<std::string>& candidates) {
@@ -63,4 +69,4 @@ std::string FindProgram(const std::vector<std::string>& candidates) {
   return {};
 }
 
-}  // namespace bulkhead::storage
+}  // namespace bulkhead

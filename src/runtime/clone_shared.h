@@ -4,7 +4,7 @@
 // glibc's clone under its other exported name (one function, GLIBC_2.2.5); not in its headers.
 extern "C" int __clone(int (*fn)(void*), void* stack, int flags, void* arg, ...);
 
-namespace bulkhead::runtime::native {
+namespace bulkhead::runtime {
 
 // ThreadSanitizer intercepts `clone` and takes every call for a fork: it runs its fork-child
 // bookkeeping in the child, which with CLONE_VM writes the daemon's own state, so the daemon
@@ -14,4 +14,4 @@ inline int CloneSharingMemory(int (*fn)(void*), void* stack, int flags, void* ar
   return ::__clone(fn, stack, flags, arg);
 }
 
-}  // namespace bulkhead::runtime::native
+}  // namespace bulkhead::runtime

@@ -1,5 +1,5 @@
-// The seccomp policy of native sandboxes, compiled once to BPF in the daemon so the
-// sandbox child only has to load it (no allocation after clone).
+// The seccomp policy of every sandbox's workload, compiled once to BPF in the daemon: the native tier loads
+// it in the sandbox child (no allocation after clone), the gvisor tier hands it to init.
 #pragma once
 #include <linux/filter.h>
 
@@ -7,11 +7,11 @@
 
 #include "common/result.h"
 
-namespace bulkhead::runtime::native {
+namespace bulkhead::runtime {
 
 // A deny-list over Docker's default profile: everything the kernel exposes that a coding
 // workload does not need and that has a history of privilege escalation. Other
 // architectures (i386, x32) are killed outright.
 Result<std::vector<sock_filter>> BuildSeccompFilter();
 
-}  // namespace bulkhead::runtime::native
+}  // namespace bulkhead::runtime

@@ -1,4 +1,4 @@
-#include "runtime/native/cgroup.h"
+#include "runtime/cgroup.h"
 
 #include "common/read_file.h"
 
@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mount.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <unistd.h>
@@ -20,7 +21,7 @@
 #include <linux/magic.h>
 #include <spdlog/spdlog.h>
 
-namespace bulkhead::runtime::native {
+namespace bulkhead::runtime {
 namespace {
 
 constexpr const char* kRoot = "/sys/fs/cgroup";
@@ -258,6 +259,42 @@ Result<Usage> Cgroups::Usage(const std::string& id) {
   return u;
 }
 
+Result<UniqueFd> Cgroups::OomEvents(const std::string& id, int64_t limit_bytes) {
+  const std::string dir = Paths(id)[0];
+  if (v2_) {
+    BH_TRY(WriteFile(dir + "/memory.high", std::to_string(limit_bytes)));
+    UniqueFd events(::open((dir + "/memory.events").c_str(), O_RDONLY | O_CLOEXEC));
+    if (!events) return SystemError("open " + dir + "/memory.events", errno);
+    return events;
+  }
+  BH_TRY(WriteFile(dir + "/memory.oom_control", "1"));
+  UniqueFd control(::open((dir + "/memory.oom_control").c_str(), O_RDONLY | O_CLOEXEC));
+  if (!control) return SystemError("open " + dir + "/memory.oom_control", errno);
+  UniqueFd event(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!event) return SystemError("eventfd", errno);
+  BH_TRY(WriteFile(dir + "/cgroup.event_control", std::to_string(event.get()) + " " + std::to_string(control.get())));
+  return event;
+}
+
+bool Cgroups::OutOfMemory(const std::string& id) {
+  const std::string dir = Paths(id)[0];
+  if (v2_) {
+    const std::string high = ReadFile(dir + "/memory.high");
+    return high.rfind("max", 0) != 0 && ReadInt(dir + "/memory.current") > ReadInt(dir + "/memory.high");
+  }
+  return ReadFile(dir + "/memory.oom_control").find("under_oom 1") != std::string::npos;
+}
+
+Status Cgroups::SetMemoryBytes(const std::string& id, int64_t bytes) {
+  if (v2_) return WriteFile(Paths(id)[0] + "/memory.max", std::to_string(bytes));
+  return SetV1Memory(Paths(id)[0], bytes);
+}
+
+Status Cgroups::EnableOomKiller(const std::string& id) {
+  if (v2_) return {};
+  return WriteFile(Paths(id)[0] + "/memory.oom_control", "0");
+}
+
 Status Cgroups::SetFrozen(const std::string& id, bool frozen) {
   // v1: freezer.state FROZEN/THAWED, reads FREEZING until every task stopped; v2:
   // cgroup.freeze 1/0, and cgroup.events says "frozen 1" once done.
@@ -342,4 +379,4 @@ std::vector<std::string> Cgroups::List() {
   return ids;
 }
 
-}  // namespace bulkhead::runtime::native
+}  // namespace bulkhead::runtime

@@ -1,0 +1,37 @@
+// The containment steps init takes itself where its tier's runtime starts it as an ordinary
+// container process (gvisor: runsc starts init with CAP_SYS_ADMIN, in gVisor's kernel), in
+// order:
+//   1. listen on <dir>/sock: the daemon reaches that socket from the host (runsc's
+//      --host-uds=create); it becomes fd 3 as the native tier's does (ctl::kListenFd);
+//   2. cover <dir> with a tmpfs and mount the kernel's memory, pids, cpu and cpuacct cgroups
+//      there, writable by init only; make the workload group with the sandbox's pids limit and
+//      take its cgroup.procs as fd 4 (ctl::kWorkloadCgroupFd): every command joins it, so the
+//      limit counts the sandbox's processes exactly; set the memory and CPU limits the host
+//      enforces where programs read them (SetLimits changes them all);
+//   3. show those hierarchies read-only at /sys/fs/cgroup/<controller>, as the native tier
+//      shows the sandbox's own groups, so that runtimes (JVM, Go, Node) size themselves;
+//   4. hide <dir> under an empty read-only tmpfs: no process of the sandbox reaches the socket,
+//      the writable cgroups, init's binary or the filter;
+//   5. mask /proc's kernel-facing files and make its tunables read-only (common/proc_masks.h),
+//      and remove the devices gVisor's /dev has beyond the native tier's minimal set (fuse, net/tun
+//      and the char/ links);
+//   6. drop to the sandbox's capabilities (common/sandbox_caps.h), set no_new_privs and load
+//      the tier's seccomp filter (read from <dir>/seccomp.bpf first: the native tier's policy),
+//      so that what the sandbox's code may ask of gVisor's kernel is what it may ask of the
+//      host's on native.
+#pragma once
+#include <string>
+
+#include "common/ctl_messages.h"
+#include "common/result.h"
+
+namespace bulkhead::init {
+
+// Runs the steps with the limits the daemon launched the sandbox with.
+Status SelfContain(const std::string& dir, const ctl::LimitsMessage& limits);
+
+// Sets the sandbox's limits (kLimits). Invalid when init did not contain itself: the host's
+// cgroups are the daemon's to set.
+Status SetLimits(const ctl::LimitsMessage& limits);
+
+}  // namespace bulkhead::init

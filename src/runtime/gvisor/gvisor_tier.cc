@@ -1,0 +1,353 @@
+#include "runtime/gvisor/gvisor_tier.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+#include <thread>
+
+#include "common/id_ranges.h"
+#include "common/read_file.h"
+#include "common/run_program.h"
+#include "common/scope_guard.h"
+#include "runtime/child_syscalls.h"
+#include "runtime/clone_shared.h"
+#include "runtime/gvisor/launch.h"
+#include "runtime/gvisor/oci_spec.h"
+#include "runtime/process.h"
+#include "runtime/seccomp.h"
+#include "runtime/user_namespace.h"
+
+namespace bulkhead::runtime::gvisor {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr size_t kChildStack = 64 * 1024;
+// Init binds its socket here in the control directory (oci_spec.h kSocketName names it inside).
+constexpr char kControlDir[] = "/ctl";
+// How long a booted sandbox's init may take to listen (runsc is back once init was exec'd).
+constexpr auto kInitListens = std::chrono::seconds(20);
+
+Status WriteWholeFile(const std::string& path, const void* data, size_t size, mode_t mode) {
+  const std::string temp = path + ".new";
+  UniqueFd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!fd) return SystemError("create " + temp, errno);
+  if (::write(fd.get(), data, size) != static_cast<ssize_t>(size)) return SystemError("write " + temp, errno);
+  if (::fchmod(fd.get(), mode) != 0) return SystemError("chmod " + temp, errno);
+  if (::rename(temp.c_str(), path.c_str()) != 0) return SystemError("rename " + temp, errno);
+  return {};
+}
+
+Status MakeDir(const std::string& path, mode_t mode) {
+  if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST) return SystemError("mkdir " + path, errno);
+  return {};
+}
+
+// The end of what runsc (and init, before it serves) printed.
+std::string LogTail(const std::string& path) {
+  std::string log = ReadSmallFile(path).value_or("");
+  if (log.size() > 2048) log.erase(0, log.size() - 2048);
+  while (!log.empty() && (log.back() == '\n' || log.back() == ' ')) log.pop_back();
+  return log.empty() ? "(nothing logged)" : log;
+}
+
+// Whether something listens on the unix socket at `path` yet.
+bool Listening(const std::string& path) {
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), std::min(path.size() + 1, sizeof addr.sun_path));
+  return fd && ::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+}
+
+// The mount steps and bundle mounts of a sandbox's filesystems (launch.h): the image's root,
+// idmapped from the stored ids, under the writable layer; host directories (the host image)
+// read-only, under the image's own files at the same path where it has some; volumes,
+// idmapped; the control directory.
+void PlanFilesystems(const LaunchSpec& spec, const std::string& control, LaunchPlan& plan, BundleSpec& bundle) {
+  const std::string t = kMountPoint;
+  const std::string lower = t + "/lower", root = t + "/root";
+  plan.steps.push_back({MountStep::kDir, "", lower});
+  plan.steps.push_back({MountStep::kClone, spec.rootfs.image, lower, "", false, true});
+  plan.steps.push_back({MountStep::kDir, "", root});
+  plan.steps.push_back({MountStep::kOverlay, "", root,
+                        "lowerdir=" + lower + ",upperdir=" + spec.rootfs.upper + ",workdir=" + spec.rootfs.work, true});
+  bundle.root = root;
+  plan.root = root;
+  plan.top_level_names = {"proc", "dev", "sys", "tmp"};
+  for (size_t i = 0; i < spec.rootfs.host_binds.size(); i++) {
+    const std::string& dir = spec.rootfs.host_binds[i];
+    plan.top_level_names.push_back(dir.substr(1, dir.find('/', 1) - 1));
+    std::error_code ec;
+    if (fs::is_empty(spec.rootfs.image + dir, ec) || ec) {
+      bundle.binds.push_back({dir, dir, true});
+      continue;
+    }
+    const std::string merged = t + "/host" + std::to_string(i);
+    plan.steps.push_back({MountStep::kDir, "", merged});
+    plan.steps.push_back({MountStep::kOverlay, "", merged, "lowerdir=" + lower + dir + ":" + dir});
+    bundle.binds.push_back({merged, dir, true});
+  }
+  for (size_t i = 0; i < spec.volumes.size(); i++) {
+    const VolumeBind& volume = spec.volumes[i];
+    // Below a host directory (bound read-only), or below the root.
+    LaunchPlan::MountPoint point{root, {}, true};
+    std::string rest = volume.target;
+    for (const BundleMount& bind : bundle.binds) {
+      if (bind.read_only && volume.target.rfind(bind.target + "/", 0) == 0) {
+        point = {bind.source, {}, false};
+        rest = volume.target.substr(bind.target.size());
+      }
+    }
+    std::istringstream parts(rest);
+    for (std::string name; std::getline(parts, name, '/');)
+      if (!name.empty()) point.components.push_back(name);
+    plan.volume_points.push_back(std::move(point));
+    const std::string attached = t + "/volume" + std::to_string(i);
+    plan.steps.push_back({MountStep::kDir, "", attached});
+    plan.steps.push_back({MountStep::kClone, volume.source, attached, "", !volume.read_only, true});
+    bundle.binds.push_back({attached, volume.target, volume.read_only});
+  }
+  plan.steps.push_back({MountStep::kDir, "", t + kControlDir});
+  plan.steps.push_back({MountStep::kClone, control, t + kControlDir, "", true, false});
+  bundle.control_source = t + kControlDir;
+}
+
+// The sandbox's control directory on the host, fresh for this boot: init's binary and the
+// seccomp filter (linked from the tier's copies, root's and read-only), owned by the sandbox's
+// root so that init can bind its socket there.
+Status PrepareControlDir(const std::string& tier_dir, const std::string& control, uid_t host_uid) {
+  std::error_code ec;
+  fs::remove_all(control, ec);
+  BH_TRY(MakeDir(control, 0700));
+  if (::chown(control.c_str(), host_uid, host_uid) != 0) return SystemError("chown " + control, errno);
+  for (const char* name : {kInitName, kSeccompName}) {
+    const std::string from = tier_dir + "/" + name, to = control + "/" + name;
+    if (::link(from.c_str(), to.c_str()) != 0) return SystemError("link " + to, errno);
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<std::unique_ptr<GvisorTier>> GvisorTier::Create(const std::string& tag, const std::string& state_dir,
+                                                       const std::string& init_binary, Runsc runsc) {
+  auto cgroups = Cgroups::Open(tag + "-gvisor");
+  if (!cgroups) return cgroups.error();
+  BH_TRY(MakeDir(kMountPoint, 0700));
+  const std::string dir = state_dir + "/gvisor";
+  BH_TRY(MakeDir(dir, 0700));
+  // Copies, not the build's files: linked into each sandbox's control directory, on this
+  // filesystem, and not changed under a running sandbox by a rebuild.
+  auto init = ReadSmallFile(init_binary, 64 << 20);
+  if (!init) return MakeError(ErrorCode::kUnavailable, "cannot read " + init_binary);
+  BH_TRY(WriteWholeFile(dir + "/" + kInitName, init->data(), init->size(), 0555));
+  auto filter = BuildSeccompFilter();
+  if (!filter) return filter.error();
+  BH_TRY(WriteWholeFile(dir + "/" + kSeccompName, filter->data(), filter->size() * sizeof(sock_filter), 0444));
+  const std::string runsc_root = "/run/bulkhead/gvisor-" + tag;
+  BH_TRY(MakeDir("/run/bulkhead", 0700));
+  BH_TRY(MakeDir(runsc_root, 0700));
+  return std::unique_ptr<GvisorTier>(new GvisorTier(std::move(*cgroups), dir, runsc_root, std::move(runsc)));
+}
+
+Capabilities GvisorTier::capabilities() const {
+  return {.pause = true, .filesystem_snapshot = true, .memory_snapshot = false, .idmapped_volumes = true,
+          .pooling = true, .limits_in_sandbox = true, .warm_up_exec = true};
+}
+
+std::vector<std::pair<std::string, std::string>> GvisorTier::Details() const {
+  return {{"runsc", runsc_.path}, {"runsc_version", runsc_.version}, {"runsc_origin", runsc_.origin}};
+}
+
+ctl::LimitsMessage GvisorTier::InsideLimits(const Limits& limits) {
+  ctl::LimitsMessage inside = LimitsInside(limits);
+  const int64_t carried = std::max<int64_t>(16, inside.memory_bytes / kTaskHostBytes);
+  inside.pids = static_cast<int>(std::min<int64_t>(inside.pids, carried));
+  return inside;
+}
+
+Limits GvisorTier::HostLimits(const Limits& sandbox) {
+  Limits host = sandbox;
+  // The sandbox's memory (held inside by init: init/memory_guard.h), each task's host cost
+  // beyond it, and room for the Sentry's and gofer's own.
+  const int64_t tasks_mb = InsideLimits(sandbox).pids * kTaskHostBytes >> 20;
+  host.memory_mb = sandbox.memory_mb + tasks_mb + std::max<int64_t>(64, sandbox.memory_mb / 8);
+  host.pids = sandbox.pids * 2 + 512;
+  return host;
+}
+
+std::shared_ptr<const InitDialer> GvisorTier::Dialer(const std::string& staging) const {
+  return UnixSocketDialer(staging + kControlDir + "/" + kSocketName);
+}
+
+Result<SandboxHandle> GvisorTier::Launch(const LaunchSpec& spec) {
+  const std::string control = spec.staging + kControlDir;
+  const std::string socket = control + "/" + kSocketName;
+  if (socket.size() >= sizeof(sockaddr_un::sun_path))
+    return MakeError(ErrorCode::kInternal, "socket path too long: " + socket);
+  auto stored_ids = CreateUserNamespace(spec.host_uid, kStoredIdBase);
+  if (!stored_ids) return stored_ids.error();
+  BH_TRY(cgroups_.Create(spec.id, HostLimits(spec.limits)));
+  // Whatever a failed launch made: runsc's processes (all in the cgroups) and state.
+  ScopeGuard undo([&] { (void)Destroy(spec.id, {}); });
+  auto join = cgroups_.OpenJoinFds(spec.id);
+  if (!join) return join.error();
+  BH_TRY(PrepareControlDir(dir_, control, spec.host_uid));
+
+  // runsc's state of this boot (a stopped sandbox's last boot left its own).
+  const std::string runsc_root = RunscRoot(spec.id), bundle_dir = spec.staging + "/bundle";
+  const std::string pid_file = spec.staging + "/sandbox.pid", log = spec.staging + "/runsc.log";
+  std::error_code ec;
+  for (const std::string& dir : {runsc_root, bundle_dir}) {
+    fs::remove_all(dir, ec);
+    BH_TRY(MakeDir(dir, 0700));
+  }
+  ::unlink(pid_file.c_str());
+
+  LaunchPlan plan;
+  plan.tmpfs_options = "mode=0711,size=64k";
+  BundleSpec bundle;
+  bundle.host_uid = spec.host_uid;
+  bundle.shm_bytes = (spec.limits.memory_mb / 2 + 1) << 20;
+  bundle.limits = ctl::Encode(LimitsInsideFor(spec.limits));
+  PlanFilesystems(spec, control, plan, bundle);
+  plan.root_owner = spec.host_uid;
+  const std::string config = OciConfig(bundle).dump();
+  BH_TRY(WriteWholeFile(bundle_dir + "/config.json", config.data(), config.size(), 0600));
+
+  UniqueFd log_fd(::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600));
+  if (!log_fd) return SystemError("create " + log, errno);
+  plan.log_fd = log_fd.get();
+  plan.stored_ids_fd = stored_ids->get();
+  for (const auto& fd : join->sandbox) plan.cgroup_join_fds.push_back(fd.get());
+  std::vector<std::string> args = {runsc_.path,
+                                   "--root", runsc_root,
+                                   // The sandbox's sockets are host sockets in its own network
+                                   // namespace (gvisor_tier.h).
+                                   "--network=host",
+                                   // Writes go to the writable layer, not to an overlay in memory.
+                                   "--overlay2=none",
+                                   // Init binds its control socket in the control directory.
+                                   "--host-uds=create",
+                                   // The launcher put runsc in the sandbox's cgroups.
+                                   "--ignore-cgroups",
+                                   "run", "--detach", "--bundle", bundle_dir, "--pid-file", pid_file, spec.id};
+  // BULKHEAD_RUNSC_DEBUG=DIR: runsc's debug logs (every syscall of the sandbox) go there.
+  if (const char* debug = ::getenv("BULKHEAD_RUNSC_DEBUG"); debug && *debug == '/')
+    args.insert(args.begin() + 1, {"--debug", "--strace", std::string("--debug-log=") + debug + "/" + spec.id + "/"});
+  for (auto& arg : args) plan.argv.push_back(arg.data());
+  plan.argv.push_back(nullptr);
+  std::string path_env = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+  plan.envp = {path_env.data(), nullptr};
+
+  void* stack = ::mmap(nullptr, kChildStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (stack == MAP_FAILED) return SystemError("mmap stack", errno);
+  ScopeGuard unmap([&] { ::munmap(stack, kChildStack); });
+  // Signals stay blocked while the child borrows this thread's memory; it resets them.
+  sigset_t all, old;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &old);
+  pid_t pid = CloneSharingMemory(LaunchMain, static_cast<char*>(stack) + kChildStack, CLONE_VM | CLONE_VFORK | SIGCHLD,
+                                 &plan);
+  const int clone_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (pid < 0) return SystemError("clone the gvisor launcher", clone_errno);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (plan.failed_step) {
+    if (std::strcmp(plan.failed_step, child::kRootMountPointStep) == 0) return UnbootableFiles();
+    if (plan.failed_volume >= 0)
+      return VolumeMountPointError(spec.volumes[plan.failed_volume], plan.failed_step, plan.failed_errno);
+    return SystemError(std::string("gvisor launch failed at ") + plan.failed_step, plan.failed_errno);
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return MakeError(ErrorCode::kInternal, "runsc could not start the sandbox: " + LogTail(log));
+  }
+  auto sandbox_pid = ReadSmallFile(pid_file);
+  const pid_t sentry = sandbox_pid ? static_cast<pid_t>(std::strtol(sandbox_pid->c_str(), nullptr, 10)) : 0;
+  const SandboxHandle handle = HandleOf(sentry);
+  if (!HandleAlive(handle)) return MakeError(ErrorCode::kInternal, "runsc's sandbox is gone: " + LogTail(log));
+  // runsc is back once init was exec'd; it listens a moment later.
+  const auto deadline = std::chrono::steady_clock::now() + kInitListens;
+  for (int attempt = 0; !Listening(socket); ++attempt) {
+    if (!HandleAlive(handle) || std::chrono::steady_clock::now() > deadline)
+      return MakeError(ErrorCode::kInternal, "the sandbox's init did not start: " + LogTail(log));
+    std::this_thread::sleep_for(std::chrono::microseconds(attempt < 50 ? 200 : 2000));
+  }
+  BH_TRY(memory_watch_.Watch(spec.id, HostLimits(spec.limits).memory_mb << 20));
+  undo.Dismiss();
+  return handle;
+}
+
+Result<NetworkAttachment> GvisorTier::AttachNetwork(const SandboxHandle& handle) { return NetworkOf(handle); }
+
+Status GvisorTier::SetLimits(const std::string& id, const Limits& limits) {
+  BH_TRY(cgroups_.SetLimits(id, HostLimits(limits)));
+  return memory_watch_.Watch(id, HostLimits(limits).memory_mb << 20);
+}
+
+Status GvisorTier::Reattach(const std::string& id, const Limits& limits) {
+  return memory_watch_.Watch(id, HostLimits(limits).memory_mb << 20);
+}
+
+bool GvisorTier::Alive(const SandboxHandle& handle) { return HandleAlive(handle); }
+
+std::string GvisorTier::RunscStatus(const std::string& id) const {
+  auto state = RunProgramOutput({runsc_.path, "--root", RunscRoot(id), "state", id});
+  if (!state) return "";
+  auto doc = nlohmann::json::parse(*state, nullptr, false);
+  return doc.is_object() && doc.contains("status") && doc["status"].is_string() ? doc["status"].get<std::string>() : "";
+}
+
+Status GvisorTier::SetFrozen(const std::string& id, bool frozen) {
+  auto changed = RunProgramOutput({runsc_.path, "--root", RunscRoot(id), frozen ? "pause" : "resume", id});
+  if (changed) return {};
+  // Already so (a restart re-applies what the row says), or gone.
+  if (RunscStatus(id) == (frozen ? "paused" : "running")) return {};
+  return MakeError(ErrorCode::kUnavailable, std::string("sandbox ") + id + " did not " + (frozen ? "pause" : "resume") +
+                                                ": " + changed.error().message);
+}
+
+bool GvisorTier::Frozen(const std::string& id) { return RunscStatus(id) == "paused"; }
+
+std::vector<std::string> GvisorTier::Leftovers() {
+  std::vector<std::string> names = cgroups_.List();
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(runsc_root_, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  }
+  return names;
+}
+
+void GvisorTier::Release() {
+  cgroups_.RemoveParentsIfEmpty();
+  ::rmdir(runsc_root_.c_str());  // only if empty
+}
+
+Status GvisorTier::Destroy(const std::string& id, const SandboxHandle& handle) {
+  // The Sentry first: its gofer and its stub processes end with it; the cgroup's kill catches
+  // the rest.
+  memory_watch_.Forget(id);
+  if (HandleAlive(handle)) ::kill(handle.pid, SIGKILL);
+  BH_TRY(cgroups_.Destroy(id));
+  std::error_code ec;
+  fs::remove_all(RunscRoot(id), ec);
+  if (ec) return SystemError("remove " + RunscRoot(id), ec.value());
+  return {};
+}
+
+}  // namespace bulkhead::runtime::gvisor

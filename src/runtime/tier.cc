@@ -1,0 +1,29 @@
+#include "runtime/tier.h"
+
+#include <cstring>
+
+#include "runtime/child_syscalls.h"
+
+namespace bulkhead::runtime {
+
+ctl::LimitsMessage LimitsInside(const Limits& limits) {
+  return {static_cast<int>(limits.pids), limits.memory_mb << 20, limits.cpus};
+}
+
+Error UnbootableFiles() {
+  return MakeError(ErrorCode::kConflict,
+                   "the sandbox's files cannot boot: a mount point in the sandbox root is not a directory (a symlink?)",
+                   "sandbox_files_unbootable");
+}
+
+Error VolumeMountPointError(const VolumeBind& volume, const char* failed_step, int error) {
+  if (std::strcmp(failed_step, child::kVolumeMountPointStep) == 0) {
+    return MakeError(ErrorCode::kInvalid, "volume path " + volume.target +
+                                              " cannot be a mount point in this sandbox (a symlink, a file or a "
+                                              "read-only directory is in the way): " +
+                                              std::strerror(error));
+  }
+  return SystemError("attaching volume at " + volume.target + " failed at " + failed_step, error);
+}
+
+}  // namespace bulkhead::runtime
