@@ -8,7 +8,11 @@
 # the same tree.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each phase's heading says when it started (seconds since this script did): CI's budget.
+phase() { echo "== $* [+${SECONDS}s]"; }
+phase "install"
 bash scripts/install-deps.sh
+phase "build"
 bash scripts/build.sh
 bash scripts/install-test-tools.sh
 # The sanitizer tree builds while the tests below run, at the lowest CPU priority: it takes the
@@ -18,27 +22,28 @@ sanitizer_build_log=$(mktemp /tmp/bulkhead-sanitizer-build-XXXXXX.log)
 setsid nice -n 19 bash scripts/sanitize.sh address --ci --build-only >"$sanitizer_build_log" 2>&1 &
 sanitizer_build=$!
 trap 'kill -- -"$sanitizer_build" 2>/dev/null || true' EXIT
-echo "== unit tests"
+phase "unit tests"
 (cd build && ctest --output-on-failure --timeout 300)
-echo "== integration tests"
+phase "integration tests"
 /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration
-echo "== tier matrix: the core behaviours on the gvisor tier (tests/integration/tier_matrix.txt)"
+phase "tier matrix: the core behaviours on the gvisor tier (tests/integration/tier_matrix.txt)"
 if [ ! -x /usr/local/lib/bulkhead/runsc ]; then
   echo "the gvisor tier needs the pinned runsc (scripts/install-runsc.sh)" >&2
   exit 1
 fi
 (cd tests/integration && BULKHEAD_TEST_RUNTIME=gvisor /usr/bin/python3 -m pytest -q -p no:cacheprovider \
   $(grep -v '^#' tier_matrix.txt))
-echo "== sanitizer build: waiting for it"
+phase "sanitizer build: waiting for it"
 if ! wait "$sanitizer_build"; then
   tail -n 60 "$sanitizer_build_log"
   echo "sanitizer build failed: $sanitizer_build_log" >&2
   exit 1
 fi
 rm -f "$sanitizer_build_log"
-echo "== benchmark smoke run (figures only, no assertions)"
+phase "benchmark smoke run (figures only, no assertions)"
 /usr/bin/python3 bench/startup.py --quick --build build
-echo "== sanitizers: ASan+UBSan build, CI's integration selection"
+phase "sanitizers: ASan+UBSan build, CI's integration selection"
 bash scripts/sanitize.sh address --ci
-echo "== fuzzing: each target for a bounded time"
+phase "fuzzing: each target for a bounded time"
 FUZZ_BUILD_DIR=build-asan bash scripts/fuzz.sh "${BULKHEAD_FUZZ_SECONDS:-15}"
+phase "done"
