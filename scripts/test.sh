@@ -25,7 +25,7 @@ trap 'kill -- -"$sanitizer_build" 2>/dev/null || true' EXIT
 phase "unit tests"
 (cd build && ctest --output-on-failure --timeout 300)
 phase "integration tests"
-/usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration
+/usr/bin/python3 -m pytest -q -p no:cacheprovider --durations=15 tests/integration
 phase "tier matrix: the core behaviours on the gvisor tier (tests/integration/tier_matrix.txt)"
 if [ ! -x /usr/local/lib/bulkhead/runsc ]; then
   echo "the gvisor tier needs the pinned runsc (scripts/install-runsc.sh)" >&2

@@ -28,6 +28,8 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -110,10 +112,15 @@ class Watcher {
     alignas(struct inotify_event) char buf[64 * 1024];
     pollfd fds[2] = {{inotify_.get(), POLLIN, 0}, {1, 0, 0}};  // stdout: POLLERR once the reader is gone
     while (!done_) {
-      if (::poll(fds, 2, -1) < 0) {
+      // A rename queues its IN_MOVED_FROM and IN_MOVED_TO one after the other, and a read may
+      // come between them: one left unpaired waits a moment for its other half, then counts
+      // as a move out of the tree.
+      const int ready = ::poll(fds, 2, ExpireUnpaired());
+      if (ready < 0) {
         if (errno == EINTR) continue;
         return ErrnoError(errno, "poll", root_);
       }
+      if (ready == 0) continue;
       if (fds[1].revents & (POLLERR | POLLHUP)) return {};
       if (!(fds[0].revents & POLLIN)) continue;
       ssize_t len = ::read(inotify_.get(), buf, sizeof(buf));
@@ -124,15 +131,48 @@ class Watcher {
         BH_TRY(Handle(*event));
         off += ssize_t(sizeof(struct inotify_event) + event->len);
       }
-      // A directory moved out of the tree: its watches would report under a stale name.
-      for (const auto& [cookie, old_path] : moved_from_) ForgetTree(old_path, /*remove_watches=*/true);
-      moved_from_.clear();
-      write_commits_.clear();
     }
     return {};
   }
 
  private:
+  // The directory at `path` was moved and its IN_MOVED_FROM is unpaired: it left the tree.
+  void ForgetUnpairedMove(std::string path) {  // (a copy: ForgetTree erases what it came from)
+    for (auto it = moved_from_.begin(); it != moved_from_.end(); ++it) {
+      if (it->second.path != path) continue;
+      moved_from_.erase(it);
+      ForgetTree(path, /*remove_watches=*/true);
+      return;
+    }
+  }
+
+  // Forgets the IN_MOVED_FROM halves that waited long enough for their IN_MOVED_TO; returns how
+  // long until the next of the others has (for poll: -1 when none waits).
+  int ExpireUnpaired() {
+    const auto now = Clock::now();
+    auto next = Clock::time_point::max();
+    for (auto it = moved_from_.begin(); it != moved_from_.end();) {
+      if (it->second.expires <= now) {
+        // A directory moved out of the tree: its watches would report under a stale name.
+        ForgetTree(it->second.path, /*remove_watches=*/true);
+        it = moved_from_.erase(it);
+      } else {
+        next = std::min(next, it->second.expires);
+        ++it;
+      }
+    }
+    for (auto it = write_commits_.begin(); it != write_commits_.end();) {
+      if (it->second.expires <= now) {
+        it = write_commits_.erase(it);
+      } else {
+        next = std::min(next, it->second.expires);
+        ++it;
+      }
+    }
+    if (next == Clock::time_point::max()) return -1;
+    return int(std::chrono::ceil<std::chrono::milliseconds>(next - now).count());
+  }
+
   Error WatchError(int err, const std::string& path) {
     if (err == ENOSPC) return FileError("too_large", "too many directories to watch (fs.inotify.max_user_watches)");
     return ErrnoError(err, "watch", path);
@@ -228,7 +268,12 @@ class Watcher {
     bool is_dir = (event.mask & IN_ISDIR) != 0;
     if (event.len == 0) {
       // About the watched inode itself; for a subdirectory its parent's watch reports the same.
-      if (!is_root) return {};
+      if (!is_root) {
+        // A rename queues the directory's IN_MOVE_SELF after both halves: if its IN_MOVED_FROM
+        // is still unpaired, it left the tree.
+        if (event.mask & IN_MOVE_SELF) ForgetUnpairedMove(it->second);
+        return {};
+      }
       if (event.mask & (IN_DELETE_SELF | IN_MOVE_SELF)) {
         BH_TRY(Emit(event.mask & IN_DELETE_SELF ? "remove" : "rename", root_, root_is_dir_));
         done_ = true;
@@ -241,11 +286,11 @@ class Watcher {
 
     std::string path = JoinPath(it->second, event.name);  // copied: the handlers below may change paths_
     if (!is_dir && IsWriteTemporary(event.name, path)) {
-      if (event.mask & IN_MOVED_FROM) write_commits_[event.cookie] = WriteKind(event.name);
+      if (event.mask & IN_MOVED_FROM) write_commits_[event.cookie] = {WriteKind(event.name), PairDeadline()};
       return {};
     }
     if (auto commit = write_commits_.find(event.cookie); (event.mask & IN_MOVED_TO) && commit != write_commits_.end()) {
-      const char kind = commit->second;
+      const char kind = commit->second.kind;
       write_commits_.erase(commit);
       if (kind != kWriteReplaceOwned) BH_TRY(Emit("create", path, false));
       if (kind != kWriteAsWriter) BH_TRY(Emit("chmod", path, false));
@@ -256,14 +301,14 @@ class Watcher {
       BH_TRY(Emit("create", path, is_dir));
     } else if (event.mask & IN_MOVED_FROM) {
       BH_TRY(Emit("rename", path, is_dir));
-      if (is_dir) moved_from_[event.cookie] = path;
+      if (is_dir) moved_from_[event.cookie] = {path, PairDeadline()};
     } else if (event.mask & IN_MOVED_TO) {
       auto from = moved_from_.find(event.cookie);
       if (!is_dir || !recursive_) {
         BH_TRY(Emit("rename", path, is_dir));
       } else if (from != moved_from_.end()) {
         // Moved within the tree: its watches stay, under the new name.
-        ForgetTree(from->second, /*remove_watches=*/false, path);
+        ForgetTree(from->second.path, /*remove_watches=*/false, path);
         moved_from_.erase(from);
         BH_TRY(Emit("rename", path, true));
       } else {
@@ -301,8 +346,19 @@ class Watcher {
   UniqueFd inotify_;
   int root_wd_ = -1;
   std::map<int, std::string> paths_;             // watch descriptor -> the directory's path
-  std::map<uint32_t, std::string> moved_from_;   // this batch's IN_MOVED_FROM directories, by cookie
-  std::map<uint32_t, char> write_commits_;         // this batch's renames of a write's temporary: cookie -> kind
+  using Clock = std::chrono::steady_clock;
+  // How long an IN_MOVED_FROM waits for its IN_MOVED_TO (Run).
+  static Clock::time_point PairDeadline() { return Clock::now() + std::chrono::milliseconds(20); }
+  struct MovedDirectory {
+    std::string path;
+    Clock::time_point expires;
+  };
+  struct WriteCommit {
+    char kind;
+    Clock::time_point expires;
+  };
+  std::map<uint32_t, MovedDirectory> moved_from_;  // unpaired IN_MOVED_FROM directories, by cookie
+  std::map<uint32_t, WriteCommit> write_commits_;  // unpaired renames of a write's temporary, by cookie
   bool done_ = false;
 };
 

@@ -1037,6 +1037,13 @@ TEST_F(FileOpsTest, WatchReportsEventsInNewNestedDirectories) {
   EXPECT_EQ(NextEvent(worker), Event("rename", Path("w/z"), true));
   WritePlain(Path("w/z/b/c/after"), "x");
   EXPECT_EQ(NextEvent(worker), Event("create", Path("w/z/b/c/after"), false));
+  EXPECT_EQ(NextEvent(worker), Event("write", Path("w/z/b/c/after"), false));
+  // One moved out of the tree loses them: what happens in it is not reported, at once.
+  ASSERT_EQ(::rename(Path("w/z").c_str(), Path("gone").c_str()), 0);
+  EXPECT_EQ(NextEvent(worker), Event("rename", Path("w/z"), true));
+  WritePlain(Path("gone/b/c/later"), "x");
+  WritePlain(Path("w/marker2"), "m");
+  EXPECT_EQ(NextEvent(worker), Event("create", Path("w/marker2"), false));
 
   // Closing stdout ends the watch.
   worker.CloseStdout();
