@@ -25,6 +25,21 @@
 
 namespace bulkhead::runtime::child {
 
+// A setup step failed: what and why go to the plan the parent reads once it is back
+// (CLONE_VFORK), and the child exits.
+template <typename Plan>
+[[noreturn]] void Fail(Plan* plan, const char* step) {
+  plan->failed_step = step;
+  plan->failed_errno = errno;
+  _exit(127);
+}
+
+// STEP(condition, "what it does"): Fail unless it holds (`plan` in scope).
+#define STEP(cond, name)                         \
+  do {                                           \
+    if (!(cond)) ::bulkhead::runtime::child::Fail(plan, name); \
+  } while (0)
+
 inline int Open(const char* path, int flags, mode_t mode = 0) {
   return static_cast<int>(::syscall(SYS_openat, AT_FDCWD, path, flags, mode));
 }

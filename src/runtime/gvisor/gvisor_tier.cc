@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -252,18 +251,8 @@ Result<SandboxHandle> GvisorTier::Launch(const LaunchSpec& spec) {
   std::string path_env = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
   plan.envp = {path_env.data(), nullptr};
 
-  void* stack = ::mmap(nullptr, kChildStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-  if (stack == MAP_FAILED) return SystemError("mmap stack", errno);
-  ScopeGuard unmap([&] { ::munmap(stack, kChildStack); });
-  // Signals stay blocked while the child borrows this thread's memory; it resets them.
-  sigset_t all, old;
-  sigfillset(&all);
-  ::pthread_sigmask(SIG_SETMASK, &all, &old);
-  pid_t pid = CloneSharingMemory(LaunchMain, static_cast<char*>(stack) + kChildStack, CLONE_VM | CLONE_VFORK | SIGCHLD,
-                                 &plan);
-  const int clone_errno = errno;
-  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  if (pid < 0) return SystemError("clone the gvisor launcher", clone_errno);
+  const pid_t pid = CloneOnBorrowedMemory(LaunchMain, CLONE_VM | CLONE_VFORK | SIGCHLD, &plan, kChildStack);
+  if (pid < 0) return SystemError("clone the gvisor launcher", errno);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }

@@ -10,17 +10,6 @@
 namespace bulkhead::runtime::gvisor {
 namespace {
 
-[[noreturn]] void Fail(LaunchPlan* plan, const char* step) {
-  plan->failed_step = step;
-  plan->failed_errno = errno;
-  _exit(127);
-}
-
-#define STEP(cond, name)           \
-  do {                             \
-    if (!(cond)) Fail(plan, name); \
-  } while (0)
-
 void Step(LaunchPlan* plan, const MountStep& step) {
   switch (step.kind) {
     case MountStep::kDir:
@@ -94,7 +83,7 @@ void ExecRunsc(LaunchPlan* plan) {
   STEP(::syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) == 0, "close_range");
   child::UnblockSignals();
   ::syscall(SYS_execve, plan->argv[0], plan->argv.data(), plan->envp.data());
-  Fail(plan, "exec runsc");
+  child::Fail(plan, "exec runsc");
 }
 
 }  // namespace

@@ -85,17 +85,6 @@ constexpr Link kLinks[] = {{kFd, "/proc/self/fd"}, {kStdin, "/proc/self/fd/0"},
                            {kStdout, "/proc/self/fd/1"}, {kStderr, "/proc/self/fd/2"},
                            {kPtmx, "pts/ptmx"}};
 
-[[noreturn]] void Fail(ChildPlan* plan, const char* step) {
-  plan->failed_step = step;
-  plan->failed_errno = errno;
-  _exit(127);
-}
-
-#define STEP(cond, name) \
-  do {                   \
-    if (!(cond)) Fail(plan, name); \
-  } while (0)
-
 const char* At(const ChildPlan* plan, PathIndex i) { return plan->root_paths[i].c_str(); }
 
 using child::Close;
@@ -371,7 +360,7 @@ void ExecInit(ChildPlan* plan) {
   char* argv[] = {arg0, nullptr};
   char* envp[] = {nullptr};
   ::syscall(SYS_execveat, plan->init_memfd, "", argv, envp, AT_EMPTY_PATH);
-  Fail(plan, "exec init");
+  child::Fail(plan, "exec init");
 }
 
 }  // namespace

@@ -4,7 +4,6 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -184,18 +183,9 @@ Result<SandboxHandle> NativeTier::Launch(const LaunchSpec& spec) {
   }
   plan.top_level_names = TopLevelNames(plan);
 
-  void* stack = ::mmap(nullptr, kChildStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-  if (stack == MAP_FAILED) return SystemError("mmap stack", errno);
-  ScopeGuard unmap([&] { ::munmap(stack, kChildStack); });
-  // Signals stay blocked while the child borrows this thread's memory; it resets them.
-  sigset_t all, old;
-  sigfillset(&all);
-  ::pthread_sigmask(SIG_SETMASK, &all, &old);
   int flags = CLONE_VM | CLONE_VFORK | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWIPC | SIGCHLD;
-  pid_t pid = CloneSharingMemory(ChildMain, static_cast<char*>(stack) + kChildStack, flags, &plan);
-  int clone_errno = errno;
-  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  if (pid < 0) return SystemError("clone sandbox", clone_errno);
+  pid_t pid = CloneOnBorrowedMemory(ChildMain, flags, &plan, kChildStack);
+  if (pid < 0) return SystemError("clone sandbox", errno);
   // CLONE_VFORK: we are back when the child exec'd init or gave up.
   if (plan.failed_step) {
     ::waitpid(pid, nullptr, __WALL);
