@@ -83,6 +83,12 @@ Result<std::vector<sock_filter>> BuildSeccompFilter() {
   // Only the native ABI; i386 and x32 calls kill the process (libseccomp's bad-arch action).
   if (seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS) != 0)
     return MakeError(ErrorCode::kInternal, "seccomp badarch attr");
+  // A binary search over the syscall numbers instead of a list: ~10 instructions run per call
+  // instead of ~150. It also makes gVisor's install of the filter cheap (the Sentry runs the
+  // filter once per syscall number to cache its answers: 3 ms of every gVisor sandbox's start
+  // with the list).
+  if (seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2) != 0)
+    return MakeError(ErrorCode::kInternal, "seccomp optimize attr");
   const uint32_t deny = SCMP_ACT_ERRNO(EPERM);
 
   auto add = [&](int nr, unsigned count, const scmp_arg_cmp* args) -> Status {
