@@ -287,11 +287,13 @@ class ProcessTrial(Trial):
     """Spawn argv and time until the first byte on its stdout."""
 
     def __init__(self, system: str, argv_for: Callable[[str], list[str]],
-                 cleanup_argv_for: Callable[[str], list[str]] | None = None) -> None:
+                 cleanup_argv_for: Callable[[str], list[str]] | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.system = system
         self.argv_for = argv_for
         self.cleanup_argv_for = cleanup_argv_for
-        self.name_prefix = f"bench-{system}-{os.getpid()}"
+        self.env = {**os.environ, **env} if env else None
+        self.name_prefix = f"bench-{re.sub(r'[^A-Za-z0-9_.-]+', '-', system)}-{os.getpid()}"
         self.names = itertools.count()  # next() is atomic under the GIL
 
     def measure(self, worker: Any, index: int) -> Timed:
@@ -301,7 +303,7 @@ class ProcessTrial(Trial):
             argv = self.argv_for(name)
             started = time.perf_counter()
             process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                       stderr=stderr_file)
+                                       stderr=stderr_file, env=self.env)
             try:
                 deadline = started + RUN_TIMEOUT_S
                 output = read_with_deadline(process.stdout.fileno(), deadline)
@@ -422,12 +424,27 @@ def runsc_binary() -> str:
     return PINNED_RUNSC if os.access(PINNED_RUNSC, os.X_OK) else "runsc"
 
 
-def runsc_trial(bundle: Path, platform_flags: list[str]) -> ProcessTrial:
+def runsc_trial(bundle: Path, platform_flags: list[str], system: str = "runsc",
+                env: dict[str, str] | None = None) -> ProcessTrial:
     runsc = runsc_binary()
     return ProcessTrial(
-        "runsc",
+        system,
         lambda name: [runsc, "--network=none", *platform_flags, "run", "--bundle", str(bundle), name],
-        lambda name: [runsc, "delete", "-force", name])
+        lambda name: [runsc, "delete", "-force", name],
+        env)
+
+
+def prewarmer_sidecars(build_dir: Path, workdir: Path) -> Path | None:
+    """The sidecar directory the gvisor tier gives runsc (gvisor_tier.cc, MakeSidecarDir), for
+    the runsc row's second pair: bulkhead's Sentry prewarmer and runsc itself as the Sentry."""
+    prewarmer = build_dir / "bulkhead-sentry-prewarmer"
+    if not prewarmer.is_file():
+        return None
+    sidecars = workdir / "runsc-sidecars"
+    sidecars.mkdir(exist_ok=True)
+    shutil.copy(prewarmer, sidecars / "gvisor-sentry-prewarmer")
+    (sidecars / "gvisor_sentry").symlink_to(os.path.abspath(shutil.which(runsc_binary()) or runsc_binary()))
+    return sidecars
 
 
 def measure_baseline(trial: Trial, runs: int, concurrency: int) -> list[ModeResult]:
@@ -456,7 +473,9 @@ def measure_crun(runs: int, concurrency: int, workdir: Path, notes: list[str]) -
     return [ModeResult(**fields) for fields in json.loads(child.stdout)]
 
 
-def measure_runsc(runs: int, concurrency: int, workdir: Path, notes: list[str]) -> list[ModeResult]:
+def measure_runsc(runs: int, concurrency: int, workdir: Path, build_dir: Path, notes: list[str]) -> list[ModeResult]:
+    """runsc run as installed (no sidecar binaries), then, beside it, with the same Sentry
+    prewarmer the gvisor tier gives it: the bulkhead rows' runsc starts are of the second kind."""
     bundle = workdir / "runsc-bundle"
     write_oci_bundle(bundle)
     failures = []
@@ -468,7 +487,18 @@ def measure_runsc(runs: int, concurrency: int, workdir: Path, notes: list[str]) 
             continue
         command = " ".join(trial.argv_for("<id>")).replace(str(bundle), "<bundle>")
         notes.append(f"runsc: ran with {label}: {command}")
-        return [run_sequential(trial, runs), run_concurrent(trial, concurrency)]
+        rows = [run_sequential(trial, runs), run_concurrent(trial, concurrency)]
+        sidecars = prewarmer_sidecars(build_dir, workdir)
+        system = "runsc + prewarmer"
+        if sidecars is None:
+            return rows + unavailable_rows(system, runs, concurrency, f"no bulkhead-sentry-prewarmer in {build_dir}")
+        prewarmed = runsc_trial(bundle, flags, system, {"GVISOR_SIDECAR_BINARIES_DIR": str(sidecars)})
+        error = warm_up(prewarmed)
+        if error is not None:
+            return rows + unavailable_rows(system, runs, concurrency, f"warm-up run failed: {error}")
+        notes.append("runsc + prewarmer: the same runsc with GVISOR_SIDECAR_BINARIES_DIR naming bulkhead's "
+                     "Sentry prewarmer (src/sentry_prewarmer), as the gvisor tier runs it")
+        return rows + [run_sequential(prewarmed, runs), run_concurrent(prewarmed, concurrency)]
     return unavailable_rows("runsc", runs, concurrency, "runsc cannot run here: " + "; ".join(failures))
 
 
@@ -1202,7 +1232,7 @@ def main(argv: list[str]) -> int:
             elif system == "crun":
                 system_rows = measure_crun(args.runs, args.concurrency, workdir, notes)
             else:
-                system_rows = measure_runsc(args.runs, args.concurrency, workdir, notes)
+                system_rows = measure_runsc(args.runs, args.concurrency, workdir, Path(args.build), notes)
             rows.extend(system_rows)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -32,14 +32,18 @@ std::string Fnv1aHex(const std::string& s) {
   return buf;
 }
 
-std::string InitBinaryPath() {
+// One of bulkhead's own programs (bulkhead-init, bulkhead-sentry-prewarmer): next to this
+// binary, else where a package installs it.
+std::string HelperBinaryPath(const std::string& name) {
   std::error_code ec;
   fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  for (const fs::path& p : {self.parent_path() / "bulkhead-init", fs::path("/usr/local/lib/bulkhead/bulkhead-init"),
-                            fs::path("/usr/lib/bulkhead/bulkhead-init")})
+  for (const fs::path& p : {self.parent_path() / name, fs::path("/usr/local/lib/bulkhead") / name,
+                            fs::path("/usr/lib/bulkhead") / name})
     if (fs::exists(p, ec)) return p.string();
-  return (self.parent_path() / "bulkhead-init").string();
+  return (self.parent_path() / name).string();
 }
+
+std::string InitBinaryPath() { return HelperBinaryPath("bulkhead-init"); }
 
 // What every command in a sandbox with egress gets, so that programs that honour proxy
 // settings use the explicit proxy (the rest is redirected to it anyway).
@@ -97,7 +101,8 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::Open(const DaemonConfig&
   tiers.Add(std::move(*native));
   // gvisor where runsc is installed and runs here; otherwise create answers why not.
   auto runsc = runtime::gvisor::FindRunsc(config.runsc);
-  auto gvisor = runsc ? runtime::gvisor::GvisorTier::Create(tag, config.state_dir, InitBinaryPath(), *runsc)
+  auto gvisor = runsc ? runtime::gvisor::GvisorTier::Create(tag, config.state_dir, InitBinaryPath(),
+                                                                 HelperBinaryPath("bulkhead-sentry-prewarmer"), *runsc)
                       : Result<std::unique_ptr<runtime::gvisor::GvisorTier>>(runsc.error());
   if (gvisor) {
     spdlog::info("gvisor runtime: {} ({}, {})", runsc->path, runsc->version, runsc->origin);

@@ -16,6 +16,8 @@
 #include <sstream>
 #include <thread>
 
+#include <spdlog/spdlog.h>
+
 #include "common/id_ranges.h"
 #include "common/read_file.h"
 #include "common/run_program.h"
@@ -70,11 +72,15 @@ bool Listening(const std::string& path) {
   return fd && ::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
 }
 
+// Where the launcher attaches the tier's sidecar directory (MakeSidecarDir) for runsc.
+constexpr char kSidecarsMount[] = "/sidecars";
+
 // The mount steps and bundle mounts of a sandbox's filesystems (launch.h): the image's root,
 // idmapped from the stored ids, under the writable layer; host directories (the host image)
 // read-only, under the image's own files at the same path where it has some; volumes,
-// idmapped; the control directory.
-void PlanFilesystems(const LaunchSpec& spec, const std::string& control, LaunchPlan& plan, BundleSpec& bundle) {
+// idmapped; the control directory; runsc's sidecars, where there are some.
+void PlanFilesystems(const LaunchSpec& spec, const std::string& control, const std::string& sidecars,
+                     LaunchPlan& plan, BundleSpec& bundle) {
   const std::string t = kMountPoint;
   const std::string lower = t + "/lower", root = t + "/root";
   plan.steps.push_back({MountStep::kDir, "", lower});
@@ -121,6 +127,10 @@ void PlanFilesystems(const LaunchSpec& spec, const std::string& control, LaunchP
   plan.steps.push_back({MountStep::kDir, "", t + kControlDir});
   plan.steps.push_back({MountStep::kClone, control, t + kControlDir, "", true, false});
   bundle.control_source = t + kControlDir;
+  if (!sidecars.empty()) {
+    plan.steps.push_back({MountStep::kDir, "", t + kSidecarsMount});
+    plan.steps.push_back({MountStep::kClone, sidecars, t + kSidecarsMount, "", false, false});
+  }
 }
 
 // The sandbox's control directory on the host, fresh for this boot: init's binary and the
@@ -138,10 +148,51 @@ Status PrepareControlDir(const std::string& tier_dir, const std::string& control
   return {};
 }
 
+// Whether a user other than root may run `path`: every directory above it searchable by
+// others, and the file executable by them.
+bool OthersMayRun(const std::string& path) {
+  for (fs::path p = path; !p.empty() && p != p.root_path(); p = p.parent_path()) {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) != 0 || !(st.st_mode & S_IXOTH)) return false;
+  }
+  return true;
+}
+
+// The sidecar binaries runsc looks for (in GVISOR_SIDECAR_BINARIES_DIR, which the launcher
+// attaches for it): bulkhead's Sentry prewarmer (src/sentry_prewarmer says why it saves ~15 ms
+// per start) and, as runsc needs beside it, the Sentry's binary, which is runsc itself. Both
+// are run as the sandbox's unprivileged host uid, so the directory is searchable by others (it
+// is reachable only through the launcher's mount: the state directory above it is root's) and
+// runsc must be runnable by others where it is. Else there is no directory (""), and runsc
+// boots its Sentry the slower way; `why_not` says why.
+Result<std::string> MakeSidecarDir(const std::string& tier_dir, const std::string& prewarmer_binary,
+                                   const std::string& runsc, std::string& why_not) {
+  const std::string dir = tier_dir + "/runsc-sidecars";
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  auto prewarmer = ReadSmallFile(prewarmer_binary, 16 << 20);
+  if (!prewarmer) {
+    why_not = "cannot read " + prewarmer_binary;
+    return std::string();
+  }
+  if (!OthersMayRun(runsc)) {
+    why_not = "users other than root may not run " + runsc;
+    return std::string();
+  }
+  BH_TRY(MakeDir(dir, 0700));
+  if (::chmod(dir.c_str(), 0711) != 0) return SystemError("chmod " + dir, errno);
+  // A copy, as of init: a rebuild does not change it under a starting sandbox.
+  BH_TRY(WriteWholeFile(dir + "/gvisor-sentry-prewarmer", prewarmer->data(), prewarmer->size(), 0555));
+  const std::string sentry = dir + "/gvisor_sentry";
+  if (::symlink(runsc.c_str(), sentry.c_str()) != 0) return SystemError("symlink " + sentry, errno);
+  return dir;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<GvisorTier>> GvisorTier::Create(const std::string& tag, const std::string& state_dir,
-                                                       const std::string& init_binary, Runsc runsc) {
+                                                       const std::string& init_binary,
+                                                       const std::string& prewarmer_binary, Runsc runsc) {
   auto cgroups = Cgroups::Open(tag + "-gvisor");
   if (!cgroups) return cgroups.error();
   BH_TRY(MakeDir(kMountPoint, 0700));
@@ -158,7 +209,12 @@ Result<std::unique_ptr<GvisorTier>> GvisorTier::Create(const std::string& tag, c
   const std::string runsc_root = "/run/bulkhead/gvisor-" + tag;
   BH_TRY(MakeDir("/run/bulkhead", 0700));
   BH_TRY(MakeDir(runsc_root, 0700));
-  return std::unique_ptr<GvisorTier>(new GvisorTier(std::move(*cgroups), dir, runsc_root, std::move(runsc)));
+  std::string why_not;
+  auto sidecars = MakeSidecarDir(dir, prewarmer_binary, runsc.path, why_not);
+  if (!sidecars) return sidecars.error();
+  if (sidecars->empty()) spdlog::warn("gvisor runtime: no Sentry prewarmer ({}): each sandbox starts ~15 ms slower", why_not);
+  return std::unique_ptr<GvisorTier>(
+      new GvisorTier(std::move(*cgroups), dir, runsc_root, std::move(*sidecars), std::move(runsc)));
 }
 
 Capabilities GvisorTier::capabilities() const {
@@ -167,7 +223,10 @@ Capabilities GvisorTier::capabilities() const {
 }
 
 std::vector<std::pair<std::string, std::string>> GvisorTier::Details() const {
-  return {{"runsc", runsc_.path}, {"runsc_version", runsc_.version}, {"runsc_origin", runsc_.origin}};
+  return {{"runsc", runsc_.path},
+          {"runsc_version", runsc_.version},
+          {"runsc_origin", runsc_.origin},
+          {"runsc_sentry_prewarmer", sidecar_dir_.empty() ? "none" : sidecar_dir_ + "/gvisor-sentry-prewarmer"}};
 }
 
 ctl::LimitsMessage GvisorTier::InsideLimits(const Limits& limits) {
@@ -221,7 +280,7 @@ Result<SandboxHandle> GvisorTier::Launch(const LaunchSpec& spec) {
   bundle.host_uid = spec.host_uid;
   bundle.shm_bytes = (spec.limits.memory_mb / 2 + 1) << 20;
   bundle.limits = ctl::Encode(LimitsInsideFor(spec.limits));
-  PlanFilesystems(spec, control, plan, bundle);
+  PlanFilesystems(spec, control, sidecar_dir_, plan, bundle);
   plan.root_owner = spec.host_uid;
   const std::string config = OciConfig(bundle).dump();
   BH_TRY(WriteWholeFile(bundle_dir + "/config.json", config.data(), config.size(), 0600));
@@ -249,7 +308,10 @@ Result<SandboxHandle> GvisorTier::Launch(const LaunchSpec& spec) {
   for (auto& arg : args) plan.argv.push_back(arg.data());
   plan.argv.push_back(nullptr);
   std::string path_env = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-  plan.envp = {path_env.data(), nullptr};
+  std::string sidecar_env = std::string("GVISOR_SIDECAR_BINARIES_DIR=") + kMountPoint + kSidecarsMount;
+  plan.envp = {path_env.data()};
+  if (!sidecar_dir_.empty()) plan.envp.push_back(sidecar_env.data());
+  plan.envp.push_back(nullptr);
 
   const pid_t pid = CloneOnBorrowedMemory(LaunchMain, CLONE_VM | CLONE_VFORK | SIGCHLD, &plan, kChildStack);
   if (pid < 0) return SystemError("clone the gvisor launcher", errno);

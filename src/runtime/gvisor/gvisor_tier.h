@@ -42,9 +42,12 @@ namespace bulkhead::runtime::gvisor {
 class GvisorTier : public Tier {
  public:
   // `tag` names this daemon's cgroup parent; `state_dir` is the daemon's (the tier keeps its
-  // copy of init and the seccomp filter in <state>/gvisor); `runsc` from FindRunsc.
+  // copy of init and the seccomp filter in <state>/gvisor, and runsc's sidecar binaries in
+  // <state>/gvisor/runsc-sidecars); `runsc` from FindRunsc. Without `prewarmer_binary`
+  // (bulkhead-sentry-prewarmer) sandboxes still start, more slowly.
   static Result<std::unique_ptr<GvisorTier>> Create(const std::string& tag, const std::string& state_dir,
-                                                    const std::string& init_binary, Runsc runsc);
+                                                    const std::string& init_binary,
+                                                    const std::string& prewarmer_binary, Runsc runsc);
 
   const std::string& name() const override { return name_; }
   Capabilities capabilities() const override;
@@ -81,8 +84,12 @@ class GvisorTier : public Tier {
   static Limits HostLimits(const Limits& sandbox);
 
  private:
-  GvisorTier(Cgroups cgroups, std::string dir, std::string runsc_root, Runsc runsc)
-      : cgroups_(std::move(cgroups)), dir_(std::move(dir)), runsc_root_(std::move(runsc_root)), runsc_(std::move(runsc)) {}
+  GvisorTier(Cgroups cgroups, std::string dir, std::string runsc_root, std::string sidecar_dir, Runsc runsc)
+      : cgroups_(std::move(cgroups)),
+        dir_(std::move(dir)),
+        runsc_root_(std::move(runsc_root)),
+        sidecar_dir_(std::move(sidecar_dir)),
+        runsc_(std::move(runsc)) {}
 
   // runsc's state of the sandbox (its --root): one directory per sandbox, as short a path as
   // its control socket there needs.
@@ -95,6 +102,7 @@ class GvisorTier : public Tier {
   MemoryWatch memory_watch_{cgroups_};  // the host's OOM killer would end the whole sandbox
   std::string dir_;  // <state>/gvisor: init's binary and the seccomp filter, linked into each sandbox
   std::string runsc_root_;  // /run/bulkhead/gvisor-<tag>
+  std::string sidecar_dir_;  // runsc's GVISOR_SIDECAR_BINARIES_DIR, or "" (MakeSidecarDir)
   Runsc runsc_;
 };
 
