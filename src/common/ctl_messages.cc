@@ -346,6 +346,93 @@ Result<LimitsMessage> DecodeLimits(std::string_view text) {
   return m;
 }
 
+namespace {
+
+constexpr char kHexDigits[] = "0123456789abcdef";
+
+bool IsShareTag(const std::string& tag) {
+  if (tag.empty() || tag.size() > 36) return false;
+  for (char c : tag)
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
+  return true;
+}
+
+bool IsCleanAbsolutePath(const std::string& path) {
+  if (path.empty() || path[0] != '/' || path.size() > 4096 || HasNul(path)) return false;
+  size_t start = 1;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string::npos) end = path.size();
+    const std::string_view part(path.data() + start, end - start);
+    if (part == "." || part == "..") return false;
+    start = end + 1;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string EncodeGuestBootArg(const GuestBootMessage& m) {
+  json volumes = json::array();
+  for (const GuestVolume& v : m.volumes)
+    volumes.push_back({{"tag", v.tag}, {"target", v.target}, {"read_only", v.read_only}});
+  const std::string text = Dump({{"limits", json::parse(Encode(m.limits))},
+                                 {"vsock_port", m.vsock_port},
+                                 {"volumes", volumes}});
+  std::string hex;
+  hex.reserve(text.size() * 2);
+  for (unsigned char c : text) {
+    hex.push_back(kHexDigits[c >> 4]);
+    hex.push_back(kHexDigits[c & 15]);
+  }
+  return hex;
+}
+
+Result<GuestBootMessage> DecodeGuestBootArg(std::string_view hex) {
+  if (hex.size() % 2 != 0 || hex.size() > 2 * 65536) return Invalid("the guest boot argument is not hex");
+  std::string text;
+  for (size_t i = 0; i < hex.size(); i += 2) {
+    auto nibble = [](char c) -> int {
+      if (c >= '0' && c <= '9') return c - '0';
+      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+      return -1;
+    };
+    const int high = nibble(hex[i]), low = nibble(hex[i + 1]);
+    if (high < 0 || low < 0) return Invalid("the guest boot argument is not hex");
+    text.push_back(static_cast<char>(high << 4 | low));
+  }
+  auto parsed = ParseObject(text, "the guest boot argument");
+  if (!parsed) return parsed.error();
+  GuestBootMessage m;
+  const json* limits = Field(*parsed, "limits");
+  if (!limits) return Invalid("the guest boot argument has no limits");
+  auto decoded = DecodeLimits(limits->dump());
+  if (!decoded) return decoded.error();
+  m.limits = *decoded;
+  uint64_t port = 0;
+  BH_TRY(ReadUnsigned(*parsed, "vsock_port", port));
+  if (port == 0 || port >= 0xffffffffu) return Invalid("vsock_port must be 1 .. 4294967294");
+  m.vsock_port = static_cast<uint32_t>(port);
+  if (const json* volumes = Field(*parsed, "volumes")) {
+    if (!volumes->is_array() || volumes->size() > kMaxGuestVolumes)
+      return Invalid("volumes must be an array of at most " + std::to_string(kMaxGuestVolumes));
+    for (const json& v : *volumes) {
+      if (!v.is_object()) return Invalid("a volume must be an object");
+      GuestVolume volume;
+      const json* tag = Field(v, "tag");
+      const json* target = Field(v, "target");
+      if (!tag || !tag->is_string() || !IsShareTag(volume.tag = tag->get<std::string>()))
+        return Invalid("a volume's tag must be 1-36 of [a-z0-9-]");
+      if (!target || !target->is_string() || !IsCleanAbsolutePath(volume.target = target->get<std::string>()) ||
+          volume.target == "/")
+        return Invalid("a volume's target must be an absolute path below / without . or ..");
+      BH_TRY(ReadBool(v, "read_only", volume.read_only));
+      m.volumes.push_back(std::move(volume));
+    }
+  }
+  return m;
+}
+
 // ---- init -> daemon
 
 std::string Encode(const ReclaimedMessage& m) {

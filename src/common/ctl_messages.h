@@ -116,6 +116,21 @@ struct LimitsMessage {
   double cpus = 1;           // 0.01 .. 4096
 };
 
+// How the microvm tier boots a guest's init (`init --guest ARG`, ARG the hex of this JSON after
+// the kernel command line's "--": the command line splits on spaces and strips quotes): the
+// sandbox's limits, the vsock port init listens on, and each volume's virtio-fs share.
+struct GuestVolume {
+  std::string tag;     // the share's tag: 1-36 of [a-z0-9-]
+  std::string target;  // an absolute path in the sandbox, without "." or ".." components
+  bool read_only = false;
+};
+struct GuestBootMessage {
+  LimitsMessage limits;
+  uint32_t vsock_port = 0;  // 1 .. 0xfffffffe
+  std::vector<GuestVolume> volumes;
+};
+inline constexpr size_t kMaxGuestVolumes = 64;
+
 // kResult of kReclaim: the process init killed, if any.
 struct ReclaimedMessage {
   std::optional<int> killed;
@@ -147,6 +162,8 @@ Result<PtySize> DecodePtySize(std::string_view text);
 Result<SudoUsersMessage> DecodeSudoUsers(std::string_view text);
 Result<SignalMessage> DecodeSignal(std::string_view text);
 Result<LimitsMessage> DecodeLimits(std::string_view text);
+std::string EncodeGuestBootArg(const GuestBootMessage& m);  // hex
+Result<GuestBootMessage> DecodeGuestBootArg(std::string_view hex);
 Result<ReclaimedMessage> DecodeReclaimed(std::string_view text);
 Result<StreamOffsets> DecodeStreamOffsets(std::string_view text);
 Result<StartedMessage> DecodeStarted(std::string_view text);

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/ctl_protocol.h"
+#include "init/guest_boot.h"
 #include "init/memory_guard.h"
 #include "init/poller.h"
 #include "init/process_table.h"
@@ -290,8 +291,14 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "bulkhead-init: %s\n", contained.error().message.c_str());
       return 1;
     }
+  } else if (argc == 3 && std::string_view(argv[1]) == "--guest") {
+    // The microvm tier's guest: init builds the sandbox's world itself (guest_boot.h).
+    if (bulkhead::Status booted = bulkhead::init::GuestBoot(argv[2]); !booted.ok()) {
+      std::fprintf(stderr, "bulkhead-init: guest boot: %s\n", booted.error().message.c_str());
+      return 1;
+    }
   } else if (argc != 1) {
-    std::fprintf(stderr, "usage: bulkhead-init [--self-contain DIR --limits JSON]\n");
+    std::fprintf(stderr, "usage: bulkhead-init [--self-contain DIR --limits JSON | --guest ARG]\n");
     return 2;
   }
   bulkhead::init::Init init;

@@ -24,6 +24,7 @@
 #include "common/sandbox_caps.h"
 #include "common/unique_fd.h"
 #include "init/memory_guard.h"
+#include "init/mount_steps.h"
 
 namespace bulkhead::init {
 namespace {
@@ -39,6 +40,9 @@ struct Groups {
   UniqueFd memory;    // the memory hierarchy's root: the sandbox's limit as programs read it
   UniqueFd cpu;       // the cpu hierarchy's root: its quota
   UniqueFd pids;      // the pids hierarchy's sandbox group: its limit, over every command's
+  // A guest kernel of the sandbox's own (microvm): its memory and CPUs are the VM's size and
+  // the host's cgroup around the VMM; a real kernel refuses limits on its root groups anyway.
+  bool whole_kernel = false;
 } groups;
 
 // Puts `fd` at number `at` (not close-on-exec: main.cc sets that as for the native tier's).
@@ -70,17 +74,6 @@ Status WriteKnob(int dir, const char* name, const std::string& value) {
   return {};
 }
 
-Status Mount(const std::string& source, const std::string& target, const char* type, unsigned long flags,
-             const char* data) {
-  if (::mount(source.c_str(), target.c_str(), type, flags, data) != 0) return SystemError("mount " + target, errno);
-  return {};
-}
-
-Status MakeDir(const std::string& path, mode_t mode) {
-  if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST) return SystemError("mkdir " + path, errno);
-  return {};
-}
-
 Result<UniqueFd> OpenDir(const std::string& path) {
   UniqueFd dir(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!dir) return SystemError("open " + path, errno);
@@ -89,7 +82,7 @@ Result<UniqueFd> OpenDir(const std::string& path) {
 
 // Steps 2 and 3: the hierarchies under <dir> (covered by a tmpfs of init's), the workload
 // group, the limits, and the read-only view at /sys/fs/cgroup.
-Status MakeGroups(const std::string& dir, const ctl::LimitsMessage& limits) {
+Status MakeGroups(const std::string& dir, const ctl::LimitsMessage& limits, bool whole_kernel) {
   BH_TRY(Mount("tmpfs", dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0700"));
   for (const char* controller : kControllers) {
     const std::string path = dir + "/" + controller;
@@ -111,7 +104,7 @@ Status MakeGroups(const std::string& dir, const ctl::LimitsMessage& limits) {
   if (!cpu) return cpu.error();
   auto pids = OpenDir(sandbox);
   if (!pids) return pids.error();
-  groups = {std::move(*memory), std::move(*cpu), std::move(*pids)};
+  groups = {std::move(*memory), std::move(*cpu), std::move(*pids), whole_kernel};
   BH_TRY(SetLimits(limits));
 
   BH_TRY(Mount("tmpfs", kCgroupView, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0755"));
@@ -167,17 +160,6 @@ void TrimDev() {
   }
 }
 
-// The tier's seccomp filter, compiled BPF (runtime/seccomp.h).
-Result<std::vector<sock_filter>> ReadFilter(const std::string& path) {
-  auto filter = ReadSmallFile(path);
-  if (!filter || filter->empty() || filter->size() % sizeof(sock_filter) != 0 ||
-      filter->size() / sizeof(sock_filter) > BPF_MAXINSNS)
-    return MakeError(ErrorCode::kInternal, "no seccomp filter at " + path);
-  std::vector<sock_filter> program(filter->size() / sizeof(sock_filter));
-  std::memcpy(program.data(), filter->data(), filter->size());
-  return program;
-}
-
 Status DropPrivileges(std::vector<sock_filter>& program) {
   const uint64_t keep = SandboxCapMask();
   // init alone keeps CAP_SYS_RESOURCE, to raise the RLIMIT_NPROC it passes on (SetLimits):
@@ -201,16 +183,31 @@ Status DropPrivileges(std::vector<sock_filter>& program) {
 
 }  // namespace
 
+Result<std::vector<sock_filter>> ReadFilter(const std::string& path) {
+  auto filter = ReadSmallFile(path);
+  if (!filter || filter->empty() || filter->size() % sizeof(sock_filter) != 0 ||
+      filter->size() / sizeof(sock_filter) > BPF_MAXINSNS)
+    return MakeError(ErrorCode::kInternal, "no seccomp filter at " + path);
+  std::vector<sock_filter> program(filter->size() / sizeof(sock_filter));
+  std::memcpy(program.data(), filter->data(), filter->size());
+  return program;
+}
+
 Status SelfContain(const std::string& dir, const ctl::LimitsMessage& limits) {
   // Read before the directory is covered; loaded last.
   auto filter = ReadFilter(dir + "/seccomp.bpf");
   if (!filter) return filter.error();
   BH_TRY(Listen(dir + "/sock"));
-  BH_TRY(MakeGroups(dir, limits));
+  return ContainListening(dir, limits, std::move(*filter), /*whole_kernel=*/false);
+}
+
+Status ContainListening(const std::string& dir, const ctl::LimitsMessage& limits, std::vector<sock_filter> filter,
+                        bool whole_kernel) {
+  BH_TRY(MakeGroups(dir, limits, whole_kernel));
   BH_TRY(Hide(dir));
   BH_TRY(MaskProc());
   TrimDev();
-  return DropPrivileges(*filter);
+  return DropPrivileges(filter);
 }
 
 Status SetLimits(const ctl::LimitsMessage& limits) {
@@ -222,6 +219,7 @@ Status SetLimits(const ctl::LimitsMessage& limits) {
   // starts from now on inherits it (as the native tier's get the sandbox's pids).
   const struct rlimit nproc = {static_cast<rlim_t>(limits.pids), static_cast<rlim_t>(limits.pids)};
   if (::setrlimit(RLIMIT_NPROC, &nproc) != 0) return SystemError("set RLIMIT_NPROC", errno);
+  if (groups.whole_kernel) return {};
   BH_TRY(WriteKnob(groups.memory.get(), "memory.limit_in_bytes", std::to_string(limits.memory_bytes)));
   SetGuardedMemory(limits.memory_bytes);  // (gVisor's memory.limit_in_bytes is only shown)
   BH_TRY(WriteKnob(groups.cpu.get(), "cpu.cfs_period_us", std::to_string(kPeriodUs)));

@@ -20,7 +20,10 @@
 //      so that what the sandbox's code may ask of gVisor's kernel is what it may ask of the
 //      host's on native.
 #pragma once
+#include <linux/filter.h>
+
 #include <string>
+#include <vector>
 
 #include "common/ctl_messages.h"
 #include "common/result.h"
@@ -29,6 +32,16 @@ namespace bulkhead::init {
 
 // Runs the steps with the limits the daemon launched the sandbox with.
 Status SelfContain(const std::string& dir, const ctl::LimitsMessage& limits);
+
+// Steps 2 to 6, where init listens already (at ctl::kListenFd) and read the filter itself:
+// the microvm tier's guest (guest_boot.h), whose init listens on vsock. With `whole_kernel`
+// (a guest kernel of the sandbox's own) init holds only the pids limit: the sandbox's memory
+// and CPUs are the VM's.
+Status ContainListening(const std::string& dir, const ctl::LimitsMessage& limits, std::vector<sock_filter> filter,
+                        bool whole_kernel);
+
+// The tier's seccomp filter, compiled BPF (runtime/seccomp.h), from `path`.
+Result<std::vector<sock_filter>> ReadFilter(const std::string& path);
 
 // Sets the sandbox's limits (kLimits). Invalid when init did not contain itself: the host's
 // cgroups are the daemon's to set.

@@ -155,5 +155,55 @@ TEST(CtlMessages, SudoUsersAndSignalsAreBounded) {
   EXPECT_FALSE(DecodeSignal(R"({"signal":0})").ok());
 }
 
+// The hex of a JSON text (what EncodeGuestBootArg carries), to build hostile arguments.
+std::string Hex(const std::string& text) {
+  static const char* digits = "0123456789abcdef";
+  std::string hex;
+  for (unsigned char c : text) hex += {digits[c >> 4], digits[c & 15]};
+  return hex;
+}
+
+TEST(CtlMessages, TheGuestBootArgumentRoundTripsAsHexTheKernelCommandLineKeepsWhole) {
+  GuestBootMessage m;
+  m.limits = {64, 256 << 20, 1.5};
+  m.vsock_port = 1024;
+  m.volumes = {{"vol0", "/data", false}, {"vol1", "/opt/ro dir", true}};
+  const std::string arg = EncodeGuestBootArg(m);
+  EXPECT_EQ(arg.find_first_not_of("0123456789abcdef"), std::string::npos);
+  auto back = DecodeGuestBootArg(arg);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->limits.pids, 64);
+  EXPECT_EQ(back->limits.memory_bytes, 256 << 20);
+  EXPECT_DOUBLE_EQ(back->limits.cpus, 1.5);
+  EXPECT_EQ(back->vsock_port, 1024u);
+  ASSERT_EQ(back->volumes.size(), 2u);
+  EXPECT_EQ(back->volumes[1].tag, "vol1");
+  EXPECT_EQ(back->volumes[1].target, "/opt/ro dir");
+  EXPECT_TRUE(back->volumes[1].read_only);
+  EXPECT_FALSE(back->volumes[0].read_only);
+}
+
+TEST(CtlMessages, AHostileGuestBootArgumentIsRefused) {
+  const std::string limits = R"("limits":{"pids":4,"memory_bytes":1048576,"cpus":1})";
+  auto with = [&](const std::string& rest) { return Hex("{" + limits + "," + rest + "}"); };
+  EXPECT_TRUE(DecodeGuestBootArg(with(R"("vsock_port":9)")).ok());
+  for (const std::string& bad : {
+           std::string("zz"), std::string("abc"), Hex("[]"), Hex(R"({"vsock_port":9})"),
+           with(R"("vsock_port":0)"), with(R"("vsock_port":4294967295)"), with(R"("vsock_port":-1)"),
+           with(R"("vsock_port":9,"volumes":[{"tag":"Vol","target":"/d"}])"),
+           with(R"("vsock_port":9,"volumes":[{"tag":"","target":"/d"}])"),
+           with(R"("vsock_port":9,"volumes":[{"tag":"v","target":"d"}])"),
+           with(R"("vsock_port":9,"volumes":[{"tag":"v","target":"/"}])"),
+           with(R"("vsock_port":9,"volumes":[{"tag":"v","target":"/a/../etc"}])"),
+           with(R"("vsock_port":9,"volumes":[{"tag":"v","target":"/a/./b"}])"),
+           with(R"("vsock_port":9,"volumes":[{"tag":"v","target":"/a","read_only":"yes"}])"),
+           with(R"("vsock_port":9,"volumes":{"tag":"v"})"),
+       })
+    EXPECT_FALSE(DecodeGuestBootArg(bad).ok()) << bad;
+  std::string many = R"("vsock_port":9,"volumes":[)";
+  for (size_t i = 0; i <= kMaxGuestVolumes; i++) many += std::string(i ? "," : "") + R"({"tag":"v","target":"/d"})";
+  EXPECT_FALSE(DecodeGuestBootArg(with(many + "]")).ok());
+}
+
 }  // namespace
 }  // namespace bulkhead::ctl

@@ -1,0 +1,176 @@
+#include "init/guest_boot.h"
+
+#include <fcntl.h>
+#include <linux/vm_sockets.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+
+#include "common/ctl_messages.h"
+#include "common/ctl_protocol.h"
+#include "common/read_file.h"
+#include "common/unique_fd.h"
+#include "init/mount_steps.h"
+#include "init/self_contain.h"
+
+namespace bulkhead::init {
+namespace {
+
+constexpr char kNewRoot[] = "/newroot";
+constexpr char kRootTag[] = "root";
+// Where the initramfs holds the kernel modules and their load order, and the seccomp filter.
+constexpr char kModules[] = "/modules";
+constexpr char kInitramfsFilter[] = "/seccomp.bpf";
+// The control directory below the sandbox's /dev, as the gvisor tier's (hidden by SelfContain).
+constexpr char kControlDir[] = "/dev/.bulkhead";
+
+// Step 1.
+Status LoadModules() {
+  auto order = ReadSmallFile(std::string(kModules) + "/order");
+  if (!order) return {};  // a kernel with the drivers built in
+  std::istringstream names(*order);
+  for (std::string name; std::getline(names, name);) {
+    if (name.empty()) continue;
+    const std::string path = std::string(kModules) + "/" + name;
+    UniqueFd module(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!module) return SystemError("open " + path, errno);
+    if (::syscall(SYS_finit_module, module.get(), "", 0) != 0 && errno != EEXIST)
+      return SystemError("load module " + name, errno);
+  }
+  return {};
+}
+
+// Makes each missing directory of `path` (absolute, clean: ctl::DecodeGuestBootArg) below
+// `root`, refusing to follow a symlink the sandbox's files hold on the way.
+Status MakeMountPoint(const std::string& root, const std::string& path) {
+  UniqueFd dir(::open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!dir) return SystemError("open " + root, errno);
+  std::istringstream parts(path);
+  for (std::string name; std::getline(parts, name, '/');) {
+    if (name.empty()) continue;
+    if (::mkdirat(dir.get(), name.c_str(), 0755) != 0 && errno != EEXIST)
+      return SystemError("mkdir " + path, errno);
+    UniqueFd next(::openat(dir.get(), name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!next) return SystemError("volume mount point " + path + " is not a directory", errno);
+    dir = std::move(next);
+  }
+  return {};
+}
+
+// Step 2.
+Status MountFiles(const ctl::GuestBootMessage& boot) {
+  BH_TRY(MakeDir(kNewRoot, 0755));
+  BH_TRY(Mount(kRootTag, kNewRoot, "virtiofs", MS_NOSUID, nullptr));
+  for (const ctl::GuestVolume& volume : boot.volumes) {
+    BH_TRY(MakeMountPoint(kNewRoot, volume.target));
+    const std::string target = kNewRoot + volume.target;
+    BH_TRY(Mount(volume.tag, target, "virtiofs", MS_NOSUID | MS_NODEV | (volume.read_only ? MS_RDONLY : 0), nullptr));
+  }
+  return {};
+}
+
+struct Device {
+  const char* name;
+  unsigned major, minor;
+};
+constexpr Device kDevices[] = {{"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7},
+                               {"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0}};
+struct Link {
+  const char* name;
+  const char* target;
+};
+constexpr Link kLinks[] = {{"fd", "/proc/self/fd"}, {"stdin", "/proc/self/fd/0"}, {"stdout", "/proc/self/fd/1"},
+                           {"stderr", "/proc/self/fd/2"}, {"ptmx", "pts/ptmx"}};
+
+// Step 3: what the native tier's launcher mounts (runtime/native/contain.cc).
+Status MountSystem(const ctl::GuestBootMessage& boot) {
+  const std::string root = kNewRoot;
+  BH_TRY(MakeDir(root + "/proc", 0555));
+  BH_TRY(Mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr));
+  BH_TRY(MakeDir(root + "/dev", 0755));
+  BH_TRY(Mount("tmpfs", root + "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=755,size=64k"));
+  for (const Device& d : kDevices) {
+    const std::string path = root + "/dev/" + d.name;
+    if (::mknod(path.c_str(), S_IFCHR | 0666, makedev(d.major, d.minor)) != 0 || ::chmod(path.c_str(), 0666) != 0)
+      return SystemError("mknod " + path, errno);
+  }
+  for (const Link& l : kLinks) {
+    const std::string path = root + "/dev/" + l.name;
+    if (::symlink(l.target, path.c_str()) != 0) return SystemError("symlink " + path, errno);
+  }
+  BH_TRY(MakeDir(root + "/dev/pts", 0755));
+  BH_TRY(Mount("devpts", root + "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,gid=5"));
+  BH_TRY(MakeDir(root + "/dev/shm", 0755));
+  const std::string shm = "mode=1777,size=" + std::to_string(boot.limits.memory_bytes / 2 / (1 << 20) + 1) + "m";
+  BH_TRY(Mount("tmpfs", root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, shm.c_str()));
+  BH_TRY(MakeDir(root + "/sys", 0555));
+  BH_TRY(Mount("sysfs", root + "/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr));
+  if (::sethostname("sandbox", 7) != 0) return SystemError("sethostname", errno);
+  UniqueFd s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  ifreq ifr{};
+  std::memcpy(ifr.ifr_name, "lo", 3);
+  if (!s || ::ioctl(s.get(), SIOCGIFFLAGS, &ifr) != 0) return SystemError("loopback", errno);
+  ifr.ifr_flags |= IFF_UP;
+  if (::ioctl(s.get(), SIOCSIFFLAGS, &ifr) != 0) return SystemError("bring lo up", errno);
+  return {};
+}
+
+// Step 4: the initramfs's own mounts go, the new root moves over it.
+Status SwitchRoot() {
+  for (const char* mount : {"/proc", "/sys", "/dev"}) ::umount2(mount, MNT_DETACH);
+  if (::chdir(kNewRoot) != 0) return SystemError("chdir /newroot", errno);
+  BH_TRY(Mount(".", "/", nullptr, MS_MOVE, nullptr));
+  if (::chroot(".") != 0) return SystemError("chroot", errno);
+  if (::chdir("/") != 0) return SystemError("chdir /", errno);
+  return {};
+}
+
+// Step 5's listener.
+Status ListenVsock(uint32_t port) {
+  int fd = ::socket(AF_VSOCK, SOCK_STREAM, 0);
+  if (fd < 0) return SystemError("vsock socket", errno);
+  sockaddr_vm addr{};
+  addr.svm_family = AF_VSOCK;
+  addr.svm_cid = VMADDR_CID_ANY;
+  addr.svm_port = port;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return SystemError("vsock bind", errno);
+  if (::listen(fd, 128) != 0) return SystemError("vsock listen", errno);
+  if (fd != ctl::kListenFd) {
+    if (::dup3(fd, ctl::kListenFd, 0) != ctl::kListenFd) return SystemError("dup3", errno);
+    ::close(fd);
+  }
+  return {};
+}
+
+}  // namespace
+
+Status GuestBoot(const std::string& arg) {
+  auto boot = ctl::DecodeGuestBootArg(arg);
+  if (!boot) return boot.error();
+  BH_TRY(MakeDir("/proc", 0555));
+  BH_TRY(Mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr));
+  BH_TRY(MakeDir("/sys", 0555));
+  BH_TRY(Mount("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr));
+  BH_TRY(MakeDir("/dev", 0755));
+  BH_TRY(Mount("devtmpfs", "/dev", "devtmpfs", MS_NOSUID | MS_NOEXEC, nullptr));
+  auto filter = ReadFilter(kInitramfsFilter);
+  if (!filter) return filter.error();
+  BH_TRY(LoadModules());
+  BH_TRY(MountFiles(*boot));
+  BH_TRY(MountSystem(*boot));
+  BH_TRY(SwitchRoot());
+  BH_TRY(MakeDir(kControlDir, 0700));
+  BH_TRY(ListenVsock(boot->vsock_port));
+  return ContainListening(kControlDir, boot->limits, std::move(*filter), /*whole_kernel=*/true);
+}
+
+}  // namespace bulkhead::init
