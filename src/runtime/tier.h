@@ -154,5 +154,8 @@ Error VolumeMountPointError(const VolumeBind& volume, const char* failed_step, i
 
 // The dialer of an init listening on a unix socket at `path` on the host.
 std::shared_ptr<const InitDialer> UnixSocketDialer(std::string path);
+// The dialer of an init listening on vsock `port` in a guest, through the host unix socket
+// `path` of its vsock device in Firecracker's model ("CONNECT <port>\n", "OK <n>\n").
+std::shared_ptr<const InitDialer> VsockDeviceDialer(std::string path, uint32_t port);
 
 }  // namespace bulkhead::runtime

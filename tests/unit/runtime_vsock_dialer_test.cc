@@ -1,0 +1,116 @@
+// The vsock device dialer against a fake device speaking Firecracker's host-side handshake.
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/detached.hpp>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "common/unique_fd.h"
+#include "runtime/tier.h"
+
+namespace bulkhead::runtime {
+namespace {
+namespace asio = boost::asio;
+
+// A device that accepts one connection, reads the request line into `request`, and answers
+// with `answer` (then closes).
+class FakeDevice {
+ public:
+  explicit FakeDevice(std::string answer) {
+    char dir[] = "/tmp/vsock-dialer-XXXXXX";
+    dir_ = ::mkdtemp(dir);
+    path_ = dir_ + "/vsock.sock";
+    listener_ = UniqueFd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strcpy(addr.sun_path, path_.c_str());
+    EXPECT_EQ(::bind(listener_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    EXPECT_EQ(::listen(listener_.get(), 1), 0);
+    thread_ = std::thread([this, answer] {
+      UniqueFd conn(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      char c;
+      while (::read(conn.get(), &c, 1) == 1 && c != '\n') request_.push_back(c);
+      (void)!::write(conn.get(), answer.data(), answer.size());
+    });
+  }
+  ~FakeDevice() {
+    if (thread_.joinable()) thread_.join();
+    std::filesystem::remove_all(dir_);
+  }
+  const std::string& path() const { return path_; }
+  std::string request() {
+    thread_.join();
+    return request_;
+  }
+
+ private:
+  std::string dir_, path_, request_;
+  UniqueFd listener_;
+  std::thread thread_;
+};
+
+// Dials, and reads what follows the handshake until the device closes.
+Result<std::string> DialAndRead(const std::string& path, uint32_t port) {
+  asio::io_context io;
+  std::optional<Result<std::string>> result;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        auto socket = co_await VsockDeviceDialer(path, port)->Dial(io.get_executor());
+        if (!socket) {
+          result = socket.error();
+          co_return;
+        }
+        std::string rest;
+        boost::system::error_code ec;
+        asio::read(*socket, asio::dynamic_buffer(rest), ec);  // until the device closes
+        result = rest;
+      },
+      asio::detached);
+  io.run();
+  return result.value_or(MakeError(ErrorCode::kInternal, "the dial never finished"));
+}
+
+TEST(VsockDeviceDialer, SendsConnectAndLeavesWhatFollowsTheAnswerToTheCaller) {
+  FakeDevice device("OK 1073741824\ninit speaks first");
+  auto rest = DialAndRead(device.path(), 1024);
+  ASSERT_TRUE(rest) << rest.error().message;
+  EXPECT_EQ(*rest, "init speaks first");
+  EXPECT_EQ(device.request(), "CONNECT 1024");
+}
+
+TEST(VsockDeviceDialer, AClosedPortIsTheSandboxBeingUnreachable) {
+  FakeDevice device("");  // the device closes: nothing listens on that port in the guest
+  auto rest = DialAndRead(device.path(), 1024);
+  ASSERT_FALSE(rest);
+  EXPECT_EQ(rest.error().detail_code, "sandbox_unreachable");
+  EXPECT_NE(rest.error().message.find("vsock port 1024 refused"), std::string::npos) << rest.error().message;
+}
+
+TEST(VsockDeviceDialer, AnythingButOkIsRefused) {
+  for (const std::string& answer : {std::string("NO 5\n"), std::string(100, 'O') + "\n", std::string("OK 1")}) {
+    FakeDevice device(answer);
+    auto rest = DialAndRead(device.path(), 7);
+    EXPECT_FALSE(rest) << answer;
+  }
+}
+
+TEST(VsockDeviceDialer, NoDeviceIsUnreachable) {
+  auto rest = DialAndRead("/nonexistent/vsock.sock", 1024);
+  ASSERT_FALSE(rest);
+  EXPECT_EQ(rest.error().detail_code, "sandbox_unreachable");
+}
+
+}  // namespace
+}  // namespace bulkhead::runtime
