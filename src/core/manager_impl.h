@@ -141,9 +141,11 @@ class SandboxManagerImpl : public SandboxManager {
   Status MoveTo(Sandbox& sb, State to);
   // Makes a running sandbox. Its row stays "starting" until the caller sets the state it
   // hands the sandbox out in and writes the row (once): a crash before that is cleaned up.
-  Result<std::shared_ptr<Sandbox>> Launch(const SandboxSpec& spec, const LayerSource& source = {});
+  // A `background` one boots for a warm pool: it yields the CPU until handed out (FitPooled).
+  Result<std::shared_ptr<Sandbox>> Launch(const SandboxSpec& spec, const LayerSource& source = {},
+                                          bool background = false);
   // Starts the sandbox's init on its writable layer: sets its handle, init and netns.
-  Status Boot(Sandbox& sb, const storage::WritableLayer& layer);
+  Status Boot(Sandbox& sb, const storage::WritableLayer& layer, bool background = false);
   // Tells a booted sandbox's init who may use its sudo (ctl::kSudoUsers); nothing to do without
   // sudo users (init boots with none).
   Status GrantSudo(const Sandbox& sb, const SandboxSpec& spec) const;

@@ -41,7 +41,8 @@ std::shared_ptr<Sandbox> SandboxManagerImpl::TakePooled(const SandboxSpec& spec)
 
 bool SandboxManagerImpl::FitPooled(Sandbox& sb, const SandboxSpec& spec) {
   PreviewAccess preview = spec.preview;
-  Status st = IssuePreviewToken(preview);
+  Status st = sb.tier->Foreground(HostName(sb.info.id));
+  if (st) st = IssuePreviewToken(preview);
   // It booted with its pool's limits and disk quota: only those the create changes are set
   // again (each call into a gVisor sandbox's init costs milliseconds of the create).
   const SandboxSpec& booted = sb.info.spec;
@@ -127,7 +128,7 @@ void SandboxManagerImpl::Refill(const PoolKey& key) {
   spec.network = {};
   spec.sudo_users.clear();
   spec.timeout_s = 0;
-  auto sb = Launch(spec, source);
+  auto sb = Launch(spec, source, /*background=*/true);
   if (sb && (*sb)->tier->capabilities().warm_up_exec) {
     // (A shell and dynamically linked programs, what most first commands load; whatever the
     // image lacks of them fails harmlessly.)

@@ -63,7 +63,8 @@ std::shared_ptr<Sandbox> SandboxManagerImpl::FindLocked(const std::string& id) c
   return it->second;
 }
 
-Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::Launch(const SandboxSpec& spec, const LayerSource& source) {
+Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::Launch(const SandboxSpec& spec, const LayerSource& source,
+                                                            bool background) {
   auto tier = tiers_.Find(spec.runtime);
   if (!tier) return tier.error();
   if (!spec.volumes.empty() && !(*tier)->capabilities().idmapped_volumes)
@@ -100,12 +101,12 @@ Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::Launch(const SandboxSpec& s
                    : storage_->CreateLayerFromSnapshot(
                          id, source.snapshot_id, {source.uid_base, sb->uid_base, kIdCount}, spec.disk_mb);
   if (!layer) return layer.error();
-  BH_TRY(Boot(*sb, *layer));
+  BH_TRY(Boot(*sb, *layer, background));
   undo.Dismiss();
   return sb;
 }
 
-Status SandboxManagerImpl::Boot(Sandbox& sb, const storage::WritableLayer& layer) {
+Status SandboxManagerImpl::Boot(Sandbox& sb, const storage::WritableLayer& layer, bool background) {
   const SandboxSpec& spec = sb.info.spec;
   runtime::LaunchSpec ls;
   ls.id = HostName(sb.info.id);
@@ -126,6 +127,7 @@ Status SandboxManagerImpl::Boot(Sandbox& sb, const storage::WritableLayer& layer
   auto volume_binds = volumes_.Acquire(sb.info.id, spec.volumes);  // marks them in use (again)
   if (!volume_binds) return volume_binds.error();
   ls.volumes = std::move(*volume_binds);
+  ls.background = background;
   auto handle = sb.tier->Launch(ls);
   if (!handle) return handle.error();
   {

@@ -173,6 +173,11 @@ Status Cgroups::Create(const std::string& id, const Limits& limits) {
   return SetLimits(id, limits);
 }
 
+Status Cgroups::SetBackground(const std::string& id, bool background) {
+  if (v2_) return WriteFile(Paths(id)[0] + "/cpu.weight", background ? "1" : "100");
+  return WriteFile(parents_[2] + "/" + id + "/cpu.shares", background ? "2" : "1024");
+}
+
 Status Cgroups::SetLimits(const std::string& id, const Limits& limits) {
   int64_t mem = limits.memory_mb * 1024 * 1024;
   int64_t period = 100000;

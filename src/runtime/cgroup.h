@@ -45,6 +45,9 @@ class Cgroups {
   bool v2() const { return v2_; }
   Status Create(const std::string& id, const Limits& limits);
   Status SetLimits(const std::string& id, const Limits& limits);
+  // A sandbox booting for a warm pool yields the CPU to the sandboxes in use (the lowest CPU
+  // weight: its boot runs on what they leave); handed out, it weighs as any other.
+  Status SetBackground(const std::string& id, bool background);
   // cgroup.procs files, opened by the daemon (the kernel checks a move with the opener's
   // credentials and cgroup namespace), that a process writes "0" into to move itself.
   struct JoinFds {

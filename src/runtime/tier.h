@@ -58,6 +58,7 @@ struct LaunchSpec {
   uid_t host_uid = 0;   // sandbox uid 0 maps here; kIdCount ids follow (uid_ranges.h)
   Limits limits;
   std::vector<VolumeBind> volumes;  // mounted in this order
+  bool background = false;          // booting for a warm pool: yields the CPU until Foreground
 };
 
 // What the core keeps of a launched sandbox, in memory and in its row, to find it again after
@@ -119,6 +120,9 @@ class Tier {
   // Its network, checked to be this handle's (not a reused pid's).
   virtual Result<NetworkAttachment> AttachNetwork(const SandboxHandle& handle) = 0;
   virtual Status SetLimits(const std::string& id, const Limits& limits) = 0;
+  // A sandbox launched in the background (a warm pool's) is handed out: it gets the CPU as
+  // any sandbox in use does.
+  virtual Status Foreground(const std::string& id) = 0;
   virtual Result<Usage> SandboxUsage(const std::string& id) = 0;
   // Pause and resume: every process of the sandbox stops (keeping its memory) or goes on.
   virtual Status SetFrozen(const std::string& id, bool frozen) = 0;

@@ -1,5 +1,6 @@
 """Resource limits hurt only the sandbox that hits them."""
 
+import glob
 import os
 import re
 
@@ -323,3 +324,42 @@ def test_sandbox_reads_its_own_limits_under_sys_fs_cgroup_read_only(client, sand
     attempt = client.exec(sandbox_id, f"echo 100000 > {pids}")
     assert attempt["exit_code"] != 0 and "Read-only" in attempt["stderr"], attempt
     assert client.sh(sandbox_id, f"cat {pids}").strip() == "100"
+
+
+def _cpu_weights(names) -> dict[str, int]:
+    """Each named cgroup's CPU weight: v1 cpu.shares, v2 cpu.weight."""
+    weights = {}
+    for path in glob.glob("/sys/fs/cgroup/*/bulkhead-*/sb-*/cpu.shares") + \
+            glob.glob("/sys/fs/cgroup/bulkhead-*/sb-*/cpu.weight"):
+        name = os.path.basename(os.path.dirname(path))
+        if name in names:
+            weights[name] = int(open(path).read())
+    return weights
+
+
+def _daemons_sandbox_groups(daemon) -> set[str]:
+    parent = harness.cgroup_parent_name(daemon.state_dir)
+    return {os.path.basename(d) for d in glob.glob(f"/sys/fs/cgroup/*/{parent}*/sb-*")
+            + glob.glob(f"/sys/fs/cgroup/{parent}*/sb-*")}
+
+
+def test_a_warm_pool_boots_in_the_background_and_hands_out_at_full_cpu_weight(daemon_factory):
+    """A pool's refill yields the CPU to the sandboxes in use (it would slow a create's first
+    command otherwise): the lowest weight while pooled, the usual one once handed out."""
+    daemon = daemon_factory(warm_pool=1)
+    daemon.start()
+    client = daemon.client()
+
+    def metric() -> int:
+        return int(re.search(r"^bulkhead_warm_pool_ready (\d+)$", client.get("/metrics").body.decode(), re.M).group(1))
+    assert wait_until(lambda: metric() == 1, timeout=60)
+    pooled = _daemons_sandbox_groups(daemon)
+    assert pooled and set(_cpu_weights(pooled).values()) <= {1, 2}, _cpu_weights(pooled)
+    sandbox = client.create()["id"]
+    handed_out = harness.host_name(sandbox)
+    assert handed_out in pooled, "the create came from the pool"
+    assert set(_cpu_weights({handed_out}).values()) <= {100, 1024} and _cpu_weights({handed_out})
+    assert client.sh(sandbox, "echo hi") == "hi\n"
+    assert wait_until(lambda: metric() == 1, timeout=60)
+    refilled = _daemons_sandbox_groups(daemon) - {handed_out}
+    assert refilled and set(_cpu_weights(refilled).values()) <= {1, 2}

@@ -19,6 +19,7 @@ class FakeTier : public runtime::Tier {
     runtime::Limits limits;
     bool alive = true;
     bool frozen = false;
+    bool background = false;  // launched for a warm pool, not yet handed out
   };
   // What the fake tier's sandboxes are, by host name.
   struct World {
@@ -61,6 +62,7 @@ class FakeTier : public runtime::Tier {
     Box box;
     box.handle = {static_cast<pid_t>(1000 + world_.launches), world_.next_start_time++};
     box.limits = spec.limits;
+    box.background = spec.background;
     world_.boxes[spec.id] = box;
     return box.handle;
   }
@@ -78,6 +80,13 @@ class FakeTier : public runtime::Tier {
     if (it == world_.boxes.end()) return MakeError(ErrorCode::kNotFound, "no box " + id);
     it->second.limits = limits;
     world_.limit_changes++;
+    return {};
+  }
+  Status Foreground(const std::string& id) override {
+    std::lock_guard lock(world_.mu);
+    auto it = world_.boxes.find(id);
+    if (it == world_.boxes.end()) return MakeError(ErrorCode::kNotFound, "no box " + id);
+    it->second.background = false;
     return {};
   }
   Result<runtime::Usage> SandboxUsage(const std::string& id) override {

@@ -227,6 +227,28 @@ TEST_F(CoreManagerTest, TheWarmPoolRefillsAndItsSandboxesGetTheCreatesLimits) {
   EXPECT_EQ(BoxOf(plain)->limits.memory_mb, SandboxSpec{}.memory_mb);
 }
 
+TEST_F(CoreManagerTest, PooledSandboxesBootInTheBackgroundAndAreForegroundOnceHandedOut) {
+  config_.warm_pool = 1;
+  Open();
+  ASSERT_TRUE(Eventually([&] { return manager_->Stats().warm_pool_ready == 1; }));
+  {
+    std::lock_guard lock(world_.mu);
+    ASSERT_EQ(world_.boxes.size(), 1u);
+    EXPECT_TRUE(world_.boxes.begin()->second.background) << "a pool's boot yields the CPU";
+  }
+  const std::string id = Create(SandboxSpec{});
+  EXPECT_EQ(manager_->Stats().warm_pool_hits_total, 1);
+  EXPECT_FALSE(BoxOf(id)->background);
+  ASSERT_TRUE(Eventually([&] { return manager_->Stats().warm_pool_ready == 1; }));
+  // The pool's next one boots in the background again.
+  {
+    std::lock_guard lock(world_.mu);
+    int background = 0;
+    for (const auto& [name, box] : world_.boxes) background += box.background;
+    EXPECT_EQ(background, 1);
+  }
+}
+
 TEST_F(CoreManagerTest, AnotherRuntimesPoolFillsFromItsFirstCreate) {
   config_.warm_pool = 1;
   config_.runtime_warm_pools.clear();  // (as `--warm-pool 1`)

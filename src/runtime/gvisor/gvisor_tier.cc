@@ -260,6 +260,7 @@ Result<SandboxHandle> GvisorTier::Launch(const LaunchSpec& spec) {
   BH_TRY(cgroups_.Create(spec.id, HostLimits(spec.limits)));
   // Whatever a failed launch made: runsc's processes (all in the cgroups) and state.
   ScopeGuard undo([&] { (void)Destroy(spec.id, {}); });
+  BH_TRY(cgroups_.SetBackground(spec.id, spec.background));
   auto join = cgroups_.OpenJoinFds(spec.id);
   if (!join) return join.error();
   BH_TRY(PrepareControlDir(dir_, control, spec.host_uid));

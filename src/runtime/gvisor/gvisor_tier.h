@@ -62,6 +62,7 @@ class GvisorTier : public Tier {
   std::shared_ptr<const InitDialer> Dialer(const std::string& staging) const override;
   Result<NetworkAttachment> AttachNetwork(const SandboxHandle& handle) override;
   Status SetLimits(const std::string& id, const Limits& limits) override;
+  Status Foreground(const std::string& id) override { return cgroups_.SetBackground(id, false); }
   Result<Usage> SandboxUsage(const std::string& id) override { return cgroups_.Usage(id); }
   // Through runsc (pause and resume): gVisor's kernel stops and starts its tasks itself. The
   // host's cgroup freezer must not be used: it stops the Sentry's stub processes wherever they

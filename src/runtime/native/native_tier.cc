@@ -111,6 +111,7 @@ Result<SandboxHandle> NativeTier::Launch(const LaunchSpec& spec) {
   if (!stored_ids) return stored_ids.error();
   BH_TRY(cgroups_.Create(spec.id, spec.limits));
   ScopeGuard undo_cgroups([&] { (void)cgroups_.Destroy(spec.id); });
+  BH_TRY(cgroups_.SetBackground(spec.id, spec.background));
   auto join = cgroups_.OpenJoinFds(spec.id);
   if (!join) return join.error();
   auto listen = ListenOn(spec.staging + "/ctl.sock");

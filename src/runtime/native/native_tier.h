@@ -27,6 +27,7 @@ class NativeTier : public Tier {
   std::shared_ptr<const InitDialer> Dialer(const std::string& staging) const override;
   Result<NetworkAttachment> AttachNetwork(const SandboxHandle& handle) override;
   Status SetLimits(const std::string& id, const Limits& limits) override;
+  Status Foreground(const std::string& id) override { return cgroups_.SetBackground(id, false); }
   Result<Usage> SandboxUsage(const std::string& id) override;
   Status SetFrozen(const std::string& id, bool frozen) override { return cgroups_.SetFrozen(id, frozen); }
   bool Frozen(const std::string& id) override { return cgroups_.Frozen(id); }
