@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-SYSTEMS = ("bulkhead", "bulkhead-gvisor", "bwrap", "crun", "runsc")
+SYSTEMS = ("bulkhead", "bulkhead-gvisor", "bwrap", "crun", "runsc", "qemu-microvm")
 COMMAND = ["echo", "hi"]
 EXPECTED_STDOUT = b"hi\n"
 RUN_TIMEOUT_S = 60.0          # one run that takes longer than this counts as failed
@@ -53,6 +53,11 @@ GOALS = {
 }
 # gVisor sandboxes boot one at a time in a few hundred ms: their concurrent rows start fewer.
 GVISOR_CONCURRENCY = 10
+# What scripts/install-microvm.sh installs: the guest kernel the microvm rows boot (the
+# uncompressed ELF, which QEMU starts directly through its PVH entry).
+MICROVM_KERNEL = "/usr/local/lib/bulkhead/microvm/vmlinux"
+# A guest under software emulation boots in seconds: its concurrent row starts fewer.
+MICROVM_CONCURRENCY = 4
 # The runsc the gvisor tier drives (scripts/install-runsc.sh); the runsc row runs the same one.
 PINNED_RUNSC = "/usr/local/lib/bulkhead/runsc"
 HOST_SYMLINKS = {"bin": "usr/bin", "lib": "usr/lib", "lib64": "usr/lib64", "sbin": "usr/sbin"}
@@ -500,6 +505,92 @@ def measure_runsc(runs: int, concurrency: int, workdir: Path, build_dir: Path, n
                      "Sentry prewarmer (src/sentry_prewarmer), as the gvisor tier runs it")
         return rows + [run_sequential(prewarmed, runs), run_concurrent(prewarmed, concurrency)]
     return unavailable_rows("runsc", runs, concurrency, "runsc cannot run here: " + "; ".join(failures))
+
+
+# ----------------------------------------------------------------------------------------------
+# qemu-microvm: a raw boot of the microvm tier's guest kernel (QEMU's `microvm` machine) to an
+# initramfs whose /init is a static program that prints `hi` on the serial console (raw, so
+# "\n" is not turned into "\r\n") and powers the guest off.
+
+MICROVM_INIT = r"""
+#include <sys/reboot.h>
+#include <termios.h>
+#include <unistd.h>
+int main(void) {
+  struct termios t;
+  if (tcgetattr(1, &t) == 0) { t.c_oflag &= ~OPOST; tcsetattr(1, TCSANOW, &t); }
+  (void)!write(1, "hi\n", 3);
+  reboot(RB_POWER_OFF);
+  return 0;
+}
+"""
+
+
+def write_newc(path: Path, files: list[tuple[str, int, bytes]]) -> None:
+    """A cpio archive in the kernel's newc format (what an initramfs is)."""
+    def pad(n: int) -> bytes:
+        return b"\0" * (-n % 4)
+    with open(path, "wb") as out:
+        for inode, (name, mode, data) in enumerate(files + [("TRAILER!!!", 0, b"")], start=1):
+            encoded = name.encode() + b"\0"
+            fields = (inode, mode, 0, 0, 1, 0, len(data), 0, 0, 0, 0, len(encoded), 0)
+            out.write(b"070701" + "".join(f"{v:08x}" for v in fields).encode() + encoded
+                      + pad(110 + len(encoded)) + data + pad(len(data)))
+
+
+def host_tsc_khz() -> int:
+    """The guest's TSC frequency hint: microvm has no HPET or PM timer to calibrate against."""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("cpu MHz"):
+            return int(float(line.split(":")[1]) * 1000)
+    return 0
+
+
+def qemu_microvm_trial(initramfs: Path, accel: str) -> ProcessTrial:
+    command_line = f"console=ttyS0 quiet loglevel=0 panic=-1 pci=off rdinit=/init tsc_early_khz={host_tsc_khz()}"
+    return ProcessTrial(
+        "qemu-microvm",
+        lambda name: ["qemu-system-x86_64", "-M", "microvm,x-option-roms=off,rtc=off,pit=off,pic=off",
+                      "-accel", accel, "-m", "256", "-smp", "1", "-nodefaults", "-no-user-config",
+                      "-nographic", "-serial", "stdio", "-no-reboot", "-name", name,
+                      "-kernel", MICROVM_KERNEL, "-initrd", str(initramfs), "-append", command_line])
+
+
+def kvm_boots(initramfs: Path) -> bool:
+    """A real probe boot under KVM (a /dev/kvm whose guests do not boot exists: nested PVM)."""
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return False
+    argv = qemu_microvm_trial(initramfs, "kvm").argv_for("probe")
+    try:
+        probe = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=20, check=False)
+    except subprocess.TimeoutExpired:
+        return False
+    return probe.returncode == 0 and probe.stdout == EXPECTED_STDOUT
+
+
+def measure_qemu_microvm(runs: int, concurrency: int, workdir: Path, notes: list[str]) -> list[ModeResult]:
+    system = "qemu-microvm"
+    if not os.path.exists(MICROVM_KERNEL):
+        return unavailable_rows(system, runs, concurrency, f"no guest kernel at {MICROVM_KERNEL} "
+                                "(scripts/install-microvm.sh)")
+    init = workdir / "microvm-init"
+    source = workdir / "microvm-init.c"
+    source.write_text(MICROVM_INIT)
+    built = subprocess.run(["gcc", "-static", "-O2", "-s", "-o", str(init), str(source)], capture_output=True,
+                           text=True, check=False)
+    if built.returncode != 0:
+        return unavailable_rows(system, runs, concurrency, "cannot build the guest's init: " + built.stderr[-300:])
+    initramfs = workdir / "microvm-initramfs.cpio"
+    write_newc(initramfs, [("dev", 0o40755, b""), ("init", 0o100755, init.read_bytes())])
+    accel = "kvm" if kvm_boots(initramfs) else "tcg"
+    trial = qemu_microvm_trial(initramfs, accel)
+    error = warm_up(trial)
+    if error is not None:
+        return unavailable_rows(system, runs, concurrency, f"warm-up boot failed: {error}")
+    notes.append(f"qemu-microvm: {tool_version(['qemu-system-x86_64', '--version'])}, -accel {accel} "
+                 f"({'KVM booted a probe guest' if accel == 'kvm' else 'no KVM that boots a guest here'}), "
+                 f"kernel {Path(MICROVM_KERNEL).with_name('kernel-version').read_text().strip()}")
+    return [run_sequential(trial, runs), run_concurrent(trial, min(concurrency, MICROVM_CONCURRENCY))]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1225,6 +1316,8 @@ def main(argv: list[str]) -> int:
                 system_rows, memory = measure_bulkhead(Path(args.build), args.runs, args.concurrency, notes)
             elif system == "bulkhead-gvisor":
                 system_rows = measure_bulkhead_gvisor(Path(args.build), args.runs, args.concurrency, notes)
+            elif system == "qemu-microvm":
+                system_rows = measure_qemu_microvm(args.runs, args.concurrency, workdir, notes)
             elif shutil.which(system) is None:
                 system_rows = unavailable_rows(system, args.runs, args.concurrency, f"{system} is not installed")
             elif system == "bwrap":
