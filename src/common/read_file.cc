@@ -1,6 +1,7 @@
 #include "common/read_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -30,6 +31,28 @@ Status WriteSmallFile(const std::string& path, const std::string& value) {
   if (::write(fd.get(), value.data(), value.size()) != static_cast<ssize_t>(value.size())) {
     return SystemError("write " + value + " to " + path, errno);
   }
+  return {};
+}
+
+std::string ReadLogTail(const std::string& path, size_t max) {
+  std::string log = ReadSmallFile(path).value_or("");
+  if (log.size() > max) log.erase(0, log.size() - max);
+  while (!log.empty() && (log.back() == '\n' || log.back() == ' ' || log.back() == '\r')) log.pop_back();
+  return log.empty() ? "(nothing logged)" : log;
+}
+
+Status WriteWholeFile(const std::string& path, const void* data, size_t size, mode_t mode) {
+  const std::string temp = path + ".new";
+  UniqueFd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!fd) return SystemError("create " + temp, errno);
+  if (::write(fd.get(), data, size) != static_cast<ssize_t>(size)) return SystemError("write " + temp, errno);
+  if (::fchmod(fd.get(), mode) != 0) return SystemError("chmod " + temp, errno);
+  if (::rename(temp.c_str(), path.c_str()) != 0) return SystemError("rename " + temp, errno);
+  return {};
+}
+
+Status MakeDir(const std::string& path, mode_t mode) {
+  if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST) return SystemError("mkdir " + path, errno);
   return {};
 }
 

@@ -2,11 +2,11 @@
 // itself (self_contain.cc, guest_boot.cc).
 #pragma once
 #include <sys/mount.h>
-#include <sys/stat.h>
 
 #include <cerrno>
 #include <string>
 
+#include "common/read_file.h"
 #include "common/result.h"
 
 namespace bulkhead::init {
@@ -17,10 +17,6 @@ inline Status Mount(const std::string& source, const std::string& target, const 
   return {};
 }
 
-// An existing directory is fine.
-inline Status MakeDir(const std::string& path, mode_t mode) {
-  if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST) return SystemError("mkdir " + path, errno);
-  return {};
-}
-
+// (MakeDir: common/read_file.h.)
+using bulkhead::MakeDir;
 }  // namespace bulkhead::init

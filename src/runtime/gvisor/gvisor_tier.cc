@@ -40,29 +40,6 @@ constexpr char kControlDir[] = "/ctl";
 // How long a booted sandbox's init may take to listen (runsc is back once init was exec'd).
 constexpr auto kInitListens = std::chrono::seconds(20);
 
-Status WriteWholeFile(const std::string& path, const void* data, size_t size, mode_t mode) {
-  const std::string temp = path + ".new";
-  UniqueFd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-  if (!fd) return SystemError("create " + temp, errno);
-  if (::write(fd.get(), data, size) != static_cast<ssize_t>(size)) return SystemError("write " + temp, errno);
-  if (::fchmod(fd.get(), mode) != 0) return SystemError("chmod " + temp, errno);
-  if (::rename(temp.c_str(), path.c_str()) != 0) return SystemError("rename " + temp, errno);
-  return {};
-}
-
-Status MakeDir(const std::string& path, mode_t mode) {
-  if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST) return SystemError("mkdir " + path, errno);
-  return {};
-}
-
-// The end of what runsc (and init, before it serves) printed.
-std::string LogTail(const std::string& path) {
-  std::string log = ReadSmallFile(path).value_or("");
-  if (log.size() > 2048) log.erase(0, log.size() - 2048);
-  while (!log.empty() && (log.back() == '\n' || log.back() == ' ')) log.pop_back();
-  return log.empty() ? "(nothing logged)" : log;
-}
-
 // Whether something listens on the unix socket at `path` yet.
 bool Listening(const std::string& path) {
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -219,7 +196,7 @@ Result<std::unique_ptr<GvisorTier>> GvisorTier::Create(const std::string& tag, c
 
 Capabilities GvisorTier::capabilities() const {
   return {.pause = true, .filesystem_snapshot = true, .memory_snapshot = false, .idmapped_volumes = true,
-          .pooling = true, .limits_in_sandbox = true, .warm_up_exec = true};
+          .pooling = true, .limits_in_sandbox = true, .warm_up_exec = true, .network_egress = true};
 }
 
 std::vector<std::pair<std::string, std::string>> GvisorTier::Details() const {
@@ -326,17 +303,17 @@ Result<SandboxHandle> GvisorTier::Launch(const LaunchSpec& spec) {
     return SystemError(std::string("gvisor launch failed at ") + plan.failed_step, plan.failed_errno);
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return MakeError(ErrorCode::kInternal, "runsc could not start the sandbox: " + LogTail(log));
+    return MakeError(ErrorCode::kInternal, "runsc could not start the sandbox: " + ReadLogTail(log));
   }
   auto sandbox_pid = ReadSmallFile(pid_file);
   const pid_t sentry = sandbox_pid ? static_cast<pid_t>(std::strtol(sandbox_pid->c_str(), nullptr, 10)) : 0;
   const SandboxHandle handle = HandleOf(sentry);
-  if (!HandleAlive(handle)) return MakeError(ErrorCode::kInternal, "runsc's sandbox is gone: " + LogTail(log));
+  if (!HandleAlive(handle)) return MakeError(ErrorCode::kInternal, "runsc's sandbox is gone: " + ReadLogTail(log));
   // runsc is back once init was exec'd; it listens a moment later.
   const auto deadline = std::chrono::steady_clock::now() + kInitListens;
   for (int attempt = 0; !Listening(socket); ++attempt) {
     if (!HandleAlive(handle) || std::chrono::steady_clock::now() > deadline)
-      return MakeError(ErrorCode::kInternal, "the sandbox's init did not start: " + LogTail(log));
+      return MakeError(ErrorCode::kInternal, "the sandbox's init did not start: " + ReadLogTail(log));
     std::this_thread::sleep_for(std::chrono::microseconds(attempt < 50 ? 200 : 2000));
   }
   BH_TRY(memory_watch_.Watch(spec.id, HostLimits(spec.limits).memory_mb << 20));

@@ -10,29 +10,6 @@
 namespace bulkhead::runtime::gvisor {
 namespace {
 
-void Step(LaunchPlan* plan, const MountStep& step) {
-  switch (step.kind) {
-    case MountStep::kDir:
-      STEP(::mkdir(step.target.c_str(), 0711) == 0 || errno == EEXIST, "mkdir on the launch tmpfs");
-      return;
-    case MountStep::kClone: {
-      const char* failed = nullptr;
-      int fd = child::CloneTree(step.source.c_str(), step.recursive, step.writable,
-                                step.idmapped ? plan->stored_ids_fd : -1, &failed);
-      STEP(fd >= 0, failed);
-      STEP(::syscall(SYS_move_mount, fd, "", AT_FDCWD, step.target.c_str(), MOVE_MOUNT_F_EMPTY_PATH) == 0,
-           "move_mount");
-      child::Close(fd);
-      return;
-    }
-    case MountStep::kOverlay:
-      STEP(::mount("overlay", step.target.c_str(), "overlay", MS_NOSUID | MS_NODEV | (step.writable ? 0 : MS_RDONLY),
-                   step.options.c_str()) == 0,
-           "mount overlay");
-      return;
-  }
-}
-
 void CheckRoot(LaunchPlan* plan) {
   int root = child::Open(plan->root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   STEP(root >= 0, "open the sandbox root");
@@ -98,7 +75,7 @@ int LaunchMain(void* arg) {
   STEP(::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0, "make mounts private");
   STEP(::mount("tmpfs", kMountPoint, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, plan->tmpfs_options.c_str()) == 0,
        "mount the launch tmpfs");
-  for (const MountStep& step : plan->steps) Step(plan, step);
+  for (const MountStep& step : plan->steps) RunMountStep(plan, step);
   CheckRoot(plan);
   STEP(child::LoopbackUp(), "bring lo up");
   ExecRunsc(plan);

@@ -12,24 +12,14 @@
 #include <string>
 #include <vector>
 
+#include "runtime/mount_steps.h"
+
 namespace bulkhead::runtime::gvisor {
 
 // An empty host directory (made by the tier) that each launcher mounts its own tmpfs over.
 inline constexpr char kMountPoint[] = "/run/bulkhead-gvisor";
 
-// One step of assembling the tmpfs, in order.
-struct MountStep {
-  enum Kind {
-    kDir,      // mkdir target
-    kClone,    // a detached clone of source (read-only unless writable; idmapped from the
-               // stored ids if idmapped) attached at target
-    kOverlay,  // overlayfs at target with `options`
-  } kind = kDir;
-  std::string source, target, options;
-  bool writable = false;
-  bool idmapped = false;
-  bool recursive = false;
-};
+using runtime::MountStep;
 
 // The empty file that keeps /tmp from being empty (LaunchPlan::root).
 inline constexpr char kTmpKeeper[] = "tmp/.bulkhead-keep";
