@@ -245,6 +245,13 @@ constexpr int kListenFd = 3;
 // The fd on which init finds the cgroup.procs file of the sandbox's workload group
 // (runtime/cgroup.h): every process init starts writes "0" into it before it execs.
 constexpr int kWorkloadCgroupFd = 4;
+// The microvm tier's guest (init/guest_boot.h): init listens on vsock port kGuestInitPort, and
+// once it serves, it connects to the host (CID 2) on kGuestReadyPort and closes: the tier's
+// sign that the guest booted. A probe guest (`init --guest-probe`) prints kGuestProbeSign on
+// its console and powers off.
+constexpr uint32_t kGuestInitPort = 1024;
+constexpr uint32_t kGuestReadyPort = 1025;
+inline constexpr char kGuestProbeSign[] = "bulkhead-guest-ok";
 
 inline void EncodeHeader(uint8_t* out, uint8_t type, uint32_t payload_len) {
   uint32_t len = payload_len + 1;

@@ -5,6 +5,7 @@
 #include <net/if.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
+#include <sys/reboot.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 
@@ -114,6 +116,15 @@ Status MountSystem(const ctl::GuestBootMessage& boot) {
   BH_TRY(Mount("tmpfs", root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, shm.c_str()));
   BH_TRY(MakeDir(root + "/sys", 0555));
   BH_TRY(Mount("sysfs", root + "/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr));
+  // What a guest's sysfs shows of the host beyond the VM's own devices: the firmware tables
+  // QEMU generated (ACPI) and power-capping energy counters (a side channel where a VMM
+  // passes them through). Empty read-only tmpfs over each, as the native tier masks /proc.
+  for (const char* masked : {"/sys/firmware", "/sys/class/powercap", "/sys/devices/virtual/powercap"}) {
+    const std::string path = root + masked;
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+    BH_TRY(Mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=555"));
+  }
   if (::sethostname("sandbox", 7) != 0) return SystemError("sethostname", errno);
   UniqueFd s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   ifreq ifr{};
@@ -151,7 +162,37 @@ Status ListenVsock(uint32_t port) {
   return {};
 }
 
+// Step 6's socket, made before seccomp (the filter refuses new vsock sockets), above the fds
+// init's protocol names.
+Result<UniqueFd> ReadySocket() {
+  UniqueFd fd(::socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) return SystemError("vsock socket", errno);
+  UniqueFd high(::fcntl(fd.get(), F_DUPFD_CLOEXEC, 16));
+  if (!high) return SystemError("dup the ready socket", errno);
+  return high;
+}
+
+// Step 6: tells the host that init serves (ctl::kGuestReadyPort).
+Status SignalReady(const UniqueFd& socket) {
+  sockaddr_vm host{};
+  host.svm_family = AF_VSOCK;
+  host.svm_cid = VMADDR_CID_HOST;
+  host.svm_port = ctl::kGuestReadyPort;
+  if (::connect(socket.get(), reinterpret_cast<sockaddr*>(&host), sizeof host) != 0)
+    return SystemError("tell the host that init serves", errno);
+  return {};
+}
+
 }  // namespace
+
+[[noreturn]] void GuestProbe() {
+  std::fputs(ctl::kGuestProbeSign, stdout);
+  std::fputs("\n", stdout);
+  std::fflush(stdout);
+  ::sync();
+  ::reboot(RB_POWER_OFF);
+  ::_exit(1);
+}
 
 Status GuestBoot(const std::string& arg) {
   auto boot = ctl::DecodeGuestBootArg(arg);
@@ -170,7 +211,10 @@ Status GuestBoot(const std::string& arg) {
   BH_TRY(SwitchRoot());
   BH_TRY(MakeDir(kControlDir, 0700));
   BH_TRY(ListenVsock(boot->vsock_port));
-  return ContainListening(kControlDir, boot->limits, std::move(*filter), /*whole_kernel=*/true);
+  auto ready = ReadySocket();
+  if (!ready) return ready.error();
+  BH_TRY(ContainListening(kControlDir, boot->limits, std::move(*filter), /*whole_kernel=*/true));
+  return SignalReady(*ready);
 }
 
 }  // namespace bulkhead::init

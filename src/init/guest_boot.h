@@ -11,7 +11,8 @@
 //   4. the root switched to it (the initramfs stays behind, unreachable);
 //   5. a listener on the vsock port (ctl::kListenFd), which the daemon reaches through the
 //      VMM's vsock device, and then SelfContain's steps 2 to 6 on /dev/.bulkhead (cgroups,
-//      hidden control directory, /proc masks, the sandbox's capabilities, seccomp).
+//      hidden control directory, /proc masks, the sandbox's capabilities, seccomp);
+//   6. a connection to the host's vsock port ctl::kGuestReadyPort: the sign that init serves.
 // Any failure stops init, and with it the guest (its kernel panics, the VMM exits), which the
 // tier reports with the guest's console output.
 #pragma once
@@ -22,5 +23,9 @@
 namespace bulkhead::init {
 
 Status GuestBoot(const std::string& arg);
+
+// `init --guest-probe`: prints ctl::kGuestProbeSign on the console and powers the guest off.
+// The tier boots it to learn whether KVM runs a guest on this host (runtime/microvm/accelerator.h).
+[[noreturn]] void GuestProbe();
 
 }  // namespace bulkhead::init
