@@ -40,3 +40,6 @@ fi
 
 # The gvisor runtime's runsc: a pinned build newer than Debian's (see the script).
 bash "$(dirname "$0")/install-runsc.sh"
+
+# The microvm runtime's QEMU, guest kernel and device daemons (see the script).
+bash "$(dirname "$0")/install-microvm.sh"

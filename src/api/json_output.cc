@@ -48,6 +48,11 @@ json SandboxToJson(const core::SandboxInfo& sandbox) {
         {"pids", sandbox.usage->pids},
     };
   }
+  if (!sandbox.runtime_details.empty()) {
+    json details = json::object();
+    for (const auto& [name, value] : sandbox.runtime_details) details[name] = value;
+    out["runtime_details"] = std::move(details);
+  }
   return out;
 }
 

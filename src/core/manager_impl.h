@@ -44,6 +44,9 @@ SandboxInfo InfoOf(const Sandbox& sb);
 // the spec it was copied from (a fork's parent, a snapshot's sandbox).
 Status IssuePreviewToken(PreviewAccess& preview);
 Error WrongState(const std::string& id, std::string_view state, std::string_view what);
+// Whether `tier` can run a sandbox with this network policy (Capabilities::network_egress):
+// 422 runtime_unsupported if not.
+Status NetworkModeOffered(const runtime::Tier& tier, const NetworkPolicy& policy);
 
 // A sandbox as the manager tracks it in memory.
 struct Sandbox {

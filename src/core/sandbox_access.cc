@@ -40,6 +40,10 @@ Result<int> SandboxManagerImpl::NetnsOf(const Sandbox& sb) {
 Result<UniqueFd> SandboxManagerImpl::SandboxSocket(const std::string& id, int domain) {
   auto sb = RunningSandbox(id);
   if (!sb) return sb.error();
+  if (!(*sb)->tier->capabilities().network_egress)
+    return MakeError(ErrorCode::kInvalid,
+                     "the " + (*sb)->tier->name() + " runtime cannot reach a sandbox's ports from the host yet",
+                     "runtime_unsupported");
   auto netns = NetnsOf(**sb);
   if (!netns) return netns.error();
   return net::SocketInNetns(*netns, domain, SOCK_STREAM);
@@ -49,6 +53,7 @@ Result<SandboxInfo> SandboxManagerImpl::SetNetwork(const std::string& id, const 
   {
     std::lock_guard lock(mu_);
     auto sb = FindLocked(id);
+    if (sb) BH_TRY(NetworkModeOffered(*sb->tier, policy));
     if (sb && sb->state == State::kStopped) {  // applies when it starts
       sb->info.spec.network = policy;
       BH_TRY(db_->Put(RowOf(*sb)));

@@ -57,6 +57,14 @@ store::SandboxRow SandboxManagerImpl::RowOf(const Sandbox& sb) const {
   return r;
 }
 
+Status NetworkModeOffered(const runtime::Tier& tier, const NetworkPolicy& policy) {
+  if (policy.mode == "none" || tier.capabilities().network_egress) return {};
+  return MakeError(ErrorCode::kInvalid,
+                   "the " + tier.name() + " runtime runs network mode none only (its sandboxes have their own "
+                   "loopback and no way out yet): network mode " + policy.mode + " needs the native or gvisor runtime",
+                   "runtime_unsupported");
+}
+
 std::shared_ptr<Sandbox> SandboxManagerImpl::FindLocked(const std::string& id) const {
   auto it = sandboxes_.find(id);
   if (it == sandboxes_.end() || it->second->deleting) return nullptr;
@@ -69,6 +77,7 @@ Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::Launch(const SandboxSpec& s
   if (!tier) return tier.error();
   if (!spec.volumes.empty() && !(*tier)->capabilities().idmapped_volumes)
     return MakeError(ErrorCode::kInvalid, "the " + spec.runtime + " runtime has no named volumes", "runtime_unsupported");
+  BH_TRY(NetworkModeOffered(**tier, spec.network));
   auto sb = std::make_shared<Sandbox>();
   sb->tier = *tier;
   sb->info.id = NewId();

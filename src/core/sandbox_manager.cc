@@ -17,6 +17,7 @@
 #include "core/manager_impl.h"
 #include "core/state_dir.h"
 #include "runtime/gvisor/gvisor_tier.h"
+#include "runtime/microvm/microvm_tier.h"
 #include "runtime/native/native_tier.h"
 
 namespace bulkhead::core {
@@ -111,7 +112,17 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::Open(const DaemonConfig&
     spdlog::warn("gvisor runtime unavailable: {}", gvisor.error().message);
     tiers.Lack("gvisor", gvisor.error().message);
   }
-  tiers.Lack("microvm", "this bulkhead has no microvm tier yet");
+  // microvm where QEMU, the guest kernel and the device daemons are installed.
+  auto installed = runtime::microvm::FindInstalled();
+  auto microvm = installed ? runtime::microvm::MicrovmTier::Create(tag, config.state_dir, InitBinaryPath(), *installed)
+                           : Result<std::unique_ptr<runtime::microvm::MicrovmTier>>(installed.error());
+  if (microvm) {
+    spdlog::info("microvm runtime: {}, guest kernel {}", installed->qemu_version, installed->kernel_version);
+    tiers.Add(std::move(*microvm));
+  } else {
+    spdlog::warn("microvm runtime unavailable: {}", microvm.error().message);
+    tiers.Lack("microvm", microvm.error().message);
+  }
   return Open(config, std::move(tiers));
 }
 
@@ -217,6 +228,7 @@ Result<SandboxInfo> SandboxManagerImpl::Get(const std::string& id) {
   if (info.state == StateName(State::kRunning)) {
     if (auto u = tier->SandboxUsage(HostName(id))) usage = *u;
   }
+  if (info.state != StateName(State::kStopped)) info.runtime_details = tier->SandboxDetails(HostName(id));
   if (auto d = storage_->LayerUsageBytes(id)) usage.disk_bytes = *d;
   info.usage = usage;
   return info;

@@ -5,6 +5,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/ctl_messages.h"
@@ -83,6 +84,8 @@ struct SandboxInfo {
   std::optional<std::string> expires_at;
   std::optional<std::string> parent_snapshot;
   std::optional<SandboxUsage> usage;  // filled by Get only
+  // What the tier made for this running sandbox (runtime::Tier::SandboxDetails): Get only.
+  std::vector<std::pair<std::string, std::string>> runtime_details;
 };
 
 struct ListFilter {

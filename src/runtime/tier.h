@@ -98,6 +98,10 @@ struct Capabilities {
   // The sandbox's first command is much slower than the next (its own kernel's file caches
   // start cold): the warm pool runs one before it hands the sandbox out.
   bool warm_up_exec = false;
+  // The sandbox's traffic can leave through the host (network modes allowlist and open, and
+  // the port proxy): its sockets live in the attached namespace. A tier whose sandboxes have
+  // only their own loopback runs network mode none alone.
+  bool network_egress = false;
 };
 
 // Every call names a sandbox by its host name (LaunchSpec::id): what the host shows any local
@@ -112,6 +116,11 @@ class Tier {
   virtual ctl::LimitsMessage LimitsInsideFor(const Limits& limits) const { return LimitsInside(limits); }
   // What the tier runs on, for /healthz (name, value pairs: the runtime binary and its version).
   virtual std::vector<std::pair<std::string, std::string>> Details() const { return {}; }
+  // What the tier made for one running sandbox, for its API record (runtime_details): e.g. a
+  // guest's kernel and size. Empty when the tier has nothing to add.
+  virtual std::vector<std::pair<std::string, std::string>> SandboxDetails(const std::string& /*id*/) const {
+    return {};
+  }
 
   // Starts the sandbox's init with its filesystem, namespaces and limits in place.
   virtual Result<SandboxHandle> Launch(const LaunchSpec& spec) = 0;
@@ -159,7 +168,9 @@ Error VolumeMountPointError(const VolumeBind& volume, const char* failed_step, i
 // The dialer of an init listening on a unix socket at `path` on the host.
 std::shared_ptr<const InitDialer> UnixSocketDialer(std::string path);
 // The dialer of an init listening on vsock `port` in a guest, through the host unix socket
-// `path` of its vsock device in Firecracker's model ("CONNECT <port>\n", "OK <n>\n").
-std::shared_ptr<const InitDialer> VsockDeviceDialer(std::string path, uint32_t port);
+// `path` of its vsock device in Firecracker's model ("CONNECT <port>\n", "OK <n>\n"). With a
+// `device_uid`, the socket must be served by a process of that uid (SO_PEERCRED): the device
+// runs as the sandbox's unprivileged host uid, and nothing else may stand in for it.
+std::shared_ptr<const InitDialer> VsockDeviceDialer(std::string path, uint32_t port, uid_t device_uid = 0);
 
 }  // namespace bulkhead::runtime

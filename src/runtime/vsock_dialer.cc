@@ -2,6 +2,8 @@
 // vsock device in Firecracker's model (Firecracker's own, vhost-device-vsock's uds mode): the
 // host connects, writes "CONNECT <port>\n", reads "OK <host port>\n", and the same stream
 // then reaches the guest's listener.
+#include <sys/socket.h>
+
 #include <utility>  // boost 1.74 awaitable.hpp uses std::exchange without including it
 
 #include <boost/asio/read.hpp>
@@ -27,7 +29,8 @@ Error Unreachable(const std::string& why) {
 
 class VsockDialer : public InitDialer {
  public:
-  VsockDialer(std::string path, uint32_t port) : path_(std::move(path)), port_(port) {}
+  VsockDialer(std::string path, uint32_t port, uid_t device_uid)
+      : path_(std::move(path)), port_(port), device_uid_(device_uid) {}
 
   asio::awaitable<Result<asio::local::stream_protocol::socket>> Dial(asio::any_io_executor executor) const override {
     asio::local::stream_protocol::socket socket(executor);
@@ -35,6 +38,13 @@ class VsockDialer : public InitDialer {
     co_await socket.async_connect(asio::local::stream_protocol::endpoint(path_),
                                   asio::redirect_error(asio::use_awaitable, ec));
     if (ec) co_return Unreachable(ec.message());
+    if (device_uid_ != 0) {
+      ucred peer{};
+      socklen_t length = sizeof peer;
+      if (::getsockopt(socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0 ||
+          peer.uid != device_uid_)
+        co_return Unreachable("the vsock device socket " + path_ + " is not served by the sandbox's device");
+    }
     const std::string request = "CONNECT " + std::to_string(port_) + "\n";
     co_await asio::async_write(socket, asio::buffer(request), asio::redirect_error(asio::use_awaitable, ec));
     if (ec) co_return Unreachable(ec.message());
@@ -55,12 +65,13 @@ class VsockDialer : public InitDialer {
  private:
   std::string path_;
   uint32_t port_;
+  uid_t device_uid_;
 };
 
 }  // namespace
 
-std::shared_ptr<const InitDialer> VsockDeviceDialer(std::string path, uint32_t port) {
-  return std::make_shared<VsockDialer>(std::move(path), port);
+std::shared_ptr<const InitDialer> VsockDeviceDialer(std::string path, uint32_t port, uid_t device_uid) {
+  return std::make_shared<VsockDialer>(std::move(path), port, device_uid);
 }
 
 }  // namespace bulkhead::runtime

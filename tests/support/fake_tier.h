@@ -50,7 +50,7 @@ class FakeTier : public runtime::Tier {
 
   static runtime::Capabilities AllCapabilities() {
     return {.pause = true, .filesystem_snapshot = true, .memory_snapshot = false, .idmapped_volumes = true,
-            .pooling = true};
+            .pooling = true, .network_egress = true};
   }
 
   const std::string& name() const override { return name_; }

@@ -97,7 +97,7 @@ Result<std::unique_ptr<NativeTier>> NativeTier::Create(const std::string& tag, c
 
 Capabilities NativeTier::capabilities() const {
   return {.pause = true, .filesystem_snapshot = true, .memory_snapshot = false, .idmapped_volumes = true,
-          .pooling = true};
+          .pooling = true, .network_egress = true};
 }
 
 std::shared_ptr<const InitDialer> NativeTier::Dialer(const std::string& staging) const {

@@ -1,0 +1,79 @@
+#include "runtime/microvm/launch.h"
+
+#include <sched.h>
+#include <sys/resource.h>
+
+#include <cerrno>
+
+#include "runtime/child_syscalls.h"
+
+namespace bulkhead::runtime::microvm {
+namespace {
+
+void CheckRootAndBind(HelperPlan* plan) {
+  int root = child::Open(plan->root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  STEP(root >= 0, "open the sandbox root");
+  for (const std::string& name : plan->top_level_names)
+    STEP(child::RealDirOrAbsent(root, name.c_str()), child::kRootMountPointStep);
+  child::Close(root);
+  for (const HelperPlan::Bind& bind : plan->binds) {
+    plan->failed_volume = bind.volume;
+    int point = child::OpenMountPoint(plan->root.c_str(), bind.components, bind.create, plan->root_owner);
+    STEP(point >= 0, bind.volume >= 0 ? child::kVolumeMountPointStep : "host directory mount point");
+    plan->failed_volume = -1;
+    if (!bind.source.empty()) {
+      const char* failed = nullptr;
+      int tree = child::CloneTree(bind.source.c_str(), /*recursive=*/true, /*writable=*/false, -1, &failed);
+      STEP(tree >= 0, failed);
+      STEP(::syscall(SYS_move_mount, tree, "", point, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) == 0,
+           "bind a host directory");
+      child::Close(tree);
+    }
+    child::Close(point);
+  }
+}
+
+void BecomeSandboxUser(HelperPlan* plan) {
+  // No supplementary groups of the daemon's (while setgroups is still allowed).
+  STEP(::syscall(SYS_setgroups, 0, nullptr) == 0, "setgroups");
+  if (plan->userns_fd >= 0) {
+    STEP(::syscall(SYS_setns, plan->userns_fd, CLONE_NEWUSER) == 0, "enter the sandbox's user namespace");
+    STEP(::syscall(SYS_setresgid, 0, 0, 0) == 0 && ::syscall(SYS_setresuid, 0, 0, 0) == 0,
+         "become the sandbox's root");
+  } else if (plan->run_uid != 0) {
+    STEP(::syscall(SYS_setresgid, plan->run_uid, plan->run_uid, plan->run_uid) == 0 &&
+             ::syscall(SYS_setresuid, plan->run_uid, plan->run_uid, plan->run_uid) == 0,
+         "drop to the sandbox's host uid");
+  }
+}
+
+}  // namespace
+
+int HelperMain(void* arg) {
+  auto* plan = static_cast<HelperPlan*>(arg);
+  child::ResetSignalHandlers();
+  ::syscall(SYS_umask, 022);
+  for (int fd : plan->cgroup_join_fds) STEP(child::Write(fd, "0", 1) == 1, "join cgroup");
+  if (plan->private_mounts) {
+    STEP(::unshare(CLONE_NEWNS) == 0, "unshare the mount namespace");
+    STEP(::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0, "make mounts private");
+    STEP(::mount("tmpfs", kMountPoint, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, plan->tmpfs_options.c_str()) == 0,
+         "mount the helper tmpfs");
+    for (const MountStep& step : plan->steps) RunMountStep(plan, step);
+    if (!plan->root.empty()) CheckRootAndBind(plan);
+  }
+  if (plan->new_netns) STEP(::unshare(CLONE_NEWNET) == 0, "unshare the network namespace");
+  int null_fd = child::Open("/dev/null", O_RDONLY | O_CLOEXEC);
+  STEP(null_fd >= 0, "open /dev/null");
+  STEP(child::Dup3(null_fd, 0, 0) == 0, "stdin");
+  STEP(child::Dup3(plan->log_fd, 1, 0) == 1 && child::Dup3(plan->log_fd, 2, 0) == 2, "stdout");
+  BecomeSandboxUser(plan);
+  // Nothing of the daemon's reaches the helper (its descriptors are close-on-exec anyway).
+  STEP(::syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) == 0, "close_range");
+  child::UnblockSignals();
+  ::syscall(SYS_execve, plan->argv[0], plan->argv.data(), plan->envp.data());
+  child::Fail(plan, "exec");
+  return 127;
+}
+
+}  // namespace bulkhead::runtime::microvm

@@ -1,0 +1,472 @@
+#include "runtime/microvm/microvm_tier.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "common/ctl_protocol.h"
+#include "common/id_ranges.h"
+#include "common/read_file.h"
+#include "common/scope_guard.h"
+#include "runtime/child_syscalls.h"
+#include "runtime/clone_shared.h"
+#include "runtime/microvm/initramfs.h"
+#include "runtime/microvm/launch.h"
+#include "runtime/process.h"
+#include "runtime/seccomp.h"
+#include "runtime/user_namespace.h"
+
+namespace bulkhead::runtime::microvm {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr size_t kChildStack = 64 * 1024;
+constexpr char kInitramfs[] = "initramfs.cpio";
+// Where Launch leaves the way to a guest's vsock device for Dialer: "<vm dir>\n<host uid>\n".
+constexpr char kVsockNote[] = "/vsock";
+// How long a guest may take from QEMU's start to init serving: ~1.5-4 s under TCG here, well
+// under a second with KVM; a loaded host (a test run's parallel boots) takes far longer.
+constexpr auto kGuestBoots = std::chrono::seconds(120);
+// How long a device daemon may take to make its socket.
+constexpr auto kDeviceListens = std::chrono::seconds(20);
+
+Result<pid_t> SpawnHelper(HelperPlan& plan) {
+  const pid_t pid = CloneOnBorrowedMemory(HelperMain, CLONE_VM | CLONE_VFORK | SIGCHLD, &plan, kChildStack);
+  if (pid < 0) return SystemError("clone a microvm helper", errno);
+  if (plan.failed_step) {
+    ::waitpid(pid, nullptr, 0);
+    if (std::strcmp(plan.failed_step, child::kRootMountPointStep) == 0) return UnbootableFiles();
+    return SystemError(std::string("microvm helper failed at ") + plan.failed_step, plan.failed_errno);
+  }
+  return pid;
+}
+
+// The argv/envp vectors a HelperPlan points into.
+struct Command {
+  std::vector<std::string> args, env;
+  void Into(HelperPlan& plan) {
+    for (auto& arg : args) plan.argv.push_back(arg.data());
+    plan.argv.push_back(nullptr);
+    for (auto& var : env) plan.envp.push_back(var.data());
+    plan.envp.push_back(nullptr);
+  }
+};
+
+Result<UniqueFd> OpenLog(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600));
+  if (!fd) return SystemError("create " + path, errno);
+  return fd;
+}
+
+// Whether the child `pid` has exited (reaping it).
+bool Exited(pid_t pid) {
+  int status = 0;
+  return ::waitpid(pid, &status, WNOHANG) == pid;
+}
+
+// Waits until the daemon `pid` made its socket at `path`.
+Status WaitForSocket(const std::string& path, pid_t pid, const std::string& what, const std::string& log) {
+  const auto deadline = std::chrono::steady_clock::now() + kDeviceListens;
+  for (int attempt = 0;; ++attempt) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) return {};
+    if (Exited(pid)) return MakeError(ErrorCode::kInternal, what + " did not start: " + ReadLogTail(log));
+    if (std::chrono::steady_clock::now() > deadline)
+      return MakeError(ErrorCode::kInternal, what + " made no socket in time: " + ReadLogTail(log));
+    std::this_thread::sleep_for(std::chrono::microseconds(attempt < 100 ? 500 : 5000));
+  }
+}
+
+// The listener on which the guest's init says it serves (ctl::kGuestReadyPort): the vsock
+// device connects to <uds-path>_<port> for a guest's connection to the host's port.
+Result<UniqueFd> ListenForReady(const std::string& path, uid_t host_uid) {
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) return SystemError("socket", errno);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path) return MakeError(ErrorCode::kInternal, "socket path too long: " + path);
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  ::unlink(path.c_str());
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return SystemError("bind " + path, errno);
+  // The device runs as the sandbox's host uid.
+  if (::chown(path.c_str(), host_uid, host_uid) != 0) return SystemError("chown " + path, errno);
+  if (::listen(fd.get(), 4) != 0) return SystemError("listen " + path, errno);
+  return fd;
+}
+
+std::vector<std::string> PathComponents(const std::string& path) {
+  std::vector<std::string> parts;
+  std::istringstream in(path);
+  for (std::string name; std::getline(in, name, '/');)
+    if (!name.empty()) parts.push_back(name);
+  return parts;
+}
+
+// The root virtiofsd's filesystem, as the gvisor tier's launcher assembles its root: the image
+// idmapped from the stored ids, under the writable layer; the host image's directories bound
+// read-only (merged with the image's own where it has files there); each volume's mount point.
+void PlanRoot(const LaunchSpec& spec, HelperPlan& plan) {
+  const std::string t = kMountPoint;
+  const std::string lower = t + "/lower", root = t + "/root";
+  plan.steps.push_back({MountStep::kDir, "", lower});
+  plan.steps.push_back({MountStep::kClone, spec.rootfs.image, lower, "", false, true});
+  plan.steps.push_back({MountStep::kDir, "", root});
+  plan.steps.push_back({MountStep::kOverlay, "", root,
+                        "lowerdir=" + lower + ",upperdir=" + spec.rootfs.upper + ",workdir=" + spec.rootfs.work, true});
+  plan.root = root;
+  plan.top_level_names = {"proc", "dev", "sys"};
+  for (size_t i = 0; i < spec.rootfs.host_binds.size(); i++) {
+    const std::string& dir = spec.rootfs.host_binds[i];
+    plan.top_level_names.push_back(dir.substr(1, dir.find('/', 1) - 1));
+    std::string source = dir;
+    std::error_code ec;
+    if (!fs::is_empty(spec.rootfs.image + dir, ec) && !ec) {
+      source = t + "/host" + std::to_string(i);
+      plan.steps.push_back({MountStep::kDir, "", source});
+      plan.steps.push_back({MountStep::kOverlay, "", source, "lowerdir=" + lower + dir + ":" + dir});
+    }
+    plan.binds.push_back({source, PathComponents(dir), true, -1});
+  }
+  for (size_t i = 0; i < spec.volumes.size(); i++) {
+    const std::string& target = spec.volumes[i].target;
+    // Below a host directory (read-only) it can only be entered.
+    const bool below_host = std::any_of(spec.rootfs.host_binds.begin(), spec.rootfs.host_binds.end(),
+                                        [&](const std::string& dir) { return target.rfind(dir + "/", 0) == 0; });
+    plan.binds.push_back({"", PathComponents(target), !below_host, static_cast<int>(i)});
+  }
+}
+
+}  // namespace
+
+MicrovmTier::MicrovmTier(Cgroups cgroups, std::string dir, std::string vms_root, Installed installed)
+    : cgroups_(std::move(cgroups)),
+      dir_(std::move(dir)),
+      vms_root_(std::move(vms_root)),
+      installed_(std::move(installed)) {
+  // The probe boot takes up to ~20 s where KVM hangs guests: the daemon serves meanwhile, and
+  // the first microvm launch waits for it.
+  accelerator_ = std::async(std::launch::async, [this] {
+                   Accelerator chosen = ChooseAccelerator(installed_, dir_ + "/" + kInitramfs, dir_);
+                   spdlog::info("microvm runtime: {} ({})", chosen.kvm ? "KVM" : "TCG", chosen.why);
+                   return chosen;
+                 }).share();
+}
+
+MicrovmTier::~MicrovmTier() {
+  if (accelerator_.valid()) accelerator_.wait();
+}
+
+Result<std::unique_ptr<MicrovmTier>> MicrovmTier::Create(const std::string& tag, const std::string& state_dir,
+                                                         const std::string& init_binary, Installed installed) {
+  auto cgroups = Cgroups::Open(tag + "-microvm");
+  if (!cgroups) return cgroups.error();
+  BH_TRY(MakeDir(kMountPoint, 0700));
+  const std::string dir = state_dir + "/microvm";
+  BH_TRY(MakeDir(dir, 0700));
+  auto filter = BuildSeccompFilter();
+  if (!filter) return filter.error();
+  InitramfsFiles files;
+  files.init_binary = init_binary;
+  files.seccomp_filter.assign(reinterpret_cast<const char*>(filter->data()), filter->size() * sizeof(sock_filter));
+  files.modules = installed.modules;
+  BH_TRY(WriteInitramfs(dir + "/" + kInitramfs, files));
+  // One directory of sockets per guest, searchable (not listable) by others: each guest's own is
+  // its host uid's alone. A short path: unix socket paths are at most 107 bytes.
+  const std::string vms_root = "/run/bulkhead-vms-" + tag;
+  BH_TRY(MakeDir(vms_root, 0711));
+  if (::chmod(vms_root.c_str(), 0711) != 0) return SystemError("chmod " + vms_root, errno);
+  return std::unique_ptr<MicrovmTier>(new MicrovmTier(std::move(*cgroups), dir, vms_root, std::move(installed)));
+}
+
+Capabilities MicrovmTier::capabilities() const {
+  return {.pause = true, .filesystem_snapshot = true, .memory_snapshot = false, .idmapped_volumes = true,
+          .pooling = false, .limits_in_sandbox = true, .warm_up_exec = false, .network_egress = false};
+}
+
+const Accelerator& MicrovmTier::Chosen() const { return accelerator_.get(); }
+
+std::vector<std::pair<std::string, std::string>> MicrovmTier::Details() const {
+  std::string accelerator = "probing";
+  if (accelerator_.wait_for(std::chrono::seconds(0)) == std::future_status::ready)
+    accelerator = (Chosen().kvm ? "kvm: " : "tcg: ") + Chosen().why;
+  std::string others;
+  for (const std::string& vmm : OtherVmmsFound()) others += (others.empty() ? "" : ", ") + vmm;
+  return {{"qemu", installed_.qemu},
+          {"qemu_version", installed_.qemu_version},
+          {"guest_kernel", installed_.kernel_version},
+          {"virtiofsd", installed_.virtiofsd_version},
+          {"vsock_device", "vhost-device-vsock " + installed_.vsock_device_version},
+          {"accelerator", accelerator},
+          // Detected, not driven: no backend of theirs was run here.
+          {"other_vmms", others.empty() ? "none" : others + " (found, not used)"}};
+}
+
+std::vector<std::pair<std::string, std::string>> MicrovmTier::SandboxDetails(const std::string& id) const {
+  std::lock_guard lock(mu_);
+  auto it = guests_.find(id);
+  if (it == guests_.end()) return {};
+  return {{"accelerator", Chosen().kvm ? "kvm" : "tcg"},
+          {"vcpus", std::to_string(it->second.vcpus)},
+          {"guest_memory_mb", std::to_string(it->second.memory_mb)},
+          {"guest_kernel", installed_.kernel_version}};
+}
+
+int64_t MicrovmTier::GuestMemoryMb(const Limits& limits) { return std::max(limits.memory_mb, kMinGuestMb); }
+
+int MicrovmTier::VcpusFor(const Limits& limits) {
+  const long host = std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
+  return static_cast<int>(std::clamp<long>(std::lround(std::ceil(limits.cpus)), 1, host));
+}
+
+Limits MicrovmTier::HostLimits(const Limits& sandbox, bool kvm) {
+  Limits host = sandbox;
+  // QEMU (~60 MiB resident with shared guest RAM), its TCG translation cache (128 MiB, tb-size)
+  // and the device daemons (~10 MiB each).
+  host.memory_mb = GuestMemoryMb(sandbox) + 128 + (kvm ? 0 : 192);
+  host.pids = 512;  // host threads of QEMU and the daemons: the sandbox's own count is the guest's
+  return host;
+}
+
+std::shared_ptr<const InitDialer> MicrovmTier::Dialer(const std::string& staging) const {
+  // (Launch wrote the note; a sandbox recovered after a restart has it from its boot.)
+  std::istringstream note(ReadSmallFile(staging + kVsockNote).value_or(""));
+  std::string vm_dir, uid;
+  std::getline(note, vm_dir);
+  std::getline(note, uid);
+  return VsockDeviceDialer(vm_dir + "/v.sock", ctl::kGuestInitPort,
+                           static_cast<uid_t>(std::strtoul(uid.c_str(), nullptr, 10)));
+}
+
+Result<SandboxHandle> MicrovmTier::Launch(const LaunchSpec& spec) {
+  const Accelerator& accelerator = Chosen();
+  auto stored_ids = CreateUserNamespace(spec.host_uid, kStoredIdBase);
+  if (!stored_ids) return stored_ids.error();
+  auto own_ids = CreateUserNamespace(spec.host_uid, 0);
+  if (!own_ids) return own_ids.error();
+  BH_TRY(cgroups_.Create(spec.id, HostLimits(spec.limits, accelerator.kvm)));
+  Guest guest{GuestMemoryMb(spec.limits), VcpusFor(spec.limits), {}};
+  // Whatever a failed launch made: the processes (all in the cgroups), the VM directory.
+  ScopeGuard undo([&] {
+    for (pid_t pid : guest.children) ::kill(pid, SIGKILL);
+    (void)cgroups_.Destroy(spec.id);
+    for (pid_t pid : guest.children) ::waitpid(pid, nullptr, 0);
+    std::error_code ec;
+    fs::remove_all(VmDir(spec.id), ec);
+  });
+  BH_TRY(cgroups_.SetBackground(spec.id, spec.background));
+  auto join = cgroups_.OpenJoinFds(spec.id);
+  if (!join) return join.error();
+  std::vector<int> join_fds;
+  for (const auto& fd : join->sandbox) join_fds.push_back(fd.get());
+
+  const std::string vm = VmDir(spec.id);
+  std::error_code ec;
+  fs::remove_all(vm, ec);
+  BH_TRY(MakeDir(vm, 0700));
+  if (::chown(vm.c_str(), spec.host_uid, spec.host_uid) != 0) return SystemError("chown " + vm, errno);
+  const std::string note = vm + "\n" + std::to_string(spec.host_uid) + "\n";
+  BH_TRY(WriteWholeFile(spec.staging + kVsockNote, note.data(), note.size(), 0600));
+  auto ready = ListenForReady(vm + "/v.sock_" + std::to_string(ctl::kGuestReadyPort), spec.host_uid);
+  if (!ready) return ready.error();
+
+  // The file servers: the root, then each volume.
+  std::vector<std::string> fs_sockets;
+  for (size_t i = 0; i <= spec.volumes.size(); i++) {
+    const bool root = i == 0;
+    const std::string socket = vm + "/fs" + std::to_string(i) + ".sock";
+    const std::string log = spec.staging + "/virtiofsd" + (root ? "" : "-" + VolumeTag(i - 1)) + ".log";
+    auto log_fd = OpenLog(log);
+    if (!log_fd) return log_fd.error();
+    HelperPlan plan;
+    plan.cgroup_join_fds = join_fds;
+    plan.private_mounts = true;
+    plan.tmpfs_options = "mode=0711,size=64k";
+    plan.stored_ids_fd = stored_ids->get();
+    plan.root_owner = spec.host_uid;
+    plan.userns_fd = own_ids->get();
+    plan.log_fd = log_fd->get();
+    std::string shared_dir;
+    Command command;
+    if (root) {
+      PlanRoot(spec, plan);
+      shared_dir = plan.root;
+      // (The guest's page cache keeps what it read; the layer changes only through the guest.)
+      command.args = {installed_.virtiofsd, "--cache=auto", "--xattr"};
+    } else {
+      const VolumeBind& volume = spec.volumes[i - 1];
+      shared_dir = std::string(kMountPoint) + "/volume";
+      plan.steps.push_back({MountStep::kDir, "", shared_dir});
+      plan.steps.push_back({MountStep::kClone, volume.source, shared_dir, "", !volume.read_only, true});
+      // A volume is shared with other sandboxes: no caching of what another may change.
+      command.args = {installed_.virtiofsd, "--cache=never"};
+      if (volume.read_only) command.args.push_back("--readonly");
+    }
+    command.args.insert(command.args.end(), {"--socket-path=" + socket, "--shared-dir=" + shared_dir,
+                                             "--sandbox=chroot", "--log-level=error"});
+    command.Into(plan);
+    auto pid = SpawnHelper(plan);
+    if (!pid) {
+      if (plan.failed_volume >= 0)
+        return VolumeMountPointError(spec.volumes[plan.failed_volume], plan.failed_step, plan.failed_errno);
+      return pid.error();
+    }
+    guest.children.push_back(*pid);
+    BH_TRY(WaitForSocket(socket, *pid, "virtiofsd", log));
+    fs_sockets.push_back(socket);
+  }
+
+  // The vsock device.
+  const std::string vsock_socket = vm + "/vsock.sock", vsock_log = spec.staging + "/vsock.log";
+  {
+    auto log_fd = OpenLog(vsock_log);
+    if (!log_fd) return log_fd.error();
+    HelperPlan plan;
+    plan.cgroup_join_fds = join_fds;
+    plan.run_uid = spec.host_uid;
+    plan.log_fd = log_fd->get();
+    Command command;
+    command.args = {installed_.vsock_device, "--vm",
+                    "guest-cid=3,socket=" + vsock_socket + ",uds-path=" + vm + "/v.sock"};
+    command.env = {"RUST_LOG=error"};
+    command.Into(plan);
+    auto pid = SpawnHelper(plan);
+    if (!pid) return pid.error();
+    guest.children.push_back(*pid);
+    BH_TRY(WaitForSocket(vsock_socket, *pid, "vhost-device-vsock", vsock_log));
+  }
+
+  // The guest.
+  ctl::GuestBootMessage boot;
+  boot.limits = LimitsInsideFor(spec.limits);
+  boot.vsock_port = ctl::kGuestInitPort;
+  for (size_t i = 0; i < spec.volumes.size(); i++)
+    boot.volumes.push_back({VolumeTag(i), spec.volumes[i].target, spec.volumes[i].read_only});
+  VmConfig config;
+  config.qemu = installed_.qemu;
+  config.kernel = installed_.kernel;
+  config.initramfs = dir_ + "/" + kInitramfs;
+  config.command_line = KernelCommandLine("--guest " + ctl::EncodeGuestBootArg(boot));
+  config.kvm = accelerator.kvm;
+  config.vcpus = guest.vcpus;
+  config.memory_mb = guest.memory_mb;
+  config.console_log = spec.staging + "/console.log";
+  config.virtiofs_sockets = fs_sockets;
+  config.vsock_socket = vsock_socket;
+  config.run_uid = spec.host_uid;
+  config.name = "bulkhead-" + spec.id;
+  const std::string qemu_log = spec.staging + "/qemu.log";
+  ::unlink(config.console_log.c_str());
+  pid_t qemu = 0;
+  {
+    auto log_fd = OpenLog(qemu_log);
+    if (!log_fd) return log_fd.error();
+    HelperPlan plan;
+    plan.cgroup_join_fds = join_fds;
+    plan.new_netns = true;
+    plan.log_fd = log_fd->get();
+    Command command;
+    command.args = QemuArgs(config);
+    command.Into(plan);
+    auto pid = SpawnHelper(plan);
+    if (!pid) return pid.error();
+    qemu = *pid;
+    guest.children.push_back(qemu);
+  }
+  const SandboxHandle handle = HandleOf(qemu);
+  auto failed = [&](const std::string& what) {
+    return MakeError(ErrorCode::kInternal, what + ": " + ReadLogTail(config.console_log, 1500) +
+                                               " | qemu: " + ReadLogTail(qemu_log, 500));
+  };
+  const auto deadline = std::chrono::steady_clock::now() + kGuestBoots;
+  while (true) {
+    pollfd p{ready->get(), POLLIN, 0};
+    if (::poll(&p, 1, 50) == 1) break;
+    if (Exited(qemu)) return failed("the guest stopped before its init served");
+    if (std::chrono::steady_clock::now() > deadline) return failed("the guest's init did not serve in time");
+  }
+  UniqueFd told(::accept4(ready->get(), nullptr, nullptr, SOCK_CLOEXEC));
+  ::unlink((vm + "/v.sock_" + std::to_string(ctl::kGuestReadyPort)).c_str());
+  if (!HandleAlive(handle)) return failed("the guest stopped");
+  {
+    std::lock_guard lock(mu_);
+    guests_[spec.id] = std::move(guest);
+  }
+  undo.Dismiss();
+  return handle;
+}
+
+Result<NetworkAttachment> MicrovmTier::AttachNetwork(const SandboxHandle& handle) { return NetworkOf(handle); }
+
+Status MicrovmTier::SetLimits(const std::string& id, const Limits& limits) {
+  {
+    std::lock_guard lock(mu_);
+    auto it = guests_.find(id);
+    if (it != guests_.end() && it->second.memory_mb != GuestMemoryMb(limits))
+      return MakeError(ErrorCode::kInvalid,
+                       "a microvm sandbox's memory is its guest's size, set when it boots: stop and start it "
+                       "with the new memory_mb",
+                       "runtime_unsupported");
+  }
+  // The vCPUs stay; their share of the host's CPU time follows `cpus`.
+  return cgroups_.SetLimits(id, HostLimits(limits, Chosen().kvm));
+}
+
+Status MicrovmTier::Reattach(const std::string& id, const Limits& limits) {
+  std::lock_guard lock(mu_);
+  guests_[id] = Guest{GuestMemoryMb(limits), VcpusFor(limits), {}};
+  return {};
+}
+
+bool MicrovmTier::Alive(const SandboxHandle& handle) { return HandleAlive(handle); }
+
+Status MicrovmTier::Destroy(const std::string& id, const SandboxHandle& handle) {
+  std::vector<pid_t> children;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = guests_.find(id); it != guests_.end()) {
+      children = std::move(it->second.children);
+      guests_.erase(it);
+    }
+  }
+  if (HandleAlive(handle)) ::kill(handle.pid, SIGKILL);
+  // A paused guest's processes die only once thawed.
+  if (cgroups_.Frozen(id)) (void)cgroups_.SetFrozen(id, false);
+  Status destroyed = cgroups_.Destroy(id);
+  for (pid_t pid : children) ::waitpid(pid, nullptr, WNOHANG);
+  std::error_code ec;
+  fs::remove_all(VmDir(id), ec);
+  if (destroyed.ok() && ec) return SystemError("remove " + VmDir(id), ec.value());
+  return destroyed;
+}
+
+std::vector<std::string> MicrovmTier::Leftovers() {
+  std::vector<std::string> names = cgroups_.List();
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(vms_root_, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  }
+  return names;
+}
+
+void MicrovmTier::Release() {
+  cgroups_.RemoveParentsIfEmpty();
+  ::rmdir(vms_root_.c_str());  // only if empty
+}
+
+}  // namespace bulkhead::runtime::microvm

@@ -1,0 +1,101 @@
+// The microvm isolation tier: each sandbox is a virtual machine with a guest kernel of its own
+// (Debian's cloud kernel, booted by QEMU's `microvm` machine), whose PID 1 is bulkhead's init.
+// The sandbox's code never talks to the host kernel: it reaches the host only through QEMU's
+// emulated devices and the vhost-user daemons behind them.
+//
+// Per sandbox, all in the sandbox's cgroups and none as host root:
+//   - QEMU (-runas the sandbox's unprivileged host uid, its own seccomp filter, an empty
+//     network namespace, no NIC), booting the guest kernel with the tier's initramfs (init, the
+//     seccomp filter, the guest's modules: runtime/microvm/initramfs.h);
+//   - a virtiofsd serving the sandbox's root filesystem: the image idmapped under the sandbox's
+//     writable layer, assembled in the helper's private mount namespace (launch.h), run as root
+//     of the sandbox's user namespace and chrooted there, so files the guest writes land in the
+//     writable layer with the sandbox's host ids (snapshots, forks and the disk quota work as
+//     on native); one more virtiofsd per named volume, idmapped the same way;
+//   - vhost-device-vsock: the guest's vsock, Firecracker's host model (a unix socket and
+//     "CONNECT <port>"), through which the daemon reaches init (runtime/tier.h VsockDeviceDialer)
+//     and init tells the daemon it serves (ctl::kGuestReadyPort).
+// Init builds the sandbox's world inside the guest itself (init/guest_boot.h).
+//
+// KVM where a probe guest boots under it, else TCG (accelerator.h). Limits: the guest's memory
+// and vCPUs are the sandbox's memory (at least kMinGuestMb) and CPUs (rounded up); the host's
+// cgroups bound QEMU and its daemons around it (HostLimits); init enforces the pids limit in
+// the guest. Pause is the host's cgroup freezer (the guest's clock stops with it).
+//
+// Not yet: a network of its own (modes allowlist and open, the port proxy: a tap device and
+// a gateway in the sandbox's namespace), warm pools, memory snapshots, a live memory change.
+#pragma once
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "runtime/cgroup.h"
+#include "runtime/microvm/accelerator.h"
+#include "runtime/microvm/vmm.h"
+#include "runtime/tier.h"
+
+namespace bulkhead::runtime::microvm {
+
+class MicrovmTier : public Tier {
+ public:
+  // `tag` names this daemon's cgroup parent and its VM directory root; the tier keeps its
+  // initramfs in <state_dir>/microvm.
+  static Result<std::unique_ptr<MicrovmTier>> Create(const std::string& tag, const std::string& state_dir,
+                                                     const std::string& init_binary, Installed installed);
+  ~MicrovmTier() override;
+
+  const std::string& name() const override { return name_; }
+  Capabilities capabilities() const override;
+  std::vector<std::pair<std::string, std::string>> Details() const override;
+  std::vector<std::pair<std::string, std::string>> SandboxDetails(const std::string& id) const override;
+  Result<SandboxHandle> Launch(const LaunchSpec& spec) override;
+  std::shared_ptr<const InitDialer> Dialer(const std::string& staging) const override;
+  Result<NetworkAttachment> AttachNetwork(const SandboxHandle& handle) override;
+  Status SetLimits(const std::string& id, const Limits& limits) override;
+  Status Foreground(const std::string& id) override { return cgroups_.SetBackground(id, false); }
+  Result<Usage> SandboxUsage(const std::string& id) override { return cgroups_.Usage(id); }
+  Status SetFrozen(const std::string& id, bool frozen) override { return cgroups_.SetFrozen(id, frozen); }
+  bool Frozen(const std::string& id) override { return cgroups_.Frozen(id); }
+  bool Alive(const SandboxHandle& handle) override;
+  Status Destroy(const std::string& id, const SandboxHandle& handle) override;
+  std::vector<std::string> Leftovers() override;
+  Status Reattach(const std::string& id, const Limits& limits) override;
+  Status Rename(const std::string& from, const std::string& to) override { return cgroups_.Rename(from, to); }
+  void Release() override;
+
+  // The smallest guest: the guest kernel and init need ~60 MiB of it.
+  static constexpr int64_t kMinGuestMb = 128;
+  // The guest's size for a sandbox's limits.
+  static int64_t GuestMemoryMb(const Limits& limits);
+  static int VcpusFor(const Limits& limits);
+  // The host cgroup limits around a guest: its memory, QEMU's own (with TCG, its translation
+  // cache) and the device daemons'; their threads.
+  static Limits HostLimits(const Limits& sandbox, bool kvm);
+
+ private:
+  MicrovmTier(Cgroups cgroups, std::string dir, std::string vms_root, Installed installed);
+
+  std::string VmDir(const std::string& id) const { return vms_root_ + "/" + id; }
+  // Waits for the accelerator probe (Create starts it).
+  const Accelerator& Chosen() const;
+
+  const std::string name_ = "microvm";
+  Cgroups cgroups_;
+  std::string dir_;       // <state>/microvm: the initramfs
+  std::string vms_root_;  // /run/bulkhead-vms-<tag>: one directory of sockets per guest
+  Installed installed_;
+  std::shared_future<Accelerator> accelerator_;
+
+  struct Guest {
+    int64_t memory_mb = 0;
+    int vcpus = 0;
+    std::vector<pid_t> children;  // this daemon's children (QEMU, the daemons), reaped at Destroy
+  };
+  mutable std::mutex mu_;
+  std::map<std::string, Guest> guests_;
+};
+
+}  // namespace bulkhead::runtime::microvm

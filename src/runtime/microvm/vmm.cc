@@ -1,0 +1,132 @@
+#include "runtime/microvm/vmm.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "common/read_file.h"
+#include "common/run_program.h"
+
+namespace bulkhead::runtime::microvm {
+namespace {
+
+Error Missing(const std::string& what) {
+  return MakeError(ErrorCode::kUnavailable, what + " (scripts/install-microvm.sh installs it)");
+}
+
+std::string FirstLine(const std::string& text) {
+  std::string line = text.substr(0, text.find('\n'));
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+  return line;
+}
+
+// The version a daemon's `--version` prints ("virtiofsd 1.14.0" -> "1.14.0").
+Result<std::string> VersionOf(const std::string& binary) {
+  if (::access(binary.c_str(), X_OK) != 0) return Missing("no " + binary);
+  auto out = RunProgramOutput({binary, "--version"});
+  if (!out) return Missing(binary + " does not run: " + out.error().message);
+  std::string line = FirstLine(*out);
+  return line.substr(line.find_last_of(' ') + 1);
+}
+
+}  // namespace
+
+Result<Installed> FindInstalled(const std::string& dir) {
+  Installed found;
+  found.qemu = FindProgram({"/usr/bin/qemu-system-x86_64", "/usr/local/bin/qemu-system-x86_64"});
+  if (found.qemu.empty()) return Missing("no qemu-system-x86_64");
+  auto version = RunProgramOutput({found.qemu, "--version"});
+  if (!version) return Missing(found.qemu + " does not run: " + version.error().message);
+  found.qemu_version = FirstLine(*version);
+  found.kernel = dir + "/vmlinux";
+  if (::access(found.kernel.c_str(), R_OK) != 0) return Missing("no guest kernel " + found.kernel);
+  found.kernel_version = FirstLine(ReadSmallFile(dir + "/kernel-version").value_or("unknown"));
+  auto order = ReadSmallFile(dir + "/modules/order");
+  if (!order) return Missing("no guest kernel modules in " + dir + "/modules");
+  std::istringstream names(*order);
+  for (std::string name; std::getline(names, name);) {
+    if (name.empty()) continue;
+    const std::string module = dir + "/modules/" + name;
+    if (::access(module.c_str(), R_OK) != 0) return Missing("no guest kernel module " + module);
+    found.modules.push_back(module);
+  }
+  found.virtiofsd = dir + "/virtiofsd";
+  auto virtiofsd = VersionOf(found.virtiofsd);
+  if (!virtiofsd) return virtiofsd.error();
+  found.virtiofsd_version = *virtiofsd;
+  found.vsock_device = dir + "/vhost-device-vsock";
+  auto vsock = VersionOf(found.vsock_device);
+  if (!vsock) return vsock.error();
+  found.vsock_device_version = *vsock;
+  return found;
+}
+
+std::string VolumeTag(size_t index) { return "v" + std::to_string(index); }
+
+std::string KernelCommandLine(const std::string& init_args) {
+  // quiet and loglevel=0: the console (a file) gets init's words, not the kernel's boot log.
+  // panic=-1 with QEMU's -no-reboot: a guest whose init failed ends its VMM at once. pci=off:
+  // microvm's devices are virtio-mmio. The rest of the line is init's.
+  std::string line = "console=ttyS0 quiet loglevel=0 panic=-1 pci=off rdinit=/init";
+  if (const int64_t khz = HostTscKhz(); khz > 0) line += " tsc_early_khz=" + std::to_string(khz);
+  return line + " -- " + init_args;
+}
+
+std::vector<std::string> QemuArgs(const VmConfig& vm) {
+  const std::string memory = std::to_string(vm.memory_mb) + "M";
+  std::vector<std::string> args = {
+      vm.qemu, "-name", vm.name,
+      // No option ROMs: the kernel boots by PVH, straight from its ELF note.
+      "-M", "microvm,x-option-roms=off,memory-backend=mem",
+      // Guest memory in a memfd QEMU shares with the vhost-user daemons (they map it).
+      "-object", "memory-backend-memfd,id=mem,size=" + memory + ",share=on",
+      "-m", memory, "-smp", std::to_string(vm.vcpus),
+      "-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-nic", "none",
+      "-chardev", "file,id=console,path=" + vm.console_log, "-serial", "chardev:console",
+      "-kernel", vm.kernel, "-initrd", vm.initramfs, "-append", vm.command_line,
+      // QEMU's own seccomp filter: no exec, no obsolete syscalls, no changes of priority or
+      // affinity (privileges stay allowed: -runas drops them after the filter is in).
+      "-sandbox", "on,obsolete=deny,spawn=deny,resourcecontrol=deny"};
+  if (vm.kvm) {
+    args.insert(args.end(), {"-accel", "kvm", "-cpu", "host"});
+  } else {
+    // tb-size: the translation cache; the default (1 GiB) would be most of the guest's cost.
+    args.insert(args.end(), {"-accel", "tcg,tb-size=128", "-cpu", "max"});
+  }
+  for (size_t i = 0; i < vm.virtiofs_sockets.size(); i++) {
+    const std::string id = "fs" + std::to_string(i);
+    args.insert(args.end(), {"-chardev", "socket,id=" + id + ",path=" + vm.virtiofs_sockets[i], "-device",
+                             "vhost-user-fs-device,chardev=" + id + ",tag=" + (i == 0 ? "root" : VolumeTag(i - 1))});
+  }
+  if (!vm.vsock_socket.empty()) {
+    args.insert(args.end(), {"-chardev", "socket,id=vsock,path=" + vm.vsock_socket, "-device",
+                             "vhost-user-vsock-device,chardev=vsock"});
+  }
+  if (vm.run_uid != 0) args.insert(args.end(), {"-runas", std::to_string(vm.run_uid) + ":" + std::to_string(vm.run_uid)});
+  return args;
+}
+
+std::vector<std::string> OtherVmmsFound() {
+  std::vector<std::string> found;
+  for (const char* name : {"firecracker", "cloud-hypervisor"}) {
+    const std::string path = FindProgram({std::string("/usr/bin/") + name, std::string("/usr/local/bin/") + name});
+    if (path.empty()) continue;
+    auto version = RunProgramOutput({path, "--version"});
+    found.push_back(version ? FirstLine(*version) : path);
+  }
+  return found;
+}
+
+int64_t HostTscKhz() {
+  std::istringstream lines(ReadSmallFile("/proc/cpuinfo", 4 << 20).value_or(""));
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("cpu MHz", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) return 0;
+    return std::llround(std::strtod(line.c_str() + colon + 1, nullptr) * 1000);
+  }
+  return 0;
+}
+
+}  // namespace bulkhead::runtime::microvm

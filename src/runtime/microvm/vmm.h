@@ -1,0 +1,60 @@
+// The virtual machine monitor the microvm tier drives, and what it boots: QEMU's `microvm`
+// machine (Debian's qemu-system-x86), the guest kernel and the vhost-user device daemons that
+// scripts/install-microvm.sh installs. Firecracker and Cloud Hypervisor are detected (for
+// /healthz) but not driven: no backend of theirs has been run here.
+#pragma once
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace bulkhead::runtime::microvm {
+
+// Where scripts/install-microvm.sh installs the guest kernel and the device daemons.
+inline constexpr char kInstallDir[] = "/usr/local/lib/bulkhead/microvm";
+
+struct Installed {
+  std::string qemu, qemu_version;      // the binary and the first line of its --version
+  std::string kernel, kernel_version;  // the PVH vmlinux and "<package> <version>"
+  std::vector<std::string> modules;    // the guest's .ko files, in load order
+  std::string virtiofsd, virtiofsd_version;
+  std::string vsock_device, vsock_device_version;  // vhost-device-vsock
+};
+
+// What is installed under `dir`, each piece checked; kUnavailable naming what is missing and
+// the script that installs it.
+Result<Installed> FindInstalled(const std::string& dir = kInstallDir);
+
+// One guest's QEMU command line.
+struct VmConfig {
+  std::string qemu, kernel, initramfs;
+  std::string command_line;  // the kernel's
+  bool kvm = false;          // else TCG
+  int vcpus = 1;
+  int64_t memory_mb = 256;
+  std::string console_log;   // the serial console's output (a file)
+  std::vector<std::string> virtiofs_sockets;  // vhost-user sockets; tag "root", then "v0", "v1", ...
+  std::string vsock_socket;  // vhost-device-vsock's vhost-user socket; none if empty
+  uid_t run_uid = 0;         // QEMU drops to this uid (and gid) once it set up; 0 = stays
+  std::string name;          // shown in ps
+};
+
+std::vector<std::string> QemuArgs(const VmConfig& vm);
+
+// The kernel command line of a guest whose init runs with `init_args`.
+std::string KernelCommandLine(const std::string& init_args);
+
+// The virtio-fs tag of volume `index` (the root's is "root").
+std::string VolumeTag(size_t index);
+
+// VMMs other than QEMU found on the PATH ("firecracker 1.x", ...): reported, not used.
+std::vector<std::string> OtherVmmsFound();
+
+// The host's TSC frequency in kHz (/proc/cpuinfo), 0 if unknown. The microvm machine has no
+// HPET or PM timer for the guest to calibrate its TSC against: without the hint, about one
+// boot in seven hangs there.
+int64_t HostTscKhz();
+
+}  // namespace bulkhead::runtime::microvm
