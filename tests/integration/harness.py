@@ -864,7 +864,7 @@ def find_leaks(daemon, uid_ranges=()) -> dict[str, list[str]]:
         found.setdefault(kind, []).append(what)
 
     parent = cgroup_parent_name(state_dir)
-    parents = (parent, f"{parent}-gvisor")  # the native tier's and the gvisor tier's
+    parents = (parent, f"{parent}-gvisor", f"{parent}-microvm")  # the native, gvisor and microvm tiers'
     daemon_pid = daemon.process.pid if daemon.running() else None
 
     # uid range claims: /run/bulkhead/uid-ranges/<slot> = "<owner state dir>\n<sandbox id>\n".
@@ -960,9 +960,13 @@ def find_leaks(daemon, uid_ranges=()) -> dict[str, list[str]]:
         found["loop devices"] = sorted(attached)
 
     # Files: a sandbox dir or a layer without its sandbox (volumes' layers are "vol..."), runsc's
-    # state of a gvisor sandbox (/run/bulkhead/gvisor-<tag>/<host name>).
-    runsc_root = Path("/run/bulkhead") / ("gvisor-" + parent.removeprefix("bulkhead-"))
-    for where in (Path(state_dir) / "sandboxes", Path(storage) / "layers", Path(state_dir) / "layers", runsc_root):
+    # state of a gvisor sandbox (/run/bulkhead/gvisor-<tag>/<host name>), a microvm guest's sockets
+    # (/run/bulkhead-vms-<tag>/<host name>).
+    tag = parent.removeprefix("bulkhead-")
+    runsc_root = Path("/run/bulkhead") / ("gvisor-" + tag)
+    vms_root = Path("/run") / ("bulkhead-vms-" + tag)
+    for where in (Path(state_dir) / "sandboxes", Path(storage) / "layers", Path(state_dir) / "layers", runsc_root,
+                  vms_root):
         try:
             names = [p.name for p in where.iterdir()]
         except OSError:

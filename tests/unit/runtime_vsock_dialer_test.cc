@@ -41,7 +41,7 @@ class FakeDevice {
       UniqueFd conn(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
       char c;
       while (::read(conn.get(), &c, 1) == 1 && c != '\n') request_.push_back(c);
-      (void)!::write(conn.get(), answer.data(), answer.size());
+      (void)!::send(conn.get(), answer.data(), answer.size(), MSG_NOSIGNAL);
     });
   }
   ~FakeDevice() {
@@ -61,13 +61,13 @@ class FakeDevice {
 };
 
 // Dials, and reads what follows the handshake until the device closes.
-Result<std::string> DialAndRead(const std::string& path, uint32_t port) {
+Result<std::string> DialAndRead(const std::string& path, uint32_t port, uid_t device_uid = 0) {
   asio::io_context io;
   std::optional<Result<std::string>> result;
   asio::co_spawn(
       io,
       [&]() -> asio::awaitable<void> {
-        auto socket = co_await VsockDeviceDialer(path, port)->Dial(io.get_executor());
+        auto socket = co_await VsockDeviceDialer(path, port, device_uid)->Dial(io.get_executor());
         if (!socket) {
           result = socket.error();
           co_return;
@@ -104,6 +104,21 @@ TEST(VsockDeviceDialer, AnythingButOkIsRefused) {
     auto rest = DialAndRead(device.path(), 7);
     EXPECT_FALSE(rest) << answer;
   }
+}
+
+TEST(VsockDeviceDialer, ADeviceServedByAnotherUidIsRefusedBeforeTheHandshake) {
+  FakeDevice device("OK 1\nnot the sandbox's init");  // served by this test's uid, not 4242
+  auto rest = DialAndRead(device.path(), 1024, 4242);
+  ASSERT_FALSE(rest);
+  EXPECT_EQ(rest.error().detail_code, "sandbox_unreachable");
+  EXPECT_NE(rest.error().message.find("not served by the sandbox's device"), std::string::npos) << rest.error().message;
+}
+
+TEST(VsockDeviceDialer, ADeviceServedByTheExpectedUidIsDialed) {
+  FakeDevice device("OK 1\nhello");
+  auto rest = DialAndRead(device.path(), 1024, ::getuid() == 0 ? 0 : ::getuid());
+  ASSERT_TRUE(rest) << rest.error().message;
+  EXPECT_EQ(*rest, "hello");
 }
 
 TEST(VsockDeviceDialer, NoDeviceIsUnreachable) {

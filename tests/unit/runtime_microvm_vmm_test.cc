@@ -1,0 +1,106 @@
+// The microvm tier's QEMU command line and its look for what install-microvm.sh installs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "runtime/microvm/microvm_tier.h"
+#include "runtime/microvm/vmm.h"
+
+namespace bulkhead::runtime::microvm {
+namespace {
+
+bool Has(const std::vector<std::string>& args, const std::string& flag, const std::string& value) {
+  for (size_t i = 0; i + 1 < args.size(); i++)
+    if (args[i] == flag && args[i + 1] == value) return true;
+  return false;
+}
+
+VmConfig Guest() {
+  VmConfig vm;
+  vm.qemu = "/usr/bin/qemu-system-x86_64";
+  vm.kernel = "/k/vmlinux";
+  vm.initramfs = "/k/initramfs.cpio";
+  vm.command_line = KernelCommandLine("--guest 7b7d");
+  vm.vcpus = 2;
+  vm.memory_mb = 512;
+  vm.console_log = "/s/console.log";
+  vm.virtiofs_sockets = {"/vm/fs0.sock", "/vm/fs1.sock"};
+  vm.vsock_socket = "/vm/vsock.sock";
+  vm.run_uid = 0x10010000;
+  vm.name = "bulkhead-sb-1";
+  return vm;
+}
+
+TEST(QemuArgs, AGuestHasItsSizeSharedMemoryAndNoDevicesButItsOwn) {
+  const auto args = QemuArgs(Guest());
+  EXPECT_EQ(args[0], "/usr/bin/qemu-system-x86_64");
+  EXPECT_TRUE(Has(args, "-m", "512M"));
+  EXPECT_TRUE(Has(args, "-smp", "2"));
+  EXPECT_TRUE(Has(args, "-object", "memory-backend-memfd,id=mem,size=512M,share=on"));
+  EXPECT_TRUE(Has(args, "-M", "microvm,x-option-roms=off,memory-backend=mem"));
+  EXPECT_TRUE(Has(args, "-nic", "none"));
+  EXPECT_NE(std::find(args.begin(), args.end(), "-nodefaults"), args.end());
+  EXPECT_TRUE(Has(args, "-device", "vhost-user-fs-device,chardev=fs0,tag=root"));
+  EXPECT_TRUE(Has(args, "-device", "vhost-user-fs-device,chardev=fs1,tag=v0"));
+  EXPECT_TRUE(Has(args, "-chardev", "socket,id=vsock,path=/vm/vsock.sock"));
+  EXPECT_TRUE(Has(args, "-runas", "268500992:268500992"));
+  EXPECT_TRUE(Has(args, "-sandbox", "on,obsolete=deny,spawn=deny,resourcecontrol=deny"));
+  EXPECT_TRUE(Has(args, "-chardev", "file,id=console,path=/s/console.log"));
+}
+
+TEST(QemuArgs, KvmTakesTheHostCpuAndTcgABoundedTranslationCache) {
+  VmConfig vm = Guest();
+  vm.kvm = true;
+  auto args = QemuArgs(vm);
+  EXPECT_TRUE(Has(args, "-accel", "kvm"));
+  EXPECT_TRUE(Has(args, "-cpu", "host"));
+  vm.kvm = false;
+  args = QemuArgs(vm);
+  EXPECT_TRUE(Has(args, "-accel", "tcg,tb-size=128"));
+  EXPECT_TRUE(Has(args, "-cpu", "max"));
+}
+
+TEST(QemuArgs, WithoutSocketsThereAreNoVhostDevicesAndRootStaysUnlessAUidIsGiven) {
+  VmConfig vm = Guest();
+  vm.virtiofs_sockets.clear();
+  vm.vsock_socket.clear();
+  vm.run_uid = 0;
+  const auto args = QemuArgs(vm);
+  for (const auto& arg : args) {
+    EXPECT_EQ(arg.find("vhost-user"), std::string::npos) << arg;
+    EXPECT_NE(arg, "-runas");
+  }
+}
+
+TEST(KernelCommandLine, InitsArgumentsFollowTheSeparatorAndThePanicEndsTheGuest) {
+  const std::string line = KernelCommandLine("--guest-probe");
+  EXPECT_NE(line.find("panic=-1"), std::string::npos);
+  EXPECT_NE(line.find("rdinit=/init"), std::string::npos);
+  EXPECT_EQ(line.substr(line.size() - std::string(" -- --guest-probe").size()), " -- --guest-probe");
+}
+
+TEST(FindInstalled, NamesWhatIsMissingAndTheScriptThatInstallsIt) {
+  const std::string empty = std::filesystem::temp_directory_path() / "bulkhead-no-microvm";
+  std::filesystem::create_directories(empty);
+  auto found = FindInstalled(empty);
+  std::filesystem::remove_all(empty);
+  ASSERT_FALSE(found);
+  EXPECT_NE(found.error().message.find("install-microvm.sh"), std::string::npos) << found.error().message;
+}
+
+TEST(MicrovmLimits, TheGuestIsAtLeastTheSmallestThatBootsAndTheHostBoundsItWithRoom) {
+  Limits small{.cpus = 0.5, .memory_mb = 64, .pids = 100};
+  EXPECT_EQ(MicrovmTier::GuestMemoryMb(small), MicrovmTier::kMinGuestMb);
+  EXPECT_EQ(MicrovmTier::VcpusFor(small), 1);
+  Limits big{.cpus = 1.5, .memory_mb = 2048, .pids = 100};
+  EXPECT_EQ(MicrovmTier::GuestMemoryMb(big), 2048);
+  EXPECT_GE(MicrovmTier::VcpusFor(big), 1);
+  EXPECT_GT(MicrovmTier::HostLimits(big, true).memory_mb, 2048);
+  EXPECT_GT(MicrovmTier::HostLimits(big, false).memory_mb, MicrovmTier::HostLimits(big, true).memory_mb);
+}
+
+}  // namespace
+}  // namespace bulkhead::runtime::microvm
