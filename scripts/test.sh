@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Command 2 of the README, and what CI runs: builds, then runs every test — unit tests
 # (GoogleTest via ctest), integration tests against real daemons (pytest), the escape
-# probe suite inside a sandbox, the tier matrix (the core behaviours again on gvisor), a short
-# benchmark smoke run, then the sanitizer build (ASan and
-# UBSan, clang, built meanwhile: a bounded set of integration tests against its daemon;
+# probe suite inside a sandbox, the tier matrices (the core behaviours again on gvisor and on
+# microvm), a short benchmark smoke run, then the sanitizer build (ASan and UBSan, clang, built
+# meanwhile: a bounded set of integration tests against its daemon;
 # scripts/sanitize.sh without --ci runs everything) and every fuzz target for a bounded time in
 # the same tree.
 set -euo pipefail
@@ -33,6 +33,13 @@ if [ ! -x /usr/local/lib/bulkhead/runsc ]; then
 fi
 (cd tests/integration && BULKHEAD_TEST_RUNTIME=gvisor /usr/bin/python3 -m pytest -q -p no:cacheprovider \
   $(grep -v '^#' tier_matrix.txt))
+phase "tier matrix: the core behaviours on the microvm tier (tests/integration/tier_matrix_microvm.txt)"
+if [ ! -x /usr/local/lib/bulkhead/microvm/virtiofsd ]; then
+  echo "the microvm tier needs what scripts/install-microvm.sh installs" >&2
+  exit 1
+fi
+(cd tests/integration && BULKHEAD_TEST_RUNTIME=microvm /usr/bin/python3 -m pytest -q -p no:cacheprovider \
+  $(grep -v '^#' tier_matrix_microvm.txt))
 phase "sanitizer build: waiting for it"
 if ! wait "$sanitizer_build"; then
   tail -n 60 "$sanitizer_build_log"

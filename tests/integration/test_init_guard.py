@@ -139,9 +139,10 @@ def assert_refused(outcomes: dict, target: str):
 
 def test_sandbox_root_cannot_trace_or_rob_init(client, sandbox):
     assert client.sh(sandbox, "id -u", user="root") == "0\n"
-    # exec'd from its memfd (on gvisor, runsc starts it from the control directory)
-    assert client.sh(sandbox, "cat /proc/1/comm").startswith("bulkhead-init" if harness.RUNTIME == "gvisor"
-                                                             else "memfd:bulkhead")
+    # exec'd from its memfd (on gvisor, runsc starts it from the control directory; on microvm,
+    # the guest kernel from the initramfs as /init)
+    assert client.sh(sandbox, "cat /proc/1/comm").startswith({"gvisor": "bulkhead-init", "microvm": "init"}.get(
+        harness.RUNTIME, "memfd:bulkhead"))
     assert_refused(run_probe(client, sandbox, "1", "3"), "init (pid 1)")
     # init is unharmed and still answers
     assert client.sh(sandbox, "echo still here") == "still here\n"
