@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-SYSTEMS = ("bulkhead", "bulkhead-gvisor", "bwrap", "crun", "runsc", "qemu-microvm")
+SYSTEMS = ("bulkhead", "bulkhead-gvisor", "bulkhead-microvm", "bwrap", "crun", "runsc", "qemu-microvm")
 COMMAND = ["echo", "hi"]
 EXPECTED_STDOUT = b"hi\n"
 RUN_TIMEOUT_S = 60.0          # one run that takes longer than this counts as failed
@@ -58,6 +58,8 @@ GVISOR_CONCURRENCY = 10
 MICROVM_KERNEL = "/usr/local/lib/bulkhead/microvm/vmlinux"
 # A guest under software emulation boots in seconds: its concurrent row starts fewer.
 MICROVM_CONCURRENCY = 4
+# Sequential runs of the microvm tier at most: each boots a guest (seconds under TCG).
+MICROVM_RUNS = 20
 # The runsc the gvisor tier drives (scripts/install-runsc.sh); the runsc row runs the same one.
 PINNED_RUNSC = "/usr/local/lib/bulkhead/runsc"
 HOST_SYMLINKS = {"bin": "usr/bin", "lib": "usr/lib", "lib64": "usr/lib64", "sbin": "usr/sbin"}
@@ -865,11 +867,11 @@ def sandbox_cgroup_dirs(sandbox_ids: list[str]) -> set[str]:
 def daemon_cgroup_parent_names(state_dir: str) -> list[str]:
     """The daemon names its parent groups bulkhead-<FNV-1a 32 of the canonical state dir>
     (core/sandbox_manager.cc), so that daemons with different state dirs stay apart, and the
-    gvisor tier's that, then -gvisor."""
+    gvisor and microvm tiers' that, then -gvisor and -microvm."""
     digest = 2166136261
     for byte in os.path.realpath(state_dir).encode():
         digest = ((digest ^ byte) * 16777619) & 0xFFFFFFFF
-    return [f"bulkhead-{digest:08x}", f"bulkhead-{digest:08x}-gvisor"]
+    return [f"bulkhead-{digest:08x}", f"bulkhead-{digest:08x}-gvisor", f"bulkhead-{digest:08x}-microvm"]
 
 
 def existing_cgroup_dirs(names: list[str]) -> set[str]:
@@ -1158,6 +1160,36 @@ def measure_bulkhead_gvisor(build_dir: Path, runs: int, concurrency: int, notes:
     return rows
 
 
+def measure_bulkhead_microvm(build_dir: Path, runs: int, concurrency: int, notes: list[str]) -> list[ModeResult]:
+    """The microvm tier, cold (it keeps no warm pool): a guest boots for each create."""
+    label = "bulkhead --runtime microvm, cold"
+    runs, concurrency = min(runs, MICROVM_RUNS), min(concurrency, MICROVM_CONCURRENCY)
+    daemon = Daemon(build_dir, ("--warm-pool", "0"))
+    rows: list[ModeResult] = []
+    try:
+        daemon.start()
+        api = BulkheadApi(daemon.port, daemon.api_key)
+        try:
+            details = api.call("GET", "/healthz")["runtimes"].get("microvm", {})
+        finally:
+            api.close()
+        if not details.get("available"):
+            raise RunFailed(f"no microvm tier: {details.get('reason')}")
+        trial = BulkheadTrial(daemon, label, "microvm", False)
+        error = warm_up(trial)
+        if error is not None:
+            raise RunFailed(f"warm-up run failed: {error}")
+        rows += [run_sequential(trial, runs), run_concurrent(trial, concurrency)]
+        notes.append(f"{label}: {details.get('qemu_version')}, guest kernel {details.get('guest_kernel')}, "
+                     f"accelerator {details.get('accelerator')}; {runs} sequential runs, {concurrency} concurrent")
+    except (RunFailed, *TRANSPORT_ERRORS, KeyError, ValueError) as exc:
+        rows += unavailable_rows(label, runs, concurrency, describe(exc))
+    finally:
+        daemon.stop()
+        notes.extend(f"{label} cleanup: {line}" for line in daemon.cleanup_report)
+    return rows
+
+
 def measure_bulkhead(build_dir: Path, runs: int, concurrency: int,
                      notes: list[str]) -> tuple[list[ModeResult], dict[str, Any]]:
     daemon = Daemon(build_dir)
@@ -1316,6 +1348,8 @@ def main(argv: list[str]) -> int:
                 system_rows, memory = measure_bulkhead(Path(args.build), args.runs, args.concurrency, notes)
             elif system == "bulkhead-gvisor":
                 system_rows = measure_bulkhead_gvisor(Path(args.build), args.runs, args.concurrency, notes)
+            elif system == "bulkhead-microvm":
+                system_rows = measure_bulkhead_microvm(Path(args.build), args.runs, args.concurrency, notes)
             elif system == "qemu-microvm":
                 system_rows = measure_qemu_microvm(args.runs, args.concurrency, workdir, notes)
             elif shutil.which(system) is None:
