@@ -1,6 +1,8 @@
 #include "runtime/tier.h"
 
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
 
 #include "runtime/child_syscalls.h"
 
@@ -24,6 +26,15 @@ Error VolumeMountPointError(const VolumeBind& volume, const char* failed_step, i
                                               std::strerror(error));
   }
   return SystemError("attaching volume at " + volume.target + " failed at " + failed_step, error);
+}
+
+std::vector<std::string> WithEntriesOf(std::vector<std::string> names, const std::string& dir) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  }
+  return names;
 }
 
 }  // namespace bulkhead::runtime

@@ -165,6 +165,10 @@ Error UnbootableFiles();
 // have (a symlink, a file, a read-only directory on the way) is the request's fault (422).
 Error VolumeMountPointError(const VolumeBind& volume, const char* failed_step, int error);
 
+// `names` and the names of the entries of `dir`, each once: a tier's Leftovers (its cgroups
+// and its per-sandbox state directories).
+std::vector<std::string> WithEntriesOf(std::vector<std::string> names, const std::string& dir);
+
 // The dialer of an init listening on a unix socket at `path` on the host.
 std::shared_ptr<const InitDialer> UnixSocketDialer(std::string path);
 // The dialer of an init listening on vsock `port` in a guest, through the host unix socket

@@ -352,15 +352,7 @@ Status GvisorTier::SetFrozen(const std::string& id, bool frozen) {
 
 bool GvisorTier::Frozen(const std::string& id) { return RunscStatus(id) == "paused"; }
 
-std::vector<std::string> GvisorTier::Leftovers() {
-  std::vector<std::string> names = cgroups_.List();
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(runsc_root_, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
-  }
-  return names;
-}
+std::vector<std::string> GvisorTier::Leftovers() { return WithEntriesOf(cgroups_.List(), runsc_root_); }
 
 void GvisorTier::Release() {
   cgroups_.RemoveParentsIfEmpty();

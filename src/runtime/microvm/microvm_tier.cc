@@ -454,15 +454,7 @@ Status MicrovmTier::Destroy(const std::string& id, const SandboxHandle& handle) 
   return destroyed;
 }
 
-std::vector<std::string> MicrovmTier::Leftovers() {
-  std::vector<std::string> names = cgroups_.List();
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(vms_root_, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
-  }
-  return names;
-}
+std::vector<std::string> MicrovmTier::Leftovers() { return WithEntriesOf(cgroups_.List(), vms_root_); }
 
 void MicrovmTier::Release() {
   cgroups_.RemoveParentsIfEmpty();
