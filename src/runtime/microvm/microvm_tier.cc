@@ -312,8 +312,10 @@ Result<SandboxHandle> MicrovmTier::Launch(const LaunchSpec& spec) {
       shared_dir = std::string(kMountPoint) + "/volume";
       plan.steps.push_back({MountStep::kDir, "", shared_dir});
       plan.steps.push_back({MountStep::kClone, volume.source, shared_dir, "", !volume.read_only, true});
-      // A volume is shared with other sandboxes: no caching of what another may change.
-      command.args = {installed_.virtiofsd, "--cache=never"};
+      // A volume is shared with other sandboxes: no caching of what another may change. Extended
+      // attributes as on the root (file capabilities: the kernel stores them for the sandbox's
+      // user namespace only).
+      command.args = {installed_.virtiofsd, "--cache=never", "--xattr"};
       if (volume.read_only) command.args.push_back("--readonly");
     }
     command.args.insert(command.args.end(), {"--socket-path=" + socket, "--shared-dir=" + shared_dir,
