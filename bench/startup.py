@@ -552,7 +552,9 @@ def qemu_microvm_trial(initramfs: Path, accel: str) -> ProcessTrial:
     command_line = f"console=ttyS0 quiet loglevel=0 panic=-1 pci=off rdinit=/init tsc_early_khz={host_tsc_khz()}"
     return ProcessTrial(
         "qemu-microvm",
-        lambda name: ["qemu-system-x86_64", "-M", "microvm,x-option-roms=off,rtc=off,pit=off,pic=off",
+        # The machine as the microvm tier runs it: without its RTC, PIT and PIC this kernel
+        # takes twice as long to boot (3.9 s against 1.8 s here).
+        lambda name: ["qemu-system-x86_64", "-M", "microvm,x-option-roms=off",
                       "-accel", accel, "-m", "256", "-smp", "1", "-nodefaults", "-no-user-config",
                       "-nographic", "-serial", "stdio", "-no-reboot", "-name", name,
                       "-kernel", MICROVM_KERNEL, "-initrd", str(initramfs), "-append", command_line])
