@@ -23,7 +23,7 @@ VmConfig Guest() {
   vm.qemu = "/usr/bin/qemu-system-x86_64";
   vm.kernel = "/k/vmlinux";
   vm.initramfs = "/k/initramfs.cpio";
-  vm.command_line = KernelCommandLine("--guest 7b7d");
+  vm.command_line = KernelCommandLine("--guest 7b7d", 2600000);
   vm.vcpus = 2;
   vm.memory_mb = 512;
   vm.console_log = "/s/console.log";
@@ -76,8 +76,10 @@ TEST(QemuArgs, WithoutSocketsThereAreNoVhostDevicesAndRootStaysUnlessAUidIsGiven
 }
 
 TEST(KernelCommandLine, InitsArgumentsFollowTheSeparatorAndThePanicEndsTheGuest) {
-  const std::string line = KernelCommandLine("--guest-probe");
+  const std::string line = KernelCommandLine("--guest-probe", 2600000);
   EXPECT_NE(line.find("panic=-1"), std::string::npos);
+  EXPECT_NE(line.find(" tsc_early_khz=2600000 "), std::string::npos);
+  EXPECT_EQ(KernelCommandLine("--guest-probe", 0).find("tsc_early_khz"), std::string::npos);
   EXPECT_NE(line.find("rdinit=/init"), std::string::npos);
   EXPECT_EQ(line.substr(line.size() - std::string(" -- --guest-probe").size()), " -- --guest-probe");
 }

@@ -36,7 +36,7 @@ Accelerator ProbeKvm(const Installed& installed, const std::string& initramfs, c
   vm.qemu = installed.qemu;
   vm.kernel = installed.kernel;
   vm.initramfs = initramfs;
-  vm.command_line = KernelCommandLine("--guest-probe");
+  vm.command_line = KernelCommandLine("--guest-probe", installed.tsc_khz);
   vm.kvm = true;
   vm.memory_mb = 128;
   vm.console_log = console;

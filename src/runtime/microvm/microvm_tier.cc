@@ -205,7 +205,7 @@ std::vector<std::pair<std::string, std::string>> MicrovmTier::Details() const {
   if (accelerator_.wait_for(std::chrono::seconds(0)) == std::future_status::ready)
     accelerator = (Chosen().kvm ? "kvm: " : "tcg: ") + Chosen().why;
   std::string others;
-  for (const std::string& vmm : OtherVmmsFound()) others += (others.empty() ? "" : ", ") + vmm;
+  for (const std::string& vmm : installed_.other_vmms) others += (others.empty() ? "" : ", ") + vmm;
   return {{"qemu", installed_.qemu},
           {"qemu_version", installed_.qemu_version},
           {"guest_kernel", installed_.kernel_version},
@@ -362,7 +362,7 @@ Result<SandboxHandle> MicrovmTier::Launch(const LaunchSpec& spec) {
   config.qemu = installed_.qemu;
   config.kernel = installed_.kernel;
   config.initramfs = dir_ + "/" + kInitramfs;
-  config.command_line = KernelCommandLine("--guest " + ctl::EncodeGuestBootArg(boot));
+  config.command_line = KernelCommandLine("--guest " + ctl::EncodeGuestBootArg(boot), installed_.tsc_khz);
   config.kvm = accelerator.kvm;
   config.vcpus = guest.vcpus;
   config.memory_mb = guest.memory_mb;

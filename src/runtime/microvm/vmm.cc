@@ -59,17 +59,19 @@ Result<Installed> FindInstalled(const std::string& dir) {
   auto vsock = VersionOf(found.vsock_device);
   if (!vsock) return vsock.error();
   found.vsock_device_version = *vsock;
+  found.tsc_khz = HostTscKhz();
+  found.other_vmms = OtherVmmsFound();
   return found;
 }
 
 std::string VolumeTag(size_t index) { return "v" + std::to_string(index); }
 
-std::string KernelCommandLine(const std::string& init_args) {
+std::string KernelCommandLine(const std::string& init_args, int64_t tsc_khz) {
   // quiet and loglevel=0: the console (a file) gets init's words, not the kernel's boot log.
   // panic=-1 with QEMU's -no-reboot: a guest whose init failed ends its VMM at once. pci=off:
   // microvm's devices are virtio-mmio. The rest of the line is init's.
   std::string line = "console=ttyS0 quiet loglevel=0 panic=-1 pci=off rdinit=/init";
-  if (const int64_t khz = HostTscKhz(); khz > 0) line += " tsc_early_khz=" + std::to_string(khz);
+  if (tsc_khz > 0) line += " tsc_early_khz=" + std::to_string(tsc_khz);
   return line + " -- " + init_args;
 }
 

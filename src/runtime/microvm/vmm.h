@@ -21,6 +21,8 @@ struct Installed {
   std::vector<std::string> modules;    // the guest's .ko files, in load order
   std::string virtiofsd, virtiofsd_version;
   std::string vsock_device, vsock_device_version;  // vhost-device-vsock
+  int64_t tsc_khz = 0;                  // HostTscKhz, read once
+  std::vector<std::string> other_vmms;  // OtherVmmsFound, looked for once
 };
 
 // What is installed under `dir`, each piece checked; kUnavailable naming what is missing and
@@ -43,8 +45,9 @@ struct VmConfig {
 
 std::vector<std::string> QemuArgs(const VmConfig& vm);
 
-// The kernel command line of a guest whose init runs with `init_args`.
-std::string KernelCommandLine(const std::string& init_args);
+// The kernel command line of a guest whose init runs with `init_args`, on a host whose TSC
+// runs at `tsc_khz` (0: unknown).
+std::string KernelCommandLine(const std::string& init_args, int64_t tsc_khz);
 
 // The virtio-fs tag of volume `index` (the root's is "root").
 std::string VolumeTag(size_t index);
