@@ -69,16 +69,25 @@ int main(int argc, char **argv) {
   int n = atoi(argv[1]), forked = 0;
   size_t each = (size_t)atoi(argv[2]) << 10;
   pid_t children[1024];
+  // Each child closes its end once its memory is touched (or dies first): the pipe's EOF says
+  // every child is there or gone, not only forked.
+  int touched[2];
+  if (pipe(touched) != 0) return 1;
   for (int i = 0; i < n && i < 1024; i++) {
     pid_t pid = fork();
     if (pid == 0) {
       volatile char *p = malloc(each);
       for (size_t at = 0; p && at < each; at += 4096) p[at] = 1;
+      close(touched[1]);
       pause();
       _exit(0);
     }
     if (pid < 0) break;
     children[forked++] = pid;
+  }
+  close(touched[1]);
+  char byte;
+  while (read(touched[0], &byte, 1) > 0) {
   }
   // (gvisor: init's OOM killing is asynchronous, argv[3] ms after the forks.)
   if (argc > 3) usleep(atoi(argv[3]) * 1000);
