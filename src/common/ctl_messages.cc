@@ -378,7 +378,8 @@ std::string EncodeGuestBootArg(const GuestBootMessage& m) {
     volumes.push_back({{"tag", v.tag}, {"target", v.target}, {"read_only", v.read_only}});
   const std::string text = Dump({{"limits", json::parse(Encode(m.limits))},
                                  {"vsock_port", m.vsock_port},
-                                 {"volumes", volumes}});
+                                 {"volumes", volumes},
+                                 {"network", m.network}});
   std::string hex;
   hex.reserve(text.size() * 2);
   for (unsigned char c : text) {
@@ -430,6 +431,7 @@ Result<GuestBootMessage> DecodeGuestBootArg(std::string_view hex) {
       m.volumes.push_back(std::move(volume));
     }
   }
+  BH_TRY(ReadBool(*parsed, "network", m.network));
   return m;
 }
 

@@ -118,7 +118,8 @@ struct LimitsMessage {
 
 // How the microvm tier boots a guest's init (`init --guest ARG`, ARG the hex of this JSON after
 // the kernel command line's "--": the command line splits on spaces and strips quotes): the
-// sandbox's limits, the vsock port init listens on, and each volume's virtio-fs share.
+// sandbox's limits, the vsock port init listens on, each volume's virtio-fs share, and whether
+// the guest has a NIC (common/guest_link.h: its addresses are fixed).
 struct GuestVolume {
   std::string tag;     // the share's tag: 1-36 of [a-z0-9-]
   std::string target;  // an absolute path in the sandbox, without "." or ".." components
@@ -128,6 +129,7 @@ struct GuestBootMessage {
   LimitsMessage limits;
   uint32_t vsock_port = 0;  // 1 .. 0xfffffffe
   std::vector<GuestVolume> volumes;
+  bool network = false;
 };
 inline constexpr size_t kMaxGuestVolumes = 64;
 

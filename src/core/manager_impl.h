@@ -107,6 +107,7 @@ class SandboxManagerImpl : public SandboxManager {
   Result<SandboxInfo> Stop(const std::string& id) override { return Change(id, Call::kStop); }
   Result<SandboxInfo> Start(const std::string& id) override { return Change(id, Call::kStart); }
   Result<UniqueFd> SandboxSocket(const std::string& id, int domain) override;
+  Result<bool> PortsThroughInit(const std::string& id) override;
   Result<SandboxInfo> SetNetwork(const std::string& id, const NetworkPolicy& policy) override;
   Result<std::vector<net::EgressRecord>> Egress(const std::string& id, int64_t limit) override;
   void AddDaemonListener(const net::DaemonListener& listener) override { network_->AddDaemonListener(listener); }
@@ -241,6 +242,7 @@ class SandboxManagerImpl : public SandboxManager {
     std::shared_ptr<OutputBudget> budget;
     std::shared_ptr<const runtime::InitDialer> init;
     std::shared_ptr<void> busy;
+    std::string proxy_host;
   };
   Result<InitAccess> AccessInit(const std::string& id);
   // A token that keeps the sandbox counted as busy while it lives.

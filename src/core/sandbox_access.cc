@@ -40,13 +40,17 @@ Result<int> SandboxManagerImpl::NetnsOf(const Sandbox& sb) {
 Result<UniqueFd> SandboxManagerImpl::SandboxSocket(const std::string& id, int domain) {
   auto sb = RunningSandbox(id);
   if (!sb) return sb.error();
-  if (!(*sb)->tier->capabilities().network_egress)
-    return MakeError(ErrorCode::kInvalid,
-                     "the " + (*sb)->tier->name() + " runtime cannot reach a sandbox's ports from the host yet",
-                     "runtime_unsupported");
+  if ((*sb)->tier->capabilities().ports_through_init)
+    return MakeError(ErrorCode::kInternal, "sandbox " + id + "'s ports are reached through its init");
   auto netns = NetnsOf(**sb);
   if (!netns) return netns.error();
   return net::SocketInNetns(*netns, domain, SOCK_STREAM);
+}
+
+Result<bool> SandboxManagerImpl::PortsThroughInit(const std::string& id) {
+  auto sb = RunningSandbox(id);
+  if (!sb) return sb.error();
+  return (*sb)->tier->capabilities().ports_through_init;
 }
 
 Result<SandboxInfo> SandboxManagerImpl::SetNetwork(const std::string& id, const NetworkPolicy& policy) {
@@ -66,6 +70,15 @@ Result<SandboxInfo> SandboxManagerImpl::SetNetwork(const std::string& id, const 
   auto netns = NetnsOf(sb);
   if (!netns) return netns.error();
   std::lock_guard change(sb.network_mu);
+  if (sb.tier->capabilities().nic_from_boot && policy.mode != "none") {
+    auto nic = net::NetnsHasGuestLink(*netns);
+    if (!nic) return nic.error();
+    if (!*nic)
+      return MakeError(ErrorCode::kInvalid,
+                       "sandbox " + id + " runs on the " + sb.tier->name() + " runtime and booted with network mode "
+                       "none, so its guest has no network device: stop it, set the mode, and start it",
+                       "runtime_unsupported");
+  }
   BH_TRY(network_->Apply(id, *netns, policy));
   std::lock_guard lock(mu_);
   sb.info.spec.network = policy;
@@ -90,6 +103,7 @@ Result<SandboxManagerImpl::InitAccess> SandboxManagerImpl::AccessInit(const std:
     access.spec = (*sb)->info.spec;
     access.budget = OutputBudgetLocked(**sb);
     access.init = (*sb)->init;
+    access.proxy_host = (*sb)->tier->ProxyHost();
   }
   if (!access.init) return WrongState(id, "stopped", "it stopped meanwhile");
   access.busy = BusyToken(*sb);
@@ -104,7 +118,7 @@ boost::asio::awaitable<Result<std::unique_ptr<ExecSession>>> SandboxManagerImpl:
     std::lock_guard lock(mu_);
     stats_.execs_total++;
   }
-  const std::string payload = ctl::Encode(InitExecPayload(req, access->spec));
+  const std::string payload = ctl::Encode(InitExecPayload(req, access->spec, access->proxy_host));
   Result<std::unique_ptr<ExecSession>> session =
       co_await ExecSession::Start(executor, std::move(access->init), payload, std::move(req.stdin_data));
   if (session.ok()) {
@@ -121,7 +135,8 @@ boost::asio::awaitable<Result<InitConnection>> SandboxManagerImpl::ConnectInit(b
   Result<std::unique_ptr<CtlClient>> client = co_await CtlClient::Connect(executor, std::move(access->init));
   if (!client.ok()) co_return client.error();
   (*client)->PaceWith(std::move(access->budget));
-  co_return InitConnection{std::move(client.value()), std::move(access->spec), std::move(access->busy)};
+  co_return InitConnection{std::move(client.value()), std::move(access->spec), std::move(access->busy),
+                           std::move(access->proxy_host)};
 }
 
 }  // namespace bulkhead::core

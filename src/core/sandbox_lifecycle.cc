@@ -137,6 +137,7 @@ Status SandboxManagerImpl::Boot(Sandbox& sb, const storage::WritableLayer& layer
   if (!volume_binds) return volume_binds.error();
   ls.volumes = std::move(*volume_binds);
   ls.background = background;
+  ls.network = spec.network.mode != "none";
   auto handle = sb.tier->Launch(ls);
   if (!handle) return handle.error();
   {

@@ -48,8 +48,8 @@ std::string InitBinaryPath() { return HelperBinaryPath("bulkhead-init"); }
 
 // What every command in a sandbox with egress gets, so that programs that honour proxy
 // settings use the explicit proxy (the rest is redirected to it anyway).
-std::map<std::string, std::string> ProxyEnv() {
-  const std::string proxy = "http://127.0.0.1:" + std::to_string(net::kProxyPort);
+std::map<std::string, std::string> ProxyEnv(const std::string& host) {
+  const std::string proxy = "http://" + host + ":" + std::to_string(net::kProxyPort);
   const std::string direct = "localhost,127.0.0.1,::1";
   return {{"HTTP_PROXY", proxy}, {"HTTPS_PROXY", proxy}, {"ALL_PROXY", proxy}, {"http_proxy", proxy},
           {"https_proxy", proxy}, {"all_proxy", proxy}, {"NO_PROXY", direct}, {"no_proxy", direct}};
@@ -77,9 +77,9 @@ Error WrongState(const std::string& id, std::string_view state, std::string_view
                    "sandbox_not_running");
 }
 
-ctl::ExecMessage InitExecPayload(const ExecRequest& request, const SandboxSpec& spec) {
+ctl::ExecMessage InitExecPayload(const ExecRequest& request, const SandboxSpec& spec, const std::string& proxy_host) {
   std::map<std::string, std::string> env;
-  if (spec.network.mode != "none") env = ProxyEnv();
+  if (spec.network.mode != "none") env = ProxyEnv(proxy_host);
   for (const auto& [k, v] : spec.env) env[k] = v;
   for (const auto& [k, v] : request.env) env[k] = v;
   ctl::ExecMessage m;

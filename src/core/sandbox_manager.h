@@ -44,11 +44,13 @@ struct InitConnection {
   std::unique_ptr<CtlClient> client;
   SandboxSpec spec;
   std::shared_ptr<void> in_use;  // while held, the sandbox counts as busy (no idle pause)
+  std::string proxy_host = "127.0.0.1";  // runtime::Tier::ProxyHost
 };
 
 // The kExec message for `request` in a sandbox with `spec`: the sandbox's env under the
-// request's, and its workdir and user unless the request names others.
-ctl::ExecMessage InitExecPayload(const ExecRequest& request, const SandboxSpec& spec);
+// request's (with egress, HTTP_PROXY and the like naming `proxy_host`), and its workdir and
+// user unless the request names others.
+ctl::ExecMessage InitExecPayload(const ExecRequest& request, const SandboxSpec& spec, const std::string& proxy_host);
 
 class SandboxManager {
  public:
@@ -100,6 +102,10 @@ class SandboxManager {
   // namespace, not yet connected: the port proxy and port-forward connect it to the sandbox's
   // loopback. 404 unknown sandbox, 409 not running. Quick (one short thread): io-thread safe.
   virtual Result<UniqueFd> SandboxSocket(const std::string& id, int domain) = 0;
+  // Whether the port proxy reaches a running sandbox's ports through its init instead
+  // (ConnectInit and the "connect" worker: a sandbox with a kernel of its own). 404/409 as
+  // SandboxSocket.
+  virtual Result<bool> PortsThroughInit(const std::string& /*id*/) { return false; }
 
   // PUT /v1/sandboxes/{id}/network: the new policy applies at once, open connections it no
   // longer allows are cut. `policy` was validated (net::ParsePolicy). (blocking)

@@ -1,8 +1,10 @@
 #include "init/guest_boot.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <linux/vm_sockets.h>
 #include <net/if.h>
+#include <net/route.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/reboot.h>
@@ -19,6 +21,7 @@
 
 #include "common/ctl_messages.h"
 #include "common/ctl_protocol.h"
+#include "common/guest_link.h"
 #include "common/read_file.h"
 #include "common/unique_fd.h"
 #include "init/mount_steps.h"
@@ -135,6 +138,47 @@ Status MountSystem(const ctl::GuestBootMessage& boot) {
   return {};
 }
 
+sockaddr Ipv4(const char* text) {
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  ::inet_pton(AF_INET, text, &address.sin_addr);
+  sockaddr out{};
+  std::memcpy(&out, &address, sizeof address);
+  return out;
+}
+
+// Step 3 with a NIC: eth0 gets the guest's address and the default route through the gateway,
+// ping sockets work, and the sandbox's resolv.conf (a regular file: a symlink's target would be looked up outside
+// the new root) names the gateway's resolver: the guest's loopback is its own.
+Status ConfigureNetwork() {
+  UniqueFd s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!s) return SystemError("socket for eth0", errno);
+  ifreq ifr{};
+  std::memcpy(ifr.ifr_name, guest_link::kGuestName, sizeof guest_link::kGuestName);
+  ifr.ifr_addr = Ipv4(guest_link::kGuestAddress);
+  if (::ioctl(s.get(), SIOCSIFADDR, &ifr) != 0) return SystemError("eth0 address", errno);
+  ifr.ifr_netmask = Ipv4(guest_link::kNetmask);
+  if (::ioctl(s.get(), SIOCSIFNETMASK, &ifr) != 0) return SystemError("eth0 netmask", errno);
+  if (::ioctl(s.get(), SIOCGIFFLAGS, &ifr) != 0) return SystemError("eth0 flags", errno);
+  ifr.ifr_flags |= IFF_UP;
+  if (::ioctl(s.get(), SIOCSIFFLAGS, &ifr) != 0) return SystemError("bring eth0 up", errno);
+  rtentry route{};
+  route.rt_dst = Ipv4("0.0.0.0");
+  route.rt_genmask = Ipv4("0.0.0.0");
+  route.rt_gateway = Ipv4(guest_link::kGatewayAddress);
+  route.rt_flags = RTF_UP | RTF_GATEWAY;
+  if (::ioctl(s.get(), SIOCADDRT, &route) != 0) return SystemError("default route", errno);
+  // Ping sockets for every group, as in the other tiers' namespaces (open_link.h).
+  BH_TRY(WriteSmallFile("/proc/sys/net/ipv4/ping_group_range", "0 2147483647"));
+
+  const std::string resolv_conf = std::string(kNewRoot) + "/etc/resolv.conf";
+  struct stat st {};
+  if (::lstat(resolv_conf.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return {};
+  const std::string ours = std::string("nameserver ") + guest_link::kGatewayAddress + "\n";
+  BH_TRY(WriteWholeFile("/resolv.conf", ours.data(), ours.size(), 0644));
+  return Mount("/resolv.conf", resolv_conf, nullptr, MS_BIND, nullptr);
+}
+
 // Step 4: the initramfs's own mounts go, the new root moves over it.
 Status SwitchRoot() {
   for (const char* mount : {"/proc", "/sys", "/dev"}) ::umount2(mount, MNT_DETACH);
@@ -208,6 +252,7 @@ Status GuestBoot(const std::string& arg) {
   BH_TRY(LoadModules());
   BH_TRY(MountFiles(*boot));
   BH_TRY(MountSystem(*boot));
+  if (boot->network) BH_TRY(ConfigureNetwork());
   BH_TRY(SwitchRoot());
   BH_TRY(MakeDir(kControlDir, 0700));
   BH_TRY(ListenVsock(boot->vsock_port));

@@ -3,6 +3,7 @@
 // sockets (rtnetlink, libnftables') and the listeners are then made there, and the daemon's
 // other threads stay in the host's namespace.
 #include <arpa/inet.h>
+#include <linux/fib_rules.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <net/if.h>
@@ -16,6 +17,8 @@
 #include <memory>
 #include <string>
 
+#include "common/guest_link.h"
+#include "common/read_file.h"
 #include "net/netns.h"
 #include "net/nftables.h"
 #include "net/open_link.h"
@@ -34,11 +37,43 @@ constexpr char kWhere[] = "sandbox network namespace";
 // through lo.) The eth0 rules only matter in open mode, the one mode with an eth0 (OpenLinks):
 // UDP and ICMP to public IPv4 addresses leave through it, unless chain deny_out (the policy's
 // deny entries, SetDenyEntries) drops them, and only answers come back in.
-std::string TableRules() {
+//
+// A namespace with a guest link (common/guest_link.h: the tap of a guest with its own kernel)
+// gets the same for what arrives from the tap: nat_in sends the guest's DNS to the resolver
+// and every TCP connection to the proxy (at the tap's address, where the listeners also take
+// connections), filter_in lets in only those and answers, chain forward lets the guest's UDP
+// and ICMP out of eth0 under the same rules as above (open mode), and nat_post masquerades
+// them behind eth0's address (the host's table then treats them as the sandbox's own).
+std::string TableRules(bool guest_link) {
   std::string denied;
   for (const IpPrefix& prefix : AlwaysDeniedPrefixes(/*v6=*/false)) {
     denied += (denied.empty() ? "" : ", ") + prefix.ToString();
   }
+  const std::string tap = std::string("\"") + guest_link::kTapName + "\"";
+  const std::string eth0 = std::string("\"") + kOpenLinkName + "\"";
+  const std::string guest_in = !guest_link ? "" : R"(
+    iifname )" + tap + R"( meta l4proto tcp th dport 1000 accept
+    iifname )" + tap + R"( meta l4proto { tcp, udp } th dport 53 accept
+    iifname )" + tap + R"( ct state established,related accept
+    iifname )" + tap + R"( drop)";
+  const std::string guest_out = !guest_link ? "" : R"(
+    oifname )" + tap + R"( accept)";
+  const std::string guest_chains = !guest_link ? "" : R"(
+  chain nat_in {
+    type nat hook prerouting priority -100; policy accept;
+    iifname )" + tap + R"( meta l4proto { tcp, udp } th dport 53 redirect to :53
+    iifname )" + tap + R"( meta l4proto tcp redirect to :1000
+  }
+  chain forward {
+    type filter hook forward priority 0; policy drop;
+    iifname )" + tap + " oifname " + eth0 + R"( jump deny_out
+    iifname )" + tap + " oifname " + eth0 + R"( meta l4proto { udp, icmp } ip daddr != { )" + denied + R"( } accept
+    iifname )" + eth0 + " oifname " + tap + R"( ct state established,related accept
+  }
+  chain nat_post {
+    type nat hook postrouting priority 100; policy accept;
+    oifname )" + eth0 + " ip saddr " + guest_link::kGuestAddress + R"( masquerade
+  })";
   return std::string(R"(table inet bulkhead {
   chain nat_out {
     type nat hook output priority -100; policy accept;
@@ -54,13 +89,15 @@ std::string TableRules() {
     oif lo ip daddr 127.0.0.0/8 accept
     oif lo ip6 daddr ::1 accept
     oifname ")") + kOpenLinkName + R"(" jump deny_out
-    oifname ")" + kOpenLinkName + R"(" meta l4proto { udp, icmp } ip daddr != { )" + denied + R"( } accept
+    oifname ")" + kOpenLinkName + R"(" meta l4proto { udp, icmp } ip daddr != { )" + denied + R"( } accept)" +
+         guest_out + R"(
   }
   chain filter_in {
-    type filter hook input priority 0; policy accept;
+    type filter hook input priority 0; policy accept;)" +
+         guest_in + R"(
     iifname ")" + kOpenLinkName + R"(" ct state established,related accept
     iifname ")" + kOpenLinkName + R"(" drop
-  }
+  })" + guest_chains + R"(
 }
 )";
 }
@@ -91,6 +128,24 @@ void AddAttribute(nlmsghdr* header, int type, const void* data, size_t size) {
   attribute->rta_len = static_cast<unsigned short>(RTA_LENGTH(size));
   std::memcpy(RTA_DATA(attribute), data, size);
   header->nlmsg_len = NLMSG_ALIGN(header->nlmsg_len) + RTA_ALIGN(attribute->rta_len);
+}
+
+// The errno of the kernel's answer to `header` (0: done).
+int SendAndAck(int nl, const nlmsghdr* header) {
+  sockaddr_nl kernel{};
+  kernel.nl_family = AF_NETLINK;
+  if (::sendto(nl, header, header->nlmsg_len, 0, reinterpret_cast<sockaddr*>(&kernel), sizeof(kernel)) < 0) {
+    return errno;
+  }
+  alignas(nlmsghdr) char reply[4096];
+  ssize_t n = ::recv(nl, reply, sizeof(reply), 0);
+  if (n < 0) return errno;
+  auto* answer = reinterpret_cast<nlmsghdr*>(reply);
+  if (!NLMSG_OK(answer, static_cast<unsigned>(n)) || answer->nlmsg_type != NLMSG_ERROR ||
+      answer->nlmsg_len < NLMSG_LENGTH(sizeof(nlmsgerr))) {
+    return EPROTO;
+  }
+  return -static_cast<nlmsgerr*>(NLMSG_DATA(answer))->error;
 }
 
 // Adds (replacing) or deletes the default route of `family` over lo in the main table: the
@@ -126,28 +181,44 @@ int ChangeDefaultRoute(int family, int lo_index, bool present) {
     in_addr source{htonl(INADDR_LOOPBACK)};
     AddAttribute(&request.header, RTA_PREFSRC, &source, sizeof(source));
   }
-  sockaddr_nl kernel{};
-  kernel.nl_family = AF_NETLINK;
-  if (::sendto(nl.get(), &request, request.header.nlmsg_len, 0, reinterpret_cast<sockaddr*>(&kernel),
-               sizeof(kernel)) < 0) {
-    return errno;
-  }
-  alignas(nlmsghdr) char reply[4096];
-  ssize_t n = ::recv(nl.get(), reply, sizeof(reply), 0);
-  if (n < 0) return errno;
-  auto* header = reinterpret_cast<nlmsghdr*>(reply);
-  if (!NLMSG_OK(header, static_cast<unsigned>(n)) || header->nlmsg_type != NLMSG_ERROR ||
-      header->nlmsg_len < NLMSG_LENGTH(sizeof(nlmsgerr))) {
-    return EPROTO;
-  }
-  return -static_cast<nlmsgerr*>(NLMSG_DATA(header))->error;
+  return SendAndAck(nl.get(), &request.header);
+}
+
+// A guest link's rule: whatever goes to the guest's subnet is routed by the main table (to
+// the tap), ahead of open mode's rules that send UDP and ICMP to the open link (open_link.h):
+// the resolver's answers and the guest's forwarded traffic coming back. `ip rule add to
+// 10.0.2.0/24 lookup main priority 90`; 0 if it is there already.
+int AddGuestRule() {
+  UniqueFd nl(::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE));
+  if (!nl) return errno;
+  struct {
+    nlmsghdr header;
+    fib_rule_hdr rule;
+    char attributes[64];
+  } request{};
+  request.header.nlmsg_len = NLMSG_LENGTH(sizeof(fib_rule_hdr));
+  request.header.nlmsg_type = RTM_NEWRULE;
+  request.header.nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL;
+  request.header.nlmsg_seq = 1;
+  request.rule.family = AF_INET;
+  request.rule.dst_len = 24;
+  request.rule.table = RT_TABLE_MAIN;
+  request.rule.action = FR_ACT_TO_TBL;
+  in_addr subnet{};
+  ::inet_pton(AF_INET, guest_link::kGatewayAddress, &subnet);
+  subnet.s_addr &= htonl(0xffffff00);  // guest_link::kNetmask
+  AddAttribute(&request.header, FRA_DST, &subnet, sizeof(subnet));
+  const uint32_t priority = 90;
+  AddAttribute(&request.header, FRA_PRIORITY, &priority, sizeof(priority));
+  const int err = SendAndAck(nl.get(), &request.header);
+  return err == EEXIST ? 0 : err;
 }
 
 // Brings the `inet bulkhead` table of the calling thread's namespace to the mode's. A fresh
 // namespace (the sandbox-create path) gets a plain create. An existing table is deleted (and
 // for allowlist/open re-made in the same transaction): correct whatever state it is in, but
 // deleting costs the kernel an RCU grace period (several ms) when the netlink socket closes.
-Status ApplyNftables(Mode mode) {
+Status ApplyNftables(Mode mode, bool guest_link) {
   auto tables = RunNft("list tables inet", kWhere);
   if (!tables.ok()) return tables.error();
   bool exists = ("\n" + *tables).find("\ntable inet bulkhead\n") != std::string::npos;
@@ -159,7 +230,7 @@ Status ApplyNftables(Mode mode) {
     // "create" fails (and with it the transaction) if the table exists after all, rather than
     // add a second copy of the rules. (`create table X { ... }` would create the table but
     // silently drop the chains in its body: nft 1.0.6.)
-    program = std::string(exists ? kDeleteTable : "create table inet bulkhead\n") + TableRules();
+    program = std::string(exists ? kDeleteTable : "create table inet bulkhead\n") + TableRules(guest_link);
   }
   auto done = RunNft(program, kWhere);
   if (!done.ok()) return done.error();
@@ -173,7 +244,10 @@ Status ApplyNftables(Mode mode) {
 // (SO_REUSEADDR says the latter for TCP too). Nothing in the sandbox can join the port group:
 // ports below 1024 need a capability its root lacks in this namespace, and the group is
 // per uid.
-Result<UniqueFd> LoopbackSocket(int family, int type, uint16_t port) {
+//
+// With a guest link the v4 ones take every local address (`any`): the guest reaches them at the
+// tap's, where nat_in sends its connections.
+Result<UniqueFd> LoopbackSocket(int family, int type, uint16_t port, bool any) {
   UniqueFd fd(::socket(family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd) return SystemError("socket", errno);
   int one = 1;
@@ -188,7 +262,7 @@ Result<UniqueFd> LoopbackSocket(int family, int type, uint16_t port) {
     sockaddr_in address{};
     address.sin_family = AF_INET;
     address.sin_port = htons(port);
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_addr.s_addr = htonl(any ? INADDR_ANY : INADDR_LOOPBACK);
     rc = ::bind(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address));
   } else {
     if (::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) != 0) {
@@ -216,8 +290,8 @@ bool HasIpv6Loopback() {
   return ::bind(probe.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
 }
 
-Status OpenListener(UniqueFd* out, int family, int type, uint16_t port, const char* what) {
-  auto fd = LoopbackSocket(family, type, port);
+Status OpenListener(UniqueFd* out, int family, int type, uint16_t port, const char* what, bool any = false) {
+  auto fd = LoopbackSocket(family, type, port, any);
   if (!fd.ok()) {
     return MakeError(ErrorCode::kInternal,
                      std::string(what) + " listener in sandbox network namespace: " + fd.error().message);
@@ -226,14 +300,49 @@ Status OpenListener(UniqueFd* out, int family, int type, uint16_t port, const ch
   return {};
 }
 
+bool HasGuestLink() { return ::if_nametoindex(guest_link::kTapName) != 0; }
+
+// The guest link's side in this namespace: up with the gateway's address, forwarding on (the
+// guest's UDP and ICMP in open mode: chain forward decides what passes), or down with
+// forwarding off (mode none: the guest's NIC then has no carrier).
+Status SetGuestLink(bool up) {
+  if (!up) BH_TRY(WriteSmallFile("/proc/sys/net/ipv4/ip_forward", "0"));
+  UniqueFd s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!s) return SystemError("socket for the guest link", errno);
+  struct ifreq ifr {};
+  std::memcpy(ifr.ifr_name, guest_link::kTapName, sizeof guest_link::kTapName);
+  if (up) {
+    auto set_address = [&](unsigned long request, const char* text, const char* what) -> Status {
+      sockaddr_in address{};
+      address.sin_family = AF_INET;
+      ::inet_pton(AF_INET, text, &address.sin_addr);
+      std::memcpy(&ifr.ifr_addr, &address, sizeof address);
+      if (::ioctl(s.get(), request, &ifr) != 0) return SystemError(std::string("guest link ") + what, errno);
+      return {};
+    };
+    BH_TRY(set_address(SIOCSIFADDR, guest_link::kGatewayAddress, "address"));
+    BH_TRY(set_address(SIOCSIFNETMASK, guest_link::kNetmask, "netmask"));
+  }
+  if (::ioctl(s.get(), SIOCGIFFLAGS, &ifr) != 0) return SystemError("guest link flags", errno);
+  ifr.ifr_flags = static_cast<short>(up ? ifr.ifr_flags | IFF_UP : ifr.ifr_flags & ~IFF_UP);
+  if (::ioctl(s.get(), SIOCSIFFLAGS, &ifr) != 0) return SystemError("guest link up or down", errno);
+  if (up) {
+    if (int err = AddGuestRule(); err != 0) return SystemError("guest link routing rule", err);
+    BH_TRY(WriteSmallFile("/proc/sys/net/ipv4/ip_forward", "1"));
+  }
+  return {};
+}
+
 // The mode's state, in an order that never opens more than it should on the way: for
-// allowlist/open the listeners and the table exist before the routes that make them
-// reachable; for none the routes go first.
+// allowlist/open the listeners and the table exist before the routes (and the guest link)
+// that make them reachable; for none the routes and the guest link go first.
 Result<NetnsListeners> ConfigureCurrentNetns(Mode mode) {
   auto lo_index = BringLoopbackUp();
   if (!lo_index.ok()) return lo_index.error();
+  const bool guest = HasGuestLink();
 
   if (mode == Mode::kNone) {
+    if (guest) BH_TRY(SetGuestLink(false));
     for (int family : {AF_INET, AF_INET6}) {
       int err = ChangeDefaultRoute(family, *lo_index, false);
       // No such route (already none): ESRCH for v4, ENOENT for v6. EAFNOSUPPORT: no IPv6.
@@ -242,21 +351,21 @@ Result<NetnsListeners> ConfigureCurrentNetns(Mode mode) {
         return SystemError("delete default route in sandbox network namespace", err);
       }
     }
-    BH_TRY(ApplyNftables(Mode::kNone));
+    BH_TRY(ApplyNftables(Mode::kNone, guest));
     return NetnsListeners{};
   }
 
   bool ipv6 = HasIpv6Loopback();
   NetnsListeners listeners;
-  BH_TRY(OpenListener(&listeners.tcp4, AF_INET, SOCK_STREAM, kProxyPort, "proxy"));
-  BH_TRY(OpenListener(&listeners.dns_udp4, AF_INET, SOCK_DGRAM, kDnsPort, "DNS"));
-  BH_TRY(OpenListener(&listeners.dns_tcp4, AF_INET, SOCK_STREAM, kDnsPort, "DNS"));
+  BH_TRY(OpenListener(&listeners.tcp4, AF_INET, SOCK_STREAM, kProxyPort, "proxy", guest));
+  BH_TRY(OpenListener(&listeners.dns_udp4, AF_INET, SOCK_DGRAM, kDnsPort, "DNS", guest));
+  BH_TRY(OpenListener(&listeners.dns_tcp4, AF_INET, SOCK_STREAM, kDnsPort, "DNS", guest));
   if (ipv6) {
     BH_TRY(OpenListener(&listeners.tcp6, AF_INET6, SOCK_STREAM, kProxyPort, "proxy"));
     BH_TRY(OpenListener(&listeners.dns_udp6, AF_INET6, SOCK_DGRAM, kDnsPort, "DNS"));
     BH_TRY(OpenListener(&listeners.dns_tcp6, AF_INET6, SOCK_STREAM, kDnsPort, "DNS"));
   }
-  BH_TRY(ApplyNftables(mode));
+  BH_TRY(ApplyNftables(mode, guest));
   if (int err = ChangeDefaultRoute(AF_INET, *lo_index, true); err != 0) {
     return SystemError("add default route in sandbox network namespace", err);
   }
@@ -265,6 +374,7 @@ Result<NetnsListeners> ConfigureCurrentNetns(Mode mode) {
       return SystemError("add IPv6 default route in sandbox network namespace", err);
     }
   }
+  if (guest) BH_TRY(SetGuestLink(true));
   return listeners;
 }
 
@@ -286,6 +396,15 @@ Status SetDenyEntries(int netns_fd, const Policy& policy) {
     auto done = RunNft(DenyRules(policy), kWhere);
     return done.ok() ? Status() : done.error();
   });
+}
+
+Result<bool> NetnsHasGuestLink(int netns_fd) {
+  bool found = false;
+  BH_TRY(RunInNetns(netns_fd, [&]() -> Status {
+    found = HasGuestLink();
+    return {};
+  }));
+  return found;
 }
 
 Result<NetnsListeners> ConfigureNetns(int netns_fd, Mode mode) {

@@ -9,6 +9,11 @@
 // The listeners are sockets the daemon opens inside the namespace, so the proxy knows which
 // sandbox a connection comes from by the socket that accepted it, and SO_ORIGINAL_DST works
 // (the redirect happened in that namespace's conntrack).
+// A namespace with a guest link (common/guest_link.h: a tap whose other side is the eth0 of a
+// guest with its own kernel) gets the same for what the guest sends: its TCP to the proxy, its
+// DNS to the resolver (both listening at the tap's address too), in open mode its UDP and ICMP
+// forwarded out of eth0 under the same rules; nothing else of it gets anywhere. In mode none
+// the tap is down.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -48,6 +53,9 @@ Result<NetnsListeners> ConfigureNetns(int netns_fd, Mode mode);
 Status SetDenyEntries(int netns_fd, const Policy& policy);
 // The nft program SetDenyEntries runs.
 std::string DenyRules(const Policy& policy);
+
+// Whether the namespace has a guest link (a NIC of a guest: common/guest_link.h). (blocking)
+Result<bool> NetnsHasGuestLink(int netns_fd);
 
 // A socket created inside the namespace (for the port proxy and port-forward: connecting to
 // the sandbox's 127.0.0.1:PORT). SOCK_NONBLOCK | SOCK_CLOEXEC are added to `type`.

@@ -59,6 +59,9 @@ struct LaunchSpec {
   Limits limits;
   std::vector<VolumeBind> volumes;  // mounted in this order
   bool background = false;          // booting for a warm pool: yields the CPU until Foreground
+  // Its network mode is not none: a tier whose sandbox has a kernel of its own gives it a NIC
+  // (Capabilities::nic_from_boot).
+  bool network = false;
 };
 
 // What the core keeps of a launched sandbox, in memory and in its row, to find it again after
@@ -102,6 +105,13 @@ struct Capabilities {
   // the port proxy): its sockets live in the attached namespace. A tier whose sandboxes have
   // only their own loopback runs network mode none alone.
   bool network_egress = false;
+  // The sandbox has a NIC (a guest link in its namespace: common/guest_link.h) only if it
+  // booted in a mode other than none (LaunchSpec::network): one that booted without moves to
+  // another mode only by a stop and a start.
+  bool nic_from_boot = false;
+  // The port proxy reaches the sandbox's loopback through its init (a relay worker inside),
+  // not by a socket in the attached namespace: the loopback is a kernel's of its own.
+  bool ports_through_init = false;
 };
 
 // Every call names a sandbox by its host name (LaunchSpec::id): what the host shows any local
@@ -121,6 +131,11 @@ class Tier {
   virtual std::vector<std::pair<std::string, std::string>> SandboxDetails(const std::string& /*id*/) const {
     return {};
   }
+
+  // Where the sandbox's programs reach the egress proxy and the DNS resolver (its HTTP_PROXY):
+  // loopback when they share the attached namespace, a gateway when they have a kernel of
+  // their own.
+  virtual std::string ProxyHost() const { return "127.0.0.1"; }
 
   // Starts the sandbox's init with its filesystem, namespaces and limits in place.
   virtual Result<SandboxHandle> Launch(const LaunchSpec& spec) = 0;

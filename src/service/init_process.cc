@@ -33,10 +33,10 @@ Result<T> FromInit(Result<T> decoded) {
   return decoded;
 }
 
-// The kExec of a background process with these options in a sandbox with `spec`; with
+// The kExec of a background process with these options in the sandbox `init` reaches; with
 // `attach` the connection then follows it.
-ctl::ExecMessage BackgroundExec(const ProcessOptions& options, const core::SandboxSpec& spec, bool attach) {
-  ctl::ExecMessage m = core::InitExecPayload(options.request, spec);
+ctl::ExecMessage BackgroundExec(const ProcessOptions& options, const core::InitConnection& init, bool attach) {
+  ctl::ExecMessage m = core::InitExecPayload(options.request, init.spec, init.proxy_host);
   m.background = true;
   m.attach = attach;
   m.tag = options.tag;
@@ -64,7 +64,7 @@ asio::awaitable<Result<json>> StartProcess(core::SandboxManager& manager, asio::
                                            const std::string& sandbox_id, const ProcessOptions& options) {
   Result<core::InitConnection> init = co_await manager.ConnectInit(executor, sandbox_id);
   if (!init.ok()) co_return init.error();
-  const std::string request = ctl::Encode(BackgroundExec(options, init->spec, /*attach=*/false));
+  const std::string request = ctl::Encode(BackgroundExec(options, *init, /*attach=*/false));
   if (Status sent = co_await init->client->Send(ctl::kExec, request); !sent.ok()) co_return sent.error();
   for (;;) {
     Result<core::CtlClient::Frame> frame = co_await init->client->Receive();
@@ -180,7 +180,7 @@ asio::awaitable<Result<ProcessAttachment>> StartAttachedProcess(core::SandboxMan
                                                                 const ProcessOptions& options) {
   Result<core::InitConnection> init = co_await manager.ConnectInit(executor, sandbox_id);
   if (!init.ok()) co_return init.error();
-  const std::string request = ctl::Encode(BackgroundExec(options, init->spec, /*attach=*/true));
+  const std::string request = ctl::Encode(BackgroundExec(options, *init, /*attach=*/true));
   if (Status sent = co_await init->client->Send(ctl::kExec, request); !sent.ok()) co_return sent.error();
   for (;;) {
     Result<core::CtlClient::Frame> frame = co_await init->client->Receive();

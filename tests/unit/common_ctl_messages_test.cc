@@ -168,6 +168,7 @@ TEST(CtlMessages, TheGuestBootArgumentRoundTripsAsHexTheKernelCommandLineKeepsWh
   m.limits = {64, 256 << 20, 1.5};
   m.vsock_port = 1024;
   m.volumes = {{"vol0", "/data", false}, {"vol1", "/opt/ro dir", true}};
+  m.network = true;
   const std::string arg = EncodeGuestBootArg(m);
   EXPECT_EQ(arg.find_first_not_of("0123456789abcdef"), std::string::npos);
   auto back = DecodeGuestBootArg(arg);
@@ -181,6 +182,9 @@ TEST(CtlMessages, TheGuestBootArgumentRoundTripsAsHexTheKernelCommandLineKeepsWh
   EXPECT_EQ(back->volumes[1].target, "/opt/ro dir");
   EXPECT_TRUE(back->volumes[1].read_only);
   EXPECT_FALSE(back->volumes[0].read_only);
+  EXPECT_TRUE(back->network);
+  m.network = false;
+  EXPECT_FALSE(DecodeGuestBootArg(EncodeGuestBootArg(m))->network);
 }
 
 TEST(CtlMessages, AHostileGuestBootArgumentIsRefused) {
@@ -198,6 +202,7 @@ TEST(CtlMessages, AHostileGuestBootArgumentIsRefused) {
            with(R"("vsock_port":9,"volumes":[{"tag":"v","target":"/a/./b"}])"),
            with(R"("vsock_port":9,"volumes":[{"tag":"v","target":"/a","read_only":"yes"}])"),
            with(R"("vsock_port":9,"volumes":{"tag":"v"})"),
+           with(R"("vsock_port":9,"network":1)"),
        })
     EXPECT_FALSE(DecodeGuestBootArg(bad).ok()) << bad;
   std::string many = R"("vsock_port":9,"volumes":[)";

@@ -4,10 +4,13 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/if_tun.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <netinet/ip_icmp.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -17,6 +20,7 @@
 #include <string>
 #include <thread>
 
+#include "common/guest_link.h"
 #include "common/unique_fd.h"
 #include "net/netns.h"
 #include "net/nftables.h"
@@ -333,6 +337,67 @@ TEST_F(NetnsTest, ReconfiguringAfterADaemonRestartBindsDespiteTimeWait) {
   NetnsListeners fresh = Configure(Mode::kAllowlist);
   ASSERT_TRUE(fresh.tcp4.valid());
   ExpectRedirected("198.18.0.99", 443, fresh.tcp4.get(), "198.18.0.99:443");
+}
+
+// A guest link (common/guest_link.h): a tap made in the namespace, held open as QEMU would.
+UniqueFd MakeTap(int netns) {
+  int fd = -1;
+  InNetns(netns, [&] {
+    fd = ::open("/dev/net/tun", O_RDWR | O_CLOEXEC);
+    ifreq ifr{};
+    std::strcpy(ifr.ifr_name, guest_link::kTapName);
+    ifr.ifr_flags = IFF_TAP | IFF_NO_PI;
+    if (fd >= 0 && ::ioctl(fd, TUNSETIFF, &ifr) != 0) {
+      ::close(fd);
+      fd = -1;
+    }
+  });
+  return UniqueFd(fd);
+}
+
+// What `command` prints inside the namespace.
+std::string OutputInNetns(int netns, const std::string& command) {
+  std::string out;
+  InNetns(netns, [&] {
+    FILE* pipe = ::popen(command.c_str(), "r");
+    char buffer[4096];
+    for (size_t n; pipe && (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) out.append(buffer, n);
+    if (pipe) ::pclose(pipe);
+  });
+  return out;
+}
+
+TEST_F(NetnsTest, AGuestLinkGetsTheGatewayForwardingAndTheGuestRulesAndLosesThemInModeNone) {
+  auto without = NetnsHasGuestLink(netns_.get());
+  ASSERT_TRUE(without.ok());
+  EXPECT_FALSE(*without);
+  UniqueFd tap = MakeTap(netns_.get());
+  ASSERT_TRUE(tap.valid()) << std::strerror(errno);
+  auto with = NetnsHasGuestLink(netns_.get());
+  ASSERT_TRUE(with.ok());
+  EXPECT_TRUE(*with);
+
+  NetnsListeners listeners = Configure(Mode::kOpen);
+  // The v4 listeners take the gateway's address too (where nat_in sends the guest).
+  EXPECT_EQ(LocalAddress(listeners.tcp4.get()), "0.0.0.0:1000");
+  EXPECT_EQ(LocalAddress(listeners.dns_udp4.get()), "0.0.0.0:53");
+  const std::string link = OutputInNetns(netns_.get(), "ip -4 -o addr show dev tap0; ip -o link show dev tap0; "
+                                                       "cat /proc/sys/net/ipv4/ip_forward; ip rule");
+  EXPECT_NE(link.find("inet 10.0.2.2/24"), std::string::npos) << link;
+  EXPECT_NE(link.find(",UP"), std::string::npos) << link;
+  EXPECT_NE(link.find("\n1\n"), std::string::npos) << link;
+  EXPECT_NE(link.find("90:\tfrom all to 10.0.2.0/24 lookup main"), std::string::npos) << link;
+  const std::string rules = OutputInNetns(netns_.get(), "nft list table inet bulkhead");
+  for (const char* want : {"iifname \"tap0\" meta l4proto tcp redirect to :1000", "chain forward",
+                           "oifname \"eth0\" ip saddr 10.0.2.15 masquerade", "iifname \"tap0\" drop"})
+    EXPECT_NE(rules.find(want), std::string::npos) << want << "\n" << rules;
+
+  Configure(Mode::kNone);
+  const std::string down = OutputInNetns(netns_.get(), "ip -o link show dev tap0; cat /proc/sys/net/ipv4/ip_forward; "
+                                                       "nft list tables");
+  EXPECT_EQ(down.find(",UP"), std::string::npos) << down;
+  EXPECT_NE(down.find("\n0\n"), std::string::npos) << down;
+  EXPECT_EQ(down.find("bulkhead"), std::string::npos) << down;
 }
 
 TEST(DenyRulesTest, DropsWhatIpv4AddressEntriesNameAndIgnoresTheRest) {

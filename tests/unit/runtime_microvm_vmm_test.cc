@@ -75,6 +75,16 @@ TEST(QemuArgs, WithoutSocketsThereAreNoVhostDevicesAndRootStaysUnlessAUidIsGiven
   }
 }
 
+TEST(QemuArgs, ANicOnlyWithATapAndThenOnItsDescriptorWithoutVhost) {
+  VmConfig vm = Guest();
+  for (const auto& arg : QemuArgs(vm)) EXPECT_NE(arg, "-netdev");
+  vm.tap_fd = 3;
+  const auto args = QemuArgs(vm);
+  EXPECT_TRUE(Has(args, "-netdev", "tap,id=net0,vhost=off,fd=3"));
+  EXPECT_TRUE(Has(args, "-device", "virtio-net-device,netdev=net0,mac=52:54:00:12:34:56"));
+  EXPECT_TRUE(Has(args, "-nic", "none"));  // no default NIC beside it
+}
+
 TEST(KernelCommandLine, InitsArgumentsFollowTheSeparatorAndThePanicEndsTheGuest) {
   const std::string line = KernelCommandLine("--guest-probe", 2600000);
   EXPECT_NE(line.find("panic=-1"), std::string::npos);

@@ -1,10 +1,12 @@
 #include "runtime/microvm/launch.h"
 
+#include <linux/if_tun.h>
 #include <sched.h>
 #include <sys/resource.h>
 
 #include <cerrno>
 
+#include "common/guest_link.h"
 #include "runtime/child_syscalls.h"
 
 namespace bulkhead::runtime::microvm {
@@ -47,6 +49,18 @@ void BecomeSandboxUser(HelperPlan* plan) {
   }
 }
 
+// The guest's tap in the new network namespace (QEMU gets it open: it needs no privilege to
+// use it). Its address and state are the daemon's (net/netns.h), by network mode.
+int MakeTap(HelperPlan* plan) {
+  int tap = child::Open("/dev/net/tun", O_RDWR | O_CLOEXEC);
+  STEP(tap >= 0, "open /dev/net/tun");
+  struct ifreq ifr {};
+  for (size_t i = 0; guest_link::kTapName[i] != 0; i++) ifr.ifr_name[i] = guest_link::kTapName[i];
+  ifr.ifr_flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR;
+  STEP(child::Ioctl(tap, TUNSETIFF, &ifr) == 0, "make the guest's tap");
+  return tap;
+}
+
 }  // namespace
 
 int HelperMain(void* arg) {
@@ -63,6 +77,7 @@ int HelperMain(void* arg) {
     if (!plan->root.empty()) CheckRootAndBind(plan);
   }
   if (plan->new_netns) STEP(::unshare(CLONE_NEWNET) == 0, "unshare the network namespace");
+  const int tap = plan->tap ? MakeTap(plan) : -1;
   int null_fd = child::Open("/dev/null", O_RDONLY | O_CLOEXEC);
   STEP(null_fd >= 0, "open /dev/null");
   STEP(child::Dup3(null_fd, 0, 0) == 0, "stdin");
@@ -70,6 +85,10 @@ int HelperMain(void* arg) {
   BecomeSandboxUser(plan);
   // Nothing of the daemon's reaches the helper (its descriptors are close-on-exec anyway).
   STEP(::syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) == 0, "close_range");
+  if (tap >= 0) {
+    STEP(tap == kTapFd ? ::syscall(SYS_fcntl, tap, F_SETFD, 0) == 0 : child::Dup3(tap, kTapFd, 0) == kTapFd,
+         "keep the tap open");
+  }
   child::UnblockSignals();
   ::syscall(SYS_execve, plan->argv[0], plan->argv.data(), plan->envp.data());
   child::Fail(plan, "exec");

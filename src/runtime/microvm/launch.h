@@ -19,6 +19,8 @@ namespace bulkhead::runtime::microvm {
 
 // An empty host directory (made by the tier) that each virtiofsd helper mounts its tmpfs over.
 inline constexpr char kMountPoint[] = "/run/bulkhead-microvm";
+// The guest's tap as QEMU gets it (HelperPlan::tap): `-netdev tap,fd=3`.
+inline constexpr int kTapFd = 3;
 
 struct HelperPlan {
   std::vector<int> cgroup_join_fds;  // the sandbox's cgroup.procs, one per hierarchy
@@ -43,6 +45,8 @@ struct HelperPlan {
   };
   std::vector<Bind> binds;
   bool new_netns = false;  // an empty network namespace of its own (not even loopback up)
+  // With new_netns: a tap there (guest_link::kTapName), its descriptor kTapFd in what runs.
+  bool tap = false;
   // Whom it runs as: root of this user namespace (the sandbox's), or else `run_uid` (and gid)
   // unless 0 (QEMU, which drops to it itself with -runas once it opened /dev/kvm).
   int userns_fd = -1;

@@ -20,6 +20,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/ctl_protocol.h"
+#include "common/guest_link.h"
 #include "common/id_ranges.h"
 #include "common/read_file.h"
 #include "common/scope_guard.h"
@@ -195,8 +196,11 @@ Result<std::unique_ptr<MicrovmTier>> MicrovmTier::Create(const std::string& tag,
 
 Capabilities MicrovmTier::capabilities() const {
   return {.pause = true, .filesystem_snapshot = true, .memory_snapshot = false, .idmapped_volumes = true,
-          .pooling = false, .limits_in_sandbox = true, .warm_up_exec = false, .network_egress = false};
+          .pooling = false, .limits_in_sandbox = true, .warm_up_exec = false, .network_egress = true,
+          .nic_from_boot = true, .ports_through_init = true};
 }
+
+std::string MicrovmTier::ProxyHost() const { return guest_link::kGatewayAddress; }
 
 const Accelerator& MicrovmTier::Chosen() const { return accelerator_.get(); }
 
@@ -356,6 +360,7 @@ Result<SandboxHandle> MicrovmTier::Launch(const LaunchSpec& spec) {
   ctl::GuestBootMessage boot;
   boot.limits = LimitsInsideFor(spec.limits);
   boot.vsock_port = ctl::kGuestInitPort;
+  boot.network = spec.network;
   for (size_t i = 0; i < spec.volumes.size(); i++)
     boot.volumes.push_back({VolumeTag(i), spec.volumes[i].target, spec.volumes[i].read_only});
   VmConfig config;
@@ -370,6 +375,7 @@ Result<SandboxHandle> MicrovmTier::Launch(const LaunchSpec& spec) {
   config.virtiofs_sockets = fs_sockets;
   config.vsock_socket = vsock_socket;
   config.run_uid = spec.host_uid;
+  if (spec.network) config.tap_fd = kTapFd;
   config.name = "bulkhead-" + spec.id;
   const std::string qemu_log = spec.staging + "/qemu.log";
   ::unlink(config.console_log.c_str());
@@ -380,6 +386,7 @@ Result<SandboxHandle> MicrovmTier::Launch(const LaunchSpec& spec) {
     HelperPlan plan;
     plan.cgroup_join_fds = join_fds;
     plan.new_netns = true;
+    plan.tap = spec.network;
     plan.log_fd = log_fd->get();
     Command command;
     command.args = QemuArgs(config);

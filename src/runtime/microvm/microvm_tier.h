@@ -4,9 +4,12 @@
 // emulated devices and the vhost-user daemons behind them.
 //
 // Per sandbox, all in the sandbox's cgroups and none as host root:
-//   - QEMU (-runas the sandbox's unprivileged host uid, its own seccomp filter, an empty
-//     network namespace, no NIC), booting the guest kernel with the tier's initramfs (init, the
-//     seccomp filter, the guest's modules: runtime/microvm/initramfs.h);
+//   - QEMU (-runas the sandbox's unprivileged host uid, its own seccomp filter, a network
+//     namespace of its own: the sandbox's), booting the guest kernel with the tier's initramfs
+//     (init, the seccomp filter, the guest's modules: runtime/microvm/initramfs.h). A sandbox
+//     that boots in network mode none has no NIC; in the other modes a virtio-net NIC on a tap
+//     in that namespace (common/guest_link.h), where the daemon's rules send everything it
+//     sends to the egress proxy and the resolver at the tap's address (net/netns.h);
 //   - a virtiofsd serving the sandbox's root filesystem: the image idmapped under the sandbox's
 //     writable layer, assembled in the helper's private mount namespace (launch.h), run as root
 //     of the sandbox's user namespace and chrooted there, so files the guest writes land in the
@@ -22,8 +25,7 @@
 // cgroups bound QEMU and its daemons around it (HostLimits); init enforces the pids limit in
 // the guest. Pause is the host's cgroup freezer (the guest's clock stops with it).
 //
-// Not yet: a network of its own (modes allowlist and open, the port proxy: a tap device and
-// a gateway in the sandbox's namespace), warm pools, memory snapshots, a live memory change.
+// Not yet: the port proxy, warm pools, memory snapshots, a live memory change.
 #pragma once
 #include <future>
 #include <map>
@@ -49,6 +51,7 @@ class MicrovmTier : public Tier {
 
   const std::string& name() const override { return name_; }
   Capabilities capabilities() const override;
+  std::string ProxyHost() const override;
   std::vector<std::pair<std::string, std::string>> Details() const override;
   std::vector<std::pair<std::string, std::string>> SandboxDetails(const std::string& id) const override;
   Result<SandboxHandle> Launch(const LaunchSpec& spec) override;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "common/guest_link.h"
 #include "common/read_file.h"
 #include "common/run_program.h"
 
@@ -104,6 +105,11 @@ std::vector<std::string> QemuArgs(const VmConfig& vm) {
   if (!vm.vsock_socket.empty()) {
     args.insert(args.end(), {"-chardev", "socket,id=vsock,path=" + vm.vsock_socket, "-device",
                              "vhost-user-vsock-device,chardev=vsock"});
+  }
+  if (vm.tap_fd >= 0) {
+    // vhost=off: no vhost-net here (and QEMU does the device's work in user space).
+    args.insert(args.end(), {"-netdev", "tap,id=net0,vhost=off,fd=" + std::to_string(vm.tap_fd), "-device",
+                             std::string("virtio-net-device,netdev=net0,mac=") + guest_link::kGuestMac});
   }
   if (vm.run_uid != 0) args.insert(args.end(), {"-runas", std::to_string(vm.run_uid) + ":" + std::to_string(vm.run_uid)});
   return args;

@@ -39,6 +39,7 @@ struct VmConfig {
   std::string console_log;   // the serial console's output (a file)
   std::vector<std::string> virtiofs_sockets;  // vhost-user sockets; tag "root", then "v0", "v1", ...
   std::string vsock_socket;  // vhost-device-vsock's vhost-user socket; none if empty
+  int tap_fd = -1;           // the NIC's tap (common/guest_link.h), open in QEMU; -1: no NIC
   uid_t run_uid = 0;         // QEMU drops to this uid (and gid) once it set up; 0 = stays
   std::string name;          // shown in ps
 };
