@@ -198,6 +198,11 @@
 //           watches are set, then one line per event
 //           {"type": "create" | "write" | "remove" | "rename" | "chmod", "path": "/abs", "dir": bool}
 //           until the connection closes. New subdirectories are watched as they appear.
+//   connect {"port"}  (not a file: the port proxy's way into a sandbox with a kernel of its
+//           own) connects to 127.0.0.1:port, else [::1]:port, inside the sandbox; "not_found"
+//           when refused. Connected, stdout: "+", then what the application sends; stdin goes
+//           to the application (its end half-closes the connection). Ends, with success, when
+//           the application closes or resets the connection.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -165,6 +165,19 @@ asio::awaitable<Result<std::unique_ptr<FileOperation>>> FileOperation::Start(Ini
                                                                             const json& op,
                                                                             const std::string& user,
                                                                             bool with_input) {
+  co_return co_await Begin(std::move(connection), op, user, with_input, /*collect=*/with_input);
+}
+
+asio::awaitable<Result<std::unique_ptr<FileOperation>>> FileOperation::StartDuplex(InitConnection connection,
+                                                                                  const json& op,
+                                                                                  const std::string& user) {
+  co_return co_await Begin(std::move(connection), op, user, /*with_input=*/true, /*collect=*/false);
+}
+
+asio::awaitable<Result<std::unique_ptr<FileOperation>>> FileOperation::Begin(InitConnection connection,
+                                                                            const json& op,
+                                                                            const std::string& user,
+                                                                            bool with_input, bool collect) {
   auto executor = co_await asio::this_coro::executor;
   auto state = std::make_shared<State>(executor, std::move(connection.client));
   ctl::ExecMessage request;
@@ -179,7 +192,7 @@ asio::awaitable<Result<std::unique_ptr<FileOperation>>> FileOperation::Start(Ini
   if (first->type == ctl::kError) co_return ErrorFromInit(first->payload);
   if (first->type != ctl::kStarted) state->unread = std::move(first.value());
 
-  if (with_input) {
+  if (collect) {
     state->collecting = true;
     asio::co_spawn(executor, CollectOutput(state), asio::detached);
   }

@@ -35,15 +35,20 @@ class FileOperation {
                                                                              const nlohmann::json& op,
                                                                              const std::string& user,
                                                                              bool with_input);
+  // Both ways at once (the "connect" relay): stdin fed by Write/CloseInput while the caller
+  // reads the output with Read (one Write and one Read may be in flight together).
+  static boost::asio::awaitable<Result<std::unique_ptr<FileOperation>>> StartDuplex(InitConnection connection,
+                                                                                   const nlohmann::json& op,
+                                                                                   const std::string& user);
 
-  // with_input: the next bytes of the worker's stdin. Fails once the worker ended (it read
+  // with_input (or duplex): the next bytes of the worker's stdin. Fails once the worker ended (it read
   // no more; Finish says whether it succeeded) or the connection to init is lost.
   boost::asio::awaitable<Status> Write(std::string_view data);
-  // with_input: the end of the worker's stdin. Only after all of it was written: a worker
+  // with_input (or duplex): the end of the worker's stdin. Only after all of it was written: a worker
   // that sees its input end takes it as complete.
   boost::asio::awaitable<Status> CloseInput();
 
-  // Without input: the next bytes of the worker's stdout; "" once the worker exited with
+  // Without input (or duplex): the next bytes of the worker's stdout; "" once the worker exited with
   // success; the worker's error (mapped as FileWorkerError) if it failed.
   boost::asio::awaitable<Result<std::string>> Read();
 
@@ -55,6 +60,10 @@ class FileOperation {
   void Cancel();
 
  private:
+  static boost::asio::awaitable<Result<std::unique_ptr<FileOperation>>> Begin(InitConnection connection,
+                                                                             const nlohmann::json& op,
+                                                                             const std::string& user, bool with_input,
+                                                                             bool collect);
   std::shared_ptr<State> state_;
 };
 

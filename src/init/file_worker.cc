@@ -98,6 +98,7 @@ Status Dispatch(const std::string& file_op_json) {
       {"archive_create", ArchiveCreateOp},
       {"archive_extract", ArchiveExtractOp},
       {"watch", WatchOp},
+      {"connect", ConnectOp},
   };
   auto it = kOps.find(op->get<std::string>());
   if (it == kOps.end()) return FileError("invalid_argument", "unknown file operation \"" + op->get<std::string>() + "\"");

@@ -8,6 +8,7 @@
 // file_ops.cc      read, write, stat, list, mkdir, move, remove
 // file_archive.cc  archive_create, archive_extract (libarchive)
 // file_watch.cc    watch (inotify)
+// file_connect.cc  connect (the port proxy's relay to the sandbox's loopback)
 #pragma once
 #include <map>
 #include <sys/stat.h>
@@ -121,5 +122,8 @@ Status RemoveOp(const FileOpArgs& args);
 Status ArchiveCreateOp(const FileOpArgs& args);
 Status ArchiveExtractOp(const FileOpArgs& args);
 Status WatchOp(const FileOpArgs& args);
+// What the connect worker writes first, once connected (file_connect.cc).
+constexpr std::string_view kConnected = "+";
+Status ConnectOp(const FileOpArgs& args);
 
 }  // namespace bulkhead::init

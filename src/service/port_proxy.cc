@@ -32,6 +32,7 @@
 #include "net/allow_rules.h"
 #include "net/ip_address.h"
 #include "net/relay.h"
+#include "service/port_through_init.h"
 #include "service/preview_access.h"
 #include "service/validate.h"
 
@@ -87,10 +88,18 @@ Error NotListening(const std::string& id, uint16_t port) {
 }
 
 // A socket in the sandbox's network namespace connected to its loopback at `port`:
-// 127.0.0.1 first, then [::1] (dev servers that bind "localhost" may take only the latter).
+// 127.0.0.1 first, then [::1] (dev servers that bind "localhost" may take only the latter);
+// for a sandbox with a kernel of its own, a relay through its init (port_through_init.h).
 asio::awaitable<Result<StreamSocket>> ConnectToApp(core::SandboxManager& manager, const std::string& id,
                                                     uint16_t port) {
   const auto executor = co_await asio::this_coro::executor;
+  Result<bool> through_init = manager.PortsThroughInit(id);
+  if (!through_init.ok()) co_return through_init.error();
+  if (*through_init) {
+    Result<StreamSocket> relayed = co_await ConnectThroughInit(manager, id, port);
+    if (!relayed.ok() && relayed.error().detail_code == "not_found") co_return NotListening(id, port);
+    co_return relayed;
+  }
   for (const int family : {AF_INET, AF_INET6}) {
     Result<UniqueFd> fd = manager.SandboxSocket(id, family);
     if (!fd.ok()) {
