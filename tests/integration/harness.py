@@ -39,6 +39,9 @@ SANITIZER = sanitizer_of_build()
 # The tier matrix (scripts/test.sh): BULKHEAD_TEST_RUNTIME=gvisor runs a selection of these
 # tests (tier_matrix.txt) against daemons whose sandboxes default to that runtime.
 RUNTIME = os.environ.get("BULKHEAD_TEST_RUNTIME", "native")
+# Where a sandbox reaches bulkhead's egress proxy and resolver: its loopback, or on the microvm
+# tier (a kernel of its own) the gateway of its NIC (src/common/guest_link.h).
+PROXY_HOST = "10.0.2.2" if RUNTIME == "microvm" else "127.0.0.1"
 
 
 def shared_dir() -> Path:
@@ -533,6 +536,19 @@ def host_name(sandbox_id: str) -> str:
     """What a sandbox's host objects are named (cgroups, its dir under <state>/sandboxes):
     never the id itself (core/sandbox_manager.cc HostName)."""
     return "sb-" + hashlib.sha256(sandbox_id.encode()).hexdigest()[:16]
+
+
+def qemu_pid(sandbox_id: str) -> int | None:
+    """The pid of a microvm sandbox's QEMU (its -name is bulkhead-<host name>), None if none."""
+    wanted = f"bulkhead-{host_name(sandbox_id)}".encode()
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0") if proc.name.isdigit() else []
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"qemu-system-x86_64") and wanted in argv:
+            return int(proc.name)
+    return None
 
 
 def cgroup_dirs_of(sandbox_id) -> list[str]:

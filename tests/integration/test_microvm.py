@@ -1,13 +1,15 @@
 """The microvm tier's own mechanics: a guest kernel per sandbox sized by its limits, QEMU and
-its device daemons as the sandbox's unprivileged host uid, and the network it does not offer
-yet refused clearly. The core behaviours run on it in the tier matrix (tier_matrix_microvm.txt)."""
+its device daemons as the sandbox's unprivileged host uid, a NIC only for a guest that boots
+with a network, and ports reached through init. The core behaviours run on it in the tier
+matrix (tier_matrix_microvm.txt), the network's in test_network.py there too."""
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from harness import assert_error_shape, host_name
+from harness import assert_error_shape, host_name, qemu_pid
 
 
 @pytest.fixture(scope="module")
@@ -72,26 +74,65 @@ def test_the_vm_runs_as_the_sandbox_host_uid_without_a_nic(client, sandbox_facto
     assert qemu[qemu.index("-nic") + 1] == "none"
     assert qemu[qemu.index("-sandbox") + 1].startswith("on,")
     # Its network namespace is not the host's.
-    qemu_pid = next(p for p in os.listdir("/proc") if p.isdigit() and
-                    Path(f"/proc/{p}/cmdline").exists() and
-                    Path(f"/proc/{p}/cmdline").read_bytes().startswith(b"/usr/bin/qemu-system-x86_64") and
-                    host_name(sandbox["id"]).encode() in Path(f"/proc/{p}/cmdline").read_bytes())
-    assert os.readlink(f"/proc/{qemu_pid}/ns/net") != os.readlink("/proc/self/ns/net")
+    assert os.readlink(f"/proc/{qemu_pid(sandbox['id'])}/ns/net") != os.readlink("/proc/self/ns/net")
 
 
-def test_network_modes_it_cannot_run_are_refused_and_the_guest_has_only_loopback(client, sandbox_factory, microvm):
-    for mode in ("allowlist", "open"):
-        network = {"mode": mode, "allow": ["example.com"] if mode == "allowlist" else []}
-        r = client.post("/v1/sandboxes", {"runtime": "microvm", "network": network})
-        assert_error_shape(r, 422)
-        assert r.json()["error"]["code"] == "runtime_unsupported"
+def qemu_argv(sandbox_id: str) -> list[str]:
+    return next(argv for _, argv in vm_processes(sandbox_id) if argv[0].endswith("qemu-system-x86_64"))
+
+
+def test_mode_none_has_no_nic_and_another_mode_needs_a_restart(client, sandbox_factory, microvm):
     sandbox = sandbox_factory(runtime="microvm")
+    assert "-netdev" not in qemu_argv(sandbox["id"])
+    assert client.sh(sandbox["id"], "ls /sys/class/net").split() == ["lo"]
     r = client.request("PUT", f"/v1/sandboxes/{sandbox['id']}/network", {"mode": "open"})
     assert_error_shape(r, 422)
+    assert r.json()["error"]["code"] == "runtime_unsupported" and "stop it" in r.json()["error"]["message"]
     assert client.sandbox(sandbox["id"])["network"]["mode"] == "none"
-    assert client.sh(sandbox["id"], "ls /sys/class/net").split() == ["lo"]
-    r = client.get(f"/v1/sandboxes/{sandbox['id']}/ports/8000/")
-    assert_error_shape(r, 422)
+    assert client.post(f"/v1/sandboxes/{sandbox['id']}/stop").status == 200
+    r = client.request("PUT", f"/v1/sandboxes/{sandbox['id']}/network", {"mode": "allowlist", "allow": ["a.test"]})
+    assert r.status == 200, r
+    assert client.post(f"/v1/sandboxes/{sandbox['id']}/start").status == 200
+    assert client.sh(sandbox["id"], "ls /sys/class/net").split() == ["eth0", "lo"]
+    assert client.sh(sandbox["id"], "echo $HTTP_PROXY").strip() == "http://10.0.2.2:1000"
+
+
+def test_a_guest_with_a_network_gets_a_tap_in_its_own_namespace_and_loses_it_in_mode_none(
+        client, sandbox_factory, microvm):
+    sandbox = sandbox_factory(runtime="microvm", network={"mode": "allowlist", "allow": ["a.test"]})
+    qemu = qemu_argv(sandbox["id"])
+    assert qemu[qemu.index("-netdev") + 1] == "tap,id=net0,vhost=off,fd=3"
+    assert client.sh(sandbox["id"], "ip -4 -o addr show eth0 | awk '{print $4}'; ip route show default; "
+                                    "cat /etc/resolv.conf").strip().split("\n") == [
+        "10.0.2.15/24", "default via 10.0.2.2 dev eth0 ", "nameserver 10.0.2.2"]
+    # The proxy answers at the gateway (a name the allowlist lacks: 403 from the proxy itself).
+    out = client.sh(sandbox["id"], "curl -sS -m 20 -o /dev/null -w '%{http_code}' http://example.com/")
+    assert out == "403", out
+    r = client.request("PUT", f"/v1/sandboxes/{sandbox['id']}/network", {"mode": "none"})
+    assert r.status == 200, r
+    result = client.exec(sandbox["id"], ["curl", "-sS", "--connect-timeout", "3", "-x", "http://10.0.2.2:1000",
+                                          "http://example.com/"])
+    assert result["exit_code"] != 0, result
+    entries = client.get(f"/v1/sandboxes/{sandbox['id']}/egress").json()["entries"]
+    assert [e["verdict"] for e in entries if e["name"] == "example.com" and e["protocol"] == "tcp"] == ["denied"]
+
+
+def test_ports_reach_the_guests_loopback_in_every_network_mode(client, sandbox_factory, microvm):
+    sandbox = sandbox_factory(runtime="microvm")  # mode none: no NIC at all
+    client.sh(sandbox["id"], "mkdir -p /tmp/site && echo hello-from-the-guest > /tmp/site/index.html && "
+                             "(cd /tmp/site && setsid python3 -m http.server 8000 --bind 127.0.0.1 "
+                             ">/dev/null 2>&1 &)")
+    for _ in range(60):  # python3 starts in a few seconds under TCG
+        r = client.get(f"/v1/sandboxes/{sandbox['id']}/ports/8000/index.html")
+        if r.status != 502:
+            break
+        time.sleep(0.5)
+    assert r.status == 200 and r.body == b"hello-from-the-guest\n", r
+    r = client.get(f"/v1/sandboxes/{sandbox['id']}/ports/8001/")
+    assert_error_shape(r, 502)
+    # The relay workers end with their connections.
+    workers = client.sh(sandbox["id"], "sleep 1; ps -eo args | grep -c '^/init' || true")
+    assert int(workers) <= 1, workers
 
 
 def test_volumes_are_shared_with_a_native_sandbox(client, sandbox_factory, microvm):

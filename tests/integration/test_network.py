@@ -11,6 +11,7 @@ import json
 import re
 import signal
 import socket
+import subprocess
 import threading
 import time
 import uuid
@@ -24,7 +25,7 @@ from harness import assert_error_shape, files_url, wait_until
 
 ALLOW = ["a.test", "*.b.test", "meta.test", "rebind.test", f"{fn.NAMELESS}:80"]
 A_VIA = (fn.A_TEST, fn.A_TEST6)  # the proxy may pick either of a.test's addresses
-PROXY = "http://127.0.0.1:1000"
+PROXY = f"http://{harness.PROXY_HOST}:1000"
 CURL = ["curl", "-sS", "--fail", "--max-time", "15"]
 NOPROXY = ["--noproxy", "*"]
 VIA_PROXY = ["--noproxy", "", "-x", PROXY]  # even for the NO_PROXY names (localhost, 127.0.0.1)
@@ -264,7 +265,7 @@ def test_mode_none_is_the_default_and_reaches_nothing(make_box, fakenet, net_cli
     box = make_box(mode=None)
     assert net_client.sandbox(box.id)["network"] == {"mode": "none", "allow": [], "deny": []}
     env = box.run(["env"])["stdout"]
-    assert "127.0.0.1:1000" not in env, env
+    assert ":1000" not in env, env
     mark = fakenet.mark()
     for argv in ([*CURL, "http://a.test/"], [*CURL, f"http://{fn.A_TEST}/"], [*CURL, "-k", f"https://{fn.A_TEST}/"],
                  [*CURL, "-g", f"http://[{fn.A_TEST6}]/"], [*CURL, f"http://{fn.METADATA}/"]):
@@ -290,7 +291,7 @@ def test_allowlist_sets_the_proxy_environment(allowlisted):
     for name in ("NO_PROXY", "no_proxy"):
         assert set(env.get(name, "").split(",")) >= {"localhost", "127.0.0.1", "::1"}, (name, env)
     resolv = allowlisted.run(["cat", "/etc/resolv.conf"])["stdout"]
-    assert [line.split() for line in resolv.splitlines() if line.startswith("nameserver")] == [["nameserver", "127.0.0.1"]]
+    assert [line.split() for line in resolv.splitlines() if line.startswith("nameserver")] == [["nameserver", harness.PROXY_HOST]]
 
 
 @pytest.mark.parametrize("route", ["explicit", "transparent"])
@@ -315,7 +316,7 @@ def test_allowlist_curl(allowlisted, fakenet, route, url, host, via):
     port = "443" if url.startswith("https") else "80"
     # Explicit: curl talked to the proxy. Transparent: to the real address (the rules redirected it).
     if route == "explicit":
-        assert result["remote"] == "127.0.0.1 1000", result
+        assert result["remote"] == f"{harness.PROXY_HOST} 1000", result
     else:
         assert result["remote"] in {f"{v} {port}" for v in vias}, result
     requests = [e for e in fakenet.events_since(mark, SERVER_LOGS) if e.kind == "request"]
@@ -338,7 +339,7 @@ def test_allowlist_raw_sockets_resolve_and_connect(allowlisted, fakenet):
         via = {"a.test": A_VIA, "www.b.test": fn.B_TEST, fn.NAMELESS: fn.NAMELESS}[args[3]]
         assert outcome["body"] in hello(args[3], via), (args, outcome)
     for transport in ("udp", "tcp"):
-        for server in ("127.0.0.1", fn.DNS_SERVER):  # port 53 anywhere ends at bulkhead's resolver
+        for server in (harness.PROXY_HOST, fn.DNS_SERVER):  # port 53 anywhere ends at bulkhead's resolver
             outcome = box.probe("dns", server, "a.test", "A", transport)
             assert outcome["ok"] and outcome["rcode"] == 0 and outcome["answers"] == 1, (server, transport, outcome)
 
@@ -404,7 +405,7 @@ def test_allowlist_blocks_raw_connects(allowlisted, fakenet, address):
 
 
 @pytest.mark.parametrize("transport", ["udp", "tcp"])
-@pytest.mark.parametrize("server", ["127.0.0.1", fn.DNS_SERVER])
+@pytest.mark.parametrize("server", [harness.PROXY_HOST, fn.DNS_SERVER])
 def test_allowlist_dns_answers_only_allowed_names(allowlisted, fakenet, server, transport):
     """TXT lookups of a disallowed name (a DNS tunnel) get NXDOMAIN and are never forwarded,
     whichever server the sandbox asks (port 53 anywhere ends at bulkhead's resolver)."""
@@ -517,7 +518,7 @@ def test_no_allow_entry_reopens_the_daemons_own_listeners(make_box, fakenet, net
 def test_sni_and_host_must_name_the_destination(allowlisted, fakenet):
     box = allowlisted
     # CONNECT a.test:443 then a ClientHello for other.test: refused, no TLS bytes reach a.test.
-    base = ["openssl", "s_client", "-proxy", "127.0.0.1:1000", "-connect", "a.test:443", "-CAfile", "/workspace/cert.pem"]
+    base = ["openssl", "s_client", "-proxy", f"{harness.PROXY_HOST}:1000", "-connect", "a.test:443", "-CAfile", "/workspace/cert.pem"]
     control = box.run(base + ["-servername", "a.test"], stdin="")
     assert "Server certificate" in control["stdout"], control
     mark = fakenet.mark()
@@ -603,9 +604,17 @@ def udp_bait(fakenet):
 
 
 def open_link(box: Box) -> tuple[str, str] | None:
-    """(the sandbox side's address, its gateway) of the box's eth0, or None without one."""
-    # (gvisor shows the namespace's routes, every table's, in one dump)
-    result = box.run(["sh", "-c", "ip -4 -o addr show dev eth0 && ip -4 route show table 100 && ip -4 route"])
+    """(the sandbox side's address, its gateway) of the eth0 in the box's network namespace, or
+    None without one. A microvm guest's own eth0 is another link: its namespace is looked at
+    from the host (QEMU runs in it)."""
+    script = "ip -4 -o addr show dev eth0 && ip -4 route show table 100 && ip -4 route"
+    if harness.RUNTIME == "microvm":
+        done = subprocess.run(["nsenter", "-t", str(harness.qemu_pid(box.id)), "-n", "sh", "-c", script],
+                              capture_output=True, text=True)
+        result = {"exit_code": done.returncode, "stdout": done.stdout}
+    else:
+        # (gvisor shows the namespace's routes, every table's, in one dump)
+        result = box.run(["sh", "-c", script])
     if result["exit_code"] != 0:
         return None
     address = re.search(r"inet (\d+\.\d+\.\d+\.\d+)/30", result["stdout"])
@@ -715,7 +724,7 @@ def test_allowlist_deny_entries_win_over_broader_allow_entries(make_box, fakenet
         assert_blocked(box, fakenet, argv, level="data")
     # The resolver does not look a denied name up.
     for name in ("other.test", "www.b.test"):
-        assert box.probe("dns", "127.0.0.1", name, "A", "udp")["rcode"] == 3, name
+        assert box.probe("dns", harness.PROXY_HOST, name, "A", "udp")["rcode"] == 3, name
     settle()
     assert dns_queries(fakenet, mark, "other.test", "www.b.test") == []
     # The log names the rule.
@@ -743,7 +752,7 @@ def test_open_deny_entries_close_tcp_dns_udp_and_icmp(make_box, fakenet):
                  [*CURL, *NOPROXY, *CACERT, "--resolve", f"other.test:443:{fn.OTHER_TEST}", "https://other.test/"]):
         assert_blocked(box, fakenet, argv, level="data")
     # A denied name is not looked up; a name whose address is denied is.
-    assert box.probe("dns", "127.0.0.1", "other.test", "A", "udp")["rcode"] == 3
+    assert box.probe("dns", harness.PROXY_HOST, "other.test", "A", "udp")["rcode"] == 3
     assert box.probe("resolve", "b.test")["addresses"] == [fn.B_TEST]
     settle()
     assert dns_queries(fakenet, mark, "other.test") == []
@@ -850,8 +859,8 @@ def test_egress_log_lists_allowed_and_denied_with_names_addresses_ports_and_byte
     assert box.curl(*NOPROXY, *CACERT, "https://a.test/")["exit_code"] == 0
     assert box.curl("http://other.test/")["exit_code"] != 0
     assert box.curl(*NOPROXY, "--resolve", f"other.test:80:{fn.OTHER_TEST}", "http://other.test/")["exit_code"] != 0
-    assert box.probe("dns", "127.0.0.1", "secret.evil.test", "TXT", "udp")["rcode"] == 3
-    assert box.probe("dns", "127.0.0.1", "a.test", "A", "udp")["rcode"] == 0
+    assert box.probe("dns", harness.PROXY_HOST, "secret.evil.test", "TXT", "udp")["rcode"] == 3
+    assert box.probe("dns", harness.PROXY_HOST, "a.test", "A", "udp")["rcode"] == 0
 
     entries = box.egress()
     fields = {"time", "protocol", "name", "address", "port", "query_type", "verdict", "reason", "bytes_out",
