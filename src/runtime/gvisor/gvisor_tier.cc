@@ -27,6 +27,7 @@
 #include "runtime/gvisor/launch.h"
 #include "runtime/gvisor/oci_spec.h"
 #include "runtime/process.h"
+#include "runtime/root_plan.h"
 #include "runtime/seccomp.h"
 #include "runtime/user_namespace.h"
 
@@ -59,27 +60,14 @@ constexpr char kSidecarsMount[] = "/sidecars";
 void PlanFilesystems(const LaunchSpec& spec, const std::string& control, const std::string& sidecars,
                      LaunchPlan& plan, BundleSpec& bundle) {
   const std::string t = kMountPoint;
-  const std::string lower = t + "/lower", root = t + "/root";
-  plan.steps.push_back({MountStep::kDir, "", lower});
-  plan.steps.push_back({MountStep::kClone, spec.rootfs.image, lower, "", false, true});
-  plan.steps.push_back({MountStep::kDir, "", root});
-  plan.steps.push_back({MountStep::kOverlay, "", root,
-                        "lowerdir=" + lower + ",upperdir=" + spec.rootfs.upper + ",workdir=" + spec.rootfs.work, true});
+  const std::string root = PlanRootOverlay(spec.rootfs, t, plan.steps);
   bundle.root = root;
   plan.root = root;
   plan.top_level_names = {"proc", "dev", "sys", "tmp"};
   for (size_t i = 0; i < spec.rootfs.host_binds.size(); i++) {
     const std::string& dir = spec.rootfs.host_binds[i];
     plan.top_level_names.push_back(dir.substr(1, dir.find('/', 1) - 1));
-    std::error_code ec;
-    if (fs::is_empty(spec.rootfs.image + dir, ec) || ec) {
-      bundle.binds.push_back({dir, dir, true});
-      continue;
-    }
-    const std::string merged = t + "/host" + std::to_string(i);
-    plan.steps.push_back({MountStep::kDir, "", merged});
-    plan.steps.push_back({MountStep::kOverlay, "", merged, "lowerdir=" + lower + dir + ":" + dir});
-    bundle.binds.push_back({merged, dir, true});
+    bundle.binds.push_back({PlanHostDir(spec.rootfs, dir, i, t, plan.steps), dir, true});
   }
   for (size_t i = 0; i < spec.volumes.size(); i++) {
     const VolumeBind& volume = spec.volumes[i];

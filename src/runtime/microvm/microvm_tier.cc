@@ -29,6 +29,7 @@
 #include "runtime/microvm/initramfs.h"
 #include "runtime/microvm/launch.h"
 #include "runtime/process.h"
+#include "runtime/root_plan.h"
 #include "runtime/seccomp.h"
 #include "runtime/user_namespace.h"
 
@@ -122,26 +123,12 @@ std::vector<std::string> PathComponents(const std::string& path) {
 // idmapped from the stored ids, under the writable layer; the host image's directories bound
 // read-only (merged with the image's own where it has files there); each volume's mount point.
 void PlanRoot(const LaunchSpec& spec, HelperPlan& plan) {
-  const std::string t = kMountPoint;
-  const std::string lower = t + "/lower", root = t + "/root";
-  plan.steps.push_back({MountStep::kDir, "", lower});
-  plan.steps.push_back({MountStep::kClone, spec.rootfs.image, lower, "", false, true});
-  plan.steps.push_back({MountStep::kDir, "", root});
-  plan.steps.push_back({MountStep::kOverlay, "", root,
-                        "lowerdir=" + lower + ",upperdir=" + spec.rootfs.upper + ",workdir=" + spec.rootfs.work, true});
-  plan.root = root;
+  plan.root = PlanRootOverlay(spec.rootfs, kMountPoint, plan.steps);
   plan.top_level_names = {"proc", "dev", "sys"};
   for (size_t i = 0; i < spec.rootfs.host_binds.size(); i++) {
     const std::string& dir = spec.rootfs.host_binds[i];
     plan.top_level_names.push_back(dir.substr(1, dir.find('/', 1) - 1));
-    std::string source = dir;
-    std::error_code ec;
-    if (!fs::is_empty(spec.rootfs.image + dir, ec) && !ec) {
-      source = t + "/host" + std::to_string(i);
-      plan.steps.push_back({MountStep::kDir, "", source});
-      plan.steps.push_back({MountStep::kOverlay, "", source, "lowerdir=" + lower + dir + ":" + dir});
-    }
-    plan.binds.push_back({source, PathComponents(dir), true, -1});
+    plan.binds.push_back({PlanHostDir(spec.rootfs, dir, i, kMountPoint, plan.steps), PathComponents(dir), true, -1});
   }
   for (size_t i = 0; i < spec.volumes.size(); i++) {
     const std::string& target = spec.volumes[i].target;
