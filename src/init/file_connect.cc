@@ -19,13 +19,14 @@ namespace {
 
 constexpr size_t kPieceBytes = 64 * 1024;
 
-// A socket connected to the loopback port, else none and `err` the errno of the last try.
+// A socket connected to the loopback port, else none and `err` the errno of the failure:
+// ECONNREFUSED if either address refused (the other may not exist: IPv6 off).
 UniqueFd ConnectLoopback(int port, int& err) {
-  err = ECONNREFUSED;
+  err = 0;
   for (const int family : {AF_INET, AF_INET6}) {
     UniqueFd fd(::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (!fd) {
-      err = errno;
+      if (err != ECONNREFUSED) err = errno;
       continue;
     }
     sockaddr_storage address{};
@@ -44,7 +45,7 @@ UniqueFd ConnectLoopback(int port, int& err) {
       size = sizeof *v6;
     }
     if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&address), size) == 0) return fd;
-    err = errno;
+    if (err != ECONNREFUSED) err = errno;
   }
   return UniqueFd();
 }
