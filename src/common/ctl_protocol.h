@@ -200,9 +200,9 @@
 //           until the connection closes. New subdirectories are watched as they appear.
 //   connect {"port"}  (not a file: the port proxy's way into a sandbox with a kernel of its
 //           own) connects to 127.0.0.1:port, else [::1]:port, inside the sandbox; "not_found"
-//           when refused. Connected, stdout: "+", then what the application sends; stdin goes
-//           to the application (its end half-closes the connection). Ends, with success, when
-//           the application closes or resets the connection.
+//           when refused. Connected, stdout: "+" (kConnectReady), then what the application
+//           sends; stdin goes to the application (its end half-closes the connection). Ends,
+//           with success, when the application closes or resets the connection.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -257,6 +257,8 @@ constexpr int kWorkloadCgroupFd = 4;
 constexpr uint32_t kGuestInitPort = 1024;
 constexpr uint32_t kGuestReadyPort = 1025;
 inline constexpr char kGuestProbeSign[] = "bulkhead-guest-ok";
+// The connect worker's first byte on stdout: it is connected (file op "connect").
+constexpr char kConnectReady = '+';
 
 inline void EncodeHeader(uint8_t* out, uint8_t type, uint32_t payload_len) {
   uint32_t len = payload_len + 1;

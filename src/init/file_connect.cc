@@ -1,6 +1,6 @@
 // connect (ctl_protocol.h, "File operations"): the port proxy's way to a sandbox whose
 // loopback belongs to a kernel of its own (the microvm tier). The worker connects to the
-// port on the sandbox's loopback, 127.0.0.1 and then [::1], writes kConnected to stdout, and
+// port on the sandbox's loopback, 127.0.0.1 and then [::1], writes ctl::kConnectReady to stdout, and
 // then carries bytes both ways: stdin to the connection (its end half-closes the connection),
 // the connection to stdout. It ends when the application closes or resets the connection.
 #include <netinet/in.h>
@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/ctl_protocol.h"
 #include "common/unique_fd.h"
 #include "init/file_worker.h"
 
@@ -72,7 +73,7 @@ Status ConnectOp(const FileOpArgs& args) {
     const std::string what = "connect to port " + std::to_string(*port) + ": " + std::strerror(err);
     return FileError(err == ECONNREFUSED ? "not_found" : "internal", what);
   }
-  BH_TRY(WriteAll(1, kConnected));
+  BH_TRY(WriteAll(1, std::string_view(&ctl::kConnectReady, 1)));
   pollfd fds[2] = {{0, POLLIN, 0}, {app.get(), POLLIN, 0}};
   char buffer[kPieceBytes];
   while (true) {

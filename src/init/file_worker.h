@@ -122,8 +122,6 @@ Status RemoveOp(const FileOpArgs& args);
 Status ArchiveCreateOp(const FileOpArgs& args);
 Status ArchiveExtractOp(const FileOpArgs& args);
 Status WatchOp(const FileOpArgs& args);
-// What the connect worker writes first, once connected (file_connect.cc).
-constexpr std::string_view kConnected = "+";
 Status ConnectOp(const FileOpArgs& args);
 
 }  // namespace bulkhead::init

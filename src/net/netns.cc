@@ -44,21 +44,21 @@ constexpr char kWhere[] = "sandbox network namespace";
 // connections), filter_in lets in only those and answers, chain forward lets the guest's UDP
 // and ICMP out of eth0 under the same rules as above (open mode), and nat_post masquerades
 // them behind eth0's address (the host's table then treats them as the sandbox's own).
-std::string TableRules(bool guest_link) {
+std::string TableRules(bool has_guest_link) {
   std::string denied;
   for (const IpPrefix& prefix : AlwaysDeniedPrefixes(/*v6=*/false)) {
     denied += (denied.empty() ? "" : ", ") + prefix.ToString();
   }
   const std::string tap = std::string("\"") + guest_link::kTapName + "\"";
   const std::string eth0 = std::string("\"") + kOpenLinkName + "\"";
-  const std::string guest_in = !guest_link ? "" : R"(
+  const std::string guest_in = !has_guest_link ? "" : R"(
     iifname )" + tap + R"( meta l4proto tcp th dport 1000 accept
     iifname )" + tap + R"( meta l4proto { tcp, udp } th dport 53 accept
     iifname )" + tap + R"( ct state established,related accept
     iifname )" + tap + R"( drop)";
-  const std::string guest_out = !guest_link ? "" : R"(
+  const std::string guest_out = !has_guest_link ? "" : R"(
     oifname )" + tap + R"( accept)";
-  const std::string guest_chains = !guest_link ? "" : R"(
+  const std::string guest_chains = !has_guest_link ? "" : R"(
   chain nat_in {
     type nat hook prerouting priority -100; policy accept;
     iifname )" + tap + R"( meta l4proto { tcp, udp } th dport 53 redirect to :53
@@ -130,15 +130,18 @@ void AddAttribute(nlmsghdr* header, int type, const void* data, size_t size) {
   header->nlmsg_len = NLMSG_ALIGN(header->nlmsg_len) + RTA_ALIGN(attribute->rta_len);
 }
 
-// The errno of the kernel's answer to `header` (0: done).
-int SendAndAck(int nl, const nlmsghdr* header) {
+// Sends `header` on a fresh rtnetlink socket of the calling thread's namespace; answers the
+// errno of the kernel's answer (0: done).
+int SendAndAck(const nlmsghdr* header) {
+  UniqueFd nl(::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE));
+  if (!nl) return errno;
   sockaddr_nl kernel{};
   kernel.nl_family = AF_NETLINK;
-  if (::sendto(nl, header, header->nlmsg_len, 0, reinterpret_cast<sockaddr*>(&kernel), sizeof(kernel)) < 0) {
+  if (::sendto(nl.get(), header, header->nlmsg_len, 0, reinterpret_cast<sockaddr*>(&kernel), sizeof(kernel)) < 0) {
     return errno;
   }
   alignas(nlmsghdr) char reply[4096];
-  ssize_t n = ::recv(nl, reply, sizeof(reply), 0);
+  ssize_t n = ::recv(nl.get(), reply, sizeof(reply), 0);
   if (n < 0) return errno;
   auto* answer = reinterpret_cast<nlmsghdr*>(reply);
   if (!NLMSG_OK(answer, static_cast<unsigned>(n)) || answer->nlmsg_type != NLMSG_ERROR ||
@@ -152,8 +155,6 @@ int SendAndAck(int nl, const nlmsghdr* header) {
 // equivalent of `ip route replace default dev lo src 127.0.0.1` / `ip -6 route replace
 // default dev lo` and their `ip route del`. Answers the errno of the kernel's refusal.
 int ChangeDefaultRoute(int family, int lo_index, bool present) {
-  UniqueFd nl(::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE));
-  if (!nl) return errno;
   struct {
     nlmsghdr header;
     rtmsg route;
@@ -181,7 +182,7 @@ int ChangeDefaultRoute(int family, int lo_index, bool present) {
     in_addr source{htonl(INADDR_LOOPBACK)};
     AddAttribute(&request.header, RTA_PREFSRC, &source, sizeof(source));
   }
-  return SendAndAck(nl.get(), &request.header);
+  return SendAndAck(&request.header);
 }
 
 // A guest link's rule: whatever goes to the guest's subnet is routed by the main table (to
@@ -189,8 +190,6 @@ int ChangeDefaultRoute(int family, int lo_index, bool present) {
 // the resolver's answers and the guest's forwarded traffic coming back. `ip rule add to
 // 10.0.2.0/24 lookup main priority 90`; 0 if it is there already.
 int AddGuestRule() {
-  UniqueFd nl(::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE));
-  if (!nl) return errno;
   struct {
     nlmsghdr header;
     fib_rule_hdr rule;
@@ -210,7 +209,7 @@ int AddGuestRule() {
   AddAttribute(&request.header, FRA_DST, &subnet, sizeof(subnet));
   const uint32_t priority = 90;
   AddAttribute(&request.header, FRA_PRIORITY, &priority, sizeof(priority));
-  const int err = SendAndAck(nl.get(), &request.header);
+  const int err = SendAndAck(&request.header);
   return err == EEXIST ? 0 : err;
 }
 
@@ -218,7 +217,7 @@ int AddGuestRule() {
 // namespace (the sandbox-create path) gets a plain create. An existing table is deleted (and
 // for allowlist/open re-made in the same transaction): correct whatever state it is in, but
 // deleting costs the kernel an RCU grace period (several ms) when the netlink socket closes.
-Status ApplyNftables(Mode mode, bool guest_link) {
+Status ApplyNftables(Mode mode, bool has_guest_link) {
   auto tables = RunNft("list tables inet", kWhere);
   if (!tables.ok()) return tables.error();
   bool exists = ("\n" + *tables).find("\ntable inet bulkhead\n") != std::string::npos;
@@ -230,7 +229,7 @@ Status ApplyNftables(Mode mode, bool guest_link) {
     // "create" fails (and with it the transaction) if the table exists after all, rather than
     // add a second copy of the rules. (`create table X { ... }` would create the table but
     // silently drop the chains in its body: nft 1.0.6.)
-    program = std::string(exists ? kDeleteTable : "create table inet bulkhead\n") + TableRules(guest_link);
+    program = std::string(exists ? kDeleteTable : "create table inet bulkhead\n") + TableRules(has_guest_link);
   }
   auto done = RunNft(program, kWhere);
   if (!done.ok()) return done.error();

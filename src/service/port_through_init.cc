@@ -16,6 +16,7 @@
 #include <boost/asio/write.hpp>
 #include <nlohmann/json.hpp>
 
+#include "common/ctl_protocol.h"
 #include "core/file_operation.h"
 
 // g++ 12 reports a false -Wmismatched-new-delete on asio's coroutine frames.
@@ -28,7 +29,6 @@ namespace asio = boost::asio;
 using boost::system::error_code;
 
 constexpr size_t kPieceBytes = 64 * 1024;
-constexpr char kConnected = '+';  // the worker's first byte (init/file_worker.h kConnected)
 
 // The worker and the daemon's end of the pair, shared by the two directions.
 struct Pump {
@@ -89,7 +89,7 @@ asio::awaitable<Result<net::StreamSocket>> ConnectThroughInit(core::SandboxManag
   if (!worker.ok()) co_return worker.error();
   Result<std::string> first = co_await (*worker)->Read();
   if (!first.ok()) co_return first.error();
-  if (first->empty() || (*first)[0] != kConnected)
+  if (first->empty() || (*first)[0] != ctl::kConnectReady)
     co_return MakeError(ErrorCode::kBadGateway, "the sandbox's relay to port " + std::to_string(port) + " did not start");
 
   int pair[2];
