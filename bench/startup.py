@@ -1162,33 +1162,48 @@ def measure_bulkhead_gvisor(build_dir: Path, runs: int, concurrency: int, notes:
     return rows
 
 
+def wait_for_microvm_template(api: "BulkheadApi") -> str:
+    """Waits (untimed) until the daemon saved the default guest shape's template; its state."""
+    templates = ""
+    for _ in range(600):
+        templates = api.call("GET", "/healthz")["runtimes"]["microvm"].get("templates", "")
+        if ": ready" in templates or "failed" in templates:
+            return templates
+        time.sleep(0.2)
+    raise RunFailed(f"no template was saved: {templates}")
+
+
 def measure_bulkhead_microvm(build_dir: Path, runs: int, concurrency: int, notes: list[str]) -> list[ModeResult]:
-    """The microvm tier, cold (it keeps no warm pool): a guest boots for each create."""
-    label = "bulkhead --runtime microvm, cold"
+    """The microvm tier (it keeps no warm pool): a guest boots for each create (cold, with
+    --no-microvm-templates), or each create restores a copy of its shape's saved template."""
     runs, concurrency = min(runs, MICROVM_RUNS), min(concurrency, MICROVM_CONCURRENCY)
-    daemon = Daemon(build_dir, ("--warm-pool", "0"))
     rows: list[ModeResult] = []
-    try:
-        daemon.start()
-        api = BulkheadApi(daemon.port, daemon.api_key)
+    for label, flags in (("bulkhead --runtime microvm, cold", ("--no-microvm-templates",)),
+                         ("bulkhead --runtime microvm, from a template", ())):
+        daemon = Daemon(build_dir, ("--warm-pool", "0", *flags))
         try:
-            details = api.call("GET", "/healthz")["runtimes"].get("microvm", {})
+            daemon.start()
+            api = BulkheadApi(daemon.port, daemon.api_key)
+            try:
+                details = api.call("GET", "/healthz")["runtimes"].get("microvm", {})
+                if not details.get("available"):
+                    raise RunFailed(f"no microvm tier: {details.get('reason')}")
+                trial = BulkheadTrial(daemon, label, "microvm", False)
+                error = warm_up(trial)  # (its create builds the template)
+                if error is not None:
+                    raise RunFailed(f"warm-up run failed: {error}")
+                templates = wait_for_microvm_template(api) if not flags else "off"
+            finally:
+                api.close()
+            rows += [run_sequential(trial, runs), run_concurrent(trial, concurrency)]
+            notes.append(f"{label}: {details.get('qemu_version')}, guest kernel {details.get('guest_kernel')}, "
+                         f"accelerator {details.get('accelerator')}, templates {templates}; {runs} sequential "
+                         f"runs, {concurrency} concurrent")
+        except (RunFailed, *TRANSPORT_ERRORS, KeyError, ValueError) as exc:
+            rows += unavailable_rows(label, runs, concurrency, describe(exc))
         finally:
-            api.close()
-        if not details.get("available"):
-            raise RunFailed(f"no microvm tier: {details.get('reason')}")
-        trial = BulkheadTrial(daemon, label, "microvm", False)
-        error = warm_up(trial)
-        if error is not None:
-            raise RunFailed(f"warm-up run failed: {error}")
-        rows += [run_sequential(trial, runs), run_concurrent(trial, concurrency)]
-        notes.append(f"{label}: {details.get('qemu_version')}, guest kernel {details.get('guest_kernel')}, "
-                     f"accelerator {details.get('accelerator')}; {runs} sequential runs, {concurrency} concurrent")
-    except (RunFailed, *TRANSPORT_ERRORS, KeyError, ValueError) as exc:
-        rows += unavailable_rows(label, runs, concurrency, describe(exc))
-    finally:
-        daemon.stop()
-        notes.extend(f"{label} cleanup: {line}" for line in daemon.cleanup_report)
+            daemon.stop()
+            notes.extend(f"{label} cleanup: {line}" for line in daemon.cleanup_report)
     return rows
 
 

@@ -21,9 +21,10 @@ virtiofsd_version=1.14.0
 vsock_version=0.3.0
 # The modules the guest loads (the cloud kernel builds all of these as =m; virtio-mmio is the
 # transport QEMU's microvm uses, its devices found through ACPI since the kernel lacks
-# VIRTIO_MMIO_CMDLINE_DEVICES). Their dependencies are added ahead of them. virtio_console
-# is for an hvc0 console, which is optional: the serial console (8250) is built in.
-modules=(virtio_mmio fuse virtiofs vsock vmw_vsock_virtio_transport_common
+# VIRTIO_MMIO_CMDLINE_DEVICES; virtio_pci the transport of template guests and their restored
+# copies, on QEMU's pc machine). Their dependencies are added ahead of them. virtio_console
+# serves a template's boot port (a virtio serial port).
+modules=(virtio_mmio virtio_pci fuse virtiofs vsock vmw_vsock_virtio_transport_common
          vmw_vsock_virtio_transport virtio_net virtio_blk overlay virtio_console)
 
 [ "$(id -u)" = 0 ] || { echo "install-microvm: run as root" >&2; exit 1; }

@@ -90,6 +90,8 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
   serve->add_option("--runsc", line.runsc,
                     "The runsc binary of the gvisor runtime (default: the pinned build in "
                     "/usr/local/lib/bulkhead, else runsc on the PATH)");
+  serve->add_flag("--no-microvm-templates", line.no_microvm_templates,
+                  "Boot every microvm sandbox's guest instead of restoring a saved template guest of its shape");
   serve->add_option("--io-threads", line.io_threads,
                     "Threads serving HTTP (default " + std::to_string(core::DaemonConfig{}.io_threads) + ")")
       ->check(CLI::Range(1, 256));
@@ -373,6 +375,7 @@ core::DaemonConfig DaemonConfigFromCommandLine(const CommandLine& line) {
     config.warm_pool_named.insert(pool.first);
   }
   if (line.runsc) config.runsc = *line.runsc;
+  config.microvm_templates = !line.no_microvm_templates;
   if (line.default_runtime) config.default_runtime = *line.default_runtime;
   if (line.io_threads) config.io_threads = *line.io_threads;
   if (line.blocking_threads) config.blocking_threads = *line.blocking_threads;

@@ -86,6 +86,7 @@ struct CommandLine {
   std::optional<std::string> listen;  // --listen / BULKHEAD_LISTEN
   std::vector<std::string> warm_pools;  // --warm-pool N | RUNTIME=N, repeatable
   std::optional<std::string> runsc;
+  bool no_microvm_templates = false;
   std::optional<std::string> default_runtime;
   std::optional<int> io_threads, blocking_threads;
   std::optional<int64_t> output_rate_mib;

@@ -376,10 +376,13 @@ std::string EncodeGuestBootArg(const GuestBootMessage& m) {
   json volumes = json::array();
   for (const GuestVolume& v : m.volumes)
     volumes.push_back({{"tag", v.tag}, {"target", v.target}, {"read_only", v.read_only}});
-  const std::string text = Dump({{"limits", json::parse(Encode(m.limits))},
-                                 {"vsock_port", m.vsock_port},
-                                 {"volumes", volumes},
-                                 {"network", m.network}});
+  json message = {{"limits", json::parse(Encode(m.limits))},
+                  {"vsock_port", m.vsock_port},
+                  {"volumes", volumes},
+                  {"network", m.network}};
+  if (m.realtime_ns > 0) message["realtime_ns"] = m.realtime_ns;
+  if (!m.entropy.empty()) message["entropy"] = m.entropy;
+  const std::string text = Dump(message);
   std::string hex;
   hex.reserve(text.size() * 2);
   for (unsigned char c : text) {
@@ -432,6 +435,17 @@ Result<GuestBootMessage> DecodeGuestBootArg(std::string_view hex) {
     }
   }
   BH_TRY(ReadBool(*parsed, "network", m.network));
+  if (const json* realtime = Field(*parsed, "realtime_ns")) {
+    if (!realtime->is_number_integer() || realtime->get<int64_t>() <= 0)
+      return Invalid("realtime_ns must be a positive integer");
+    m.realtime_ns = realtime->get<int64_t>();
+  }
+  if (const json* entropy = Field(*parsed, "entropy")) {
+    if (!entropy->is_string() || entropy->get<std::string>().size() != 64 ||
+        entropy->get<std::string>().find_first_not_of("0123456789abcdef") != std::string::npos)
+      return Invalid("entropy must be 64 lower-case hex digits");
+    m.entropy = entropy->get<std::string>();
+  }
   return m;
 }
 

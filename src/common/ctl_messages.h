@@ -130,6 +130,10 @@ struct GuestBootMessage {
   uint32_t vsock_port = 0;  // 1 .. 0xfffffffe
   std::vector<GuestVolume> volumes;
   bool network = false;
+  // Sent only to a guest restored from a template (runtime/microvm/template.h), whose clock and
+  // random state are the template's: the host's wall clock and 32 fresh random bytes (hex).
+  int64_t realtime_ns = 0;
+  std::string entropy;
 };
 inline constexpr size_t kMaxGuestVolumes = 64;
 

@@ -257,6 +257,12 @@ constexpr int kWorkloadCgroupFd = 4;
 constexpr uint32_t kGuestInitPort = 1024;
 constexpr uint32_t kGuestReadyPort = 1025;
 inline constexpr char kGuestProbeSign[] = "bulkhead-guest-ok";
+// A template guest (`init --guest-template`, runtime/microvm/template.h) writes
+// kGuestTemplateSign and a newline on its virtio serial port named kGuestTemplatePort once it
+// waits there for its boot message (EncodeGuestBootArg's hex and a newline), which a copy
+// restored for a sandbox reads.
+inline constexpr char kGuestTemplateSign[] = "bulkhead-template-waits";
+inline constexpr char kGuestTemplatePort[] = "bulkhead.boot";
 // The connect worker's first byte on stdout: it is connected (file op "connect").
 constexpr char kConnectReady = '+';
 

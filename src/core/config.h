@@ -33,6 +33,8 @@ struct DaemonConfig {
   // --runsc: the runsc binary of the gvisor tier; "" = the pinned build, else Debian's
   // (runtime/gvisor/runsc.h).
   std::string runsc;
+  // --no-microvm-templates: every microvm sandbox boots its guest (runtime/microvm/template.h).
+  bool microvm_templates = true;
   int io_threads = 2;      // threads serving HTTP
   int blocking_threads = 4;  // threads running sandbox setup and teardown
   // --output-rate: MiB/s of one sandbox's command output the daemon relays, over all its

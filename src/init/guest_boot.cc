@@ -1,7 +1,9 @@
 #include "init/guest_boot.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <linux/random.h>
 #include <linux/vm_sockets.h>
 #include <net/if.h>
 #include <net/route.h>
@@ -12,6 +14,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -38,7 +41,7 @@ constexpr char kInitramfsFilter[] = "/seccomp.bpf";
 // The control directory below the sandbox's /dev, as the gvisor tier's (hidden by SelfContain).
 constexpr char kControlDir[] = "/dev/.bulkhead";
 
-// Step 1.
+// Step 1's modules.
 Status LoadModules() {
   auto order = ReadSmallFile(std::string(kModules) + "/order");
   if (!order) return {};  // a kernel with the drivers built in
@@ -227,6 +230,126 @@ Status SignalReady(const UniqueFd& socket) {
   return {};
 }
 
+// Step 1.
+Status MountEarlyAndLoadModules() {
+  BH_TRY(MakeDir("/proc", 0555));
+  BH_TRY(Mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr));
+  BH_TRY(MakeDir("/sys", 0555));
+  BH_TRY(Mount("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr));
+  BH_TRY(MakeDir("/dev", 0755));
+  BH_TRY(Mount("devtmpfs", "/dev", "devtmpfs", MS_NOSUID | MS_NOEXEC, nullptr));
+  return LoadModules();
+}
+
+// Steps 2 to 6.
+Status BootFrom(const ctl::GuestBootMessage& boot) {
+  auto filter = ReadFilter(kInitramfsFilter);
+  if (!filter) return filter.error();
+  BH_TRY(MountFiles(boot));
+  BH_TRY(MountSystem(boot));
+  if (boot.network) BH_TRY(ConfigureNetwork());
+  BH_TRY(SwitchRoot());
+  BH_TRY(MakeDir(kControlDir, 0700));
+  BH_TRY(ListenVsock(boot.vsock_port));
+  auto ready = ReadySocket();
+  if (!ready) return ready.error();
+  BH_TRY(ContainListening(kControlDir, boot.limits, std::move(*filter), /*whole_kernel=*/true));
+  return SignalReady(*ready);
+}
+
+// The /dev node of the virtio serial port named `name`.
+Result<std::string> VirtioPort(const std::string& name) {
+  const std::string ports = "/sys/class/virtio-ports";
+  DIR* dir = ::opendir(ports.c_str());
+  if (!dir) return SystemError("open " + ports, errno);
+  std::string found;
+  while (const dirent* entry = ::readdir(dir)) {
+    if (entry->d_name[0] == '.') continue;
+    auto text = ReadSmallFile(ports + "/" + entry->d_name + "/name");
+    if (text && text->substr(0, text->find('\n')) == name) found = std::string("/dev/") + entry->d_name;
+  }
+  ::closedir(dir);
+  if (found.empty()) return MakeError(ErrorCode::kNotFound, "no virtio serial port " + name);
+  return found;
+}
+
+// The template's wait: the sign out, the boot message's line in, on its virtio serial port.
+Result<std::string> WaitForBootMessage() {
+  // The port appears once the host's side of the device announced it, after the driver bound.
+  auto path = VirtioPort(ctl::kGuestTemplatePort);
+  for (int attempt = 0; !path && attempt < 2000; attempt++) {
+    ::usleep(5000);
+    path = VirtioPort(ctl::kGuestTemplatePort);
+  }
+  if (!path) return path.error();
+  UniqueFd port(::open(path->c_str(), O_RDWR | O_NOCTTY | O_CLOEXEC));
+  if (!port) return SystemError("open " + *path, errno);
+  const std::string sign = std::string(ctl::kGuestTemplateSign) + "\n";
+  if (::write(port.get(), sign.data(), sign.size()) != static_cast<ssize_t>(sign.size()))
+    return SystemError("write the template's sign", errno);
+  std::string line;
+  char buffer[4096];
+  while (line.find('\n') == std::string::npos) {
+    const ssize_t n = ::read(port.get(), buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return SystemError("read the boot message", errno);
+    if (n == 0) {
+      // No host on the port's other end (a restored copy runs before the host connects): the
+      // host sends the message once it is there.
+      ::usleep(1000);
+      continue;
+    }
+    line.append(buffer, static_cast<size_t>(n));
+    if (line.size() > 2 * 65536 + 1) return MakeError(ErrorCode::kInvalid, "the boot message is too long");
+  }
+  return line.substr(0, line.find('\n'));
+}
+
+// A restored copy's clock is the template's: the host's wall clock replaces it.
+Status SetClock(int64_t realtime_ns) {
+  const timespec now{static_cast<time_t>(realtime_ns / 1000000000), static_cast<long>(realtime_ns % 1000000000)};
+  if (::clock_settime(CLOCK_REALTIME, &now) != 0) return SystemError("set the clock", errno);
+  return {};
+}
+
+// Every copy of a template starts from the same random state: the host's bytes are mixed in
+// (credited) and the kernel's generator reseeded before anything of the sandbox runs.
+Status Reseed(const std::string& hex) {
+  constexpr size_t kBytes = 32;  // (DecodeGuestBootArg checked the 64 hex digits)
+  alignas(rand_pool_info) unsigned char storage[sizeof(rand_pool_info) + kBytes] = {};
+  auto* entropy = reinterpret_cast<rand_pool_info*>(storage);
+  entropy->entropy_count = 8 * kBytes;
+  entropy->buf_size = kBytes;
+  auto* bytes = reinterpret_cast<unsigned char*>(entropy->buf);
+  for (size_t i = 0; i < kBytes; i++)
+    bytes[i] = static_cast<unsigned char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  UniqueFd random(::open("/dev/urandom", O_RDWR | O_CLOEXEC));
+  if (!random) return SystemError("open /dev/urandom", errno);
+  if (::ioctl(random.get(), RNDADDENTROPY, entropy) != 0) return SystemError("add the host's entropy", errno);
+  if (::ioctl(random.get(), RNDRESEEDCRNG) != 0) return SystemError("reseed the random generator", errno);
+  return {};
+}
+
+// The sandbox's devices, which the host added to the restored copy (PCI hotplug): the kernel
+// finds them on the ACPI event, asynchronously. Waits until `count` virtio devices have a
+// driver (the boot port's is one).
+Status WaitForDevices(size_t count) {
+  const std::string devices = "/sys/bus/virtio/devices";
+  for (int attempt = 0; attempt < 5000; attempt++) {
+    size_t bound = 0;
+    if (DIR* dir = ::opendir(devices.c_str())) {
+      while (const dirent* entry = ::readdir(dir)) {
+        struct stat st {};
+        if (entry->d_name[0] != '.' && ::stat((devices + "/" + entry->d_name + "/driver").c_str(), &st) == 0) bound++;
+      }
+      ::closedir(dir);
+    }
+    if (bound >= count) return {};
+    ::usleep(2000);
+  }
+  return MakeError(ErrorCode::kInternal, "the sandbox's devices did not appear in the guest");
+}
+
 }  // namespace
 
 [[noreturn]] void GuestProbe() {
@@ -241,25 +364,23 @@ Status SignalReady(const UniqueFd& socket) {
 Status GuestBoot(const std::string& arg) {
   auto boot = ctl::DecodeGuestBootArg(arg);
   if (!boot) return boot.error();
-  BH_TRY(MakeDir("/proc", 0555));
-  BH_TRY(Mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr));
-  BH_TRY(MakeDir("/sys", 0555));
-  BH_TRY(Mount("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr));
-  BH_TRY(MakeDir("/dev", 0755));
-  BH_TRY(Mount("devtmpfs", "/dev", "devtmpfs", MS_NOSUID | MS_NOEXEC, nullptr));
-  auto filter = ReadFilter(kInitramfsFilter);
-  if (!filter) return filter.error();
-  BH_TRY(LoadModules());
-  BH_TRY(MountFiles(*boot));
-  BH_TRY(MountSystem(*boot));
-  if (boot->network) BH_TRY(ConfigureNetwork());
-  BH_TRY(SwitchRoot());
-  BH_TRY(MakeDir(kControlDir, 0700));
-  BH_TRY(ListenVsock(boot->vsock_port));
-  auto ready = ReadySocket();
-  if (!ready) return ready.error();
-  BH_TRY(ContainListening(kControlDir, boot->limits, std::move(*filter), /*whole_kernel=*/true));
-  return SignalReady(*ready);
+  BH_TRY(MountEarlyAndLoadModules());
+  return BootFrom(*boot);
+}
+
+Status GuestTemplate() {
+  BH_TRY(MountEarlyAndLoadModules());
+  auto line = WaitForBootMessage();
+  if (!line) return line.error();
+  auto boot = ctl::DecodeGuestBootArg(*line);
+  if (!boot) return boot.error();
+  if (boot->realtime_ns <= 0 || boot->entropy.empty())
+    return MakeError(ErrorCode::kInvalid, "a restored guest's boot message has no clock or entropy");
+  BH_TRY(SetClock(boot->realtime_ns));
+  BH_TRY(Reseed(boot->entropy));
+  // The boot port, the root's share, each volume's, the vsock device and the NIC if any.
+  BH_TRY(WaitForDevices(3 + boot->volumes.size() + (boot->network ? 1 : 0)));
+  return BootFrom(*boot);
 }
 
 }  // namespace bulkhead::init

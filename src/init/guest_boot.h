@@ -24,6 +24,13 @@ namespace bulkhead::init {
 
 Status GuestBoot(const std::string& arg);
 
+// `init --guest-template`: step 1, then the boot message read from the second serial port
+// (ctl::kGuestTemplatePort) once ctl::kGuestTemplateSign is written there. The tier saves the
+// guest while it waits and restores a copy per sandbox, the sandbox's devices added (hotplugged)
+// before it runs; the copy takes the host's clock and fresh entropy from the message, waits for
+// those devices to appear, and goes on from step 2.
+Status GuestTemplate();
+
 // `init --guest-probe`: prints ctl::kGuestProbeSign on the console and powers the guest off.
 // The tier boots it to learn whether KVM runs a guest on this host (runtime/microvm/accelerator.h).
 [[noreturn]] void GuestProbe();

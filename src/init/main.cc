@@ -297,10 +297,15 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "bulkhead-init: guest boot: %s\n", booted.error().message.c_str());
       return 1;
     }
+  } else if (argc == 2 && std::string_view(argv[1]) == "--guest-template") {
+    if (bulkhead::Status booted = bulkhead::init::GuestTemplate(); !booted.ok()) {
+      std::fprintf(stderr, "bulkhead-init: restored guest boot: %s\n", booted.error().message.c_str());
+      return 1;
+    }
   } else if (argc == 2 && std::string_view(argv[1]) == "--guest-probe") {
     bulkhead::init::GuestProbe();
   } else if (argc != 1) {
-    std::fprintf(stderr, "usage: bulkhead-init [--self-contain DIR --limits JSON | --guest ARG | --guest-probe]\n");
+    std::fprintf(stderr, "usage: bulkhead-init [--self-contain DIR --limits JSON | --guest ARG | --guest-template | --guest-probe]\n");
     return 2;
   }
   bulkhead::init::Init init;

@@ -137,6 +137,42 @@ def test_ports_reach_the_guests_loopback_in_every_network_mode(client, sandbox_f
     assert workers.split() == ["end"], workers
 
 
+def wait_for_template(client, shape: str) -> None:
+    for _ in range(600):  # a template boots and saves in ~4 s under TCG; longer on a busy host
+        templates = client.get("/healthz").json()["runtimes"]["microvm"]["templates"]
+        assert f"{shape}: failed" not in templates, templates
+        if f"{shape}: ready" in templates:
+            return
+        time.sleep(0.2)
+    pytest.fail(f"the {shape} template was not built: {templates}")
+
+
+def test_later_sandboxes_of_a_shape_start_as_copies_of_its_saved_template(client, sandbox_factory, microvm):
+    sandbox_factory(runtime="microvm", memory_mb=512)  # the shape's first launch builds its template
+    wait_for_template(client, "512m-1cpu")
+    seen = []
+    for network in ({"mode": "none"}, {"mode": "allowlist", "allow": ["a.test"]}):
+        copy = sandbox_factory(runtime="microvm", memory_mb=512, network=network)
+        assert client.sandbox(copy["id"])["runtime_details"]["boot"] == "restored from a template"
+        out = client.sh(copy["id"], "date +%s; head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'; echo; "
+                                    "grep MemTotal /proc/meminfo; ls /sys/class/net | tr '\\n' ' '; echo; "
+                                    "cat /proc/cmdline").split("\n")
+        # The copy's clock is the host's, not the template's.
+        assert abs(int(out[0]) - time.time()) < 60, out
+        seen.append(out[1])
+        assert 400 * 1024 < int(out[2].split()[1]) <= 512 * 1024
+        assert out[3].split() == (["eth0", "lo"] if network["mode"] != "none" else ["lo"]), out
+        assert "--guest-template" in out[4]
+        # Its memory is a copy of the template's data, not the whole guest written out.
+        rss_kb = int(Path(f"/proc/{qemu_pid(copy['id'])}/status").read_text().split("VmRSS:")[1].split()[0])
+        assert rss_kb < 512 * 1024, rss_kb
+    # Each copy reseeded its random generator from the host: no two draw the same bytes.
+    assert len(set(seen)) == 2, seen
+    # The copies are whole sandboxes: the proxy answers at the gateway in the one with a NIC.
+    out = client.sh(copy["id"], "curl -sS -m 20 -o /dev/null -w '%{http_code}' http://example.com/")
+    assert out == "403", out
+
+
 def test_volumes_are_shared_with_a_native_sandbox(client, sandbox_factory, microvm):
     name = "microvm-shared"
     r = client.post("/v1/volumes", {"name": name})

@@ -185,6 +185,20 @@ TEST(CtlMessages, TheGuestBootArgumentRoundTripsAsHexTheKernelCommandLineKeepsWh
   EXPECT_TRUE(back->network);
   m.network = false;
   EXPECT_FALSE(DecodeGuestBootArg(EncodeGuestBootArg(m))->network);
+  EXPECT_EQ(back->realtime_ns, 0);  // a booted guest's clock is its own
+  EXPECT_TRUE(back->entropy.empty());
+}
+
+TEST(CtlMessages, ARestoredGuestsBootMessageCarriesTheHostsClockAndEntropy) {
+  GuestBootMessage m;
+  m.limits = {64, 256 << 20, 1};
+  m.vsock_port = 1024;
+  m.realtime_ns = 1796000000123456789;
+  m.entropy = std::string(32, 'a') + std::string(32, '9');
+  auto back = DecodeGuestBootArg(EncodeGuestBootArg(m));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->realtime_ns, 1796000000123456789);
+  EXPECT_EQ(back->entropy, m.entropy);
 }
 
 TEST(CtlMessages, AHostileGuestBootArgumentIsRefused) {
@@ -203,6 +217,9 @@ TEST(CtlMessages, AHostileGuestBootArgumentIsRefused) {
            with(R"("vsock_port":9,"volumes":[{"tag":"v","target":"/a","read_only":"yes"}])"),
            with(R"("vsock_port":9,"volumes":{"tag":"v"})"),
            with(R"("vsock_port":9,"network":1)"),
+           with(R"("vsock_port":9,"realtime_ns":0)"), with(R"("vsock_port":9,"realtime_ns":"1")"),
+           with(R"("vsock_port":9,"entropy":"abcd")"),
+           with(R"("vsock_port":9,"entropy":")" + std::string(64, 'G') + "\""),
        })
     EXPECT_FALSE(DecodeGuestBootArg(bad).ok()) << bad;
   std::string many = R"("vsock_port":9,"volumes":[)";

@@ -85,6 +85,64 @@ TEST(QemuArgs, ANicOnlyWithATapAndThenOnItsDescriptorWithoutVhost) {
   EXPECT_TRUE(Has(args, "-nic", "none"));  // no default NIC beside it
 }
 
+VmConfig Restored() {
+  VmConfig vm = Guest();
+  vm.command_line = KernelCommandLine("--guest-template", 2600000, /*pci=*/true);
+  vm.boot_port_socket = "/vm/boot.sock";
+  vm.qmp_socket = "/vm/qmp.sock";
+  vm.incoming_fd = 4;
+  vm.memory_path = "/proc/self/fd/5";
+  vm.tap_fd = 3;
+  return vm;
+}
+
+TEST(QemuArgs, ARestoredCopyIsAPcMachineOnItsMemoryFileWithTheBackendsButNotTheDevices) {
+  const auto args = QemuArgs(Restored());
+  EXPECT_TRUE(Has(args, "-M", "pc,memory-backend=mem"));
+  EXPECT_TRUE(Has(args, "-object", "memory-backend-file,id=mem,size=512M,share=on,mem-path=/proc/self/fd/5"));
+  EXPECT_TRUE(Has(args, "-incoming", "defer"));  // the monitor sets x-ignore-shared first
+  EXPECT_TRUE(Has(args, "-qmp", "unix:/vm/qmp.sock,server=on,wait=off"));
+  EXPECT_TRUE(Has(args, "-chardev", "socket,id=boot,path=/vm/boot.sock,server=on,wait=off"));
+  EXPECT_TRUE(Has(args, "-device", "virtserialport,chardev=boot,name=bulkhead.boot"));
+  EXPECT_TRUE(Has(args, "-chardev", "socket,id=fs1,path=/vm/fs1.sock"));
+  EXPECT_TRUE(Has(args, "-netdev", "tap,id=net0,vhost=off,fd=3"));
+  EXPECT_TRUE(Has(args, "-runas", "268500992:268500992"));
+  EXPECT_TRUE(Has(args, "-sandbox", "on,obsolete=deny,spawn=deny,resourcecontrol=deny"));
+  for (const auto& arg : args) {
+    EXPECT_EQ(arg.find("vhost-user-"), std::string::npos) << arg;
+    EXPECT_EQ(arg.find("virtio-net"), std::string::npos) << arg;
+  }
+}
+
+TEST(QemuArgs, ATemplateHasTheBootPortAndNoIncomingState) {
+  VmConfig vm = Restored();
+  vm.incoming_fd = -1;
+  vm.virtiofs_sockets.clear();
+  vm.vsock_socket.clear();
+  vm.tap_fd = -1;
+  for (const auto& arg : QemuArgs(vm)) {
+    EXPECT_NE(arg, "-incoming");
+    EXPECT_NE(arg, "-netdev");
+  }
+  EXPECT_TRUE(HotplugDevices(vm).empty());
+}
+
+TEST(HotplugDevices, EachShareThenVsockThenTheNicOnPci) {
+  const auto devices = HotplugDevices(Restored());
+  ASSERT_EQ(devices.size(), 4u);
+  EXPECT_EQ(devices[0], (nlohmann::json{{"driver", "vhost-user-fs-pci"}, {"id", "fs0"}, {"chardev", "fs0"}, {"tag", "root"}}));
+  EXPECT_EQ(devices[1]["tag"], "v0");
+  EXPECT_EQ(devices[2], (nlohmann::json{{"driver", "vhost-user-vsock-pci"}, {"id", "vsock"}, {"chardev", "vsock"}}));
+  EXPECT_EQ(devices[3]["driver"], "virtio-net-pci");
+  EXPECT_EQ(devices[3]["netdev"], "net0");
+  EXPECT_EQ(devices[3]["mac"], "52:54:00:12:34:56");
+}
+
+TEST(KernelCommandLine, OnlyThePcMachineKeepsPci) {
+  EXPECT_NE(KernelCommandLine("--guest-template", 0).find(" pci=off "), std::string::npos);
+  EXPECT_EQ(KernelCommandLine("--guest-template", 0, /*pci=*/true).find("pci=off"), std::string::npos);
+}
+
 TEST(KernelCommandLine, InitsArgumentsFollowTheSeparatorAndThePanicEndsTheGuest) {
   const std::string line = KernelCommandLine("--guest-probe", 2600000);
   EXPECT_NE(line.find("panic=-1"), std::string::npos);

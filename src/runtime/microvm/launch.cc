@@ -1,6 +1,7 @@
 #include "runtime/microvm/launch.h"
 
 #include <linux/if_tun.h>
+#include <linux/memfd.h>
 #include <sched.h>
 #include <sys/resource.h>
 
@@ -61,6 +62,36 @@ int MakeTap(HelperPlan* plan) {
   return tap;
 }
 
+// The template's guest memory copied into a memfd above the fds kept for QEMU.
+int CopyMemory(HelperPlan* plan) {
+  int from = child::Open(plan->memory_copy.c_str(), O_RDONLY | O_CLOEXEC);
+  STEP(from >= 0, "open the template's memory");
+  int made = static_cast<int>(::syscall(SYS_memfd_create, "guest-memory", MFD_CLOEXEC));
+  STEP(made >= 0, "memfd_create");
+  int memory = static_cast<int>(::syscall(SYS_fcntl, made, F_DUPFD_CLOEXEC, kMemoryFd + 1));
+  STEP(memory >= 0, "move the guest's memory");
+  child::Close(made);
+  const off_t size = static_cast<off_t>(::syscall(SYS_lseek, from, 0, SEEK_END));
+  STEP(size >= 0 && ::syscall(SYS_ftruncate, memory, size) == 0, "size the guest's memory");
+  off_t data = 0;
+  while (true) {
+    data = static_cast<off_t>(::syscall(SYS_lseek, from, data, SEEK_DATA));
+    if (data < 0) break;  // ENXIO: no data after it
+    const off_t hole = static_cast<off_t>(::syscall(SYS_lseek, from, data, SEEK_HOLE));
+    STEP(hole > data, "find the template memory's holes");
+    // sendfile: copy_file_range refuses files on two filesystems.
+    STEP(::syscall(SYS_lseek, memory, data, SEEK_SET) == data, "seek in the guest's memory");
+    off_t in = data;
+    while (in < hole) {
+      const long copied = ::syscall(SYS_sendfile, memory, from, &in, static_cast<size_t>(hole - in));
+      STEP(copied > 0, "copy the template's memory");
+    }
+    data = hole;
+  }
+  child::Close(from);
+  return memory;
+}
+
 }  // namespace
 
 int HelperMain(void* arg) {
@@ -78,6 +109,16 @@ int HelperMain(void* arg) {
   }
   if (plan->new_netns) STEP(::unshare(CLONE_NEWNET) == 0, "unshare the network namespace");
   const int tap = plan->tap ? MakeTap(plan) : -1;
+  const int memory = plan->memory_copy.empty() ? -1 : CopyMemory(plan);
+  int incoming = -1;
+  if (!plan->incoming.empty()) {
+    // Above the fds it and the tap go to, so that neither move overwrites the other.
+    const int opened = child::Open(plan->incoming.c_str(), O_RDONLY | O_CLOEXEC);
+    STEP(opened >= 0, "open the template's saved state");
+    incoming = static_cast<int>(::syscall(SYS_fcntl, opened, F_DUPFD_CLOEXEC, kIncomingFd + 1));
+    STEP(incoming >= 0, "move the template's saved state");
+    child::Close(opened);
+  }
   int null_fd = child::Open("/dev/null", O_RDONLY | O_CLOEXEC);
   STEP(null_fd >= 0, "open /dev/null");
   STEP(child::Dup3(null_fd, 0, 0) == 0, "stdin");
@@ -89,6 +130,10 @@ int HelperMain(void* arg) {
     STEP(tap == kTapFd ? ::syscall(SYS_fcntl, tap, F_SETFD, 0) == 0 : child::Dup3(tap, kTapFd, 0) == kTapFd,
          "keep the tap open");
   }
+  if (incoming >= 0) {
+    STEP(child::Dup3(incoming, kIncomingFd, 0) == kIncomingFd, "keep the saved state open");
+  }
+  if (memory >= 0) STEP(child::Dup3(memory, kMemoryFd, 0) == kMemoryFd, "keep the guest's memory open");
   child::UnblockSignals();
   ::syscall(SYS_execve, plan->argv[0], plan->argv.data(), plan->envp.data());
   child::Fail(plan, "exec");

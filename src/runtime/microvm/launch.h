@@ -21,6 +21,10 @@ namespace bulkhead::runtime::microvm {
 inline constexpr char kMountPoint[] = "/run/bulkhead-microvm";
 // The guest's tap as QEMU gets it (HelperPlan::tap): `-netdev tap,fd=3`.
 inline constexpr int kTapFd = 3;
+// A restored copy's saved state as QEMU gets it (HelperPlan::incoming): `-incoming fd:4`.
+inline constexpr int kIncomingFd = 4;
+// A restored copy's guest memory as QEMU gets it (HelperPlan::memory_copy): a memfd.
+inline constexpr int kMemoryFd = 5;
 
 struct HelperPlan {
   std::vector<int> cgroup_join_fds;  // the sandbox's cgroup.procs, one per hierarchy
@@ -47,6 +51,11 @@ struct HelperPlan {
   bool new_netns = false;  // an empty network namespace of its own (not even loopback up)
   // With new_netns: a tap there (guest_link::kTapName), its descriptor kTapFd in what runs.
   bool tap = false;
+  // A file opened (before the helper drops privileges) as kIncomingFd in what runs.
+  std::string incoming;
+  // A file copied (its data; holes stay holes) into a memfd made once the helper joined the
+  // sandbox's cgroups (so its pages count there), as kMemoryFd in what runs.
+  std::string memory_copy;
   // Whom it runs as: root of this user namespace (the sandbox's), or else `run_uid` (and gid)
   // unless 0 (QEMU, which drops to it itself with -runas once it opened /dev/kvm).
   int userns_fd = -1;

@@ -22,6 +22,7 @@
 #include "common/ctl_protocol.h"
 #include "common/guest_link.h"
 #include "common/id_ranges.h"
+#include "common/random_hex.h"
 #include "common/read_file.h"
 #include "common/scope_guard.h"
 #include "runtime/child_syscalls.h"
@@ -44,6 +45,8 @@ constexpr char kVsockNote[] = "/vsock";
 // How long a guest may take from QEMU's start to init serving: ~1.5-4 s under TCG here, well
 // under a second with KVM; a loaded host (a test run's parallel boots) takes far longer.
 constexpr auto kGuestBoots = std::chrono::seconds(120);
+// Whom a template guest's QEMU runs as (it runs bulkhead's init only): nobody.
+constexpr uid_t kTemplateUid = 65534;
 // How long a device daemon may take to make its socket.
 constexpr auto kDeviceListens = std::chrono::seconds(20);
 
@@ -141,11 +144,13 @@ void PlanRoot(const LaunchSpec& spec, HelperPlan& plan) {
 
 }  // namespace
 
-MicrovmTier::MicrovmTier(Cgroups cgroups, std::string dir, std::string vms_root, Installed installed)
+MicrovmTier::MicrovmTier(Cgroups cgroups, std::string dir, std::string vms_root, Installed installed,
+                         bool templates)
     : cgroups_(std::move(cgroups)),
       dir_(std::move(dir)),
       vms_root_(std::move(vms_root)),
-      installed_(std::move(installed)) {
+      installed_(std::move(installed)),
+      use_templates_(templates) {
   // The probe boot takes up to ~20 s where KVM hangs guests: the daemon serves meanwhile, and
   // the first microvm launch waits for it.
   accelerator_ = std::async(std::launch::async, [this] {
@@ -160,7 +165,8 @@ MicrovmTier::~MicrovmTier() {
 }
 
 Result<std::unique_ptr<MicrovmTier>> MicrovmTier::Create(const std::string& tag, const std::string& state_dir,
-                                                         const std::string& init_binary, Installed installed) {
+                                                         const std::string& init_binary, Installed installed,
+                                                         bool templates) {
   auto cgroups = Cgroups::Open(tag + "-microvm");
   if (!cgroups) return cgroups.error();
   BH_TRY(MakeDir(kMountPoint, 0700));
@@ -173,12 +179,17 @@ Result<std::unique_ptr<MicrovmTier>> MicrovmTier::Create(const std::string& tag,
   files.seccomp_filter.assign(reinterpret_cast<const char*>(filter->data()), filter->size() * sizeof(sock_filter));
   files.modules = installed.modules;
   BH_TRY(WriteInitramfs(dir + "/" + kInitramfs, files));
+  // Templates saved by an earlier start may hold another init or kernel: each is built again.
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.path().filename().string().rfind("template-", 0) == 0) fs::remove_all(entry.path(), ec);
   // One directory of sockets per guest, searchable (not listable) by others: each guest's own is
   // its host uid's alone. A short path: unix socket paths are at most 107 bytes.
   const std::string vms_root = "/run/bulkhead-vms-" + tag;
   BH_TRY(MakeDir(vms_root, 0711));
   if (::chmod(vms_root.c_str(), 0711) != 0) return SystemError("chmod " + vms_root, errno);
-  return std::unique_ptr<MicrovmTier>(new MicrovmTier(std::move(*cgroups), dir, vms_root, std::move(installed)));
+  return std::unique_ptr<MicrovmTier>(
+      new MicrovmTier(std::move(*cgroups), dir, vms_root, std::move(installed), templates));
 }
 
 Capabilities MicrovmTier::capabilities() const {
@@ -195,6 +206,9 @@ std::vector<std::pair<std::string, std::string>> MicrovmTier::Details() const {
   std::string accelerator = "probing";
   if (accelerator_.wait_for(std::chrono::seconds(0)) == std::future_status::ready)
     accelerator = (Chosen().kvm ? "kvm: " : "tcg: ") + Chosen().why;
+  std::string templates;
+  for (const auto& [shape, state] : templates_.States())
+    templates += (templates.empty() ? "" : ", ") + shape + ": " + state;
   std::string others;
   for (const std::string& vmm : installed_.other_vmms) others += (others.empty() ? "" : ", ") + vmm;
   return {{"qemu", installed_.qemu},
@@ -203,6 +217,9 @@ std::vector<std::pair<std::string, std::string>> MicrovmTier::Details() const {
           {"virtiofsd", installed_.virtiofsd_version},
           {"vsock_device", "vhost-device-vsock " + installed_.vsock_device_version},
           {"accelerator", accelerator},
+          {"templates", !use_templates_  ? "off (--no-microvm-templates)"
+                        : templates.empty() ? "none yet (each guest shape's first launch builds one)"
+                                            : templates},
           // Detected, not driven: no backend of theirs was run here.
           {"other_vmms", others.empty() ? "none" : others + " (found, not used)"}};
 }
@@ -212,6 +229,7 @@ std::vector<std::pair<std::string, std::string>> MicrovmTier::SandboxDetails(con
   auto it = guests_.find(id);
   if (it == guests_.end()) return {};
   return {{"accelerator", Chosen().kvm ? "kvm" : "tcg"},
+          {"boot", it->second.restored ? "restored from a template" : "booted"},
           {"vcpus", std::to_string(it->second.vcpus)},
           {"guest_memory_mb", std::to_string(it->second.memory_mb)},
           {"guest_kernel", installed_.kernel_version}};
@@ -343,21 +361,26 @@ Result<SandboxHandle> MicrovmTier::Launch(const LaunchSpec& spec) {
     BH_TRY(WaitForSocket(vsock_socket, *pid, "vhost-device-vsock", vsock_log));
   }
 
-  // The guest.
+  // The guest: a copy of its shape's template where one is saved, else a boot.
   ctl::GuestBootMessage boot;
   boot.limits = LimitsInsideFor(spec.limits);
   boot.vsock_port = ctl::kGuestInitPort;
   boot.network = spec.network;
   for (size_t i = 0; i < spec.volumes.size(); i++)
     boot.volumes.push_back({VolumeTag(i), spec.volumes[i].target, spec.volumes[i].read_only});
-  VmConfig config;
-  config.qemu = installed_.qemu;
-  config.kernel = installed_.kernel;
-  config.initramfs = dir_ + "/" + kInitramfs;
-  config.command_line = KernelCommandLine("--guest " + ctl::EncodeGuestBootArg(boot), installed_.tsc_khz);
-  config.kvm = accelerator.kvm;
-  config.vcpus = guest.vcpus;
-  config.memory_mb = guest.memory_mb;
+  const GuestShape shape{guest.memory_mb, guest.vcpus};
+  // The saved state (its memory beside it: TemplateMemory).
+  const std::optional<std::string> saved = use_templates_ ? templates_.Ready(shape) : std::nullopt;
+  guest.restored = saved.has_value();
+  VmConfig config = BaseConfig(shape);
+  if (saved) {
+    config.boot_port_socket = vm + "/boot.sock";
+    config.qmp_socket = vm + "/qmp.sock";
+    config.incoming_fd = kIncomingFd;
+    config.memory_path = "/proc/self/fd/" + std::to_string(kMemoryFd);
+  } else {
+    config.command_line = KernelCommandLine("--guest " + ctl::EncodeGuestBootArg(boot), installed_.tsc_khz);
+  }
   config.console_log = spec.staging + "/console.log";
   config.virtiofs_sockets = fs_sockets;
   config.vsock_socket = vsock_socket;
@@ -374,6 +397,10 @@ Result<SandboxHandle> MicrovmTier::Launch(const LaunchSpec& spec) {
     plan.cgroup_join_fds = join_fds;
     plan.new_netns = true;
     plan.tap = spec.network;
+    if (saved) {
+      plan.incoming = *saved;
+      plan.memory_copy = TemplateMemory(*saved);
+    }
     plan.log_fd = log_fd->get();
     Command command;
     command.args = QemuArgs(config);
@@ -389,6 +416,17 @@ Result<SandboxHandle> MicrovmTier::Launch(const LaunchSpec& spec) {
                                                " | qemu: " + ReadLogTail(qemu_log, 500));
   };
   const auto deadline = std::chrono::steady_clock::now() + kGuestBoots;
+  UniqueFd boot_port;
+  if (saved) {
+    boot.realtime_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::system_clock::now().time_since_epoch()).count();
+    auto entropy = RandomHex(32);
+    if (!entropy) return entropy.error();
+    boot.entropy = *entropy;
+    auto started = StartCopy(config, qemu, ctl::EncodeGuestBootArg(boot), deadline);
+    if (!started) return failed("the restored guest did not start: " + started.error().message);
+    boot_port = std::move(*started);
+  }
   while (true) {
     pollfd p{ready->get(), POLLIN, 0};
     if (::poll(&p, 1, 50) == 1) break;
@@ -404,6 +442,44 @@ Result<SandboxHandle> MicrovmTier::Launch(const LaunchSpec& spec) {
   }
   undo.Dismiss();
   return handle;
+}
+
+VmConfig MicrovmTier::BaseConfig(const GuestShape& shape) const {
+  VmConfig config;
+  config.qemu = installed_.qemu;
+  config.kernel = installed_.kernel;
+  config.initramfs = dir_ + "/" + kInitramfs;
+  // A restored copy's kernel and command line are the template's (its option ROM and firmware
+  // tables must be the same sizes as the saved ones).
+  config.command_line = KernelCommandLine("--guest-template", installed_.tsc_khz, /*pci=*/true);
+  config.kvm = Chosen().kvm;
+  config.vcpus = shape.vcpus;
+  config.memory_mb = shape.memory_mb;
+  return config;
+}
+
+Result<std::string> MicrovmTier::BuildShape(const GuestShape& shape) {
+  const std::string name = "template-" + shape.Name();
+  const std::string sockets = dir_ + "/" + name;
+  std::error_code ec;
+  fs::remove_all(sockets, ec);
+  BH_TRY(MakeDir(sockets, 0700));
+  VmConfig config = BaseConfig(shape);
+  config.boot_port_socket = sockets + "/boot.sock";
+  config.qmp_socket = sockets + "/qmp.sock";
+  config.console_log = sockets + "/console.log";
+  config.run_uid = kTemplateUid;
+  config.name = "bulkhead-" + name;
+  const std::string saved = dir_ + "/" + name + ".state";
+  // QEMU maps it (and sizes it) as root, before it drops to kTemplateUid.
+  config.memory_path = TemplateMemory(saved);
+  BH_TRY(WriteWholeFile(config.memory_path, "", 0, 0600));
+  Status built = BuildTemplate(config, saved, sockets + "/qemu.log");
+  if (built.ok()) fs::remove_all(sockets, ec);
+  if (!built.ok()) spdlog::warn("microvm template {}: {}", shape.Name(), built.error().message);
+  else spdlog::info("microvm template {} saved", shape.Name());
+  if (!built.ok()) return built.error();
+  return saved;
 }
 
 Result<NetworkAttachment> MicrovmTier::AttachNetwork(const SandboxHandle& handle) { return NetworkOf(handle); }

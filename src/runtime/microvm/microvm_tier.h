@@ -25,7 +25,10 @@
 // cgroups bound QEMU and its daemons around it (HostLimits); init enforces the pids limit in
 // the guest. Pause is the host's cgroup freezer (the guest's clock stops with it).
 //
-// Not yet: the port proxy, warm pools, memory snapshots, a live memory change.
+// A sandbox whose guest shape has a template (template.h) starts as a restored copy of it
+// rather than a boot: QEMU's `pc` machine then, its devices hotplugged.
+//
+// Not yet: warm pools, memory snapshots, a live memory change.
 #pragma once
 #include <future>
 #include <map>
@@ -34,8 +37,10 @@
 #include <string>
 #include <vector>
 
+#include "common/ctl_messages.h"
 #include "runtime/cgroup.h"
 #include "runtime/microvm/accelerator.h"
+#include "runtime/microvm/template.h"
 #include "runtime/microvm/vmm.h"
 #include "runtime/tier.h"
 
@@ -46,7 +51,8 @@ class MicrovmTier : public Tier {
   // `tag` names this daemon's cgroup parent and its VM directory root; the tier keeps its
   // initramfs in <state_dir>/microvm.
   static Result<std::unique_ptr<MicrovmTier>> Create(const std::string& tag, const std::string& state_dir,
-                                                     const std::string& init_binary, Installed installed);
+                                                     const std::string& init_binary, Installed installed,
+                                                     bool templates = true);
   ~MicrovmTier() override;
 
   const std::string& name() const override { return name_; }
@@ -79,26 +85,36 @@ class MicrovmTier : public Tier {
   static Limits HostLimits(const Limits& sandbox, bool kvm);
 
  private:
-  MicrovmTier(Cgroups cgroups, std::string dir, std::string vms_root, Installed installed);
+  MicrovmTier(Cgroups cgroups, std::string dir, std::string vms_root, Installed installed, bool templates);
 
   std::string VmDir(const std::string& id) const { return vms_root_ + "/" + id; }
   // Waits for the accelerator probe (Create starts it).
   const Accelerator& Chosen() const;
+  // What every guest's QEMU shares (the binary, kernel, initramfs, accelerator).
+  VmConfig BaseConfig(const GuestShape& shape) const;
+  // Boots and saves the template guest of `shape` (template.h); its saved state's path.
+  Result<std::string> BuildShape(const GuestShape& shape);
+  // A restored copy's QEMU is paused: adds the sandbox's devices, resumes it, sends init its
+  // boot message.
+  Status StartRestored(const VmConfig& config, pid_t qemu, ctl::GuestBootMessage boot);
 
   const std::string name_ = "microvm";
   Cgroups cgroups_;
   std::string dir_;       // <state>/microvm: the initramfs
   std::string vms_root_;  // /run/bulkhead-vms-<tag>: one directory of sockets per guest
   Installed installed_;
+  bool use_templates_;
   std::shared_future<Accelerator> accelerator_;
 
   struct Guest {
     int64_t memory_mb = 0;
     int vcpus = 0;
+    bool restored = false;  // from a template, not booted
     std::vector<pid_t> children;  // this daemon's children (QEMU, the daemons), reaped at Destroy
   };
   mutable std::mutex mu_;
   std::map<std::string, Guest> guests_;
+  Templates templates_{[this](const GuestShape& shape) { return BuildShape(shape); }};
 };
 
 }  // namespace bulkhead::runtime::microvm

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "common/ctl_protocol.h"
 #include "common/guest_link.h"
 #include "common/read_file.h"
 #include "common/run_program.h"
@@ -67,23 +68,25 @@ Result<Installed> FindInstalled(const std::string& dir) {
 
 std::string VolumeTag(size_t index) { return "v" + std::to_string(index); }
 
-std::string KernelCommandLine(const std::string& init_args, int64_t tsc_khz) {
+std::string KernelCommandLine(const std::string& init_args, int64_t tsc_khz, bool pci) {
   // quiet and loglevel=0: the console (a file) gets init's words, not the kernel's boot log.
   // panic=-1 with QEMU's -no-reboot: a guest whose init failed ends its VMM at once. pci=off:
   // microvm's devices are virtio-mmio. The rest of the line is init's.
-  std::string line = "console=ttyS0 quiet loglevel=0 panic=-1 pci=off rdinit=/init";
+  std::string line = std::string("console=ttyS0 quiet loglevel=0 panic=-1 ") + (pci ? "" : "pci=off ") + "rdinit=/init";
   if (tsc_khz > 0) line += " tsc_early_khz=" + std::to_string(tsc_khz);
   return line + " -- " + init_args;
 }
 
 std::vector<std::string> QemuArgs(const VmConfig& vm) {
   const std::string memory = std::to_string(vm.memory_mb) + "M";
+  const bool pc = !vm.boot_port_socket.empty();
   std::vector<std::string> args = {
       vm.qemu, "-name", vm.name,
       // No option ROMs: the kernel boots by PVH, straight from its ELF note.
-      "-M", "microvm,x-option-roms=off,memory-backend=mem",
+      "-M", pc ? "pc,memory-backend=mem" : "microvm,x-option-roms=off,memory-backend=mem",
       // Guest memory in a memfd QEMU shares with the vhost-user daemons (they map it).
-      "-object", "memory-backend-memfd,id=mem,size=" + memory + ",share=on",
+      "-object", vm.memory_path.empty() ? "memory-backend-memfd,id=mem,size=" + memory + ",share=on"
+                                        : "memory-backend-file,id=mem,size=" + memory + ",share=on,mem-path=" + vm.memory_path,
       "-m", memory, "-smp", std::to_string(vm.vcpus),
       "-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-nic", "none",
       "-chardev", "file,id=console,path=" + vm.console_log, "-serial", "chardev:console",
@@ -97,22 +100,45 @@ std::vector<std::string> QemuArgs(const VmConfig& vm) {
     // tb-size: the translation cache; the default (1 GiB) would be most of the guest's cost.
     args.insert(args.end(), {"-accel", "tcg,tb-size=128", "-cpu", "max"});
   }
+  if (pc) {
+    args.insert(args.end(), {"-chardev", "socket,id=boot,path=" + vm.boot_port_socket + ",server=on,wait=off",
+                             "-device", "virtio-serial-pci,max_ports=2", "-device",
+                             std::string("virtserialport,chardev=boot,name=") + ctl::kGuestTemplatePort,
+                             "-qmp", "unix:" + vm.qmp_socket + ",server=on,wait=off"});
+    // (The monitor sets x-ignore-shared, then starts the load: template.h StartCopy.)
+    if (vm.incoming_fd >= 0) args.insert(args.end(), {"-incoming", "defer"});
+  }
   for (size_t i = 0; i < vm.virtiofs_sockets.size(); i++) {
     const std::string id = "fs" + std::to_string(i);
-    args.insert(args.end(), {"-chardev", "socket,id=" + id + ",path=" + vm.virtiofs_sockets[i], "-device",
-                             "vhost-user-fs-device,chardev=" + id + ",tag=" + (i == 0 ? "root" : VolumeTag(i - 1))});
+    args.insert(args.end(), {"-chardev", "socket,id=" + id + ",path=" + vm.virtiofs_sockets[i]});
+    if (!pc)
+      args.insert(args.end(), {"-device", "vhost-user-fs-device,chardev=" + id + ",tag=" + (i == 0 ? "root" : VolumeTag(i - 1))});
   }
   if (!vm.vsock_socket.empty()) {
-    args.insert(args.end(), {"-chardev", "socket,id=vsock,path=" + vm.vsock_socket, "-device",
-                             "vhost-user-vsock-device,chardev=vsock"});
+    args.insert(args.end(), {"-chardev", "socket,id=vsock,path=" + vm.vsock_socket});
+    if (!pc) args.insert(args.end(), {"-device", "vhost-user-vsock-device,chardev=vsock"});
   }
   if (vm.tap_fd >= 0) {
     // vhost=off: no vhost-net here (and QEMU does the device's work in user space).
-    args.insert(args.end(), {"-netdev", "tap,id=net0,vhost=off,fd=" + std::to_string(vm.tap_fd), "-device",
-                             std::string("virtio-net-device,netdev=net0,mac=") + guest_link::kGuestMac});
+    args.insert(args.end(), {"-netdev", "tap,id=net0,vhost=off,fd=" + std::to_string(vm.tap_fd)});
+    if (!pc) args.insert(args.end(), {"-device", std::string("virtio-net-device,netdev=net0,mac=") + guest_link::kGuestMac});
   }
   if (vm.run_uid != 0) args.insert(args.end(), {"-runas", std::to_string(vm.run_uid) + ":" + std::to_string(vm.run_uid)});
   return args;
+}
+
+std::vector<nlohmann::json> HotplugDevices(const VmConfig& vm) {
+  std::vector<nlohmann::json> devices;
+  for (size_t i = 0; i < vm.virtiofs_sockets.size(); i++)
+    devices.push_back({{"driver", "vhost-user-fs-pci"},
+                       {"id", "fs" + std::to_string(i)},
+                       {"chardev", "fs" + std::to_string(i)},
+                       {"tag", i == 0 ? "root" : VolumeTag(i - 1)}});
+  if (!vm.vsock_socket.empty())
+    devices.push_back({{"driver", "vhost-user-vsock-pci"}, {"id", "vsock"}, {"chardev", "vsock"}});
+  if (vm.tap_fd >= 0)
+    devices.push_back({{"driver", "virtio-net-pci"}, {"id", "nic"}, {"netdev", "net0"}, {"mac", guest_link::kGuestMac}});
+  return devices;
 }
 
 std::vector<std::string> OtherVmmsFound() {

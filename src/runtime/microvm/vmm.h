@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/result.h"
 
 namespace bulkhead::runtime::microvm {
@@ -42,13 +44,28 @@ struct VmConfig {
   int tap_fd = -1;           // the NIC's tap (common/guest_link.h), open in QEMU; -1: no NIC
   uid_t run_uid = 0;         // QEMU drops to this uid (and gid) once it set up; 0 = stays
   std::string name;          // shown in ps
+  // A template guest or a copy restored from one (template.h): QEMU's `pc` machine (PCI with
+  // ACPI hotplug: microvm's virtio-mmio takes no device once running, and QEMU 7.2 cannot save a
+  // guest with vhost-user devices), the boot port (a virtio serial port on this unix socket,
+  // QEMU listening), QEMU's monitor on `qmp_socket`; the virtio-fs, vsock and NIC backends on
+  // the command line, their devices added through the monitor (HotplugDevices).
+  std::string boot_port_socket;
+  std::string qmp_socket;
+  int incoming_fd = -1;  // a restored copy: the template's saved state, open in QEMU
+  // The guest's memory as a shared file (a template's, or "/proc/self/fd/N": a copy's memfd),
+  // left out of the saved state (x-ignore-shared); else an anonymous memfd.
+  std::string memory_path;
 };
 
 std::vector<std::string> QemuArgs(const VmConfig& vm);
 
+// What a restored copy's monitor adds (device_add's arguments), in order: each virtio-fs share,
+// the vsock device, the NIC.
+std::vector<nlohmann::json> HotplugDevices(const VmConfig& vm);
+
 // The kernel command line of a guest whose init runs with `init_args`, on a host whose TSC
-// runs at `tsc_khz` (0: unknown).
-std::string KernelCommandLine(const std::string& init_args, int64_t tsc_khz);
+// runs at `tsc_khz` (0: unknown); `pci` for the `pc` machine.
+std::string KernelCommandLine(const std::string& init_args, int64_t tsc_khz, bool pci = false);
 
 // The virtio-fs tag of volume `index` (the root's is "root").
 std::string VolumeTag(size_t index);

@@ -1,0 +1,103 @@
+#include "runtime/microvm/qmp.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+namespace bulkhead::runtime::microvm {
+namespace {
+using nlohmann::json;
+
+// How long one command may take (a template's save runs for about a second under TCG).
+constexpr auto kCommandTakes = std::chrono::seconds(60);
+
+Error Failed(const std::string& what) { return MakeError(ErrorCode::kInternal, "qmp: " + what); }
+
+}  // namespace
+
+Result<Qmp> Qmp::Connect(const std::string& path, pid_t pid, std::chrono::milliseconds timeout) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path) return Failed("socket path too long: " + path);
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (int attempt = 0;; attempt++) {
+    UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd) return SystemError("socket", errno);
+    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+      Qmp qmp(std::move(fd));
+      qmp.deadline_ = deadline;
+      auto greeting = qmp.ReadMessage();
+      if (!greeting) return greeting.error();
+      if (!greeting->contains("QMP")) return Failed("no greeting: " + greeting->dump());
+      auto negotiated = qmp.Execute("qmp_capabilities");
+      if (!negotiated) return negotiated.error();
+      return qmp;
+    }
+    if (::kill(pid, 0) != 0) return Failed("QEMU exited before its monitor listened");
+    if (std::chrono::steady_clock::now() > deadline) return Failed("no monitor at " + path);
+    std::this_thread::sleep_for(std::chrono::microseconds(attempt < 200 ? 250 : 5000));
+  }
+}
+
+Result<json> Qmp::Execute(const std::string& command, const json& arguments, int fd) {
+  deadline_ = std::chrono::steady_clock::now() + kCommandTakes;
+  json request = {{"execute", command}};
+  if (!arguments.empty()) request["arguments"] = arguments;
+  const std::string line = request.dump() + "\n";
+  iovec iov{const_cast<char*>(line.data()), line.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  if (fd >= 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  }
+  if (::sendmsg(socket_.get(), &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(line.size()))
+    return SystemError("qmp: send " + command, errno);
+  while (true) {
+    auto reply = ReadMessage();
+    if (!reply) return reply.error();
+    if (reply->contains("event")) continue;
+    if (auto error = reply->find("error"); error != reply->end())
+      return Failed(command + ": " + error->value("desc", error->dump()));
+    if (auto value = reply->find("return"); value != reply->end()) return *value;
+    return Failed(command + ": unexpected reply " + reply->dump());
+  }
+}
+
+Result<json> Qmp::ReadMessage() {
+  while (true) {
+    if (const size_t end = buffer_.find('\n'); end != std::string::npos) {
+      json message = json::parse(buffer_.substr(0, end), nullptr, /*allow_exceptions=*/false);
+      buffer_.erase(0, end + 1);
+      if (!message.is_object()) return Failed("not a JSON object");
+      return message;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return Failed("no answer in time");
+    pollfd p{socket_.get(), POLLIN, 0};
+    const int ready = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) continue;
+    char chunk[4096];
+    const ssize_t n = ::read(socket_.get(), chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return Failed("QEMU closed its monitor");
+    buffer_.append(chunk, static_cast<size_t>(n));
+    if (buffer_.size() > (1 << 20)) return Failed("an answer over 1 MiB");
+  }
+}
+
+}  // namespace bulkhead::runtime::microvm

@@ -1,0 +1,35 @@
+// A client of QEMU's machine protocol (QMP: one JSON object per line over a unix socket), for
+// what the tier asks of a running QEMU beyond its command line: saving a template guest and
+// adding a restored copy's devices (template.h). Blocking, with a deadline per call.
+#pragma once
+#include <chrono>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+#include "common/unique_fd.h"
+
+namespace bulkhead::runtime::microvm {
+
+class Qmp {
+ public:
+  // Connects to the monitor socket at `path` (waiting for QEMU to make it, while `pid` runs)
+  // and leaves the greeting's capability negotiation done.
+  static Result<Qmp> Connect(const std::string& path, pid_t pid, std::chrono::milliseconds timeout);
+
+  // Runs `command`; its "return" value, or kInternal with QEMU's error text. Events on the way
+  // are skipped. `fd`, if >= 0, travels with the command (SCM_RIGHTS: getfd).
+  Result<nlohmann::json> Execute(const std::string& command, const nlohmann::json& arguments = nlohmann::json::object(),
+                                 int fd = -1);
+
+ private:
+  explicit Qmp(UniqueFd socket) : socket_(std::move(socket)) {}
+  Result<nlohmann::json> ReadMessage();
+
+  UniqueFd socket_;
+  std::string buffer_;
+  std::chrono::steady_clock::time_point deadline_;
+};
+
+}  // namespace bulkhead::runtime::microvm

@@ -1,0 +1,191 @@
+#include "runtime/microvm/template.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "common/ctl_protocol.h"
+#include "common/read_file.h"
+#include "common/scope_guard.h"
+#include "common/unique_fd.h"
+#include "runtime/microvm/qmp.h"
+
+extern char** environ;
+
+namespace bulkhead::runtime::microvm {
+namespace {
+
+// A template boots as a cold guest does (~2-4 s under TCG), longer on a loaded host.
+constexpr auto kTemplateBoots = std::chrono::seconds(120);
+
+Error BuildFailed(const std::string& what, const std::string& log) {
+  return MakeError(ErrorCode::kInternal, "template guest: " + what + ": " + ReadLogTail(log, 1000));
+}
+
+// Connects to QEMU's listening socket at `path`, waiting for it while `pid` runs.
+Result<UniqueFd> ConnectUnix(const std::string& path, pid_t pid, std::chrono::steady_clock::time_point deadline) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path) return MakeError(ErrorCode::kInternal, "socket path too long: " + path);
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  while (true) {
+    UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd) return SystemError("socket", errno);
+    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return fd;
+    if (::kill(pid, 0) != 0 || std::chrono::steady_clock::now() > deadline)
+      return MakeError(ErrorCode::kInternal, "no socket at " + path);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+// Reads the boot port until the template's sign (its init waits).
+Status WaitForSign(int port, std::chrono::steady_clock::time_point deadline) {
+  std::string seen;
+  while (seen.find(ctl::kGuestTemplateSign) == std::string::npos) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return MakeError(ErrorCode::kInternal, "its init did not wait in time");
+    pollfd p{port, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+    char chunk[256];
+    const ssize_t n = ::read(port, chunk, sizeof chunk);
+    if (n <= 0) return MakeError(ErrorCode::kInternal, "its boot port closed");
+    seen.append(chunk, static_cast<size_t>(n));
+    if (seen.size() > 4096) seen.erase(0, seen.size() - 256);
+  }
+  return {};
+}
+
+nlohmann::json IgnoreShared() {
+  return {{"capabilities", nlohmann::json::array({{{"capability", "x-ignore-shared"}, {"state", true}}})}};
+}
+
+}  // namespace
+
+std::string GuestShape::Name() const { return std::to_string(memory_mb) + "m-" + std::to_string(vcpus) + "cpu"; }
+
+Status BuildTemplate(const VmConfig& vm, const std::string& saved, const std::string& log) {
+  const std::vector<std::string> args = QemuArgs(vm);
+  std::vector<char*> argv;
+  for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  UniqueFd log_fd(::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!log_fd) return SystemError("create " + log, errno);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, log_fd.get(), 1);
+  posix_spawn_file_actions_adddup2(&actions, log_fd.get(), 2);
+  pid_t pid = 0;
+  const int spawned = ::posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (spawned != 0) return SystemError("start " + args[0], spawned);
+  ScopeGuard reap([&] {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  });
+
+  const auto deadline = std::chrono::steady_clock::now() + kTemplateBoots;
+  auto port = ConnectUnix(vm.boot_port_socket, pid, deadline);
+  if (!port) return BuildFailed(port.error().message, log);
+  if (Status waited = WaitForSign(port->get(), deadline); !waited.ok()) return BuildFailed(waited.error().message, log);
+  auto qmp = Qmp::Connect(vm.qmp_socket, pid, std::chrono::seconds(10));
+  if (!qmp) return BuildFailed(qmp.error().message, log);
+  const std::string partial = saved + ".partial";
+  UniqueFd out(::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!out) return SystemError("create " + partial, errno);
+  ScopeGuard remove_partial([&] { ::unlink(partial.c_str()); });
+  // Stopped first: a copy restores paused, and runs once its devices are in. The guest's
+  // memory stays in its file, which each copy gets a copy of.
+  if (auto stopped = qmp->Execute("stop"); !stopped) return BuildFailed(stopped.error().message, log);
+  if (auto ignored = qmp->Execute("migrate-set-capabilities", IgnoreShared()); !ignored)
+    return BuildFailed(ignored.error().message, log);
+  if (auto passed = qmp->Execute("getfd", {{"fdname", "saved"}}, out.get()); !passed)
+    return BuildFailed(passed.error().message, log);
+  if (auto started = qmp->Execute("migrate", {{"uri", "fd:saved"}}); !started) return BuildFailed(started.error().message, log);
+  while (true) {
+    auto state = qmp->Execute("query-migrate");
+    if (!state) return BuildFailed(state.error().message, log);
+    const std::string status = state->value("status", "");
+    if (status == "completed") break;
+    if (status == "failed" || status == "cancelled")
+      return BuildFailed("saving failed: " + state->value("error-desc", status), log);
+    if (std::chrono::steady_clock::now() > deadline) return BuildFailed("saving took too long", log);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (::fsync(out.get()) != 0) return SystemError("fsync " + partial, errno);
+  if (::rename(partial.c_str(), saved.c_str()) != 0) return SystemError("rename " + partial, errno);
+  remove_partial.Dismiss();
+  (void)qmp->Execute("quit");
+  return {};
+}
+
+Result<UniqueFd> StartCopy(const VmConfig& vm, pid_t pid, const std::string& boot_line,
+                           std::chrono::steady_clock::time_point deadline) {
+  auto qmp = Qmp::Connect(vm.qmp_socket, pid, std::chrono::seconds(30));
+  if (!qmp) return qmp.error();
+  // QEMU loads the saved state ("inmigrate"); the template was saved stopped, so is the copy.
+  if (auto ignored = qmp->Execute("migrate-set-capabilities", IgnoreShared()); !ignored) return ignored.error();
+  if (auto loading = qmp->Execute("migrate-incoming", {{"uri", "fd:" + std::to_string(vm.incoming_fd)}}); !loading)
+    return loading.error();
+  while (true) {
+    auto state = qmp->Execute("query-status");
+    if (!state) return state.error();
+    const std::string status = state->value("status", "");
+    if (status == "paused") break;
+    if (status != "inmigrate") return MakeError(ErrorCode::kInternal, "the restored guest is " + status + ", not paused");
+    if (std::chrono::steady_clock::now() > deadline)
+      return MakeError(ErrorCode::kInternal, "the template's saved state did not load in time");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  for (const nlohmann::json& device : HotplugDevices(vm))
+    if (auto added = qmp->Execute("device_add", device); !added) return added.error();
+  if (auto resumed = qmp->Execute("cont"); !resumed) return resumed.error();
+  auto port = ConnectUnix(vm.boot_port_socket, pid, deadline);
+  if (!port) return port.error();
+  const std::string line = boot_line + "\n";
+  if (::send(port->get(), line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size()))
+    return SystemError("send the restored guest its boot message", errno);
+  return std::move(*port);
+}
+
+Templates::~Templates() {
+  std::lock_guard lock(mu_);
+  for (auto& [shape, build] : builds_) build.wait();
+}
+
+std::optional<std::string> Templates::Ready(const GuestShape& shape) {
+  std::lock_guard lock(mu_);
+  auto it = builds_.find(shape);
+  if (it == builds_.end()) {
+    builds_[shape] = std::async(std::launch::async, build_, shape).share();
+    return std::nullopt;
+  }
+  if (it->second.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return std::nullopt;
+  const Result<std::string>& built = it->second.get();
+  if (!built) return std::nullopt;
+  return *built;
+}
+
+std::vector<std::pair<std::string, std::string>> Templates::States() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::pair<std::string, std::string>> states;
+  for (const auto& [shape, build] : builds_) {
+    std::string state = "building";
+    if (build.wait_for(std::chrono::seconds(0)) == std::future_status::ready)
+      state = build.get() ? "ready" : "failed: " + build.get().error().message;
+    states.emplace_back(shape.Name(), state);
+  }
+  return states;
+}
+
+}  // namespace bulkhead::runtime::microvm

@@ -1,0 +1,63 @@
+// The microvm tier's template bookkeeping: a shape's first launch starts its build and boots
+// cold; later launches restore once it is built; a failed build is reported, not retried.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "runtime/microvm/template.h"
+
+namespace bulkhead::runtime::microvm {
+namespace {
+
+// Waits until `templates` reports `shape` as no longer building.
+void WaitBuilt(const Templates& templates) {
+  for (int i = 0; i < 1000; i++) {
+    auto states = templates.States();
+    if (!states.empty() && states[0].second != "building") return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+TEST(Templates, TheFirstAskStartsTheBuildAndLaterOnesGetTheSavedState) {
+  std::atomic<int> builds = 0;
+  Templates templates([&](const GuestShape& shape) -> Result<std::string> {
+    builds++;
+    return "/state/template-" + shape.Name() + ".state";
+  });
+  const GuestShape shape{512, 2};
+  EXPECT_FALSE(templates.Ready(shape).has_value());
+  WaitBuilt(templates);
+  auto saved = templates.Ready(shape);
+  ASSERT_TRUE(saved.has_value());
+  EXPECT_EQ(*saved, "/state/template-512m-2cpu.state");
+  EXPECT_EQ(templates.Ready(shape), saved);
+  EXPECT_EQ(builds.load(), 1);
+  ASSERT_EQ(templates.States().size(), 1u);
+  EXPECT_EQ(templates.States()[0], std::make_pair(std::string("512m-2cpu"), std::string("ready")));
+}
+
+TEST(Templates, AFailedBuildIsReportedAndItsShapeBootsCold) {
+  std::atomic<int> builds = 0;
+  Templates templates([&](const GuestShape&) -> Result<std::string> {
+    builds++;
+    return MakeError(ErrorCode::kInternal, "no monitor");
+  });
+  const GuestShape shape{128, 1};
+  EXPECT_FALSE(templates.Ready(shape).has_value());
+  WaitBuilt(templates);
+  EXPECT_FALSE(templates.Ready(shape).has_value());
+  EXPECT_EQ(builds.load(), 1);
+  EXPECT_EQ(templates.States()[0].second, "failed: no monitor");
+}
+
+TEST(Templates, EachShapeHasItsOwn) {
+  Templates templates([](const GuestShape& shape) -> Result<std::string> { return shape.Name(); });
+  EXPECT_FALSE(templates.Ready({128, 1}).has_value());
+  EXPECT_FALSE(templates.Ready({256, 1}).has_value());
+  EXPECT_EQ(templates.States().size(), 2u);
+}
+
+}  // namespace
+}  // namespace bulkhead::runtime::microvm
