@@ -26,7 +26,8 @@
 // the guest. Pause is the host's cgroup freezer (the guest's clock stops with it).
 //
 // A sandbox whose guest shape has a template (template.h) starts as a restored copy of it
-// rather than a boot: QEMU's `pc` machine then, its devices hotplugged.
+// rather than a boot: QEMU's `pc` machine then, its devices hotplugged, its memory a copy of
+// the template's (HelperPlan::memory_copy).
 //
 // Not yet: warm pools, memory snapshots, a live memory change.
 #pragma once
