@@ -22,7 +22,7 @@ void WaitBuilt(const Templates& templates) {
 
 TEST(Templates, TheFirstAskStartsTheBuildAndLaterOnesGetTheSavedState) {
   std::atomic<int> builds = 0;
-  Templates templates([&](const GuestShape& shape) -> Result<std::string> {
+  Templates templates([&](const GuestShape& shape, const std::atomic<bool>&) -> Result<std::string> {
     builds++;
     return "/state/template-" + shape.Name() + ".state";
   });
@@ -40,7 +40,7 @@ TEST(Templates, TheFirstAskStartsTheBuildAndLaterOnesGetTheSavedState) {
 
 TEST(Templates, AFailedBuildIsReportedAndItsShapeBootsCold) {
   std::atomic<int> builds = 0;
-  Templates templates([&](const GuestShape&) -> Result<std::string> {
+  Templates templates([&](const GuestShape&, const std::atomic<bool>&) -> Result<std::string> {
     builds++;
     return MakeError(ErrorCode::kInternal, "no monitor");
   });
@@ -52,8 +52,21 @@ TEST(Templates, AFailedBuildIsReportedAndItsShapeBootsCold) {
   EXPECT_EQ(templates.States()[0].second, "failed: no monitor");
 }
 
+TEST(Templates, GoingAwayTellsABuildUnderWayToStop) {
+  std::atomic<bool> saw_stop = false;
+  {
+    Templates templates([&](const GuestShape&, const std::atomic<bool>& stopping) -> Result<std::string> {
+      while (!stopping) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      saw_stop = true;
+      return MakeError(ErrorCode::kUnavailable, "the daemon stops");
+    });
+    EXPECT_FALSE(templates.Ready({128, 1}).has_value());
+  }
+  EXPECT_TRUE(saw_stop.load());
+}
+
 TEST(Templates, EachShapeHasItsOwn) {
-  Templates templates([](const GuestShape& shape) -> Result<std::string> { return shape.Name(); });
+  Templates templates([](const GuestShape& shape, const std::atomic<bool>&) -> Result<std::string> { return shape.Name(); });
   EXPECT_FALSE(templates.Ready({128, 1}).has_value());
   EXPECT_FALSE(templates.Ready({256, 1}).has_value());
   EXPECT_EQ(templates.States().size(), 2u);

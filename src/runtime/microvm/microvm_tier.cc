@@ -458,7 +458,7 @@ VmConfig MicrovmTier::BaseConfig(const GuestShape& shape) const {
   return config;
 }
 
-Result<std::string> MicrovmTier::BuildShape(const GuestShape& shape) {
+Result<std::string> MicrovmTier::BuildShape(const GuestShape& shape, const std::atomic<bool>& stopping) {
   const std::string name = "template-" + shape.Name();
   const std::string sockets = dir_ + "/" + name;
   std::error_code ec;
@@ -474,7 +474,7 @@ Result<std::string> MicrovmTier::BuildShape(const GuestShape& shape) {
   // QEMU maps it (and sizes it) as root, before it drops to kTemplateUid.
   config.memory_path = TemplateMemory(saved);
   BH_TRY(WriteWholeFile(config.memory_path, "", 0, 0600));
-  Status built = BuildTemplate(config, saved, sockets + "/qemu.log");
+  Status built = BuildTemplate(config, saved, sockets + "/qemu.log", stopping);
   if (built.ok()) fs::remove_all(sockets, ec);
   if (!built.ok()) spdlog::warn("microvm template {}: {}", shape.Name(), built.error().message);
   else spdlog::info("microvm template {} saved", shape.Name());

@@ -94,7 +94,7 @@ class MicrovmTier : public Tier {
   // What every guest's QEMU shares (the binary, kernel, initramfs, accelerator).
   VmConfig BaseConfig(const GuestShape& shape) const;
   // Boots and saves the template guest of `shape` (template.h); its saved state's path.
-  Result<std::string> BuildShape(const GuestShape& shape);
+  Result<std::string> BuildShape(const GuestShape& shape, const std::atomic<bool>& stopping);
   // A restored copy's QEMU is paused: adds the sandbox's devices, resumes it, sends init its
   // boot message.
   Status StartRestored(const VmConfig& config, pid_t qemu, ctl::GuestBootMessage boot);
@@ -115,7 +115,8 @@ class MicrovmTier : public Tier {
   };
   mutable std::mutex mu_;
   std::map<std::string, Guest> guests_;
-  Templates templates_{[this](const GuestShape& shape) { return BuildShape(shape); }};
+  Templates templates_{
+      [this](const GuestShape& shape, const std::atomic<bool>& stopping) { return BuildShape(shape, stopping); }};
 };
 
 }  // namespace bulkhead::runtime::microvm

@@ -49,13 +49,13 @@ Result<UniqueFd> ConnectUnix(const std::string& path, pid_t pid, std::chrono::st
 }
 
 // Reads the boot port until the template's sign (its init waits).
-Status WaitForSign(int port, std::chrono::steady_clock::time_point deadline) {
+Status WaitForSign(int port, std::chrono::steady_clock::time_point deadline, const std::atomic<bool>& stopping) {
   std::string seen;
   while (seen.find(ctl::kGuestTemplateSign) == std::string::npos) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return MakeError(ErrorCode::kInternal, "its init did not wait in time");
+    if (std::chrono::steady_clock::now() > deadline) return MakeError(ErrorCode::kInternal, "its init did not wait in time");
+    if (stopping) return MakeError(ErrorCode::kUnavailable, "the daemon stops");
     pollfd p{port, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+    if (::poll(&p, 1, 100) <= 0) continue;
     char chunk[256];
     const ssize_t n = ::read(port, chunk, sizeof chunk);
     if (n <= 0) return MakeError(ErrorCode::kInternal, "its boot port closed");
@@ -73,7 +73,8 @@ nlohmann::json IgnoreShared() {
 
 std::string GuestShape::Name() const { return std::to_string(memory_mb) + "m-" + std::to_string(vcpus) + "cpu"; }
 
-Status BuildTemplate(const VmConfig& vm, const std::string& saved, const std::string& log) {
+Status BuildTemplate(const VmConfig& vm, const std::string& saved, const std::string& log,
+                     const std::atomic<bool>& stopping) {
   const std::vector<std::string> args = QemuArgs(vm);
   std::vector<char*> argv;
   for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
@@ -97,7 +98,7 @@ Status BuildTemplate(const VmConfig& vm, const std::string& saved, const std::st
   const auto deadline = std::chrono::steady_clock::now() + kTemplateBoots;
   auto port = ConnectUnix(vm.boot_port_socket, pid, deadline);
   if (!port) return BuildFailed(port.error().message, log);
-  if (Status waited = WaitForSign(port->get(), deadline); !waited.ok()) return BuildFailed(waited.error().message, log);
+  if (Status waited = WaitForSign(port->get(), deadline, stopping); !waited.ok()) return BuildFailed(waited.error().message, log);
   auto qmp = Qmp::Connect(vm.qmp_socket, pid, std::chrono::seconds(10));
   if (!qmp) return BuildFailed(qmp.error().message, log);
   const std::string partial = saved + ".partial";
@@ -159,6 +160,7 @@ Result<UniqueFd> StartCopy(const VmConfig& vm, pid_t pid, const std::string& boo
 }
 
 Templates::~Templates() {
+  stopping_ = true;
   std::lock_guard lock(mu_);
   for (auto& [shape, build] : builds_) build.wait();
 }
@@ -167,7 +169,7 @@ std::optional<std::string> Templates::Ready(const GuestShape& shape) {
   std::lock_guard lock(mu_);
   auto it = builds_.find(shape);
   if (it == builds_.end()) {
-    builds_[shape] = std::async(std::launch::async, build_, shape).share();
+    builds_[shape] = std::async(std::launch::async, build_, shape, std::cref(stopping_)).share();
     return std::nullopt;
   }
   if (it->second.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return std::nullopt;

@@ -10,6 +10,7 @@
 // in the background on a shape's first launch (which boots cold meanwhile) and again by every
 // daemon start, so it always matches the installed kernel, initramfs and QEMU.
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <future>
@@ -34,8 +35,10 @@ struct GuestShape {
 };
 
 // Boots `vm` (a template's config: boot_port_socket and qmp_socket set, no devices) as a
-// template and saves it to `saved` (replaced atomically, 0600). `log` gets QEMU's output.
-Status BuildTemplate(const VmConfig& vm, const std::string& saved, const std::string& log);
+// template and saves it to `saved` (replaced atomically, 0600). `log` gets QEMU's output. Gives
+// up while the guest boots once `stopping` is set.
+Status BuildTemplate(const VmConfig& vm, const std::string& saved, const std::string& log,
+                     const std::atomic<bool>& stopping);
 
 // Starts a copy restored from a template (`vm` with incoming_fd set; QEMU `pid` loading it):
 // once the copy is paused, adds HotplugDevices(vm) through the monitor, resumes it and writes
@@ -49,9 +52,9 @@ inline std::string TemplateMemory(const std::string& saved) { return saved + ".m
 
 class Templates {
  public:
-  using Builder = std::function<Result<std::string>(const GuestShape&)>;
+  using Builder = std::function<Result<std::string>(const GuestShape&, const std::atomic<bool>& stopping)>;
   explicit Templates(Builder build) : build_(std::move(build)) {}
-  ~Templates();  // waits for builds under way
+  ~Templates();  // tells builds under way to stop, and waits for them
 
   // The saved state of `shape`'s template if it is built; otherwise nothing, and the build
   // starts (in the background) unless it is under way or failed.
@@ -61,6 +64,7 @@ class Templates {
 
  private:
   Builder build_;
+  std::atomic<bool> stopping_ = false;
   mutable std::mutex mu_;
   std::map<GuestShape, std::shared_future<Result<std::string>>> builds_;
 };
