@@ -3,7 +3,9 @@ its device daemons as the sandbox's unprivileged host uid, a NIC only for a gues
 with a network, and ports reached through init. The core behaviours run on it in the tier
 matrix (tier_matrix_microvm.txt), the network's in test_network.py there too."""
 import os
+import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -171,6 +173,42 @@ def test_later_sandboxes_of_a_shape_start_as_copies_of_its_saved_template(client
     # The copies are whole sandboxes: the proxy answers at the gateway in the one with a NIC.
     out = client.sh(copy["id"], "curl -sS -m 20 -o /dev/null -w '%{http_code}' http://example.com/")
     assert out == "403", out
+
+
+def template_guests(state_dir) -> list[int]:
+    """The pids of the template guests' QEMUs of the daemon with this state directory."""
+    wanted = f"{state_dir}/microvm/template-".encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and wanted in (proc / "cmdline").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_template_guest_does_not_outlive_a_daemon_killed_while_it_is_built(daemon_factory, microvm):
+    daemon = daemon_factory()
+    daemon.start()
+    def create():
+        try:
+            daemon.client().post("/v1/sandboxes", {"runtime": "microvm"})
+        except OSError:
+            pass  # the daemon is killed under it
+
+    creating = threading.Thread(target=create, daemon=True)
+    creating.start()  # its launch starts the template's build beside its own boot
+    deadline = time.monotonic() + 60
+    while not template_guests(daemon.state_dir) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert template_guests(daemon.state_dir), "no template guest was started"
+    daemon.stop(signal.SIGKILL)
+    # QEMU dies with the daemon (its parent-death signal).
+    deadline = time.monotonic() + 30
+    while template_guests(daemon.state_dir) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not template_guests(daemon.state_dir), "the template guest outlived its daemon"
 
 
 def test_volumes_are_shared_with_a_native_sandbox(client, sandbox_factory, microvm):

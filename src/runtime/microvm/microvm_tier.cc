@@ -45,8 +45,6 @@ constexpr char kVsockNote[] = "/vsock";
 // How long a guest may take from QEMU's start to init serving: ~1.5-4 s under TCG here, well
 // under a second with KVM; a loaded host (a test run's parallel boots) takes far longer.
 constexpr auto kGuestBoots = std::chrono::seconds(120);
-// Whom a template guest's QEMU runs as (it runs bulkhead's init only): nobody.
-constexpr uid_t kTemplateUid = 65534;
 // How long a device daemon may take to make its socket.
 constexpr auto kDeviceListens = std::chrono::seconds(20);
 
@@ -468,10 +466,9 @@ Result<std::string> MicrovmTier::BuildShape(const GuestShape& shape, const std::
   config.boot_port_socket = sockets + "/boot.sock";
   config.qmp_socket = sockets + "/qmp.sock";
   config.console_log = sockets + "/console.log";
-  config.run_uid = kTemplateUid;
   config.name = "bulkhead-" + name;
   const std::string saved = dir_ + "/" + name + ".state";
-  // QEMU maps it (and sizes it) as root, before it drops to kTemplateUid.
+  // QEMU maps it and sizes it.
   config.memory_path = TemplateMemory(saved);
   BH_TRY(WriteWholeFile(config.memory_path, "", 0, 0600));
   Status built = BuildTemplate(config, saved, sockets + "/qemu.log", stopping);

@@ -3,7 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -81,15 +81,20 @@ Status BuildTemplate(const VmConfig& vm, const std::string& saved, const std::st
   argv.push_back(nullptr);
   UniqueFd log_fd(::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
   if (!log_fd) return SystemError("create " + log, errno);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, log_fd.get(), 1);
-  posix_spawn_file_actions_adddup2(&actions, log_fd.get(), 2);
-  pid_t pid = 0;
-  const int spawned = ::posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (spawned != 0) return SystemError("start " + args[0], spawned);
+  UniqueFd null_fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (!null_fd) return SystemError("open /dev/null", errno);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) return SystemError("fork", errno);
+  if (pid == 0) {
+    // QEMU dies with this thread, i.e. with the daemon however it ends (a SIGKILL included):
+    // nothing else would end a template whose daemon is gone. (Hence no -runas: a change of
+    // uid clears the parent-death signal.) Async-signal-safe calls only, after fork.
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent) ::_exit(126);
+    if (::dup2(null_fd.get(), 0) < 0 || ::dup2(log_fd.get(), 1) < 0 || ::dup2(log_fd.get(), 2) < 0) ::_exit(126);
+    ::execve(argv[0], argv.data(), environ);
+    ::_exit(127);
+  }
   ScopeGuard reap([&] {
     ::kill(pid, SIGKILL);
     ::waitpid(pid, nullptr, 0);

@@ -6,7 +6,9 @@
 // NIC) through QEMU's monitor while the copy is paused, resumes it, and sends the boot message
 // with the host's clock and fresh entropy (init/guest_boot.h GuestTemplate).
 //
-// The template runs only bulkhead's init, as `nobody` under QEMU's seccomp filter; it is built
+// The template runs only bulkhead's init (no sandbox code ever runs in it), under QEMU's seccomp
+// filter, as the daemon's uid: it is killed with the daemon (PR_SET_PDEATHSIG, which a change of
+// uid would clear) so that a daemon killed mid-build leaves no guest behind. It is built
 // in the background on a shape's first launch (which boots cold meanwhile) and again by every
 // daemon start, so it always matches the installed kernel, initramfs and QEMU.
 #pragma once
