@@ -20,29 +20,34 @@ Error Failed(const std::string& what) { return MakeError(ErrorCode::kInternal, "
 
 }  // namespace
 
-Result<Qmp> Qmp::Connect(const std::string& path, pid_t pid, std::chrono::milliseconds timeout) {
+Result<UniqueFd> ConnectWhenListening(const std::string& path, pid_t pid,
+                                      std::chrono::steady_clock::time_point deadline) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.size() >= sizeof addr.sun_path) return Failed("socket path too long: " + path);
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (int attempt = 0;; attempt++) {
     UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (!fd) return SystemError("socket", errno);
-    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-      Qmp qmp(std::move(fd));
-      qmp.deadline_ = deadline;
-      auto greeting = qmp.ReadMessage();
-      if (!greeting) return greeting.error();
-      if (!greeting->contains("QMP")) return Failed("no greeting: " + greeting->dump());
-      auto negotiated = qmp.Execute("qmp_capabilities");
-      if (!negotiated) return negotiated.error();
-      return qmp;
-    }
-    if (::kill(pid, 0) != 0) return Failed("QEMU exited before its monitor listened");
-    if (std::chrono::steady_clock::now() > deadline) return Failed("no monitor at " + path);
+    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return fd;
+    if (::kill(pid, 0) != 0) return Failed("QEMU exited before it listened at " + path);
+    if (std::chrono::steady_clock::now() > deadline) return Failed("nothing listens at " + path);
     std::this_thread::sleep_for(std::chrono::microseconds(attempt < 200 ? 250 : 5000));
   }
+}
+
+Result<Qmp> Qmp::Connect(const std::string& path, pid_t pid, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto socket = ConnectWhenListening(path, pid, deadline);
+  if (!socket) return socket.error();
+  Qmp qmp(std::move(*socket));
+  qmp.deadline_ = deadline;
+  auto greeting = qmp.ReadMessage();
+  if (!greeting) return greeting.error();
+  if (!greeting->contains("QMP")) return Failed("no greeting: " + greeting->dump());
+  auto negotiated = qmp.Execute("qmp_capabilities");
+  if (!negotiated) return negotiated.error();
+  return qmp;
 }
 
 Result<json> Qmp::Execute(const std::string& command, const json& arguments, int fd) {

@@ -12,6 +12,10 @@
 
 namespace bulkhead::runtime::microvm {
 
+// Connects to the unix socket QEMU (`pid`) listens on at `path`, waiting for QEMU to make it.
+Result<UniqueFd> ConnectWhenListening(const std::string& path, pid_t pid,
+                                      std::chrono::steady_clock::time_point deadline);
+
 class Qmp {
  public:
   // Connects to the monitor socket at `path` (waiting for QEMU to make it, while `pid` runs)

@@ -6,12 +6,10 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <cstring>
 #include <thread>
 
 #include "common/ctl_protocol.h"
@@ -30,22 +28,6 @@ constexpr auto kTemplateBoots = std::chrono::seconds(120);
 
 Error BuildFailed(const std::string& what, const std::string& log) {
   return MakeError(ErrorCode::kInternal, "template guest: " + what + ": " + ReadLogTail(log, 1000));
-}
-
-// Connects to QEMU's listening socket at `path`, waiting for it while `pid` runs.
-Result<UniqueFd> ConnectUnix(const std::string& path, pid_t pid, std::chrono::steady_clock::time_point deadline) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof addr.sun_path) return MakeError(ErrorCode::kInternal, "socket path too long: " + path);
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  while (true) {
-    UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (!fd) return SystemError("socket", errno);
-    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return fd;
-    if (::kill(pid, 0) != 0 || std::chrono::steady_clock::now() > deadline)
-      return MakeError(ErrorCode::kInternal, "no socket at " + path);
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
 }
 
 // Reads the boot port until the template's sign (its init waits).
@@ -101,7 +83,7 @@ Status BuildTemplate(const VmConfig& vm, const std::string& saved, const std::st
   });
 
   const auto deadline = std::chrono::steady_clock::now() + kTemplateBoots;
-  auto port = ConnectUnix(vm.boot_port_socket, pid, deadline);
+  auto port = ConnectWhenListening(vm.boot_port_socket, pid, deadline);
   if (!port) return BuildFailed(port.error().message, log);
   if (Status waited = WaitForSign(port->get(), deadline, stopping); !waited.ok()) return BuildFailed(waited.error().message, log);
   auto qmp = Qmp::Connect(vm.qmp_socket, pid, std::chrono::seconds(10));
@@ -156,7 +138,7 @@ Result<UniqueFd> StartCopy(const VmConfig& vm, pid_t pid, const std::string& boo
   for (const nlohmann::json& device : HotplugDevices(vm))
     if (auto added = qmp->Execute("device_add", device); !added) return added.error();
   if (auto resumed = qmp->Execute("cont"); !resumed) return resumed.error();
-  auto port = ConnectUnix(vm.boot_port_socket, pid, deadline);
+  auto port = ConnectWhenListening(vm.boot_port_socket, pid, deadline);
   if (!port) return port.error();
   const std::string line = boot_line + "\n";
   if (::send(port->get(), line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size()))
