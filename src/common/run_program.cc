@@ -1,10 +1,13 @@
 #include "common/run_program.h"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "common/unique_fd.h"
@@ -13,7 +16,7 @@ extern char** environ;
 
 namespace bulkhead {
 
-Result<std::string> RunProgramOutput(const std::vector<std::string>& argv) {
+Result<std::string> RunProgramOutput(const std::vector<std::string>& argv, std::chrono::milliseconds timeout) {
   if (argv.empty()) return MakeError(ErrorCode::kInternal, "RunProgram: empty argv");
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return SystemError("pipe", errno);
@@ -36,9 +39,26 @@ Result<std::string> RunProgramOutput(const std::vector<std::string>& argv) {
   if (rc != 0) return SystemError("spawn " + argv[0], rc);
   write_end.reset();
 
+  using Clock = std::chrono::steady_clock;
+  const bool bounded = timeout != std::chrono::milliseconds::max();
+  const auto deadline = bounded ? Clock::now() + timeout : Clock::time_point::max();
+  bool timed_out = false;
   std::string output;
   char buf[4096];
   for (;;) {
+    if (bounded) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      pollfd pfd{read_end.get(), POLLIN, 0};
+      int ready = left > 0 ? ::poll(&pfd, 1, int(std::min<int64_t>(left, 60'000))) : 0;
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready == 0 && Clock::now() >= deadline) {
+        // (Its children keep the pipe open too: stop reading, not only wait for it.)
+        ::kill(pid, SIGKILL);
+        timed_out = true;
+        break;
+      }
+      if (ready == 0) continue;
+    }
     ssize_t n = ::read(read_end.get(), buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
@@ -49,8 +69,11 @@ Result<std::string> RunProgramOutput(const std::vector<std::string>& argv) {
   while (::waitpid(pid, &status, 0) < 0) {
     if (errno != EINTR) return SystemError("waitpid " + argv[0], errno);
   }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return output;
+  if (!timed_out && WIFEXITED(status) && WEXITSTATUS(status) == 0) return output;
   if (output.size() > 1024) output.erase(0, output.size() - 1024);
+  if (timed_out)
+    return MakeError(ErrorCode::kUnavailable, argv[0] + " did not finish within " + std::to_string(timeout.count()) +
+                                                  " ms: " + output);
   std::string how = WIFEXITED(status) ? "exited " + std::to_string(WEXITSTATUS(status))
                                       : "killed by signal " + std::to_string(WTERMSIG(status));
   return MakeError(ErrorCode::kInternal, argv[0] + " " + how + ": " + output);

@@ -40,6 +40,9 @@ constexpr size_t kChildStack = 64 * 1024;
 constexpr char kControlDir[] = "/ctl";
 // How long a booted sandbox's init may take to listen (runsc is back once init was exec'd).
 constexpr auto kInitListens = std::chrono::seconds(20);
+// How long runsc's state, pause and resume may take: a wedged Sentry would block the caller
+// (at a restart, the daemon's recovery) for good.
+constexpr auto kRunscControlTimeout = std::chrono::seconds(15);
 
 // Whether something listens on the unix socket at `path` yet.
 bool Listening(const std::string& path) {
@@ -323,14 +326,15 @@ Status GvisorTier::Reattach(const std::string& id, const Limits& limits) {
 bool GvisorTier::Alive(const SandboxHandle& handle) { return HandleAlive(handle); }
 
 std::string GvisorTier::RunscStatus(const std::string& id) const {
-  auto state = RunProgramOutput({runsc_.path, "--root", RunscRoot(id), "state", id});
+  auto state = RunProgramOutput({runsc_.path, "--root", RunscRoot(id), "state", id}, kRunscControlTimeout);
   if (!state) return "";
   auto doc = nlohmann::json::parse(*state, nullptr, false);
   return doc.is_object() && doc.contains("status") && doc["status"].is_string() ? doc["status"].get<std::string>() : "";
 }
 
 Status GvisorTier::SetFrozen(const std::string& id, bool frozen) {
-  auto changed = RunProgramOutput({runsc_.path, "--root", RunscRoot(id), frozen ? "pause" : "resume", id});
+  auto changed =
+      RunProgramOutput({runsc_.path, "--root", RunscRoot(id), frozen ? "pause" : "resume", id}, kRunscControlTimeout);
   if (changed) return {};
   // Already so (a restart re-applies what the row says), or gone.
   if (RunscStatus(id) == (frozen ? "paused" : "running")) return {};
