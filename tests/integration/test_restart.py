@@ -1,11 +1,14 @@
 """Sandboxes outlive their daemon: a new daemon on the same state dir re-attaches to them."""
 
 import json
+import os
 import signal
+import subprocess
 import uuid
 
 import pytest
 
+import harness
 from harness import cgroup_dirs_of, host_name, host_processes_in_uid_range, sandbox_host_uid_range, wait_until
 
 
@@ -47,6 +50,29 @@ def test_sandbox_survives_daemon_restart(daemon_factory, stop_signal):
         host_processes_in_uid_range(first_uid, count)
     assert cgroup_dirs_of(sandbox_id) == []
     assert not (daemon.state_dir / "sandboxes" / host_name(sandbox_id)).exists()
+
+
+@pytest.mark.skipif(harness.RUNTIME != "gvisor", reason="runsc's control commands: the gvisor tier's")
+def test_a_wedged_gvisor_sandbox_does_not_hold_up_a_restarting_daemon(daemon_factory):
+    """A Sentry that no longer answers runsc (seen: out of host descriptors) once kept the
+    daemon's recovery waiting on `runsc resume` for good."""
+    daemon = daemon_factory()
+    daemon.start()
+    client = daemon.client()
+    wedged, fine = client.create()["id"], client.create()["id"]
+    sentry = subprocess.run(["pgrep", "-f", f"runsc-sandbox .* {host_name(wedged)}$"], capture_output=True,
+                            text=True).stdout.split()
+    assert len(sentry) == 1, sentry
+    os.kill(int(sentry[0]), signal.SIGSTOP)
+    try:
+        daemon.stop(signal.SIGKILL)
+        daemon.start(timeout=90)  # runsc's commands give up after 15 s each
+        client = daemon.client()
+        assert client.sh(fine, "echo fine") == "fine\n"
+        assert client.delete(f"/v1/sandboxes/{wedged}", timeout=60).status == 204
+    finally:
+        subprocess.run(["kill", "-CONT", sentry[0]])
+    assert client.get(f"/v1/sandboxes/{wedged}").status == 404
 
 
 def test_background_processes_and_their_output_survive_a_daemon_kill(daemon_factory):
