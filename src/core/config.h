@@ -14,11 +14,12 @@ struct DaemonConfig {
   std::string api_key;                           // BULKHEAD_API_KEY, else <state>/api-key
   // --warm-pool: ready sandboxes of the host image kept booted in advance, per runtime: `N`
   // for every runtime (and none of the defaults below), `RUNTIME=N` for one. A pooled gvisor
-  // sandbox waits as a Sentry with its threads, so fewer of them are kept by default.
+  // sandbox waits as a Sentry with its threads, so fewer of them are kept by default; a pooled
+  // microvm guest holds its memory (~200 MB for the default 1 GiB guest), so one.
   // The default runtime's pool and those named RUNTIME=N fill from the start; another
   // runtime's fills from its first create, so a host that never uses a tier pays nothing for it.
   int warm_pool = 4;
-  std::map<std::string, int> runtime_warm_pools = {{"gvisor", 2}};
+  std::map<std::string, int> runtime_warm_pools = {{"gvisor", 2}, {"microvm", 1}};
   std::set<std::string> warm_pool_named;  // the runtimes given as RUNTIME=N
   int WarmPool(const std::string& runtime) const {
     auto it = runtime_warm_pools.find(runtime);

@@ -37,6 +37,8 @@ std::string HostName(const std::string& id);
 // 20 characters of [a-z0-9]: unguessable (~103 bits) and short enough for socket paths.
 std::string NewId();
 Error NoSandbox(const std::string& id);
+// The limits a tier enforces of a spec.
+inline runtime::Limits LimitsOf(const SandboxSpec& spec) { return {spec.cpus, spec.memory_mb, spec.pids}; }
 struct Sandbox;
 // The sandbox as the API shows it: its info with its state.
 SandboxInfo InfoOf(const Sandbox& sb);

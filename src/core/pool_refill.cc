@@ -14,6 +14,10 @@ std::optional<PoolKey> SandboxManagerImpl::PoolKeyFor(const SandboxSpec& spec) c
   if (!spec.volumes.empty()) return std::nullopt;
   auto tier = tiers_.Find(spec.runtime);
   if (!tier || !(*tier)->capabilities().pooling) return std::nullopt;
+  // Pooled sandboxes boot with the default limits and no network (Refill): where the tier
+  // fixes those at boot (a guest's size, its NIC), only a create that keeps them takes one.
+  if ((*tier)->BootShape(LimitsOf(spec)) != (*tier)->BootShape(LimitsOf(SandboxSpec{}))) return std::nullopt;
+  if ((*tier)->capabilities().nic_from_boot && spec.network.mode != "none") return std::nullopt;
   return PoolKey{spec.runtime, spec.image, spec.from_snapshot.value_or("")};
 }
 
@@ -46,7 +50,7 @@ bool SandboxManagerImpl::FitPooled(Sandbox& sb, const SandboxSpec& spec) {
   // It booted with its pool's limits and disk quota: only those the create changes are set
   // again (each call into a gVisor sandbox's init costs milliseconds of the create).
   const SandboxSpec& booted = sb.info.spec;
-  const runtime::Limits limits{spec.cpus, spec.memory_mb, spec.pids};
+  const runtime::Limits limits = LimitsOf(spec);
   if (booted.cpus != spec.cpus || booted.memory_mb != spec.memory_mb || booted.pids != spec.pids) {
     if (st) st = sb.tier->SetLimits(HostName(sb.info.id), limits);
     if (st) st = SetLimitsInside(sb, limits);
@@ -122,7 +126,12 @@ void SandboxManagerImpl::Refill(const PoolKey& key) {
     source = {key.snapshot, use->first.uid_base};
     use_token = std::move(use->second);
   }
-  // Pooled sandboxes run with no network, no sudo users and no timeout until handed out.
+  // Pooled sandboxes run with no network, no sudo users and no timeout until handed out; a
+  // snapshot's with the default limits where the tier fixes them at boot (PoolKeyFor).
+  if (auto tier = tiers_.Find(key.tier); tier && !(*tier)->BootShape(LimitsOf(spec)).empty()) {
+    spec.cpus = SandboxSpec{}.cpus;
+    spec.memory_mb = SandboxSpec{}.memory_mb;
+  }
   spec.runtime = key.tier;
   spec.image = key.image;
   spec.network = {};

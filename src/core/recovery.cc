@@ -65,7 +65,7 @@ Status SandboxManagerImpl::Recover() {
       // When it booted is not kept: its CPU share is first counted from its creation.
       sb->booted_ms = ParseRfc3339Millis(row.created_at).value_or(0);
       sb->init = sb->tier->Dialer(SandboxDir(row.id));
-      if (auto st = sb->tier->Reattach(HostName(row.id), {spec->cpus, spec->memory_mb, spec->pids}); !st)
+      if (auto st = sb->tier->Reattach(HostName(row.id), LimitsOf(*spec)); !st)
         spdlog::error("recover: sandbox {}: {}", row.id, st.error().message);
       (void)uids_.Reclaim(row.uid_base, row.id);
       if (auto network = sb->tier->AttachNetwork(handle)) {

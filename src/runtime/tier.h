@@ -124,6 +124,10 @@ class Tier {
   // The limits init sets inside the sandbox (Capabilities::limits_in_sandbox): LimitsInside,
   // unless the tier knows better.
   virtual ctl::LimitsMessage LimitsInsideFor(const Limits& limits) const { return LimitsInside(limits); }
+  // The part of these limits a sandbox keeps from its launch on (a guest's memory and vCPUs),
+  // as a name; "" when every limit can be set later. A pooled sandbox goes only to a create of
+  // its shape.
+  virtual std::string BootShape(const Limits& /*limits*/) const { return {}; }
   // What the tier runs on, for /healthz (name, value pairs: the runtime binary and its version).
   virtual std::vector<std::pair<std::string, std::string>> Details() const { return {}; }
   // What the tier made for one running sandbox, for its API record (runtime_details): e.g. a

@@ -3,6 +3,7 @@ its device daemons as the sandbox's unprivileged host uid, a NIC only for a gues
 with a network, and ports reached through init. The core behaviours run on it in the tier
 matrix (tier_matrix_microvm.txt), the network's in test_network.py there too."""
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import assert_error_shape, host_name, qemu_pid
+from harness import assert_error_shape, host_name, qemu_pid, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -209,6 +210,47 @@ def test_a_template_guest_does_not_outlive_a_daemon_killed_while_it_is_built(dae
     while template_guests(daemon.state_dir) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not template_guests(daemon.state_dir), "the template guest outlived its daemon"
+
+
+def test_the_warm_pool_hands_out_guests_of_its_shape_to_creates_without_a_network(daemon_factory, microvm):
+    """The pool keeps guests of the default shape (1 GiB, 1 vCPU) with no NIC, warmed up: a
+    create of that shape in mode none takes one and gets its own limits; another shape or a
+    network boots (or restores) a guest of its own."""
+    daemon = daemon_factory()
+    daemon.extra_args = ("--warm-pool", "microvm=1")
+    daemon.start()
+    client = daemon.client()
+    metric = lambda name: int(re.search(rf"^{name} (\d+)$", client.get("/metrics").body.decode(),  # noqa: E731
+                                        re.M).group(1))
+    assert wait_until(lambda: metric("bulkhead_warm_pool_ready") == 1, timeout=120)
+    wait_for_template(client, "1024m-1cpu")  # (built beside the first pooled guest's boot)
+    hits = metric("bulkhead_warm_pool_hits_total")
+    pooled = client.create(runtime="microvm", pids=40, metadata={"from": "pool"})
+    assert metric("bulkhead_warm_pool_hits_total") == hits + 1
+    assert pooled["pids"] == 40 and pooled["metadata"] == {"from": "pool"}, pooled
+    assert client.sandbox(pooled["id"])["runtime_details"]["guest_memory_mb"] == "1024"
+    inside = client.sh(pooled["id"], "nproc; ls /sys/class/net | tr '\\n' ' '; echo; "
+                                     "sh -c 'for i in $(seq 50); do sleep 10 >/dev/null & echo; done' 2>/dev/null | wc -l; "
+                                     "pkill sleep; true").split("\n")
+    assert inside[0] == "1" and inside[1].split() == ["lo"], inside
+    # The create's pids limit reached the guest's init (the pool booted it with the default).
+    assert 10 < int(inside[2]) < 40, inside
+    # Refilled, from the template.
+    assert wait_until(lambda: metric("bulkhead_warm_pool_ready") == 1, timeout=120)
+    # Another shape, or a network, is no create the pool can serve.
+    for settings in ({"memory_mb": 512}, {"network": {"mode": "allowlist", "allow": ["a.test"]}}):
+        other = client.create(runtime="microvm", **settings)
+        assert metric("bulkhead_warm_pool_hits_total") == hits + 1, settings
+        assert metric("bulkhead_warm_pool_ready") == 1
+        if "network" in settings:
+            assert client.sh(other["id"], "ls /sys/class/net").split() == ["eth0", "lo"]
+        client.remove(other["id"])
+    taken = client.create(runtime="microvm")
+    assert metric("bulkhead_warm_pool_hits_total") == hits + 2
+    assert client.sandbox(taken["id"])["runtime_details"]["boot"] == "restored from a template"
+    assert client.sh(taken["id"], "echo from-the-pool") == "from-the-pool\n"
+    for sandbox in (pooled, taken):
+        client.remove(sandbox["id"])
 
 
 def test_volumes_are_shared_with_a_native_sandbox(client, sandbox_factory, microvm):

@@ -55,6 +55,11 @@ class FakeTier : public runtime::Tier {
 
   const std::string& name() const override { return name_; }
   runtime::Capabilities capabilities() const override { return caps_; }
+  // As a guest's: the memory is kept from the launch on.
+  bool memory_from_boot = false;
+  std::string BootShape(const runtime::Limits& limits) const override {
+    return memory_from_boot ? std::to_string(limits.memory_mb) + "m" : "";
+  }
 
   Result<runtime::SandboxHandle> Launch(const runtime::LaunchSpec& spec) override {
     std::lock_guard lock(world_.mu);

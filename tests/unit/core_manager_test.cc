@@ -273,6 +273,36 @@ TEST_F(CoreManagerTest, AnotherRuntimesPoolFillsFromItsFirstCreate) {
   EXPECT_EQ(world_.launches, 4);  // native's pool, gvisor's first create, its pool and the refill
 }
 
+TEST_F(CoreManagerTest, APoolOfGuestsServesOnlyCreatesOfItsShapeWithoutANetwork) {
+  config_.warm_pool = 1;
+  config_.default_runtime = "microvm";
+  core::TierSet tiers;
+  runtime::Capabilities caps = FakeTier::AllCapabilities();
+  caps.nic_from_boot = true;
+  auto guests = std::make_unique<FakeTier>(world_, caps, "microvm");
+  guests->memory_from_boot = true;
+  tiers.Add(std::move(guests));
+  auto opened = core::SandboxManager::Open(config_, std::move(tiers));
+  ASSERT_TRUE(opened.ok()) << opened.error().message;
+  manager_ = std::move(*opened);
+  ASSERT_TRUE(Eventually([&] { return manager_->Stats().warm_pool_ready == 1; }));
+
+  SandboxSpec other_size, with_network, plain;
+  other_size.runtime = with_network.runtime = plain.runtime = "microvm";
+  other_size.memory_mb = 512;
+  with_network.network.mode = "allowlist";
+  with_network.network.allow = {"a.test"};
+  for (const SandboxSpec& spec : {other_size, with_network}) {
+    const std::string id = Create(spec);
+    EXPECT_EQ(manager_->Stats().warm_pool_hits_total, 0) << "not a create the pooled guest can serve";
+    EXPECT_EQ(manager_->Stats().warm_pool_ready, 1);
+    EXPECT_EQ(BoxOf(id)->limits.memory_mb, spec.memory_mb);
+  }
+  const std::string id = Create(plain);
+  EXPECT_EQ(manager_->Stats().warm_pool_hits_total, 1);
+  EXPECT_EQ(BoxOf(id)->limits.memory_mb, 1024);
+}
+
 TEST_F(CoreManagerTest, ShutdownTearsDownThePoolsButNotTheSandboxes) {
   config_.warm_pool = 2;
   Open();

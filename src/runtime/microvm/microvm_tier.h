@@ -65,6 +65,7 @@ class MicrovmTier : public Tier {
   std::shared_ptr<const InitDialer> Dialer(const std::string& staging) const override;
   Result<NetworkAttachment> AttachNetwork(const SandboxHandle& handle) override;
   Status SetLimits(const std::string& id, const Limits& limits) override;
+  std::string BootShape(const Limits& limits) const override;
   Status Foreground(const std::string& id) override { return cgroups_.SetBackground(id, false); }
   Result<Usage> SandboxUsage(const std::string& id) override { return cgroups_.Usage(id); }
   Status SetFrozen(const std::string& id, bool frozen) override { return cgroups_.SetFrozen(id, frozen); }
