@@ -62,6 +62,8 @@ MICROVM_KERNEL = "/usr/local/lib/bulkhead/microvm/vmlinux"
 MICROVM_CONCURRENCY = 4
 # Sequential runs of the microvm tier at most: each boots a guest (seconds under TCG).
 MICROVM_RUNS = 20
+# Idle guests whose memory is added up (QEMU and its device daemons; the host's MemAvailable).
+MICROVM_IDLE = 3
 # The runsc the gvisor tier drives (scripts/install-runsc.sh); the runsc row runs the same one.
 PINNED_RUNSC = "/usr/local/lib/bulkhead/runsc"
 HOST_SYMLINKS = {"bin": "usr/bin", "lib": "usr/lib", "lib64": "usr/lib64", "sbin": "usr/sbin"}
@@ -1175,6 +1177,44 @@ def wait_for_microvm_template(api: "BulkheadApi") -> str:
     raise RunFailed(f"no template was saved: {templates}")
 
 
+def mem_available_bytes() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def microvm_idle_memory(daemon: "Daemon", api: "BulkheadApi") -> str:
+    """MICROVM_IDLE idle guests of the default size: per guest, the RSS of QEMU and its device
+    daemons (the processes in its cgroups), the sandbox's cgroup charge (the API's usage, which
+    also counts a restored copy's memfd) and the drop of the host's MemAvailable."""
+    created: list[str] = []
+    available_before = mem_available_bytes()
+    try:
+        for _ in range(MICROVM_IDLE):
+            sandbox_id = api.create_sandbox("microvm")
+            daemon.remember(sandbox_id)
+            created.append(sandbox_id)
+            if api.exec_collect(sandbox_id, ["true"]).get("exit_code") != 0:
+                raise RunFailed(f"`true` in {sandbox_id} failed")
+        time.sleep(2)  # settle
+        dropped = available_before - mem_available_bytes()
+        pids = [pid for found in pids_in_cgroups_naming(created).values() for pid in found]
+        rss = sum(process_status_kib(pid, "VmRSS") or 0 for pid in pids) * 1024
+        charged = sum(int((api.call("GET", f"/v1/sandboxes/{sandbox_id}").get("usage") or {}).get("memory_bytes") or 0)
+                      for sandbox_id in created)
+        mib = lambda total: f"{total / MICROVM_IDLE / (1 << 20):.0f} MiB"  # noqa: E731
+        return (f"memory per idle 1 GiB guest ({MICROVM_IDLE} guests): RSS of QEMU and its daemons {mib(rss)}, "
+                f"cgroup charge {mib(charged)}, host MemAvailable drop {mib(dropped)}")
+    finally:
+        for sandbox_id in created:
+            try:
+                api.delete_sandbox(sandbox_id)
+                daemon.forget(sandbox_id)
+            except (RunFailed, *TRANSPORT_ERRORS) as exc:
+                print(f"warning: DELETE {sandbox_id} failed (retried at the end): {describe(exc)}", file=sys.stderr)
+
+
 def measure_bulkhead_microvm(build_dir: Path, runs: int, concurrency: int, notes: list[str]) -> list[ModeResult]:
     """The microvm tier: from its warm pool (restored copies of the template, handed out), then
     without a pool: a guest boots for each create (cold, with --no-microvm-templates), or each
@@ -1198,9 +1238,14 @@ def measure_bulkhead_microvm(build_dir: Path, runs: int, concurrency: int, notes
                 if error is not None:
                     raise RunFailed(f"warm-up run failed: {error}")
                 templates = "off" if "--no-microvm-templates" in flags else wait_for_microvm_template(api)
+                rows += [run_sequential(trial, runs), run_concurrent(trial, concurrency)]
+                if not pooled:
+                    try:
+                        notes.append(f"{label}: {microvm_idle_memory(daemon, api)}")
+                    except (RunFailed, *TRANSPORT_ERRORS, KeyError, ValueError) as exc:
+                        notes.append(f"{label}: idle memory not measured: {describe(exc)}")
             finally:
                 api.close()
-            rows += [run_sequential(trial, runs), run_concurrent(trial, concurrency)]
             notes.append(f"{label}: {details.get('qemu_version')}, guest kernel {details.get('guest_kernel')}, "
                          f"accelerator {details.get('accelerator')}, templates {templates}; {runs} sequential "
                          f"runs, {concurrency} concurrent" + ("; each sequential run from the pool waits (untimed) "

@@ -51,17 +51,6 @@ UniqueFd ConnectLoopback(int port, int& err) {
   return UniqueFd();
 }
 
-Status SendAll(int fd, const char* data, size_t size) {
-  while (size > 0) {
-    ssize_t n = ::send(fd, data, size, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoError(errno, "send to", "the application");
-    data += n;
-    size -= size_t(n);
-  }
-  return {};
-}
-
 }  // namespace
 
 Status ConnectOp(const FileOpArgs& args) {
@@ -74,9 +63,15 @@ Status ConnectOp(const FileOpArgs& args) {
     return FileError(err == ECONNREFUSED ? "not_found" : "internal", what);
   }
   BH_TRY(WriteAll(1, std::string_view(&ctl::kConnectReady, 1)));
-  pollfd fds[2] = {{0, POLLIN, 0}, {app.get(), POLLIN, 0}};
+  // The client's bytes the application has not taken yet. Sent only as far as it takes them
+  // at once: blocked on an application that is itself blocked sending (an echo of more than
+  // the sockets hold), the worker would stop reading its answer, and both would wait for good.
+  std::string pending;
+  bool client_done = false;
   char buffer[kPieceBytes];
   while (true) {
+    pollfd fds[2] = {{client_done || !pending.empty() ? -1 : 0, POLLIN, 0},
+                     {app.get(), short(POLLIN | (pending.empty() ? 0 : POLLOUT)), 0}};
     if (::poll(fds, 2, -1) < 0) {
       if (errno == EINTR) continue;
       return ErrnoError(errno, "poll", "the connection");
@@ -85,15 +80,20 @@ Status ConnectOp(const FileOpArgs& args) {
       ssize_t n = ::read(0, buffer, sizeof buffer);
       if (n < 0 && errno == EINTR) continue;
       if (n > 0) {
-        BH_TRY(SendAll(app.get(), buffer, size_t(n)));
+        pending.assign(buffer, size_t(n));
       } else {  // the client is done sending (or init went away): half-close
         ::shutdown(app.get(), SHUT_WR);
-        fds[0].fd = -1;
+        client_done = true;
       }
     }
-    if (fds[1].revents != 0) {
-      ssize_t n = ::recv(app.get(), buffer, sizeof buffer, 0);
-      if (n < 0 && errno == EINTR) continue;
+    if (!pending.empty() && (fds[1].revents & (POLLOUT | POLLERR | POLLHUP)) != 0) {
+      ssize_t n = ::send(app.get(), pending.data(), pending.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0 && errno != EINTR && errno != EAGAIN) return ErrnoError(errno, "send to", "the application");
+      if (n > 0) pending.erase(0, size_t(n));
+    }
+    if ((fds[1].revents & (POLLIN | POLLERR | POLLHUP)) != 0) {
+      ssize_t n = ::recv(app.get(), buffer, sizeof buffer, MSG_DONTWAIT);
+      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
       if (n <= 0) return {};  // closed or reset by the application
       BH_TRY(WriteAll(1, std::string_view(buffer, size_t(n))));
     }

@@ -25,6 +25,7 @@ def test_sandbox_survives_daemon_restart(daemon_factory, stop_signal):
     first_uid, count = sandbox_host_uid_range(client, sandbox_id)
     pid_namespace = client.sh(sandbox_id, "readlink /proc/self/ns/pid")
     client.sh(sandbox_id, "sleep 1000 > /dev/null 2>&1 & echo $! > /workspace/sleeper.pid")
+    details = client.sandbox(sandbox_id).get("runtime_details")
 
     daemon.stop(stop_signal)
     assert not daemon.running()
@@ -37,6 +38,7 @@ def test_sandbox_survives_daemon_restart(daemon_factory, stop_signal):
     assert listed[sandbox_id]["metadata"] == {"restart": "yes"}
     assert listed[sandbox_id]["created_at"] == sandbox["created_at"]
     assert listed[sandbox_id]["expires_at"] == sandbox["expires_at"]
+    assert client.sandbox(sandbox_id).get("runtime_details") == details  # (a guest's: how it started)
     assert client.sh(sandbox_id, "cat /workspace/keep.txt") == token + "\n"
     assert client.sh(sandbox_id, "echo after-restart") == "after-restart\n"
     assert client.sh(sandbox_id, "readlink /proc/self/ns/pid") == pid_namespace

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
 #include <seccomp.h>
@@ -13,6 +14,7 @@
 #include <stdlib.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
@@ -1165,6 +1167,39 @@ TEST_F(FileOpsTest, WatchBeyondTheWatchLimitIsTooLarge) {
   EXPECT_EQ(outcome.Code(), "too_large") << outcome.err;
   EXPECT_NE(outcome.err.find("too many directories to watch"), std::string::npos) << outcome.err;
   EXPECT_EQ(outcome.out, "");  // never ready
+}
+
+TEST_F(FileOpsTest, ConnectCarriesBothWaysWhileTheApplicationSendsBeforeItReads) {
+  // An application that sends more than the sockets hold before it reads a byte: a worker
+  // that blocked sending to it would stop reading its answer, and both would wait for good.
+  constexpr size_t kBytes = 32 << 20;
+  UniqueFd listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t size = sizeof address;
+  ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&address), size), 0);
+  ASSERT_EQ(::listen(listener.get(), 1), 0);
+  ASSERT_EQ(::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&address), &size), 0);
+  size_t received = 0;
+  std::thread application([&] {
+    UniqueFd conn(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    const std::string piece(1 << 20, 'a');
+    for (size_t sent = 0; sent < kBytes;) {
+      ssize_t n = ::send(conn.get(), piece.data(), piece.size(), MSG_NOSIGNAL);
+      if (n <= 0) return;
+      sent += size_t(n);
+    }
+    char buf[65536];
+    ssize_t n;
+    while ((n = ::recv(conn.get(), buf, sizeof buf, 0)) > 0) received += size_t(n);
+  });
+  WorkerOutcome outcome = RunOp(json{{"op", "connect"}, {"port", ntohs(address.sin_port)}}, std::string(kBytes, 'b'));
+  application.join();
+  EXPECT_EQ(outcome.exit_code, 0) << outcome.err;
+  EXPECT_EQ(outcome.out.size(), kBytes + 1);
+  EXPECT_EQ(outcome.out.substr(0, 1), std::string(1, ctl::kConnectReady));
+  EXPECT_EQ(received, kBytes);
 }
 
 // ---- through bulkhead-init ----

@@ -503,8 +503,11 @@ Status MicrovmTier::SetLimits(const std::string& id, const Limits& limits) {
 }
 
 Status MicrovmTier::Reattach(const std::string& id, const Limits& limits) {
+  // A copy of a template is the one with a monitor socket (Launch).
+  std::error_code ec;
+  const bool restored = fs::exists(VmDir(id) + "/qmp.sock", ec);
   std::lock_guard lock(mu_);
-  guests_[id] = Guest{GuestMemoryMb(limits), VcpusFor(limits), {}};
+  guests_[id] = Guest{GuestMemoryMb(limits), VcpusFor(limits), restored, {}};
   return {};
 }
 
