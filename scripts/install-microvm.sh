@@ -23,9 +23,10 @@ vsock_version=0.3.0
 # transport QEMU's microvm uses, its devices found through ACPI since the kernel lacks
 # VIRTIO_MMIO_CMDLINE_DEVICES; virtio_pci the transport of template guests and their restored
 # copies, on QEMU's pc machine). Their dependencies are added ahead of them. virtio_console
-# serves a template's boot port (a virtio serial port).
+# serves a template's boot port (a virtio serial port). A booted guest loads only those it
+# has devices for (init/guest_boot.cc).
 modules=(virtio_mmio virtio_pci fuse virtiofs vsock vmw_vsock_virtio_transport_common
-         vmw_vsock_virtio_transport virtio_net virtio_blk overlay virtio_console)
+         vmw_vsock_virtio_transport virtio_net virtio_console)
 
 [ "$(id -u)" = 0 ] || { echo "install-microvm: run as root" >&2; exit 1; }
 umask 022
