@@ -1100,6 +1100,16 @@ class Daemon:
                 subprocess.run(["losetup", "-d", device], capture_output=True, check=False)
 
 
+def delete_all(daemon: "Daemon", api: "BulkheadApi", sandbox_ids: list[str]) -> None:
+    """Deletes what a memory measurement created; a failure is retried at the daemon's stop."""
+    for sandbox_id in sandbox_ids:
+        try:
+            api.delete_sandbox(sandbox_id)
+            daemon.forget(sandbox_id)
+        except (RunFailed, *TRANSPORT_ERRORS) as exc:
+            print(f"warning: DELETE {sandbox_id} failed (retried at the end): {describe(exc)}", file=sys.stderr)
+
+
 def measure_idle_memory(daemon: Daemon, memory: dict[str, Any]) -> None:
     """Create IDLE_SANDBOXES sandboxes, run `true` in each, then add up their memory two ways:
     the API's usage.memory_bytes (the sandbox cgroup's charge; the headline figure) and, from
@@ -1131,13 +1141,7 @@ def measure_idle_memory(daemon: Daemon, memory: dict[str, Any]) -> None:
                 sum(process_pss_kib(pid) or 0 for pid in pids) * 1024 / IDLE_SANDBOXES
         memory["daemon_rss_bytes_with_idle_sandboxes"] = daemon.rss_bytes()
     finally:
-        for sandbox_id in created:
-            try:
-                api.delete_sandbox(sandbox_id)
-                daemon.forget(sandbox_id)
-            except (RunFailed, *TRANSPORT_ERRORS) as exc:
-                print(f"warning: DELETE {sandbox_id} failed (retried at the end): {describe(exc)}",
-                      file=sys.stderr)
+        delete_all(daemon, api, created)
         api.close()
 
 
@@ -1207,12 +1211,7 @@ def microvm_idle_memory(daemon: "Daemon", api: "BulkheadApi") -> str:
         return (f"memory per idle 1 GiB guest ({MICROVM_IDLE} guests): RSS of QEMU and its daemons {mib(rss)}, "
                 f"cgroup charge {mib(charged)}, host MemAvailable drop {mib(dropped)}")
     finally:
-        for sandbox_id in created:
-            try:
-                api.delete_sandbox(sandbox_id)
-                daemon.forget(sandbox_id)
-            except (RunFailed, *TRANSPORT_ERRORS) as exc:
-                print(f"warning: DELETE {sandbox_id} failed (retried at the end): {describe(exc)}", file=sys.stderr)
+        delete_all(daemon, api, created)
 
 
 def measure_bulkhead_microvm(build_dir: Path, runs: int, concurrency: int, notes: list[str]) -> list[ModeResult]:
