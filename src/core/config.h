@@ -15,7 +15,7 @@ struct DaemonConfig {
   // --warm-pool: ready sandboxes of the host image kept booted in advance, per runtime: `N`
   // for every runtime (and none of the defaults below), `RUNTIME=N` for one. A pooled gvisor
   // sandbox waits as a Sentry with its threads, so fewer of them are kept by default; a pooled
-  // microvm guest holds its memory (~200 MB for the default 1 GiB guest), so one.
+  // microvm guest holds its memory (~100 MiB RSS for the default 1 GiB guest), so one.
   // The default runtime's pool and those named RUNTIME=N fill from the start; another
   // runtime's fills from its first create, so a host that never uses a tier pays nothing for it.
   int warm_pool = 4;

@@ -479,10 +479,12 @@ Result<std::string> MicrovmTier::BuildShape(const GuestShape& shape, const std::
   config.memory_path = TemplateMemory(saved);
   BH_TRY(WriteWholeFile(config.memory_path, "", 0, 0600));
   Status built = BuildTemplate(config, saved, sockets + "/qemu.log", stopping);
-  if (built.ok()) fs::remove_all(sockets, ec);
-  if (!built.ok()) spdlog::warn("microvm template {}: {}", shape.Name(), built.error().message);
-  else spdlog::info("microvm template {} saved", shape.Name());
-  if (!built.ok()) return built.error();
+  if (!built.ok()) {
+    spdlog::warn("microvm template {}: {}", shape.Name(), built.error().message);
+    return built.error();  // (its directory kept: QEMU's log and the console say why)
+  }
+  fs::remove_all(sockets, ec);
+  spdlog::info("microvm template {} saved", shape.Name());
   return saved;
 }
 

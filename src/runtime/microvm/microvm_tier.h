@@ -29,7 +29,9 @@
 // rather than a boot: QEMU's `pc` machine then, its devices hotplugged, its memory a copy of
 // the template's (HelperPlan::memory_copy).
 //
-// Not yet: warm pools, memory snapshots, a live memory change.
+// Warm pools hold guests of the default shape with no NIC (BootShape; Capabilities::nic_from_boot).
+//
+// Not yet: memory snapshots, a live memory change, IPv6 inside the guest.
 #pragma once
 #include <future>
 #include <map>
@@ -38,7 +40,6 @@
 #include <string>
 #include <vector>
 
-#include "common/ctl_messages.h"
 #include "runtime/cgroup.h"
 #include "runtime/microvm/accelerator.h"
 #include "runtime/microvm/template.h"
@@ -96,9 +97,6 @@ class MicrovmTier : public Tier {
   VmConfig BaseConfig(const GuestShape& shape) const;
   // Boots and saves the template guest of `shape` (template.h); its saved state's path.
   Result<std::string> BuildShape(const GuestShape& shape, const std::atomic<bool>& stopping);
-  // A restored copy's QEMU is paused: adds the sandbox's devices, resumes it, sends init its
-  // boot message.
-  Status StartRestored(const VmConfig& config, pid_t qemu, ctl::GuestBootMessage boot);
 
   const std::string name_ = "microvm";
   Cgroups cgroups_;

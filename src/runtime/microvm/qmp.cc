@@ -95,7 +95,8 @@ Result<json> Qmp::ReadMessage() {
     pollfd p{socket_.get(), POLLIN, 0};
     const int ready = ::poll(&p, 1, static_cast<int>(left.count()));
     if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0) continue;
+    if (ready < 0) return SystemError("qmp: poll", errno);
+    if (ready == 0) continue;
     char chunk[4096];
     const ssize_t n = ::read(socket_.get(), chunk, sizeof chunk);
     if (n < 0 && errno == EINTR) continue;

@@ -68,6 +68,12 @@ Result<Installed> FindInstalled(const std::string& dir) {
 
 std::string VolumeTag(size_t index) { return "v" + std::to_string(index); }
 
+namespace {
+// Virtio-fs share i's chardev id and tag: the root first, then each volume.
+std::string ShareId(size_t i) { return "fs" + std::to_string(i); }
+std::string ShareTag(size_t i) { return i == 0 ? "root" : VolumeTag(i - 1); }
+}  // namespace
+
 std::string KernelCommandLine(const std::string& init_args, int64_t tsc_khz, bool pci) {
   // quiet and loglevel=0: the console (a file) gets init's words, not the kernel's boot log.
   // panic=-1 with QEMU's -no-reboot: a guest whose init failed ends its VMM at once.
@@ -113,10 +119,8 @@ std::vector<std::string> QemuArgs(const VmConfig& vm) {
     if (vm.incoming_fd >= 0) args.insert(args.end(), {"-incoming", "defer"});
   }
   for (size_t i = 0; i < vm.virtiofs_sockets.size(); i++) {
-    const std::string id = "fs" + std::to_string(i);
-    args.insert(args.end(), {"-chardev", "socket,id=" + id + ",path=" + vm.virtiofs_sockets[i]});
-    if (!pc)
-      args.insert(args.end(), {"-device", "vhost-user-fs-device,chardev=" + id + ",tag=" + (i == 0 ? "root" : VolumeTag(i - 1))});
+    args.insert(args.end(), {"-chardev", "socket,id=" + ShareId(i) + ",path=" + vm.virtiofs_sockets[i]});
+    if (!pc) args.insert(args.end(), {"-device", "vhost-user-fs-device,chardev=" + ShareId(i) + ",tag=" + ShareTag(i)});
   }
   if (!vm.vsock_socket.empty()) {
     args.insert(args.end(), {"-chardev", "socket,id=vsock,path=" + vm.vsock_socket});
@@ -134,10 +138,7 @@ std::vector<std::string> QemuArgs(const VmConfig& vm) {
 std::vector<nlohmann::json> HotplugDevices(const VmConfig& vm) {
   std::vector<nlohmann::json> devices;
   for (size_t i = 0; i < vm.virtiofs_sockets.size(); i++)
-    devices.push_back({{"driver", "vhost-user-fs-pci"},
-                       {"id", "fs" + std::to_string(i)},
-                       {"chardev", "fs" + std::to_string(i)},
-                       {"tag", i == 0 ? "root" : VolumeTag(i - 1)}});
+    devices.push_back({{"driver", "vhost-user-fs-pci"}, {"id", ShareId(i)}, {"chardev", ShareId(i)}, {"tag", ShareTag(i)}});
   if (!vm.vsock_socket.empty())
     devices.push_back({{"driver", "vhost-user-vsock-pci"}, {"id", "vsock"}, {"chardev", "vsock"}});
   if (vm.tap_fd >= 0)
