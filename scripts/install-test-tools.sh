@@ -2,8 +2,26 @@
 # Installs the test tooling that does not come from Debian: PyPI packages into a virtualenv
 # at .tools/venv (tests/requirements.txt) and the npm packages of each Node project that
 # tests use (from their lock files). The daemon itself never links any of this.
+#
+# The registries are the one part of a test run that needs the network. One that stays
+# unreachable through a few tries is recorded in .tools/unreachable, and the tests needing what
+# it would have installed skip with that line as their reason (tests/integration/tooling.py);
+# scripts/test.sh repeats the list at its end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+mkdir -p .tools
+unreachable=.tools/unreachable
+rm -f "$unreachable"
+# Runs "$@" up to four times, 10, 20 and 30 s apart: rides out a registry or DNS outage of a minute.
+with_retries() {
+  local try
+  for try in 1 2 3 4; do
+    "$@" && return 0
+    [ "$try" = 4 ] || sleep $((try * 10))
+  done
+  return 1
+}
 
 venv=.tools/venv
 if [ ! -x "$venv/bin/python" ]; then
@@ -12,13 +30,30 @@ fi
 # Reinstall only when the requirements changed since the last install.
 stamp="$venv/.requirements"
 if ! cmp -s tests/requirements.txt "$stamp"; then
-  "$venv/bin/pip" install -q --disable-pip-version-check -r tests/requirements.txt
-  cp tests/requirements.txt "$stamp"
+  rm -f "$stamp"
+  pip_log=$(mktemp)
+  if with_retries "$venv/bin/pip" install -q --disable-pip-version-check -r tests/requirements.txt 2>>"$pip_log"; then
+    cp tests/requirements.txt "$stamp"
+  elif grep -q 'connection broken by\|NewConnectionError\|ConnectTimeoutError' "$pip_log"; then
+    echo "pypi: PyPI was unreachable, tests/requirements.txt is not installed" >>"$unreachable"
+  else
+    cat "$pip_log" >&2
+    exit 1
+  fi
+  rm -f "$pip_log"
 fi
 
 # Node projects: each has its own package.json and package-lock.json.
+npm_unreachable=
 for project in $(git ls-files '*package-lock.json' | xargs -r -n1 dirname); do
   if [ ! -d "$project/node_modules" ] || [ "$project/package-lock.json" -nt "$project/node_modules/.package-lock.json" ]; then
-    (cd "$project" && npm ci --no-audit --no-fund --loglevel=error)
+    if [ -n "$npm_unreachable" ]; then
+      echo "npm $project: the npm registry was unreachable, its node_modules is not installed" >>"$unreachable"
+    elif ! (cd "$project" && with_retries npm ci --no-audit --no-fund --loglevel=error); then
+      # Only an unreachable registry is waved through; any other failure is the project's.
+      (cd "$project" && npm ping >/dev/null 2>&1) && exit 1
+      echo "npm $project: the npm registry was unreachable, its node_modules is not installed" >>"$unreachable"
+      npm_unreachable=yes
+    fi
   fi
 done

@@ -53,4 +53,8 @@ phase "sanitizers: ASan+UBSan build, CI's integration selection"
 bash scripts/sanitize.sh address --ci
 phase "fuzzing: each target for a bounded time"
 FUZZ_BUILD_DIR=build-asan bash scripts/fuzz.sh "${BULKHEAD_FUZZ_SECONDS:-15}"
+if [ -s .tools/unreachable ]; then
+  echo "NOTE: tests needing these test tools were skipped (scripts/install-test-tools.sh):"
+  sed 's/^/  /' .tools/unreachable
+fi
 phase "done"

@@ -4,12 +4,14 @@ environment variables pointing at the daemon."""
 
 import re
 
+import tooling
 from e2b_suites import SUITES, leftovers, output_of, run_suite, started_daemon, suite_env
 
 PROJECT = SUITES / "js"
 
 
 def test_e2b_js_sdk_suite(daemon_factory):
+    tooling.require_node_project(PROJECT)
     # scripts/install-test-tools.sh runs `npm ci`; do it here too when that was skipped.
     if not (PROJECT / "node_modules" / "e2b").is_dir():
         r = run_suite(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], PROJECT, None)

@@ -4,19 +4,14 @@ venv's pytest and only the E2B environment variables pointing at the daemon."""
 
 import re
 
-import pytest
-
-import harness
+import tooling
 from e2b_suites import SUITES, leftovers, output_of, run_suite, started_daemon, suite_env
-
-VENV_PYTHON = harness.REPO_ROOT / ".tools" / "venv" / "bin" / "python"
 
 
 def test_e2b_python_sdk_suite(daemon_factory):
-    if not VENV_PYTHON.exists():
-        pytest.skip(f"{VENV_PYTHON} is missing: run scripts/install-test-tools.sh")
+    venv_python = tooling.require_pypi_tools() / "python"
     daemon = started_daemon(daemon_factory)
-    r = run_suite([str(VENV_PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEs", str(SUITES / "python")],
+    r = run_suite([str(venv_python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEs", str(SUITES / "python")],
                   cwd=SUITES / "python", env=suite_env(daemon))
     problems = leftovers(daemon)  # checked whether the suite passed or not
     assert r.returncode == 0, f"{problems}\nthe E2B Python SDK suite failed:\n{output_of(r)}"

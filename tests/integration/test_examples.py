@@ -4,6 +4,7 @@ import os
 import subprocess
 
 import harness
+import tooling
 
 EXAMPLES = harness.REPO_ROOT / "examples"
 
@@ -35,6 +36,7 @@ def test_python_agent_loop(daemon, client):
 
 def test_typescript_agent_loop(daemon, client):
     sdk = harness.REPO_ROOT / "sdk" / "typescript"
+    tooling.require_node_project(sdk)
     assert (sdk / "node_modules").is_dir(), "SDK build tools missing: run scripts/install-test-tools.sh"
     build = subprocess.run(["npm", "run", "build"], cwd=sdk, capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stdout + build.stderr

@@ -15,8 +15,8 @@ import uuid
 import pytest
 
 import harness
+import tooling
 
-VENV_PYTHON = harness.REPO_ROOT / ".tools" / "venv" / "bin" / "python"
 NODE_PROJECT = harness.REPO_ROOT / "tests" / "mcp-client-node"
 PYTHON_CLIENT = harness.REPO_ROOT / "tests" / "integration" / "mcp_python_client.py"
 MODERN = "2026-07-28"
@@ -151,10 +151,10 @@ def run_client(command, env, daemon, timeout=600):
     ("legacy", "2025-11-25", tcp_env),      # the initialize handshake
 ])
 def test_python_sdk_calls_every_tool(client, daemon, mode, version, env_of):
-    assert VENV_PYTHON.exists(), "the Python MCP SDK is missing: run scripts/install-test-tools.sh"
+    venv_python = tooling.require_pypi_tools() / "python"
     run_id = uuid.uuid4().hex[:12]
     try:
-        out = run_client([str(VENV_PYTHON), str(PYTHON_CLIENT)],
+        out = run_client([str(venv_python), str(PYTHON_CLIENT)],
                          {"MCP_MODE": mode, "MCP_EXPECT_VERSION": version, "MCP_RUN_ID": run_id,
                           "MCP_SERVER_ENV": json.dumps(env_of(daemon))}, daemon)
         assert f"connected with protocol {version}" in out
@@ -166,6 +166,7 @@ def test_python_sdk_calls_every_tool(client, daemon, mode, version, env_of):
 
 
 def test_typescript_sdk_calls_every_tool(client, daemon):
+    tooling.require_node_project(NODE_PROJECT)
     assert (NODE_PROJECT / "node_modules" / "@modelcontextprotocol" / "sdk").exists(), \
         "the TypeScript MCP SDK is missing: run scripts/install-test-tools.sh"
     run_id = uuid.uuid4().hex[:12]

@@ -6,11 +6,13 @@ import json
 import subprocess
 
 import harness
+import tooling
 
 VALIDATOR_DIR = harness.REPO_ROOT / "tests" / "openapi"
 
 
 def test_served_openapi_document_passes_real_validators(client, session_dir):
+    tooling.require_node_project(VALIDATOR_DIR)
     assert (VALIDATOR_DIR / "node_modules").is_dir(), "validators missing: run scripts/install-test-tools.sh"
     r = client.get("/openapi.json")
     assert r.status == 200

@@ -25,11 +25,8 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
+import tooling
 
-from harness import REPO_ROOT
-
-SCHEMATHESIS = REPO_ROOT / ".tools" / "venv" / "bin" / "schemathesis"
 HOOKS = Path(__file__).resolve().parent / "schemathesis_hooks.py"
 EXAMPLES = int(os.environ.get("BULKHEAD_SCHEMATHESIS_EXAMPLES", "40"))
 SEED = int(os.environ.get("BULKHEAD_SCHEMATHESIS_SEED", "7"))
@@ -82,8 +79,7 @@ def write_config(path, base_url, key, main_id, other_id, ending_ids, pid, signal
 
 
 def test_schemathesis_finds_no_server_error_and_no_response_off_the_spec(daemon_factory, tmp_path):
-    if not SCHEMATHESIS.exists():
-        pytest.skip(f"{SCHEMATHESIS} is missing: run scripts/install-test-tools.sh")
+    schemathesis = tooling.require_pypi_tools() / "schemathesis"
     daemon = daemon_factory()
     daemon.start()
     client = daemon.client()
@@ -106,7 +102,7 @@ def test_schemathesis_finds_no_server_error_and_no_response_off_the_spec(daemon_
                  signalled_pid, snapshot_id)
     started = time.monotonic()
     done = subprocess.run(
-        [str(SCHEMATHESIS), "--config-file", str(config), "run", "--no-color",
+        [str(schemathesis), "--config-file", str(config), "run", "--no-color",
          "--phases", "examples,coverage,fuzzing", f"http://127.0.0.1:{daemon.port}/openapi.json"],
         cwd=tmp_path, capture_output=True, text=True, timeout=600,
         env={**os.environ, "SCHEMATHESIS_HOOKS": str(HOOKS)})

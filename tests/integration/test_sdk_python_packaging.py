@@ -14,11 +14,10 @@ from pathlib import Path
 
 import pytest
 
+import tooling
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SDK_DIR = REPO_ROOT / "sdk" / "python"
-TOOLS_PYTHON = REPO_ROOT / ".tools" / "venv" / "bin" / "python"
-VERMIN = REPO_ROOT / ".tools" / "venv" / "bin" / "vermin"
-MYPY = REPO_ROOT / ".tools" / "venv" / "bin" / "mypy"
 
 # Runs on the interpreter under test against the daemon named by the environment; prints what
 # it saw as one JSON line. Written for Python 3.9 like the SDK.
@@ -80,15 +79,13 @@ def copy_sources(dest: Path) -> Path:
 
 
 @pytest.fixture
-def tools_python():
-    if not TOOLS_PYTHON.exists():
-        pytest.skip(f"{TOOLS_PYTHON} is missing: run scripts/install-test-tools.sh for the packaging checks")
-    return TOOLS_PYTHON
+def tools_bin():
+    return tooling.require_pypi_tools()
 
 
-def test_wheel_builds_installs_into_a_fresh_venv_and_runs(daemon, tools_python, tmp_path):
+def test_wheel_builds_installs_into_a_fresh_venv_and_runs(daemon, tools_bin, tmp_path):
     src = copy_sources(tmp_path / "src")
-    build = subprocess.run([str(tools_python), "-m", "build", "--wheel", "--no-isolation", "--outdir",
+    build = subprocess.run([str(tools_bin / "python"), "-m", "build", "--wheel", "--no-isolation", "--outdir",
                             str(tmp_path / "dist"), str(src)], capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stdout + build.stderr
     wheels = list((tmp_path / "dist").glob("bulkhead-*-py3-none-any.whl"))
@@ -110,22 +107,18 @@ def test_wheel_builds_installs_into_a_fresh_venv_and_runs(daemon, tools_python, 
     assert report["url"] == f"unix://{daemon.socket_path}", report
 
 
-def test_the_sdk_needs_nothing_newer_than_python_3_9(tools_python):
-    if not VERMIN.exists():
-        pytest.skip(f"{VERMIN} is missing: run scripts/install-test-tools.sh")
-    r = subprocess.run([str(VERMIN), "-t=3.9-", "--violations", "--no-tips", "--eval-annotations",
+def test_the_sdk_needs_nothing_newer_than_python_3_9(tools_bin):
+    r = subprocess.run([str(tools_bin / "vermin"), "-t=3.9-", "--violations", "--no-tips", "--eval-annotations",
                         str(SDK_DIR / "bulkhead")], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "Minimum required versions: 3." in r.stdout, r.stdout
 
 
-def test_the_sdk_and_code_using_it_type_check_strictly(tools_python, tmp_path):
-    if not MYPY.exists():
-        pytest.skip(f"{MYPY} is missing: run scripts/install-test-tools.sh")
+def test_the_sdk_and_code_using_it_type_check_strictly(tools_bin, tmp_path):
     user_code = tmp_path / "user_code.py"
     user_code.write_text(SMOKE)
     for target in (str(SDK_DIR / "bulkhead"), str(user_code)):
-        r = subprocess.run([str(MYPY), "--strict", "--python-version", "3.9", "--no-incremental",
+        r = subprocess.run([str(tools_bin / "mypy"), "--strict", "--python-version", "3.9", "--no-incremental",
                             "--cache-dir", str(tmp_path / "mypy-cache"), target],
                            env={**os.environ, "MYPYPATH": str(SDK_DIR)}, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, f"mypy {target}:\n{r.stdout}{r.stderr}"

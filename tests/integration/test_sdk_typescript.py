@@ -11,6 +11,7 @@ import tarfile
 import pytest
 
 import harness
+import tooling
 
 SDK = harness.REPO_ROOT / "sdk" / "typescript"
 
@@ -34,6 +35,7 @@ def sdk_env(daemon) -> dict:
 
 @pytest.fixture(scope="module")
 def built_sdk():
+    tooling.require_node_project(SDK)
     # scripts/install-test-tools.sh runs `npm ci`; do it here too when that was skipped.
     if not (SDK / "node_modules" / "typescript").is_dir():
         r = run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], SDK)
