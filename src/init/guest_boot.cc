@@ -7,6 +7,7 @@
 #include <linux/vm_sockets.h>
 #include <net/if.h>
 #include <net/route.h>
+#include <netinet/in.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/reboot.h>
@@ -151,7 +152,36 @@ sockaddr Ipv4(const char* text) {
   return out;
 }
 
-// Step 3 with a NIC: eth0 gets the guest's address and the default route through the gateway,
+// The IPv6 half of ConfigureNetwork: eth0's unique local address (no DAD, no router
+// advertisements: the gateway is the only other node) and the default route through the
+// gateway's, where the namespace's table sends TCP to the egress proxy as for IPv4. A kernel
+// without IPv6 (ipv6.disable=1) keeps an IPv4-only guest.
+Status ConfigureIpv6(unsigned eth0_index) {
+  UniqueFd s(::socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!s && errno == EAFNOSUPPORT) return {};
+  if (!s) return SystemError("socket for eth0's IPv6", errno);
+  const std::string conf = std::string("/proc/sys/net/ipv6/conf/") + guest_link::kGuestName;
+  BH_TRY(WriteSmallFile(conf + "/accept_dad", "0"));
+  BH_TRY(WriteSmallFile(conf + "/accept_ra", "0"));
+  struct {  // the kernel's struct in6_ifreq (linux/ipv6.h clashes with glibc's headers)
+    in6_addr address;
+    uint32_t prefix_length;
+    int index;
+  } request{};
+  ::inet_pton(AF_INET6, guest_link::kGuestAddress6, &request.address);
+  request.prefix_length = guest_link::kPrefixLength6;
+  request.index = static_cast<int>(eth0_index);
+  if (::ioctl(s.get(), SIOCSIFADDR, &request) != 0) return SystemError("eth0 IPv6 address", errno);
+  in6_rtmsg route{};
+  ::inet_pton(AF_INET6, guest_link::kGatewayAddress6, &route.rtmsg_gateway);
+  route.rtmsg_flags = RTF_UP | RTF_GATEWAY;
+  route.rtmsg_metric = 1;
+  route.rtmsg_ifindex = static_cast<int>(eth0_index);
+  if (::ioctl(s.get(), SIOCADDRT, &route) != 0) return SystemError("IPv6 default route", errno);
+  return {};
+}
+
+// Step 3 with a NIC: eth0 gets the guest's addresses and default routes through the gateway,
 // ping sockets work, and the sandbox's resolv.conf (a regular file: a symlink's target would be looked up outside
 // the new root) names the gateway's resolver: the guest's loopback is its own.
 Status ConfigureNetwork() {
@@ -172,6 +202,7 @@ Status ConfigureNetwork() {
   route.rt_gateway = Ipv4(guest_link::kGatewayAddress);
   route.rt_flags = RTF_UP | RTF_GATEWAY;
   if (::ioctl(s.get(), SIOCADDRT, &route) != 0) return SystemError("default route", errno);
+  BH_TRY(ConfigureIpv6(::if_nametoindex(guest_link::kGuestName)));
   // Ping sockets for every group, as in the other tiers' namespaces (open_link.h).
   BH_TRY(WriteSmallFile("/proc/sys/net/ipv4/ping_group_range", "0 2147483647"));
 

@@ -40,8 +40,9 @@ constexpr char kWhere[] = "sandbox network namespace";
 //
 // A namespace with a guest link (common/guest_link.h: the tap of a guest with its own kernel)
 // gets the same for what arrives from the tap: nat_in sends the guest's DNS to the resolver
-// and every TCP connection to the proxy (at the tap's address, where the listeners also take
-// connections), filter_in lets in only those and answers, chain forward lets the guest's UDP
+// and every TCP connection, IPv4 or IPv6, to the proxy (at the tap's address, where the
+// listeners also take connections), filter_in lets in only those, answers and IPv6 neighbour
+// discovery (the guest's way to the gateway's link address), chain forward lets the guest's UDP
 // and ICMP out of eth0 under the same rules as above (open mode), and nat_post masquerades
 // them behind eth0's address (the host's table then treats them as the sandbox's own).
 std::string TableRules(bool has_guest_link) {
@@ -55,6 +56,7 @@ std::string TableRules(bool has_guest_link) {
     iifname )" + tap + R"( meta l4proto tcp th dport 1000 accept
     iifname )" + tap + R"( meta l4proto { tcp, udp } th dport 53 accept
     iifname )" + tap + R"( ct state established,related accept
+    iifname )" + tap + R"( icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } accept
     iifname )" + tap + R"( drop)";
   const std::string guest_out = !has_guest_link ? "" : R"(
     oifname )" + tap + R"( accept)";
@@ -244,8 +246,8 @@ Status ApplyNftables(Mode mode, bool has_guest_link) {
 // ports below 1024 need a capability its root lacks in this namespace, and the group is
 // per uid.
 //
-// With a guest link the v4 ones take every local address (`any`): the guest reaches them at the
-// tap's, where nat_in sends its connections.
+// With a guest link they take every local address (`any`): the guest reaches them at the tap's,
+// where nat_in sends its connections.
 Result<UniqueFd> LoopbackSocket(int family, int type, uint16_t port, bool any) {
   UniqueFd fd(::socket(family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd) return SystemError("socket", errno);
@@ -270,7 +272,7 @@ Result<UniqueFd> LoopbackSocket(int family, int type, uint16_t port, bool any) {
     sockaddr_in6 address{};
     address.sin6_family = AF_INET6;
     address.sin6_port = htons(port);
-    address.sin6_addr = in6addr_loopback;
+    address.sin6_addr = any ? in6addr_any : in6addr_loopback;
     rc = ::bind(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address));
   }
   if (rc != 0) return SystemError("bind", errno);
@@ -301,10 +303,34 @@ Status OpenListener(UniqueFd* out, int family, int type, uint16_t port, const ch
 
 bool HasGuestLink() { return ::if_nametoindex(guest_link::kTapName) != 0; }
 
-// The guest link's side in this namespace: up with the gateway's address, forwarding on (the
-// guest's UDP and ICMP in open mode: chain forward decides what passes), or down with
-// forwarding off (mode none: the guest's NIC then has no carrier).
-Status SetGuestLink(bool up) {
+// `ip -6 address replace fd00:0:0:2::2/64 dev tap0 nodad`: the gateway's IPv6 address on the
+// guest link, without duplicate address detection (it would hold the address back for a
+// second; the guest is the only other node). Answers the errno of the kernel's refusal.
+int AddGatewayAddress6(int tap_index) {
+  alignas(nlmsghdr) char request[NLMSG_SPACE(sizeof(ifaddrmsg)) + 2 * RTA_SPACE(sizeof(in6_addr))]{};
+  auto* header = reinterpret_cast<nlmsghdr*>(request);
+  header->nlmsg_len = NLMSG_LENGTH(sizeof(ifaddrmsg));
+  header->nlmsg_type = RTM_NEWADDR;
+  header->nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE;
+  header->nlmsg_seq = 1;
+  auto* message = static_cast<ifaddrmsg*>(NLMSG_DATA(header));
+  message->ifa_family = AF_INET6;
+  message->ifa_prefixlen = guest_link::kPrefixLength6;
+  message->ifa_flags = IFA_F_NODAD;
+  message->ifa_scope = RT_SCOPE_UNIVERSE;
+  message->ifa_index = static_cast<unsigned>(tap_index);
+  in6_addr address{};
+  ::inet_pton(AF_INET6, guest_link::kGatewayAddress6, &address);
+  AddAttribute(header, IFA_LOCAL, &address, sizeof address);
+  AddAttribute(header, IFA_ADDRESS, &address, sizeof address);
+  return SendAndAck(header);
+}
+
+// The guest link's side in this namespace: up with the gateway's addresses (IPv6 where the
+// namespace has it), forwarding on (the guest's UDP and ICMP in open mode: chain forward
+// decides what passes), or down with forwarding off (mode none: the guest's NIC then has no
+// carrier).
+Status SetGuestLink(bool up, bool ipv6) {
   if (!up) BH_TRY(WriteSmallFile("/proc/sys/net/ipv4/ip_forward", "0"));
   UniqueFd s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   if (!s) return SystemError("socket for the guest link", errno);
@@ -321,6 +347,10 @@ Status SetGuestLink(bool up) {
     };
     BH_TRY(set_address(SIOCSIFADDR, guest_link::kGatewayAddress, "address"));
     BH_TRY(set_address(SIOCSIFNETMASK, guest_link::kNetmask, "netmask"));
+    if (ipv6) {
+      const int index = static_cast<int>(::if_nametoindex(guest_link::kTapName));
+      if (int err = AddGatewayAddress6(index); err != 0) return SystemError("guest link IPv6 address", err);
+    }
   }
   if (::ioctl(s.get(), SIOCGIFFLAGS, &ifr) != 0) return SystemError("guest link flags", errno);
   ifr.ifr_flags = static_cast<short>(up ? ifr.ifr_flags | IFF_UP : ifr.ifr_flags & ~IFF_UP);
@@ -341,7 +371,7 @@ Result<NetnsListeners> ConfigureCurrentNetns(Mode mode) {
   const bool guest = HasGuestLink();
 
   if (mode == Mode::kNone) {
-    if (guest) BH_TRY(SetGuestLink(false));
+    if (guest) BH_TRY(SetGuestLink(false, false));
     for (int family : {AF_INET, AF_INET6}) {
       int err = ChangeDefaultRoute(family, *lo_index, false);
       // No such route (already none): ESRCH for v4, ENOENT for v6. EAFNOSUPPORT: no IPv6.
@@ -360,9 +390,9 @@ Result<NetnsListeners> ConfigureCurrentNetns(Mode mode) {
   BH_TRY(OpenListener(&listeners.dns_udp4, AF_INET, SOCK_DGRAM, kDnsPort, "DNS", guest));
   BH_TRY(OpenListener(&listeners.dns_tcp4, AF_INET, SOCK_STREAM, kDnsPort, "DNS", guest));
   if (ipv6) {
-    BH_TRY(OpenListener(&listeners.tcp6, AF_INET6, SOCK_STREAM, kProxyPort, "proxy"));
-    BH_TRY(OpenListener(&listeners.dns_udp6, AF_INET6, SOCK_DGRAM, kDnsPort, "DNS"));
-    BH_TRY(OpenListener(&listeners.dns_tcp6, AF_INET6, SOCK_STREAM, kDnsPort, "DNS"));
+    BH_TRY(OpenListener(&listeners.tcp6, AF_INET6, SOCK_STREAM, kProxyPort, "proxy", guest));
+    BH_TRY(OpenListener(&listeners.dns_udp6, AF_INET6, SOCK_DGRAM, kDnsPort, "DNS", guest));
+    BH_TRY(OpenListener(&listeners.dns_tcp6, AF_INET6, SOCK_STREAM, kDnsPort, "DNS", guest));
   }
   BH_TRY(ApplyNftables(mode, guest));
   if (int err = ChangeDefaultRoute(AF_INET, *lo_index, true); err != 0) {
@@ -373,7 +403,7 @@ Result<NetnsListeners> ConfigureCurrentNetns(Mode mode) {
       return SystemError("add IPv6 default route in sandbox network namespace", err);
     }
   }
-  if (guest) BH_TRY(SetGuestLink(true));
+  if (guest) BH_TRY(SetGuestLink(true, ipv6));
   return listeners;
 }
 

@@ -344,6 +344,24 @@ def test_allowlist_raw_sockets_resolve_and_connect(allowlisted, fakenet):
             assert outcome["ok"] and outcome["rcode"] == 0 and outcome["answers"] == 1, (server, transport, outcome)
 
 
+def test_allowlist_carries_ipv6_to_an_allowed_name(allowlisted, fakenet):
+    """A program that picks IPv6 (curl -6, a raw connect to the AAAA address) reaches an allowed
+    name through the proxy as over IPv4: on every tier, the microvm guest included (its eth0 has
+    a unique local address and a default route to the gateway, where the proxy listens)."""
+    box = allowlisted
+    for url, port in (("http://a.test/", "80"), ("https://a.test/", "443")):
+        mark = fakenet.mark()
+        result = box.curl(*NOPROXY, *CACERT, "-6", url)
+        assert result["exit_code"] == 0, result
+        assert result["body"] in hello("a.test", A_VIA), result
+        assert result["remote"] == f"{fn.A_TEST6} {port}", result
+        requests = [e for e in fakenet.events_since(mark, SERVER_LOGS) if e.kind == "request"]
+        assert len(requests) == 1 and requests[0].local_ip in A_VIA, requests
+    outcome = box.probe("http", fn.A_TEST6, 443, "a.test", "tls")
+    assert outcome["ok"], outcome
+    assert outcome["body"] in hello("a.test", A_VIA), outcome
+
+
 @pytest.mark.parametrize("route", ["explicit", "transparent"])
 def test_allowlist_git_clone_over_https(allowlisted, fakenet, route):
     unset = "unset http_proxy https_proxy all_proxy HTTP_PROXY HTTPS_PROXY ALL_PROXY; " if route == "transparent" else ""

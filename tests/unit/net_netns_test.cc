@@ -378,18 +378,24 @@ TEST_F(NetnsTest, AGuestLinkGetsTheGatewayForwardingAndTheGuestRulesAndLosesThem
   EXPECT_TRUE(*with);
 
   NetnsListeners listeners = Configure(Mode::kOpen);
-  // The v4 listeners take the gateway's address too (where nat_in sends the guest).
+  // The listeners take the gateway's addresses too (where nat_in sends the guest).
   EXPECT_EQ(LocalAddress(listeners.tcp4.get()), "0.0.0.0:1000");
   EXPECT_EQ(LocalAddress(listeners.dns_udp4.get()), "0.0.0.0:53");
-  const std::string link = OutputInNetns(netns_.get(), "ip -4 -o addr show dev tap0; ip -o link show dev tap0; "
+  EXPECT_EQ(LocalAddress(listeners.tcp6.get()), "[::]:1000");
+  EXPECT_EQ(LocalAddress(listeners.dns_tcp6.get()), "[::]:53");
+  const std::string link = OutputInNetns(netns_.get(), "ip -o addr show dev tap0; ip -o link show dev tap0; "
                                                        "cat /proc/sys/net/ipv4/ip_forward; ip rule");
   EXPECT_NE(link.find("inet 10.0.2.2/24"), std::string::npos) << link;
+  // IPv6: the gateway's unique local address, usable at once (no duplicate address detection,
+  // so never "tentative" as the link-local one is for a while).
+  EXPECT_NE(link.find("inet6 fd00:0:0:2::2/64 scope global nodad \\"), std::string::npos) << link;
   EXPECT_NE(link.find(",UP"), std::string::npos) << link;
   EXPECT_NE(link.find("\n1\n"), std::string::npos) << link;
   EXPECT_NE(link.find("90:\tfrom all to 10.0.2.0/24 lookup main"), std::string::npos) << link;
   const std::string rules = OutputInNetns(netns_.get(), "nft list table inet bulkhead");
   for (const char* want : {"iifname \"tap0\" meta l4proto tcp redirect to :1000", "chain forward",
-                           "oifname \"eth0\" ip saddr 10.0.2.15 masquerade", "iifname \"tap0\" drop"})
+                           "oifname \"eth0\" ip saddr 10.0.2.15 masquerade", "iifname \"tap0\" drop",
+                           "iifname \"tap0\" icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } accept"})
     EXPECT_NE(rules.find(want), std::string::npos) << want << "\n" << rules;
 
   Configure(Mode::kNone);
