@@ -42,6 +42,7 @@ RUNTIME = os.environ.get("BULKHEAD_TEST_RUNTIME", "native")
 # Where a sandbox reaches bulkhead's egress proxy and resolver: its loopback, or on the microvm
 # tier (a kernel of its own) the gateway of its NIC (src/common/guest_link.h).
 PROXY_HOST = "10.0.2.2" if RUNTIME == "microvm" else "127.0.0.1"
+PROXY_HOST6 = "fd00:0:0:2::2" if RUNTIME == "microvm" else "::1"  # the same listeners over IPv6
 
 
 def shared_dir() -> Path:

@@ -360,6 +360,11 @@ def test_allowlist_carries_ipv6_to_an_allowed_name(allowlisted, fakenet):
     outcome = box.probe("http", fn.A_TEST6, 443, "a.test", "tls")
     assert outcome["ok"], outcome
     assert outcome["body"] in hello("a.test", A_VIA), outcome
+    # The proxy named by its IPv6 address: an explicit proxy, which still judges the name.
+    proxy = ["-x", f"http://[{harness.PROXY_HOST6}]:1000"]
+    result = box.curl(*proxy, "http://a.test/")
+    assert result["exit_code"] == 0 and result["body"] in hello("a.test", A_VIA), result
+    assert_blocked(box, fakenet, [*CURL, *proxy, "http://other.test/"])
 
 
 @pytest.mark.parametrize("route", ["explicit", "transparent"])
