@@ -75,6 +75,40 @@ TEST_F(InitramfsTest, HoldsInitTheFilterAndTheModulesInLoadOrder) {
   EXPECT_FALSE(fs::exists(out + ".new"));
 }
 
+// A module as kbuild signs it: code, PKCS#7 blob, struct module_signature (length last,
+// big-endian), marker.
+std::string Signed(const std::string& code, const std::string& blob) {
+  std::string info(12, '\0');
+  info[8] = static_cast<char>(blob.size() >> 24);
+  info[9] = static_cast<char>(blob.size() >> 16);
+  info[10] = static_cast<char>(blob.size() >> 8);
+  info[11] = static_cast<char>(blob.size());
+  return code + blob + info + "~Module signature appended~\n";
+}
+
+TEST(ModuleSignatureTest, TheAppendedSignatureGoesAndAnythingElseStaysAsItIs) {
+  const std::string code("\x7f" "ELF module code\0with nuls", 26);
+  EXPECT_EQ(WithoutModuleSignature(Signed(code, std::string(700, 's'))), code);
+  EXPECT_EQ(WithoutModuleSignature(Signed(code, "")), code);
+  EXPECT_EQ(WithoutModuleSignature(code), code);  // unsigned
+  // A length longer than what precedes it: not a signature, kept whole.
+  std::string lying = Signed(code, "sig");
+  lying[lying.size() - 29] = 100;
+  EXPECT_EQ(WithoutModuleSignature(lying), lying);
+  const std::string bare = "~Module signature appended~\n";  // no room for the struct
+  EXPECT_EQ(WithoutModuleSignature(bare), bare);
+}
+
+TEST_F(InitramfsTest, ModulesGoInWithoutTheirSignatures) {
+  std::ofstream(dir_ + "/signed.ko") << Signed("module code", std::string(500, 'x'));
+  const std::string out = dir_ + "/initramfs.cpio";
+  ASSERT_TRUE(WriteInitramfs(out, {dir_ + "/init", "bpf", {dir_ + "/signed.ko", dir_ + "/vsock.ko"}}).ok());
+  std::string format;
+  auto entries = ReadBack(out, format);
+  EXPECT_EQ(entries["modules/signed.ko"].data, "module code");
+  EXPECT_EQ(entries["modules/vsock.ko"].data, "contents of vsock.ko");
+}
+
 TEST_F(InitramfsTest, WithoutModulesThereIsNoModulesDirectory) {
   const std::string out = dir_ + "/initramfs.cpio";
   ASSERT_TRUE(WriteInitramfs(out, {dir_ + "/init", "bpf", {}}).ok());

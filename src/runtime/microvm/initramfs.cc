@@ -40,6 +40,26 @@ Status Add(archive* a, const std::string& name, mode_t mode, const std::string& 
   return {};
 }
 
+// The signature a module signed at build time carries at its end: the PKCS#7 blob, then a
+// 12-byte struct module_signature whose last 4 bytes are the blob's length (big-endian), then
+// this marker.
+constexpr char kSignatureMarker[] = "~Module signature appended~\n";
+constexpr size_t kSignatureInfo = 12;
+
+}  // namespace
+
+std::string WithoutModuleSignature(std::string module) {
+  const size_t marker = sizeof kSignatureMarker - 1;
+  if (module.size() < marker + kSignatureInfo || !module.ends_with(kSignatureMarker)) return module;
+  const auto* length = reinterpret_cast<const unsigned char*>(module.data() + module.size() - marker - 4);
+  const size_t signature = (size_t{length[0]} << 24) | (size_t{length[1]} << 16) | (size_t{length[2]} << 8) | length[3];
+  if (signature > module.size() - marker - kSignatureInfo) return module;  // not a signature after all
+  module.resize(module.size() - marker - kSignatureInfo - signature);
+  return module;
+}
+
+namespace {
+
 Result<std::string> Read(const std::string& path) {
   auto data = ReadSmallFile(path, 256 << 20);
   if (!data) return MakeError(ErrorCode::kUnavailable, "initramfs: cannot read " + path);
@@ -67,7 +87,7 @@ Status WriteInitramfs(const std::string& path, const InitramfsFiles& files) {
       const std::string name = std::filesystem::path(module).filename().string();
       auto data = Read(module);
       if (!data) return data.error();
-      BH_TRY(Add(a.get(), "modules/" + name, S_IFREG | 0444, *data));
+      BH_TRY(Add(a.get(), "modules/" + name, S_IFREG | 0444, WithoutModuleSignature(std::move(*data))));
       order += name + "\n";
     }
     BH_TRY(Add(a.get(), "modules/order", S_IFREG | 0444, order));
