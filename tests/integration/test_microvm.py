@@ -108,16 +108,23 @@ def test_a_guest_with_a_network_gets_a_tap_in_its_own_namespace_and_loses_it_in_
     assert client.sh(sandbox["id"], "ip -4 -o addr show eth0 | awk '{print $4}'; ip route show default; "
                                     "cat /etc/resolv.conf").strip().split("\n") == [
         "10.0.2.15/24", "default via 10.0.2.2 dev eth0 ", "nameserver 10.0.2.2"]
-    # The proxy answers at the gateway (a name the allowlist lacks: 403 from the proxy itself).
-    out = client.sh(sandbox["id"], "curl -sS -m 20 -o /dev/null -w '%{http_code}' http://example.com/")
-    assert out == "403", out
+    # IPv6 too: a unique local address, usable at once (no DAD), and a default route.
+    v6 = client.sh(sandbox["id"], "ip -6 -o addr show eth0 scope global; ip -6 route show default").strip()
+    assert "inet6 fd00:0:0:2::15/64 scope global" in v6 and "tentative" not in v6, v6
+    assert "default via fd00:0:0:2::2 dev eth0" in v6, v6
+    # The proxy answers at the gateway, over either (a name the allowlist lacks: 403 from the
+    # proxy itself).
+    for proxy in ("", "-x http://[fd00:0:0:2::2]:1000"):
+        out = client.sh(sandbox["id"], f"curl -sS -m 20 {proxy} -o /dev/null -w '%{{http_code}}' http://example.com/")
+        assert out == "403", (proxy, out)
     r = client.request("PUT", f"/v1/sandboxes/{sandbox['id']}/network", {"mode": "none"})
     assert r.status == 200, r
     result = client.exec(sandbox["id"], ["curl", "-sS", "--connect-timeout", "3", "-x", "http://10.0.2.2:1000",
                                           "http://example.com/"])
     assert result["exit_code"] != 0, result
     entries = client.get(f"/v1/sandboxes/{sandbox['id']}/egress").json()["entries"]
-    assert [e["verdict"] for e in entries if e["name"] == "example.com" and e["protocol"] == "tcp"] == ["denied"]
+    # The two tries above (IPv4, IPv6); none after mode none.
+    assert [e["verdict"] for e in entries if e["name"] == "example.com" and e["protocol"] == "tcp"] == ["denied"] * 2
 
 
 def test_ports_reach_the_guests_loopback_in_every_network_mode(client, sandbox_factory, microvm):
@@ -172,9 +179,11 @@ def test_later_sandboxes_of_a_shape_start_as_copies_of_its_saved_template(client
         assert rss_kb < 512 * 1024, rss_kb
     # Each copy reseeded its random generator from the host: no two draw the same bytes.
     assert len(set(seen)) == 2, seen
-    # The copies are whole sandboxes: the proxy answers at the gateway in the one with a NIC.
-    out = client.sh(copy["id"], "curl -sS -m 20 -o /dev/null -w '%{http_code}' http://example.com/")
-    assert out == "403", out
+    # The copies are whole sandboxes: the proxy answers at the gateway in the one with a NIC,
+    # over IPv4 and IPv6.
+    for proxy in ("", "-x http://[fd00:0:0:2::2]:1000"):
+        out = client.sh(copy["id"], f"curl -sS -m 20 {proxy} -o /dev/null -w '%{{http_code}}' http://example.com/")
+        assert out == "403", (proxy, out)
 
 
 def template_guests(state_dir) -> list[int]:
