@@ -328,6 +328,27 @@ TEST(ParseSandboxSpec, FromSnapshotTakesTheSnapshotsImageUnlessOneIsNamed) {
   EXPECT_TRUE(Mentions(SpecError({{"from_snapshot", std::string(129, 's')}}), "from_snapshot"));
 }
 
+TEST(ParseSnapshotRequest, MemoryTrueIsRefusedNotAnsweredWithFilesAlone) {
+  EXPECT_EQ(*ParseSnapshotRequest({{"memory", false}}), "");
+  EXPECT_EQ(*ParseSnapshotRequest({{"memory", nullptr}}), "");
+  EXPECT_EQ(*ParseForkRequest({{"memory", false}, {"count", 2}}), 2);
+  for (const json& body : {json{{"memory", true}}, json{{"memory", true}, {"name", "n"}}}) {
+    auto refused = ParseSnapshotRequest(body);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.error().code, ErrorCode::kInvalid);
+    EXPECT_EQ(refused.error().detail_code, "runtime_unsupported");
+    EXPECT_NE(refused.error().message.find("files only"), std::string::npos) << refused.error().message;
+  }
+  auto fork = ParseForkRequest({{"memory", true}});
+  ASSERT_FALSE(fork.ok());
+  EXPECT_EQ(fork.error().detail_code, "runtime_unsupported");
+  for (const json& wrong : {json(1), json("true"), json::array()}) {
+    auto snapshot = ParseSnapshotRequest({{"memory", wrong}});
+    ASSERT_FALSE(snapshot.ok());
+    EXPECT_EQ(snapshot.error().message, "memory must be a boolean");
+  }
+}
+
 TEST(ParseSnapshotRequest, NameIsOptionalAndBounded) {
   EXPECT_EQ(*ParseSnapshotRequest(json::object()), "");
   EXPECT_EQ(*ParseSnapshotRequest({{"name", "before upgrade"}}), "before upgrade");
