@@ -317,6 +317,21 @@ bool IsNumericId(std::string_view s) {
   return std::stoull(std::string(s)) < 4294967295ull;
 }
 
+// `"memory": true` asks for memory and processes too, which no tier captures yet: refused,
+// rather than answered with a snapshot or fork of the files alone.
+Status RefuseMemory(const json& body) {
+  const json* memory = Find(body, "memory");
+  if (memory == nullptr) return {};
+  if (!memory->is_boolean()) return Invalid("memory must be a boolean");
+  if (memory->get<bool>())
+    return MakeError(ErrorCode::kInvalid,
+                     "memory snapshots and forks (\"memory\": true) are not available on any runtime yet: "
+                     "snapshots and forks keep the sandbox's files only (\"memory\": false), and pause keeps "
+                     "its memory while the daemon runs",
+                     "runtime_unsupported");
+  return {};
+}
+
 }  // namespace
 
 HostLimits HostLimits::Detect(std::string default_runtime) {
@@ -485,21 +500,6 @@ Result<core::ListFilter> ParseListFilter(const std::vector<std::pair<std::string
     // Other parameters are ignored, like unknown JSON fields.
   }
   return filter;
-}
-
-// `"memory": true` asks for memory and processes too, which no tier captures yet: refused,
-// rather than answered with a snapshot or fork of the files alone.
-Status RefuseMemory(const json& body) {
-  const json* memory = Find(body, "memory");
-  if (memory == nullptr) return {};
-  if (!memory->is_boolean()) return Invalid("memory must be a boolean");
-  if (memory->get<bool>())
-    return MakeError(ErrorCode::kInvalid,
-                     "memory snapshots and forks (\"memory\": true) are not available on any runtime yet: "
-                     "snapshots and forks keep the sandbox's files only (\"memory\": false), and pause keeps "
-                     "its memory while the daemon runs",
-                     "runtime_unsupported");
-  return {};
 }
 
 Result<std::string> ParseSnapshotRequest(const json& body) {
