@@ -16,8 +16,11 @@ void SetGuardedMemory(int64_t limit_bytes);
 int64_t GuardedMemory();
 
 // One look: kills the largest processes, as many as held the excess, if the sandbox is over
-// its limit. Answers how many milliseconds until the next look: sooner the closer the sandbox
-// is to its limit.
+// its limit. Answers how many milliseconds until the next look (NextLookMs).
 uint64_t GuardMemory();
+
+// Milliseconds until the next look with `used_bytes` of `limit_bytes` in use: soon enough that
+// the fastest fill seen could not cross the limit meanwhile, and at most 200.
+uint64_t NextLookMs(int64_t used_bytes, int64_t limit_bytes);
 
 }  // namespace bulkhead::init
