@@ -449,6 +449,17 @@ Result<GuestBootMessage> DecodeGuestBootArg(std::string_view hex) {
   return m;
 }
 
+std::string Encode(const FreezeMessage& m) { return Dump({{"frozen", m.frozen}}); }
+
+Result<FreezeMessage> DecodeFreeze(std::string_view text) {
+  auto parsed = ParseObject(text, "kFreeze");
+  if (!parsed) return parsed.error();
+  if (!Field(*parsed, "frozen")) return Invalid("frozen must be a boolean");
+  FreezeMessage m;
+  BH_TRY(ReadBool(*parsed, "frozen", m.frozen));
+  return m;
+}
+
 // ---- init -> daemon
 
 std::string Encode(const ReclaimedMessage& m) {
@@ -464,6 +475,16 @@ Result<ReclaimedMessage> DecodeReclaimed(std::string_view text) {
   std::optional<uint64_t> resident;
   BH_TRY(ReadOptionalUnsigned(*parsed, "resident_bytes", resident));
   m.resident_bytes = static_cast<int64_t>(resident.value_or(0));
+  return m;
+}
+
+std::string Encode(const FrozenMessage& m) { return Dump({{"settled", m.settled}}); }
+
+Result<FrozenMessage> DecodeFrozen(std::string_view text) {
+  auto parsed = ParseObject(text, "kFreeze's kResult");
+  if (!parsed) return parsed.error();
+  FrozenMessage m;
+  BH_TRY(ReadBool(*parsed, "settled", m.settled));
   return m;
 }
 

@@ -138,6 +138,14 @@ struct GuestBootMessage {
 inline constexpr size_t kMaxGuestVolumes = 64;
 
 // kResult of kReclaim: the process init killed, if any.
+// kFreeze, and its kResult.
+struct FreezeMessage {
+  bool frozen = false;
+};
+struct FrozenMessage {
+  bool settled = false;
+};
+
 struct ReclaimedMessage {
   std::optional<int> killed;
   int64_t resident_bytes = 0;
@@ -155,6 +163,8 @@ std::string Encode(const SudoUsersMessage& m);
 std::string Encode(const SignalMessage& m);
 std::string Encode(const LimitsMessage& m);
 std::string Encode(const ReclaimedMessage& m);
+std::string Encode(const FreezeMessage& m);
+std::string Encode(const FrozenMessage& m);
 std::string Encode(const StreamOffsets& m);  // kGap
 std::string Encode(const StartedMessage& m);
 std::string Encode(const ExitMessage& m);
@@ -171,6 +181,8 @@ Result<LimitsMessage> DecodeLimits(std::string_view text);
 std::string EncodeGuestBootArg(const GuestBootMessage& m);  // hex
 Result<GuestBootMessage> DecodeGuestBootArg(std::string_view hex);
 Result<ReclaimedMessage> DecodeReclaimed(std::string_view text);
+Result<FreezeMessage> DecodeFreeze(std::string_view text);
+Result<FrozenMessage> DecodeFrozen(std::string_view text);
 Result<StreamOffsets> DecodeStreamOffsets(std::string_view text);
 Result<StartedMessage> DecodeStarted(std::string_view text);
 Result<ExitMessage> DecodeExit(std::string_view text);

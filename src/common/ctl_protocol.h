@@ -20,6 +20,7 @@
 //   kSudoUsers who may use the sandbox's sudo.
 //   kLimits    the limits init enforces in the sandbox's own kernel.
 //   kReclaim   the sandbox ran out of memory: kill its largest process.
+//   kFreeze    stop or resume the workload inside, before the host freezes the sandbox.
 //
 // daemon -> init
 //   kExec      (json) {"argv": [..], "env": ["K=V", ..], "cwd": "/workspace",
@@ -72,6 +73,15 @@
 //              resident set but itself, as the kernel's OOM killer would, and answers kResult
 //              {"killed": 12, "resident_bytes": N}, or {} when there is none; then ends the
 //              connection.
+//   kFreeze    (json) {"frozen": true}  where init made its cgroups in the sandbox's own kernel
+//              and that kernel has a freezer (microvm): every process of the workload stops
+//              (true) or goes on (false). A write system call that its kernel sends to the
+//              host as several requests (virtio-fs splits one at a page not yet read) is
+//              finished before its process stops, so the host's freeze that follows never cuts
+//              one in half. init waits up to 1 s for the workload to stop, then answers kResult
+//              {"settled": true | false} (false: a process still runs in the kernel; it stops
+//              when it leaves) and ends the connection; kError invalid_argument where it has no
+//              freezer.
 //   kProcAttach (json) {"pid": 12, "output": true, "follow": false,
 //                       "stdout_offset": 0, "stderr_offset": 0}
 //              Unknown pid: kError not_found. Otherwise kAttached, then (with "output")
@@ -102,7 +112,8 @@
 //              kStderr "bulkhead: exec <argv0>: <strerror>" and kExit with exit_code 127
 //              (126 for a permission problem), as a shell would report it.
 //   kPong      ()
-//   kResult    (json) the answer to kProcList, kSudoUsers, kLimits or kReclaim. Last frame.
+//   kResult    (json) the answer to kProcList, kSudoUsers, kLimits, kReclaim or kFreeze. Last
+//              frame.
 //   kAttached  (json) {"process": Process, "stdout_offset": N, "stderr_offset": M}
 //              the offsets where the output that follows starts: the requested ones, or
 //              later ones if the ring no longer holds those bytes (the client missed
@@ -221,6 +232,7 @@ enum FrameType : uint8_t {
   kSudoUsers = 9,
   kLimits = 10,
   kReclaim = 11,
+  kFreeze = 12,
   kStarted = 16,
   kStdout = 17,
   kStderr = 18,

@@ -158,6 +158,11 @@ class SandboxManagerImpl : public SandboxManager {
   // Where the sandbox's own kernel enforces its limits (Capabilities::limits_in_sandbox), tells
   // its init (ctl::kLimits); nothing to do elsewhere.
   Status SetLimitsInside(const Sandbox& sb, const runtime::Limits& limits) const;
+  // Freezes or thaws every process of the sandbox. Where its tier says so
+  // (Capabilities::freeze_inside), init stops the workload inside before the host's freeze and
+  // resumes it after the host's thaw (ctl::kFreeze).
+  Status SetFrozen(const Sandbox& sb, bool frozen) const;
+  Status FreezeInside(const Sandbox& sb, bool frozen) const;
   // The sandbox with this host name ran out of memory (Tier::SetReclaim): has its init kill its
   // largest process. True if one was killed.
   bool ReclaimMemory(const std::string& host_name);

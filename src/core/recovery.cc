@@ -57,14 +57,16 @@ Status SandboxManagerImpl::Recover() {
     if (was_up && sb->tier->Alive(handle)) {
       // The row says what was asked; the tier is brought to it. A frozen sandbox under a
       // "running" row is a snapshot or a pause the crash cut short: thaw it.
+      // A paused one was stopped inside first (SetFrozen): the host's freeze holds it as it was.
       sb->state = *state;
-      if (auto st = sb->tier->SetFrozen(HostName(row.id), *state == State::kPaused); !st)
-        spdlog::error("recover: sandbox {}: {}", row.id, st.error().message);
+      sb->init = sb->tier->Dialer(SandboxDir(row.id));
+      const Status brought = *state == State::kPaused ? sb->tier->SetFrozen(HostName(row.id), true)
+                                                      : SetFrozen(*sb, false);
+      if (!brought) spdlog::error("recover: sandbox {}: {}", row.id, brought.error().message);
       if (*state == State::kPaused) sb->expires_ms = 0, sb->info.expires_at.reset();
       sb->last_activity_ms = UnixMillis();
       // When it booted is not kept: its CPU share is first counted from its creation.
       sb->booted_ms = ParseRfc3339Millis(row.created_at).value_or(0);
-      sb->init = sb->tier->Dialer(SandboxDir(row.id));
       if (auto st = sb->tier->Reattach(HostName(row.id), LimitsOf(*spec)); !st)
         spdlog::error("recover: sandbox {}: {}", row.id, st.error().message);
       (void)uids_.Reclaim(row.uid_base, row.id);

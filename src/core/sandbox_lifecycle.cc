@@ -187,6 +187,38 @@ Status SandboxManagerImpl::SetLimitsInside(const Sandbox& sb, const runtime::Lim
   return {};
 }
 
+Status SandboxManagerImpl::SetFrozen(const Sandbox& sb, bool frozen) const {
+  const std::string host_name = HostName(sb.info.id);
+  if (!sb.tier->capabilities().freeze_inside) return sb.tier->SetFrozen(host_name, frozen);
+  if (!frozen) {
+    BH_TRY(sb.tier->SetFrozen(host_name, false));
+    return FreezeInside(sb, false);
+  }
+  // An init that does not answer still gets frozen from outside: a pause must not hang on it
+  // (what it costs: a write caught half-sent, as without this step).
+  if (auto inside = FreezeInside(sb, true); !inside)
+    spdlog::warn("sandbox {}: its init did not stop the workload: {}", sb.info.id, inside.error().message);
+  if (auto outside = sb.tier->SetFrozen(host_name, true); !outside) {
+    (void)FreezeInside(sb, false);
+    return outside;
+  }
+  return {};
+}
+
+Status SandboxManagerImpl::FreezeInside(const Sandbox& sb, bool frozen) const {
+  if (!sb.init) return MakeError(ErrorCode::kInternal, "no init to reach");
+  constexpr std::chrono::seconds kInitAnswer{5};  // init waits at most 1 s for the workload
+  auto answer = CallInitBlocking(*sb.init, ctl::kFreeze, ctl::Encode(ctl::FreezeMessage{frozen}), kInitAnswer);
+  if (!answer) return answer.error();
+  if (answer->type != ctl::kResult)
+    return InitProtocolError("kFreeze answered with frame type " + std::to_string(answer->type));
+  auto frozen_answer = ctl::DecodeFrozen(answer->payload);
+  if (!frozen_answer) return frozen_answer.error();
+  if (frozen && !frozen_answer->settled)
+    spdlog::warn("sandbox {}: a process was still in a system call a second after the freeze", sb.info.id);
+  return {};
+}
+
 Status SandboxManagerImpl::GrantSudo(const Sandbox& sb, const SandboxSpec& spec) const {
   if (spec.sudo_users.empty()) return {};
   constexpr std::chrono::seconds kInitAnswer{10};  // a fresh init answers at once; a stuck one must not hold a create
@@ -320,7 +352,7 @@ Status SandboxManagerImpl::FreezeLocked(Sandbox& sb, bool frozen) {
     (void)db_->Put(RowOf(sb));
     return WrongState(id, "error", "its init is gone; POST .../start boots it again");
   }
-  BH_TRY(sb.tier->SetFrozen(HostName(id), frozen));
+  BH_TRY(SetFrozen(sb, frozen));
   std::lock_guard lock(mu_);
   BH_TRY(MoveTo(sb, frozen ? State::kPaused : State::kRunning));
   if (frozen) {

@@ -119,10 +119,10 @@ Result<store::SnapshotRow> SandboxManagerImpl::Capture(const std::string& sandbo
   ScopeGuard undo([&] { DropSnapshot(row.id); });
   // Frozen, nothing in the sandbox writes while the capture is cut: files are whole.
   const bool freeze = state == State::kRunning;
-  if (freeze) BH_TRY(sb->tier->SetFrozen(HostName(sandbox_id), true));
+  if (freeze) BH_TRY(SetFrozen(*sb, true));
   Status captured = storage_->CaptureSnapshot(sandbox_id, row.id);
   if (freeze) {
-    if (auto thawed = sb->tier->SetFrozen(HostName(sandbox_id), false); !thawed) {
+    if (auto thawed = SetFrozen(*sb, false); !thawed) {
       spdlog::error("sandbox {}: thaw after snapshot: {}", sandbox_id, thawed.error().message);
       if (captured) captured = thawed.error();
     }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -43,6 +44,9 @@ struct Groups {
   // A guest kernel of the sandbox's own (microvm): its memory and CPUs are the VM's size and
   // the host's cgroup around the VMM; a real kernel refuses limits on its root groups anyway.
   bool whole_kernel = false;
+  // The pids hierarchy has the freezer too (a guest kernel's: gVisor has none), so the
+  // sandbox's group there stops the workload (FreezeWorkload).
+  bool freezer = false;
 } groups;
 
 // Puts `fd` at number `at` (not close-on-exec: main.cc sets that as for the native tier's).
@@ -84,9 +88,17 @@ Result<UniqueFd> OpenDir(const std::string& path) {
 // group, the limits, and the read-only view at /sys/fs/cgroup.
 Status MakeGroups(const std::string& dir, const ctl::LimitsMessage& limits, bool whole_kernel) {
   BH_TRY(Mount("tmpfs", dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0700"));
+  bool freezer = false;
   for (const char* controller : kControllers) {
     const std::string path = dir + "/" + controller;
     BH_TRY(MakeDir(path, 0755));
+    // A guest kernel's freezer shares the pids hierarchy: its workload group is the one every
+    // command joins already.
+    const bool with_freezer = whole_kernel && std::string_view(controller) == "pids";
+    if (with_freezer && ::mount("none", path.c_str(), "cgroup", MS_NOSUID | MS_NODEV | MS_NOEXEC, "pids,freezer") == 0) {
+      freezer = true;
+      continue;
+    }
     BH_TRY(Mount("none", path, "cgroup", MS_NOSUID | MS_NODEV | MS_NOEXEC, controller));
   }
   // The sandbox's pids group (its limit) holds the workload's (every command): shown as the
@@ -104,7 +116,7 @@ Status MakeGroups(const std::string& dir, const ctl::LimitsMessage& limits, bool
   if (!cpu) return cpu.error();
   auto pids = OpenDir(sandbox);
   if (!pids) return pids.error();
-  groups = {std::move(*memory), std::move(*cpu), std::move(*pids), whole_kernel};
+  groups = {std::move(*memory), std::move(*cpu), std::move(*pids), whole_kernel, freezer};
   BH_TRY(SetLimits(limits));
 
   BH_TRY(Mount("tmpfs", kCgroupView, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0755"));
@@ -224,6 +236,23 @@ Status SetLimits(const ctl::LimitsMessage& limits) {
   SetGuardedMemory(limits.memory_bytes);  // (gVisor's memory.limit_in_bytes is only shown)
   BH_TRY(WriteKnob(groups.cpu.get(), "cpu.cfs_period_us", std::to_string(kPeriodUs)));
   return WriteKnob(groups.cpu.get(), "cpu.cfs_quota_us", std::to_string(std::llround(limits.cpus * kPeriodUs)));
+}
+
+Result<bool> FreezeWorkload(bool frozen) {
+  if (!groups.freezer) return MakeError(ErrorCode::kInvalid, "the sandbox's kernel has no freezer init holds");
+  BH_TRY(WriteKnob(groups.pids.get(), "freezer.state", frozen ? "FROZEN" : "THAWED"));
+  if (!frozen) return true;
+  // The state reads FREEZING until every process stopped: one in a system call stops as it
+  // returns to user space (a virtio-fs request it waits for is answered by then).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  for (;;) {
+    UniqueFd state(::openat(groups.pids.get(), "freezer.state", O_RDONLY | O_CLOEXEC));
+    char text[16] = {};
+    if (!state || ::read(state.get(), text, sizeof text - 1) < 0) return SystemError("read freezer.state", errno);
+    if (std::string_view(text).starts_with("FROZEN")) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    ::usleep(1000);
+  }
 }
 
 }  // namespace bulkhead::init

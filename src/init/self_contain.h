@@ -7,7 +7,8 @@
 //      there, writable by init only; make the workload group with the sandbox's pids limit and
 //      take its cgroup.procs as fd 4 (ctl::kWorkloadCgroupFd): every command joins it, so the
 //      limit counts the sandbox's processes exactly; set the memory and CPU limits the host
-//      enforces where programs read them (SetLimits changes them all);
+//      enforces where programs read them (SetLimits changes them all); a guest kernel's
+//      freezer shares the pids hierarchy (FreezeWorkload);
 //   3. show those hierarchies read-only at /sys/fs/cgroup/<controller>, as the native tier
 //      shows the sandbox's own groups, so that runtimes (JVM, Go, Node) size themselves;
 //   4. hide <dir> under an empty read-only tmpfs: no process of the sandbox reaches the socket,
@@ -46,5 +47,9 @@ Result<std::vector<sock_filter>> ReadFilter(const std::string& path);
 // Sets the sandbox's limits (kLimits). Invalid when init did not contain itself: the host's
 // cgroups are the daemon's to set.
 Status SetLimits(const ctl::LimitsMessage& limits);
+
+// Stops (or resumes) every process of the workload (kFreeze), where the sandbox's kernel is its
+// own (microvm). Answers whether all had stopped within a second; invalid without a freezer.
+Result<bool> FreezeWorkload(bool frozen);
 
 }  // namespace bulkhead::init

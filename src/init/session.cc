@@ -108,6 +108,16 @@ void Session::SetLimits(std::string_view payload) {
   state_ = State::kClosing;
 }
 
+void Session::Freeze(std::string_view payload) {
+  auto request = ctl::DecodeFreeze(payload);
+  if (!request.ok()) return FailWith(request.error());
+  // init answers nothing else meanwhile (at most a second): what it serves is being stopped.
+  auto settled = FreezeWorkload(request->frozen);
+  if (!settled.ok()) return FailWith(settled.error());
+  out_.Append(ctl::kResult, ctl::Encode(ctl::FrozenMessage{*settled}));
+  state_ = State::kClosing;
+}
+
 void Session::ReadFrames() {
   switch (in_.Read(socket_.fd.get())) {
     case IncomingFrames::ReadResult::kClosed: state_ = State::kFinished; return;
@@ -157,6 +167,8 @@ void Session::HandleFrame(uint8_t type, std::string_view payload) {
         SetSudoUsers(payload);
       } else if (type == ctl::kLimits) {
         SetLimits(payload);
+      } else if (type == ctl::kFreeze) {
+        Freeze(payload);
       } else if (type == ctl::kReclaim) {
         const std::vector<Killed> killed = KillLargestProcesses(1);
         ctl::ReclaimedMessage answer;
@@ -165,7 +177,7 @@ void Session::HandleFrame(uint8_t type, std::string_view payload) {
         state_ = State::kClosing;
       } else {
         FailWith(MakeError(ErrorCode::kInvalid,
-                           "the first frame must be exec, proc_list, proc_attach, sudo_users, limits, reclaim or ping"));
+                           "the first frame must be exec, proc_list, proc_attach, sudo_users, limits, reclaim, freeze or ping"));
       }
       return;
     case State::kPinging:

@@ -69,6 +69,8 @@ class Session {
   void StartAttach(std::string_view payload);
   void SetSudoUsers(std::string_view payload);
   void SetLimits(std::string_view payload);
+  // kFreeze: stops or resumes the workload (init/self_contain.h), answers whether it settled.
+  void Freeze(std::string_view payload);
   // Moves the attached process's output into the outgoing buffer while the socket takes it.
   void PumpAttachment();
   void ReadOutput(SessionFd which);

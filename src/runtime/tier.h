@@ -112,6 +112,11 @@ struct Capabilities {
   // The port proxy reaches the sandbox's loopback through its init (a relay worker inside),
   // not by a socket in the attached namespace: the loopback is a kernel's of its own.
   bool ports_through_init = false;
+  // Before the host freezes the sandbox (pause, snapshot, fork), its init stops the workload
+  // inside (ctl::kFreeze), and resumes it after the host's thaw: the sandbox's kernel may send
+  // one write to the host's files as several requests (virtio-fs), and a freeze from outside
+  // alone could fall between them and leave half a write in a snapshot.
+  bool freeze_inside = false;
 };
 
 // Every call names a sandbox by its host name (LaunchSpec::id): what the host shows any local

@@ -155,6 +155,17 @@ TEST(CtlMessages, SudoUsersAndSignalsAreBounded) {
   EXPECT_FALSE(DecodeSignal(R"({"signal":0})").ok());
 }
 
+TEST(CtlMessages, AFreezeSaysWhichWayAndItsAnswerWhetherTheWorkloadStopped) {
+  EXPECT_TRUE(DecodeFreeze(Encode(FreezeMessage{true}))->frozen);
+  EXPECT_FALSE(DecodeFreeze(Encode(FreezeMessage{false}))->frozen);
+  EXPECT_FALSE(DecodeFreeze(R"({})").ok());  // no default direction
+  EXPECT_FALSE(DecodeFreeze(R"({"frozen":1})").ok());
+  EXPECT_FALSE(DecodeFreeze(R"([true])").ok());
+  EXPECT_TRUE(DecodeFrozen(Encode(FrozenMessage{true}))->settled);
+  EXPECT_FALSE(DecodeFrozen(Encode(FrozenMessage{false}))->settled);
+  EXPECT_FALSE(DecodeFrozen(R"({"settled":"yes"})").ok());
+}
+
 // The hex of a JSON text (what EncodeGuestBootArg carries), to build hostile arguments.
 std::string Hex(const std::string& text) {
   static const char* digits = "0123456789abcdef";

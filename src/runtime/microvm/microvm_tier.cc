@@ -193,7 +193,7 @@ Result<std::unique_ptr<MicrovmTier>> MicrovmTier::Create(const std::string& tag,
 Capabilities MicrovmTier::capabilities() const {
   return {.pause = true, .filesystem_snapshot = true, .memory_snapshot = false, .idmapped_volumes = true,
           .pooling = true, .limits_in_sandbox = true, .warm_up_exec = true, .network_egress = true,
-          .nic_from_boot = true, .ports_through_init = true};
+          .nic_from_boot = true, .ports_through_init = true, .freeze_inside = true};
 }
 
 std::string MicrovmTier::BootShape(const Limits& limits) const {
