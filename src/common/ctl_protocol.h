@@ -1,9 +1,12 @@
 // The control protocol between the daemon and a sandbox's init (PID 1).
 //
 // Transport: a SOCK_STREAM unix socket. The daemon creates and binds the listening
-// socket on the host (<state>/sandboxes/<id>/ctl.sock) and hands it to init as fd 3, or
-// (gvisor) init binds it in a directory of the daemon's and hides it (init/self_contain.h);
-// sandbox processes never see its path. One connection carries one request. (fd 4 is
+// socket on the host (<state>/sandboxes/<id>/ctl.sock) and hands it to init as fd 3. Under
+// gVisor, whose checkpoint cannot save a bound host socket, the roles of connecting swap: the
+// daemon listens in the sandbox's control directory (kDaemonSocketName), init dials it
+// (--host-uds=open) and hides the directory (init/self_contain.h), and the daemon takes a
+// connection init dialed for each request. Sandbox processes never see either path. One
+// connection carries one request, the daemon sending the first frame either way. (fd 4 is
 // the workload cgroup's cgroup.procs: kWorkloadCgroupFd.)
 //
 // Framing: every message is a frame
@@ -257,8 +260,12 @@ constexpr size_t kMaxExitedProcesses = 256;
 constexpr size_t kMaxListEntries = 100000;
 // Entries of one kSudoUsers list (and of a spec's "sudo_users").
 constexpr size_t kMaxSudoUsers = 16;
-// The fd on which init finds its listening control socket.
+// The fd on which init finds its listening control socket; or (gvisor) the control directory
+// holding the daemon's listening socket kDaemonSocketName, which init dials, keeping
+// kIdleConnections connections there that wait for a request each.
 constexpr int kListenFd = 3;
+inline constexpr char kDaemonSocketName[] = "daemon.sock";
+constexpr size_t kIdleConnections = 2;
 // The fd on which init finds the cgroup.procs file of the sandbox's workload group
 // (runtime/cgroup.h): every process init starts writes "0" into it before it execs.
 constexpr int kWorkloadCgroupFd = 4;

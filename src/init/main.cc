@@ -11,10 +11,13 @@
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <map>
 #include <memory>
@@ -85,14 +88,19 @@ class Init {
 
     int accepting = 0;
     socklen_t len = sizeof(accepting);
-    if (::getsockopt(ctl::kListenFd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) != 0 || !accepting) {
-      std::fprintf(stderr, "bulkhead-init: fd %d is not a listening socket\n", ctl::kListenFd);
+    struct stat control {};
+    if (::getsockopt(ctl::kListenFd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) == 0 && accepting) {
+      ::fcntl(ctl::kListenFd, F_SETFL, ::fcntl(ctl::kListenFd, F_GETFL) | O_NONBLOCK);
+      listener_.fd.reset(ctl::kListenFd);
+    } else if (::fstat(ctl::kListenFd, &control) == 0 && S_ISDIR(control.st_mode)) {
+      control_dir_.reset(ctl::kListenFd);  // init dials the daemon (DialDaemon)
+      root_dir_.reset(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
+    } else {
+      std::fprintf(stderr, "bulkhead-init: fd %d is neither a listening socket nor a directory\n", ctl::kListenFd);
       return 1;
     }
     ::fcntl(ctl::kListenFd, F_SETFD, FD_CLOEXEC);
     AdoptWorkloadCgroup();
-    ::fcntl(ctl::kListenFd, F_SETFL, ::fcntl(ctl::kListenFd, F_GETFL) | O_NONBLOCK);
-    listener_.fd.reset(ctl::kListenFd);
 
     signals_.fd = SetUpSignals();
     if (!poller_.ok() || !signals_.fd) {
@@ -106,6 +114,7 @@ class Init {
     }
     accept_backoff_.Start(poller_, kAcceptRetryToken);
     UpdateListener();
+    DialDaemon();
     ReapChildren();  // children that exited before the signalfd existed
 
     epoll_event events[64];
@@ -134,6 +143,7 @@ class Init {
       if (processes_.TakeChanged()) NotifyAttachedSessions();
       RemoveFinishedSessions();
       UpdateListener();
+      DialDaemon();
     }
   }
 
@@ -152,6 +162,46 @@ class Init {
       } catch (const std::exception&) {
         return;  // out of memory: the socket closed with the failed Session
       }
+    }
+  }
+
+  // Where init dials the daemon (fd 3 was the control directory): keeps kIdleConnections
+  // connections to the daemon's socket there that wait for a request each. A connection that
+  // gets one is that request's, and another is dialed; one the daemon drops (it restarted, or
+  // gVisor restored the sandbox: host connections do not survive that) is dialed again. A
+  // dial the daemon does not take (its socket gone, its backlog full) is tried again after
+  // AcceptBackoff's pause.
+  void DialDaemon() {
+    if (!control_dir_) return;
+    // gVisor's restore of a checkpoint cuts host connections without waking their waiters:
+    // each wake looks at the idle ones (the memory guard's timer wakes init at least every
+    // 200 ms under gVisor), and those cut end here and are dialed again.
+    for (auto& [id, session] : sessions_)
+      if (session->idle()) session->LookAtIdleSocket();
+    RemoveFinishedSessions();
+    size_t idle = 0;
+    for (const auto& [id, session] : sessions_) idle += session->idle() ? 1 : 0;
+    while (idle < ctl::kIdleConnections && sessions_.size() < kMaxSessions && !accept_backoff_.paused()) {
+      UniqueFd socket(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+      // The directory is hidden from every path (self_contain.h): reached from init's own
+      // working directory, for the moment of the connect (init has no other thread).
+      sockaddr_un address{};
+      address.sun_family = AF_UNIX;
+      std::memcpy(address.sun_path, ctl::kDaemonSocketName, sizeof ctl::kDaemonSocketName);
+      const bool connected = socket && ::fchdir(control_dir_.get()) == 0 &&
+                             ::connect(socket.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
+      (void)!::fchdir(root_dir_.get());
+      if (!connected) {
+        accept_backoff_.PauseAnyway();
+        return;
+      }
+      uint64_t id = next_session_id_++;
+      try {
+        sessions_.emplace(id, std::make_unique<Session>(id, std::move(socket), poller_, processes_, sudo_));
+      } catch (const std::exception&) {
+        return;  // out of memory: the socket closed with the failed Session
+      }
+      ++idle;
     }
   }
 
@@ -263,7 +313,8 @@ class Init {
   }
 
   Poller poller_;
-  PolledFd listener_;
+  PolledFd listener_;   // where init accepts the daemon's connections
+  UniqueFd control_dir_, root_dir_;  // or where it dials them (DialDaemon)
   PolledFd signals_;
   PolledFd memory_guard_;  // a timerfd, where init holds the memory limit itself
   AcceptBackoff accept_backoff_;

@@ -27,6 +27,11 @@ bool AcceptBackoff::Pause(int error) {
   return true;
 }
 
+void AcceptBackoff::PauseAnyway() {
+  paused_ = true;
+  ArmTimer(timer_, kPauseMs);
+}
+
 void AcceptBackoff::OnTimer() {
   uint64_t expirations;
   (void)!::read(timer_.fd.get(), &expirations, sizeof expirations);

@@ -33,6 +33,8 @@ class AcceptBackoff {
   void Start(Poller& poller, uint64_t timer_token);
   // After accept4 failed with `error`: true (and paused) if it was for want of resources.
   bool Pause(int error);
+  // Pauses for kPauseMs whatever the reason (a dial the daemon did not take).
+  void PauseAnyway();
   void Resume() { paused_ = false; }
   // The timer's event: reads it and resumes.
   void OnTimer();

@@ -7,10 +7,8 @@
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -57,16 +55,10 @@ Status MoveTo(int fd, int at) {
   return {};
 }
 
-Status Listen(const std::string& path) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof addr.sun_path) return MakeError(ErrorCode::kInternal, "socket path too long: " + path);
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-  if (fd < 0) return SystemError("socket", errno);
-  ::unlink(path.c_str());
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return SystemError("bind " + path, errno);
-  if (::listen(fd, 128) != 0) return SystemError("listen", errno);
+// Step 1: the control directory as fd 3, where init dials the daemon (ctl::kDaemonSocketName).
+Status KeepControlDir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_PATH | O_DIRECTORY);
+  if (fd < 0) return SystemError("open " + dir, errno);
   return MoveTo(fd, ctl::kListenFd);
 }
 
@@ -209,7 +201,7 @@ Status SelfContain(const std::string& dir, const ctl::LimitsMessage& limits) {
   // Read before the directory is covered; loaded last.
   auto filter = ReadFilter(dir + "/seccomp.bpf");
   if (!filter) return filter.error();
-  BH_TRY(Listen(dir + "/sock"));
+  BH_TRY(KeepControlDir(dir));
   return ContainListening(dir, limits, std::move(*filter), /*whole_kernel=*/false);
 }
 

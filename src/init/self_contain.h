@@ -1,8 +1,8 @@
 // The containment steps init takes itself where its tier's runtime starts it as an ordinary
 // container process (gvisor: runsc starts init with CAP_SYS_ADMIN, in gVisor's kernel), in
 // order:
-//   1. listen on <dir>/sock: the daemon reaches that socket from the host (runsc's
-//      --host-uds=create); it becomes fd 3 as the native tier's does (ctl::kListenFd);
+//   1. keep <dir> open as fd 3 (ctl::kListenFd): init dials the daemon's socket there
+//      (ctl::kDaemonSocketName, through runsc's --host-uds=open) for as long as it runs;
 //   2. cover <dir> with a tmpfs and mount the kernel's memory, pids, cpu and cpuacct cgroups
 //      there, writable by init only; make the workload group with the sandbox's pids limit and
 //      take its cgroup.procs as fd 4 (ctl::kWorkloadCgroupFd): every command joins it, so the
@@ -11,8 +11,9 @@
 //      freezer shares the pids hierarchy (FreezeWorkload);
 //   3. show those hierarchies read-only at /sys/fs/cgroup/<controller>, as the native tier
 //      shows the sandbox's own groups, so that runtimes (JVM, Go, Node) size themselves;
-//   4. hide <dir> under an empty read-only tmpfs: no process of the sandbox reaches the socket,
-//      the writable cgroups, init's binary or the filter;
+//   4. hide <dir> under an empty read-only tmpfs: no process of the sandbox reaches the daemon's
+//      socket, the writable cgroups, init's binary or the filter (init, not dumpable, reaches
+//      the socket through its fd 3 alone);
 //   5. mask /proc's kernel-facing files and make its tunables read-only (common/proc_masks.h),
 //      and remove the devices gVisor's /dev has beyond the native tier's minimal set (fuse, net/tun
 //      and the char/ links);

@@ -1,5 +1,6 @@
 #include "init/session.h"
 
+#include <poll.h>
 #include <signal.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
@@ -116,6 +117,11 @@ void Session::Freeze(std::string_view payload) {
   if (!settled.ok()) return FailWith(settled.error());
   out_.Append(ctl::kResult, ctl::Encode(ctl::FrozenMessage{*settled}));
   state_ = State::kClosing;
+}
+
+void Session::LookAtIdleSocket() {
+  pollfd look{.fd = socket_.fd.get(), .events = POLLIN | POLLRDHUP, .revents = 0};
+  if (::poll(&look, 1, 0) == 1) OnEvent(SessionFd::kSocket, static_cast<uint32_t>(look.revents));
 }
 
 void Session::ReadFrames() {

@@ -48,6 +48,11 @@ class Session {
   void OnProcessesChanged();
   // The connection is done (closed, or its last frame sent): destroy the session.
   bool finished() const { return state_ == State::kFinished; }
+  // Nothing received yet: a connection init dialed still waits for the daemon's request.
+  bool idle() const { return state_ == State::kAwaitingFirstFrame && in_.buffered() == 0; }
+  // An idle connection's own look at its socket (poll, not epoll): one the host cut without
+  // a wake-up (gVisor's restore of a checkpoint) ends.
+  void LookAtIdleSocket();
 
  private:
   enum class State {

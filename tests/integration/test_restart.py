@@ -77,6 +77,36 @@ def test_a_wedged_gvisor_sandbox_does_not_hold_up_a_restarting_daemon(daemon_fac
     assert client.get(f"/v1/sandboxes/{wedged}").status == 404
 
 
+@pytest.mark.skipif(harness.RUNTIME != "gvisor", reason="runsc's checkpoint: the gvisor tier's")
+def test_a_gvisor_sandbox_can_be_checkpointed_and_its_init_dials_the_daemon_again(daemon, client, tmp_path):
+    """gVisor cannot checkpoint a sandbox holding a bound host socket, as init's listening one
+    was ("Cannot save endpoint with bound host socket"): init dials the daemon instead. A
+    checkpoint that leaves the sandbox running restores it in place, which cuts every host
+    connection; init notices its waiting ones cut and dials again (the groundwork of memory
+    snapshots, issue 21)."""
+    sandbox_id = client.create()["id"]
+    r = client.post(f"/v1/sandboxes/{sandbox_id}/processes", {"cmd": "i=0; while :; do echo $i; i=$((i+1)); sleep 0.1; done"})
+    assert r.status == 201, r
+    pid = r.json()["pid"]
+    sentry = subprocess.run(["pgrep", "-a", "-f", f"runsc-sandbox .* {host_name(sandbox_id)}$"], capture_output=True,
+                            text=True).stdout.split("\n")[0].split()
+    root = next(arg.split("=", 1)[1] for arg in sentry if arg.startswith("--root="))
+    runsc = client.get("/healthz").json()["runtimes"]["gvisor"]["runsc"]
+    checkpoint = subprocess.run([runsc, "--root", root, "--network=host", "--overlay2=none", "--host-uds=open",
+                                 "--ignore-cgroups", "checkpoint", "--leave-running", "--image-path", str(tmp_path / "image"),
+                                 host_name(sandbox_id)], capture_output=True, text=True, timeout=60)
+    assert checkpoint.returncode == 0, checkpoint.stderr[-2000:]
+    assert (tmp_path / "image" / "checkpoint.img").stat().st_size > 0
+    # Every request after it is served (a connection init dialed before is never handed out
+    # cut), and the background process went on counting.
+    for _ in range(5):
+        assert client.sh(sandbox_id, "echo served") == "served\n"
+    before = client.get(f"/v1/sandboxes/{sandbox_id}/processes/{pid}").json()["stdout_offset"]
+    assert wait_until(lambda: client.get(f"/v1/sandboxes/{sandbox_id}/processes/{pid}").json()["stdout_offset"] > before,
+                      timeout=10)
+    client.remove(sandbox_id)
+
+
 def test_background_processes_and_their_output_survive_a_daemon_kill(daemon_factory):
     """Processes and their output rings live in the sandbox's init, not in the daemon: after a
     SIGKILL and a restart the same process is listed, its output reads from offset 0, and a

@@ -65,6 +65,8 @@ inline long RssKib(pid_t pid) {
 
 class Client {
  public:
+  // A connection made otherwise (one init dialed: runtime/init_listener.h).
+  explicit Client(UniqueFd connected) : fd_(std::move(connected)), connected_(fd_.valid()) {}
   explicit Client(const std::string& path) {
     fd_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     sockaddr_un addr{};

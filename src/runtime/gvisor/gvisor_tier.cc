@@ -18,6 +18,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/ctl_protocol.h"
 #include "common/id_ranges.h"
 #include "common/read_file.h"
 #include "common/run_program.h"
@@ -36,15 +37,16 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr size_t kChildStack = 64 * 1024;
-// Init binds its socket here in the control directory (oci_spec.h kSocketName names it inside).
+// The control directory in the sandbox's staging directory (oci_spec.h kControlTarget inside).
 constexpr char kControlDir[] = "/ctl";
-// How long a booted sandbox's init may take to listen (runsc is back once init was exec'd).
-constexpr auto kInitListens = std::chrono::seconds(20);
+// How long a booted sandbox's init may take to dial the daemon (runsc is back once init was
+// exec'd).
+constexpr auto kInitDials = std::chrono::seconds(20);
 // How long runsc's state, pause and resume may take: a wedged Sentry would block the caller
 // (at a restart, the daemon's recovery) for good.
 constexpr auto kRunscControlTimeout = std::chrono::seconds(15);
 
-// Whether something listens on the unix socket at `path` yet.
+// Whether something listens on the unix socket at `path` (an older daemon's sandbox's init).
 bool Listening(const std::string& path) {
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_un addr{};
@@ -103,7 +105,7 @@ void PlanFilesystems(const LaunchSpec& spec, const std::string& control, const s
 
 // The sandbox's control directory on the host, fresh for this boot: init's binary and the
 // seccomp filter (linked from the tier's copies, root's and read-only), owned by the sandbox's
-// root so that init can bind its socket there.
+// root, the uid its Sentry and gofer run as (the daemon's socket there is handed to it too).
 Status PrepareControlDir(const std::string& tier_dir, const std::string& control, uid_t host_uid) {
   std::error_code ec;
   fs::remove_all(control, ec);
@@ -215,14 +217,23 @@ Limits GvisorTier::HostLimits(const Limits& sandbox) {
 }
 
 std::shared_ptr<const InitDialer> GvisorTier::Dialer(const std::string& staging) const {
-  return UnixSocketDialer(staging + kControlDir + "/" + kSocketName);
+  const std::string control = staging + kControlDir;
+  {
+    std::lock_guard lock(listeners_mu_);
+    if (auto launched = launched_listeners_.extract(staging)) return std::move(launched.mapped());
+  }
+  // A sandbox running before this daemon started: an older daemon's has init listening itself.
+  const std::string old_socket = control + "/" + kOldSocketName;
+  if (Listening(old_socket)) return UnixSocketDialer(old_socket);
+  // Else its init dials again, until this daemon listens (the control directory is the
+  // sandbox's host uid's).
+  struct stat dir {};
+  const uid_t owner = ::stat(control.c_str(), &dir) == 0 ? dir.st_uid : 0;
+  return InitListener::Listen(control + "/" + ctl::kDaemonSocketName, owner);
 }
 
 Result<SandboxHandle> GvisorTier::Launch(const LaunchSpec& spec) {
   const std::string control = spec.staging + kControlDir;
-  const std::string socket = control + "/" + kSocketName;
-  if (socket.size() >= sizeof(sockaddr_un::sun_path))
-    return MakeError(ErrorCode::kInternal, "socket path too long: " + socket);
   auto stored_ids = CreateUserNamespace(spec.host_uid, kStoredIdBase);
   if (!stored_ids) return stored_ids.error();
   BH_TRY(cgroups_.Create(spec.id, HostLimits(spec.limits)));
@@ -232,6 +243,8 @@ Result<SandboxHandle> GvisorTier::Launch(const LaunchSpec& spec) {
   auto join = cgroups_.OpenJoinFds(spec.id);
   if (!join) return join.error();
   BH_TRY(PrepareControlDir(dir_, control, spec.host_uid));
+  auto listener = InitListener::Listen(control + "/" + ctl::kDaemonSocketName, spec.host_uid);
+  BH_TRY(listener->status());
 
   // runsc's state of this boot (a stopped sandbox's last boot left its own).
   const std::string runsc_root = RunscRoot(spec.id), bundle_dir = spec.staging + "/bundle";
@@ -266,8 +279,8 @@ Result<SandboxHandle> GvisorTier::Launch(const LaunchSpec& spec) {
                                    "--network=host",
                                    // Writes go to the writable layer, not to an overlay in memory.
                                    "--overlay2=none",
-                                   // Init binds its control socket in the control directory.
-                                   "--host-uds=create",
+                                   // Init dials the daemon's socket in the control directory.
+                                   "--host-uds=open",
                                    // The launcher put runsc in the sandbox's cgroups.
                                    "--ignore-cgroups",
                                    "run", "--detach", "--bundle", bundle_dir, "--pid-file", pid_file, spec.id};
@@ -300,14 +313,17 @@ Result<SandboxHandle> GvisorTier::Launch(const LaunchSpec& spec) {
   const pid_t sentry = sandbox_pid ? static_cast<pid_t>(std::strtol(sandbox_pid->c_str(), nullptr, 10)) : 0;
   const SandboxHandle handle = HandleOf(sentry);
   if (!HandleAlive(handle)) return MakeError(ErrorCode::kInternal, "runsc's sandbox is gone: " + ReadLogTail(log));
-  // runsc is back once init was exec'd; it listens a moment later.
-  const auto deadline = std::chrono::steady_clock::now() + kInitListens;
-  for (int attempt = 0; !Listening(socket); ++attempt) {
+  // runsc is back once init was exec'd; it dials the daemon a moment later.
+  const auto deadline = std::chrono::steady_clock::now() + kInitDials;
+  while (!listener->WaitForInit(std::chrono::milliseconds(20))) {
     if (!HandleAlive(handle) || std::chrono::steady_clock::now() > deadline)
       return MakeError(ErrorCode::kInternal, "the sandbox's init did not start: " + ReadLogTail(log));
-    std::this_thread::sleep_for(std::chrono::microseconds(attempt < 50 ? 200 : 2000));
   }
   BH_TRY(memory_watch_.Watch(spec.id, HostLimits(spec.limits).memory_mb << 20));
+  {
+    std::lock_guard lock(listeners_mu_);
+    launched_listeners_[spec.staging] = std::move(listener);
+  }
   undo.Dismiss();
   return handle;
 }

@@ -7,7 +7,9 @@
 // the sandbox's writable layer, assembled by the launcher (launch.h) and served by runsc's
 // gofer with directfs, writes going straight to the layer (so snapshots, forks and the disk
 // quota work as on native). Init finds its binary and seccomp filter in the sandbox's control
-// directory, binds its socket there (--host-uds=create) and hides it (init/self_contain.h).
+// directory, where the daemon listens for it (runtime/init_listener.h): init dials the daemon
+// (--host-uds=open, which gVisor's checkpoint can save, unlike a socket bound in the sandbox)
+// and hides the directory (init/self_contain.h).
 //
 // Network: runsc runs with --network=host in a fresh network namespace per sandbox. The
 // sandbox's sockets are then host sockets the Sentry makes in that namespace, so the
@@ -28,12 +30,15 @@
 // and end the whole sandbox: it is kept away, and init is asked to kill the sandbox's largest
 // process instead (runtime/memory_watch.h).
 #pragma once
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "runtime/cgroup.h"
 #include "runtime/gvisor/runsc.h"
+#include "runtime/init_listener.h"
 #include "runtime/memory_watch.h"
 #include "runtime/tier.h"
 
@@ -91,6 +96,11 @@ class GvisorTier : public Tier {
         runsc_root_(std::move(runsc_root)),
         sidecar_dir_(std::move(sidecar_dir)),
         runsc_(std::move(runsc)) {}
+
+  // The daemon's socket for the init of the sandbox launched with this staging directory, made
+  // by Launch before runsc starts and handed over by Dialer.
+  mutable std::mutex listeners_mu_;
+  mutable std::map<std::string, std::shared_ptr<InitListener>> launched_listeners_;
 
   // runsc's state of the sandbox (its --root): one directory per sandbox, as short a path as
   // its control socket there needs.

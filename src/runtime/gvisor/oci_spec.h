@@ -28,11 +28,13 @@ struct BundleSpec {
 };
 
 // Where the control directory shows inside the sandbox until init hides it: init's binary, its
-// seccomp filter, and the socket it binds there for the daemon (--host-uds=create).
+// seccomp filter, and the daemon's socket that init dials (ctl::kDaemonSocketName,
+// --host-uds=open). A sandbox an older daemon launched has init's own listening socket there
+// instead (kOldSocketName, --host-uds=create).
 inline constexpr char kControlTarget[] = "/dev/.bulkhead";
 inline constexpr char kInitName[] = "bulkhead-init";
 inline constexpr char kSeccompName[] = "seccomp.bpf";
-inline constexpr char kSocketName[] = "sock";
+inline constexpr char kOldSocketName[] = "sock";
 
 nlohmann::json OciConfig(const BundleSpec& spec);
 
