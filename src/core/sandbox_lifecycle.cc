@@ -164,10 +164,9 @@ bool SandboxManagerImpl::ReclaimMemory(const std::string& host_name) {
   }
   if (!init) return false;
   constexpr std::chrono::seconds kInitAnswer{10};
-  auto answer = CallInitBlocking(*init, ctl::kReclaim, "", kInitAnswer);
-  if (!answer || answer->type != ctl::kResult) {
-    spdlog::warn("sandbox {}: out of memory, and its init did not reclaim: {}", id,
-                 answer ? "frame type " + std::to_string(answer->type) : answer.error().message);
+  auto answer = CallInitBlocking(*init, ctl::kReclaim, "", kInitAnswer, ctl::kResult);
+  if (!answer) {
+    spdlog::warn("sandbox {}: out of memory, and its init did not reclaim: {}", id, answer.error().message);
     return false;
   }
   auto reclaimed = ctl::DecodeReclaimed(answer->payload);
@@ -180,10 +179,9 @@ bool SandboxManagerImpl::ReclaimMemory(const std::string& host_name) {
 Status SandboxManagerImpl::SetLimitsInside(const Sandbox& sb, const runtime::Limits& limits) const {
   if (!sb.tier->capabilities().limits_in_sandbox) return {};
   constexpr std::chrono::seconds kInitAnswer{10};
-  auto answer = CallInitBlocking(*sb.init, ctl::kLimits, ctl::Encode(sb.tier->LimitsInsideFor(limits)), kInitAnswer);
+  auto answer = CallInitBlocking(*sb.init, ctl::kLimits, ctl::Encode(sb.tier->LimitsInsideFor(limits)), kInitAnswer,
+                                 ctl::kResult);
   if (!answer) return answer.error();
-  if (answer->type != ctl::kResult)
-    return InitProtocolError("kLimits answered with frame type " + std::to_string(answer->type));
   return {};
 }
 
@@ -208,10 +206,9 @@ Status SandboxManagerImpl::SetFrozen(const Sandbox& sb, bool frozen) const {
 Status SandboxManagerImpl::FreezeInside(const Sandbox& sb, bool frozen) const {
   if (!sb.init) return MakeError(ErrorCode::kInternal, "no init to reach");
   constexpr std::chrono::seconds kInitAnswer{5};  // init waits at most 1 s for the workload
-  auto answer = CallInitBlocking(*sb.init, ctl::kFreeze, ctl::Encode(ctl::FreezeMessage{frozen}), kInitAnswer);
+  auto answer =
+      CallInitBlocking(*sb.init, ctl::kFreeze, ctl::Encode(ctl::FreezeMessage{frozen}), kInitAnswer, ctl::kResult);
   if (!answer) return answer.error();
-  if (answer->type != ctl::kResult)
-    return InitProtocolError("kFreeze answered with frame type " + std::to_string(answer->type));
   auto frozen_answer = ctl::DecodeFrozen(answer->payload);
   if (!frozen_answer) return frozen_answer.error();
   if (frozen && !frozen_answer->settled)
@@ -223,10 +220,8 @@ Status SandboxManagerImpl::GrantSudo(const Sandbox& sb, const SandboxSpec& spec)
   if (spec.sudo_users.empty()) return {};
   constexpr std::chrono::seconds kInitAnswer{10};  // a fresh init answers at once; a stuck one must not hold a create
   auto answer = CallInitBlocking(*sb.init, ctl::kSudoUsers, nlohmann::json{{"users", spec.sudo_users}}.dump(),
-                                 kInitAnswer);
+                                 kInitAnswer, ctl::kResult);
   if (!answer) return answer.error();
-  if (answer->type != ctl::kResult)
-    return InitProtocolError("kSudoUsers answered with frame type " + std::to_string(answer->type));
   return {};
 }
 

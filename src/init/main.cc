@@ -130,6 +130,7 @@ class Init {
           uint64_t expirations;
           (void)!::read(memory_guard_.fd.get(), &expirations, sizeof expirations);
           ArmTimer(memory_guard_, GuardMemory());
+          LookAtIdleConnections();
         } else if (token == kAcceptRetryToken) {
           accept_backoff_.OnTimer();
         } else if (SudoServer::OwnsToken(token)) {
@@ -173,12 +174,6 @@ class Init {
   // AcceptBackoff's pause.
   void DialDaemon() {
     if (!control_dir_) return;
-    // gVisor's restore of a checkpoint cuts host connections without waking their waiters:
-    // each wake looks at the idle ones (the memory guard's timer wakes init at least every
-    // 200 ms under gVisor), and those cut end here and are dialed again.
-    for (auto& [id, session] : sessions_)
-      if (session->idle()) session->LookAtIdleSocket();
-    RemoveFinishedSessions();
     size_t idle = 0;
     for (const auto& [id, session] : sessions_) idle += session->idle() ? 1 : 0;
     while (idle < ctl::kIdleConnections && sessions_.size() < kMaxSessions && !accept_backoff_.paused()) {
@@ -203,6 +198,15 @@ class Init {
       }
       ++idle;
     }
+  }
+
+  // gVisor's restore of a checkpoint cuts host connections without waking their waiters: the
+  // memory guard's timer (it runs under gVisor, every 5 to 200 ms) has the idle ones looked at,
+  // and those cut end (DialDaemon dials again), off the path of every other wake.
+  void LookAtIdleConnections() {
+    if (!control_dir_) return;
+    for (auto& [id, session] : sessions_)
+      if (session->idle()) session->LookAtIdleSocket();
   }
 
   // Returns true on a SIGTERM that init should obey. As PID 1 that is only one sent from
