@@ -101,8 +101,9 @@ json SnapshotToJson(const core::SnapshotInfo& snapshot) {
       {"sandbox_id", snapshot.sandbox_id},
       {"created_at", snapshot.created_at},
       {"size_bytes", snapshot.size_bytes},
-      {"memory", false},  // files only; memory and processes are not captured
+      {"memory", snapshot.memory},
       {"image", snapshot.image},
+      {"runtime", snapshot.runtime},
   };
 }
 

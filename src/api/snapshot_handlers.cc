@@ -35,11 +35,11 @@ asio::awaitable<void> ApiHandlers::CreateSnapshot(HttpExchange& exchange, const 
   if (!IsValidSandboxId(id)) co_return co_await exchange.SendError(SandboxNotFound(id));
   std::optional<json> body = co_await exchange.ReadJsonObject(kMaxJsonBody);
   if (!body) co_return;
-  Result<std::string> name = ParseSnapshotRequest(*body);
-  if (!name.ok()) co_return co_await exchange.SendError(name.error());
+  Result<SnapshotRequest> request = ParseSnapshotRequest(*body);
+  if (!request.ok()) co_return co_await exchange.SendError(request.error());
   core::SandboxManager& manager = context_.manager;
-  Result<core::SnapshotInfo> snapshot =
-      co_await RunBlocking(context_.blocking_pool, [&] { return manager.CreateSnapshot(id, *name); });
+  Result<core::SnapshotInfo> snapshot = co_await RunBlocking(
+      context_.blocking_pool, [&] { return manager.CreateSnapshot(id, request->name, request->memory); });
   if (!snapshot.ok()) co_return co_await exchange.SendError(snapshot.error());
   co_await exchange.SendJson(http::status::created, SnapshotToJson(*snapshot));
 }
@@ -48,11 +48,11 @@ asio::awaitable<void> ApiHandlers::ForkSandbox(HttpExchange& exchange, const std
   if (!IsValidSandboxId(id)) co_return co_await exchange.SendError(SandboxNotFound(id));
   std::optional<json> body = co_await exchange.ReadJsonObject(kMaxJsonBody);
   if (!body) co_return;
-  Result<int> count = ParseForkRequest(*body);
-  if (!count.ok()) co_return co_await exchange.SendError(count.error());
+  Result<ForkRequest> request = ParseForkRequest(*body);
+  if (!request.ok()) co_return co_await exchange.SendError(request.error());
   core::SandboxManager& manager = context_.manager;
-  Result<std::vector<core::SandboxInfo>> forks =
-      co_await RunBlocking(context_.blocking_pool, [&] { return manager.Fork(id, *count); });
+  Result<std::vector<core::SandboxInfo>> forks = co_await RunBlocking(
+      context_.blocking_pool, [&] { return manager.Fork(id, request->count, request->memory); });
   if (!forks.ok()) co_return co_await exchange.SendError(forks.error());
   json sandboxes = json::array();
   for (const core::SandboxInfo& sandbox : *forks) sandboxes.push_back(SandboxToJson(sandbox));

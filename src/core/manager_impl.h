@@ -73,10 +73,12 @@ struct Sandbox {
   std::shared_ptr<OutputBudget> output_budget;  // made at its first exec or attach; null = no cap
 };
 
-// Where a new sandbox's files come from: nothing (an empty workspace) or a snapshot.
+// Where a new sandbox's files come from: nothing (an empty workspace) or a snapshot, and with
+// a memory snapshot its processes too.
 struct LayerSource {
   std::string snapshot_id;
   uid_t uid_base = 0;  // the range the snapshot's owners are in
+  std::string memory_image;  // the snapshot's memory image (storage::MemoryDir), or ""
 };
 
 // A ready snapshot as the manager tracks it in memory.
@@ -84,6 +86,7 @@ struct SnapshotEntry {
   SnapshotInfo info;
   uid_t uid_base = 0;
   std::string spec_json;  // the settings of the sandbox it was taken of
+  std::string memory;     // its memory image's format (Tier::MemoryFormat); "" = files only
   int users = 0;          // creates, pool refills and exports reading it now (UseSnapshot)
   int refills = 0;        // of those, warm-pool refills: a delete waits for them instead of refusing
 };
@@ -133,11 +136,11 @@ class SandboxManagerImpl : public SandboxManager {
   std::vector<RuntimeInfo> Runtimes() const override { return tiers_.Describe(); }
   const DaemonConfig& config() const override { return config_; }
   void Shutdown() override;
-  Result<SnapshotInfo> CreateSnapshot(const std::string& sandbox_id, const std::string& name) override;
+  Result<SnapshotInfo> CreateSnapshot(const std::string& sandbox_id, const std::string& name, bool memory) override;
   std::vector<SnapshotInfo> ListSnapshots() override;
   Result<SnapshotInfo> GetSnapshot(const std::string& id) override;
   Status DeleteSnapshot(const std::string& id) override;
-  Result<std::vector<SandboxInfo>> Fork(const std::string& sandbox_id, int count) override;
+  Result<std::vector<SandboxInfo>> Fork(const std::string& sandbox_id, int count, bool memory) override;
   Status ExportSnapshot(const std::string& id, int out_fd) override;
   Result<SnapshotInfo> ImportSnapshot(int in_fd, int64_t max_bytes) override;
 
@@ -150,8 +153,10 @@ class SandboxManagerImpl : public SandboxManager {
   // A `background` one boots for a warm pool: it yields the CPU until handed out (FitPooled).
   Result<std::shared_ptr<Sandbox>> Launch(const SandboxSpec& spec, const LayerSource& source = {},
                                           bool background = false);
-  // Starts the sandbox's init on its writable layer: sets its handle, init and netns.
-  Status Boot(Sandbox& sb, const storage::WritableLayer& layer, bool background = false);
+  // Starts the sandbox's init on its writable layer, or resumes it from a memory image
+  // (runtime::LaunchSpec::memory_image): sets its handle, init and netns.
+  Status Boot(Sandbox& sb, const storage::WritableLayer& layer, bool background = false,
+              const std::string& memory_image = "");
   // Tells a booted sandbox's init who may use its sudo (ctl::kSudoUsers); nothing to do without
   // sudo users (init boots with none).
   Status GrantSudo(const Sandbox& sb, const SandboxSpec& spec) const;
@@ -207,8 +212,8 @@ class SandboxManagerImpl : public SandboxManager {
   std::optional<PoolKey> PoolKeyFor(const SandboxSpec& spec) const;
   // A ready sandbox for this spec, if its pool has one (counted as a hit or a miss).
   std::shared_ptr<Sandbox> TakePooled(const SandboxSpec& spec);
-  // Gives a sandbox from a warm pool (made with other settings) this request's: limits, disk
-  // cap and spec. False (the sandbox torn down) if that fails; then the caller launches one.
+  // Gives a sandbox launched with other settings (a warm pool's, a memory snapshot's) this
+  // request's: limits, disk cap and spec. False (the sandbox torn down) if that fails.
   bool FitPooled(Sandbox& sb, const SandboxSpec& spec);
   // A snapshot pool a create just used: it keeps a ready sandbox while it is among the last
   // kWarmSnapshots used. Answers the sandboxes of pools that went cold, to tear down. Caller
@@ -233,13 +238,17 @@ class SandboxManagerImpl : public SandboxManager {
 
   // ---- snapshots.cc
   void RecoverSnapshots();
-  // Writes a "creating" row, captures the sandbox's files (frozen if running), thaws.
-  Result<store::SnapshotRow> Capture(const std::string& sandbox_id, const std::string& name);
+  // Writes a "creating" row, captures the sandbox's files (frozen if running) and with
+  // `memory` its tier's memory image, thaws.
+  Result<store::SnapshotRow> Capture(const std::string& sandbox_id, const std::string& name, bool memory);
   void DropSnapshot(const std::string& id);
   // A copy of a ready snapshot's entry, and a token that keeps DeleteSnapshot away (409) while
   // it lives; a warm-pool `refill` only delays it. 404 if there is none.
   Result<std::pair<SnapshotEntry, std::shared_ptr<void>>> UseSnapshot(const std::string& id, bool refill = false);
   Result<SandboxInfo> CreateFromSnapshot(SandboxSpec spec);
+  // A memory snapshot's settings, checked to be restorable here: the runtime it was taken on
+  // (`runtime`, when a create names one, must be it) with the same memory image format.
+  Result<SandboxSpec> RestorableSpec(const SnapshotEntry& entry, const std::string& runtime) const;
 
   // ---- sandbox_access.cc
   // What a request to a running sandbox's init needs, taken together: its settings, its output

@@ -110,12 +110,13 @@ Result<std::shared_ptr<Sandbox>> SandboxManagerImpl::Launch(const SandboxSpec& s
                    : storage_->CreateLayerFromSnapshot(
                          id, source.snapshot_id, {source.uid_base, sb->uid_base, kIdCount}, spec.disk_mb);
   if (!layer) return layer.error();
-  BH_TRY(Boot(*sb, *layer, background));
+  BH_TRY(Boot(*sb, *layer, background, source.memory_image));
   undo.Dismiss();
   return sb;
 }
 
-Status SandboxManagerImpl::Boot(Sandbox& sb, const storage::WritableLayer& layer, bool background) {
+Status SandboxManagerImpl::Boot(Sandbox& sb, const storage::WritableLayer& layer, bool background,
+                                const std::string& memory_image) {
   const SandboxSpec& spec = sb.info.spec;
   runtime::LaunchSpec ls;
   ls.id = HostName(sb.info.id);
@@ -138,6 +139,7 @@ Status SandboxManagerImpl::Boot(Sandbox& sb, const storage::WritableLayer& layer
   ls.volumes = std::move(*volume_binds);
   ls.background = background;
   ls.network = spec.network.mode != "none";
+  ls.memory_image = memory_image;
   auto handle = sb.tier->Launch(ls);
   if (!handle) return handle.error();
   {

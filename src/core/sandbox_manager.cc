@@ -196,8 +196,8 @@ void SandboxManagerImpl::StartBackground() {
 
 Result<SandboxInfo> SandboxManagerImpl::Create(const SandboxSpec& spec) {
   if (stopping_) return MakeError(ErrorCode::kUnavailable, "the daemon is shutting down");
-  BH_TRY(tiers_.Find(spec.runtime));
   if (spec.from_snapshot) return CreateFromSnapshot(spec);
+  BH_TRY(tiers_.Find(spec.runtime));
   if (spec.image != "host" && !storage_->ImageExists(spec.image))
     return MakeError(ErrorCode::kNotFound, "no image named " + spec.image, "image_not_found");
   {

@@ -119,15 +119,19 @@ class SandboxManager {
 
   // Snapshots and forks. A snapshot freezes a running sandbox while its files are captured
   // (a paused one stays paused). 404 unknown sandbox, 409 one that is not running, paused
-  // or stopped. (blocking)
-  virtual Result<SnapshotInfo> CreateSnapshot(const std::string& sandbox_id, const std::string& name) = 0;
+  // or stopped. With `memory`, its memory and processes are captured at the same instant, on
+  // a runtime that can (Capabilities::memory_snapshot; 422 runtime_unsupported elsewhere, 409
+  // for a stopped sandbox, which has none). (blocking)
+  virtual Result<SnapshotInfo> CreateSnapshot(const std::string& sandbox_id, const std::string& name,
+                                              bool memory) = 0;
   virtual std::vector<SnapshotInfo> ListSnapshots() = 0;  // oldest first
   virtual Result<SnapshotInfo> GetSnapshot(const std::string& id) = 0;
   // 409 snapshot_in_use while a sandbox started from it exists. (blocking)
   virtual Status DeleteSnapshot(const std::string& id) = 0;
   // `count` new sandboxes, each with a copy-on-write copy of the sandbox's files as they are
-  // now (one freeze for all) and its settings. All or none. (blocking)
-  virtual Result<std::vector<SandboxInfo>> Fork(const std::string& sandbox_id, int count) = 0;
+  // now (one freeze for all) and its settings; with `memory`, each also runs every process of
+  // the sandbox from where it was (as CreateSnapshot's memory). All or none. (blocking)
+  virtual Result<std::vector<SandboxInfo>> Fork(const std::string& sandbox_id, int count, bool memory) = 0;
 
   virtual std::vector<ImageInfo> ListImages() = 0;
   // Unpacks a rootfs tarball (any compression libarchive reads) into a new image. (blocking)

@@ -1,4 +1,5 @@
-// Snapshots and forks of a sandbox's files, and their export and import.
+// Snapshots and forks of a sandbox's files, and with memory of its processes too, and their
+// export and import.
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -27,12 +28,36 @@ Error NoSnapshot(const std::string& id) {
   return MakeError(ErrorCode::kNotFound, "no snapshot " + id, "snapshot_not_found");
 }
 
+// A memory snapshot or fork asked of a sandbox whose tier takes none: 422 naming those that do.
+Error NoMemorySnapshots(const runtime::Tier& tier, const TierSet& tiers) {
+  std::string those;
+  for (const runtime::Tier* other : tiers.All()) {
+    if (!other->capabilities().memory_snapshot) continue;
+    those += (those.empty() ? "" : ", ") + other->name();
+  }
+  return MakeError(ErrorCode::kInvalid,
+                   "the " + tier.name() + " runtime takes no memory snapshots (\"memory\": false keeps the files): " +
+                       (those.empty() ? std::string("no runtime on this host does")
+                                      : "a sandbox of the " + those + " runtime can"),
+                   "runtime_unsupported");
+}
+
 SnapshotInfo SnapshotInfoOf(const store::SnapshotRow& row) {
-  return SnapshotInfo{row.id, row.name, row.sandbox_id, row.created_at, row.size_bytes, row.image};
+  auto spec = SpecFromJson(row.spec_json);
+  return SnapshotInfo{row.id,         row.name,  row.sandbox_id,       row.created_at,
+                      row.size_bytes, row.image, !row.memory.empty(), spec ? spec->runtime : "native"};
 }
 
 SnapshotEntry EntryOf(const store::SnapshotRow& row) {
-  return SnapshotEntry{SnapshotInfoOf(row), row.uid_base, row.spec_json, 0};
+  return SnapshotEntry{SnapshotInfoOf(row), row.uid_base, row.spec_json, row.memory};
+}
+
+// Whether a memory snapshot's image is all there: its tier writes it whole or fails.
+bool HasMemoryImage(const std::string& dir) {
+  struct stat st;
+  return ::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_nlink >= 2 &&
+         std::filesystem::directory_iterator(dir, std::filesystem::directory_options::none) !=
+             std::filesystem::directory_iterator();
 }
 
 }  // namespace
@@ -46,7 +71,8 @@ void SandboxManagerImpl::RecoverSnapshots() {
   std::set<std::string> ready;
   for (const auto& row : *rows) {
     struct stat st;
-    bool complete = row.state == "ready" && ::stat((storage_->SnapshotDir(row.id) + "/upper").c_str(), &st) == 0;
+    bool complete = row.state == "ready" && ::stat((storage_->SnapshotDir(row.id) + "/upper").c_str(), &st) == 0 &&
+                    (row.memory.empty() || HasMemoryImage(storage_->MemoryDir(row.id)));
     if (!complete) {
       spdlog::info("recover: removing unfinished snapshot {}", row.id);
       DropSnapshot(row.id);
@@ -88,7 +114,8 @@ void SandboxManagerImpl::DropSnapshot(const std::string& id) {
   if (auto st = db_->RemoveSnapshot(id); !st) spdlog::warn("snapshot {}: {}", id, st.error().message);
 }
 
-Result<store::SnapshotRow> SandboxManagerImpl::Capture(const std::string& sandbox_id, const std::string& name) {
+Result<store::SnapshotRow> SandboxManagerImpl::Capture(const std::string& sandbox_id, const std::string& name,
+                                                       bool memory) {
   // No pause, resume, stop, start or delete meanwhile: the freeze below is ours alone.
   auto held = LockForChange(sandbox_id);
   if (!held) return held.error();
@@ -110,6 +137,13 @@ Result<store::SnapshotRow> SandboxManagerImpl::Capture(const std::string& sandbo
     return WrongState(sandbox_id, StateName(state), plan.why);
   if (!sb->tier->capabilities().filesystem_snapshot)
     return MakeError(ErrorCode::kInvalid, "the " + sb->tier->name() + " runtime has no snapshots", "runtime_unsupported");
+  if (memory) {
+    if (!sb->tier->capabilities().memory_snapshot) return NoMemorySnapshots(*sb->tier, tiers_);
+    if (state == State::kStopped)
+      return WrongState(sandbox_id, StateName(state),
+                        "a stopped sandbox has no memory to capture (\"memory\": false captures its files)");
+    row.memory = sb->tier->MemoryFormat();
+  }
   row.id = "snap_" + NewId();
   row.name = name;
   row.sandbox_id = sandbox_id;
@@ -119,8 +153,16 @@ Result<store::SnapshotRow> SandboxManagerImpl::Capture(const std::string& sandbo
   ScopeGuard undo([&] { DropSnapshot(row.id); });
   // Frozen, nothing in the sandbox writes while the capture is cut: files are whole.
   const bool freeze = state == State::kRunning;
+  const auto frozen_at = std::chrono::steady_clock::now();
   if (freeze) BH_TRY(SetFrozen(*sb, true));
-  Status captured = storage_->CaptureSnapshot(sandbox_id, row.id);
+  // Memory first: the tier's checkpoint writes back what its kernel holds of the files, so
+  // the files captured after it are those its processes saw.
+  Status captured;
+  if (memory) {
+    auto image = storage_->MakeMemoryDir(row.id);
+    captured = image ? sb->tier->Checkpoint(HostName(sandbox_id), *image) : Status(image.error());
+  }
+  if (captured) captured = storage_->CaptureSnapshot(sandbox_id, row.id);
   if (freeze) {
     if (auto thawed = SetFrozen(*sb, false); !thawed) {
       spdlog::error("sandbox {}: thaw after snapshot: {}", sandbox_id, thawed.error().message);
@@ -128,13 +170,18 @@ Result<store::SnapshotRow> SandboxManagerImpl::Capture(const std::string& sandbo
     }
   }
   if (!captured) return captured.error();
+  if (freeze)
+    spdlog::info("sandbox {}: frozen {} ms for a snapshot{}", sandbox_id,
+                 std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - frozen_at).count(),
+                 memory ? " with memory" : "");
   undo.Dismiss();
   return row;
 }
 
-Result<SnapshotInfo> SandboxManagerImpl::CreateSnapshot(const std::string& sandbox_id, const std::string& name) {
+Result<SnapshotInfo> SandboxManagerImpl::CreateSnapshot(const std::string& sandbox_id, const std::string& name,
+                                                        bool memory) {
   if (stopping_) return MakeError(ErrorCode::kUnavailable, "the daemon is shutting down");
-  auto row = Capture(sandbox_id, name);
+  auto row = Capture(sandbox_id, name, memory);
   if (!row) return row.error();
   ScopeGuard undo([&] { DropSnapshot(row->id); });
   if (auto size = storage_->SnapshotSizeBytes(row->id)) row->size_bytes = *size;
@@ -207,17 +254,69 @@ Status SandboxManagerImpl::DeleteSnapshot(const std::string& id) {
   return {};
 }
 
+Result<SandboxSpec> SandboxManagerImpl::RestorableSpec(const SnapshotEntry& entry, const std::string& runtime) const {
+  auto taken = SpecFromJson(entry.spec_json);
+  if (!taken) return taken.error();
+  const std::string& id = entry.info.id;
+  if (!runtime.empty() && runtime != taken->runtime)
+    return MakeError(ErrorCode::kInvalid,
+                     "snapshot " + id + " holds the memory of a " + taken->runtime + " sandbox: only the " +
+                         taken->runtime + " runtime restores it (leave \"runtime\" out)",
+                     "runtime_unsupported");
+  auto tier = tiers_.Find(taken->runtime);
+  if (!tier) return tier.error();
+  if ((*tier)->MemoryFormat() != entry.memory)
+    return MakeError(ErrorCode::kInvalid,
+                     "snapshot " + id + " holds memory in the format of " + entry.memory + ", and this host runs " +
+                         ((*tier)->MemoryFormat().empty() ? "no such runtime" : (*tier)->MemoryFormat()) +
+                         ": its processes cannot be restored here",
+                     "snapshot_incompatible");
+  return *taken;
+}
+
 Result<SandboxInfo> SandboxManagerImpl::CreateFromSnapshot(SandboxSpec spec) {
   const std::string snapshot_id = *spec.from_snapshot;
   // Held until Admit has listed the sandbox, which holds the snapshot from then on.
   auto use = UseSnapshot(snapshot_id);
   if (!use) return use.error();
-  const LayerSource source{snapshot_id, use->first.uid_base};
-  const std::string& image = use->first.info.image;
+  const SnapshotEntry& entry = use->first;
+  const std::string& image = entry.info.image;
   if (spec.image.empty()) spec.image = image;
   if (spec.image != image)
     return MakeError(ErrorCode::kInvalid, "snapshot " + snapshot_id + " is of image \"" + image +
                                               "\": a sandbox started from it runs that image");
+  if (!entry.memory.empty()) {
+    // Its processes resume where they were, on its runtime, with the limits and volumes they
+    // had (a tier's restore takes the mounts it saved); then the create's limits, disk cap,
+    // preview and sudo users are given to it as to a pooled sandbox, and its network by Admit.
+    auto taken = RestorableSpec(entry, spec.runtime);
+    if (!taken) return taken.error();
+    if (!spec.volumes.empty() && spec.volumes != taken->volumes)
+      return MakeError(ErrorCode::kInvalid, "snapshot " + snapshot_id +
+                                                " holds processes that use its volumes: a sandbox restored from it "
+                                                "mounts those (leave \"volumes\" out)");
+    spec.runtime = taken->runtime;
+    spec.volumes = taken->volumes;
+    SandboxSpec boot = *taken;
+    boot.image = image;
+    boot.from_snapshot = snapshot_id;
+    {
+      std::lock_guard lock(mu_);
+      if (static_cast<int64_t>(sandboxes_.size()) >= config_.max_sandboxes)
+        return MakeError(ErrorCode::kTooMany, "sandbox limit reached (" + std::to_string(config_.max_sandboxes) + ")");
+    }
+    auto sb = Launch(boot, LayerSource{snapshot_id, entry.uid_base, storage_->MemoryDir(snapshot_id)});
+    if (!sb || !FitPooled(**sb, spec)) {
+      std::lock_guard lock(mu_);
+      stats_.sandbox_create_failures_total++;
+      if (!sb) return sb.error();
+      return MakeError(ErrorCode::kInternal, "the sandbox restored from " + snapshot_id + " could not take its settings");
+    }
+    return Admit(*sb);
+  }
+  if (spec.runtime.empty()) spec.runtime = config_.default_runtime;
+  BH_TRY(tiers_.Find(spec.runtime));
+  const LayerSource source{snapshot_id, entry.uid_base};
   std::vector<std::shared_ptr<Sandbox>> cold;
   {
     std::lock_guard lock(mu_);
@@ -236,7 +335,7 @@ Result<SandboxInfo> SandboxManagerImpl::CreateFromSnapshot(SandboxSpec spec) {
   return Admit(*sb);
 }
 
-Result<std::vector<SandboxInfo>> SandboxManagerImpl::Fork(const std::string& sandbox_id, int count) {
+Result<std::vector<SandboxInfo>> SandboxManagerImpl::Fork(const std::string& sandbox_id, int count, bool memory) {
   if (stopping_) return MakeError(ErrorCode::kUnavailable, "the daemon is shutting down");
   {
     std::lock_guard lock(mu_);
@@ -244,18 +343,20 @@ Result<std::vector<SandboxInfo>> SandboxManagerImpl::Fork(const std::string& san
       return MakeError(ErrorCode::kTooMany, "sandbox limit reached (" + std::to_string(config_.max_sandboxes) + ")");
   }
   // One capture (one freeze) for all copies; it is never listed and goes when they exist.
-  auto row = Capture(sandbox_id, "");
+  auto row = Capture(sandbox_id, "", memory);
   if (!row) return row.error();
   ScopeGuard drop([&] { DropSnapshot(row->id); });
   auto spec = SpecFromJson(row->spec_json);
   if (!spec) return spec.error();
   spec->from_snapshot.reset();  // a fork's files come from its parent, not from a listed snapshot
+  // With memory, each copy resumes its parent's processes from the one image.
+  const LayerSource source{row->id, row->uid_base, memory ? storage_->MemoryDir(row->id) : ""};
   // The copies boot side by side: a fork of ten costs about one boot per core, not ten.
   std::vector<std::optional<Result<std::shared_ptr<Sandbox>>>> launched(static_cast<size_t>(count));
   {
     std::vector<std::thread> boots;
     for (size_t i = 0; i < launched.size(); ++i) {
-      boots.emplace_back([&, i] { launched[i] = Launch(*spec, LayerSource{row->id, row->uid_base}); });
+      boots.emplace_back([&, i] { launched[i] = Launch(*spec, source); });
     }
     for (auto& boot : boots) boot.join();
   }

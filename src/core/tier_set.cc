@@ -25,7 +25,8 @@ std::vector<runtime::Tier*> TierSet::All() const {
 
 std::vector<RuntimeInfo> TierSet::Describe() const {
   std::map<std::string, RuntimeInfo> all;
-  for (const auto& [name, tier] : tiers_) all[name] = {name, true, "", tier->Details()};
+  for (const auto& [name, tier] : tiers_)
+    all[name] = {name, true, "", tier->Details(), tier->capabilities().memory_snapshot};
   for (const auto& [name, why] : lacking_) all[name] = {name, false, why, {}};
   std::vector<RuntimeInfo> out;
   for (auto& [name, info] : all) out.push_back(std::move(info));

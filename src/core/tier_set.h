@@ -16,6 +16,7 @@ struct RuntimeInfo {
   bool available = false;
   std::string why;  // what is missing, when not available
   std::vector<std::pair<std::string, std::string>> details;  // Tier::Details
+  bool memory_snapshots = false;  // Capabilities::memory_snapshot
 };
 
 class TierSet {

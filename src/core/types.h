@@ -25,6 +25,7 @@ struct VolumeMount {
   std::string name;
   std::string path;  // absolute and normalized (validate.cc)
   bool read_only = false;
+  bool operator==(const VolumeMount&) const = default;
 };
 
 // Who may reach a sandbox's ports by preview host name ({port}-{id}.{preview_domain}).
@@ -117,14 +118,17 @@ struct ExecEvent {
   ExitStatus exit;   // kExit
 };
 
-// The Snapshot object of API.md: a sandbox's files as they were, immutable.
+// The Snapshot object of API.md: a sandbox's files as they were, and with `memory` its memory
+// and processes too (its runtime's, which alone restores them); immutable.
 struct SnapshotInfo {
   std::string id;
   std::string name;  // "" = none given
   std::string sandbox_id;
   std::string created_at;  // RFC 3339 UTC
-  int64_t size_bytes = 0;
+  int64_t size_bytes = 0;  // files and memory image
   std::string image;
+  bool memory = false;
+  std::string runtime;  // the sandbox's runtime when it was taken
 };
 
 using storage::ImageInfo;  // storage/image_info.h

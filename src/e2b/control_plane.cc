@@ -292,6 +292,15 @@ class ControlPlane {
   static Error NotFound(const std::string& id) {
     return MakeError(ErrorCode::kNotFound, fmt::format("sandbox \"{}\" not found", id));
   }
+  // E2B's snapshots and forks keep memory and processes: here too where the sandbox's runtime
+  // can (gvisor, microvm) and it has some (a stopped one has only files), its files alone
+  // elsewhere.
+  bool KeepsMemory(const core::SandboxInfo& sandbox) const {
+    if (sandbox.state == "stopped") return false;
+    for (const core::RuntimeInfo& runtime : context_.manager.Runtimes())
+      if (runtime.name == sandbox.spec.runtime) return runtime.memory_snapshots;
+    return false;
+  }
 
   E2bContext& context_;
   api::HttpExchange& exchange_;
@@ -610,11 +619,14 @@ asio::awaitable<void> ControlPlane::Fork(const std::string& id) {
   if (!timeout.ok()) co_return co_await Fail(timeout.error());
   json count_body = json::object();
   if (const auto count = body->find("count"); count != body->end() && !count->is_null()) count_body["count"] = *count;
-  Result<int> count = api::ParseForkRequest(count_body);
-  if (!count.ok()) co_return co_await Fail(count.error());
-  if (Result<core::SandboxInfo> sandbox = Find(id); !sandbox.ok()) co_return co_await Fail(sandbox.error());
+  Result<api::ForkRequest> request = api::ParseForkRequest(count_body);
+  if (!request.ok()) co_return co_await Fail(request.error());
+  Result<core::SandboxInfo> sandbox = Find(id);
+  if (!sandbox.ok()) co_return co_await Fail(sandbox.error());
   core::SandboxManager& manager = context_.manager;
-  Result<std::vector<core::SandboxInfo>> forks = co_await Blocking([&] { return manager.Fork(id, *count); });
+  const bool memory = KeepsMemory(*sandbox);
+  Result<std::vector<core::SandboxInfo>> forks =
+      co_await Blocking([&] { return manager.Fork(id, request->count, memory); });
   if (!forks.ok()) co_return co_await Fail(forks.error());
   json items = json::array();
   for (core::SandboxInfo& fork : *forks) {
@@ -634,11 +646,14 @@ asio::awaitable<void> ControlPlane::CreateSnapshot(const std::string& id) {
   if (!body.ok()) co_return co_await Fail(body.error());
   json name_body = json::object();
   if (const auto name = body->find("name"); name != body->end() && !name->is_null()) name_body["name"] = *name;
-  Result<std::string> name = api::ParseSnapshotRequest(name_body);
-  if (!name.ok()) co_return co_await Fail(name.error());
-  if (Result<core::SandboxInfo> sandbox = Find(id); !sandbox.ok()) co_return co_await Fail(sandbox.error());
+  Result<api::SnapshotRequest> request = api::ParseSnapshotRequest(name_body);
+  if (!request.ok()) co_return co_await Fail(request.error());
+  Result<core::SandboxInfo> sandbox = Find(id);
+  if (!sandbox.ok()) co_return co_await Fail(sandbox.error());
   core::SandboxManager& manager = context_.manager;
-  Result<core::SnapshotInfo> snapshot = co_await Blocking([&] { return manager.CreateSnapshot(id, *name); });
+  const bool memory = KeepsMemory(*sandbox);
+  Result<core::SnapshotInfo> snapshot =
+      co_await Blocking([&] { return manager.CreateSnapshot(id, request->name, memory); });
   if (!snapshot.ok()) co_return co_await Fail(snapshot.error());
   const json names = snapshot->name.empty() ? json::array() : json::array({snapshot->name});
   const json created = {{"snapshotID", snapshot->id}, {"names", names}};

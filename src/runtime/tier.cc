@@ -12,6 +12,10 @@ ctl::LimitsMessage LimitsInside(const Limits& limits) {
   return {static_cast<int>(limits.pids), limits.memory_mb << 20, limits.cpus};
 }
 
+Status Tier::Checkpoint(const std::string& /*id*/, const std::string& /*image_dir*/) {
+  return MakeError(ErrorCode::kInvalid, "the " + name() + " runtime takes no memory snapshots", "runtime_unsupported");
+}
+
 Error UnbootableFiles() {
   return MakeError(ErrorCode::kConflict,
                    "the sandbox's files cannot boot: a mount point in the sandbox root is not a directory (a symlink?)",

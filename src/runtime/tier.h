@@ -62,6 +62,11 @@ struct LaunchSpec {
   // Its network mode is not none: a tier whose sandbox has a kernel of its own gives it a NIC
   // (Capabilities::nic_from_boot).
   bool network = false;
+  // A memory image this tier's Checkpoint wrote (Capabilities::memory_snapshot): the sandbox
+  // resumes from it with every process where it was, instead of booting. Its files
+  // (rootfs.upper) are those captured at the same instant, and its limits and volumes those it
+  // had then.
+  std::string memory_image;
 };
 
 // What the core keeps of a launched sandbox, in memory and in its row, to find it again after
@@ -91,7 +96,7 @@ struct NetworkAttachment {
 struct Capabilities {
   bool pause = false;                // freeze every process, memory kept
   bool filesystem_snapshot = false;  // snapshots and forks of the files
-  bool memory_snapshot = false;      // snapshots of the running processes
+  bool memory_snapshot = false;      // snapshots of the running processes (Checkpoint)
   bool idmapped_volumes = false;     // named volumes with the same ids in every sandbox
   bool pooling = false;              // booted ahead and handed out with other limits
   // The sandbox's own kernel enforces its pids limit (gVisor's, a guest's): the tier's Launch
@@ -146,8 +151,17 @@ class Tier {
   // their own.
   virtual std::string ProxyHost() const { return "127.0.0.1"; }
 
-  // Starts the sandbox's init with its filesystem, namespaces and limits in place.
+  // Starts the sandbox's init with its filesystem, namespaces and limits in place, or resumes
+  // a checkpointed one (LaunchSpec::memory_image).
   virtual Result<SandboxHandle> Launch(const LaunchSpec& spec) = 0;
+  // Memory snapshots (Capabilities::memory_snapshot): writes the memory and processes of a
+  // running or paused sandbox into `image_dir`, an empty directory of root's. The sandbox is
+  // left as it was (a paused one stays paused). Files are not written: the caller captures them
+  // at the same instant, the sandbox frozen.
+  virtual Status Checkpoint(const std::string& id, const std::string& image_dir);
+  // What a memory image of this tier is restored by: its engine and version ("" if the tier
+  // takes none). An image of another format is refused, not tried.
+  virtual std::string MemoryFormat() const { return {}; }
   // The way to the init of the sandbox launched with this staging dir (also after a restart).
   virtual std::shared_ptr<const InitDialer> Dialer(const std::string& staging) const = 0;
   // Its network, checked to be this handle's (not a reused pid's).

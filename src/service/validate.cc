@@ -317,18 +317,13 @@ bool IsNumericId(std::string_view s) {
   return std::stoull(std::string(s)) < 4294967295ull;
 }
 
-// `"memory": true` asks for memory and processes too, which no tier captures yet: refused,
-// rather than answered with a snapshot or fork of the files alone.
-Status RefuseMemory(const json& body) {
-  const json* memory = Find(body, "memory");
-  if (memory == nullptr) return {};
-  if (!memory->is_boolean()) return Invalid("memory must be a boolean");
-  if (memory->get<bool>())
-    return MakeError(ErrorCode::kInvalid,
-                     "memory snapshots and forks (\"memory\": true) are not available on any runtime yet: "
-                     "snapshots and forks keep the sandbox's files only (\"memory\": false), and pause keeps "
-                     "its memory while the daemon runs",
-                     "runtime_unsupported");
+// "memory": a boolean; absent or null is false. (Whether the sandbox's runtime can is the core's
+// to say: 422 runtime_unsupported.)
+Status ReadMemory(const json& body, bool& memory) {
+  const json* value = Find(body, "memory");
+  if (value == nullptr) return {};
+  if (!value->is_boolean()) return Invalid("memory must be a boolean");
+  memory = value->get<bool>();
   return {};
 }
 
@@ -387,6 +382,8 @@ Result<core::SandboxSpec> ParseSandboxSpec(const json& body, const HostLimits& h
       return Invalid("from_snapshot must be a snapshot id");
     spec.from_snapshot = std::move(snapshot);
     if (!Find(body, "image")) spec.image.clear();  // the snapshot's
+    // A memory snapshot's runtime, which alone restores it; else the default.
+    if (!Find(body, "runtime")) spec.runtime.clear();
   }
   BH_TRY(ReadVolumes(body, spec.volumes));
   BH_TRY(ReadPreview(body, spec.preview));
@@ -502,25 +499,28 @@ Result<core::ListFilter> ParseListFilter(const std::vector<std::pair<std::string
   return filter;
 }
 
-Result<std::string> ParseSnapshotRequest(const json& body) {
+Result<SnapshotRequest> ParseSnapshotRequest(const json& body) {
   if (!body.is_object()) return Invalid("body must be a JSON object");
-  BH_TRY(RefuseMemory(body));
-  std::string name;
+  SnapshotRequest request;
+  BH_TRY(ReadMemory(body, request.memory));
+  std::string& name = request.name;
   BH_TRY(ReadString(body, "name", name));
   if (Find(body, "name") && (name.empty() || name.size() > kMaxSnapshotNameBytes))
     return Invalid(fmt::format("name must be 1 to {} bytes", kMaxSnapshotNameBytes));
   for (unsigned char c : name) {
     if (c < 0x20 || c == 0x7f) return Invalid("name must not contain control characters");
   }
-  return name;
+  return request;
 }
 
-Result<int> ParseForkRequest(const json& body) {
+Result<ForkRequest> ParseForkRequest(const json& body) {
   if (!body.is_object()) return Invalid("body must be a JSON object");
-  BH_TRY(RefuseMemory(body));
+  ForkRequest request;
+  BH_TRY(ReadMemory(body, request.memory));
   int64_t count = 1;
   BH_TRY(ReadInt(body, "count", 1, kMaxForkCount, count));
-  return static_cast<int>(count);
+  request.count = static_cast<int>(count);
+  return request;
 }
 
 bool IsValidImageName(std::string_view name) {

@@ -72,13 +72,23 @@ Result<int64_t> ParseEgressLimit(const std::vector<std::pair<std::string, std::s
 Result<core::ListFilter> ParseListFilter(
     const std::vector<std::pair<std::string, std::string>>& query);
 
-// POST /v1/sandboxes/{id}/snapshots: {"name"?}: 1 to kMaxSnapshotNameBytes bytes of UTF-8
-// without control characters; absent = "" (none).
+// POST /v1/sandboxes/{id}/snapshots: {"name"?, "memory"?}: a name of 1 to kMaxSnapshotNameBytes
+// bytes of UTF-8 without control characters, absent = "" (none); memory a boolean, absent or
+// null = false (files only).
 constexpr size_t kMaxSnapshotNameBytes = 128;
-Result<std::string> ParseSnapshotRequest(const nlohmann::json& body);
-// POST /v1/sandboxes/{id}/fork: {"count"?}: 1..kMaxForkCount, default 1.
+struct SnapshotRequest {
+  std::string name;
+  bool memory = false;
+};
+Result<SnapshotRequest> ParseSnapshotRequest(const nlohmann::json& body);
+// POST /v1/sandboxes/{id}/fork: {"count"?, "memory"?}: 1..kMaxForkCount, default 1; memory as
+// for a snapshot.
 constexpr int64_t kMaxForkCount = 16;
-Result<int> ParseForkRequest(const nlohmann::json& body);
+struct ForkRequest {
+  int count = 1;
+  bool memory = false;
+};
+Result<ForkRequest> ParseForkRequest(const nlohmann::json& body);
 
 // ^[a-z0-9][a-z0-9._-]{0,63}$
 bool IsValidImageName(std::string_view name);

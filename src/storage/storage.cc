@@ -11,6 +11,7 @@
 #include <climits>
 #include <cstdlib>
 #include <ctime>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "common/id_ranges.h"
@@ -99,6 +100,7 @@ Result<std::unique_ptr<Storage>> Storage::Open(const std::string& state_dir, int
   auto layers = OpenLayerArea(root, size_gb, driver);
   if (!layers.ok()) return layers.error();
   BH_TRY(MakeDir((*layers)->snapshots_root(), 0700));
+  BH_TRY(MakeDir(root + "/memory", 0700));
   for (const auto& name : ListDirNames(root + "/images")) {
     if (name != kHostImage && IsValidImageName(name)) BH_TRY(MoveToStoredIds(root + "/images/" + name + "/rootfs"));
   }
@@ -327,22 +329,44 @@ Status Storage::SealSnapshot(const std::string& snapshot_id) {
 
 Status Storage::DestroySnapshot(const std::string& snapshot_id) {
   BH_TRY(CheckLayerId(snapshot_id));
+  BH_TRY(RemoveTree(MemoryDir(snapshot_id)));
   return layers_->DestroySnapshotDir(snapshot_id);
 }
 
 std::vector<std::string> Storage::ListSnapshots() const {
-  std::vector<std::string> ids;
-  for (const auto& name : ListDirNames(layers_->snapshots_root())) {
-    if (IsSafeName(name)) ids.push_back(name);
+  std::set<std::string> ids;
+  for (const std::string& dir : {layers_->snapshots_root(), MemoryRoot()}) {
+    for (const auto& name : ListDirNames(dir)) {
+      if (IsSafeName(name)) ids.insert(name);
+    }
   }
-  return ids;
+  return {ids.begin(), ids.end()};
+}
+
+std::string Storage::MemoryRoot() const { return state_dir_ + "/memory"; }
+std::string Storage::MemoryDir(const std::string& snapshot_id) const { return MemoryRoot() + "/" + snapshot_id; }
+
+Result<std::string> Storage::MakeMemoryDir(const std::string& snapshot_id) {
+  BH_TRY(CheckLayerId(snapshot_id));
+  const std::string dir = MemoryDir(snapshot_id);
+  if (::mkdir(dir.c_str(), 0700) != 0) {
+    if (errno == EEXIST) return MakeError(ErrorCode::kConflict, "a memory image of " + snapshot_id + " exists");
+    return SystemError("mkdir " + dir, errno);
+  }
+  return dir;
 }
 
 std::string Storage::SnapshotDir(const std::string& snapshot_id) const { return layers_->SnapshotPath(snapshot_id); }
 
 Result<int64_t> Storage::SnapshotSizeBytes(const std::string& snapshot_id) const {
   BH_TRY(CheckLayerId(snapshot_id));
-  return TreeAllocatedBytes(SnapshotDir(snapshot_id) + "/upper");
+  auto files = TreeAllocatedBytes(SnapshotDir(snapshot_id) + "/upper");
+  if (!files) return files.error();
+  struct stat st;
+  if (::lstat(MemoryDir(snapshot_id).c_str(), &st) != 0) return *files;
+  auto memory = TreeAllocatedBytes(MemoryDir(snapshot_id));
+  if (!memory) return memory.error();
+  return *files + *memory;
 }
 
 std::string Storage::driver() const { return layers_->driver(); }

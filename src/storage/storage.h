@@ -10,6 +10,7 @@
 //   storage/layers/vol-<name>/data   named volumes (sandbox ids never hold a '-')
 //   storage/snapshots/<snap_id>/upper snapshots: a layer's upper/ as it was (or snapshots/
 //                                    beside layers/ without quotas); btrfs: read-only subvolumes
+//   memory/<snap_id>/                a memory snapshot's image, as its tier wrote it
 //
 // Quotas: XFS project quotas when the kernel has them (like Docker's overlay2 on xfs
 // pquota), else btrfs qgroups (one subvolume per layer), else plain dirs without quotas.
@@ -104,7 +105,12 @@ class Storage {
   // complete (immutable from then on, like a captured one).
   Status MakeSnapshotDir(const std::string& snapshot_id);
   Status SealSnapshot(const std::string& snapshot_id);
-  Result<int64_t> SnapshotSizeBytes(const std::string& snapshot_id) const;
+  Result<int64_t> SnapshotSizeBytes(const std::string& snapshot_id) const;  // files and memory
+  // A memory snapshot's image (Tier::Checkpoint): a directory of root's alone beside the
+  // files, removed with them by DestroySnapshot. MakeMemoryDir makes it empty (kConflict if it
+  // exists) and answers its path.
+  Result<std::string> MakeMemoryDir(const std::string& snapshot_id);
+  std::string MemoryDir(const std::string& snapshot_id) const;
   // "overlay" (file copies, reflinked where the filesystem can) or "btrfs" (subvolume snapshots).
   std::string driver() const;
 
@@ -119,6 +125,7 @@ class Storage {
   std::string HostImageDir() const;
   std::string LayerDir(const std::string& sandbox_id) const;
   std::string VolumeLayerId(const std::string& name) const;
+  std::string MemoryRoot() const;
 
   std::string state_dir_;
   std::unique_ptr<LayerArea> layers_;

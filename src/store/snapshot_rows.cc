@@ -1,4 +1,4 @@
-// The snapshots table of the state database (schema version 4).
+// The snapshots table of the state database (schema version 4; memory since 6).
 #include "store/state_db.h"
 
 namespace bulkhead::store {
@@ -8,7 +8,7 @@ Status StateDb::PutSnapshot(const SnapshotRow& r) {
   Stmt st;
   const char* sql =
       "INSERT OR REPLACE INTO snapshots (id, name, sandbox_id, created_at, size_bytes, image, spec_json, uid_base, "
-      "state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)";
+      "state, memory) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
   if (sqlite3_prepare_v2(db_, sql, -1, &st.s, nullptr) != SQLITE_OK) return DbError(db_, "prepare put snapshot");
   sqlite3_bind_text(st.s, 1, r.id.c_str(), -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(st.s, 2, r.name.c_str(), -1, SQLITE_TRANSIENT);
@@ -19,6 +19,7 @@ Status StateDb::PutSnapshot(const SnapshotRow& r) {
   sqlite3_bind_text(st.s, 7, r.spec_json.c_str(), -1, SQLITE_TRANSIENT);
   sqlite3_bind_int64(st.s, 8, r.uid_base);
   sqlite3_bind_text(st.s, 9, r.state.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st.s, 10, r.memory.c_str(), -1, SQLITE_TRANSIENT);
   if (sqlite3_step(st.s) != SQLITE_DONE) return DbError(db_, "put snapshot");
   return {};
 }
@@ -37,7 +38,7 @@ Result<std::vector<SnapshotRow>> StateDb::LoadSnapshots() {
   std::lock_guard lock(mu_);
   Stmt st;
   const char* sql =
-      "SELECT id, name, sandbox_id, created_at, size_bytes, image, spec_json, uid_base, state FROM snapshots "
+      "SELECT id, name, sandbox_id, created_at, size_bytes, image, spec_json, uid_base, state, memory FROM snapshots "
       "ORDER BY created_at, id";
   if (sqlite3_prepare_v2(db_, sql, -1, &st.s, nullptr) != SQLITE_OK) return DbError(db_, "prepare load snapshots");
   std::vector<SnapshotRow> rows;
@@ -54,6 +55,7 @@ Result<std::vector<SnapshotRow>> StateDb::LoadSnapshots() {
     r.spec_json = text(6);
     r.uid_base = static_cast<uint32_t>(sqlite3_column_int64(st.s, 7));
     r.state = text(8);
+    r.memory = text(9);
     rows.push_back(std::move(r));
   }
   if (rc != SQLITE_DONE) return DbError(db_, "load snapshots");

@@ -4,7 +4,7 @@ namespace bulkhead::store {
 namespace {
 
 // The schema, at version kSchemaVersion. A change gets a new version and a step in Migrate.
-constexpr int kSchemaVersion = 5;  // 3: egress log, 4: snapshots, 5: volumes
+constexpr int kSchemaVersion = 6;  // 3: egress log, 4: snapshots, 5: volumes, 6: memory snapshots
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS sandboxes (
   id TEXT PRIMARY KEY,
@@ -41,7 +41,8 @@ CREATE TABLE IF NOT EXISTS snapshots (
   image TEXT NOT NULL,
   spec_json TEXT NOT NULL,
   uid_base INTEGER NOT NULL,
-  state TEXT NOT NULL
+  state TEXT NOT NULL,
+  memory TEXT NOT NULL DEFAULT ''
 );
 )sql";
 
@@ -89,6 +90,10 @@ Status StateDb::Migrate() {
     // Version 1 kept expiry in whole seconds, which cut lifetimes short by up to a second.
     st = Exec("ALTER TABLE sandboxes RENAME COLUMN expires_at TO expires_at_ms; "
               "UPDATE sandboxes SET expires_at_ms = expires_at_ms * 1000;");
+  }
+  if (st.ok() && (version == 4 || version == 5)) {
+    // Version 6 records a memory snapshot's image format; the snapshots before it are files only.
+    st = Exec("ALTER TABLE snapshots ADD COLUMN memory TEXT NOT NULL DEFAULT ''");
   }
   if (st.ok()) st = Exec(kSchema);
   if (st.ok()) st = Exec(kVolumesSchema);

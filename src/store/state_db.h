@@ -57,6 +57,9 @@ struct SnapshotRow {
   std::string spec_json;   // the sandbox's core::SandboxSpec as JSON when it was taken
   uint32_t uid_base = 0;   // the host uid range its files' owners are in
   std::string state;       // creating | ready
+  // "" for files only; else the format of its memory image (Tier::MemoryFormat), which only a
+  // tier of that format restores.
+  std::string memory;
 };
 
 // A prepared statement, finalized on scope exit.

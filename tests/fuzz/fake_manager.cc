@@ -303,11 +303,13 @@ Result<std::vector<net::EgressRecord>> FakeManager::Egress(const std::string& id
   return std::vector<net::EgressRecord>{record};
 }
 
-Result<core::SnapshotInfo> FakeManager::CreateSnapshot(const std::string& sandbox_id, const std::string& name) {
+Result<core::SnapshotInfo> FakeManager::CreateSnapshot(const std::string& sandbox_id, const std::string& name,
+                                                       bool memory) {
   Result<core::SandboxInfo> info = Known(sandbox_id);
   if (!info.ok()) return info.error();
   core::SnapshotInfo snapshot = Snapshot();
   snapshot.name = name;
+  snapshot.memory = memory;
   return snapshot;
 }
 
@@ -320,7 +322,7 @@ Result<core::SnapshotInfo> FakeManager::GetSnapshot(const std::string& id) {
 
 Status FakeManager::DeleteSnapshot(const std::string& id) { return GetSnapshot(id).ok() ? Status{} : GetSnapshot(id).error(); }
 
-Result<std::vector<core::SandboxInfo>> FakeManager::Fork(const std::string& sandbox_id, int count) {
+Result<std::vector<core::SandboxInfo>> FakeManager::Fork(const std::string& sandbox_id, int count, bool /*memory*/) {
   Result<core::SandboxInfo> info = Known(sandbox_id);
   if (!info.ok()) return info.error();
   std::vector<core::SandboxInfo> forks;

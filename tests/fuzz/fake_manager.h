@@ -29,11 +29,12 @@ class FakeManager : public core::SandboxManager {
   Result<UniqueFd> SandboxSocket(const std::string& id, int domain) override;
   Result<core::SandboxInfo> SetNetwork(const std::string& id, const core::NetworkPolicy& policy) override;
   Result<std::vector<net::EgressRecord>> Egress(const std::string& id, int64_t limit) override;
-  Result<core::SnapshotInfo> CreateSnapshot(const std::string& sandbox_id, const std::string& name) override;
+  Result<core::SnapshotInfo> CreateSnapshot(const std::string& sandbox_id, const std::string& name,
+                                           bool memory) override;
   std::vector<core::SnapshotInfo> ListSnapshots() override;
   Result<core::SnapshotInfo> GetSnapshot(const std::string& id) override;
   Status DeleteSnapshot(const std::string& id) override;
-  Result<std::vector<core::SandboxInfo>> Fork(const std::string& sandbox_id, int count) override;
+  Result<std::vector<core::SandboxInfo>> Fork(const std::string& sandbox_id, int count, bool memory) override;
   std::vector<core::ImageInfo> ListImages() override;
   Result<core::ImageInfo> ImportImage(const std::string& name, const std::string& tar_path) override;
   Status DeleteImage(const std::string& name) override;

@@ -152,13 +152,14 @@ void FuzzSmallBodies(uint8_t which, std::string_view rest) {
     }
     case 2: (void)api::ParseNetworkUpdate(*body); break;
     case 3: {
-      Result<std::string> name = api::ParseSnapshotRequest(*body);
-      if (name.ok()) FUZZ_CHECK(name->size() <= api::kMaxSnapshotNameBytes, *name);
+      Result<api::SnapshotRequest> request = api::ParseSnapshotRequest(*body);
+      if (request.ok()) FUZZ_CHECK(request->name.size() <= api::kMaxSnapshotNameBytes, request->name);
       break;
     }
     case 4: {
-      Result<int> count = api::ParseForkRequest(*body);
-      if (count.ok()) FUZZ_CHECK(*count >= 1 && *count <= api::kMaxForkCount, std::to_string(*count));
+      Result<api::ForkRequest> request = api::ParseForkRequest(*body);
+      if (request.ok())
+        FUZZ_CHECK(request->count >= 1 && request->count <= api::kMaxForkCount, std::to_string(request->count));
       break;
     }
     case 5: {

@@ -233,16 +233,18 @@ Status FakeManager::DeleteVolume(const std::string& name) {
   return {};
 }
 
-Result<core::SnapshotInfo> FakeManager::CreateSnapshot(const std::string& id, const std::string& name) {
+Result<core::SnapshotInfo> FakeManager::CreateSnapshot(const std::string& id, const std::string& name, bool memory) {
   std::lock_guard lock(mutex_);
   auto it = sandboxes_.find(id);
   if (it == sandboxes_.end()) return NotFound(id);
   last_snapshot_name = name;
+  last_snapshot_memory = memory;
   std::string snapshot_id;
   do {
     snapshot_id = "snap_" + std::to_string(++next_snapshot_);
   } while (std::any_of(snapshots_.begin(), snapshots_.end(), [&](const auto& s) { return s.id == snapshot_id; }));
-  snapshots_.push_back(core::SnapshotInfo{snapshot_id, name, id, kCreatedAt, 4096, it->second.spec.image});
+  snapshots_.push_back(
+      core::SnapshotInfo{snapshot_id, name, id, kCreatedAt, 4096, it->second.spec.image, memory, it->second.spec.runtime});
   return snapshots_.back();
 }
 
@@ -280,8 +282,9 @@ Result<core::SnapshotInfo> FakeManager::ImportSnapshot(int, int64_t) {
   return MakeError(ErrorCode::kInvalid, "not a bulkhead snapshot archive", "invalid_snapshot");
 }
 
-Result<std::vector<core::SandboxInfo>> FakeManager::Fork(const std::string& id, int count) {
+Result<std::vector<core::SandboxInfo>> FakeManager::Fork(const std::string& id, int count, bool memory) {
   std::lock_guard lock(mutex_);
+  last_fork_memory = memory;
   auto it = sandboxes_.find(id);
   if (it == sandboxes_.end()) return NotFound(id);
   const core::SandboxSpec spec = it->second.spec;

@@ -53,14 +53,14 @@ class FakeManager : public core::SandboxManager {
   Result<core::VolumeInfo> GetVolume(const std::string& name) override;
   std::vector<core::VolumeInfo> ListVolumes() override;
   Status DeleteVolume(const std::string& name) override;
-  Result<core::SnapshotInfo> CreateSnapshot(const std::string& id, const std::string& name) override;
+  Result<core::SnapshotInfo> CreateSnapshot(const std::string& id, const std::string& name, bool memory) override;
   std::vector<core::SnapshotInfo> ListSnapshots() override;
   Result<core::SnapshotInfo> GetSnapshot(const std::string& id) override;
   Status DeleteSnapshot(const std::string& id) override;
   // The archive format is storage's (tested there); here only the routes' answers.
   Status ExportSnapshot(const std::string& id, int out_fd) override;
   Result<core::SnapshotInfo> ImportSnapshot(int, int64_t) override;
-  Result<std::vector<core::SandboxInfo>> Fork(const std::string& id, int count) override;
+  Result<std::vector<core::SandboxInfo>> Fork(const std::string& id, int count, bool memory) override;
   core::ManagerStats Stats() override;
   std::vector<core::RuntimeInfo> Runtimes() const override {
     return {{"gvisor", false, "no runsc here", {}}, {"native", true, "", {}}};
@@ -80,6 +80,8 @@ class FakeManager : public core::SandboxManager {
   core::ExecRequest last_exec;
   int64_t last_egress_limit = 0;
   std::string last_snapshot_name;
+  bool last_snapshot_memory = false;  // what the last CreateSnapshot and Fork were asked
+  bool last_fork_memory = false;
   std::map<std::string, std::string> imported;  // image name -> the tarball's bytes
   std::string imported_from;                    // the path the last tarball was read from
 

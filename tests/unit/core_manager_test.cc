@@ -145,7 +145,7 @@ TEST_F(CoreManagerTest, WhatATierCannotDoIsRefusedBeforeItIsTried) {
   EXPECT_EQ(paused.error().detail_code, "runtime_unsupported");
   EXPECT_EQ(StateOf(id), "running");
   EXPECT_FALSE(BoxOf(id)->frozen);
-  auto snapshot = manager_->CreateSnapshot(id, "s");
+  auto snapshot = manager_->CreateSnapshot(id, "s", false);
   ASSERT_FALSE(snapshot.ok());
   EXPECT_EQ(snapshot.error().detail_code, "runtime_unsupported");
   EXPECT_TRUE(manager_->ListSnapshots().empty());

@@ -64,6 +64,14 @@ class GvisorTier : public Tier {
   static ctl::LimitsMessage InsideLimits(const Limits& limits);
   static constexpr int64_t kTaskHostBytes = 3 << 20;  // measured ~0.6 (exec'd) to 2.8 (forked python)
   Result<SandboxHandle> Launch(const LaunchSpec& spec) override;
+  // runsc checkpoint --leave-running: the Sentry stops every task, writes its kernel's state
+  // and the sandbox's memory, and lets them go on (a paused sandbox stays paused). A restore
+  // (runsc restore) reopens the files by path in the new sandbox's mounts, which the launcher
+  // puts at the same paths, and its host sockets in the new network namespace: listening ones
+  // listen again, connections out are cut, and so are init's dialed connections to the daemon,
+  // which init dials again.
+  Status Checkpoint(const std::string& id, const std::string& image_dir) override;
+  std::string MemoryFormat() const override { return "gvisor " + runsc_.version; }
   std::shared_ptr<const InitDialer> Dialer(const std::string& staging) const override;
   Result<NetworkAttachment> AttachNetwork(const SandboxHandle& handle) override;
   Status SetLimits(const std::string& id, const Limits& limits) override;
