@@ -1,5 +1,5 @@
 """The daemon killed with SIGKILL in the middle of create, exec, file writes, snapshot, fork
-and delete, many times over (seeded: BULKHEAD_CRASH_SEED reproduces a run, BULKHEAD_CRASH_ROUNDS
+and delete, and of memory snapshots, memory forks and restores (gvisor), many times over (seeded: BULKHEAD_CRASH_SEED reproduces a run, BULKHEAD_CRASH_ROUNDS
 sets the rounds per operation). After each restart nothing is half-made and nothing leaks:
 every listed sandbox runs commands, every listed snapshot starts sandboxes, every file a call
 acknowledged is there byte for byte (one it did not may be old or new, never a mix), and no
@@ -27,6 +27,9 @@ from harness import assert_no_leaks, files_url, sandbox_host_uid_range
 SEED = int(os.environ.get("BULKHEAD_CRASH_SEED", "5"))
 ROUNDS = int(os.environ.get("BULKHEAD_CRASH_ROUNDS", "5"))  # per operation
 OPERATIONS = ["create", "exec", "write", "snapshot", "fork", "delete"]
+# On a gvisor base sandbox (test_memory_snapshots.py): a snapshot with memory, a fork with
+# memory, and a create restoring a memory snapshot.
+MEMORY_OPERATIONS = ["memory-snapshot", "memory-fork", "restore"]
 WRITE_TEMP_PREFIX = ".bulkhead-write-"  # common/ctl_protocol.h kWriteTempPrefix
 
 
@@ -108,7 +111,7 @@ def check_invariants(daemon, client, ack: Acknowledged):
         assert client.sh(started, "cat /workspace/acked") != ""
         client.remove(started)
     state = daemon.state_dir
-    snapshot_dirs = dirs(state / "storage" / "snapshots") | dirs(state / "snapshots")
+    snapshot_dirs = dirs(state / "storage" / "snapshots") | dirs(state / "snapshots") | dirs(state / "memory")
     assert snapshot_dirs <= set(snapshots), (snapshot_dirs, snapshots)
     # Nothing without its sandbox: processes, mounts, cgroups, namespaces, links, tables,
     # loop devices, uid ranges, directories.
@@ -145,10 +148,18 @@ def act(operation, client, base, victims, round_number, plan, ack: Acknowledged)
         r = client.post(f"/v1/sandboxes/{base}/snapshots", {})
         if r.status == 201:
             ack.snapshots.append(r.json()["id"])
-    elif operation == "fork":
-        r = client.post(f"/v1/sandboxes/{base}/fork", {"count": 3})
+    elif operation == "memory-snapshot":
+        r = client.post(f"/v1/sandboxes/{base}/snapshots", {"memory": True})
+        if r.status == 201:
+            ack.snapshots.append(r.json()["id"])
+    elif operation in ("fork", "memory-fork"):
+        r = client.post(f"/v1/sandboxes/{base}/fork", {"count": 3, "memory": operation == "memory-fork"})
         if r.status == 201:
             ack.sandboxes += [s["id"] for s in r.json()["sandboxes"]]
+    elif operation == "restore":
+        r = client.post("/v1/sandboxes", {"from_snapshot": plan["snapshot"]})
+        if r.status == 201:
+            ack.sandboxes.append(r.json()["id"])
     else:
         for v in victims:
             ack.sandboxes.remove(v)  # from now on it may be gone
@@ -156,18 +167,29 @@ def act(operation, client, base, victims, round_number, plan, ack: Acknowledged)
                 ack.deleted.append(v)
 
 
-@pytest.mark.parametrize("operation", OPERATIONS)
+@pytest.mark.parametrize("operation", OPERATIONS + MEMORY_OPERATIONS)
 def test_sigkill_during_an_operation_leaves_nothing_half_made(daemon_factory, crash_netns, operation):
     rng = random.Random(f"{SEED}-{operation}")
     daemon = daemon_factory()
     daemon.netns = crash_netns
     daemon.start()
     client = daemon.client()
+    runtime = {}
+    if operation in MEMORY_OPERATIONS:
+        if not client.get("/healthz").json()["runtimes"]["gvisor"]["available"]:
+            pytest.skip("this host has no gvisor runtime")
+        runtime = {"runtime": "gvisor"}
     ack = Acknowledged()
-    base = client.create(network={"mode": "open"})["id"]
-    client.sh(base, "echo base > /workspace/acked")
+    base = client.create(network={"mode": "open"}, **runtime)["id"]
+    client.sh(base, "echo base > /workspace/acked; sleep 100000 > /dev/null 2>&1 &")
     ack.exec_contents[base] = {"base\n"}
     ack.sandboxes.append(base)
+    restored = None
+    if operation == "restore":
+        r = client.post(f"/v1/sandboxes/{base}/snapshots", {"memory": True})
+        assert r.status == 201, r
+        restored = r.json()["id"]
+        ack.snapshots.append(restored)
 
     for round_number in range(ROUNDS):
         victims = []
@@ -182,7 +204,7 @@ def test_sigkill_during_an_operation_leaves_nothing_half_made(daemon_factory, cr
         # Drawn here, not in the worker, so the seed alone decides the run. The files: one
         # rewritten every round and a new one each round, 1 byte to 8 MiB, so that the kill
         # lands before, during and after the body.
-        plan = {"network": rng.choice(["none", "open"]),
+        plan = {"network": rng.choice(["none", "open"]), "snapshot": restored,
                 "files": [(path, rng.randbytes(rng.choice([1, 4096, 300_000, 2 << 20, 8 << 20])))
                           for path in ("/workspace/rewritten.bin", f"/workspace/round-{round_number}.bin")]}
         worker_client = daemon.client(timeout=30)

@@ -1,0 +1,239 @@
+"""Memory snapshots and forks (issue 21): a snapshot with "memory": true keeps a sandbox's
+memory and processes with its files, as of one instant, on the runtimes that can take them;
+a sandbox created from it, and each fork with memory, goes on running every process from
+where it was. Run against every runtime of MEMORY_RUNTIMES this host has, from the native run
+(each sandbox names its runtime); the native tier's refusal is tested beside."""
+
+import json
+import signal
+import time
+
+import pytest
+
+import harness
+from harness import assert_error_shape, wait_until
+
+MEMORY_RUNTIMES = ["gvisor"]
+
+
+def available_runtimes(client) -> set:
+    runtimes = client.get("/healthz").json()["runtimes"]
+    return {name for name, info in runtimes.items() if info.get("available")}
+
+
+@pytest.fixture(params=MEMORY_RUNTIMES)
+def runtime(request, client):
+    if request.param not in available_runtimes(client):
+        pytest.skip(f"this host has no {request.param} runtime")
+    return request.param
+
+
+def processes_url(sandbox_id, pid=None, route=""):
+    return f"/v1/sandboxes/{sandbox_id}/processes" + ("" if pid is None else f"/{pid}") + route
+
+
+def start_process(client, sandbox_id, cmd, **body) -> int:
+    r = client.post(processes_url(sandbox_id), {"cmd": cmd, **body})
+    assert r.status == 201, r
+    return r.json()["pid"]
+
+
+def process(client, sandbox_id, pid) -> dict:
+    r = client.get(processes_url(sandbox_id, pid))
+    assert r.status == 200, r
+    return r.json()
+
+
+def stdout_of(client, sandbox_id, pid) -> str:
+    r = client.get(processes_url(sandbox_id, pid, "/output"))
+    assert r.status == 200, r
+    events = [json.loads(line) for line in r.body.splitlines()]
+    return "".join(e["data"] for e in events if e["type"] == "stdout")
+
+
+def snapshot(client, sandbox_id, **body) -> dict:
+    r = client.post(f"/v1/sandboxes/{sandbox_id}/snapshots", {"memory": True, **body})
+    assert r.status == 201, r
+    return r.json()
+
+
+def counted(text: str) -> list[int]:
+    return [int(line) for line in text.split("\n") if line]
+
+
+# A counter: one line a tick, numbered from 0, so its output shows whether it went on or began
+# again.
+COUNTER = "i=0; while :; do echo $i; i=$((i+1)); sleep 0.05; done"
+
+
+def test_a_sandbox_made_from_a_memory_snapshot_goes_on_counting_from_where_it_was(client, sandbox_factory, runtime):
+    source = sandbox_factory(runtime=runtime)["id"]
+    client.sh(source, "echo kept > /workspace/file")
+    pid = start_process(client, source, COUNTER, tag="counter")
+    assert wait_until(lambda: len(counted(stdout_of(client, source, pid))) >= 5, timeout=20)
+    taken = snapshot(client, source, name="counting")
+    assert taken["memory"] is True and taken["runtime"] == runtime and taken["name"] == "counting", taken
+    assert taken["size_bytes"] > 0, taken
+    at_snapshot = counted(stdout_of(client, source, pid))
+
+    copy = sandbox_factory(from_snapshot=taken["id"])
+    assert copy["runtime"] == runtime and copy["parent_snapshot"] == taken["id"], copy
+    copy_id = copy["id"]
+    # The same process, still running, with its output ring as it was: the counter goes on past
+    # where the snapshot caught it, never beginning again.
+    restored = process(client, copy_id, pid)
+    assert restored["state"] == "running" and restored["tag"] == "counter", restored
+    assert wait_until(lambda: len(counted(stdout_of(client, copy_id, pid))) > len(at_snapshot) + 5, timeout=20)
+    numbers = counted(stdout_of(client, copy_id, pid))
+    assert numbers == list(range(len(numbers))), numbers
+    assert client.sh(copy_id, "cat /workspace/file") == "kept\n"
+    # The source went on too, on its own.
+    assert process(client, source, pid)["state"] == "running"
+    client.sh(copy_id, "echo copy > /workspace/file")
+    assert client.sh(source, "cat /workspace/file") == "kept\n"
+
+
+def test_a_python_repl_keeps_its_variables(client, sandbox_factory, runtime):
+    source = sandbox_factory(runtime=runtime)["id"]
+    pid = start_process(client, source, ["python3", "-u", "-i", "-q"])
+    r = client.post(processes_url(source, pid, "/stdin"), {"data": "answer = 41\nprint('set', answer)\n"})
+    assert r.status == 204, r
+    assert wait_until(lambda: "set 41" in stdout_of(client, source, pid), timeout=20)
+    taken = snapshot(client, source)
+    # The source changes its variable after the snapshot; the copy keeps the one it had.
+    client.post(processes_url(source, pid, "/stdin"), {"data": "answer = 0\n"})
+
+    copy_id = sandbox_factory(from_snapshot=taken["id"])["id"]
+    r = client.post(processes_url(copy_id, pid, "/stdin"), {"data": "print('got', answer + 1)\n"})
+    assert r.status == 204, r
+    assert wait_until(lambda: "got 42" in stdout_of(client, copy_id, pid), timeout=20), stdout_of(client, copy_id, pid)
+
+
+def test_a_server_listening_inside_keeps_serving(client, sandbox_factory, runtime):
+    source = sandbox_factory(runtime=runtime)["id"]
+    client.sh(source, "mkdir -p /workspace/site && echo served-from-memory > /workspace/site/index.html")
+    start_process(client, source, ["python3", "-m", "http.server", "8123", "--bind", "127.0.0.1",
+                                   "--directory", "/workspace/site"])
+    fetch = "python3 -c \"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8123/').read().decode())\""
+    assert wait_until(lambda: client.exec(source, fetch)["exit_code"] == 0, timeout=20)
+    taken = snapshot(client, source)
+    copy_id = sandbox_factory(from_snapshot=taken["id"])["id"]
+    # No new server was started in the copy: the one restored listens again.
+    assert client.sh(copy_id, fetch) == "served-from-memory\n\n"
+
+
+def test_a_fork_with_memory_gives_running_copies_each_on_its_own(client, sandbox_factory, runtime):
+    source = sandbox_factory(runtime=runtime, memory_mb=256)["id"]
+    pid = start_process(client, source, COUNTER)
+    assert wait_until(lambda: len(counted(stdout_of(client, source, pid))) >= 3, timeout=20)
+    listed = client.get("/v1/snapshots").json()["snapshots"]
+    r = client.post(f"/v1/sandboxes/{source}/fork", {"count": 3, "memory": True})
+    assert r.status == 201, r
+    forks = [s["id"] for s in r.json()["sandboxes"]]
+    try:
+        assert len(set(forks)) == 3
+        for fork in forks:
+            sandbox = client.sandbox(fork)
+            assert sandbox["state"] == "running" and sandbox["runtime"] == runtime and sandbox["memory_mb"] == 256
+            assert process(client, fork, pid)["state"] == "running"
+            client.sh(fork, f"echo {fork} > /workspace/mine")
+        for fork in forks:
+            assert client.sh(fork, "cat /workspace/mine") == f"{fork}\n"
+            before = len(counted(stdout_of(client, fork, pid)))
+            assert wait_until(lambda: len(counted(stdout_of(client, fork, pid))) > before, timeout=20)
+        assert client.exec(source, "cat /workspace/mine")["exit_code"] != 0
+        assert process(client, source, pid)["state"] == "running"
+        # The fork's capture is not listed.
+        assert client.get("/v1/snapshots").json()["snapshots"] == listed
+    finally:
+        for fork in forks:
+            client.remove(fork)
+
+
+def test_a_paused_sandbox_stays_paused_through_a_memory_snapshot(client, sandbox_factory, runtime):
+    source = sandbox_factory(runtime=runtime)["id"]
+    pid = start_process(client, source, COUNTER)
+    assert wait_until(lambda: len(counted(stdout_of(client, source, pid))) >= 3, timeout=20)
+    assert client.post(f"/v1/sandboxes/{source}/pause").status == 200
+    taken = snapshot(client, source)
+    assert client.sandbox(source)["state"] == "paused"
+    copy_id = sandbox_factory(from_snapshot=taken["id"])["id"]
+    assert client.sandbox(copy_id)["state"] == "running"
+    before = len(counted(stdout_of(client, copy_id, pid)))
+    assert wait_until(lambda: len(counted(stdout_of(client, copy_id, pid))) > before, timeout=20)
+
+
+def test_a_restored_sandbox_takes_the_limits_and_network_its_create_asks(client, sandbox_factory, runtime):
+    source = sandbox_factory(runtime=runtime, memory_mb=512, metadata={"from": "source"})["id"]
+    taken = snapshot(client, source)
+    copy = sandbox_factory(from_snapshot=taken["id"], memory_mb=256, pids=64, metadata={"from": "copy"},
+                           network={"mode": "allowlist", "allow": ["example.com"]})
+    assert (copy["memory_mb"], copy["pids"], copy["metadata"]) == (256, 64, {"from": "copy"}), copy
+    assert copy["network"]["mode"] == "allowlist", copy
+    assert client.sh(copy["id"], "echo up") == "up\n"
+
+
+def test_memory_snapshots_are_refused_where_they_cannot_be_taken_or_restored(client, sandbox_factory, runtime):
+    native = sandbox_factory(runtime="native")["id"]
+    for path, body in ((f"/v1/sandboxes/{native}/snapshots", {"memory": True}),
+                       (f"/v1/sandboxes/{native}/fork", {"memory": True, "count": 2})):
+        r = client.post(path, body)
+        assert_error_shape(r, 422)
+        assert r.json()["error"]["code"] == "runtime_unsupported", r
+        assert runtime in r.json()["error"]["message"], r
+    # A stopped sandbox has no memory.
+    stopped = sandbox_factory(runtime=runtime)["id"]
+    assert client.post(f"/v1/sandboxes/{stopped}/stop").status == 200
+    r = client.post(f"/v1/sandboxes/{stopped}/snapshots", {"memory": True})
+    assert_error_shape(r, 409)
+    assert client.post(f"/v1/sandboxes/{stopped}/start").status == 200
+    taken = snapshot(client, stopped)
+    # Only its runtime restores it, with its volumes.
+    before = {s["id"] for s in client.list()}
+    for body, status in (({"runtime": "native"}, 422), ({"volumes": [{"name": "nosuchvolume", "path": "/v"}]}, 422),
+                         ({"image": "otherimage"}, 422)):
+        r = client.post("/v1/sandboxes", {"from_snapshot": taken["id"], **body})
+        assert_error_shape(r, status)
+    assert {s["id"] for s in client.list()} == before
+    # Files-only snapshots of the same sandbox still say so.
+    r = client.post(f"/v1/sandboxes/{stopped}/snapshots", {})
+    assert r.status == 201 and r.json()["memory"] is False, r
+    assert client.delete(f"/v1/snapshots/{r.json()['id']}").status == 204
+
+
+def test_a_memory_snapshot_is_in_use_while_its_sandboxes_live_and_leaves_nothing_when_deleted(
+        daemon, client, sandbox_factory, runtime):
+    source = sandbox_factory(runtime=runtime)["id"]
+    taken = snapshot(client, source)
+    image = daemon.state_dir / "memory" / taken["id"]
+    assert image.is_dir() and any(image.iterdir())
+    assert image.stat().st_mode & 0o077 == 0  # root's alone
+    copy_id = sandbox_factory(from_snapshot=taken["id"])["id"]
+    r = client.delete(f"/v1/snapshots/{taken['id']}")
+    assert_error_shape(r, 409)
+    client.remove(copy_id)
+    assert client.delete(f"/v1/snapshots/{taken['id']}").status == 204
+    assert not image.exists()
+
+
+def test_a_memory_snapshot_outlives_a_daemon_kill(daemon_factory):
+    daemon = daemon_factory()
+    daemon.start()
+    client = daemon.client()
+    if "gvisor" not in available_runtimes(client):
+        pytest.skip("this host has no gvisor runtime")
+    source = client.create(runtime="gvisor")["id"]
+    pid = start_process(client, source, COUNTER)
+    assert wait_until(lambda: len(counted(stdout_of(client, source, pid))) >= 3, timeout=20)
+    taken = snapshot(client, source)
+    daemon.stop(signal.SIGKILL)
+    daemon.start()
+    client = daemon.client()
+    listed = {s["id"]: s for s in client.get("/v1/snapshots").json()["snapshots"]}
+    assert listed[taken["id"]]["memory"] is True
+    copy_id = client.create(from_snapshot=taken["id"])["id"]
+    before = len(counted(stdout_of(client, copy_id, pid)))
+    assert wait_until(lambda: len(counted(stdout_of(client, copy_id, pid))) > before, timeout=20)
+    client.remove(copy_id)
+    client.remove(source)
+    assert client.delete(f"/v1/snapshots/{taken['id']}").status == 204
