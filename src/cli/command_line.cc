@@ -38,6 +38,8 @@ void AddSandboxFlags(CLI::App* sub, SandboxFlags& flags, bool for_run) {
   sub->add_option("-v,--volume", flags.volumes,
                   "Mount a named volume: NAME:/PATH, or NAME:/PATH:ro for read-only; repeatable")
       ->allow_extra_args(false);
+  sub->add_option("--from-snapshot", flags.from_snapshot,
+                  "Start from a snapshot's files (and from a memory snapshot, with its processes running)");
 }
 
 CLI::Validator WarmPoolValidator() {
@@ -309,6 +311,32 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
       volume->add_subcommand("rm", "Remove volumes and their data (refused while a sandbox lists one)");
   volume_remove->add_option("names", line.volume_names, "Volume names")->required();
   Selects(volume_remove, line, Command::kVolumeRemove);
+
+  CLI::App* snapshot = app.add_subcommand("snapshot", "Manage snapshots of sandboxes");
+  snapshot->require_subcommand(1);
+  CLI::App* snapshot_create = snapshot->add_subcommand("create", "Snapshot a sandbox and print the snapshot's id");
+  snapshot_create->add_option("id", line.sandbox_id, "Sandbox id")->required();
+  snapshot_create->add_option("--name", line.snapshot_name, "A name for it");
+  snapshot_create->add_flag("--memory", line.memory,
+                            "Keep its memory and running processes too (gvisor): a sandbox started from it "
+                            "goes on running them");
+  snapshot_create->add_flag("--json", line.json, "Print the API's JSON");
+  Selects(snapshot_create, line, Command::kSnapshotCreate);
+  CLI::App* snapshot_list = snapshot->add_subcommand("ls", "List snapshots");
+  snapshot_list->alias("list");
+  snapshot_list->add_flag("--json", line.json, "Print the API's JSON");
+  Selects(snapshot_list, line, Command::kSnapshotList);
+  CLI::App* snapshot_remove =
+      snapshot->add_subcommand("rm", "Remove snapshots (refused while a sandbox started from one exists)");
+  snapshot_remove->add_option("ids", line.snapshot_ids, "Snapshot ids")->required();
+  Selects(snapshot_remove, line, Command::kSnapshotRemove);
+
+  CLI::App* fork = app.add_subcommand("fork", "Copy a sandbox as it is now into new ones; print their ids");
+  fork->add_option("id", line.sandbox_id, "Sandbox id")->required();
+  fork->add_option("-n,--count", line.fork_count, "How many copies (1 to 16, default 1)")->check(CLI::Range(1, 16));
+  fork->add_flag("--memory", line.memory, "Each copy goes on running the sandbox's processes (gvisor)");
+  fork->add_flag("--json", line.json, "Print the API's JSON");
+  Selects(fork, line, Command::kFork);
 
   CLI::App* mcp = app.add_subcommand("mcp", "Serve the Model Context Protocol on stdin/stdout (for AI agents)");
   mcp->footer(

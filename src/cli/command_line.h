@@ -41,6 +41,10 @@ enum class Command {
   kVolumeCreate,  // volume create
   kVolumeList,    // volume ls
   kVolumeRemove,  // volume rm
+  kSnapshotCreate,  // snapshot create
+  kSnapshotList,    // snapshot ls
+  kSnapshotRemove,  // snapshot rm
+  kFork,            // fork
   kMcp,           // mcp
   kE2bEnv,        // e2b env
 };
@@ -63,6 +67,7 @@ struct SandboxFlags {
   std::vector<std::string> deny;       // entries denied before allow (allowlist, open)
   std::vector<std::string> volumes;    // NAME:/path[:ro]
   bool private_preview = false;        // create only
+  std::optional<std::string> from_snapshot;  // its files (and with memory its processes) from one
 };
 
 // Flags of one command (run, exec).
@@ -112,6 +117,10 @@ struct CommandLine {
   std::string image_path;                // image import
   std::vector<std::string> volume_names; // volume create (one), volume rm
   std::optional<int64_t> volume_size_mb; // volume create --size-mb
+  std::optional<std::string> snapshot_name;  // snapshot create --name
+  std::vector<std::string> snapshot_ids;     // snapshot rm
+  bool memory = false;                       // snapshot create, fork: --memory
+  int fork_count = 1;                        // fork -n
 
   // Files and processes inside a sandbox.
   std::string path;                      // ls ID [PATH], watch ID [PATH]

@@ -19,6 +19,7 @@
 #include "cli/session.h"
 #include "cli/shell_command.h"
 #include "cli/tar_stream.h"
+#include "cli/snapshot_commands.h"
 #include "cli/volume_commands.h"
 #include "client/api_client.h"
 #include "client/exec_stream.h"
@@ -84,6 +85,7 @@ Result<json> SandboxRequest(const SandboxFlags& flags, std::optional<int64_t> li
     request["metadata"] = *metadata;
   }
   if (flags.private_preview) request["preview"] = {{"public", false}};
+  if (flags.from_snapshot) request["from_snapshot"] = *flags.from_snapshot;
   if (!flags.volumes.empty()) {
     json volumes = json::array();
     for (const std::string& text : flags.volumes) {
@@ -428,6 +430,10 @@ int RunClientCommand(const CommandLine& line, const CommandIo& io) {
       case Command::kVolumeCreate: return VolumeCreateCommand(session);
       case Command::kVolumeList: return VolumeListCommand(session);
       case Command::kVolumeRemove: return VolumeRemoveCommand(session);
+      case Command::kSnapshotCreate: return SnapshotCreateCommand(session);
+      case Command::kSnapshotList: return SnapshotListCommand(session);
+      case Command::kSnapshotRemove: return SnapshotRemoveCommand(session);
+      case Command::kFork: return ForkCommand(session);
       case Command::kE2bEnv: return E2bEnvCommand(session);
       case Command::kMcp: return mcp::ServeMcp(session.api, {io.stdin_fd, io.stdout_fd});
       case Command::kServe:

@@ -99,10 +99,11 @@ ToolResult SnapshotSandbox(const json& arguments, ToolContext& context) {
   const std::string id = arguments["sandbox_id"].get<std::string>();
   json request = json::object();
   if (arguments.contains("name")) request["name"] = arguments["name"];
+  if (ArgumentOr<bool>(arguments, "memory", false)) request["memory"] = true;
   auto snapshot = context.api.Call(HttpMethod::kPost, SandboxPath(id) + "/snapshots", request);
   if (!snapshot.ok()) return ApiFailure(snapshot.error(), id);
   json summary = json::object();
-  for (const char* field : {"id", "name", "sandbox_id", "image", "created_at", "size_bytes"}) {
+  for (const char* field : {"id", "name", "sandbox_id", "image", "created_at", "size_bytes", "memory", "runtime"}) {
     if (auto it = snapshot->find(field); it != snapshot->end()) summary[field] = *it;
   }
   return StructuredResult(std::move(summary));
@@ -110,7 +111,8 @@ ToolResult SnapshotSandbox(const json& arguments, ToolContext& context) {
 
 ToolResult ForkSandbox(const json& arguments, ToolContext& context) {
   const std::string id = arguments["sandbox_id"].get<std::string>();
-  const json request = {{"count", ArgumentOr<int64_t>(arguments, "count", 1)}};
+  json request = {{"count", ArgumentOr<int64_t>(arguments, "count", 1)}};
+  if (ArgumentOr<bool>(arguments, "memory", false)) request["memory"] = true;
   auto forks = context.api.Call(HttpMethod::kPost, SandboxPath(id) + "/fork", request);
   if (!forks.ok()) return ApiFailure(forks.error(), id);
   json sandboxes = json::array();
@@ -282,14 +284,17 @@ void AddSandboxTools(std::vector<ToolSpec>& tools) {
       .name = "snapshot_sandbox",
       .title = "Snapshot sandbox",
       .description =
-          "Saves a copy of a sandbox's files as they are now (not its memory or processes) and returns the "
-          "snapshot id. Use it as a checkpoint before a risky change: create_sandbox with from_snapshot "
-          "starts a new sandbox from it. The sandbox keeps running.",
+          "Saves a copy of a sandbox's files as they are now and returns the snapshot id; with memory true "
+          "(gvisor sandboxes) its memory and running processes too, so a sandbox started from it goes on "
+          "running them (a REPL keeps its variables, a server keeps serving). Use it as a checkpoint before a "
+          "risky change: create_sandbox with from_snapshot starts a new sandbox from it. The sandbox keeps "
+          "running.",
       .input_schema = ParseSchema(R"json({
         "type": "object",
         "properties": {
           "sandbox_id": {"type": "string", "minLength": 1},
-          "name": {"type": "string", "maxLength": 128, "description": "Optional label for the snapshot."}
+          "name": {"type": "string", "maxLength": 128, "description": "Optional label for the snapshot."},
+          "memory": {"type": "boolean", "description": "Keep memory and processes too (gvisor sandboxes; default false)."}
         },
         "required": ["sandbox_id"],
         "additionalProperties": false
@@ -298,7 +303,8 @@ void AddSandboxTools(std::vector<ToolSpec>& tools) {
         "type": "object",
         "properties": {
           "id": {"type": "string"}, "name": {"type": ["string", "null"]}, "sandbox_id": {"type": "string"},
-          "image": {"type": "string"}, "created_at": {"type": "string"}, "size_bytes": {"type": "integer"}
+          "image": {"type": "string"}, "created_at": {"type": "string"}, "size_bytes": {"type": "integer"},
+          "memory": {"type": "boolean"}, "runtime": {"type": "string"}
         },
         "required": ["id"]
       })json"),
@@ -310,13 +316,15 @@ void AddSandboxTools(std::vector<ToolSpec>& tools) {
       .title = "Fork sandbox",
       .description =
           "Makes count (1-16) new sandboxes, each a copy-on-write copy of this sandbox's files as they are now, "
-          "with the same image and settings; processes are not copied. Use it to try several approaches in "
-          "parallel from the same starting point. Returns the new sandboxes' ids.",
+          "with the same image and settings; processes are copied too with memory true (gvisor sandboxes: each "
+          "copy goes on running them from where they are). Use it to try several approaches in parallel from the "
+          "same starting point. Returns the new sandboxes' ids.",
       .input_schema = ParseSchema(R"json({
         "type": "object",
         "properties": {
           "sandbox_id": {"type": "string", "minLength": 1},
-          "count": {"type": "integer", "minimum": 1, "maximum": 16, "description": "How many copies (default 1)."}
+          "count": {"type": "integer", "minimum": 1, "maximum": 16, "description": "How many copies (default 1)."},
+          "memory": {"type": "boolean", "description": "Copy memory and running processes too (gvisor sandboxes; default false)."}
         },
         "required": ["sandbox_id"],
         "additionalProperties": false

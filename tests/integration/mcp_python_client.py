@@ -231,6 +231,12 @@ async def scenario(client):
     read = await t.call("read_file", sandbox_id=restored["id"], path="src/deep/hello.txt")
     check(read["content"] == text + "tail\n", f"from snapshot: {read}")
     step("snapshot_sandbox / fork_sandbox / create_sandbox from_snapshot")
+    # Memory is a gvisor sandbox's to keep: asked of this one, the refusal says so.
+    message = await t.fails("snapshot_sandbox", sandbox_id=sid, memory=True)
+    check("memory" in message and ("gvisor" in message or "no runtime on this host" in message), message)
+    message = await t.fails("fork_sandbox", sandbox_id=sid, memory=True)
+    check("memory" in message, message)
+    step("snapshot_sandbox / fork_sandbox memory: refused on a native sandbox, naming gvisor")
 
     # Errors a model can act on.
     message = await t.fails("read_file", sandbox_id="nosuchsandbox", path="x")

@@ -212,3 +212,81 @@ def test_cli_deny_entries_on_create_and_network(cli, client):
         cli("rm", sandbox_id)
     refused = cli("create", "--deny", "other.test")
     assert refused.returncode != 0 and "--deny needs" in refused.stderr, refused
+
+
+def test_cli_snapshot_fork_and_create_from_snapshot(cli, client):
+    source = cli("create").stdout.strip()
+    made = [source]
+    snapshot_id = None
+    try:
+        assert cli("exec", source, "--", "sh", "-c", "echo kept > /workspace/k").returncode == 0
+        r = cli("snapshot", "create", source, "--name", "cli-snap")
+        assert r.returncode == 0, r
+        snapshot_id = r.stdout.strip()
+        assert snapshot_id.startswith("snap_")
+        listing = cli("snapshot", "ls")
+        row = next(line for line in listing.stdout.splitlines() if snapshot_id in line)
+        assert "cli-snap" in row and source in row and " no " in f" {row} ", row
+        assert json.loads(cli("snapshot", "ls", "--json").stdout)["snapshots"][-1]["id"] == snapshot_id
+
+        started = cli("create", "--from-snapshot", snapshot_id).stdout.strip()
+        made.append(started)
+        assert cli("exec", started, "--", "cat", "/workspace/k").stdout == "kept\n"
+        r = cli("run", "--from-snapshot", snapshot_id, "--", "cat", "/workspace/k")
+        assert (r.returncode, r.stdout) == (0, "kept\n"), r
+
+        r = cli("fork", source, "-n", "2")
+        assert r.returncode == 0, r
+        forks = r.stdout.split()
+        made += forks
+        assert len(forks) == 2 and all(cli("exec", f, "--", "cat", "/workspace/k").stdout == "kept\n" for f in forks)
+        # A native sandbox's memory is refused, naming why.
+        r = cli("snapshot", "create", source, "--memory")
+        assert r.returncode != 0 and "memory" in r.stderr, r
+        r = cli("fork", source, "--memory")
+        assert r.returncode != 0 and "memory" in r.stderr, r
+        assert cli("fork", source, "-n", "17").returncode != 0
+
+        r = cli("snapshot", "rm", snapshot_id)
+        assert r.returncode != 0 and snapshot_id in r.stderr, r  # in use by `started`
+        cli("rm", started)
+        made.remove(started)
+        r = cli("snapshot", "rm", snapshot_id)
+        assert (r.returncode, r.stdout) == (0, snapshot_id + "\n"), r
+        snapshot_id = None
+    finally:
+        for sandbox_id in made:
+            client.delete(f"/v1/sandboxes/{sandbox_id}")
+        if snapshot_id:
+            client.delete(f"/v1/snapshots/{snapshot_id}")
+
+
+def test_cli_memory_snapshot_and_fork_of_a_gvisor_sandbox(cli, client):
+    if not client.get("/healthz").json()["runtimes"]["gvisor"]["available"]:
+        pytest.skip("this host has no gvisor runtime")
+    source = cli("create", "--runtime", "gvisor").stdout.strip()
+    made = [source]
+    try:
+        assert cli("exec", "-d", "--tag", "ticker", source, "--", "sh", "-c",
+                   "i=0; while :; do i=$((i+1)); echo $i > /tmp/ticks; sleep 0.05; done").returncode == 0
+        r = cli("snapshot", "create", source, "--memory", "--json")
+        assert r.returncode == 0, r
+        snapshot = json.loads(r.stdout)
+        assert snapshot["memory"] is True and snapshot["runtime"] == "gvisor", snapshot
+        row = next(line for line in cli("snapshot", "ls").stdout.splitlines() if snapshot["id"] in line)
+        assert "gvisor" in row and " yes " in f" {row} ", row
+        restored = cli("create", "--from-snapshot", snapshot["id"]).stdout.strip()
+        made.append(restored)
+        r = cli("fork", source, "--memory")
+        assert r.returncode == 0, r
+        made += r.stdout.split()
+        for copy in made[1:]:
+            ps = cli("ps", copy)
+            assert ps.returncode == 0 and "ticker" in ps.stdout, ps
+        for sandbox_id in made[1:]:
+            client.remove(sandbox_id)
+        made = [source]
+        assert cli("snapshot", "rm", snapshot["id"]).returncode == 0
+    finally:
+        for sandbox_id in made:
+            client.delete(f"/v1/sandboxes/{sandbox_id}")

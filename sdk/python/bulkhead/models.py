@@ -365,7 +365,8 @@ class ArchiveSummary:
 
 @dataclass
 class Snapshot:
-    """An immutable capture of a sandbox's files. Start sandboxes from it with
+    """An immutable capture of a sandbox's files, and with `memory` of its processes (which only
+    its `runtime` restores). Start sandboxes from it with
     client.sandboxes.create(from_snapshot=snapshot)."""
     id: str
     name: Optional[str]
@@ -374,13 +375,15 @@ class Snapshot:
     size_bytes: int
     memory: bool
     image: str
+    runtime: str = "native"
     raw: Dict[str, Any] = _raw()
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Snapshot":
         return cls(id=d["id"], name=d.get("name"), sandbox_id=d.get("sandbox_id", ""),
                    created_at=parse_time(d.get("created_at")), size_bytes=int(d.get("size_bytes", 0)),
-                   memory=bool(d.get("memory", False)), image=d.get("image", ""), raw=dict(d))
+                   memory=bool(d.get("memory", False)), image=d.get("image", ""),
+                   runtime=d.get("runtime", "native"), raw=dict(d))
 
 
 @dataclass

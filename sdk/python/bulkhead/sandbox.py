@@ -199,15 +199,22 @@ class Sandbox:
 
     # ---------------------------------------------------------------- snapshots and forks
 
-    def snapshot(self, name: Optional[str] = None) -> Snapshot:
-        """Captures the sandbox's files (not memory or processes) as an immutable snapshot."""
-        body = {"name": name} if name is not None else {}
+    def snapshot(self, name: Optional[str] = None, memory: bool = False) -> Snapshot:
+        """Captures the sandbox's files as an immutable snapshot; with memory=True its memory and
+        running processes too (gvisor sandboxes), which a sandbox created from it resumes."""
+        body: Dict[str, Any] = {"name": name} if name is not None else {}
+        if memory:
+            body["memory"] = True
         return Snapshot.from_json(self._transport.json("POST", self._path + "/snapshots", json_body=body))
 
-    def fork(self, count: int = 1) -> List["Sandbox"]:
+    def fork(self, count: int = 1, memory: bool = False) -> List["Sandbox"]:
         """`count` new sandboxes, each with a copy-on-write copy of this one's files as they are
-        now, and the same image and settings. All or none."""
-        data = self._transport.json("POST", self._path + "/fork", json_body={"count": count})
+        now, and the same image and settings; with memory=True each also goes on running this
+        one's processes from where they are (gvisor sandboxes). All or none."""
+        body: Dict[str, Any] = {"count": count}
+        if memory:
+            body["memory"] = True
+        data = self._transport.json("POST", self._path + "/fork", json_body=body)
         return [Sandbox(self._transport, SandboxInfo.from_json(s), self._preview_domain)
                 for s in data.get("sandboxes", [])]
 

@@ -187,19 +187,25 @@ export class Sandbox implements AsyncDisposable {
     return execEvents(this.client.transport, this.id, cmd, options);
   }
 
-  /** Snapshots the sandbox's files. */
-  async snapshot(name?: string): Promise<Snapshot> {
-    const w = await this.client.transport.json<any>({
-      method: "POST",
-      path: this.path("snapshots"),
-      json: name === undefined ? {} : { name },
-    });
+  /**
+   * Snapshots the sandbox's files; with `memory: true` its memory and running processes too
+   * (gvisor sandboxes), which a sandbox created from it resumes.
+   */
+  async snapshot(name?: string, options: { memory?: boolean } = {}): Promise<Snapshot> {
+    const body: Record<string, unknown> = name === undefined ? {} : { name };
+    if (options.memory) body.memory = true;
+    const w = await this.client.transport.json<any>({ method: "POST", path: this.path("snapshots"), json: body });
     return this.client.snapshots.wrap(w);
   }
 
-  /** Copy-on-write copies of the sandbox as it is now (1 to 16), running the same image and settings. */
-  async fork(count = 1): Promise<Sandbox[]> {
-    const w = await this.client.transport.json<any>({ method: "POST", path: this.path("fork"), json: { count } });
+  /**
+   * Copy-on-write copies of the sandbox as it is now (1 to 16), running the same image and
+   * settings; with `memory: true` each goes on running this one's processes (gvisor sandboxes).
+   */
+  async fork(count = 1, options: { memory?: boolean } = {}): Promise<Sandbox[]> {
+    const body: Record<string, unknown> = { count };
+    if (options.memory) body.memory = true;
+    const w = await this.client.transport.json<any>({ method: "POST", path: this.path("fork"), json: body });
     return (w.sandboxes as any[]).map((s) => new Sandbox(this.client, sandboxFromWire(s)));
   }
 

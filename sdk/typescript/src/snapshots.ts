@@ -15,7 +15,7 @@ function idOf(snapshot: SnapshotRef): string {
   return typeof snapshot === "string" ? snapshot : snapshot.id;
 }
 
-/** A snapshot (files only: memory and processes are not captured). */
+/** A snapshot: a sandbox's files, and with `memory` its processes too. */
 export class Snapshot implements SnapshotInfo {
   readonly id: string;
   readonly name: string | null;
@@ -24,6 +24,7 @@ export class Snapshot implements SnapshotInfo {
   readonly sizeBytes: number;
   readonly memory: boolean;
   readonly image: string;
+  readonly runtime: string;
 
   constructor(
     private readonly snapshots: Snapshots,
@@ -36,6 +37,7 @@ export class Snapshot implements SnapshotInfo {
     this.sizeBytes = info.sizeBytes;
     this.memory = info.memory;
     this.image = info.image;
+    this.runtime = info.runtime;
   }
 
   /** Deletes the snapshot (ConflictError snapshot_in_use while a sandbox started from it exists). */

@@ -181,9 +181,11 @@ export interface SnapshotInfo {
   sandboxId: string;
   createdAt: string;
   sizeBytes: number;
-  /** Memory and processes are not captured (always false). */
+  /** Memory and processes were captured too (a gvisor sandbox's, when asked). */
   memory: boolean;
   image: string;
+  /** The runtime of the sandbox it was taken of: the only one that restores its memory. */
+  runtime: string;
 }
 
 export interface Volume {
@@ -340,6 +342,7 @@ export function snapshotFromWire(w: Wire): SnapshotInfo {
     sizeBytes: w.size_bytes,
     memory: Boolean(w.memory),
     image: w.image,
+    runtime: w.runtime ?? "native",
   };
 }
 
