@@ -10,6 +10,11 @@ For each driver (`bulkhead serve --storage-driver overlay|btrfs`, one fresh daem
      and of POST /v1/sandboxes {"from_snapshot"} (to its 201 and to the first output of an exec
      in it), once per new snapshot and then again and again on one (the warm pool keeps a
      sandbox of a snapshot in use ready), beside a fresh create (warm pool as configured).
+Then, on the first driver, memory snapshots (issue 21) of a gvisor sandbox (when the host has the
+runtime) whose process has touched 64 MiB and 512 MiB: the time of POST .../snapshots
+{"memory": true} (the source is frozen for about that long) and the image's size, a create from
+it to its 201 and to its first exec output, and a fork with memory x1 and x10; beside E2B's
+published ~4 s per GiB to pause and ~1 s to resume.
 
     python3 bench/snapshot.py [--build build] [--runs 5] [--quick] [--drivers overlay,btrfs]
 """
@@ -120,6 +125,68 @@ def bench_workload(api: BulkheadApi, name: str, fill: str, runs: int) -> None:
                 pass
 
 
+# A process that touches `mib` MiB and keeps it, then prints "held" and sleeps.
+def holder(mib: int) -> str:
+    return (f"python3 -c \"import time; b = bytearray({mib} << 20); b[::4096] = b'x' * len(b[::4096]); "
+            f"print('held', flush=True); time.sleep(86400)\"")
+
+
+def bench_memory(api: BulkheadApi, runs: int) -> None:
+    runtimes = api.call("GET", "/healthz")["runtimes"]
+    if not runtimes.get("gvisor", {}).get("available"):
+        print("  (no gvisor runtime on this host: no memory snapshot figures)")
+        return
+    for mib in (64, 512):
+        spec = {"runtime": "gvisor", "memory_mb": 2048, "timeout_s": 0}
+        source = api.call("POST", "/v1/sandboxes", spec, expect=201)["id"]
+        made: list[str] = []
+        snapshots: list[str] = []
+        try:
+            pid = api.call("POST", f"/v1/sandboxes/{source}/processes", {"cmd": holder(mib)}, expect=201)["pid"]
+            deadline = time.monotonic() + 120
+            while api.call("GET", f"/v1/sandboxes/{source}/processes/{pid}")["stdout_offset"] == 0:
+                if time.monotonic() > deadline:
+                    raise RunFailed(f"the {mib} MiB holder did not start")
+                time.sleep(0.1)
+            snap_ms, size_mib, restore_ms, restore_exec_ms, fork1_ms, fork10_ms = [], [], [], [], [], []
+            for _ in range(runs):
+                ms, snapshot = timed(lambda: api.call("POST", f"/v1/sandboxes/{source}/snapshots", {"memory": True},
+                                                      expect=201))
+                snap_ms.append(ms)
+                size_mib.append(snapshot["size_bytes"] / (1 << 20))
+                snapshots.append(snapshot["id"])
+                ms, started = timed(lambda: api.call("POST", "/v1/sandboxes", {"from_snapshot": snapshot["id"]},
+                                                     expect=201))
+                restore_ms.append(ms)
+                made.append(started["id"])
+                restore_exec_ms.append(ms + exec_ms(api, started["id"]))
+                for count, into in ((1, fork1_ms), (10, fork10_ms)):
+                    ms, forked = timed(lambda: api.call("POST", f"/v1/sandboxes/{source}/fork",
+                                                        {"count": count, "memory": True}, expect=201))
+                    into.append(ms)
+                    made += [s["id"] for s in forked["sandboxes"]]
+                    for sandbox_id in made:
+                        api.delete_sandbox(sandbox_id)
+                    made.clear()
+            name = f"gvisor {mib} MiB"
+            print(f"  {name:15s} memory snapshot     {figures(snap_ms)}  (image {sorted(size_mib)[len(size_mib) // 2]:.0f} MiB)")
+            print(f"  {name:15s} restore to 201      {figures(restore_ms)}")
+            print(f"  {name:15s} ... to first exec   {figures(restore_exec_ms)}")
+            print(f"  {name:15s} fork x1 with memory {figures(fork1_ms)}")
+            print(f"  {name:15s} fork x10 with memory{figures(fork10_ms)}")
+        finally:
+            for sandbox_id in made + [source]:
+                try:
+                    api.delete_sandbox(sandbox_id)
+                except (RunFailed, OSError):
+                    pass
+            for snapshot_id in snapshots:
+                try:
+                    api.call("DELETE", f"/v1/snapshots/{snapshot_id}", expect=204)
+                except (RunFailed, OSError):
+                    pass
+
+
 def bench_fresh(api: BulkheadApi, runs: int) -> None:
     create, first = [], []
     for _ in range(runs):
@@ -143,7 +210,7 @@ def main() -> int:
     workloads = [w for w in WORKLOADS if not (args.quick and w[0] == "1 GiB")]
     print(f"snapshot benchmark, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, "
           f"load average {os.getloadavg()[0]:.1f}")
-    for driver in args.drivers.split(","):
+    for number, driver in enumerate(args.drivers.split(",")):
         daemon = Daemon(args.build, extra_args=("--storage-driver", driver))
         try:
             daemon.start()
@@ -153,6 +220,9 @@ def main() -> int:
             bench_fresh(api, max(runs * 2, 5))
             for name, fill in workloads:
                 bench_workload(api, name, fill, runs)
+            if number == 0:
+                print("memory snapshots (files and processes):")
+                bench_memory(api, runs)
             api.close()
         finally:
             daemon.stop()
@@ -160,6 +230,8 @@ def main() -> int:
                 print(f"note: {line}")
     print("\ngoals (issue 5): fork of a 1 GiB workspace x10 under 100 ms on btrfs; start from a snapshot as fast "
           "as a fresh create")
+    print("goals (issue 21): gVisor restore <= 150 ms, fork x10 with memory <= 1.5 s; E2B publishes ~4 s per GiB "
+          "to pause and ~1 s to resume")
     return 0
 
 

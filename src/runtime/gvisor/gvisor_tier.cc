@@ -295,7 +295,7 @@ Result<SandboxHandle> GvisorTier::Launch(const LaunchSpec& spec) {
     // comparison only warns (in runsc.log); the core restores a snapshot only with the
     // settings it was taken with (its image, volumes and tier).
     args.insert(args.end(),
-                {"--restore-spec-validation=warning", "restore", "--detach", "--image-path", spec.memory_image});
+                {"--restore-spec-validation=warning", "restore", "--detach", "--background", "--image-path", spec.memory_image});
   }
   args.insert(args.end(), {"--bundle", bundle_dir, "--pid-file", pid_file, spec.id});
   // BULKHEAD_RUNSC_DEBUG=DIR: runsc's debug logs (every syscall of the sandbox) go there.
