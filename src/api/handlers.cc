@@ -14,6 +14,7 @@
 #include "common/scope_guard.h"
 #include "common/unique_fd.h"
 #include "http/blocking.h"
+#include "http/json_text.h"
 #include "service/make_directory.h"
 #include "service/port_proxy.h"
 
@@ -200,10 +201,23 @@ asio::awaitable<void> ApiHandlers::SetSandboxTimeout(HttpExchange& exchange, con
 
 asio::awaitable<void> ApiHandlers::ChangeLifecycle(HttpExchange& exchange, const std::string& id, RouteId route) {
   if (!IsValidSandboxId(id)) co_return co_await exchange.SendError(SandboxNotFound(id));
+  bool to_disk = false;
+  if (route == RouteId::kPauseSandbox) {
+    // A body is optional: {"to_disk": true} pauses to disk.
+    Result<std::string> body = co_await exchange.ReadBody(kMaxJsonBody);
+    if (!body.ok()) co_return co_await exchange.SendError(body.error());
+    if (body->find_first_not_of(" \t\r\n") != std::string::npos) {
+      Result<json> parsed = ParseJsonObject(*body);
+      if (!parsed.ok()) co_return co_await exchange.SendError(parsed.error());
+      Result<bool> asked = ParsePauseRequest(*parsed);
+      if (!asked.ok()) co_return co_await exchange.SendError(asked.error());
+      to_disk = *asked;
+    }
+  }
   core::SandboxManager& manager = context_.manager;
   Result<core::SandboxInfo> sandbox = co_await RunBlocking(context_.blocking_pool, [&] {
     switch (route) {
-      case RouteId::kPauseSandbox: return manager.Pause(id);
+      case RouteId::kPauseSandbox: return to_disk ? manager.PauseToDisk(id) : manager.Pause(id);
       case RouteId::kResumeSandbox: return manager.Resume(id);
       case RouteId::kStopSandbox: return manager.Stop(id);
       default: return manager.Start(id);

@@ -32,6 +32,7 @@ json SandboxToJson(const core::SandboxInfo& sandbox) {
       {"user", spec.user},
       {"sudo_users", spec.sudo_users},
       {"parent_snapshot", sandbox.parent_snapshot ? json(*sandbox.parent_snapshot) : json(nullptr)},
+      {"paused_to_disk", sandbox.paused_to_disk},
   };
   json volumes = json::array();
   for (const auto& v : spec.volumes) {

@@ -92,6 +92,10 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
   serve->add_option("--runsc", line.runsc,
                     "The runsc binary of the gvisor runtime (default: the pinned build in "
                     "/usr/local/lib/bulkhead, else runsc on the PATH)");
+  serve->add_option("--idle-pause", line.idle_pause,
+                    "How a sandbox is paused at its timeout (on_timeout pause) or idle timeout: memory (frozen in "
+                    "RAM, the default) or disk (its memory written to disk, no RAM held, where its runtime can: gvisor)")
+      ->check(CLI::IsMember({"memory", "disk"}));
   serve->add_flag("--no-microvm-templates", line.no_microvm_templates,
                   "Boot every microvm sandbox's guest instead of restoring a saved template guest of its shape");
   serve->add_option("--io-threads", line.io_threads,
@@ -268,6 +272,10 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
                               std::pair{"start", "Start stopped sandboxes again on their files"}}) {
     CLI::App* lifecycle = app.add_subcommand(action, what);
     lifecycle->add_option("ids", line.sandbox_ids, "Sandbox ids")->required();
+    if (std::string_view(action) == "pause")
+      lifecycle->add_flag("--to-disk", line.to_disk,
+                          "Write their memory and processes to disk and end them (no RAM held; gvisor): the next "
+                          "call that needs one restores it");
     lifecycle->callback([&line, name = std::string(action)] {
       line.command = Command::kLifecycle;
       line.lifecycle_action = name;
@@ -404,6 +412,7 @@ core::DaemonConfig DaemonConfigFromCommandLine(const CommandLine& line) {
   }
   if (line.runsc) config.runsc = *line.runsc;
   config.microvm_templates = !line.no_microvm_templates;
+  config.idle_pause_to_disk = line.idle_pause == "disk";
   if (line.default_runtime) config.default_runtime = *line.default_runtime;
   if (line.io_threads) config.io_threads = *line.io_threads;
   if (line.blocking_threads) config.blocking_threads = *line.blocking_threads;

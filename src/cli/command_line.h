@@ -92,6 +92,7 @@ struct CommandLine {
   std::vector<std::string> warm_pools;  // --warm-pool N | RUNTIME=N, repeatable
   std::optional<std::string> runsc;
   bool no_microvm_templates = false;
+  std::string idle_pause = "memory";  // --idle-pause memory|disk
   std::optional<std::string> default_runtime;
   std::optional<int> io_threads, blocking_threads;
   std::optional<int64_t> output_rate_mib;
@@ -110,6 +111,7 @@ struct CommandLine {
   std::string sandbox_id;                // exec, inspect
   std::vector<std::string> sandbox_ids;  // rm, pause, resume, stop, start
   std::string lifecycle_action;          // pause | resume | stop | start
+  bool to_disk = false;                  // pause --to-disk
   bool json = false;                     // create, ls
   std::optional<std::string> state_filter;    // ls --state
   std::vector<std::string> metadata_filter;   // ls --metadata k=v

@@ -270,7 +270,8 @@ int RemoveCommand(Session& session) {
 int LifecycleCommand(Session& session) {
   int exit_code = 0;
   for (const std::string& id : session.line.sandbox_ids) {
-    auto sandbox = session.api.Call(HttpMethod::kPost, SandboxPath(id) + "/" + session.line.lifecycle_action);
+    const json body = session.line.to_disk ? json{{"to_disk", true}} : json::object();
+    auto sandbox = session.api.Call(HttpMethod::kPost, SandboxPath(id) + "/" + session.line.lifecycle_action, body);
     if (sandbox.ok()) {
       session.Out(id + " " + StringField(*sandbox, "state") + "\n");
     } else {

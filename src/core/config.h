@@ -34,6 +34,9 @@ struct DaemonConfig {
   // --runsc: the runsc binary of the gvisor tier; "" = the pinned build, else Debian's
   // (runtime/gvisor/runsc.h).
   std::string runsc;
+  // --idle-pause disk: a sandbox that reaches its timeout with on_timeout "pause", or its idle
+  // timeout, is paused to disk where its runtime can (gvisor), not frozen in memory.
+  bool idle_pause_to_disk = false;
   // --no-microvm-templates: every microvm sandbox boots its guest (runtime/microvm/template.h).
   bool microvm_templates = true;
   int io_threads = 2;      // threads serving HTTP

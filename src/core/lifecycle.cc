@@ -57,7 +57,17 @@ bool CanMove(State from, State to) {
   return false;
 }
 
-Plan PlanFor(Call call, State state) {
+Plan PlanFor(Call call, State state, bool on_disk) {
+  if (state == State::kPaused && on_disk) {
+    switch (call) {
+      case Call::kPause:
+      case Call::kHibernate: return {Step::kNothing, {}};
+      case Call::kResume:
+      case Call::kStart: return {Step::kRestore, {}};
+      case Call::kStop: return {Step::kEnd, {}};
+      case Call::kSnapshot: return {Step::kCapture, {}};
+    }
+  }
   switch (call) {
     case Call::kPause:
       if (state == State::kRunning) return {Step::kFreeze, {}};
@@ -79,6 +89,9 @@ Plan PlanFor(Call call, State state) {
     case Call::kSnapshot:
       if (state == State::kRunning || state == State::kPaused || state == State::kStopped) return {Step::kCapture, {}};
       return {Step::kRefuse, "only a running, paused or stopped sandbox has files to capture"};
+    case Call::kHibernate:
+      if (state == State::kRunning || state == State::kPaused) return {Step::kHibernate, {}};
+      return {Step::kRefuse, "only a running or paused sandbox has memory to write to disk"};
   }
   return {Step::kRefuse, "unknown call"};
 }

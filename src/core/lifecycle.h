@@ -7,6 +7,10 @@
 //                              v   v     v
 //                           error -> stopped -> running   (stop / start)
 //   any state -> deleting (and the sandbox is gone)
+//
+// A paused sandbox may be paused to disk (hibernated): its memory and processes written out by
+// its tier and its processes ended, so it holds no RAM and outlives a host reboot. It stays
+// "paused"; a resume (or start) restores it, a stop drops the image.
 #pragma once
 #include <optional>
 #include <string_view>
@@ -23,7 +27,7 @@ std::optional<State> ParseState(std::string_view name);
 bool CanMove(State from, State to);
 
 // The lifecycle calls of the API.
-enum class Call { kPause, kResume, kStop, kStart, kSnapshot };
+enum class Call { kPause, kResume, kStop, kStart, kSnapshot, kHibernate };
 
 // What a call does to a sandbox in a state.
 enum class Step {
@@ -33,6 +37,8 @@ enum class Step {
   kEnd,       // end every process, keep the files (-> stopped)
   kBoot,      // boot it again on its files (stopped or error -> running)
   kCapture,   // capture its files (frozen meanwhile if running)
+  kHibernate, // write its memory and processes to disk, end them (-> paused, on disk)
+  kRestore,   // restore them from the disk (paused on disk -> running)
   kRefuse,    // 409: Plan::why says why
 };
 
@@ -41,6 +47,7 @@ struct Plan {
   std::string_view why;  // for kRefuse
 };
 
-Plan PlanFor(Call call, State state);
+// `on_disk`: a paused sandbox's memory is on disk (hibernated), no process runs.
+Plan PlanFor(Call call, State state, bool on_disk = false);
 
 }  // namespace bulkhead::core

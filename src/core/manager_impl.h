@@ -66,6 +66,8 @@ struct Sandbox {
   int64_t disk_bytes = 0;        // SampledDiskBytes' last walk of its layer, and when
   int64_t disk_measured_ms = 0;
   int busy = 0;                  // API sessions using it now (never idle-paused meanwhile)
+  // Paused to disk: no process runs; its memory image is in MemoryImageDir (lifecycle.h).
+  bool on_disk = false;
   std::mutex lifecycle_mu;       // one pause/resume/stop/start/delete at a time
   // The sandbox's network namespace, opened while its init is known alive (no pid reuse).
   UniqueFd netns;
@@ -111,6 +113,7 @@ class SandboxManagerImpl : public SandboxManager {
   Result<SandboxInfo> Resume(const std::string& id) override { return Change(id, Call::kResume); }
   Result<SandboxInfo> Stop(const std::string& id) override { return Change(id, Call::kStop); }
   Result<SandboxInfo> Start(const std::string& id) override { return Change(id, Call::kStart); }
+  Result<SandboxInfo> PauseToDisk(const std::string& id) override { return Change(id, Call::kHibernate); }
   Result<UniqueFd> SandboxSocket(const std::string& id, int domain) override;
   Result<bool> PortsThroughInit(const std::string& id) override;
   Result<SandboxInfo> SetNetwork(const std::string& id, const NetworkPolicy& policy) override;
@@ -192,6 +195,12 @@ class SandboxManagerImpl : public SandboxManager {
   Status FreezeLocked(Sandbox& sb, bool frozen);
   Status EndLocked(Sandbox& sb);
   Status BootAgainLocked(Sandbox& sb);
+  // Pause to disk: the tier writes the memory image, then the processes end (state paused,
+  // on_disk). Restore: the processes resume from the image (state running), which goes.
+  Status HibernateLocked(Sandbox& sb);
+  Status RestoreLocked(Sandbox& sb);
+  // Where a sandbox paused to disk keeps its memory image (in its own directory).
+  std::string MemoryImageDir(const std::string& id) const { return SandboxDir(id) + "/memory"; }
   // The running sandbox with this id, resumed first if paused; 404 if unknown, 409 if not
   // running (an init found dead marks it "error"). Counts as API activity.
   Result<std::shared_ptr<Sandbox>> RunningSandbox(const std::string& id);

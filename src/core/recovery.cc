@@ -54,7 +54,19 @@ Status SandboxManagerImpl::Recover() {
     if (std::string old_dir = config_.state_dir + "/sandboxes/" + row.id; fs::exists(old_dir, ec))
       fs::rename(old_dir, SandboxDir(row.id), ec);
     const bool was_up = *state == State::kRunning || *state == State::kPaused;
-    if (was_up && sb->tier->Alive(handle)) {
+    if (*state == State::kPaused && row.on_disk) {
+      // Paused to disk: no process of it runs (a restore the crash cut short is ended), and its
+      // memory image waits in its directory for the next call that needs it.
+      (void)sb->tier->Destroy(HostName(row.id), handle);
+      sb->state = State::kPaused;
+      sb->on_disk = true;
+      sb->handle = {};
+      sb->expires_ms = 0;
+      sb->info.expires_at.reset();
+      (void)uids_.Reclaim(row.uid_base, row.id);
+      (void)db_->Put(RowOf(*sb));
+      spdlog::info("recover: sandbox {} is paused to disk", row.id);
+    } else if (was_up && sb->tier->Alive(handle)) {
       // The row says what was asked; the tier is brought to it. A frozen sandbox under a
       // "running" row is a snapshot or a pause the crash cut short: thaw it.
       // A paused one was stopped inside first (SetFrozen): the host's freeze holds it as it was.
@@ -89,6 +101,7 @@ Status SandboxManagerImpl::Recover() {
       (void)sb->tier->Destroy(HostName(row.id), handle);
       (void)uids_.Reclaim(row.uid_base, row.id);
       (void)db_->Put(RowOf(*sb));
+      fs::remove_all(MemoryImageDir(row.id), ec);  // a pause to disk the crash cut short
       if (*state != State::kStopped) spdlog::info("recover: sandbox {} is stopped (its init is gone)", row.id);
     }
     known.insert(row.id);

@@ -41,6 +41,7 @@ Status SandboxManagerImpl::MoveTo(Sandbox& sb, State to) {
 SandboxInfo InfoOf(const Sandbox& sb) {
   SandboxInfo info = sb.info;
   info.state = StateName(sb.state);
+  info.paused_to_disk = sb.on_disk;
   return info;
 }
 
@@ -54,6 +55,7 @@ store::SandboxRow SandboxManagerImpl::RowOf(const Sandbox& sb) const {
   r.uid_base = sb.uid_base;
   r.init_pid = sb.handle.pid;
   r.init_start_time = sb.handle.start_time;
+  r.on_disk = sb.on_disk;
   return r;
 }
 
@@ -316,7 +318,7 @@ Result<SandboxInfo> SandboxManagerImpl::Change(const std::string& id, Call call)
     std::lock_guard lock(mu_);
     state = sb.state;
   }
-  const Plan plan = PlanFor(call, state);
+  const Plan plan = PlanFor(call, state, sb.on_disk);
   switch (plan.step) {
     case Step::kNothing:
       break;
@@ -329,6 +331,12 @@ Result<SandboxInfo> SandboxManagerImpl::Change(const std::string& id, Call call)
       break;
     case Step::kBoot:
       BH_TRY(BootAgainLocked(sb));
+      break;
+    case Step::kHibernate:
+      BH_TRY(HibernateLocked(sb));
+      break;
+    case Step::kRestore:
+      BH_TRY(RestoreLocked(sb));
       break;
     case Step::kCapture:
     case Step::kRefuse:
@@ -373,8 +381,11 @@ Status SandboxManagerImpl::EndLocked(Sandbox& sb) {
     BH_TRY(MoveTo(sb, State::kStopped));
     sb.expires_ms = 0;
     sb.info.expires_at.reset();
+    sb.on_disk = false;  // a memory image goes with the processes it held
     BH_TRY(db_->Put(RowOf(sb)));
   }
+  std::error_code ec;
+  fs::remove_all(MemoryImageDir(id), ec);
   network_->Detach(id);
   BH_TRY(sb.tier->Destroy(HostName(id), sb.handle));  // thaws a paused one first
   std::lock_guard lock(mu_);
@@ -411,6 +422,93 @@ Status SandboxManagerImpl::BootAgainLocked(Sandbox& sb) {
     return st.error();
   }
   undo.Dismiss();
+  return {};
+}
+
+Status SandboxManagerImpl::HibernateLocked(Sandbox& sb) {
+  const std::string& id = sb.info.id;
+  if (!sb.tier->capabilities().memory_snapshot)
+    return MakeError(ErrorCode::kInvalid,
+                     "the " + sb.tier->name() + " runtime cannot pause a sandbox to disk (gvisor can; "
+                     "POST .../pause keeps its memory in RAM, POST .../stop keeps its files)",
+                     "runtime_unsupported");
+  if (!sb.tier->Alive(sb.handle)) {
+    std::lock_guard lock(mu_);
+    (void)MoveTo(sb, State::kError);
+    (void)db_->Put(RowOf(sb));
+    return WrongState(id, "error", "its init is gone; POST .../start boots it again");
+  }
+  const std::string image = MemoryImageDir(id);
+  std::error_code ec;
+  fs::remove_all(image, ec);
+  if (::mkdir(image.c_str(), 0700) != 0) return SystemError("mkdir " + image, errno);
+  ScopeGuard drop_image([&] { fs::remove_all(image, ec); });
+  const bool was_running = sb.state == State::kRunning;
+  if (was_running) BH_TRY(SetFrozen(sb, true));
+  if (auto saved = sb.tier->Checkpoint(HostName(id), image); !saved) {
+    if (was_running) (void)SetFrozen(sb, false);
+    return saved.error();
+  }
+  {
+    // The row says paused to disk before the processes end: a crash from here on recovers it
+    // so, and its image is complete.
+    std::lock_guard lock(mu_);
+    BH_TRY(MoveTo(sb, State::kPaused));
+    sb.on_disk = true;
+    sb.expires_ms = 0;
+    sb.info.expires_at.reset();
+    if (auto st = db_->Put(RowOf(sb)); !st) {
+      sb.on_disk = false;
+      if (was_running) (void)MoveTo(sb, State::kRunning);
+      if (was_running) (void)SetFrozen(sb, false);
+      return st.error();
+    }
+  }
+  drop_image.Dismiss();
+  network_->Detach(id);
+  if (auto ended = sb.tier->Destroy(HostName(id), sb.handle); !ended)
+    spdlog::warn("sandbox {}: paused to disk, but its processes did not end: {}", id, ended.error().message);
+  std::lock_guard lock(mu_);
+  sb.handle = {};
+  sb.init.reset();
+  sb.netns.reset();
+  (void)db_->Put(RowOf(sb));
+  return {};
+}
+
+Status SandboxManagerImpl::RestoreLocked(Sandbox& sb) {
+  const std::string& id = sb.info.id;
+  if (stopping_) return MakeError(ErrorCode::kUnavailable, "the daemon is shutting down");
+  auto layer = storage_->GetLayer(id);
+  if (!layer) return layer.error();
+  ScopeGuard undo([&] {
+    (void)sb.tier->Destroy(HostName(id), sb.handle);
+    std::lock_guard lock(mu_);
+    sb.handle = {};
+    sb.init.reset();
+    sb.netns.reset();
+  });
+  if (auto restored = Boot(sb, *layer, false, MemoryImageDir(id)); !restored) {
+    return MakeError(restored.error().code,
+                     "sandbox " + id + " could not be restored from disk: " + restored.error().message +
+                         " (POST .../stop drops its memory; start then boots it on its files)");
+  }
+  if (sb.info.spec.network.mode != "none") BH_TRY(network_->Apply(id, sb.netns.get(), sb.info.spec.network));
+  {
+    std::lock_guard lock(mu_);
+    BH_TRY(MoveTo(sb, State::kRunning));
+    sb.on_disk = false;
+    ApplyLifetime(sb, sb.info.spec.timeout_s);
+    sb.last_activity_ms = UnixMillis();
+    if (auto st = db_->Put(RowOf(sb)); !st) {
+      (void)MoveTo(sb, State::kPaused);
+      sb.on_disk = true;
+      return st.error();
+    }
+  }
+  undo.Dismiss();
+  std::error_code ec;
+  fs::remove_all(MemoryImageDir(id), ec);
   return {};
 }
 

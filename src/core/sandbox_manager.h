@@ -88,6 +88,12 @@ class SandboxManager {
   virtual Result<SandboxInfo> Resume(const std::string& id) = 0;
   virtual Result<SandboxInfo> Stop(const std::string& id) = 0;
   virtual Result<SandboxInfo> Start(const std::string& id) = 0;
+  // Pause to disk (hibernate): a running or paused sandbox's memory and processes are written
+  // out by its runtime (Capabilities::memory_snapshot; 422 elsewhere) and its processes end, so
+  // it holds no RAM and outlives a daemon restart and a host reboot; it stays "paused" with
+  // paused_to_disk, and Resume (or Start, or any call that needs it) restores every process
+  // where it was. Stop drops the image. (blocking)
+  virtual Result<SandboxInfo> PauseToDisk(const std::string& id) = 0;
 
   // Starts a command; the session then streams its events. Non-blocking (io thread).
   virtual boost::asio::awaitable<Result<std::unique_ptr<ExecSession>>> StartExec(

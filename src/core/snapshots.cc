@@ -1,8 +1,10 @@
 // Snapshots and forks of a sandbox's files, and with memory of its processes too, and their
 // export and import.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <spdlog/spdlog.h>
@@ -50,6 +52,18 @@ SnapshotInfo SnapshotInfoOf(const store::SnapshotRow& row) {
 
 SnapshotEntry EntryOf(const store::SnapshotRow& row) {
   return SnapshotEntry{SnapshotInfoOf(row), row.uid_base, row.spec_json, row.memory};
+}
+
+// Hard links in `to` (an empty directory) of the files of `from`: a memory image shared by a
+// sandbox paused to disk and a snapshot of it, read only by either.
+Status LinkFiles(const std::string& from, const std::string& to) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(from, ec)) {
+    const std::string target = to + "/" + entry.path().filename().string();
+    if (::link(entry.path().c_str(), target.c_str()) != 0) return SystemError("link " + target, errno);
+  }
+  if (ec) return SystemError("list " + from, ec.value());
+  return {};
 }
 
 // Whether a memory snapshot's image is all there: its tier writes it whole or fails.
@@ -122,9 +136,11 @@ Result<store::SnapshotRow> SandboxManagerImpl::Capture(const std::string& sandbo
   Sandbox* sb = held->sandbox.get();
   store::SnapshotRow row;
   State state;
+  bool on_disk = false;
   {
     std::lock_guard lock(mu_);
     state = sb->state;
+    on_disk = sb->on_disk;
     // The settings without the preview token: it is this sandbox's alone, and snapshots are
     // exported.
     SandboxSpec settings = sb->info.spec;
@@ -133,7 +149,7 @@ Result<store::SnapshotRow> SandboxManagerImpl::Capture(const std::string& sandbo
     row.image = sb->info.spec.image;
     row.uid_base = sb->uid_base;
   }
-  if (const Plan plan = PlanFor(Call::kSnapshot, state); plan.step == Step::kRefuse)
+  if (const Plan plan = PlanFor(Call::kSnapshot, state, on_disk); plan.step == Step::kRefuse)
     return WrongState(sandbox_id, StateName(state), plan.why);
   if (!sb->tier->capabilities().filesystem_snapshot)
     return MakeError(ErrorCode::kInvalid, "the " + sb->tier->name() + " runtime has no snapshots", "runtime_unsupported");
@@ -156,11 +172,17 @@ Result<store::SnapshotRow> SandboxManagerImpl::Capture(const std::string& sandbo
   const auto frozen_at = std::chrono::steady_clock::now();
   if (freeze) BH_TRY(SetFrozen(*sb, true));
   // Memory first: the tier's checkpoint writes back what its kernel holds of the files, so
-  // the files captured after it are those its processes saw.
+  // the files captured after it are those its processes saw. A sandbox paused to disk has its
+  // image already, as of its files: the snapshot links it (an image is never written again).
   Status captured;
   if (memory) {
     auto image = storage_->MakeMemoryDir(row.id);
-    captured = image ? sb->tier->Checkpoint(HostName(sandbox_id), *image) : Status(image.error());
+    if (!image)
+      captured = image.error();
+    else if (on_disk)
+      captured = LinkFiles(MemoryImageDir(sandbox_id), *image);
+    else
+      captured = sb->tier->Checkpoint(HostName(sandbox_id), *image);
   }
   if (captured) captured = storage_->CaptureSnapshot(sandbox_id, row.id);
   if (freeze) {

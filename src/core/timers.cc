@@ -39,8 +39,15 @@ void SandboxManagerImpl::TimerLoop() {
       if (auto stopped = Stop(id); !stopped) spdlog::warn("sandbox {}: stop: {}", id, stopped.error().message);
     }
     for (const auto& id : to_pause) {
-      spdlog::info("sandbox {} reached its timeout or idle timeout; pausing it", id);
-      if (auto paused = Pause(id); !paused) spdlog::warn("sandbox {}: pause: {}", id, paused.error().message);
+      // To disk where the server says so and the sandbox's runtime can (--idle-pause disk).
+      bool to_disk = false;
+      if (config_.idle_pause_to_disk) {
+        std::lock_guard lock(mu_);
+        if (auto sb = FindLocked(id)) to_disk = sb->tier->capabilities().memory_snapshot;
+      }
+      spdlog::info("sandbox {} reached its timeout or idle timeout; pausing it{}", id, to_disk ? " to disk" : "");
+      auto paused = to_disk ? PauseToDisk(id) : Pause(id);
+      if (!paused) spdlog::warn("sandbox {}: pause: {}", id, paused.error().message);
     }
   }
 }

@@ -84,6 +84,9 @@ struct SandboxInfo {
   std::string created_at;  // RFC 3339 UTC
   std::optional<std::string> expires_at;
   std::optional<std::string> parent_snapshot;
+  // Paused to disk: its memory and processes written out, none running and no RAM held; the
+  // next call that needs it restores them.
+  bool paused_to_disk = false;
   std::optional<SandboxUsage> usage;  // filled by Get only
   // What the tier made for this running sandbox (runtime::Tier::SandboxDetails): Get only.
   std::vector<std::pair<std::string, std::string>> runtime_details;

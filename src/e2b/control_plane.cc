@@ -498,8 +498,10 @@ asio::awaitable<void> ControlPlane::SetTimeout(const std::string& id) {
 }
 
 asio::awaitable<void> ControlPlane::Pause(const std::string& id) {
-  // SandboxPauseRequest. "memory": false keeps only the files: bulkhead's stop, whose processes
-  // end, and which connect boots again. (requireHealthyGuest: init always answers or is gone.)
+  // SandboxPauseRequest. "memory": true (the default) keeps memory and processes: paused to disk
+  // where the runtime can (gvisor: no RAM held, as E2B's pause), frozen in RAM elsewhere.
+  // "memory": false keeps only the files: bulkhead's stop, whose processes end, and which
+  // connect boots again. (requireHealthyGuest: init always answers or is gone.)
   Result<json> body = co_await Body();
   if (!body.ok()) co_return co_await Fail(body.error());
   Result<std::optional<bool>> memory = OptionalBool(*body, "memory");
@@ -511,7 +513,11 @@ asio::awaitable<void> ControlPlane::Pause(const std::string& id) {
   }
   core::SandboxManager& manager = context_.manager;
   const bool keep_memory = memory->value_or(true);
-  Result<core::SandboxInfo> paused = co_await Blocking([&] { return keep_memory ? manager.Pause(id) : manager.Stop(id); });
+  const bool to_disk = keep_memory && KeepsMemory(*sandbox);
+  Result<core::SandboxInfo> paused = co_await Blocking([&] {
+    if (!keep_memory) return manager.Stop(id);
+    return to_disk ? manager.PauseToDisk(id) : manager.Pause(id);
+  });
   if (!paused.ok()) co_return co_await Fail(paused.error());
   co_await exchange_.SendNoContent();
 }

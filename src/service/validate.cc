@@ -513,6 +513,14 @@ Result<SnapshotRequest> ParseSnapshotRequest(const json& body) {
   return request;
 }
 
+Result<bool> ParsePauseRequest(const json& body) {
+  if (!body.is_object()) return Invalid("body must be a JSON object");
+  const json* to_disk = Find(body, "to_disk");
+  if (to_disk == nullptr) return false;
+  if (!to_disk->is_boolean()) return Invalid("to_disk must be a boolean");
+  return to_disk->get<bool>();
+}
+
 Result<ForkRequest> ParseForkRequest(const json& body) {
   if (!body.is_object()) return Invalid("body must be a JSON object");
   ForkRequest request;

@@ -81,6 +81,9 @@ struct SnapshotRequest {
   bool memory = false;
 };
 Result<SnapshotRequest> ParseSnapshotRequest(const nlohmann::json& body);
+// POST /v1/sandboxes/{id}/pause: no body, or {"to_disk"?}: a boolean, absent or null = false
+// (its memory stays in RAM). Answers to_disk.
+Result<bool> ParsePauseRequest(const nlohmann::json& body);
 // POST /v1/sandboxes/{id}/fork: {"count"?, "memory"?}: 1..kMaxForkCount, default 1; memory as
 // for a snapshot.
 constexpr int64_t kMaxForkCount = 16;

@@ -4,7 +4,7 @@ namespace bulkhead::store {
 namespace {
 
 // The schema, at version kSchemaVersion. A change gets a new version and a step in Migrate.
-constexpr int kSchemaVersion = 6;  // 3: egress log, 4: snapshots, 5: volumes, 6: memory snapshots
+constexpr int kSchemaVersion = 6;  // 3: egress log, 4: snapshots, 5: volumes, 6: memory snapshots, pause to disk
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS sandboxes (
   id TEXT PRIMARY KEY,
@@ -14,7 +14,8 @@ CREATE TABLE IF NOT EXISTS sandboxes (
   expires_at_ms INTEGER NOT NULL DEFAULT 0,
   uid_base INTEGER NOT NULL,
   init_pid INTEGER NOT NULL,
-  init_start_time INTEGER NOT NULL
+  init_start_time INTEGER NOT NULL,
+  on_disk INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS egress (
   id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -95,6 +96,10 @@ Status StateDb::Migrate() {
     // Version 6 records a memory snapshot's image format; the snapshots before it are files only.
     st = Exec("ALTER TABLE snapshots ADD COLUMN memory TEXT NOT NULL DEFAULT ''");
   }
+  if (st.ok() && version >= 1 && version <= 5) {
+    // Version 6 records a sandbox paused to disk; none was before.
+    st = Exec("ALTER TABLE sandboxes ADD COLUMN on_disk INTEGER NOT NULL DEFAULT 0");
+  }
   if (st.ok()) st = Exec(kSchema);
   if (st.ok()) st = Exec(kVolumesSchema);
   if (st.ok()) st = Exec(("PRAGMA user_version = " + std::to_string(kSchemaVersion)).c_str());
@@ -120,7 +125,7 @@ Status StateDb::Put(const SandboxRow& r) {
   Stmt st;
   const char* sql =
       "INSERT OR REPLACE INTO sandboxes (id, state, spec_json, created_at, expires_at_ms, uid_base, init_pid, "
-      "init_start_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?)";
+      "init_start_time, on_disk) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)";
   if (sqlite3_prepare_v2(db_, sql, -1, &st.s, nullptr) != SQLITE_OK) return DbError(db_, "prepare put");
   sqlite3_bind_text(st.s, 1, r.id.c_str(), -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(st.s, 2, r.state.c_str(), -1, SQLITE_TRANSIENT);
@@ -130,6 +135,7 @@ Status StateDb::Put(const SandboxRow& r) {
   sqlite3_bind_int64(st.s, 6, r.uid_base);
   sqlite3_bind_int64(st.s, 7, r.init_pid);
   sqlite3_bind_int64(st.s, 8, static_cast<int64_t>(r.init_start_time));
+  sqlite3_bind_int(st.s, 9, r.on_disk ? 1 : 0);
   if (sqlite3_step(st.s) != SQLITE_DONE) return DbError(db_, "put sandbox");
   return {};
 }
@@ -148,8 +154,8 @@ Result<std::vector<SandboxRow>> StateDb::LoadAll() {
   std::lock_guard lock(mu_);
   Stmt st;
   const char* sql =
-      "SELECT id, state, spec_json, created_at, expires_at_ms, uid_base, init_pid, init_start_time FROM sandboxes "
-      "ORDER BY created_at";
+      "SELECT id, state, spec_json, created_at, expires_at_ms, uid_base, init_pid, init_start_time, on_disk "
+      "FROM sandboxes ORDER BY created_at";
   if (sqlite3_prepare_v2(db_, sql, -1, &st.s, nullptr) != SQLITE_OK) return DbError(db_, "prepare load");
   std::vector<SandboxRow> rows;
   int rc;
@@ -164,6 +170,7 @@ Result<std::vector<SandboxRow>> StateDb::LoadAll() {
     r.uid_base = static_cast<uint32_t>(sqlite3_column_int64(st.s, 5));
     r.init_pid = sqlite3_column_int64(st.s, 6);
     r.init_start_time = static_cast<uint64_t>(sqlite3_column_int64(st.s, 7));
+    r.on_disk = sqlite3_column_int(st.s, 8) != 0;
     rows.push_back(std::move(r));
   }
   if (rc != SQLITE_DONE) return DbError(db_, "load sandboxes");

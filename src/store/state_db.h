@@ -23,6 +23,7 @@ struct SandboxRow {
   uint32_t uid_base = 0;
   int64_t init_pid = 0;
   uint64_t init_start_time = 0;
+  bool on_disk = false;  // paused to disk: its memory image in its directory, no process runs
 };
 
 // One egress record (net::EgressRecord without the live-only fields), as stored.

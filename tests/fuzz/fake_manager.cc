@@ -254,6 +254,7 @@ Result<core::SandboxInfo> FakeManager::Pause(const std::string& id) { return Kno
 Result<core::SandboxInfo> FakeManager::Resume(const std::string& id) { return Known(id, "running"); }
 Result<core::SandboxInfo> FakeManager::Stop(const std::string& id) { return Known(id, "stopped"); }
 Result<core::SandboxInfo> FakeManager::Start(const std::string& id) { return Known(id, "running"); }
+Result<core::SandboxInfo> FakeManager::PauseToDisk(const std::string& id) { return Known(id, "paused"); }
 
 asio::awaitable<Result<std::unique_ptr<core::ExecSession>>> FakeManager::StartExec(asio::any_io_executor executor,
                                                                                   const std::string& id,

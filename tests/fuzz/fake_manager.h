@@ -22,6 +22,7 @@ class FakeManager : public core::SandboxManager {
   Result<core::SandboxInfo> Resume(const std::string& id) override;
   Result<core::SandboxInfo> Stop(const std::string& id) override;
   Result<core::SandboxInfo> Start(const std::string& id) override;
+  Result<core::SandboxInfo> PauseToDisk(const std::string& id) override;
   boost::asio::awaitable<Result<std::unique_ptr<core::ExecSession>>> StartExec(
       boost::asio::any_io_executor executor, const std::string& id, core::ExecRequest request) override;
   boost::asio::awaitable<Result<core::InitConnection>> ConnectInit(boost::asio::any_io_executor executor,

@@ -35,6 +35,11 @@ class FakeManager : public core::SandboxManager {
   Status Delete(const std::string& id) override;
   Result<core::SandboxInfo> SetTimeout(const std::string& id, int64_t timeout_s) override;
   Result<core::SandboxInfo> Pause(const std::string& id) override { return SetState(id, "paused"); }
+  Result<core::SandboxInfo> PauseToDisk(const std::string& id) override {
+    auto paused = SetState(id, "paused");
+    if (paused) paused->paused_to_disk = true;
+    return paused;
+  }
   Result<core::SandboxInfo> Resume(const std::string& id) override { return SetState(id, "running"); }
   Result<core::SandboxInfo> Stop(const std::string& id) override { return SetState(id, "stopped"); }
   Result<core::SandboxInfo> Start(const std::string& id) override { return SetState(id, "running"); }

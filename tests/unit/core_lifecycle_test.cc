@@ -45,8 +45,15 @@ TEST(Lifecycle, CallsPlanTheirStepFromEachState) {
   EXPECT_EQ(PlanFor(Call::kStart, State::kRunning).step, Step::kNothing);
   EXPECT_EQ(PlanFor(Call::kSnapshot, State::kStopped).step, Step::kCapture);
   EXPECT_EQ(PlanFor(Call::kSnapshot, State::kError).step, Step::kRefuse);
+  EXPECT_EQ(PlanFor(Call::kHibernate, State::kRunning).step, Step::kHibernate);
+  EXPECT_EQ(PlanFor(Call::kHibernate, State::kPaused).step, Step::kHibernate);
+  EXPECT_EQ(PlanFor(Call::kHibernate, State::kStopped).step, Step::kRefuse);
+  EXPECT_EQ(PlanFor(Call::kHibernate, State::kError).step, Step::kRefuse);
   // Every step a plan takes is a move the table allows.
   for (State s : {State::kRunning, State::kPaused, State::kStopped, State::kError}) {
+    if (PlanFor(Call::kHibernate, s).step == Step::kHibernate) {
+      EXPECT_TRUE(CanMove(s, State::kPaused));
+    }
     for (Call c : {Call::kPause, Call::kResume, Call::kStop, Call::kStart}) {
       const Step step = PlanFor(c, s).step;
       if (step == Step::kFreeze) {
@@ -93,6 +100,19 @@ TEST(WarmPool, LoweringATargetGivesBackTheSurplus) {
   EXPECT_TRUE(pool.Put(snap, 4));
   EXPECT_EQ(pool.Drain(), std::vector<int>{4});
   EXPECT_FALSE(pool.NextToFill());
+}
+
+TEST(Lifecycle, APausedSandboxOnDiskIsRestoredByResumeOrStartAndDroppedByStop) {
+  EXPECT_EQ(PlanFor(Call::kResume, State::kPaused, true).step, Step::kRestore);
+  EXPECT_EQ(PlanFor(Call::kStart, State::kPaused, true).step, Step::kRestore);
+  EXPECT_EQ(PlanFor(Call::kPause, State::kPaused, true).step, Step::kNothing);
+  EXPECT_EQ(PlanFor(Call::kHibernate, State::kPaused, true).step, Step::kNothing);
+  EXPECT_EQ(PlanFor(Call::kStop, State::kPaused, true).step, Step::kEnd);
+  EXPECT_EQ(PlanFor(Call::kSnapshot, State::kPaused, true).step, Step::kCapture);
+  EXPECT_TRUE(CanMove(State::kPaused, State::kRunning));
+  EXPECT_TRUE(CanMove(State::kPaused, State::kStopped));
+  // Off disk, a paused sandbox thaws as before.
+  EXPECT_EQ(PlanFor(Call::kResume, State::kPaused, false).step, Step::kThaw);
 }
 
 }  // namespace
