@@ -54,6 +54,9 @@ Status SandboxManagerImpl::Recover() {
     if (std::string old_dir = config_.state_dir + "/sandboxes/" + row.id; fs::exists(old_dir, ec))
       fs::rename(old_dir, SandboxDir(row.id), ec);
     const bool was_up = *state == State::kRunning || *state == State::kPaused;
+    // A memory image is kept only by a sandbox paused to disk: any other is what a pause to disk
+    // or a restore the crash cut short left.
+    if (!(*state == State::kPaused && row.on_disk)) fs::remove_all(MemoryImageDir(row.id), ec);
     if (*state == State::kPaused && row.on_disk) {
       // Paused to disk: no process of it runs (a restore the crash cut short is ended), and its
       // memory image waits in its directory for the next call that needs it.
@@ -101,7 +104,6 @@ Status SandboxManagerImpl::Recover() {
       (void)sb->tier->Destroy(HostName(row.id), handle);
       (void)uids_.Reclaim(row.uid_base, row.id);
       (void)db_->Put(RowOf(*sb));
-      fs::remove_all(MemoryImageDir(row.id), ec);  // a pause to disk the crash cut short
       if (*state != State::kStopped) spdlog::info("recover: sandbox {} is stopped (its init is gone)", row.id);
     }
     known.insert(row.id);

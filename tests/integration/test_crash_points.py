@@ -1,5 +1,6 @@
 """The daemon killed with SIGKILL in the middle of create, exec, file writes, snapshot, fork
-and delete, and of memory snapshots, memory forks and restores (gvisor), many times over (seeded: BULKHEAD_CRASH_SEED reproduces a run, BULKHEAD_CRASH_ROUNDS
+and delete, and of memory snapshots, memory forks, restores, pauses to disk and resumes from
+disk (gvisor), many times over (seeded: BULKHEAD_CRASH_SEED reproduces a run, BULKHEAD_CRASH_ROUNDS
 sets the rounds per operation). After each restart nothing is half-made and nothing leaks:
 every listed sandbox runs commands, every listed snapshot starts sandboxes, every file a call
 acknowledged is there byte for byte (one it did not may be old or new, never a mix), and no
@@ -29,7 +30,7 @@ ROUNDS = int(os.environ.get("BULKHEAD_CRASH_ROUNDS", "5"))  # per operation
 OPERATIONS = ["create", "exec", "write", "snapshot", "fork", "delete"]
 # On a gvisor base sandbox (test_memory_snapshots.py): a snapshot with memory, a fork with
 # memory, and a create restoring a memory snapshot.
-MEMORY_OPERATIONS = ["memory-snapshot", "memory-fork", "restore"]
+MEMORY_OPERATIONS = ["memory-snapshot", "memory-fork", "restore", "pause-to-disk", "resume-from-disk"]
 WRITE_TEMP_PREFIX = ".bulkhead-write-"  # common/ctl_protocol.h kWriteTempPrefix
 
 
@@ -81,7 +82,11 @@ def check_invariants(daemon, client, ack: Acknowledged):
     sandboxes = {s["id"]: s for s in listed(client, "sandboxes")}
     snapshots = {s["id"]: s for s in listed(client, "snapshots")}
     for sandbox_id, sandbox in sandboxes.items():
-        assert sandbox["state"] in ("running", "stopped"), sandbox
+        assert sandbox["state"] in ("running", "stopped", "paused"), sandbox
+        if sandbox["state"] == "paused":  # paused to disk: resumed with its processes
+            assert sandbox["paused_to_disk"], sandbox
+            r = client.post(f"/v1/sandboxes/{sandbox_id}/resume")
+            assert r.status == 200, r
         if sandbox["state"] == "stopped":
             r = client.post(f"/v1/sandboxes/{sandbox_id}/start")
             assert r.status == 200, r
@@ -156,6 +161,10 @@ def act(operation, client, base, victims, round_number, plan, ack: Acknowledged)
         r = client.post(f"/v1/sandboxes/{base}/fork", {"count": 3, "memory": operation == "memory-fork"})
         if r.status == 201:
             ack.sandboxes += [s["id"] for s in r.json()["sandboxes"]]
+    elif operation == "pause-to-disk":
+        client.post(f"/v1/sandboxes/{base}/pause", {"to_disk": True})
+    elif operation == "resume-from-disk":
+        client.post(f"/v1/sandboxes/{base}/resume")
     elif operation == "restore":
         r = client.post("/v1/sandboxes", {"from_snapshot": plan["snapshot"]})
         if r.status == 201:
@@ -201,6 +210,9 @@ def test_sigkill_during_an_operation_leaves_nothing_half_made(daemon_factory, cr
                 ack.uid_ranges.append(sandbox_host_uid_range(client, victim))
                 victims.append(victim)
 
+        if operation == "resume-from-disk":
+            r = client.post(f"/v1/sandboxes/{base}/pause", {"to_disk": True})
+            assert r.status == 200 and r.json()["paused_to_disk"], r
         # Drawn here, not in the worker, so the seed alone decides the run. The files: one
         # rewritten every round and a new one each round, 1 byte to 8 MiB, so that the kill
         # lands before, during and after the body.

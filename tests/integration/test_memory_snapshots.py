@@ -1,17 +1,18 @@
-"""Memory snapshots and forks (issue 21): a snapshot with "memory": true keeps a sandbox's
-memory and processes with its files, as of one instant, on the runtimes that can take them;
-a sandbox created from it, and each fork with memory, goes on running every process from
-where it was. Run against every runtime of MEMORY_RUNTIMES this host has, from the native run
+"""Memory snapshots, forks and pause to disk (issue 21): a snapshot with "memory": true keeps a
+sandbox's memory and processes with its files, as of one instant, on the runtimes that can take
+them; a sandbox created from it, and each fork with memory, goes on running every process from
+where it was; a sandbox paused to disk holds no process and resumes its own on the next call. Run against every runtime of MEMORY_RUNTIMES this host has, from the native run
 (each sandbox names its runtime); the native tier's refusal is tested beside."""
 
 import json
 import signal
+import subprocess
 import time
 
 import pytest
 
 import harness
-from harness import assert_error_shape, wait_until
+from harness import assert_error_shape, host_name, wait_until
 
 MEMORY_RUNTIMES = ["gvisor"]
 
@@ -237,3 +238,117 @@ def test_a_memory_snapshot_outlives_a_daemon_kill(daemon_factory):
     client.remove(copy_id)
     client.remove(source)
     assert client.delete(f"/v1/snapshots/{taken['id']}").status == 204
+
+
+# ---------------------------------------------------------------- pause to disk
+
+def sandbox_processes_on_host(sandbox_id) -> list[str]:
+    """The host processes of a gvisor sandbox (its Sentry and gofer name it by host name)."""
+    found = subprocess.run(["pgrep", "-f", f"runsc.* {host_name(sandbox_id)}"], capture_output=True, text=True)
+    return found.stdout.split()
+
+
+def test_a_sandbox_paused_to_disk_holds_no_process_and_goes_on_at_the_next_call(client, sandbox_factory, runtime):
+    source = sandbox_factory(runtime=runtime)["id"]
+    client.sh(source, "echo kept > /workspace/file")
+    pid = start_process(client, source, COUNTER, tag="counter")
+    assert wait_until(lambda: len(counted(stdout_of(client, source, pid))) >= 5, timeout=20)
+    assert sandbox_processes_on_host(source)
+    r = client.post(f"/v1/sandboxes/{source}/pause", {"to_disk": True})
+    assert r.status == 200, r
+    assert (r.json()["state"], r.json()["paused_to_disk"]) == ("paused", True), r.json()
+    assert sandbox_processes_on_host(source) == []
+    listed = next(s for s in client.list() if s["id"] == source)
+    assert (listed["state"], listed["paused_to_disk"]) == ("paused", True)
+    assert client.post(f"/v1/sandboxes/{source}/pause", {"to_disk": True}).json()["paused_to_disk"] is True
+    # The next call that needs it restores it: the counter goes on, never beginning again.
+    assert client.sh(source, "cat /workspace/file") == "kept\n"
+    sandbox = client.sandbox(source)
+    assert (sandbox["state"], sandbox["paused_to_disk"]) == ("running", False), sandbox
+    before = len(counted(stdout_of(client, source, pid)))
+    assert wait_until(lambda: len(counted(stdout_of(client, source, pid))) > before + 3, timeout=20)
+    numbers = counted(stdout_of(client, source, pid))
+    assert numbers == list(range(len(numbers))), numbers
+    # Again, resumed by an explicit resume this time.
+    assert client.post(f"/v1/sandboxes/{source}/pause", {"to_disk": True}).status == 200
+    r = client.post(f"/v1/sandboxes/{source}/resume")
+    assert r.status == 200 and r.json()["state"] == "running", r
+    assert process(client, source, pid)["state"] == "running"
+
+
+def test_a_paused_to_disk_sandbox_snapshots_forks_and_stops(client, sandbox_factory, runtime):
+    source = sandbox_factory(runtime=runtime)["id"]
+    pid = start_process(client, source, COUNTER)
+    assert wait_until(lambda: len(counted(stdout_of(client, source, pid))) >= 3, timeout=20)
+    assert client.post(f"/v1/sandboxes/{source}/pause", {"to_disk": True}).status == 200
+    # Its image is the snapshot's memory: nothing is restored to take it.
+    taken = snapshot(client, source)
+    assert client.sandbox(source)["paused_to_disk"] is True
+    r = client.post(f"/v1/sandboxes/{source}/fork", {"count": 2, "memory": True})
+    assert r.status == 201, r
+    copies = [s["id"] for s in r.json()["sandboxes"]] + [sandbox_factory(from_snapshot=taken["id"])["id"]]
+    try:
+        for copy in copies:
+            before = len(counted(stdout_of(client, copy, pid)))
+            assert wait_until(lambda: len(counted(stdout_of(client, copy, pid))) > before, timeout=20)
+        assert client.sandbox(source)["paused_to_disk"] is True
+    finally:
+        for copy in copies[:2]:
+            client.remove(copy)
+    # Stop drops its memory; start boots it on its files.
+    r = client.post(f"/v1/sandboxes/{source}/stop")
+    assert r.status == 200 and (r.json()["state"], r.json()["paused_to_disk"]) == ("stopped", False), r
+    assert client.post(f"/v1/sandboxes/{source}/start").status == 200
+    assert client.get(f"/v1/sandboxes/{source}/processes/{pid}").status == 404
+
+
+def test_pause_to_disk_is_refused_where_it_cannot_be_done(client, sandbox_factory, runtime):
+    native = sandbox_factory(runtime="native")["id"]
+    r = client.post(f"/v1/sandboxes/{native}/pause", {"to_disk": True})
+    assert_error_shape(r, 422)
+    assert r.json()["error"]["code"] == "runtime_unsupported", r
+    assert client.sandbox(native)["state"] == "running"
+    source = sandbox_factory(runtime=runtime)["id"]
+    for body in ({"to_disk": "yes"}, {"to_disk": 1}, "[1]"):
+        r = client.request("POST", f"/v1/sandboxes/{source}/pause", body=body,
+                           headers={"Content-Type": "application/json"} if isinstance(body, str) else None)
+        assert_error_shape(r, 422)
+    r = client.request("POST", f"/v1/sandboxes/{source}/pause", body="{", headers={"Content-Type": "application/json"})
+    assert_error_shape(r, 400)
+    assert client.sandbox(source)["state"] == "running"
+    # No body and an empty object pause in memory, as before.
+    for body in (None, {}):
+        r = client.post(f"/v1/sandboxes/{source}/pause", body)
+        assert r.status == 200 and (r.json()["state"], r.json()["paused_to_disk"]) == ("paused", False), r
+        assert client.post(f"/v1/sandboxes/{source}/resume").status == 200
+    assert client.post(f"/v1/sandboxes/{source}/stop").status == 200
+    r = client.post(f"/v1/sandboxes/{source}/pause", {"to_disk": True})
+    assert_error_shape(r, 409)
+
+
+def test_a_sandbox_paused_to_disk_outlives_a_daemon_kill_and_idle_pauses_go_to_disk(daemon_factory):
+    daemon = daemon_factory()
+    daemon.extra_args = ("--idle-pause", "disk")
+    daemon.start()
+    client = daemon.client()
+    if "gvisor" not in available_runtimes(client):
+        pytest.skip("this host has no gvisor runtime")
+    source = client.create(runtime="gvisor")["id"]
+    pid = start_process(client, source, COUNTER)
+    assert wait_until(lambda: len(counted(stdout_of(client, source, pid))) >= 3, timeout=20)
+    assert client.post(f"/v1/sandboxes/{source}/pause", {"to_disk": True}).status == 200
+    daemon.stop(signal.SIGKILL)
+    daemon.start()
+    client = daemon.client()
+    assert client.sandbox(source)["paused_to_disk"] is True
+    before = len(counted(stdout_of(client, source, pid)))
+    assert wait_until(lambda: len(counted(stdout_of(client, source, pid))) > before, timeout=20)
+    numbers = counted(stdout_of(client, source, pid))
+    assert numbers == list(range(len(numbers))), numbers
+    # An idle sandbox is paused to disk by the timer, as the server option says.
+    idle = client.create(runtime="gvisor", idle_timeout_s=1)["id"]
+    assert wait_until(lambda: client.sandbox(idle)["paused_to_disk"], timeout=30)
+    assert sandbox_processes_on_host(idle) == []
+    assert client.sh(idle, "echo back") == "back\n"
+    for sandbox_id in (source, idle):
+        client.remove(sandbox_id)
