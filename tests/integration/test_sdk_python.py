@@ -674,6 +674,29 @@ def test_fork_makes_independent_copies(bh, box):
         box.fork(0)
 
 
+def test_memory_snapshot_fork_and_pause_to_disk_of_a_gvisor_sandbox(bh):
+    if not bh.health().raw["runtimes"].get("gvisor", {}).get("available"):
+        pytest.skip("this host has no gvisor runtime")
+    with bh.sandboxes.create(runtime="gvisor") as box:
+        counter = box.processes.start("i=0; while :; do echo $i; i=$((i+1)); sleep 0.05; done")
+        assert wait_until(lambda: box.processes.get(counter.pid).info.stdout_offset > 0, timeout=20)
+        snapshot = box.snapshot("with-memory", memory=True)
+        assert snapshot.memory is True and snapshot.runtime == "gvisor"
+        assert box.snapshot().memory is False
+        copies = box.fork(2, memory=True)
+        with bh.sandboxes.create(from_snapshot=snapshot) as restored:
+            for sandbox in copies + [restored]:
+                assert sandbox.processes.get(counter.pid).state == "running"
+        for copy in copies:
+            copy.delete()
+        box.pause(to_disk=True)
+        assert box.state == "paused" and box.info.paused_to_disk is True
+        box.resume()
+        assert box.state == "running" and box.info.paused_to_disk is False
+        assert box.processes.get(counter.pid).state == "running"
+        bh.snapshots.delete(snapshot)
+
+
 # ---------------------------------------------------------------- network
 
 @pytest.fixture

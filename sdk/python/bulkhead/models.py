@@ -133,6 +133,7 @@ class SandboxInfo:
     user: str
     parent_snapshot: Optional[str]
     volumes: List[VolumeMount] = field(default_factory=list)
+    paused_to_disk: bool = False  # paused with its memory on disk (no RAM held)
     preview: Preview = field(default_factory=Preview)
     sudo_users: List[str] = field(default_factory=list)
     usage: Optional[Usage] = None
@@ -149,6 +150,7 @@ class SandboxInfo:
             network=Network.from_json(d.get("network")), metadata=dict(d.get("metadata") or {}),
             env=dict(d.get("env") or {}), workdir=d.get("workdir", ""), user=d.get("user", ""),
             parent_snapshot=d.get("parent_snapshot"),
+            paused_to_disk=bool(d.get("paused_to_disk", False)),
             volumes=[VolumeMount.from_json(v) for v in d.get("volumes") or []],
             preview=Preview.from_json(d.get("preview")),
             sudo_users=list(d.get("sudo_users") or []),

@@ -107,9 +107,12 @@ class Sandbox:
         """The sandbox now expires timeout_s seconds from now (0: never)."""
         return self._update(self._transport.json("POST", self._path + "/timeout", json_body={"timeout_s": timeout_s}))
 
-    def pause(self) -> "Sandbox":
-        """Freezes every process (memory kept, no CPU used, lifetime clock stopped)."""
-        return self._update(self._transport.json("POST", self._path + "/pause"))
+    def pause(self, to_disk: bool = False) -> "Sandbox":
+        """Freezes every process (memory kept, no CPU used, lifetime clock stopped). With
+        to_disk=True (gvisor) the memory and processes are written to disk and end: no RAM held,
+        and the next call that needs the sandbox restores them where they were."""
+        body = {"to_disk": True} if to_disk else None
+        return self._update(self._transport.json("POST", self._path + "/pause", json_body=body))
 
     def resume(self) -> "Sandbox":
         return self._update(self._transport.json("POST", self._path + "/resume"))

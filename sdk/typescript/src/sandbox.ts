@@ -156,8 +156,12 @@ export class Sandbox implements AsyncDisposable {
   }
 
   /** Freezes it: memory and processes kept, no CPU used. */
-  pause(): Promise<this> {
-    return this.update("POST", "pause");
+  /**
+   * Freezes every process (memory kept, no CPU used). With `toDisk: true` (gvisor) the memory and
+   * processes are written to disk and end: no RAM held, and the next call restores them.
+   */
+  pause(options: { toDisk?: boolean } = {}): Promise<this> {
+    return this.update("POST", "pause", options.toDisk ? { to_disk: true } : undefined);
   }
 
   resume(): Promise<this> {

@@ -56,6 +56,8 @@ export interface SandboxInfo {
   workdir: string;
   user: string;
   parentSnapshot: string | null;
+  /** Paused with its memory and processes on disk (no RAM held); the next call restores them. */
+  pausedToDisk: boolean;
   volumes: VolumeMount[];
   preview: PreviewAccess;
   /** Who may run `sudo` in it (names or uids). */
@@ -251,6 +253,7 @@ export function sandboxFromWire(w: Wire): SandboxInfo {
     workdir: w.workdir,
     user: w.user,
     parentSnapshot: w.parent_snapshot ?? null,
+    pausedToDisk: Boolean(w.paused_to_disk),
     volumes: (w.volumes ?? []).map((v: Wire) => ({ name: v.name, path: v.path, readOnly: Boolean(v.read_only) })),
     preview: w.preview?.public === false ? { public: false, token: w.preview.token } : { public: true },
     sudoUsers: w.sudo_users ?? [],

@@ -111,3 +111,35 @@ test("export to a stream and a file, import both back, and start from the import
   await rejectsWith(bulkhead.snapshots.import(Buffer.from("not a snapshot archive")), InvalidRequestError, "invalid_snapshot");
   await rejectsWith(bulkhead.snapshots.export("snap_nosuchsnapshot00000"), NotFoundError, "snapshot_not_found");
 });
+
+test("memory snapshots, forks with memory and pause to disk of a gvisor sandbox", async (t) => {
+  const health = (await bulkhead.health()) as unknown as { runtimes?: Record<string, { available?: boolean }> };
+  if (!health.runtimes?.gvisor?.available) {
+    t.skip("this host has no gvisor runtime");
+    return;
+  }
+  await withSandbox(bulkhead, async (box) => {
+    const counter = await box.processes.start("i=0; while :; do echo $i; i=$((i+1)); sleep 0.05; done");
+    const deadline = Date.now() + 20_000;
+    while ((await box.processes.get(counter.pid)).info.stdoutOffset === 0) {
+      assert.ok(Date.now() < deadline, "the counter printed nothing");
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    const snapshot = await box.snapshot("with-memory", { memory: true });
+    assert.equal(snapshot.memory, true);
+    assert.equal(snapshot.runtime, "gvisor");
+    const copies = await box.fork(2, { memory: true });
+    const restored = await bulkhead.sandboxes.create({ fromSnapshot: snapshot.id });
+    for (const sandbox of [...copies, restored]) {
+      assert.equal((await sandbox.processes.get(counter.pid)).info.state, "running");
+      await sandbox.delete();
+    }
+    await box.pause({ toDisk: true });
+    assert.equal(box.state, "paused");
+    assert.equal(box.info.pausedToDisk, true);
+    await box.resume();
+    assert.equal(box.info.pausedToDisk, false);
+    assert.equal((await box.processes.get(counter.pid)).info.state, "running");
+    await snapshot.delete();
+  }, { runtime: "gvisor" });
+});
