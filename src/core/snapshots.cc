@@ -68,10 +68,8 @@ Status LinkFiles(const std::string& from, const std::string& to) {
 
 // Whether a memory snapshot's image is all there: its tier writes it whole or fails.
 bool HasMemoryImage(const std::string& dir) {
-  struct stat st;
-  return ::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_nlink >= 2 &&
-         std::filesystem::directory_iterator(dir, std::filesystem::directory_options::none) !=
-             std::filesystem::directory_iterator();
+  std::error_code ec;
+  return !std::filesystem::is_empty(dir, ec) && !ec;
 }
 
 }  // namespace

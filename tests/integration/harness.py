@@ -326,6 +326,7 @@ class Daemon:
     netns: str | None = None
     listen_host: str = "127.0.0.1"
     extra_args: tuple = ()
+    runtime: str = RUNTIME  # --default-runtime
     sanitizer_checked: int = 0  # how far the log has been searched for sanitizer reports
 
     @property
@@ -371,7 +372,7 @@ class Daemon:
         self.process = subprocess.Popen(
             prefix + [str(BULKHEAD), "serve", "--state-dir", str(self.state_dir),
                       "--listen", f"{self.listen_host}:{self.port}", "--warm-pool", str(self.warm_pool),
-                      "--e2b-listen", f"{self.listen_host}:0", "--default-runtime", RUNTIME,
+                      "--e2b-listen", f"{self.listen_host}:0", "--default-runtime", self.runtime,
                       # (in the tier matrix, the pools of the runtime the tests use, no others)
                       *(("--warm-pool", "native=0") if RUNTIME != "native" else ()), *self.extra_args],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,

