@@ -54,6 +54,20 @@ def exec_ms(api: BulkheadApi, sandbox_id: str) -> float:
     return (first_stdout - start) * 1000
 
 
+def remove(api: BulkheadApi, sandboxes: list[str], snapshots: list[str]) -> None:
+    """Deletes what a benchmark made, whatever is already gone."""
+    for sandbox_id in sandboxes:
+        try:
+            api.delete_sandbox(sandbox_id)
+        except (RunFailed, OSError):
+            pass
+    for snapshot_id in snapshots:
+        try:
+            api.call("DELETE", f"/v1/snapshots/{snapshot_id}", expect=204)
+        except (RunFailed, OSError):
+            pass
+
+
 def bench_pause(api: BulkheadApi, runs: int) -> None:
     sandbox_id = api.create_sandbox()
     try:
@@ -113,16 +127,7 @@ def bench_workload(api: BulkheadApi, name: str, fill: str, runs: int) -> None:
         print(f"  {name:13s} from_snapshot, warm     {figures(warm_ms)}")
         print(f"  {name:13s} ... to first exec output{figures(warm_exec_ms)}")
     finally:
-        for sandbox_id in made + [source]:
-            try:
-                api.delete_sandbox(sandbox_id)
-            except (RunFailed, OSError):
-                pass
-        for snapshot_id in snapshots:
-            try:
-                api.call("DELETE", f"/v1/snapshots/{snapshot_id}", expect=204)
-            except (RunFailed, OSError):
-                pass
+        remove(api, made + [source], snapshots)
 
 
 # A process that touches `mib` MiB and keeps it, then prints "held" and sleeps.
@@ -181,16 +186,7 @@ def bench_memory(api: BulkheadApi, runs: int) -> None:
             print(f"  {name:15s} pause to disk       {figures(to_disk_ms)}")
             print(f"  {name:15s} resume from disk    {figures(from_disk_ms)}")
         finally:
-            for sandbox_id in made + [source]:
-                try:
-                    api.delete_sandbox(sandbox_id)
-                except (RunFailed, OSError):
-                    pass
-            for snapshot_id in snapshots:
-                try:
-                    api.call("DELETE", f"/v1/snapshots/{snapshot_id}", expect=204)
-                except (RunFailed, OSError):
-                    pass
+            remove(api, made + [source], snapshots)
 
 
 def bench_fresh(api: BulkheadApi, runs: int) -> None:

@@ -195,6 +195,9 @@ class SandboxManagerImpl : public SandboxManager {
   Status FreezeLocked(Sandbox& sb, bool frozen);
   Status EndLocked(Sandbox& sb);
   Status BootAgainLocked(Sandbox& sb);
+  // What the daemon held of a sandbox's processes once they ended (or a boot failed): its
+  // handle, the way to its init, its network namespace; with `save`, its row says so.
+  void ForgetProcesses(Sandbox& sb, bool save);
   // Pause to disk: the tier writes the memory image, then the processes end (state paused,
   // on_disk). Restore: the processes resume from the image (state running), which goes.
   Status HibernateLocked(Sandbox& sb);

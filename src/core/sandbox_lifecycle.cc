@@ -388,12 +388,16 @@ Status SandboxManagerImpl::EndLocked(Sandbox& sb) {
   fs::remove_all(MemoryImageDir(id), ec);
   network_->Detach(id);
   BH_TRY(sb.tier->Destroy(HostName(id), sb.handle));  // thaws a paused one first
+  ForgetProcesses(sb, /*save=*/true);
+  return {};
+}
+
+void SandboxManagerImpl::ForgetProcesses(Sandbox& sb, bool save) {
   std::lock_guard lock(mu_);
   sb.handle = {};
   sb.init.reset();
   sb.netns.reset();
-  (void)db_->Put(RowOf(sb));
-  return {};
+  if (save) (void)db_->Put(RowOf(sb));
 }
 
 Status SandboxManagerImpl::BootAgainLocked(Sandbox& sb) {
@@ -405,10 +409,7 @@ Status SandboxManagerImpl::BootAgainLocked(Sandbox& sb) {
   BH_TRY(sb.tier->Destroy(HostName(id), sb.handle));  // whatever an init that died left behind
   ScopeGuard undo([&] {
     (void)sb.tier->Destroy(HostName(id), sb.handle);
-    std::lock_guard lock(mu_);
-    sb.handle = {};
-    sb.init.reset();
-    sb.netns.reset();
+    ForgetProcesses(sb, /*save=*/false);
   });
   BH_TRY(Boot(sb, *layer));
   if (sb.info.spec.network.mode != "none") BH_TRY(network_->Apply(id, sb.netns.get(), sb.info.spec.network));
@@ -468,11 +469,7 @@ Status SandboxManagerImpl::HibernateLocked(Sandbox& sb) {
   network_->Detach(id);
   if (auto ended = sb.tier->Destroy(HostName(id), sb.handle); !ended)
     spdlog::warn("sandbox {}: paused to disk, but its processes did not end: {}", id, ended.error().message);
-  std::lock_guard lock(mu_);
-  sb.handle = {};
-  sb.init.reset();
-  sb.netns.reset();
-  (void)db_->Put(RowOf(sb));
+  ForgetProcesses(sb, /*save=*/true);
   return {};
 }
 
@@ -483,10 +480,7 @@ Status SandboxManagerImpl::RestoreLocked(Sandbox& sb) {
   if (!layer) return layer.error();
   ScopeGuard undo([&] {
     (void)sb.tier->Destroy(HostName(id), sb.handle);
-    std::lock_guard lock(mu_);
-    sb.handle = {};
-    sb.init.reset();
-    sb.netns.reset();
+    ForgetProcesses(sb, /*save=*/false);
   });
   if (auto restored = Boot(sb, *layer, false, MemoryImageDir(id)); !restored) {
     return MakeError(restored.error().code,
