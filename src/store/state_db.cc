@@ -92,14 +92,12 @@ Status StateDb::Migrate() {
     st = Exec("ALTER TABLE sandboxes RENAME COLUMN expires_at TO expires_at_ms; "
               "UPDATE sandboxes SET expires_at_ms = expires_at_ms * 1000;");
   }
-  if (st.ok() && (version == 4 || version == 5)) {
-    // Version 6 records a memory snapshot's image format; the snapshots before it are files only.
+  // Version 6 records a memory snapshot's image format (the snapshots before it are files
+  // only) and a sandbox paused to disk (none was before).
+  if (st.ok() && version >= 4 && !HasColumn("snapshots", "memory"))
     st = Exec("ALTER TABLE snapshots ADD COLUMN memory TEXT NOT NULL DEFAULT ''");
-  }
-  if (st.ok() && version >= 1 && version <= 5) {
-    // Version 6 records a sandbox paused to disk; none was before.
+  if (st.ok() && version >= 1 && !HasColumn("sandboxes", "on_disk"))
     st = Exec("ALTER TABLE sandboxes ADD COLUMN on_disk INTEGER NOT NULL DEFAULT 0");
-  }
   if (st.ok()) st = Exec(kSchema);
   if (st.ok()) st = Exec(kVolumesSchema);
   if (st.ok()) st = Exec(("PRAGMA user_version = " + std::to_string(kSchemaVersion)).c_str());
@@ -108,6 +106,14 @@ Status StateDb::Migrate() {
     return st;
   }
   return Exec("COMMIT");
+}
+
+bool StateDb::HasColumn(const std::string& table, const std::string& column) {
+  Stmt st;
+  const std::string sql = "SELECT 1 FROM pragma_table_info('" + table + "') WHERE name = ?";
+  if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &st.s, nullptr) != SQLITE_OK) return false;
+  sqlite3_bind_text(st.s, 1, column.c_str(), -1, SQLITE_TRANSIENT);
+  return sqlite3_step(st.s) == SQLITE_ROW;
 }
 
 Status StateDb::Exec(const char* sql) {

@@ -98,6 +98,8 @@ class StateDb {
  private:
   explicit StateDb(sqlite3* db) : db_(db) {}
   Status Exec(const char* sql);
+  // Whether `table` has `column` (a migration adds it once, whatever the version says).
+  bool HasColumn(const std::string& table, const std::string& column);
   Status Migrate();
   sqlite3* db_;
   std::mutex mu_;

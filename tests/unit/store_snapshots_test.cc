@@ -86,6 +86,51 @@ TEST_F(StoreSnapshotsTest, Version3DatabaseGainsTheSnapshotsTableAndKeepsItsSand
   EXPECT_EQ((*db)->LoadSnapshots()->size(), 1u);
 }
 
+TEST_F(StoreSnapshotsTest, Version5DatabaseGainsMemoryAndOnDiskAndKeepsItsRows) {
+  {
+    sqlite3* raw = nullptr;
+    ASSERT_EQ(sqlite3_open(DbPath().c_str(), &raw), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(raw,
+                           "CREATE TABLE sandboxes (id TEXT PRIMARY KEY, state TEXT NOT NULL, spec_json TEXT NOT NULL,"
+                           " created_at TEXT NOT NULL, expires_at_ms INTEGER NOT NULL DEFAULT 0, uid_base INTEGER NOT NULL,"
+                           " init_pid INTEGER NOT NULL, init_start_time INTEGER NOT NULL);"
+                           "INSERT INTO sandboxes VALUES ('old', 'paused', '{}', 'x', 0, 1, 2, 3);"
+                           "CREATE TABLE snapshots (id TEXT PRIMARY KEY, name TEXT NOT NULL, sandbox_id TEXT NOT NULL,"
+                           " created_at TEXT NOT NULL, size_bytes INTEGER NOT NULL DEFAULT 0, image TEXT NOT NULL,"
+                           " spec_json TEXT NOT NULL, uid_base INTEGER NOT NULL, state TEXT NOT NULL);"
+                           "INSERT INTO snapshots VALUES ('snap_old', '', 'old', 'x', 1, 'host', '{}', 0, 'ready');"
+                           "PRAGMA user_version = 5;",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(raw);
+  }
+  for (int open = 0; open < 2; ++open) {  // and a second open finds the columns there
+    auto db = StateDb::Open(DbPath());
+    ASSERT_TRUE(db.ok()) << db.error().message;
+    auto sandboxes = (*db)->LoadAll();
+    ASSERT_TRUE(sandboxes.ok());
+    ASSERT_EQ(sandboxes->size(), 1u);
+    EXPECT_FALSE(sandboxes->at(0).on_disk) << "paused in memory, as every sandbox before version 6";
+    auto snapshots = (*db)->LoadSnapshots();
+    ASSERT_TRUE(snapshots.ok());
+    ASSERT_EQ(snapshots->size(), 1u);
+    EXPECT_EQ(snapshots->at(0).memory, "") << "files only, as every snapshot before version 6";
+  }
+  auto db = StateDb::Open(DbPath());
+  ASSERT_TRUE(db.ok());
+  SandboxRow paused = (*db)->LoadAll()->at(0);
+  paused.on_disk = true;
+  ASSERT_TRUE((*db)->Put(paused).ok());
+  EXPECT_TRUE((*db)->LoadAll()->at(0).on_disk);
+  SnapshotRow with_memory = Row("snap_2", "ready");
+  with_memory.memory = "gvisor runsc version 1";
+  ASSERT_TRUE((*db)->PutSnapshot(with_memory).ok());
+  auto rows = (*db)->LoadSnapshots();
+  ASSERT_TRUE(rows.ok());
+  for (const SnapshotRow& row : *rows)
+    EXPECT_EQ(row.memory, row.id == "snap_2" ? "gvisor runsc version 1" : "") << row.id;
+}
+
 TEST(SpecJsonSnapshot, FromSnapshotRoundTripsAndOldRowsHaveNone) {
   core::SandboxSpec plain;
   auto old = core::SpecFromJson(core::SpecToJson(plain));
