@@ -338,6 +338,16 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
       snapshot->add_subcommand("rm", "Remove snapshots (refused while a sandbox started from one exists)");
   snapshot_remove->add_option("ids", line.snapshot_ids, "Snapshot ids")->required();
   Selects(snapshot_remove, line, Command::kSnapshotRemove);
+  CLI::App* snapshot_export =
+      snapshot->add_subcommand("export", "Write a snapshot's files as a portable .tar.zst (for snapshot import)");
+  snapshot_export->add_option("id", line.snapshot_id, "Snapshot id")->required();
+  snapshot_export->add_option("file", line.archive_path, "Where to write it; - for stdout")->required();
+  Selects(snapshot_export, line, Command::kSnapshotExport);
+  CLI::App* snapshot_import =
+      snapshot->add_subcommand("import", "Make a snapshot from an exported .tar.zst and print its id");
+  snapshot_import->add_option("file", line.archive_path, "The archive; - for stdin")->required();
+  snapshot_import->add_flag("--json", line.json, "Print the API's JSON");
+  Selects(snapshot_import, line, Command::kSnapshotImport);
 
   CLI::App* fork = app.add_subcommand("fork", "Copy a sandbox as it is now into new ones; print their ids");
   fork->add_option("id", line.sandbox_id, "Sandbox id")->required();

@@ -44,6 +44,8 @@ enum class Command {
   kSnapshotCreate,  // snapshot create
   kSnapshotList,    // snapshot ls
   kSnapshotRemove,  // snapshot rm
+  kSnapshotExport,  // snapshot export
+  kSnapshotImport,  // snapshot import
   kFork,            // fork
   kMcp,           // mcp
   kE2bEnv,        // e2b env
@@ -121,6 +123,8 @@ struct CommandLine {
   std::optional<int64_t> volume_size_mb; // volume create --size-mb
   std::optional<std::string> snapshot_name;  // snapshot create --name
   std::vector<std::string> snapshot_ids;     // snapshot rm
+  std::string snapshot_id;                   // snapshot export
+  std::string archive_path;                  // snapshot export, import: a file or "-"
   bool memory = false;                       // snapshot create, fork: --memory
   int fork_count = 1;                        // fork -n
 

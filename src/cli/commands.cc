@@ -19,6 +19,7 @@
 #include "cli/session.h"
 #include "cli/shell_command.h"
 #include "cli/tar_stream.h"
+#include "cli/local_files.h"
 #include "cli/snapshot_commands.h"
 #include "cli/volume_commands.h"
 #include "client/api_client.h"
@@ -36,7 +37,6 @@ using nlohmann::json;
 // `run` gives its sandbox this much more life than its command, so the command's own
 // timeout fires first and reports timed_out (exit 124); the sandbox is removed right after.
 constexpr int64_t kRunLifetimeMarginS = 30;
-constexpr size_t kFileChunkBytes = 256 << 10;
 
 std::string StringField(const json& object, const char* field) {
   auto it = object.find(field);
@@ -283,24 +283,6 @@ int LifecycleCommand(Session& session) {
   return exit_code;
 }
 
-// Sends the file as it is, stopping at `size` bytes so the body matches Content-Length.
-Status StreamFile(int fd, uint64_t size, const BodyChunkSink& sink) {
-  std::vector<char> buffer(kFileChunkBytes);
-  uint64_t sent = 0;
-  while (sent < size) {
-    size_t want = static_cast<size_t>(std::min<uint64_t>(buffer.size(), size - sent));
-    ssize_t n = ::read(fd, buffer.data(), want);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return SystemError("reading the image file", errno);
-    }
-    if (n == 0) return MakeError(ErrorCode::kInternal, "the image file shrank while being sent", "file_changed");
-    BH_TRY(sink(std::string_view(buffer.data(), static_cast<size_t>(n))));
-    sent += static_cast<uint64_t>(n);
-  }
-  return {};
-}
-
 int ImageImportCommand(Session& session) {
   const std::string& path = session.line.image_path;
   std::string target = "/v1/images/" + PercentEncode(session.line.image_name);
@@ -319,7 +301,7 @@ int ImageImportCommand(Session& session) {
     uint64_t size = static_cast<uint64_t>(info.st_size);
     // The daemon recognizes the compression (gzip, zstd, xz...) from the bytes.
     imported = session.api.Upload(target, "application/x-tar", size, [&](const BodyChunkSink& sink) {
-      return StreamFile(file.get(), size, sink);
+      return SendFile(file.get(), size, "the image file", sink);
     });
   } else {
     return session.UsageError(
@@ -434,6 +416,8 @@ int RunClientCommand(const CommandLine& line, const CommandIo& io) {
       case Command::kSnapshotCreate: return SnapshotCreateCommand(session);
       case Command::kSnapshotList: return SnapshotListCommand(session);
       case Command::kSnapshotRemove: return SnapshotRemoveCommand(session);
+      case Command::kSnapshotExport: return SnapshotExportCommand(session);
+      case Command::kSnapshotImport: return SnapshotImportCommand(session);
       case Command::kFork: return ForkCommand(session);
       case Command::kE2bEnv: return E2bEnvCommand(session);
       case Command::kMcp: return mcp::ServeMcp(session.api, {io.stdin_fd, io.stdout_fd});

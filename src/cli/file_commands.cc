@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/copy_plan.h"
+#include "cli/local_files.h"
 #include "cli/listing_format.h"
 #include "cli/tar_stream.h"
 #include "cli/tar_unpack.h"
@@ -22,8 +23,6 @@ namespace bulkhead::cli {
 namespace {
 
 using nlohmann::json;
-
-constexpr size_t kFileChunkBytes = 256 << 10;
 
 // /v1/sandboxes/{id}/files{route}?path=...
 std::string FilesTarget(const std::string& sandbox_id, std::string_view route, const std::string& path) {
@@ -71,38 +70,6 @@ std::string ParentOf(const std::string& path) {
   if (slash == std::string::npos) return ".";
   if (slash == 0) return "/";
   return trimmed.substr(0, slash);
-}
-
-// Writes a download's body to `fd` piece by piece as it arrives.
-Status Drain(StreamedResponse& response, int fd) {
-  for (;;) {
-    auto piece = response.Read();
-    if (!piece.ok()) return piece.error();
-    if (piece->empty()) return {};
-    BH_TRY(WriteAll(fd, *piece));
-  }
-}
-
-// Sends `fd` through `sink`: `size` bytes exactly when known (the body then matches its
-// Content-Length), else until EOF.
-Status SendFile(int fd, std::optional<uint64_t> size, const std::string& what, const BodyChunkSink& sink) {
-  std::vector<char> buffer(kFileChunkBytes);
-  uint64_t sent = 0;
-  while (!size || sent < *size) {
-    size_t want = size ? static_cast<size_t>(std::min<uint64_t>(buffer.size(), *size - sent)) : buffer.size();
-    ssize_t n = ::read(fd, buffer.data(), want);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return SystemError("reading " + what, errno);
-    }
-    if (n == 0) {
-      if (!size) return {};
-      return MakeError(ErrorCode::kInternal, what + " shrank while being sent", "file_changed");
-    }
-    BH_TRY(sink(std::string_view(buffer.data(), static_cast<size_t>(n))));
-    sent += static_cast<uint64_t>(n);
-  }
-  return {};
 }
 
 // Streams the download into a temporary file beside `path`, then renames it over `path`:

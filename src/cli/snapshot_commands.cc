@@ -1,11 +1,18 @@
 #include "cli/snapshot_commands.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <ctime>
 #include <vector>
 
+#include "cli/local_files.h"
 #include "cli/output_format.h"
 #include "client/api_client.h"
 #include "client/server_url.h"
+#include "common/unique_fd.h"
 
 namespace bulkhead::cli {
 
@@ -55,6 +62,48 @@ int SnapshotRemoveCommand(Session& session) {
     session.Out(id + "\n");
   }
   return exit_code;
+}
+
+int SnapshotExportCommand(Session& session) {
+  const std::string& path = session.line.archive_path;
+  auto body = session.api.Download("/v1/snapshots/" + PercentEncode(session.line.snapshot_id) + "/export",
+                                   "application/zstd");
+  if (!body.ok()) return session.Fail(body.error());
+  if (path == "-") {
+    if (auto written = Drain(*body, session.io.stdout_fd); !written.ok()) return session.Fail(written.error());
+    return 0;
+  }
+  UniqueFd file(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!file) return session.Fail(SystemError("creating " + path, errno));
+  Status written = Drain(*body, file.get());
+  if (written.ok() && ::close(file.release()) != 0) written = SystemError("writing " + path, errno);
+  if (!written.ok()) {
+    ::unlink(path.c_str());
+    return session.Fail(written.error());
+  }
+  return 0;
+}
+
+int SnapshotImportCommand(Session& session) {
+  const std::string& path = session.line.archive_path;
+  UniqueFd opened;
+  int fd = session.io.stdin_fd;
+  std::optional<uint64_t> size;
+  if (path != "-") {
+    opened.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!opened) return session.Fail(SystemError("opening " + path, errno));
+    struct stat info {};
+    if (::fstat(opened.get(), &info) != 0) return session.Fail(SystemError(path, errno));
+    if (S_ISREG(info.st_mode)) size = static_cast<uint64_t>(info.st_size);
+    fd = opened.get();
+  }
+  auto snapshot = session.api.Upload(
+      "/v1/snapshots/import", "application/zstd", size,
+      [&](const BodyChunkSink& sink) { return SendFile(fd, size, path == "-" ? "stdin" : path, sink); },
+      HttpMethod::kPost);
+  if (!snapshot.ok()) return session.Fail(snapshot.error());
+  session.Out(session.line.json ? DumpJson(*snapshot, 2) + "\n" : snapshot->value("id", "") + "\n");
+  return 0;
 }
 
 int ForkCommand(Session& session) {

@@ -85,8 +85,9 @@ Result<json> ApiClient::Call(HttpMethod method, const std::string& target, const
 }
 
 Result<json> ApiClient::Upload(const std::string& target, const std::string& content_type,
-                               std::optional<uint64_t> content_length, const BodyProducer& produce) const {
-  return JsonFrom(http_.SendStreamingBody(HttpMethod::kPut, target, content_type, content_length, produce));
+                               std::optional<uint64_t> content_length, const BodyProducer& produce,
+                               HttpMethod method) const {
+  return JsonFrom(http_.SendStreamingBody(method, target, content_type, content_length, produce));
 }
 
 Result<StreamedResponse> ApiClient::Download(const std::string& target, const std::string& accept) const {

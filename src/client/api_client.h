@@ -35,9 +35,10 @@ class ApiClient {
   Result<CommandOutcome> Exec(const std::string& sandbox_id, const nlohmann::json& request,
                               ExecOutputPrinter& printer) const;
 
-  // PUT with a streamed body (image import).
+  // A streamed body, PUT by default (image import, file writes; snapshot import POSTs).
   Result<nlohmann::json> Upload(const std::string& target, const std::string& content_type,
-                                std::optional<uint64_t> content_length, const BodyProducer& produce) const;
+                                std::optional<uint64_t> content_length, const BodyProducer& produce,
+                                HttpMethod method = HttpMethod::kPut) const;
 
   // GET whose body the caller reads as it arrives (file downloads, tar and event streams).
   // A non-2xx answer becomes its Error.

@@ -214,7 +214,7 @@ def test_cli_deny_entries_on_create_and_network(cli, client):
     assert refused.returncode != 0 and "--deny needs" in refused.stderr, refused
 
 
-def test_cli_snapshot_fork_and_create_from_snapshot(cli, client):
+def test_cli_snapshot_fork_export_import_and_create_from_snapshot(cli, client, tmp_path):
     source = cli("create").stdout.strip()
     made = [source]
     snapshot_id = None
@@ -246,6 +246,35 @@ def test_cli_snapshot_fork_and_create_from_snapshot(cli, client):
         r = cli("fork", source, "--memory")
         assert r.returncode != 0 and "memory" in r.stderr, r
         assert cli("fork", source, "-n", "17").returncode != 0
+
+        # Export to a file and to stdout, import both: a new snapshot each, with the files.
+        archive = tmp_path / "snap.tar.zst"
+        r = cli("snapshot", "export", snapshot_id, str(archive))
+        assert r.returncode == 0 and archive.stat().st_size > 0, r
+        assert archive.stat().st_mode & 0o077 == 0
+        piped = subprocess.run([str(BULKHEAD), "snapshot", "export", snapshot_id, "-"], env=cli.env,
+                               capture_output=True, timeout=120)
+        assert piped.returncode == 0 and piped.stdout[:4] == b"\x28\xb5\x2f\xfd", piped.stderr  # zstd
+        imported = []
+        r = cli("snapshot", "import", str(archive))
+        assert r.returncode == 0 and r.stdout.strip().startswith("snap_"), r
+        imported.append(r.stdout.strip())
+        r = subprocess.run([str(BULKHEAD), "snapshot", "import", "-", "--json"], env=cli.env, input=piped.stdout,
+                           capture_output=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        imported.append(json.loads(r.stdout)["id"])
+        for new in imported:
+            r = cli("run", "--from-snapshot", new, "--", "cat", "/workspace/k")
+            assert (r.returncode, r.stdout) == (0, "kept\n"), r
+            assert cli("snapshot", "rm", new).returncode == 0
+        r = cli("snapshot", "export", "snap_nosuchsnapshot00000", str(tmp_path / "none.tar.zst"))
+        assert r.returncode != 0 and "snap_nosuchsnapshot00000" in r.stderr, r
+        assert not (tmp_path / "none.tar.zst").exists()
+        r = cli("snapshot", "import", str(tmp_path / "missing.tar.zst"))
+        assert r.returncode != 0 and "missing.tar.zst" in r.stderr, r
+        (tmp_path / "junk").write_bytes(b"not an archive")
+        r = cli("snapshot", "import", str(tmp_path / "junk"))
+        assert r.returncode != 0 and r.stderr.strip(), r
 
         r = cli("snapshot", "rm", snapshot_id)
         assert r.returncode != 0 and snapshot_id in r.stderr, r  # in use by `started`
