@@ -63,7 +63,7 @@ Plan PlanFor(Call call, State state, bool on_disk) {
       case Call::kPause:
       case Call::kHibernate: return {Step::kNothing, {}};
       case Call::kResume:
-      case Call::kStart: return {Step::kRestore, {}};
+      case Call::kStart: return {Step::kBoot, {}};
       case Call::kStop: return {Step::kEnd, {}};
       case Call::kSnapshot: return {Step::kCapture, {}};
     }

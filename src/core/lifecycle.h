@@ -10,7 +10,7 @@
 //
 // A paused sandbox may be paused to disk (hibernated): its memory and processes written out by
 // its tier and its processes ended, so it holds no RAM and outlives a host reboot. It stays
-// "paused"; a resume (or start) restores it, a stop drops the image.
+// "paused"; a resume (or start) boots it again from that image, a stop drops the image.
 #pragma once
 #include <optional>
 #include <string_view>
@@ -35,10 +35,9 @@ enum class Step {
   kFreeze,    // freeze every process (running -> paused)
   kThaw,      // thaw them (paused -> running)
   kEnd,       // end every process, keep the files (-> stopped)
-  kBoot,      // boot it again on its files (stopped or error -> running)
+  kBoot,      // boot it again on its files, or from its memory on disk (-> running)
   kCapture,   // capture its files (frozen meanwhile if running)
   kHibernate, // write its memory and processes to disk, end them (-> paused, on disk)
-  kRestore,   // restore them from the disk (paused on disk -> running)
   kRefuse,    // 409: Plan::why says why
 };
 

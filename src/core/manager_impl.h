@@ -191,7 +191,8 @@ class SandboxManagerImpl : public SandboxManager {
   Result<LockedSandbox> LockForChange(const std::string& id);
   // Pause, resume, stop and start, as lifecycle.h plans them.
   Result<SandboxInfo> Change(const std::string& id, Call call);
-  // With the sandbox's lifecycle lock held: freeze or thaw; end its processes; boot it again.
+  // With the sandbox's lifecycle lock held: freeze or thaw; end its processes; boot it again
+  // (or restore it, paused to disk).
   Status FreezeLocked(Sandbox& sb, bool frozen);
   Status EndLocked(Sandbox& sb);
   Status BootAgainLocked(Sandbox& sb);
@@ -199,9 +200,10 @@ class SandboxManagerImpl : public SandboxManager {
   // handle, the way to its init, its network namespace; with `save`, its row says so.
   void ForgetProcesses(Sandbox& sb, bool save);
   // Pause to disk: the tier writes the memory image, then the processes end (state paused,
-  // on_disk). Restore: the processes resume from the image (state running), which goes.
+  // on_disk). BootAgainLocked restores them from it (state running), and the image goes.
   Status HibernateLocked(Sandbox& sb);
-  Status RestoreLocked(Sandbox& sb);
+  // OK while the sandbox's init runs; else it is marked "error" and the answer is 409.
+  Status RequireAlive(Sandbox& sb);
   // Where a sandbox paused to disk keeps its memory image (in its own directory).
   std::string MemoryImageDir(const std::string& id) const { return SandboxDir(id) + "/memory"; }
   // The running sandbox with this id, resumed first if paused; 404 if unknown, 409 if not

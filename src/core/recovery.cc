@@ -54,10 +54,11 @@ Status SandboxManagerImpl::Recover() {
     if (std::string old_dir = config_.state_dir + "/sandboxes/" + row.id; fs::exists(old_dir, ec))
       fs::rename(old_dir, SandboxDir(row.id), ec);
     const bool was_up = *state == State::kRunning || *state == State::kPaused;
+    const bool on_disk = *state == State::kPaused && row.on_disk;
     // A memory image is kept only by a sandbox paused to disk: any other is what a pause to disk
     // or a restore the crash cut short left.
-    if (!(*state == State::kPaused && row.on_disk)) fs::remove_all(MemoryImageDir(row.id), ec);
-    if (*state == State::kPaused && row.on_disk) {
+    if (!on_disk) fs::remove_all(MemoryImageDir(row.id), ec);
+    if (on_disk) {
       // Paused to disk: no process of it runs (a restore the crash cut short is ended), and its
       // memory image waits in its directory for the next call that needs it.
       (void)sb->tier->Destroy(HostName(row.id), handle);

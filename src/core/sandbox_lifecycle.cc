@@ -335,9 +335,6 @@ Result<SandboxInfo> SandboxManagerImpl::Change(const std::string& id, Call call)
     case Step::kHibernate:
       BH_TRY(HibernateLocked(sb));
       break;
-    case Step::kRestore:
-      BH_TRY(RestoreLocked(sb));
-      break;
     case Step::kCapture:
     case Step::kRefuse:
       return WrongState(id, StateName(state), plan.why);
@@ -346,17 +343,20 @@ Result<SandboxInfo> SandboxManagerImpl::Change(const std::string& id, Call call)
   return InfoOf(sb);
 }
 
+Status SandboxManagerImpl::RequireAlive(Sandbox& sb) {
+  if (sb.tier->Alive(sb.handle)) return {};
+  std::lock_guard lock(mu_);
+  (void)MoveTo(sb, State::kError);
+  (void)db_->Put(RowOf(sb));
+  return WrongState(sb.info.id, "error", "its init is gone; POST .../start boots it again");
+}
+
 Status SandboxManagerImpl::FreezeLocked(Sandbox& sb, bool frozen) {
   const std::string& id = sb.info.id;
   if (frozen && !sb.tier->capabilities().pause)
     return MakeError(ErrorCode::kInvalid, "the " + sb.tier->name() + " runtime cannot pause a sandbox",
                      "runtime_unsupported");
-  if (!sb.tier->Alive(sb.handle)) {
-    std::lock_guard lock(mu_);
-    (void)MoveTo(sb, State::kError);
-    (void)db_->Put(RowOf(sb));
-    return WrongState(id, "error", "its init is gone; POST .../start boots it again");
-  }
+  BH_TRY(RequireAlive(sb));
   BH_TRY(SetFrozen(sb, frozen));
   std::lock_guard lock(mu_);
   BH_TRY(MoveTo(sb, frozen ? State::kPaused : State::kRunning));
@@ -411,18 +411,33 @@ Status SandboxManagerImpl::BootAgainLocked(Sandbox& sb) {
     (void)sb.tier->Destroy(HostName(id), sb.handle);
     ForgetProcesses(sb, /*save=*/false);
   });
-  BH_TRY(Boot(sb, *layer));
+  // Paused to disk, it resumes its processes from its memory image; else it boots.
+  const bool restore = sb.on_disk;
+  if (auto booted = Boot(sb, *layer, false, restore ? MemoryImageDir(id) : ""); !booted) {
+    if (!restore) return booted.error();
+    return MakeError(booted.error().code, "sandbox " + id + " could not be restored from disk: " +
+                                              booted.error().message +
+                                              " (POST .../stop drops its memory; start then boots it on its files)");
+  }
   if (sb.info.spec.network.mode != "none") BH_TRY(network_->Apply(id, sb.netns.get(), sb.info.spec.network));
-  std::lock_guard lock(mu_);
-  const State before = sb.state;
-  BH_TRY(MoveTo(sb, State::kRunning));
-  ApplyLifetime(sb, sb.info.spec.timeout_s);
-  sb.last_activity_ms = UnixMillis();
-  if (auto st = db_->Put(RowOf(sb)); !st) {
-    (void)MoveTo(sb, before);
-    return st.error();
+  {
+    std::lock_guard lock(mu_);
+    const State before = sb.state;
+    BH_TRY(MoveTo(sb, State::kRunning));
+    sb.on_disk = false;
+    ApplyLifetime(sb, sb.info.spec.timeout_s);
+    sb.last_activity_ms = UnixMillis();
+    if (auto st = db_->Put(RowOf(sb)); !st) {
+      (void)MoveTo(sb, before);
+      sb.on_disk = restore;
+      return st.error();
+    }
   }
   undo.Dismiss();
+  if (restore) {
+    std::error_code ec;
+    fs::remove_all(MemoryImageDir(id), ec);
+  }
   return {};
 }
 
@@ -433,12 +448,7 @@ Status SandboxManagerImpl::HibernateLocked(Sandbox& sb) {
                      "the " + sb.tier->name() + " runtime cannot pause a sandbox to disk (gvisor can; "
                      "POST .../pause keeps its memory in RAM, POST .../stop keeps its files)",
                      "runtime_unsupported");
-  if (!sb.tier->Alive(sb.handle)) {
-    std::lock_guard lock(mu_);
-    (void)MoveTo(sb, State::kError);
-    (void)db_->Put(RowOf(sb));
-    return WrongState(id, "error", "its init is gone; POST .../start boots it again");
-  }
+  BH_TRY(RequireAlive(sb));
   const std::string image = MemoryImageDir(id);
   std::error_code ec;
   fs::remove_all(image, ec);
@@ -450,59 +460,32 @@ Status SandboxManagerImpl::HibernateLocked(Sandbox& sb) {
     if (was_running) (void)SetFrozen(sb, false);
     return saved.error();
   }
+  // The row says paused to disk before the processes end: a crash from here on recovers it
+  // so, and its image is complete.
+  Status saved;
   {
-    // The row says paused to disk before the processes end: a crash from here on recovers it
-    // so, and its image is complete.
     std::lock_guard lock(mu_);
-    BH_TRY(MoveTo(sb, State::kPaused));
+    const State before = sb.state;
+    (void)MoveTo(sb, State::kPaused);  // from running or paused: always a move the table has
     sb.on_disk = true;
-    sb.expires_ms = 0;
-    sb.info.expires_at.reset();
-    if (auto st = db_->Put(RowOf(sb)); !st) {
+    saved = db_->Put(RowOf(sb));
+    if (saved) {
+      sb.expires_ms = 0;
+      sb.info.expires_at.reset();
+    } else {
       sb.on_disk = false;
-      if (was_running) (void)MoveTo(sb, State::kRunning);
-      if (was_running) (void)SetFrozen(sb, false);
-      return st.error();
+      (void)MoveTo(sb, before);
     }
+  }
+  if (!saved) {  // (thawed outside mu_: it waits on the tier)
+    if (was_running) (void)SetFrozen(sb, false);
+    return saved.error();
   }
   drop_image.Dismiss();
   network_->Detach(id);
   if (auto ended = sb.tier->Destroy(HostName(id), sb.handle); !ended)
     spdlog::warn("sandbox {}: paused to disk, but its processes did not end: {}", id, ended.error().message);
   ForgetProcesses(sb, /*save=*/true);
-  return {};
-}
-
-Status SandboxManagerImpl::RestoreLocked(Sandbox& sb) {
-  const std::string& id = sb.info.id;
-  if (stopping_) return MakeError(ErrorCode::kUnavailable, "the daemon is shutting down");
-  auto layer = storage_->GetLayer(id);
-  if (!layer) return layer.error();
-  ScopeGuard undo([&] {
-    (void)sb.tier->Destroy(HostName(id), sb.handle);
-    ForgetProcesses(sb, /*save=*/false);
-  });
-  if (auto restored = Boot(sb, *layer, false, MemoryImageDir(id)); !restored) {
-    return MakeError(restored.error().code,
-                     "sandbox " + id + " could not be restored from disk: " + restored.error().message +
-                         " (POST .../stop drops its memory; start then boots it on its files)");
-  }
-  if (sb.info.spec.network.mode != "none") BH_TRY(network_->Apply(id, sb.netns.get(), sb.info.spec.network));
-  {
-    std::lock_guard lock(mu_);
-    BH_TRY(MoveTo(sb, State::kRunning));
-    sb.on_disk = false;
-    ApplyLifetime(sb, sb.info.spec.timeout_s);
-    sb.last_activity_ms = UnixMillis();
-    if (auto st = db_->Put(RowOf(sb)); !st) {
-      (void)MoveTo(sb, State::kPaused);
-      sb.on_disk = true;
-      return st.error();
-    }
-  }
-  undo.Dismiss();
-  std::error_code ec;
-  fs::remove_all(MemoryImageDir(id), ec);
   return {};
 }
 

@@ -14,18 +14,21 @@ void SandboxManagerImpl::TimerLoop() {
       wake_.wait_for(lock, std::chrono::milliseconds(250), [&] { return stopping_.load(); });
     }
     if (stopping_) break;
-    std::vector<std::string> expired, to_pause, to_stop;
+    // To disk where the server says so and the sandbox's runtime can (--idle-pause disk).
+    std::vector<std::string> expired, to_pause, to_pause_to_disk, to_stop;
     int64_t now = UnixMillis();
     {
       std::lock_guard lock(mu_);
       for (const auto& [id, sb] : sandboxes_) {
         if (sb->deleting || sb->state != State::kRunning) continue;
+        auto& pause = config_.idle_pause_to_disk && sb->tier->capabilities().memory_snapshot ? to_pause_to_disk
+                                                                                               : to_pause;
         if (sb->expires_ms && sb->expires_ms <= now) {
           const std::string& action = sb->info.spec.on_timeout;
-          (action == "pause" ? to_pause : action == "stop" ? to_stop : expired).push_back(id);
+          (action == "pause" ? pause : action == "stop" ? to_stop : expired).push_back(id);
         } else if (sb->info.spec.idle_timeout_s > 0 && sb->busy == 0 &&
                    now - sb->last_activity_ms >= sb->info.spec.idle_timeout_s * 1000) {
-          to_pause.push_back(id);
+          pause.push_back(id);
         }
       }
     }
@@ -39,15 +42,12 @@ void SandboxManagerImpl::TimerLoop() {
       if (auto stopped = Stop(id); !stopped) spdlog::warn("sandbox {}: stop: {}", id, stopped.error().message);
     }
     for (const auto& id : to_pause) {
-      // To disk where the server says so and the sandbox's runtime can (--idle-pause disk).
-      bool to_disk = false;
-      if (config_.idle_pause_to_disk) {
-        std::lock_guard lock(mu_);
-        if (auto sb = FindLocked(id)) to_disk = sb->tier->capabilities().memory_snapshot;
-      }
-      spdlog::info("sandbox {} reached its timeout or idle timeout; pausing it{}", id, to_disk ? " to disk" : "");
-      auto paused = to_disk ? PauseToDisk(id) : Pause(id);
-      if (!paused) spdlog::warn("sandbox {}: pause: {}", id, paused.error().message);
+      spdlog::info("sandbox {} reached its timeout or idle timeout; pausing it", id);
+      if (auto paused = Pause(id); !paused) spdlog::warn("sandbox {}: pause: {}", id, paused.error().message);
+    }
+    for (const auto& id : to_pause_to_disk) {
+      spdlog::info("sandbox {} reached its timeout or idle timeout; pausing it to disk", id);
+      if (auto paused = PauseToDisk(id); !paused) spdlog::warn("sandbox {}: pause: {}", id, paused.error().message);
     }
   }
 }

@@ -293,7 +293,7 @@ class ControlPlane {
     return MakeError(ErrorCode::kNotFound, fmt::format("sandbox \"{}\" not found", id));
   }
   // E2B's snapshots and forks keep memory and processes: here too where the sandbox's runtime
-  // can (gvisor, microvm) and it has some (a stopped one has only files), its files alone
+  // can (gvisor) and it has some (a stopped one has only files), its files alone
   // elsewhere.
   bool KeepsMemory(const core::SandboxInfo& sandbox) const {
     if (sandbox.state == "stopped") return false;

@@ -317,13 +317,12 @@ bool IsNumericId(std::string_view s) {
   return std::stoull(std::string(s)) < 4294967295ull;
 }
 
-// "memory": a boolean; absent or null is false. (Whether the sandbox's runtime can is the core's
-// to say: 422 runtime_unsupported.)
-Status ReadMemory(const json& body, bool& memory) {
-  const json* value = Find(body, "memory");
+// A boolean field; absent or null leaves `out` as it is.
+Status ReadBool(const json& object, const char* key, bool& out) {
+  const json* value = Find(object, key);
   if (value == nullptr) return {};
-  if (!value->is_boolean()) return Invalid("memory must be a boolean");
-  memory = value->get<bool>();
+  if (!value->is_boolean()) return Invalid(std::string(key) + " must be a boolean");
+  out = value->get<bool>();
   return {};
 }
 
@@ -502,7 +501,8 @@ Result<core::ListFilter> ParseListFilter(const std::vector<std::pair<std::string
 Result<SnapshotRequest> ParseSnapshotRequest(const json& body) {
   if (!body.is_object()) return Invalid("body must be a JSON object");
   SnapshotRequest request;
-  BH_TRY(ReadMemory(body, request.memory));
+  // (Whether the sandbox's runtime can keep memory is the core's to say: 422 runtime_unsupported.)
+  BH_TRY(ReadBool(body, "memory", request.memory));
   std::string& name = request.name;
   BH_TRY(ReadString(body, "name", name));
   if (Find(body, "name") && (name.empty() || name.size() > kMaxSnapshotNameBytes))
@@ -515,16 +515,15 @@ Result<SnapshotRequest> ParseSnapshotRequest(const json& body) {
 
 Result<bool> ParsePauseRequest(const json& body) {
   if (!body.is_object()) return Invalid("body must be a JSON object");
-  const json* to_disk = Find(body, "to_disk");
-  if (to_disk == nullptr) return false;
-  if (!to_disk->is_boolean()) return Invalid("to_disk must be a boolean");
-  return to_disk->get<bool>();
+  bool to_disk = false;
+  BH_TRY(ReadBool(body, "to_disk", to_disk));
+  return to_disk;
 }
 
 Result<ForkRequest> ParseForkRequest(const json& body) {
   if (!body.is_object()) return Invalid("body must be a JSON object");
   ForkRequest request;
-  BH_TRY(ReadMemory(body, request.memory));
+  BH_TRY(ReadBool(body, "memory", request.memory));
   int64_t count = 1;
   BH_TRY(ReadInt(body, "count", 1, kMaxForkCount, count));
   request.count = static_cast<int>(count);

@@ -102,9 +102,9 @@ TEST(WarmPool, LoweringATargetGivesBackTheSurplus) {
   EXPECT_FALSE(pool.NextToFill());
 }
 
-TEST(Lifecycle, APausedSandboxOnDiskIsRestoredByResumeOrStartAndDroppedByStop) {
-  EXPECT_EQ(PlanFor(Call::kResume, State::kPaused, true).step, Step::kRestore);
-  EXPECT_EQ(PlanFor(Call::kStart, State::kPaused, true).step, Step::kRestore);
+TEST(Lifecycle, APausedSandboxOnDiskIsBootedByResumeOrStartAndDroppedByStop) {
+  EXPECT_EQ(PlanFor(Call::kResume, State::kPaused, true).step, Step::kBoot);
+  EXPECT_EQ(PlanFor(Call::kStart, State::kPaused, true).step, Step::kBoot);
   EXPECT_EQ(PlanFor(Call::kPause, State::kPaused, true).step, Step::kNothing);
   EXPECT_EQ(PlanFor(Call::kHibernate, State::kPaused, true).step, Step::kNothing);
   EXPECT_EQ(PlanFor(Call::kStop, State::kPaused, true).step, Step::kEnd);

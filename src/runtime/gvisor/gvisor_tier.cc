@@ -45,7 +45,8 @@ constexpr auto kInitDials = std::chrono::seconds(20);
 // How long runsc's state, pause and resume may take: a wedged Sentry would block the caller
 // (at a restart, the daemon's recovery) for good.
 constexpr auto kRunscControlTimeout = std::chrono::seconds(15);
-// How long a checkpoint may take: it writes the sandbox's memory (~0.5 GB/s measured here).
+// How long a checkpoint may take: it writes the sandbox's memory (516 MiB in ~0.2 s here, so
+// this is room for tens of GiB on a slow disk).
 constexpr auto kCheckpointTimeout = std::chrono::minutes(5);
 
 // Whether something listens on the unix socket at `path` (an older daemon's sandbox's init).
@@ -293,11 +294,10 @@ Result<SandboxHandle> GvisorTier::Launch(const LaunchSpec& spec) {
     // host range of its own: its files were moved to this range, and what the Sentry saved is
     // in the sandbox's own ids, which the new mappings give the same meaning. So runsc's
     // comparison only warns (in runsc.log); the core restores a snapshot only with the
-    // settings it was taken with (its image, volumes and tier). --background lets the
-    // Sentry load the image's pages while the sandbox already runs (~15% faster for 64 MiB
-    // here); it holds the image's files open, so they may be removed once runsc returns.
+    // settings it was taken with (its image, volumes and tier). (runsc's --background page
+    // loading made no difference here: its kernel waits for the pages anyway.)
     args.insert(args.end(),
-                {"--restore-spec-validation=warning", "restore", "--detach", "--background", "--image-path", spec.memory_image});
+                {"--restore-spec-validation=warning", "restore", "--detach", "--image-path", spec.memory_image});
   }
   args.insert(args.end(), {"--bundle", bundle_dir, "--pid-file", pid_file, spec.id});
   // BULKHEAD_RUNSC_DEBUG=DIR: runsc's debug logs (every syscall of the sandbox) go there.
