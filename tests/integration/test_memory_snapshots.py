@@ -67,11 +67,26 @@ def counted(text: str) -> list[int]:
 COUNTER = "i=0; while :; do echo $i; i=$((i+1)); sleep 0.05; done"
 
 
+def start_counter(client, sandbox_id, lines=3, **body) -> int:
+    """Starts COUNTER as a background process; answers its pid once it printed `lines` lines."""
+    pid = start_process(client, sandbox_id, COUNTER, **body)
+    assert wait_until(lambda: len(counted(stdout_of(client, sandbox_id, pid))) >= lines, timeout=20)
+    return pid
+
+
+def assert_counts_on(client, sandbox_id, pid, more=1) -> list[int]:
+    """The counter `pid` prints `more` lines more, and its numbers never began again."""
+    before = len(counted(stdout_of(client, sandbox_id, pid)))
+    assert wait_until(lambda: len(counted(stdout_of(client, sandbox_id, pid))) >= before + more, timeout=20)
+    numbers = counted(stdout_of(client, sandbox_id, pid))
+    assert numbers == list(range(len(numbers))), numbers
+    return numbers
+
+
 def test_a_sandbox_made_from_a_memory_snapshot_goes_on_counting_from_where_it_was(client, sandbox_factory, runtime):
     source = sandbox_factory(runtime=runtime)["id"]
     client.sh(source, "echo kept > /workspace/file")
-    pid = start_process(client, source, COUNTER, tag="counter")
-    assert wait_until(lambda: len(counted(stdout_of(client, source, pid))) >= 5, timeout=20)
+    pid = start_counter(client, source, lines=5, tag="counter")
     taken = snapshot(client, source, name="counting")
     assert taken["memory"] is True and taken["runtime"] == runtime and taken["name"] == "counting", taken
     assert taken["size_bytes"] > 0, taken
@@ -84,9 +99,7 @@ def test_a_sandbox_made_from_a_memory_snapshot_goes_on_counting_from_where_it_wa
     # where the snapshot caught it, never beginning again.
     restored = process(client, copy_id, pid)
     assert restored["state"] == "running" and restored["tag"] == "counter", restored
-    assert wait_until(lambda: len(counted(stdout_of(client, copy_id, pid))) > len(at_snapshot) + 5, timeout=20)
-    numbers = counted(stdout_of(client, copy_id, pid))
-    assert numbers == list(range(len(numbers))), numbers
+    assert len(assert_counts_on(client, copy_id, pid, more=5)) > len(at_snapshot)
     assert client.sh(copy_id, "cat /workspace/file") == "kept\n"
     # The source went on too, on its own.
     assert process(client, source, pid)["state"] == "running"
@@ -125,8 +138,7 @@ def test_a_server_listening_inside_keeps_serving(client, sandbox_factory, runtim
 
 def test_a_fork_with_memory_gives_running_copies_each_on_its_own(client, sandbox_factory, runtime):
     source = sandbox_factory(runtime=runtime, memory_mb=256)["id"]
-    pid = start_process(client, source, COUNTER)
-    assert wait_until(lambda: len(counted(stdout_of(client, source, pid))) >= 3, timeout=20)
+    pid = start_counter(client, source)
     listed = client.get("/v1/snapshots").json()["snapshots"]
     r = client.post(f"/v1/sandboxes/{source}/fork", {"count": 3, "memory": True})
     assert r.status == 201, r
@@ -140,8 +152,7 @@ def test_a_fork_with_memory_gives_running_copies_each_on_its_own(client, sandbox
             client.sh(fork, f"echo {fork} > /workspace/mine")
         for fork in forks:
             assert client.sh(fork, "cat /workspace/mine") == f"{fork}\n"
-            before = len(counted(stdout_of(client, fork, pid)))
-            assert wait_until(lambda: len(counted(stdout_of(client, fork, pid))) > before, timeout=20)
+            assert_counts_on(client, fork, pid)
         assert client.exec(source, "cat /workspace/mine")["exit_code"] != 0
         assert process(client, source, pid)["state"] == "running"
         # The fork's capture is not listed.
@@ -153,15 +164,13 @@ def test_a_fork_with_memory_gives_running_copies_each_on_its_own(client, sandbox
 
 def test_a_paused_sandbox_stays_paused_through_a_memory_snapshot(client, sandbox_factory, runtime):
     source = sandbox_factory(runtime=runtime)["id"]
-    pid = start_process(client, source, COUNTER)
-    assert wait_until(lambda: len(counted(stdout_of(client, source, pid))) >= 3, timeout=20)
+    pid = start_counter(client, source)
     assert client.post(f"/v1/sandboxes/{source}/pause").status == 200
     taken = snapshot(client, source)
     assert client.sandbox(source)["state"] == "paused"
     copy_id = sandbox_factory(from_snapshot=taken["id"])["id"]
     assert client.sandbox(copy_id)["state"] == "running"
-    before = len(counted(stdout_of(client, copy_id, pid)))
-    assert wait_until(lambda: len(counted(stdout_of(client, copy_id, pid))) > before, timeout=20)
+    assert_counts_on(client, copy_id, pid)
 
 
 def test_a_restored_sandbox_takes_the_limits_and_network_its_create_asks(client, sandbox_factory, runtime):
@@ -171,7 +180,16 @@ def test_a_restored_sandbox_takes_the_limits_and_network_its_create_asks(client,
                            network={"mode": "allowlist", "allow": ["example.com"]})
     assert (copy["memory_mb"], copy["pids"], copy["metadata"]) == (256, 64, {"from": "copy"}), copy
     assert copy["network"]["mode"] == "allowlist", copy
-    assert client.sh(copy["id"], "echo up") == "up\n"
+    # Inside, the restored kernel holds the create's limits, not the snapshot's (512 MiB, and
+    # 170 pids: gVisor's pids limit is at most what the memory carries, GvisorTier::InsideLimits).
+    limits = "cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/pids/pids.max"
+    assert client.sh(source, limits) == f"{512 << 20}\n170\n"
+    assert client.sh(copy["id"], limits) == f"{256 << 20}\n64\n"
+    # And its namespace has the egress proxy the allowlist mode puts there (the source has none).
+    reach_proxy = ("python3 -c \"import os, socket, urllib.parse; u = urllib.parse.urlsplit(os.environ['HTTP_PROXY']); "
+                   "socket.create_connection((u.hostname, u.port), 2)\"")
+    assert client.exec(copy["id"], reach_proxy)["exit_code"] == 0
+    assert client.exec(source, reach_proxy)["exit_code"] != 0
 
 
 def test_memory_snapshots_are_refused_where_they_cannot_be_taken_or_restored(client, sandbox_factory, runtime):
@@ -224,8 +242,7 @@ def test_a_memory_snapshot_outlives_a_daemon_kill(daemon_factory):
     if "gvisor" not in available_runtimes(client):
         pytest.skip("this host has no gvisor runtime")
     source = client.create(runtime="gvisor")["id"]
-    pid = start_process(client, source, COUNTER)
-    assert wait_until(lambda: len(counted(stdout_of(client, source, pid))) >= 3, timeout=20)
+    pid = start_counter(client, source)
     taken = snapshot(client, source)
     daemon.stop(signal.SIGKILL)
     daemon.start()
@@ -233,8 +250,7 @@ def test_a_memory_snapshot_outlives_a_daemon_kill(daemon_factory):
     listed = {s["id"]: s for s in client.get("/v1/snapshots").json()["snapshots"]}
     assert listed[taken["id"]]["memory"] is True
     copy_id = client.create(from_snapshot=taken["id"])["id"]
-    before = len(counted(stdout_of(client, copy_id, pid)))
-    assert wait_until(lambda: len(counted(stdout_of(client, copy_id, pid))) > before, timeout=20)
+    assert_counts_on(client, copy_id, pid)
     client.remove(copy_id)
     client.remove(source)
     assert client.delete(f"/v1/snapshots/{taken['id']}").status == 204
@@ -251,8 +267,7 @@ def sandbox_processes_on_host(sandbox_id) -> list[str]:
 def test_a_sandbox_paused_to_disk_holds_no_process_and_goes_on_at_the_next_call(client, sandbox_factory, runtime):
     source = sandbox_factory(runtime=runtime)["id"]
     client.sh(source, "echo kept > /workspace/file")
-    pid = start_process(client, source, COUNTER, tag="counter")
-    assert wait_until(lambda: len(counted(stdout_of(client, source, pid))) >= 5, timeout=20)
+    pid = start_counter(client, source, lines=5, tag="counter")
     assert sandbox_processes_on_host(source)
     r = client.post(f"/v1/sandboxes/{source}/pause", {"to_disk": True})
     assert r.status == 200, r
@@ -265,10 +280,7 @@ def test_a_sandbox_paused_to_disk_holds_no_process_and_goes_on_at_the_next_call(
     assert client.sh(source, "cat /workspace/file") == "kept\n"
     sandbox = client.sandbox(source)
     assert (sandbox["state"], sandbox["paused_to_disk"]) == ("running", False), sandbox
-    before = len(counted(stdout_of(client, source, pid)))
-    assert wait_until(lambda: len(counted(stdout_of(client, source, pid))) > before + 3, timeout=20)
-    numbers = counted(stdout_of(client, source, pid))
-    assert numbers == list(range(len(numbers))), numbers
+    assert_counts_on(client, source, pid, more=4)
     # Again, resumed by an explicit resume this time.
     assert client.post(f"/v1/sandboxes/{source}/pause", {"to_disk": True}).status == 200
     r = client.post(f"/v1/sandboxes/{source}/resume")
@@ -278,8 +290,7 @@ def test_a_sandbox_paused_to_disk_holds_no_process_and_goes_on_at_the_next_call(
 
 def test_a_paused_to_disk_sandbox_snapshots_forks_and_stops(client, sandbox_factory, runtime):
     source = sandbox_factory(runtime=runtime)["id"]
-    pid = start_process(client, source, COUNTER)
-    assert wait_until(lambda: len(counted(stdout_of(client, source, pid))) >= 3, timeout=20)
+    pid = start_counter(client, source)
     assert client.post(f"/v1/sandboxes/{source}/pause", {"to_disk": True}).status == 200
     # Its image is the snapshot's memory: nothing is restored to take it.
     taken = snapshot(client, source)
@@ -289,8 +300,7 @@ def test_a_paused_to_disk_sandbox_snapshots_forks_and_stops(client, sandbox_fact
     copies = [s["id"] for s in r.json()["sandboxes"]] + [sandbox_factory(from_snapshot=taken["id"])["id"]]
     try:
         for copy in copies:
-            before = len(counted(stdout_of(client, copy, pid)))
-            assert wait_until(lambda: len(counted(stdout_of(client, copy, pid))) > before, timeout=20)
+            assert_counts_on(client, copy, pid)
         assert client.sandbox(source)["paused_to_disk"] is True
     finally:
         for copy in copies[:2]:
@@ -334,17 +344,13 @@ def test_a_sandbox_paused_to_disk_outlives_a_daemon_kill_and_idle_pauses_go_to_d
     if "gvisor" not in available_runtimes(client):
         pytest.skip("this host has no gvisor runtime")
     source = client.create(runtime="gvisor")["id"]
-    pid = start_process(client, source, COUNTER)
-    assert wait_until(lambda: len(counted(stdout_of(client, source, pid))) >= 3, timeout=20)
+    pid = start_counter(client, source)
     assert client.post(f"/v1/sandboxes/{source}/pause", {"to_disk": True}).status == 200
     daemon.stop(signal.SIGKILL)
     daemon.start()
     client = daemon.client()
     assert client.sandbox(source)["paused_to_disk"] is True
-    before = len(counted(stdout_of(client, source, pid)))
-    assert wait_until(lambda: len(counted(stdout_of(client, source, pid))) > before, timeout=20)
-    numbers = counted(stdout_of(client, source, pid))
-    assert numbers == list(range(len(numbers))), numbers
+    assert_counts_on(client, source, pid)
     # An idle sandbox is paused to disk by the timer, as the server option says.
     idle = client.create(runtime="gvisor", idle_timeout_s=1)["id"]
     assert wait_until(lambda: client.sandbox(idle)["paused_to_disk"], timeout=30)

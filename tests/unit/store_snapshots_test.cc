@@ -20,6 +20,18 @@ class StoreSnapshotsTest : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string DbPath() const { return dir_ + "/s.db"; }
+  // A database as an older version left it: the sandboxes table as versions 2 to 5 made it,
+  // then `rest` (SQL).
+  void MakeOldDatabase(const std::string& rest) {
+    const std::string sql =
+        "CREATE TABLE sandboxes (id TEXT PRIMARY KEY, state TEXT NOT NULL, spec_json TEXT NOT NULL, created_at TEXT "
+        "NOT NULL, expires_at_ms INTEGER NOT NULL DEFAULT 0, uid_base INTEGER NOT NULL, init_pid INTEGER NOT NULL, "
+        "init_start_time INTEGER NOT NULL);" + rest;
+    sqlite3* raw = nullptr;
+    ASSERT_EQ(sqlite3_open(DbPath().c_str(), &raw), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(raw, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(raw);
+  }
   std::string dir_;
 };
 
@@ -59,19 +71,8 @@ TEST_F(StoreSnapshotsTest, RowsPersistAndUpdateInPlace) {
 }
 
 TEST_F(StoreSnapshotsTest, Version3DatabaseGainsTheSnapshotsTableAndKeepsItsSandboxes) {
-  {
-    sqlite3* raw = nullptr;
-    ASSERT_EQ(sqlite3_open(DbPath().c_str(), &raw), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(raw,
-                           "CREATE TABLE sandboxes (id TEXT PRIMARY KEY, state TEXT NOT NULL, spec_json TEXT NOT NULL,"
-                           " created_at TEXT NOT NULL, expires_at_ms INTEGER NOT NULL DEFAULT 0, uid_base INTEGER NOT NULL,"
-                           " init_pid INTEGER NOT NULL, init_start_time INTEGER NOT NULL);"
-                           "INSERT INTO sandboxes VALUES ('old', 'running', '{}', 'x', 5, 1, 2, 3);"
-                           "PRAGMA user_version = 3;",
-                           nullptr, nullptr, nullptr),
-              SQLITE_OK);
-    sqlite3_close(raw);
-  }
+  MakeOldDatabase("INSERT INTO sandboxes VALUES ('old', 'running', '{}', 'x', 5, 1, 2, 3);"
+                  "PRAGMA user_version = 3;");
   auto db = StateDb::Open(DbPath());
   ASSERT_TRUE(db.ok()) << db.error().message;
   auto sandboxes = (*db)->LoadAll();
@@ -87,23 +88,12 @@ TEST_F(StoreSnapshotsTest, Version3DatabaseGainsTheSnapshotsTableAndKeepsItsSand
 }
 
 TEST_F(StoreSnapshotsTest, Version5DatabaseGainsMemoryAndOnDiskAndKeepsItsRows) {
-  {
-    sqlite3* raw = nullptr;
-    ASSERT_EQ(sqlite3_open(DbPath().c_str(), &raw), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(raw,
-                           "CREATE TABLE sandboxes (id TEXT PRIMARY KEY, state TEXT NOT NULL, spec_json TEXT NOT NULL,"
-                           " created_at TEXT NOT NULL, expires_at_ms INTEGER NOT NULL DEFAULT 0, uid_base INTEGER NOT NULL,"
-                           " init_pid INTEGER NOT NULL, init_start_time INTEGER NOT NULL);"
-                           "INSERT INTO sandboxes VALUES ('old', 'paused', '{}', 'x', 0, 1, 2, 3);"
-                           "CREATE TABLE snapshots (id TEXT PRIMARY KEY, name TEXT NOT NULL, sandbox_id TEXT NOT NULL,"
-                           " created_at TEXT NOT NULL, size_bytes INTEGER NOT NULL DEFAULT 0, image TEXT NOT NULL,"
-                           " spec_json TEXT NOT NULL, uid_base INTEGER NOT NULL, state TEXT NOT NULL);"
-                           "INSERT INTO snapshots VALUES ('snap_old', '', 'old', 'x', 1, 'host', '{}', 0, 'ready');"
-                           "PRAGMA user_version = 5;",
-                           nullptr, nullptr, nullptr),
-              SQLITE_OK);
-    sqlite3_close(raw);
-  }
+  MakeOldDatabase("INSERT INTO sandboxes VALUES ('old', 'paused', '{}', 'x', 0, 1, 2, 3);"
+                  "CREATE TABLE snapshots (id TEXT PRIMARY KEY, name TEXT NOT NULL, sandbox_id TEXT NOT NULL,"
+                  " created_at TEXT NOT NULL, size_bytes INTEGER NOT NULL DEFAULT 0, image TEXT NOT NULL,"
+                  " spec_json TEXT NOT NULL, uid_base INTEGER NOT NULL, state TEXT NOT NULL);"
+                  "INSERT INTO snapshots VALUES ('snap_old', '', 'old', 'x', 1, 'host', '{}', 0, 'ready');"
+                  "PRAGMA user_version = 5;");
   for (int open = 0; open < 2; ++open) {  // and a second open finds the columns there
     auto db = StateDb::Open(DbPath());
     ASSERT_TRUE(db.ok()) << db.error().message;
