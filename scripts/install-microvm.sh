@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the microvm tier runs, into /usr/local/lib/bulkhead/microvm (root-owned,
 # directories 0755, nothing world-writable):
-#   vmlinux         the guest kernel as an uncompressed ELF with a PVH note: QEMU boots it
+#   vmlinux         the guest kernel as an uncompressed ELF with a PVH note: qboot boots it
 #                   directly (PVH) on `-M microvm`, also with x-option-roms=off; ~0.2 s faster
 #                   to /init under TCG than the bzImage
 #   vmlinuz         the same kernel as Debian ships it (bzImage; boots on -M microvm only
@@ -33,15 +33,38 @@ umask 022
 export DEBIAN_FRONTEND=noninteractive
 
 missing=()
-# qemu-system-x86: the VMM; lz4: the cloud kernel's bzImage payload is LZ4; the -dev
-# packages and pkg-config: virtiofsd's build (it links libseccomp and libcap-ng).
-for p in qemu-system-x86 lz4 libcap-ng-dev libseccomp-dev pkg-config gcc; do
+# lz4: the cloud kernel's bzImage payload is LZ4; the -dev packages and pkg-config:
+# virtiofsd's build (it links libseccomp and libcap-ng).
+for p in lz4 libcap-ng-dev libseccomp-dev pkg-config gcc; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "install-microvm: installing ${missing[*]}"
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The VMM: QEMU 8.2 or newer, the first that saves a guest with a virtio-fs device (its
+# back-end's state travels in the migration stream: memory snapshots). Debian 12's own is 7.2,
+# so there it comes from Debian's bookworm-backports (10.0); newer Debians have one.
+qemu_wanted=1:8.2
+qemu_installed=$(dpkg-query -W -f='${Version}' qemu-system-x86 2>/dev/null || true)
+if [ -z "$qemu_installed" ] || dpkg --compare-versions "$qemu_installed" lt "$qemu_wanted"; then
+  . /etc/os-release
+  suite=$(apt-cache policy qemu-system-x86 | awk '/Candidate:/ {print $2}')
+  if dpkg --compare-versions "${suite:-0}" ge "$qemu_wanted"; then
+    from=()
+  elif [ "${VERSION_CODENAME:-}" = bookworm ]; then
+    list=/etc/apt/sources.list.d/bulkhead-bookworm-backports.list
+    echo "deb http://deb.debian.org/debian bookworm-backports main" > "$list"
+    from=(-t bookworm-backports)
+  else
+    echo "install-microvm: this Debian has no QEMU $qemu_wanted or newer" >&2
+    exit 1
+  fi
+  echo "install-microvm: installing qemu-system-x86 ${from[*]}"
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${from[@]}" qemu-system-x86 >/dev/null
 fi
 
 install -d -m 0755 -o root -g root /usr/local/lib/bulkhead "$target"

@@ -54,6 +54,22 @@ Status ReadBool(const json& doc, const char* key, bool& out) {
   return {};
 }
 
+// The host's wall clock and fresh entropy, for a guest whose own are stale (a restored copy).
+Status ReadClockAndEntropy(const json& doc, int64_t& realtime_ns, std::string& entropy) {
+  if (const json* realtime = Field(doc, "realtime_ns")) {
+    if (!realtime->is_number_integer() || realtime->get<int64_t>() <= 0)
+      return Invalid("realtime_ns must be a positive integer");
+    realtime_ns = realtime->get<int64_t>();
+  }
+  if (const json* hex = Field(doc, "entropy")) {
+    if (!hex->is_string() || hex->get<std::string>().size() != 64 ||
+        hex->get<std::string>().find_first_not_of("0123456789abcdef") != std::string::npos)
+      return Invalid("entropy must be 64 lower-case hex digits");
+    entropy = hex->get<std::string>();
+  }
+  return {};
+}
+
 Status ReadUnsigned(const json& doc, const char* key, uint64_t& out) {
   const json* v = Field(doc, key);
   if (!v) return {};
@@ -435,21 +451,16 @@ Result<GuestBootMessage> DecodeGuestBootArg(std::string_view hex) {
     }
   }
   BH_TRY(ReadBool(*parsed, "network", m.network));
-  if (const json* realtime = Field(*parsed, "realtime_ns")) {
-    if (!realtime->is_number_integer() || realtime->get<int64_t>() <= 0)
-      return Invalid("realtime_ns must be a positive integer");
-    m.realtime_ns = realtime->get<int64_t>();
-  }
-  if (const json* entropy = Field(*parsed, "entropy")) {
-    if (!entropy->is_string() || entropy->get<std::string>().size() != 64 ||
-        entropy->get<std::string>().find_first_not_of("0123456789abcdef") != std::string::npos)
-      return Invalid("entropy must be 64 lower-case hex digits");
-    m.entropy = entropy->get<std::string>();
-  }
+  BH_TRY(ReadClockAndEntropy(*parsed, m.realtime_ns, m.entropy));
   return m;
 }
 
-std::string Encode(const FreezeMessage& m) { return Dump({{"frozen", m.frozen}}); }
+std::string Encode(const FreezeMessage& m) {
+  json message = {{"frozen", m.frozen}};
+  if (m.realtime_ns > 0) message["realtime_ns"] = m.realtime_ns;
+  if (!m.entropy.empty()) message["entropy"] = m.entropy;
+  return Dump(message);
+}
 
 Result<FreezeMessage> DecodeFreeze(std::string_view text) {
   auto parsed = ParseObject(text, "kFreeze");
@@ -457,6 +468,9 @@ Result<FreezeMessage> DecodeFreeze(std::string_view text) {
   if (!Field(*parsed, "frozen")) return Invalid("frozen must be a boolean");
   FreezeMessage m;
   BH_TRY(ReadBool(*parsed, "frozen", m.frozen));
+  BH_TRY(ReadClockAndEntropy(*parsed, m.realtime_ns, m.entropy));
+  if (m.frozen && (m.realtime_ns > 0 || !m.entropy.empty()))
+    return Invalid("realtime_ns and entropy come with a thaw");
   return m;
 }
 

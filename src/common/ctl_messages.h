@@ -141,6 +141,10 @@ inline constexpr size_t kMaxGuestVolumes = 64;
 // kFreeze, and its kResult.
 struct FreezeMessage {
   bool frozen = false;
+  // With a thaw, where the sandbox has a kernel of its own: the host's wall clock (ns since the
+  // epoch) and 32 random bytes (hex) for it, whose clock and random state may be an image's.
+  int64_t realtime_ns = 0;
+  std::string entropy;
 };
 struct FrozenMessage {
   bool settled = false;

@@ -84,7 +84,10 @@
 //              one in half. init waits up to 1 s for the workload to stop, then answers kResult
 //              {"settled": true | false} (false: a process still runs in the kernel; it stops
 //              when it leaves) and ends the connection; kError invalid_argument where it has no
-//              freezer.
+//              freezer. A thaw may carry {"realtime_ns": N, "entropy": "<64 hex digits>"}: the
+//              host's wall clock and random bytes, which a guest's init sets as its clock and
+//              mixes into its random generator (init/guest_boot.h SetGuestClock): its clock
+//              stood still while it was held, and a restored memory image's is the image's.
 //   kProcAttach (json) {"pid": 12, "output": true, "follow": false,
 //                       "stdout_offset": 0, "stderr_offset": 0}
 //              Unknown pid: kError not_found. Otherwise kAttached, then (with "output")

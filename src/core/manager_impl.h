@@ -227,8 +227,8 @@ class SandboxManagerImpl : public SandboxManager {
   // A ready sandbox for this spec, if its pool has one (counted as a hit or a miss).
   std::shared_ptr<Sandbox> TakePooled(const SandboxSpec& spec);
   // Gives a sandbox launched with other settings (a warm pool's, a memory snapshot's) this
-  // request's: limits, disk cap and spec. False (the sandbox torn down) if that fails.
-  bool FitPooled(Sandbox& sb, const SandboxSpec& spec);
+  // request's: limits, disk cap and spec. Its error (the sandbox torn down) if that fails.
+  Status FitPooled(Sandbox& sb, const SandboxSpec& spec);
   // A snapshot pool a create just used: it keeps a ready sandbox while it is among the last
   // kWarmSnapshots used. Answers the sandboxes of pools that went cold, to tear down. Caller
   // holds mu_.

@@ -43,7 +43,7 @@ std::shared_ptr<Sandbox> SandboxManagerImpl::TakePooled(const SandboxSpec& spec)
   return sb;
 }
 
-bool SandboxManagerImpl::FitPooled(Sandbox& sb, const SandboxSpec& spec) {
+Status SandboxManagerImpl::FitPooled(Sandbox& sb, const SandboxSpec& spec) {
   PreviewAccess preview = spec.preview;
   Status st = sb.tier->Foreground(HostName(sb.info.id));
   if (st) st = IssuePreviewToken(preview);
@@ -60,13 +60,13 @@ bool SandboxManagerImpl::FitPooled(Sandbox& sb, const SandboxSpec& spec) {
   if (!st) {
     spdlog::warn("warm pool: sandbox {}: {}", sb.info.id, st.error().message);
     (void)Teardown(sb);
-    return false;
+    return st.error();
   }
   sb.info.spec = spec;
   sb.info.spec.preview = std::move(preview);
   sb.info.parent_snapshot = spec.from_snapshot;
   sb.info.created_at = NextCreatedAt();
-  return true;
+  return {};
 }
 
 std::vector<std::shared_ptr<Sandbox>> SandboxManagerImpl::WarmSnapshotLocked(const PoolKey& key) {

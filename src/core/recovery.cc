@@ -76,6 +76,8 @@ Status SandboxManagerImpl::Recover() {
       // A paused one was stopped inside first (SetFrozen): the host's freeze holds it as it was.
       sb->state = *state;
       sb->init = sb->tier->Dialer(SandboxDir(row.id));
+      if (auto st = sb->tier->Reattach(HostName(row.id), handle, LimitsOf(*spec)); !st)
+        spdlog::error("recover: sandbox {}: {}", row.id, st.error().message);
       const Status brought = *state == State::kPaused ? sb->tier->SetFrozen(HostName(row.id), true)
                                                       : SetFrozen(*sb, false);
       if (!brought) spdlog::error("recover: sandbox {}: {}", row.id, brought.error().message);
@@ -83,8 +85,6 @@ Status SandboxManagerImpl::Recover() {
       sb->last_activity_ms = UnixMillis();
       // When it booted is not kept: its CPU share is first counted from its creation.
       sb->booted_ms = ParseRfc3339Millis(row.created_at).value_or(0);
-      if (auto st = sb->tier->Reattach(HostName(row.id), LimitsOf(*spec)); !st)
-        spdlog::error("recover: sandbox {}: {}", row.id, st.error().message);
       (void)uids_.Reclaim(row.uid_base, row.id);
       if (auto network = sb->tier->AttachNetwork(handle)) {
         sb->netns = std::move(network->netns);

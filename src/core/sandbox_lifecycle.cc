@@ -150,6 +150,9 @@ Status SandboxManagerImpl::Boot(Sandbox& sb, const storage::WritableLayer& layer
     sb.init = sb.tier->Dialer(ls.staging);
   }
   sb.booted_ms = UnixMillis();
+  // An image was taken frozen, and a tier that freezes inside has the workload still stopped
+  // there (the host's freeze ended with the old sandbox).
+  if (!memory_image.empty() && sb.tier->capabilities().freeze_inside) BH_TRY(FreezeInside(sb, false));
   auto network = sb.tier->AttachNetwork(sb.handle);
   if (!network) return network.error();
   sb.netns = std::move(network->netns);
@@ -210,8 +213,17 @@ Status SandboxManagerImpl::SetFrozen(const Sandbox& sb, bool frozen) const {
 Status SandboxManagerImpl::FreezeInside(const Sandbox& sb, bool frozen) const {
   if (!sb.init) return MakeError(ErrorCode::kInternal, "no init to reach");
   constexpr std::chrono::seconds kInitAnswer{5};  // init waits at most 1 s for the workload
-  auto answer =
-      CallInitBlocking(*sb.init, ctl::kFreeze, ctl::Encode(ctl::FreezeMessage{frozen}), kInitAnswer, ctl::kResult);
+  ctl::FreezeMessage message{frozen};
+  if (!frozen) {
+    // The guest's clock stood still while it was held (or is a memory image's), and a restored
+    // guest's random state is its image's: both are given anew.
+    message.realtime_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::system_clock::now().time_since_epoch()).count();
+    auto entropy = RandomHex(32);
+    if (!entropy) return entropy.error();
+    message.entropy = *entropy;
+  }
+  auto answer = CallInitBlocking(*sb.init, ctl::kFreeze, ctl::Encode(message), kInitAnswer, ctl::kResult);
   if (!answer) return answer.error();
   auto frozen_answer = ctl::DecodeFrozen(answer->payload);
   if (!frozen_answer) return frozen_answer.error();
@@ -445,8 +457,10 @@ Status SandboxManagerImpl::HibernateLocked(Sandbox& sb) {
   const std::string& id = sb.info.id;
   if (!sb.tier->capabilities().memory_snapshot)
     return MakeError(ErrorCode::kInvalid,
-                     "the " + sb.tier->name() + " runtime cannot pause a sandbox to disk (gvisor can; "
-                     "POST .../pause keeps its memory in RAM, POST .../stop keeps its files)",
+                     "the " + sb.tier->name() + " runtime cannot pause a sandbox to disk (" +
+                         (tiers_.WithMemorySnapshots().empty() ? "no runtime on this host can"
+                                                             : tiers_.WithMemorySnapshots() + " can") +
+                         "; POST .../pause keeps its memory in RAM, POST .../stop keeps its files)",
                      "runtime_unsupported");
   BH_TRY(RequireAlive(sb));
   const std::string image = MemoryImageDir(id);
@@ -456,7 +470,7 @@ Status SandboxManagerImpl::HibernateLocked(Sandbox& sb) {
   ScopeGuard drop_image([&] { fs::remove_all(image, ec); });
   const bool was_running = sb.state == State::kRunning;
   if (was_running) BH_TRY(SetFrozen(sb, true));
-  if (auto saved = sb.tier->Checkpoint(HostName(id), image); !saved) {
+  if (auto saved = sb.tier->Checkpoint(HostName(id), sb.handle, image); !saved) {
     if (was_running) (void)SetFrozen(sb, false);
     return saved.error();
   }

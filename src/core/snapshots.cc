@@ -32,11 +32,7 @@ Error NoSnapshot(const std::string& id) {
 
 // A memory snapshot or fork asked of a sandbox whose tier takes none: 422 naming those that do.
 Error NoMemorySnapshots(const runtime::Tier& tier, const TierSet& tiers) {
-  std::string those;
-  for (const runtime::Tier* other : tiers.All()) {
-    if (!other->capabilities().memory_snapshot) continue;
-    those += (those.empty() ? "" : ", ") + other->name();
-  }
+  const std::string those = tiers.WithMemorySnapshots();
   return MakeError(ErrorCode::kInvalid,
                    "the " + tier.name() + " runtime takes no memory snapshots (\"memory\": false keeps the files): " +
                        (those.empty() ? std::string("no runtime on this host does")
@@ -180,7 +176,7 @@ Result<store::SnapshotRow> SandboxManagerImpl::Capture(const std::string& sandbo
     else if (on_disk)
       captured = LinkFiles(MemoryImageDir(sandbox_id), *image);
     else
-      captured = sb->tier->Checkpoint(HostName(sandbox_id), *image);
+      captured = sb->tier->Checkpoint(HostName(sandbox_id), sb->handle, *image);
   }
   if (captured) captured = storage_->CaptureSnapshot(sandbox_id, row.id);
   if (freeze) {
@@ -317,6 +313,7 @@ Result<SandboxInfo> SandboxManagerImpl::CreateFromSnapshot(SandboxSpec spec) {
                                                 "mounts those (leave \"volumes\" out)");
     spec.runtime = taken->runtime;
     spec.volumes = taken->volumes;
+    if (spec.memory_mb == 0) spec.memory_mb = taken->memory_mb;
     SandboxSpec boot = *taken;
     boot.image = image;
     boot.from_snapshot = snapshot_id;
@@ -326,15 +323,16 @@ Result<SandboxInfo> SandboxManagerImpl::CreateFromSnapshot(SandboxSpec spec) {
         return MakeError(ErrorCode::kTooMany, "sandbox limit reached (" + std::to_string(config_.max_sandboxes) + ")");
     }
     auto sb = Launch(boot, LayerSource{snapshot_id, entry.uid_base, storage_->MemoryDir(snapshot_id)});
-    if (!sb || !FitPooled(**sb, spec)) {
+    Status fitted = sb ? FitPooled(**sb, spec) : sb.error();
+    if (!fitted) {
       std::lock_guard lock(mu_);
       stats_.sandbox_create_failures_total++;
-      if (!sb) return sb.error();
-      return MakeError(ErrorCode::kInternal, "the sandbox restored from " + snapshot_id + " could not take its settings");
+      return fitted.error();
     }
     return Admit(*sb);
   }
   if (spec.runtime.empty()) spec.runtime = config_.default_runtime;
+  if (spec.memory_mb == 0) spec.memory_mb = SandboxSpec{}.memory_mb;
   BH_TRY(tiers_.Find(spec.runtime));
   const LayerSource source{snapshot_id, entry.uid_base};
   std::vector<std::shared_ptr<Sandbox>> cold;

@@ -33,4 +33,11 @@ std::vector<RuntimeInfo> TierSet::Describe() const {
   return out;
 }
 
+std::string TierSet::WithMemorySnapshots() const {
+  std::string names;
+  for (const auto& [name, tier] : tiers_)
+    if (tier->capabilities().memory_snapshot) names += (names.empty() ? "" : ", ") + name;
+  return names;
+}
+
 }  // namespace bulkhead::core

@@ -29,6 +29,8 @@ class TierSet {
   std::vector<runtime::Tier*> All() const;
   // Every tier, available or lacking, by name.
   std::vector<RuntimeInfo> Describe() const;
+  // The names of the tiers that take memory snapshots, for messages ("gvisor, microvm"; "" if none).
+  std::string WithMemorySnapshots() const;
 
  private:
   std::map<std::string, std::unique_ptr<runtime::Tier>> tiers_;

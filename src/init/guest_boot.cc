@@ -9,7 +9,9 @@
 #include <net/route.h>
 #include <netinet/in.h>
 #include <sys/ioctl.h>
+#include <linux/capability.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/reboot.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -77,13 +79,24 @@ Status MakeMountPoint(const std::string& root, const std::string& path) {
 }
 
 // Step 2.
+// A virtio-fs share by its tag. A device's `driver` link (WaitForDevices) shows before the
+// driver's probe has registered the tag, and until it has, the mount fails with EINVAL: seen
+// on a loaded host, where a probe takes milliseconds.
+Status MountShare(const std::string& tag, const std::string& target, unsigned long flags) {
+  for (int attempt = 0;; attempt++) {
+    if (::mount(tag.c_str(), target.c_str(), "virtiofs", flags, nullptr) == 0) return {};
+    if (errno != EINVAL || attempt == 2500) return SystemError("mount " + target, errno);
+    ::usleep(2000);
+  }
+}
+
 Status MountFiles(const ctl::GuestBootMessage& boot) {
   BH_TRY(MakeDir(kNewRoot, 0755));
-  BH_TRY(Mount(kRootTag, kNewRoot, "virtiofs", MS_NOSUID, nullptr));
+  BH_TRY(MountShare(kRootTag, kNewRoot, MS_NOSUID));
   for (const ctl::GuestVolume& volume : boot.volumes) {
     BH_TRY(MakeMountPoint(kNewRoot, volume.target));
     const std::string target = kNewRoot + volume.target;
-    BH_TRY(Mount(volume.tag, target, "virtiofs", MS_NOSUID | MS_NODEV | (volume.read_only ? MS_RDONLY : 0), nullptr));
+    BH_TRY(MountShare(volume.tag, target, MS_NOSUID | MS_NODEV | (volume.read_only ? MS_RDONLY : 0)));
   }
   return {};
 }
@@ -273,6 +286,8 @@ Status MountEarlyAndLoadModules(const std::set<std::string>& skip_modules) {
   return LoadModules(skip_modules);
 }
 
+Status StartClockKeeper();
+
 // Steps 2 to 6.
 Status BootFrom(const ctl::GuestBootMessage& boot) {
   auto filter = ReadFilter(kInitramfsFilter);
@@ -281,6 +296,7 @@ Status BootFrom(const ctl::GuestBootMessage& boot) {
   BH_TRY(MountSystem(boot));
   if (boot.network) BH_TRY(ConfigureNetwork());
   BH_TRY(SwitchRoot());
+  BH_TRY(StartClockKeeper());
   BH_TRY(MakeDir(kControlDir, 0700));
   BH_TRY(ListenVsock(boot.vsock_port));
   auto ready = ReadySocket();
@@ -362,6 +378,57 @@ Status Reseed(const std::string& hex) {
   return {};
 }
 
+// The clock keeper: a child init forks before it drops its privileges, which keeps
+// CAP_SYS_TIME and CAP_SYS_ADMIN (and nothing else) to set the guest's clock and reseed its
+// random generator when init asks: after a memory snapshot's restore, the guest's clock is the
+// snapshot's and its random state is every other copy's (ctl::kFreeze's thaw carries the host's
+// clock and entropy). init, under the sandbox's seccomp filter, could do neither. The workload
+// cannot reach it (its socket is init's; ptrace and /proc/PID/mem need capabilities it lacks);
+// it can only kill it, which stops the clock from being set, nothing more.
+struct ClockAndEntropy {
+  int64_t realtime_ns = 0;
+  char entropy[64] = {};
+};
+int clock_keeper = -1;  // init's end of the keeper's socket
+
+[[noreturn]] void KeepClock(int socket) {
+  (void)::prctl(PR_SET_NAME, "bulkhead-clock", 0, 0, 0);
+  const uint64_t keep = (uint64_t{1} << CAP_SYS_TIME) | (uint64_t{1} << CAP_SYS_ADMIN);
+  for (int cap = 0; cap <= 63; cap++)
+    if (!(keep & (uint64_t{1} << cap))) (void)::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  for (int i = 0; i < 2; i++) data[i].effective = data[i].permitted = static_cast<uint32_t>(keep >> (32 * i));
+  if (::syscall(SYS_capset, &header, data) != 0 || ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) ::_exit(1);
+  while (true) {
+    ClockAndEntropy m;
+    const ssize_t n = ::recv(socket, &m, sizeof m, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) ::_exit(0);
+    if (n != sizeof m) continue;
+    if (m.realtime_ns > 0) (void)SetClock(m.realtime_ns);
+    const std::string hex(m.entropy, sizeof m.entropy);
+    if (hex.find_first_not_of("0123456789abcdef") == std::string::npos) (void)Reseed(hex);
+  }
+}
+
+Status StartClockKeeper() {
+  int ends[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ends) != 0) return SystemError("socketpair", errno);
+  const pid_t pid = ::fork();
+  if (pid < 0) return SystemError("fork the clock keeper", errno);
+  if (pid == 0) {
+    ::close(ends[0]);
+    KeepClock(ends[1]);
+  }
+  ::close(ends[1]);
+  // Above the fds init's protocol names (ListenVsock's dup3 would close it).
+  clock_keeper = ::fcntl(ends[0], F_DUPFD_CLOEXEC, 16);
+  if (clock_keeper < 0) return SystemError("dup the clock keeper's socket", errno);
+  ::close(ends[0]);
+  return {};
+}
+
 // The sandbox's devices, which the host added to the restored copy (PCI hotplug): the kernel
 // finds them on the ACPI event, asynchronously. Waits until `count` virtio devices have a
 // driver (the boot port's is one).
@@ -403,6 +470,16 @@ Status GuestBoot(const std::string& arg) {
   if (!boot->network) skip.insert({"virtio_net", "net_failover", "failover"});
   BH_TRY(MountEarlyAndLoadModules(skip));
   return BootFrom(*boot);
+}
+
+Status SetGuestClock(int64_t realtime_ns, const std::string& entropy) {
+  if (clock_keeper < 0) return MakeError(ErrorCode::kInvalid, "this init keeps no guest clock");
+  ClockAndEntropy m;
+  m.realtime_ns = realtime_ns;
+  if (entropy.size() == sizeof m.entropy) std::memcpy(m.entropy, entropy.data(), sizeof m.entropy);
+  if (::send(clock_keeper, &m, sizeof m, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof m))
+    return SystemError("ask the clock keeper", errno);
+  return {};
 }
 
 Status GuestTemplate() {

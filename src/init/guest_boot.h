@@ -31,6 +31,11 @@ Status GuestBoot(const std::string& arg);
 // those devices to appear, and goes on from step 2.
 Status GuestTemplate();
 
+// A guest's init (either of the above): sets the guest's wall clock to `realtime_ns` (if > 0)
+// and mixes `entropy` (64 hex digits, if given) into its random generator, through the clock
+// keeper BootFrom forked before init dropped its privileges. kInvalid in other inits.
+Status SetGuestClock(int64_t realtime_ns, const std::string& entropy);
+
 // `init --guest-probe`: prints ctl::kGuestProbeSign on the console and powers the guest off.
 // The tier boots it to learn whether KVM runs a guest on this host (runtime/microvm/accelerator.h).
 [[noreturn]] void GuestProbe();

@@ -13,6 +13,7 @@
 #include "init/command_limits.h"
 #include "init/exec_request.h"
 #include "init/exit_report.h"
+#include "init/guest_boot.h"
 #include "init/out_of_memory.h"
 #include "init/pty.h"
 #include "init/self_contain.h"
@@ -115,6 +116,9 @@ void Session::Freeze(std::string_view payload) {
   // init answers nothing else meanwhile (at most a second): what it serves is being stopped.
   auto settled = FreezeWorkload(request->frozen);
   if (!settled.ok()) return FailWith(settled.error());
+  if (request->realtime_ns > 0 || !request->entropy.empty()) {
+    if (auto set = SetGuestClock(request->realtime_ns, request->entropy); !set.ok()) return FailWith(set.error());
+  }
   out_.Append(ctl::kResult, ctl::Encode(ctl::FrozenMessage{*settled}));
   state_ = State::kClosing;
 }

@@ -12,7 +12,7 @@ ctl::LimitsMessage LimitsInside(const Limits& limits) {
   return {static_cast<int>(limits.pids), limits.memory_mb << 20, limits.cpus};
 }
 
-Status Tier::Checkpoint(const std::string& /*id*/, const std::string& /*image_dir*/) {
+Status Tier::Checkpoint(const std::string& /*id*/, const SandboxHandle& /*handle*/, const std::string& /*image_dir*/) {
   return MakeError(ErrorCode::kInvalid, "the " + name() + " runtime takes no memory snapshots", "runtime_unsupported");
 }
 

@@ -158,7 +158,7 @@ class Tier {
   // running or paused sandbox into `image_dir`, an empty directory of root's. The sandbox is
   // left as it was (a paused one stays paused). Files are not written: the caller captures them
   // at the same instant, the sandbox frozen.
-  virtual Status Checkpoint(const std::string& id, const std::string& image_dir);
+  virtual Status Checkpoint(const std::string& id, const SandboxHandle& handle, const std::string& image_dir);
   // What a memory image of this tier is restored by: its engine and version ("" if the tier
   // takes none). An image of another format is refused, not tried.
   virtual std::string MemoryFormat() const { return {}; }
@@ -183,7 +183,9 @@ class Tier {
   // without a row are destroyed).
   virtual std::vector<std::string> Leftovers() = 0;
   // The daemon restarted and found this sandbox running: the tier takes up what it watches.
-  virtual Status Reattach(const std::string& /*id*/, const Limits& /*limits*/) { return {}; }
+  virtual Status Reattach(const std::string& /*id*/, const SandboxHandle& /*handle*/, const Limits& /*limits*/) {
+    return {};
+  }
   // Who frees memory in a sandbox that ran out of it where the tier keeps the host's OOM killer
   // away from it (gvisor, runtime/memory_watch.h): the core, which has the sandbox's init kill
   // its largest process (ctl::kReclaim). Called on a thread of the tier's with the sandbox's

@@ -381,8 +381,10 @@ Result<core::SandboxSpec> ParseSandboxSpec(const json& body, const HostLimits& h
       return Invalid("from_snapshot must be a snapshot id");
     spec.from_snapshot = std::move(snapshot);
     if (!Find(body, "image")) spec.image.clear();  // the snapshot's
-    // A memory snapshot's runtime, which alone restores it; else the default.
+    // A memory snapshot's runtime, which alone restores it; else the default. Its memory too:
+    // a microvm guest's size is part of what was saved (0: the core decides).
     if (!Find(body, "runtime")) spec.runtime.clear();
+    if (!Find(body, "memory_mb")) spec.memory_mb = 0;
   }
   BH_TRY(ReadVolumes(body, spec.volumes));
   BH_TRY(ReadPreview(body, spec.preview));

@@ -161,6 +161,19 @@ TEST(CtlMessages, AFreezeSaysWhichWayAndItsAnswerWhetherTheWorkloadStopped) {
   EXPECT_FALSE(DecodeFreeze(R"({})").ok());  // no default direction
   EXPECT_FALSE(DecodeFreeze(R"({"frozen":1})").ok());
   EXPECT_FALSE(DecodeFreeze(R"([true])").ok());
+}
+
+TEST(CtlMessages, AThawCarriesTheHostsClockAndEntropyAndAFreezeNeither) {
+  FreezeMessage thaw{false, 1796428203000000000, std::string(64, 'a')};
+  auto decoded = DecodeFreeze(Encode(thaw));
+  ASSERT_TRUE(decoded.ok());
+  EXPECT_EQ(decoded->realtime_ns, thaw.realtime_ns);
+  EXPECT_EQ(decoded->entropy, thaw.entropy);
+  EXPECT_EQ(Encode(FreezeMessage{false}), R"({"frozen":false})");
+  EXPECT_FALSE(DecodeFreeze(R"({"frozen":true,"realtime_ns":5})").ok());
+  EXPECT_FALSE(DecodeFreeze(R"({"frozen":false,"realtime_ns":-5})").ok());
+  EXPECT_FALSE(DecodeFreeze(R"({"frozen":false,"entropy":"XYZ"})").ok());
+  EXPECT_FALSE(DecodeFreeze(R"({"frozen":false,"entropy":")" + std::string(64, 'A') + R"("})").ok());
   EXPECT_TRUE(DecodeFrozen(Encode(FrozenMessage{true}))->settled);
   EXPECT_FALSE(DecodeFrozen(Encode(FrozenMessage{false}))->settled);
   EXPECT_FALSE(DecodeFrozen(R"({"settled":"yes"})").ok());

@@ -41,6 +41,7 @@ TEST(QemuArgs, AGuestHasItsSizeSharedMemoryAndNoDevicesButItsOwn) {
   EXPECT_TRUE(Has(args, "-smp", "2"));
   EXPECT_TRUE(Has(args, "-object", "memory-backend-memfd,id=mem,size=512M,share=on"));
   EXPECT_TRUE(Has(args, "-M", "microvm,x-option-roms=off,memory-backend=mem"));
+  EXPECT_TRUE(Has(args, "-bios", "qboot.rom"));
   EXPECT_TRUE(Has(args, "-nic", "none"));
   EXPECT_NE(std::find(args.begin(), args.end(), "-nodefaults"), args.end());
   EXPECT_TRUE(Has(args, "-device", "vhost-user-fs-device,chardev=fs0,tag=root"));
@@ -49,6 +50,21 @@ TEST(QemuArgs, AGuestHasItsSizeSharedMemoryAndNoDevicesButItsOwn) {
   EXPECT_TRUE(Has(args, "-runas", "268500992:268500992"));
   EXPECT_TRUE(Has(args, "-sandbox", "on,obsolete=deny,spawn=deny,resourcecontrol=deny"));
   EXPECT_TRUE(Has(args, "-chardev", "file,id=console,path=/s/console.log"));
+}
+
+TEST(QemuArgs, QemuFrom9Point1DropsPrivilegesWithRunWith) {
+  VmConfig vm = Guest();
+  vm.qemu_release = 1000;
+  const auto args = QemuArgs(vm);
+  EXPECT_TRUE(Has(args, "-run-with", "user=268500992:268500992"));
+  EXPECT_EQ(std::find(args.begin(), args.end(), "-runas"), args.end());
+}
+
+TEST(QemuRelease, ReadsMajorAndMinorFromTheVersionLine) {
+  EXPECT_EQ(QemuRelease("QEMU emulator version 10.0.2 (Debian 1:10.0.2+ds-2+deb13u1~bpo12+1)"), 1000);
+  EXPECT_EQ(QemuRelease("QEMU emulator version 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)"), 702);
+  EXPECT_EQ(QemuRelease("QEMU emulator version 9.1"), 901);
+  EXPECT_EQ(QemuRelease("something else"), 0);
 }
 
 TEST(QemuArgs, KvmTakesTheHostCpuAndTcgABoundedTranslationCache) {
@@ -130,12 +146,23 @@ TEST(QemuArgs, ATemplateHasTheBootPortAndNoIncomingState) {
 TEST(HotplugDevices, EachShareThenVsockThenTheNicOnPci) {
   const auto devices = HotplugDevices(Restored());
   ASSERT_EQ(devices.size(), 4u);
-  EXPECT_EQ(devices[0], (nlohmann::json{{"driver", "vhost-user-fs-pci"}, {"id", "fs0"}, {"chardev", "fs0"}, {"tag", "root"}}));
+  EXPECT_EQ(devices[0], (nlohmann::json{
+                            {"driver", "vhost-user-fs-pci"}, {"id", "fs0"}, {"chardev", "fs0"}, {"tag", "root"}, {"addr", "0x5"}}));
   EXPECT_EQ(devices[1]["tag"], "v0");
-  EXPECT_EQ(devices[2], (nlohmann::json{{"driver", "vhost-user-vsock-pci"}, {"id", "vsock"}, {"chardev", "vsock"}}));
+  EXPECT_EQ(devices[1]["addr"], "0x6");
+  EXPECT_EQ(devices[2], (nlohmann::json{
+                            {"driver", "vhost-user-vsock-pci"}, {"id", "vsock"}, {"chardev", "vsock"}, {"addr", "0x3"}}));
+  EXPECT_EQ(devices[2], VsockDevice());
   EXPECT_EQ(devices[3]["driver"], "virtio-net-pci");
+  EXPECT_EQ(devices[3]["addr"], "0x4");
   EXPECT_EQ(devices[3]["netdev"], "net0");
   EXPECT_EQ(devices[3]["mac"], "52:54:00:12:34:56");
+}
+
+TEST(HotplugDevices, ARestoredMemoryImageGetsItsVsockLast) {
+  const auto devices = HotplugDevices(Restored(), /*vsock=*/false);
+  ASSERT_EQ(devices.size(), 3u);
+  for (const auto& device : devices) EXPECT_NE(device["driver"], "vhost-user-vsock-pci");
 }
 
 TEST(KernelCommandLine, OnlyThePcMachineKeepsPci) {

@@ -359,7 +359,7 @@ Status GvisorTier::SetLimits(const std::string& id, const Limits& limits) {
   return memory_watch_.Watch(id, HostLimits(limits).memory_mb << 20);
 }
 
-Status GvisorTier::Reattach(const std::string& id, const Limits& limits) {
+Status GvisorTier::Reattach(const std::string& id, const SandboxHandle& /*handle*/, const Limits& limits) {
   return memory_watch_.Watch(id, HostLimits(limits).memory_mb << 20);
 }
 
@@ -384,7 +384,7 @@ Status GvisorTier::SetFrozen(const std::string& id, bool frozen) {
 
 bool GvisorTier::Frozen(const std::string& id) { return RunscStatus(id) == "paused"; }
 
-Status GvisorTier::Checkpoint(const std::string& id, const std::string& image_dir) {
+Status GvisorTier::Checkpoint(const std::string& id, const SandboxHandle& /*handle*/, const std::string& image_dir) {
   auto saved = RunProgramOutput(
       {runsc_.path, "--root", RunscRoot(id), "checkpoint", "--leave-running", "--image-path", image_dir, id},
       kCheckpointTimeout);

@@ -70,7 +70,7 @@ class GvisorTier : public Tier {
   // puts at the same paths, and its host sockets in the new network namespace: listening ones
   // listen again, connections out are cut, and so are init's dialed connections to the daemon,
   // which init dials again.
-  Status Checkpoint(const std::string& id, const std::string& image_dir) override;
+  Status Checkpoint(const std::string& id, const SandboxHandle& handle, const std::string& image_dir) override;
   std::string MemoryFormat() const override { return "gvisor " + runsc_.version; }
   std::shared_ptr<const InitDialer> Dialer(const std::string& staging) const override;
   Result<NetworkAttachment> AttachNetwork(const SandboxHandle& handle) override;
@@ -85,7 +85,7 @@ class GvisorTier : public Tier {
   bool Alive(const SandboxHandle& handle) override;
   Status Destroy(const std::string& id, const SandboxHandle& handle) override;
   std::vector<std::string> Leftovers() override;
-  Status Reattach(const std::string& id, const Limits& limits) override;
+  Status Reattach(const std::string& id, const SandboxHandle& handle, const Limits& limits) override;
   void SetReclaim(std::function<bool(const std::string& id)> reclaim) override {
     memory_watch_.SetReclaim(std::move(reclaim));
   }

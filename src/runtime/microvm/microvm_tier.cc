@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <sstream>
 #include <thread>
 
@@ -29,6 +30,7 @@
 #include "runtime/clone_shared.h"
 #include "runtime/microvm/initramfs.h"
 #include "runtime/microvm/launch.h"
+#include "runtime/microvm/memory_image.h"
 #include "runtime/process.h"
 #include "runtime/root_plan.h"
 #include "runtime/seccomp.h"
@@ -112,6 +114,47 @@ Result<UniqueFd> ListenForReady(const std::string& path, uid_t host_uid) {
   return fd;
 }
 
+// Until the guest's init accepts a connection on its port through the vsock device's socket
+// `uds`: a guest restored from a memory image serves at once (and says so to nobody), and one
+// whose vsock device a save replaced serves once its kernel found the new one.
+Status WaitForInit(const std::string& uds, const std::function<bool()>& alive,
+                   std::chrono::steady_clock::time_point deadline) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (uds.size() >= sizeof addr.sun_path) return MakeError(ErrorCode::kInternal, "socket path too long: " + uds);
+  std::memcpy(addr.sun_path, uds.c_str(), uds.size() + 1);
+  const std::string connect = "CONNECT " + std::to_string(ctl::kGuestInitPort) + "\n";
+  while (true) {
+    UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd) return SystemError("socket", errno);
+    char answer[32] = {};
+    timeval wait{1, 0};
+    (void)::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
+    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+        ::send(fd.get(), connect.data(), connect.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(connect.size()) &&
+        ::recv(fd.get(), answer, sizeof answer - 1, 0) > 2 && std::strncmp(answer, "OK", 2) == 0)
+      return {};
+    if (!alive()) return MakeError(ErrorCode::kInternal, "the guest stopped");
+    if (std::chrono::steady_clock::now() > deadline)
+      return MakeError(ErrorCode::kInternal, "the guest's init did not serve in time");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+// After a vsock device was plugged into a guest restored from a memory image (or whose save
+// replaced it): until its init serves. A restored guest now and then misses the device's
+// hotplug event (about one restore in 12 here, whether it comes before or after the guest
+// runs again): it gets the device again once.
+Status WaitForInitAfterPlug(const std::string& vm, pid_t qemu, const std::function<bool()>& alive,
+                            std::chrono::steady_clock::time_point deadline) {
+  constexpr auto kFirstTry = std::chrono::seconds(2);
+  if (WaitForInit(vm + "/v.sock", alive, std::min(deadline, std::chrono::steady_clock::now() + kFirstTry)).ok())
+    return {};
+  spdlog::warn("microvm guest {}: its init did not answer after the vsock device came: plugging it again", vm);
+  BH_TRY(ReplugVsock(vm + "/qmp.sock", qemu, vm + "/vsock.sock"));
+  return WaitForInit(vm + "/v.sock", alive, deadline);
+}
+
 std::vector<std::string> PathComponents(const std::string& path) {
   std::vector<std::string> parts;
   std::istringstream in(path);
@@ -191,7 +234,7 @@ Result<std::unique_ptr<MicrovmTier>> MicrovmTier::Create(const std::string& tag,
 }
 
 Capabilities MicrovmTier::capabilities() const {
-  return {.pause = true, .filesystem_snapshot = true, .memory_snapshot = false, .idmapped_volumes = true,
+  return {.pause = true, .filesystem_snapshot = true, .memory_snapshot = MemorySnapshots(), .idmapped_volumes = true,
           .pooling = true, .limits_in_sandbox = true, .warm_up_exec = true, .network_egress = true,
           .nic_from_boot = true, .ports_through_init = true, .freeze_inside = true};
 }
@@ -366,7 +409,9 @@ Result<SandboxHandle> MicrovmTier::Launch(const LaunchSpec& spec) {
     BH_TRY(WaitForSocket(vsock_socket, *pid, "vhost-device-vsock", vsock_log));
   }
 
-  // The guest: a copy of its shape's template where one is saved, else a boot.
+  // The guest: restored from a memory image; else a copy of its shape's template where one is
+  // saved (waited for where memory snapshots need guests to be copies), else a boot.
+  const bool from_image = !spec.memory_image.empty();
   ctl::GuestBootMessage boot;
   boot.limits = LimitsInsideFor(spec.limits);
   boot.vsock_port = ctl::kGuestInitPort;
@@ -374,11 +419,14 @@ Result<SandboxHandle> MicrovmTier::Launch(const LaunchSpec& spec) {
   for (size_t i = 0; i < spec.volumes.size(); i++)
     boot.volumes.push_back({VolumeTag(i), spec.volumes[i].target, spec.volumes[i].read_only});
   const GuestShape shape{guest.memory_mb, guest.vcpus};
+  const auto deadline = std::chrono::steady_clock::now() + kGuestBoots;
   // The saved state (its memory beside it: TemplateMemory).
-  const std::optional<std::string> saved = use_templates_ ? templates_.Ready(shape) : std::nullopt;
-  guest.restored = saved.has_value();
+  std::optional<std::string> saved;
+  if (!from_image && use_templates_)
+    saved = MemorySnapshots() ? templates_.Wait(shape, deadline) : templates_.Ready(shape);
+  guest.restored = saved.has_value() || from_image;
   VmConfig config = BaseConfig(shape);
-  if (saved) {
+  if (guest.restored) {
     config.boot_port_socket = vm + "/boot.sock";
     config.qmp_socket = vm + "/qmp.sock";
     config.incoming_fd = kIncomingFd;
@@ -405,6 +453,9 @@ Result<SandboxHandle> MicrovmTier::Launch(const LaunchSpec& spec) {
     if (saved) {
       plan.incoming = *saved;
       plan.memory_copy = TemplateMemory(*saved);
+    } else if (from_image) {
+      plan.incoming = spec.memory_image + kImageState;
+      plan.memory_copy = spec.memory_image + kImageMemory;
     }
     plan.log_fd = log_fd->get();
     Command command;
@@ -414,15 +465,20 @@ Result<SandboxHandle> MicrovmTier::Launch(const LaunchSpec& spec) {
     if (!pid) return pid.error();
     qemu = *pid;
     guest.children.push_back(qemu);
+    guest.qemu = qemu;
   }
   const SandboxHandle handle = HandleOf(qemu);
   auto failed = [&](const std::string& what) {
     return MakeError(ErrorCode::kInternal, what + ": " + ReadLogTail(config.console_log, 1500) +
                                                " | qemu: " + ReadLogTail(qemu_log, 500));
   };
-  const auto deadline = std::chrono::steady_clock::now() + kGuestBoots;
   UniqueFd boot_port;
-  if (saved) {
+  if (from_image) {
+    if (Status loaded = LoadMemoryImage(config, qemu, deadline); !loaded.ok())
+      return failed("the memory image did not load: " + loaded.error().message);
+    if (Status serving = WaitForInitAfterPlug(vm, qemu, [&] { return !Exited(qemu); }, deadline); !serving.ok())
+      return failed(serving.error().message);
+  } else if (saved) {
     boot.realtime_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                            std::chrono::system_clock::now().time_since_epoch()).count();
     auto entropy = RandomHex(32);
@@ -432,13 +488,13 @@ Result<SandboxHandle> MicrovmTier::Launch(const LaunchSpec& spec) {
     if (!started) return failed("the restored guest did not start: " + started.error().message);
     boot_port = std::move(*started);
   }
-  while (true) {
+  while (!from_image) {
     pollfd p{ready->get(), POLLIN, 0};
     if (::poll(&p, 1, 50) == 1) break;
     if (Exited(qemu)) return failed("the guest stopped before its init served");
     if (std::chrono::steady_clock::now() > deadline) return failed("the guest's init did not serve in time");
   }
-  UniqueFd told(::accept4(ready->get(), nullptr, nullptr, SOCK_CLOEXEC));
+  UniqueFd told(from_image ? -1 : ::accept4(ready->get(), nullptr, nullptr, SOCK_CLOEXEC));
   ::unlink((vm + "/v.sock_" + std::to_string(ctl::kGuestReadyPort)).c_str());
   if (!HandleAlive(handle)) return failed("the guest stopped");
   {
@@ -452,6 +508,7 @@ Result<SandboxHandle> MicrovmTier::Launch(const LaunchSpec& spec) {
 VmConfig MicrovmTier::BaseConfig(const GuestShape& shape) const {
   VmConfig config;
   config.qemu = installed_.qemu;
+  config.qemu_release = installed_.qemu_release;
   config.kernel = installed_.kernel;
   config.initramfs = dir_ + "/" + kInitramfs;
   // A restored copy's kernel and command line are the template's (its option ROM and firmware
@@ -504,13 +561,63 @@ Status MicrovmTier::SetLimits(const std::string& id, const Limits& limits) {
   return cgroups_.SetLimits(id, HostLimits(limits, Chosen().kvm));
 }
 
-Status MicrovmTier::Reattach(const std::string& id, const Limits& limits) {
-  // A copy of a template is the one with a monitor socket (Launch).
+Status MicrovmTier::Reattach(const std::string& id, const SandboxHandle& handle, const Limits& limits) {
+  // A copy of a template is the one with a monitor socket (Launch). The daemon may have ended
+  // in a memory snapshot, its guest stopped: the next thaw looks (Continue).
   std::error_code ec;
   const bool restored = fs::exists(VmDir(id) + "/qmp.sock", ec);
   std::lock_guard lock(mu_);
-  guests_[id] = Guest{GuestMemoryMb(limits), VcpusFor(limits), restored, {}};
+  guests_[id] = Guest{GuestMemoryMb(limits), VcpusFor(limits), restored, handle.pid, restored, {}};
   return {};
+}
+
+Status MicrovmTier::SetFrozen(const std::string& id, bool frozen) {
+  BH_TRY(cgroups_.SetFrozen(id, frozen));
+  pid_t qemu = 0;
+  {
+    std::lock_guard lock(mu_);
+    auto it = guests_.find(id);
+    if (frozen || it == guests_.end() || !it->second.saved) return {};
+    qemu = it->second.qemu;
+  }
+  BH_TRY(Continue(VmDir(id) + "/qmp.sock", qemu));
+  BH_TRY(WaitForInitAfterPlug(VmDir(id), qemu, [&] { return ::kill(qemu, 0) == 0; },
+                              std::chrono::steady_clock::now() + kDeviceListens));
+  std::lock_guard lock(mu_);
+  if (auto it = guests_.find(id); it != guests_.end()) it->second.saved = false;
+  return {};
+}
+
+std::string MicrovmTier::MemoryFormat() const {
+  if (!MemorySnapshots()) return {};
+  // The guest's kernel is in its memory, and QEMU's device state is its version's.
+  return installed_.qemu_version + ", guest kernel " + installed_.kernel_version;
+}
+
+Status MicrovmTier::Checkpoint(const std::string& id, const SandboxHandle& handle, const std::string& image_dir) {
+  {
+    std::lock_guard lock(mu_);
+    auto it = guests_.find(id);
+    if (it == guests_.end()) return MakeError(ErrorCode::kNotFound, "no guest " + id);
+    if (!it->second.restored)
+      return MakeError(ErrorCode::kInvalid,
+                       "this sandbox's guest booted while its shape's template was being built, and only a guest "
+                       "started from a template can be saved with its memory (\"memory\": false keeps its files)",
+                       "runtime_unsupported");
+    it->second.saved = true;  // stopped from here on, also if the save fails half way
+  }
+  if (!HandleAlive(handle)) return MakeError(ErrorCode::kUnavailable, "sandbox " + id + " is not running");
+  // The guest's kernel takes part in the unplug of its vsock device: a frozen guest (paused, or
+  // held by the snapshot's freeze, its workload stopped inside by init) runs for it.
+  const bool frozen = cgroups_.Frozen(id);
+  if (frozen) BH_TRY(cgroups_.SetFrozen(id, false));
+  const std::string vm = VmDir(id);
+  Status saved = SaveMemoryImage(vm + "/qmp.sock", handle.pid, vm + "/vsock.sock", image_dir);
+  if (frozen) {
+    Status refrozen = cgroups_.SetFrozen(id, true);
+    if (saved.ok() && !refrozen.ok()) saved = refrozen;
+  }
+  return saved;
 }
 
 bool MicrovmTier::Alive(const SandboxHandle& handle) { return HandleAlive(handle); }

@@ -31,7 +31,12 @@
 //
 // Warm pools hold guests of the default shape with no NIC (BootShape; Capabilities::nic_from_boot).
 //
-// Not yet: memory snapshots, a live memory change, IPv6 inside the guest.
+// Memory snapshots (memory_image.h) of guests restored from a template, with QEMU 8.2 or newer:
+// the snapshot's freeze holds the guest's workload (init's freezer inside it) while its kernel
+// lets the vsock device go and QEMU saves it; a restore starts a new QEMU from the image as a
+// template copy starts from its template.
+//
+// Not yet: a live memory change, IPv6 inside the guest.
 #pragma once
 #include <future>
 #include <map>
@@ -69,12 +74,14 @@ class MicrovmTier : public Tier {
   std::string BootShape(const Limits& limits) const override;
   Status Foreground(const std::string& id) override { return cgroups_.SetBackground(id, false); }
   Result<Usage> SandboxUsage(const std::string& id) override { return cgroups_.Usage(id); }
-  Status SetFrozen(const std::string& id, bool frozen) override { return cgroups_.SetFrozen(id, frozen); }
+  Status SetFrozen(const std::string& id, bool frozen) override;
   bool Frozen(const std::string& id) override { return cgroups_.Frozen(id); }
   bool Alive(const SandboxHandle& handle) override;
   Status Destroy(const std::string& id, const SandboxHandle& handle) override;
   std::vector<std::string> Leftovers() override;
-  Status Reattach(const std::string& id, const Limits& limits) override;
+  Status Reattach(const std::string& id, const SandboxHandle& handle, const Limits& limits) override;
+  Status Checkpoint(const std::string& id, const SandboxHandle& handle, const std::string& image_dir) override;
+  std::string MemoryFormat() const override;
   Status Rename(const std::string& from, const std::string& to) override { return cgroups_.Rename(from, to); }
   void Release() override;
 
@@ -91,6 +98,8 @@ class MicrovmTier : public Tier {
   MicrovmTier(Cgroups cgroups, std::string dir, std::string vms_root, Installed installed, bool templates);
 
   std::string VmDir(const std::string& id) const { return vms_root_ + "/" + id; }
+  // Whether memory snapshots work here: QEMU saves virtio-fs, and sandboxes start as copies.
+  bool MemorySnapshots() const { return installed_.qemu_release >= 802 && use_templates_; }
   // Waits for the accelerator probe (Create starts it).
   const Accelerator& Chosen() const;
   // What every guest's QEMU shares (the binary, kernel, initramfs, accelerator).
@@ -109,7 +118,9 @@ class MicrovmTier : public Tier {
   struct Guest {
     int64_t memory_mb = 0;
     int vcpus = 0;
-    bool restored = false;  // from a template, not booted
+    bool restored = false;  // from a template or a memory image, not booted
+    pid_t qemu = 0;
+    bool saved = false;     // a memory snapshot left it stopped: it runs again when thawed
     std::vector<pid_t> children;  // this daemon's children (QEMU, the daemons), reaped at Destroy
   };
   mutable std::mutex mu_;

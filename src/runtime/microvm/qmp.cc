@@ -74,11 +74,61 @@ Result<json> Qmp::Execute(const std::string& command, const json& arguments, int
   while (true) {
     auto reply = ReadMessage();
     if (!reply) return reply.error();
-    if (reply->contains("event")) continue;
+    if (reply->contains("event")) {
+      Keep(std::move(*reply));
+      continue;
+    }
     if (auto error = reply->find("error"); error != reply->end())
       return Failed(command + ": " + error->value("desc", error->dump()));
     if (auto value = reply->find("return"); value != reply->end()) return *value;
     return Failed(command + ": unexpected reply " + reply->dump());
+  }
+}
+
+void Qmp::Keep(json event) {
+  constexpr size_t kKeptEvents = 64;  // (what is waited for comes within a few)
+  if (events_.size() == kKeptEvents) events_.erase(events_.begin());
+  events_.push_back(std::move(event));
+}
+
+Status Qmp::WaitForDeviceDeleted(const std::string& id, std::chrono::milliseconds timeout) {
+  deadline_ = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    for (auto it = events_.begin(); it != events_.end(); ++it) {
+      if (it->value("event", "") != "DEVICE_DELETED") continue;
+      const json& data = (*it)["data"];
+      if (data.is_object() && data.value("device", "") == id) {
+        events_.erase(it);
+        return {};
+      }
+    }
+    auto message = ReadMessage();
+    if (!message) return message.error();
+    if (message->contains("event")) Keep(std::move(*message));
+  }
+}
+
+Status Qmp::AwaitSaved(std::chrono::steady_clock::time_point deadline) {
+  while (true) {
+    auto state = Execute("query-migrate");
+    if (!state) return state.error();
+    const std::string status = state->value("status", "");
+    if (status == "completed") return {};
+    if (status == "failed" || status == "cancelled") return Failed("saving failed: " + state->value("error-desc", status));
+    if (std::chrono::steady_clock::now() > deadline) return Failed("saving took too long");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+Status Qmp::AwaitLoaded(std::chrono::steady_clock::time_point deadline) {
+  while (true) {
+    auto state = Execute("query-status");
+    if (!state) return state.error();
+    const std::string status = state->value("status", "");
+    if (status == "paused") return {};
+    if (status != "inmigrate") return Failed("the restored guest is " + status + ", not paused");
+    if (std::chrono::steady_clock::now() > deadline) return Failed("the saved state did not load in time");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
 

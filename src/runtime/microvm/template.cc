@@ -100,16 +100,7 @@ Status BuildTemplate(const VmConfig& vm, const std::string& saved, const std::st
   if (auto passed = qmp->Execute("getfd", {{"fdname", "saved"}}, out.get()); !passed)
     return BuildFailed(passed.error().message, log);
   if (auto started = qmp->Execute("migrate", {{"uri", "fd:saved"}}); !started) return BuildFailed(started.error().message, log);
-  while (true) {
-    auto state = qmp->Execute("query-migrate");
-    if (!state) return BuildFailed(state.error().message, log);
-    const std::string status = state->value("status", "");
-    if (status == "completed") break;
-    if (status == "failed" || status == "cancelled")
-      return BuildFailed("saving failed: " + state->value("error-desc", status), log);
-    if (std::chrono::steady_clock::now() > deadline) return BuildFailed("saving took too long", log);
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  if (Status saved_all = qmp->AwaitSaved(deadline); !saved_all.ok()) return BuildFailed(saved_all.error().message, log);
   if (::fsync(out.get()) != 0) return SystemError("fsync " + partial, errno);
   if (::rename(partial.c_str(), saved.c_str()) != 0) return SystemError("rename " + partial, errno);
   remove_partial.Dismiss();
@@ -125,16 +116,7 @@ Result<UniqueFd> StartCopy(const VmConfig& vm, pid_t pid, const std::string& boo
   if (auto ignored = qmp->Execute("migrate-set-capabilities", IgnoreShared()); !ignored) return ignored.error();
   if (auto loading = qmp->Execute("migrate-incoming", {{"uri", "fd:" + std::to_string(vm.incoming_fd)}}); !loading)
     return loading.error();
-  while (true) {
-    auto state = qmp->Execute("query-status");
-    if (!state) return state.error();
-    const std::string status = state->value("status", "");
-    if (status == "paused") break;
-    if (status != "inmigrate") return MakeError(ErrorCode::kInternal, "the restored guest is " + status + ", not paused");
-    if (std::chrono::steady_clock::now() > deadline)
-      return MakeError(ErrorCode::kInternal, "the template's saved state did not load in time");
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  BH_TRY(qmp->AwaitLoaded(deadline));
   for (const nlohmann::json& device : HotplugDevices(vm))
     if (auto added = qmp->Execute("device_add", device); !added) return added.error();
   if (auto resumed = qmp->Execute("cont"); !resumed) return resumed.error();
@@ -161,6 +143,21 @@ std::optional<std::string> Templates::Ready(const GuestShape& shape) {
   }
   if (it->second.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return std::nullopt;
   const Result<std::string>& built = it->second.get();
+  if (!built) return std::nullopt;
+  return *built;
+}
+
+std::optional<std::string> Templates::Wait(const GuestShape& shape, std::chrono::steady_clock::time_point deadline) {
+  std::shared_future<Result<std::string>> build;
+  {
+    std::lock_guard lock(mu_);
+    auto it = builds_.find(shape);
+    if (it == builds_.end())
+      it = builds_.emplace(shape, std::async(std::launch::async, build_, shape, std::cref(stopping_)).share()).first;
+    build = it->second;
+  }
+  if (build.wait_until(deadline) != std::future_status::ready) return std::nullopt;
+  const Result<std::string>& built = build.get();
   if (!built) return std::nullopt;
   return *built;
 }

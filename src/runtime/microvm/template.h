@@ -61,6 +61,8 @@ class Templates {
   // The saved state of `shape`'s template if it is built; otherwise nothing, and the build
   // starts (in the background) unless it is under way or failed.
   std::optional<std::string> Ready(const GuestShape& shape);
+  // The same, but a build under way (or started now) is waited for until `deadline`.
+  std::optional<std::string> Wait(const GuestShape& shape, std::chrono::steady_clock::time_point deadline);
   // Each shape and its state: "building", "ready" or the build's error.
   std::vector<std::pair<std::string, std::string>> States() const;
 

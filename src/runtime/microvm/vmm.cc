@@ -3,6 +3,9 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
+
+#include <fmt/format.h>
 #include <sstream>
 
 #include "common/ctl_protocol.h"
@@ -41,6 +44,7 @@ Result<Installed> FindInstalled(const std::string& dir) {
   auto version = RunProgramOutput({found.qemu, "--version"});
   if (!version) return Missing(found.qemu + " does not run: " + version.error().message);
   found.qemu_version = FirstLine(*version);
+  found.qemu_release = QemuRelease(found.qemu_version);
   found.kernel = dir + "/vmlinux";
   if (::access(found.kernel.c_str(), R_OK) != 0) return Missing("no guest kernel " + found.kernel);
   found.kernel_version = FirstLine(ReadSmallFile(dir + "/kernel-version").value_or("unknown"));
@@ -64,6 +68,15 @@ Result<Installed> FindInstalled(const std::string& dir) {
   found.tsc_khz = HostTscKhz();
   found.other_vmms = OtherVmmsFound();
   return found;
+}
+
+int QemuRelease(const std::string& version_line) {
+  const std::string prefix = "version ";
+  const size_t at = version_line.find(prefix);
+  if (at == std::string::npos) return 0;
+  int major = 0, minor = 0;
+  if (std::sscanf(version_line.c_str() + at + prefix.size(), "%d.%d", &major, &minor) != 2) return 0;
+  return major * 100 + minor;
 }
 
 std::string VolumeTag(size_t index) { return "v" + std::to_string(index); }
@@ -104,6 +117,9 @@ std::vector<std::string> QemuArgs(const VmConfig& vm) {
       // QEMU's own seccomp filter: no exec, no obsolete syscalls, no changes of priority or
       // affinity (privileges stay allowed: -runas drops them after the filter is in).
       "-sandbox", "on,obsolete=deny,spawn=deny,resourcecontrol=deny"};
+  // microvm's firmware named: qboot, which starts the kernel QEMU loaded without an option ROM
+  // (Debian's QEMU 10 otherwise gives microvm SeaBIOS, which needs one).
+  if (!pc) args.insert(args.end(), {"-bios", "qboot.rom"});
   if (vm.kvm) {
     args.insert(args.end(), {"-accel", "kvm", "-cpu", "host"});
   } else {
@@ -131,18 +147,43 @@ std::vector<std::string> QemuArgs(const VmConfig& vm) {
     args.insert(args.end(), {"-netdev", "tap,id=net0,vhost=off,fd=" + std::to_string(vm.tap_fd)});
     if (!pc) args.insert(args.end(), {"-device", std::string("virtio-net-device,netdev=net0,mac=") + guest_link::kGuestMac});
   }
-  if (vm.run_uid != 0) args.insert(args.end(), {"-runas", std::to_string(vm.run_uid) + ":" + std::to_string(vm.run_uid)});
+  if (vm.run_uid != 0) {
+    const std::string ids = std::to_string(vm.run_uid) + ":" + std::to_string(vm.run_uid);
+    // -run-with user= since 9.1; -runas was removed in 10.0.
+    if (vm.qemu_release >= 901)
+      args.insert(args.end(), {"-run-with", "user=" + ids});
+    else
+      args.insert(args.end(), {"-runas", ids});
+  }
   return args;
 }
 
-std::vector<nlohmann::json> HotplugDevices(const VmConfig& vm) {
+namespace {
+// Each device's PCI slot, fixed: a memory image's devices must be where the saved guest had
+// them when it is restored (slot 2 is the boot port's virtio-serial, the first on the command line).
+std::string Slot(int slot) { return fmt::format("{:#x}", slot); }
+constexpr int kVsockSlot = 3, kNicSlot = 4, kFirstShareSlot = 5;
+}  // namespace
+
+nlohmann::json VsockDevice() {
+  return {{"driver", "vhost-user-vsock-pci"}, {"id", "vsock"}, {"chardev", "vsock"}, {"addr", Slot(kVsockSlot)}};
+}
+
+std::vector<nlohmann::json> HotplugDevices(const VmConfig& vm, bool vsock) {
   std::vector<nlohmann::json> devices;
   for (size_t i = 0; i < vm.virtiofs_sockets.size(); i++)
-    devices.push_back({{"driver", "vhost-user-fs-pci"}, {"id", ShareId(i)}, {"chardev", ShareId(i)}, {"tag", ShareTag(i)}});
-  if (!vm.vsock_socket.empty())
-    devices.push_back({{"driver", "vhost-user-vsock-pci"}, {"id", "vsock"}, {"chardev", "vsock"}});
+    devices.push_back({{"driver", "vhost-user-fs-pci"},
+                       {"id", ShareId(i)},
+                       {"chardev", ShareId(i)},
+                       {"tag", ShareTag(i)},
+                       {"addr", Slot(kFirstShareSlot + static_cast<int>(i))}});
+  if (vsock && !vm.vsock_socket.empty()) devices.push_back(VsockDevice());
   if (vm.tap_fd >= 0)
-    devices.push_back({{"driver", "virtio-net-pci"}, {"id", "nic"}, {"netdev", "net0"}, {"mac", guest_link::kGuestMac}});
+    devices.push_back({{"driver", "virtio-net-pci"},
+                       {"id", "nic"},
+                       {"netdev", "net0"},
+                       {"mac", guest_link::kGuestMac},
+                       {"addr", Slot(kNicSlot)}});
   return devices;
 }
 

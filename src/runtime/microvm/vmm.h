@@ -19,6 +19,7 @@ inline constexpr char kInstallDir[] = "/usr/local/lib/bulkhead/microvm";
 
 struct Installed {
   std::string qemu, qemu_version;      // the binary and the first line of its --version
+  int qemu_release = 0;                // its major * 100 + minor (10.0.2 -> 1000)
   std::string kernel, kernel_version;  // the PVH vmlinux and "<package> <version>"
   std::vector<std::string> modules;    // the guest's .ko files, in load order
   std::string virtiofsd, virtiofsd_version;
@@ -30,6 +31,8 @@ struct Installed {
 // What is installed under `dir`, each piece checked; kUnavailable naming what is missing and
 // the script that installs it.
 Result<Installed> FindInstalled(const std::string& dir = kInstallDir);
+// "QEMU emulator version 10.0.2 (Debian ...)" -> 1000; 0 when it says no version.
+int QemuRelease(const std::string& version_line);
 
 // One guest's QEMU command line.
 struct VmConfig {
@@ -43,6 +46,7 @@ struct VmConfig {
   std::string vsock_socket;  // vhost-device-vsock's vhost-user socket; none if empty
   int tap_fd = -1;           // the NIC's tap (common/guest_link.h), open in QEMU; -1: no NIC
   uid_t run_uid = 0;         // QEMU drops to this uid (and gid) once it set up; 0 = stays
+  int qemu_release = 0;      // Installed::qemu_release: how to ask for run_uid (-runas is gone in 10.0)
   std::string name;          // shown in ps
   // A template guest or a copy restored from one (template.h): QEMU's `pc` machine (PCI with
   // ACPI hotplug: microvm's virtio-mmio takes no device once running, and QEMU 7.2 cannot save a
@@ -60,8 +64,11 @@ struct VmConfig {
 std::vector<std::string> QemuArgs(const VmConfig& vm);
 
 // What a restored copy's monitor adds (device_add's arguments), in order: each virtio-fs share,
-// the vsock device, the NIC.
-std::vector<nlohmann::json> HotplugDevices(const VmConfig& vm);
+// the vsock device (unless `vsock` is false), the NIC; each at a fixed PCI slot.
+std::vector<nlohmann::json> HotplugDevices(const VmConfig& vm, bool vsock = true);
+// The vsock device alone: QEMU cannot save a guest with it (vhost-user-vsock is unmigratable),
+// so a memory snapshot unplugs it first and plugs it in again after (microvm_tier.h).
+nlohmann::json VsockDevice();
 
 // The kernel command line of a guest whose init runs with `init_args`, on a host whose TSC
 // runs at `tsc_khz` (0: unknown); `pci` for the `pc` machine.
