@@ -29,8 +29,11 @@ SEED = int(os.environ.get("BULKHEAD_CRASH_SEED", "5"))
 ROUNDS = int(os.environ.get("BULKHEAD_CRASH_ROUNDS", "5"))  # per operation
 OPERATIONS = ["create", "exec", "write", "snapshot", "fork", "delete"]
 # On a gvisor base sandbox (test_memory_snapshots.py): a snapshot with memory, a fork with
-# memory, and a create restoring a memory snapshot.
+# memory, and a create restoring a memory snapshot. On a microvm one, "@microvm", the save,
+# the restore and the pause to disk (fewer rounds: each is a guest's save or load under TCG).
 MEMORY_OPERATIONS = ["memory-snapshot", "memory-fork", "restore", "pause-to-disk", "resume-from-disk"]
+MICROVM_OPERATIONS = ["memory-snapshot@microvm", "restore@microvm", "pause-to-disk@microvm"]
+MICROVM_ROUNDS = min(ROUNDS, 3)
 WRITE_TEMP_PREFIX = ".bulkhead-write-"  # common/ctl_protocol.h kWriteTempPrefix
 
 
@@ -176,7 +179,7 @@ def act(operation, client, base, victims, round_number, plan, ack: Acknowledged)
                 ack.deleted.append(v)
 
 
-@pytest.mark.parametrize("operation", OPERATIONS + MEMORY_OPERATIONS)
+@pytest.mark.parametrize("operation", OPERATIONS + MEMORY_OPERATIONS + MICROVM_OPERATIONS)
 def test_sigkill_during_an_operation_leaves_nothing_half_made(daemon_factory, crash_netns, operation):
     rng = random.Random(f"{SEED}-{operation}")
     daemon = daemon_factory()
@@ -184,10 +187,14 @@ def test_sigkill_during_an_operation_leaves_nothing_half_made(daemon_factory, cr
     daemon.start()
     client = daemon.client()
     runtime = {}
-    if operation in MEMORY_OPERATIONS:
-        if not client.get("/healthz").json()["runtimes"]["gvisor"]["available"]:
-            pytest.skip("this host has no gvisor runtime")
-        runtime = {"runtime": "gvisor"}
+    rounds = ROUNDS
+    if operation in MEMORY_OPERATIONS + MICROVM_OPERATIONS:
+        operation, _, name = operation.partition("@")
+        name = name or "gvisor"
+        if not client.get("/healthz").json()["runtimes"][name]["available"]:
+            pytest.skip(f"this host has no {name} runtime")
+        runtime = {"runtime": name}
+        rounds = MICROVM_ROUNDS if name == "microvm" else ROUNDS
     ack = Acknowledged()
     base = client.create(network={"mode": "open"}, **runtime)["id"]
     client.sh(base, "echo base > /workspace/acked; sleep 100000 > /dev/null 2>&1 &")
@@ -200,7 +207,7 @@ def test_sigkill_during_an_operation_leaves_nothing_half_made(daemon_factory, cr
         restored = r.json()["id"]
         ack.snapshots.append(restored)
 
-    for round_number in range(ROUNDS):
+    for round_number in range(rounds):
         victims = []
         if operation == "delete":
             for mode in ("none", "open"):

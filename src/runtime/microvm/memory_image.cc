@@ -73,6 +73,8 @@ Status PlugVsock(Qmp& qmp, const std::string& vsock_socket) {
   return {};
 }
 
+bool HasVsock(Qmp& qmp) { return qmp.Execute("qom-list", {{"path", "/machine/peripheral/vsock"}}).ok(); }
+
 }  // namespace
 
 Status SaveMemoryImage(const std::string& qmp_socket, pid_t qemu, const std::string& vsock_socket,
@@ -103,14 +105,18 @@ Status SaveMemoryImage(const std::string& qmp_socket, pid_t qemu, const std::str
 Status ReplugVsock(const std::string& qmp_socket, pid_t qemu, const std::string& vsock_socket) {
   auto qmp = Qmp::Connect(qmp_socket, qemu, kMonitorConnects);
   if (!qmp) return qmp.error();
-  BH_TRY(qmp->Execute("device_del", {{"id", "vsock"}}));
-  BH_TRY(qmp->WaitForDeviceDeleted("vsock", kUnplugTakes));
+  if (HasVsock(*qmp)) {
+    BH_TRY(qmp->Execute("device_del", {{"id", "vsock"}}));
+    BH_TRY(qmp->WaitForDeviceDeleted("vsock", kUnplugTakes));
+  }
   return PlugVsock(*qmp, vsock_socket);
 }
 
-Status Continue(const std::string& qmp_socket, pid_t qemu) {
+Status Continue(const std::string& qmp_socket, pid_t qemu, const std::string& vsock_socket) {
   auto qmp = Qmp::Connect(qmp_socket, qemu, kMonitorConnects);
   if (!qmp) return qmp.error();
+  // A daemon that ended in a save may have left the guest without its vsock device.
+  if (!HasVsock(*qmp)) BH_TRY(PlugVsock(*qmp, vsock_socket));
   auto state = qmp->Execute("query-status");
   if (!state) return state.error();
   // ("postmigrate": stopped after a save)

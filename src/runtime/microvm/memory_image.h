@@ -33,13 +33,14 @@ inline constexpr char kImageMemory[] = "/memory";
 Status SaveMemoryImage(const std::string& qmp_socket, pid_t qemu, const std::string& vsock_socket,
                        const std::string& image_dir);
 
-// Unplugs the running guest's vsock device and plugs a new one in: for a guest that missed the
-// hotplug of the last (its init unreachable through it).
+// Unplugs the running guest's vsock device (if it has one) and plugs a new one in: for a guest
+// that missed the hotplug of the last (its init unreachable through it).
 Status ReplugVsock(const std::string& qmp_socket, pid_t qemu, const std::string& vsock_socket);
 
-// Runs the guest of QEMU `qemu` if its monitor says it is stopped (a save left it so). Its
-// kernel then finds the new vsock device: init is reachable again some milliseconds later.
-Status Continue(const std::string& qmp_socket, pid_t qemu);
+// Runs the guest of QEMU `qemu` if its monitor says it is stopped (a save left it so), with a
+// vsock device (a save cut short may have left it without). Its kernel then finds the new
+// device: init is reachable again some milliseconds later.
+Status Continue(const std::string& qmp_socket, pid_t qemu, const std::string& vsock_socket);
 
 // Restores a saved guest into QEMU `qemu`, started with `vm` (incoming_fd: the image's state;
 // memory_path: a copy of its memory): adds the devices the guest had (but vsock), loads the

@@ -580,7 +580,7 @@ Status MicrovmTier::SetFrozen(const std::string& id, bool frozen) {
     if (frozen || it == guests_.end() || !it->second.saved) return {};
     qemu = it->second.qemu;
   }
-  BH_TRY(Continue(VmDir(id) + "/qmp.sock", qemu));
+  BH_TRY(Continue(VmDir(id) + "/qmp.sock", qemu, VmDir(id) + "/vsock.sock"));
   BH_TRY(WaitForInitAfterPlug(VmDir(id), qemu, [&] { return ::kill(qemu, 0) == 0; },
                               std::chrono::steady_clock::now() + kDeviceListens));
   std::lock_guard lock(mu_);
