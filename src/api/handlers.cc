@@ -120,6 +120,7 @@ asio::awaitable<void> ApiHandlers::Healthz(HttpExchange& exchange) {
   for (const core::RuntimeInfo& runtime : context_.manager.Runtimes()) {
     json entry = {{"available", runtime.available}};
     if (!runtime.available) entry["reason"] = runtime.why;
+    if (runtime.available) entry["memory_snapshots"] = runtime.memory_snapshots;
     for (const auto& [key, value] : runtime.details) entry[key] = value;
     runtimes[runtime.name] = std::move(entry);
   }

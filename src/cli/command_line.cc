@@ -94,7 +94,7 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
                     "/usr/local/lib/bulkhead, else runsc on the PATH)");
   serve->add_option("--idle-pause", line.idle_pause,
                     "How a sandbox is paused at its timeout (on_timeout pause) or idle timeout: memory (frozen in "
-                    "RAM, the default) or disk (its memory written to disk, no RAM held, where its runtime can: gvisor)")
+                    "RAM, the default) or disk (its memory written to disk, no RAM held, where its runtime can: gvisor, microvm)")
       ->check(CLI::IsMember({"memory", "disk"}));
   serve->add_flag("--no-microvm-templates", line.no_microvm_templates,
                   "Boot every microvm sandbox's guest instead of restoring a saved template guest of its shape");
@@ -274,7 +274,7 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
     lifecycle->add_option("ids", line.sandbox_ids, "Sandbox ids")->required();
     if (std::string_view(action) == "pause")
       lifecycle->add_flag("--to-disk", line.to_disk,
-                          "Write their memory and processes to disk and end them (no RAM held; gvisor): the next "
+                          "Write their memory and processes to disk and end them (no RAM held; gvisor, microvm): the next "
                           "call that needs one restores it");
     lifecycle->callback([&line, name = std::string(action)] {
       line.command = Command::kLifecycle;
@@ -326,7 +326,7 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
   snapshot_create->add_option("id", line.sandbox_id, "Sandbox id")->required();
   snapshot_create->add_option("--name", line.snapshot_name, "A name for it");
   snapshot_create->add_flag("--memory", line.memory,
-                            "Keep its memory and running processes too (gvisor): a sandbox started from it "
+                            "Keep its memory and running processes too (gvisor, microvm): a sandbox started from it "
                             "goes on running them");
   snapshot_create->add_flag("--json", line.json, "Print the API's JSON");
   Selects(snapshot_create, line, Command::kSnapshotCreate);
@@ -352,7 +352,7 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
   CLI::App* fork = app.add_subcommand("fork", "Copy a sandbox as it is now into new ones; print their ids");
   fork->add_option("id", line.sandbox_id, "Sandbox id")->required();
   fork->add_option("-n,--count", line.fork_count, "How many copies (1 to 16, default 1)")->check(CLI::Range(1, 16));
-  fork->add_flag("--memory", line.memory, "Each copy goes on running the sandbox's processes (gvisor)");
+  fork->add_flag("--memory", line.memory, "Each copy goes on running the sandbox's processes (gvisor, microvm)");
   fork->add_flag("--json", line.json, "Print the API's JSON");
   Selects(fork, line, Command::kFork);
 

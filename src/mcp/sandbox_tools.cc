@@ -285,7 +285,7 @@ void AddSandboxTools(std::vector<ToolSpec>& tools) {
       .title = "Snapshot sandbox",
       .description =
           "Saves a copy of a sandbox's files as they are now and returns the snapshot id; with memory true "
-          "(gvisor sandboxes) its memory and running processes too, so a sandbox started from it goes on "
+          "(gvisor and microvm sandboxes) its memory and running processes too, so a sandbox started from it goes on "
           "running them (a REPL keeps its variables, a server keeps serving). Use it as a checkpoint before a "
           "risky change: create_sandbox with from_snapshot starts a new sandbox from it. The sandbox keeps "
           "running.",
@@ -294,7 +294,7 @@ void AddSandboxTools(std::vector<ToolSpec>& tools) {
         "properties": {
           "sandbox_id": {"type": "string", "minLength": 1},
           "name": {"type": "string", "maxLength": 128, "description": "Optional label for the snapshot."},
-          "memory": {"type": "boolean", "description": "Keep memory and processes too (gvisor sandboxes; default false)."}
+          "memory": {"type": "boolean", "description": "Keep memory and processes too (gvisor and microvm sandboxes; default false)."}
         },
         "required": ["sandbox_id"],
         "additionalProperties": false
@@ -316,7 +316,7 @@ void AddSandboxTools(std::vector<ToolSpec>& tools) {
       .title = "Fork sandbox",
       .description =
           "Makes count (1-16) new sandboxes, each a copy-on-write copy of this sandbox's files as they are now, "
-          "with the same image and settings; processes are copied too with memory true (gvisor sandboxes: each "
+          "with the same image and settings; processes are copied too with memory true (gvisor and microvm sandboxes: each "
           "copy goes on running them from where they are). Use it to try several approaches in parallel from the "
           "same starting point. Returns the new sandboxes' ids.",
       .input_schema = ParseSchema(R"json({
@@ -324,7 +324,7 @@ void AddSandboxTools(std::vector<ToolSpec>& tools) {
         "properties": {
           "sandbox_id": {"type": "string", "minLength": 1},
           "count": {"type": "integer", "minimum": 1, "maximum": 16, "description": "How many copies (default 1)."},
-          "memory": {"type": "boolean", "description": "Copy memory and running processes too (gvisor sandboxes; default false)."}
+          "memory": {"type": "boolean", "description": "Copy memory and running processes too (gvisor and microvm sandboxes; default false)."}
         },
         "required": ["sandbox_id"],
         "additionalProperties": false

@@ -109,7 +109,7 @@ class Sandbox:
 
     def pause(self, to_disk: bool = False) -> "Sandbox":
         """Freezes every process (memory kept, no CPU used, lifetime clock stopped). With
-        to_disk=True (gvisor) the memory and processes are written to disk and end: no RAM held,
+        to_disk=True (gvisor, microvm) the memory and processes are written to disk and end: no RAM held,
         and the next call that needs the sandbox restores them where they were."""
         body = {"to_disk": True} if to_disk else None
         return self._update(self._transport.json("POST", self._path + "/pause", json_body=body))

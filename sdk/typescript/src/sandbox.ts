@@ -157,7 +157,7 @@ export class Sandbox implements AsyncDisposable {
 
   /** Freezes it: memory and processes kept, no CPU used. */
   /**
-   * Freezes every process (memory kept, no CPU used). With `toDisk: true` (gvisor) the memory and
+   * Freezes every process (memory kept, no CPU used). With `toDisk: true` (gvisor, microvm) the memory and
    * processes are written to disk and end: no RAM held, and the next call restores them.
    */
   pause(options: { toDisk?: boolean } = {}): Promise<this> {
@@ -204,7 +204,7 @@ export class Sandbox implements AsyncDisposable {
 
   /**
    * Copy-on-write copies of the sandbox as it is now (1 to 16), running the same image and
-   * settings; with `memory: true` each goes on running this one's processes (gvisor sandboxes).
+   * settings; with `memory: true` each goes on running this one's processes (gvisor and microvm sandboxes).
    */
   async fork(count = 1, options: { memory?: boolean } = {}): Promise<Sandbox[]> {
     const body: Record<string, unknown> = { count };

@@ -183,7 +183,7 @@ export interface SnapshotInfo {
   sandboxId: string;
   createdAt: string;
   sizeBytes: number;
-  /** Memory and processes were captured too (a gvisor sandbox's, when asked). */
+  /** Memory and processes were captured too (a gvisor or microvm sandbox's, when asked). */
   memory: boolean;
   image: string;
   /** The runtime of the sandbox it was taken of: the only one that restores its memory. */
