@@ -16,7 +16,8 @@ the host has the runtime) whose process has touched 64 MiB and 512 MiB: the time
 it to its 201 and to its first exec output, a fork with memory x1 and x10, and a pause to disk
 and the resume from it; beside E2B's published ~4 s per GiB to pause and ~1 s to resume.
 
-    python3 bench/snapshot.py [--build build] [--runs 5] [--quick] [--drivers overlay,btrfs] [--memory-only]
+    python3 bench/snapshot.py [--build build] [--runs 5] [--quick] [--drivers overlay,btrfs]
+                              [--memory-only] [--memory-runtimes gvisor,microvm]
 """
 import argparse
 import os
@@ -136,9 +137,9 @@ def holder(mib: int) -> str:
             f"print('held', flush=True); time.sleep(86400)\"")
 
 
-def bench_memory(api: BulkheadApi, runs: int) -> None:
+def bench_memory(api: BulkheadApi, runs: int, names: list[str]) -> None:
     runtimes = api.call("GET", "/healthz")["runtimes"]
-    for runtime in ("gvisor", "microvm"):
+    for runtime in names:
         if runtimes.get(runtime, {}).get("memory_snapshots"):
             bench_memory_of(api, runtime, runs)
         else:
@@ -170,7 +171,10 @@ def bench_memory_of(api: BulkheadApi, runtime: str, runs: int) -> None:
                 restore_ms.append(ms)
                 made.append(started["id"])
                 restore_exec_ms.append(ms + exec_ms(api, started["id"]))
-                for count, into in ((1, fork1_ms), (10, fork10_ms)):
+                # Ten 2 GiB guests each loading 512 MiB under TCG outlast the API client's timeout
+                # on a 2-core host: not measured there.
+                tcg_heavy = runtime == "microvm" and mib == 512
+                for count, into in ((1, fork1_ms),) + (() if tcg_heavy else ((10, fork10_ms),)):
                     ms, forked = timed(lambda: api.call("POST", f"/v1/sandboxes/{source}/fork",
                                                         {"count": count, "memory": True}, expect=201))
                     into.append(ms)
@@ -187,7 +191,7 @@ def bench_memory_of(api: BulkheadApi, runtime: str, runs: int) -> None:
             print(f"  {name:15s} restore to 201      {figures(restore_ms)}")
             print(f"  {name:15s} ... to first exec   {figures(restore_exec_ms)}")
             print(f"  {name:15s} fork x1 with memory {figures(fork1_ms)}")
-            print(f"  {name:15s} fork x10 with memory{figures(fork10_ms)}")
+            print(f"  {name:15s} fork x10 with memory{figures(fork10_ms) if fork10_ms else '  (not measured)'}")
             print(f"  {name:15s} pause to disk       {figures(to_disk_ms)}")
             print(f"  {name:15s} resume from disk    {figures(from_disk_ms)}")
         finally:
@@ -213,6 +217,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="short run: 2 samples, no 1 GiB workspace")
     parser.add_argument("--drivers", default="overlay,btrfs")
     parser.add_argument("--memory-only", action="store_true", help="only the memory snapshot figures")
+    parser.add_argument("--memory-runtimes", default="gvisor,microvm", help="whose memory snapshots to measure")
     args = parser.parse_args()
     runs = args.runs or (2 if args.quick else 5)
     workloads = [w for w in WORKLOADS if not (args.quick and w[0] == "1 GiB")]
@@ -232,7 +237,7 @@ def main() -> int:
                     bench_workload(api, name, fill, runs)
             if number == 0:
                 print("memory snapshots (files and processes):")
-                bench_memory(api, runs)
+                bench_memory(api, runs, args.memory_runtimes.split(","))
             api.close()
         finally:
             daemon.stop()

@@ -1,5 +1,6 @@
 // The microvm tier's template bookkeeping: a shape's first launch starts its build and boots
-// cold; later launches restore once it is built; a failed build is reported, not retried.
+// cold (or waits for it, Wait); later launches restore once it is built; a failed build is
+// reported, not retried.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -63,6 +64,27 @@ TEST(Templates, GoingAwayTellsABuildUnderWayToStop) {
     EXPECT_FALSE(templates.Ready({128, 1}).has_value());
   }
   EXPECT_TRUE(saw_stop.load());
+}
+
+TEST(Templates, WaitTakesTheBuildItStartsOrFindsUnlessItOutlastsTheDeadline) {
+  std::atomic<bool> release = false;
+  std::atomic<int> builds = 0;
+  Templates templates([&](const GuestShape& shape, const std::atomic<bool>& stopping) -> Result<std::string> {
+    builds++;
+    while (!release && !stopping) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return shape.Name();
+  });
+  const GuestShape shape{256, 1};
+  const auto soon = [] { return std::chrono::steady_clock::now() + std::chrono::milliseconds(20); };
+  EXPECT_FALSE(templates.Wait(shape, soon()).has_value());  // started it, gave up waiting
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    release = true;
+  });
+  EXPECT_EQ(templates.Wait(shape, std::chrono::steady_clock::now() + std::chrono::seconds(10)), "256m-1cpu");
+  releaser.join();
+  EXPECT_EQ(templates.Ready(shape), "256m-1cpu");
+  EXPECT_EQ(builds.load(), 1);
 }
 
 TEST(Templates, EachShapeHasItsOwn) {

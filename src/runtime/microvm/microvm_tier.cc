@@ -389,9 +389,11 @@ Result<SandboxHandle> MicrovmTier::Launch(const LaunchSpec& spec) {
     fs_sockets.push_back(socket);
   }
 
-  // The vsock device.
+  // The vsock device. Now and then (one launch in hundreds, on a busy host) it could not bind
+  // its socket in the new directory: a second one is started, and what the directory was like is
+  // logged, to find out why.
   const std::string vsock_socket = vm + "/vsock.sock", vsock_log = spec.staging + "/vsock.log";
-  {
+  auto start_vsock = [&]() -> Status {
     auto log_fd = OpenLog(vsock_log);
     if (!log_fd) return log_fd.error();
     HelperPlan plan;
@@ -406,7 +408,16 @@ Result<SandboxHandle> MicrovmTier::Launch(const LaunchSpec& spec) {
     auto pid = SpawnHelper(plan);
     if (!pid) return pid.error();
     guest.children.push_back(*pid);
-    BH_TRY(WaitForSocket(vsock_socket, *pid, "vhost-device-vsock", vsock_log));
+    return WaitForSocket(vsock_socket, *pid, "vhost-device-vsock", vsock_log);
+  };
+  if (Status started = start_vsock(); !started.ok()) {
+    struct stat dir {}, root {};
+    const int dir_found = ::stat(vm.c_str(), &dir), root_found = ::stat(vms_root_.c_str(), &root);
+    spdlog::warn("sandbox {}: {} (its directory: {}, uid {}, mode {:o}; {}: {}, mode {:o}; its uid {}): once more",
+                 spec.id, started.error().message, dir_found == 0 ? "there" : "missing", dir.st_uid,
+                 dir.st_mode & 07777, vms_root_, root_found == 0 ? "there" : "missing", root.st_mode & 07777,
+                 spec.host_uid);
+    BH_TRY(start_vsock());
   }
 
   // The guest: restored from a memory image; else a copy of its shape's template where one is
