@@ -229,7 +229,7 @@ TEST_F(ApiServerTest, HealthzAnswersWithoutKey) {
                                   {"preview_domain", "localhost:7420"},
                                   {"runtimes",
                                    {{"gvisor", {{"available", false}, {"reason", "no runsc here"}}},
-                                    {"native", {{"available", true}}}}}}));
+                                    {"native", {{"available", true}, {"memory_snapshots", false}}}}}}));
 }
 
 TEST_F(ApiServerTest, EveryOtherRouteNeedsTheKey) {
