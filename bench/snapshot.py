@@ -225,7 +225,8 @@ def main() -> int:
           f"load average {os.getloadavg()[0]:.1f}")
     drivers = args.drivers.split(",")[:1] if args.memory_only else args.drivers.split(",")
     for number, driver in enumerate(drivers):
-        daemon = Daemon(args.build, extra_args=("--storage-driver", driver))
+        # (microvm's memory snapshots are experimental, off unless asked for)
+        daemon = Daemon(args.build, extra_args=("--storage-driver", driver, "--microvm-memory-snapshots"))
         try:
             daemon.start()
             api = BulkheadApi(daemon.port, daemon.api_key)

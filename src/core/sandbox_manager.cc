@@ -115,7 +115,8 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::Open(const DaemonConfig&
   // microvm where QEMU, the guest kernel and the device daemons are installed.
   auto installed = runtime::microvm::FindInstalled();
   auto microvm = installed ? runtime::microvm::MicrovmTier::Create(tag, config.state_dir, InitBinaryPath(), *installed,
-                                                                     config.microvm_templates)
+                                                                     config.microvm_templates,
+                                                                     config.microvm_memory_snapshots)
                            : Result<std::unique_ptr<runtime::microvm::MicrovmTier>>(installed.error());
   if (microvm) {
     spdlog::info("microvm runtime: {}, guest kernel {}", installed->qemu_version, installed->kernel_version);

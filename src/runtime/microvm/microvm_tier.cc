@@ -186,12 +186,13 @@ void PlanRoot(const LaunchSpec& spec, HelperPlan& plan) {
 }  // namespace
 
 MicrovmTier::MicrovmTier(Cgroups cgroups, std::string dir, std::string vms_root, Installed installed,
-                         bool templates)
+                         bool templates, bool memory_snapshots)
     : cgroups_(std::move(cgroups)),
       dir_(std::move(dir)),
       vms_root_(std::move(vms_root)),
       installed_(std::move(installed)),
-      use_templates_(templates) {
+      use_templates_(templates),
+      want_memory_snapshots_(memory_snapshots) {
   // The probe boot takes up to ~20 s where KVM hangs guests: the daemon serves meanwhile, and
   // the first microvm launch waits for it.
   accelerator_ = std::async(std::launch::async, [this] {
@@ -207,7 +208,7 @@ MicrovmTier::~MicrovmTier() {
 
 Result<std::unique_ptr<MicrovmTier>> MicrovmTier::Create(const std::string& tag, const std::string& state_dir,
                                                          const std::string& init_binary, Installed installed,
-                                                         bool templates) {
+                                                         bool templates, bool memory_snapshots) {
   auto cgroups = Cgroups::Open(tag + "-microvm");
   if (!cgroups) return cgroups.error();
   BH_TRY(MakeDir(kMountPoint, 0700));
@@ -230,7 +231,7 @@ Result<std::unique_ptr<MicrovmTier>> MicrovmTier::Create(const std::string& tag,
   BH_TRY(MakeDir(vms_root, 0711));
   if (::chmod(vms_root.c_str(), 0711) != 0) return SystemError("chmod " + vms_root, errno);
   return std::unique_ptr<MicrovmTier>(
-      new MicrovmTier(std::move(*cgroups), dir, vms_root, std::move(installed), templates));
+      new MicrovmTier(std::move(*cgroups), dir, vms_root, std::move(installed), templates, memory_snapshots));
 }
 
 Capabilities MicrovmTier::capabilities() const {

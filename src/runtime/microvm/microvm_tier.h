@@ -59,7 +59,7 @@ class MicrovmTier : public Tier {
   // initramfs in <state_dir>/microvm.
   static Result<std::unique_ptr<MicrovmTier>> Create(const std::string& tag, const std::string& state_dir,
                                                      const std::string& init_binary, Installed installed,
-                                                     bool templates = true);
+                                                     bool templates = true, bool memory_snapshots = false);
   ~MicrovmTier() override;
 
   const std::string& name() const override { return name_; }
@@ -95,11 +95,13 @@ class MicrovmTier : public Tier {
   static Limits HostLimits(const Limits& sandbox, bool kvm);
 
  private:
-  MicrovmTier(Cgroups cgroups, std::string dir, std::string vms_root, Installed installed, bool templates);
+  MicrovmTier(Cgroups cgroups, std::string dir, std::string vms_root, Installed installed, bool templates,
+              bool memory_snapshots);
 
   std::string VmDir(const std::string& id) const { return vms_root_ + "/" + id; }
-  // Whether memory snapshots work here: QEMU saves virtio-fs, and sandboxes start as copies.
-  bool MemorySnapshots() const { return installed_.qemu_release >= 802 && use_templates_; }
+  // Whether memory snapshots are on (serve --microvm-memory-snapshots) and work here: QEMU
+  // saves virtio-fs, and sandboxes start as copies.
+  bool MemorySnapshots() const { return want_memory_snapshots_ && installed_.qemu_release >= 802 && use_templates_; }
   // Waits for the accelerator probe (Create starts it).
   const Accelerator& Chosen() const;
   // What every guest's QEMU shares (the binary, kernel, initramfs, accelerator).
@@ -113,6 +115,7 @@ class MicrovmTier : public Tier {
   std::string vms_root_;  // /run/bulkhead-vms-<tag>: one directory of sockets per guest
   Installed installed_;
   bool use_templates_;
+  bool want_memory_snapshots_;
   std::shared_future<Accelerator> accelerator_;
 
   struct Guest {
