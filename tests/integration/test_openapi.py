@@ -36,6 +36,7 @@ def test_validators_reject_a_broken_document(session_dir, client):
     doc["paths"][first_path][first_method]["responses"] = {"200": {"content": {}}}
     broken = session_dir / "broken-openapi.json"
     broken.write_text(json.dumps(doc))
+    tooling.require_node_project(VALIDATOR_DIR)
     run = subprocess.run(["node", "validate.mjs", str(broken)], cwd=VALIDATOR_DIR,
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 1, run.stdout + run.stderr
