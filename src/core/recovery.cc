@@ -118,6 +118,7 @@ Status SandboxManagerImpl::Recover() {
       if (!known_names.count(name)) (void)tier->Destroy(name, {});
   for (const auto& id : storage_->ListLayers())
     if (!known.count(id)) (void)storage_->DestroyLayer(id);
+  uids_.ReleaseAllBut(known);
   RecoverSnapshots();
   for (const auto& entry : fs::directory_iterator(config_.state_dir + "/sandboxes", ec))
     if (!known_names.count(entry.path().filename().string())) fs::remove_all(entry.path(), ec);

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
 #include <random>
 
 #include "common/unique_fd.h"
@@ -57,6 +58,21 @@ Status UidRanges::Reclaim(uid_t base, const std::string& sandbox_id) {
   std::string want = owner_ + "\n" + sandbox_id + "\n";
   if (n >= 0 && std::string(buf, n) == want) return {};
   return MakeError(ErrorCode::kConflict, "uid range " + std::to_string(base) + " is held by another sandbox");
+}
+
+void UidRanges::ReleaseAllBut(const std::set<std::string>& sandbox_ids) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(kDir, ec)) {
+    UniqueFd fd(::open(entry.path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    char buf[4096];
+    const ssize_t n = fd ? ::read(fd.get(), buf, sizeof buf) : -1;
+    if (n <= 0) continue;
+    const std::string content(buf, static_cast<size_t>(n));
+    const size_t owner_end = content.find('\n');
+    if (owner_end == std::string::npos || content.compare(0, owner_end, owner_) != 0) continue;
+    const std::string id = content.substr(owner_end + 1, content.find('\n', owner_end + 1) - owner_end - 1);
+    if (!sandbox_ids.count(id)) ::unlink(entry.path().c_str());
+  }
 }
 
 void UidRanges::Release(uid_t base) {

@@ -6,6 +6,7 @@
 #pragma once
 #include <sys/types.h>
 
+#include <set>
 #include <string>
 
 #include "common/id_ranges.h"
@@ -23,6 +24,9 @@ class UidRanges {
   // Claims the given range again after a restart (no-op when we still hold it).
   Status Reclaim(uid_t base, const std::string& sandbox_id);
   void Release(uid_t base);
+  // After a restart: frees every range this daemon holds for a sandbox not in `sandbox_ids`
+  // (a create killed between its claim and its row left one).
+  void ReleaseAllBut(const std::set<std::string>& sandbox_ids);
 
  private:
   std::string owner_;  // the daemon's state dir: who holds a slot
