@@ -23,9 +23,6 @@ constexpr auto kSaveTakes = std::chrono::seconds(60);
 
 Error Failed(const std::string& what) { return MakeError(ErrorCode::kInternal, "microvm memory image: " + what); }
 
-nlohmann::json IgnoreShared() {
-  return {{"capabilities", nlohmann::json::array({{{"capability", "x-ignore-shared"}, {"state", true}}})}};
-}
 
 // The guest's memory, holes kept: only the pages it touched take room in the image.
 Status CopyMemory(pid_t qemu, const std::string& to) {
@@ -89,7 +86,7 @@ Status SaveMemoryImage(const std::string& qmp_socket, pid_t qemu, const std::str
   });
   BH_TRY(qmp->WaitForDeviceDeleted("vsock", kUnplugTakes));
   if (auto stopped = qmp->Execute("stop"); !stopped) return stopped.error();
-  BH_TRY(qmp->Execute("migrate-set-capabilities", IgnoreShared()));
+  BH_TRY(qmp->IgnoreSharedMemory());
   const std::string state = image_dir + kImageState;
   UniqueFd out(::open(state.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
   if (!out) return SystemError("create " + state, errno);
@@ -130,7 +127,7 @@ Status LoadMemoryImage(const VmConfig& vm, pid_t qemu, std::chrono::steady_clock
   if (!qmp) return qmp.error();
   for (const nlohmann::json& device : HotplugDevices(vm, /*vsock=*/false))
     if (auto added = qmp->Execute("device_add", device); !added) return added.error();
-  BH_TRY(qmp->Execute("migrate-set-capabilities", IgnoreShared()));
+  BH_TRY(qmp->IgnoreSharedMemory());
   BH_TRY(qmp->Execute("migrate-incoming", {{"uri", "fd:" + std::to_string(vm.incoming_fd)}}));
   if (Status loaded = qmp->AwaitLoaded(deadline); !loaded.ok()) return Failed(loaded.error().message);
   BH_TRY(qmp->Execute("device_add", VsockDevice()));

@@ -143,7 +143,7 @@ Status WaitForInit(const std::string& uds, const std::function<bool()>& alive,
 
 // After a vsock device was plugged into a guest restored from a memory image (or whose save
 // replaced it): until its init serves. A restored guest now and then misses the device's
-// hotplug event (about one restore in 12 here, whether it comes before or after the guest
+// hotplug event (3 restores of 31 here, whether it comes before or after the guest
 // runs again): it gets the device again once.
 Status WaitForInitAfterPlug(const std::string& vm, pid_t qemu, const std::function<bool()>& alive,
                             std::chrono::steady_clock::time_point deadline) {

@@ -108,6 +108,12 @@ Status Qmp::WaitForDeviceDeleted(const std::string& id, std::chrono::millisecond
   }
 }
 
+Status Qmp::IgnoreSharedMemory() {
+  const json capability = {{"capability", "x-ignore-shared"}, {"state", true}};
+  BH_TRY(Execute("migrate-set-capabilities", {{"capabilities", json::array({capability})}}));
+  return {};
+}
+
 Status Qmp::AwaitSaved(std::chrono::steady_clock::time_point deadline) {
   while (true) {
     auto state = Execute("query-migrate");

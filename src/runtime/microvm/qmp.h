@@ -31,6 +31,9 @@ class Qmp {
   // Waits for QEMU's DEVICE_DELETED event of device `id` (a device_del is done once the guest
   // let the device go), also if it came during an earlier Execute.
   Status WaitForDeviceDeleted(const std::string& id, std::chrono::milliseconds timeout);
+  // Leaves the guest's memory out of what migrate saves and migrate-incoming loads
+  // (x-ignore-shared: it is in a shared file or memfd the caller copies itself).
+  Status IgnoreSharedMemory();
   // After a migrate: polls until QEMU wrote the whole stream (or says why not).
   Status AwaitSaved(std::chrono::steady_clock::time_point deadline);
   // After a migrate-incoming: polls until the guest is loaded (then it is paused).

@@ -47,9 +47,6 @@ Status WaitForSign(int port, std::chrono::steady_clock::time_point deadline, con
   return {};
 }
 
-nlohmann::json IgnoreShared() {
-  return {{"capabilities", nlohmann::json::array({{{"capability", "x-ignore-shared"}, {"state", true}}})}};
-}
 
 }  // namespace
 
@@ -95,8 +92,7 @@ Status BuildTemplate(const VmConfig& vm, const std::string& saved, const std::st
   // Stopped first: a copy restores paused, and runs once its devices are in. The guest's
   // memory stays in its file, which each copy gets a copy of.
   if (auto stopped = qmp->Execute("stop"); !stopped) return BuildFailed(stopped.error().message, log);
-  if (auto ignored = qmp->Execute("migrate-set-capabilities", IgnoreShared()); !ignored)
-    return BuildFailed(ignored.error().message, log);
+  if (Status ignored = qmp->IgnoreSharedMemory(); !ignored.ok()) return BuildFailed(ignored.error().message, log);
   if (auto passed = qmp->Execute("getfd", {{"fdname", "saved"}}, out.get()); !passed)
     return BuildFailed(passed.error().message, log);
   if (auto started = qmp->Execute("migrate", {{"uri", "fd:saved"}}); !started) return BuildFailed(started.error().message, log);
@@ -113,7 +109,7 @@ Result<UniqueFd> StartCopy(const VmConfig& vm, pid_t pid, const std::string& boo
   auto qmp = Qmp::Connect(vm.qmp_socket, pid, std::chrono::seconds(30));
   if (!qmp) return qmp.error();
   // QEMU loads the saved state ("inmigrate"); the template was saved stopped, so is the copy.
-  if (auto ignored = qmp->Execute("migrate-set-capabilities", IgnoreShared()); !ignored) return ignored.error();
+  BH_TRY(qmp->IgnoreSharedMemory());
   if (auto loading = qmp->Execute("migrate-incoming", {{"uri", "fd:" + std::to_string(vm.incoming_fd)}}); !loading)
     return loading.error();
   BH_TRY(qmp->AwaitLoaded(deadline));
