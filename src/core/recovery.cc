@@ -76,7 +76,7 @@ Status SandboxManagerImpl::Recover() {
       // A paused one was stopped inside first (SetFrozen): the host's freeze holds it as it was.
       sb->state = *state;
       sb->init = sb->tier->Dialer(SandboxDir(row.id));
-      if (auto st = sb->tier->Reattach(HostName(row.id), handle, LimitsOf(*spec)); !st)
+      if (auto st = sb->tier->Reattach(HostName(row.id), handle, LimitsOf(*spec), SandboxDir(row.id)); !st)
         spdlog::error("recover: sandbox {}: {}", row.id, st.error().message);
       const Status brought = *state == State::kPaused ? sb->tier->SetFrozen(HostName(row.id), true)
                                                       : SetFrozen(*sb, false);

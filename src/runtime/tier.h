@@ -182,8 +182,10 @@ class Tier {
   // Host names of the sandboxes this daemon's tier holds something for (after a crash, those
   // without a row are destroyed).
   virtual std::vector<std::string> Leftovers() = 0;
-  // The daemon restarted and found this sandbox running: the tier takes up what it watches.
-  virtual Status Reattach(const std::string& /*id*/, const SandboxHandle& /*handle*/, const Limits& /*limits*/) {
+  // The daemon restarted and found this sandbox running: the tier takes up what it watches
+  // (`staging` is the directory LaunchSpec::staging named).
+  virtual Status Reattach(const std::string& /*id*/, const SandboxHandle& /*handle*/, const Limits& /*limits*/,
+                          const std::string& /*staging*/) {
     return {};
   }
   // Who frees memory in a sandbox that ran out of it where the tier keeps the host's OOM killer

@@ -14,10 +14,14 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <chrono>
+#include <functional>
+#include <future>
 #include <thread>
 
 #include "common/unique_fd.h"
 #include "runtime/tier.h"
+#include "runtime/vsock_dialer.h"
 
 namespace bulkhead::runtime {
 namespace {
@@ -119,6 +123,98 @@ TEST(VsockDeviceDialer, ADeviceServedByTheExpectedUidIsDialed) {
   auto rest = DialAndRead(device.path(), 1024, ::getuid() == 0 ? 0 : ::getuid());
   ASSERT_TRUE(rest) << rest.error().message;
   EXPECT_EQ(*rest, "hello");
+}
+
+// A device whose connections, in order, are each handed to `serve` (after their request line).
+class ScriptedDevice {
+ public:
+  using Serve = std::function<void(int connection)>;
+  explicit ScriptedDevice(std::vector<Serve> serves) {
+    char dir[] = "/tmp/vsock-dialer-XXXXXX";
+    dir_ = ::mkdtemp(dir);
+    path_ = dir_ + "/vsock.sock";
+    listener_ = UniqueFd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strcpy(addr.sun_path, path_.c_str());
+    EXPECT_EQ(::bind(listener_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    EXPECT_EQ(::listen(listener_.get(), 4), 0);
+    thread_ = std::thread([this, serves] {
+      for (const Serve& serve : serves) {
+        UniqueFd conn(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+        char c;
+        while (::read(conn.get(), &c, 1) == 1 && c != '\n') {
+        }
+        serve(conn.get());
+      }
+    });
+  }
+  ~ScriptedDevice() {
+    thread_.join();
+    std::filesystem::remove_all(dir_);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string dir_, path_;
+  UniqueFd listener_;
+  std::thread thread_;
+};
+
+// vhost-device-vsock 0.3.0 ends its device when it answers a connection already closed: a dial
+// given up on before the answer must leave its connection open until the answer came.
+TEST(VsockDeviceDialer, ADialGivenUpOnBeforeTheAnswerIsHeldOpenUntilTheAnswerComes) {
+  std::promise<void> given_up;
+  std::promise<std::pair<ssize_t, ssize_t>> answered;  // what the answer's send and the read after it got
+  ScriptedDevice device({[&](int connection) {
+    given_up.get_future().wait();
+    const ssize_t sent = ::send(connection, "OK 1\n", 5, MSG_NOSIGNAL);
+    timeval wait{10, 0};
+    ::setsockopt(connection, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
+    char byte;
+    answered.set_value({sent, ::read(connection, &byte, 1)});
+  }});
+  {
+    asio::io_context io;
+    asio::co_spawn(
+        io, [&]() -> asio::awaitable<void> { (void)co_await VsockDeviceDialer(device.path(), 1024)->Dial(io.get_executor()); },
+        asio::detached);
+    io.run_for(std::chrono::milliseconds(200));  // the caller's timeout: the dial, unanswered, ends with io
+  }
+  given_up.set_value();
+  auto [sent, after] = answered.get_future().get();
+  EXPECT_EQ(sent, 5) << "the answer met a closed connection: " << std::strerror(errno);
+  EXPECT_EQ(after, 0) << "the held connection was not closed once answered";
+}
+
+TEST(WaitForGuestPort, TriesAgainWhileTheGuestRefusesUntilItsListenerAccepts) {
+  ScriptedDevice device({[](int) {}, [](int) {}, [](int connection) { (void)!::send(connection, "OK 9\n", 5, MSG_NOSIGNAL); }});
+  Status served = WaitForGuestPort(device.path(), 1024, [] { return true; },
+                                   std::chrono::steady_clock::now() + std::chrono::seconds(20));
+  EXPECT_TRUE(served) << served.error().message;
+}
+
+TEST(WaitForGuestPort, ADeadlineLeavesTheUnansweredConnectionHeldAndSaysSo) {
+  std::promise<ssize_t> answered;
+  std::promise<void> timed_out;
+  ScriptedDevice device({[&](int connection) {
+    timed_out.get_future().wait();
+    answered.set_value(::send(connection, "OK 9\n", 5, MSG_NOSIGNAL));
+  }});
+  Status served = WaitForGuestPort(device.path(), 1024, [] { return true; },
+                                   std::chrono::steady_clock::now() + std::chrono::milliseconds(300));
+  ASSERT_FALSE(served);
+  EXPECT_NE(served.error().message.find("did not serve in time"), std::string::npos) << served.error().message;
+  timed_out.set_value();
+  EXPECT_EQ(answered.get_future().get(), 5);
+}
+
+TEST(WaitForGuestPort, AGuestThatStoppedEndsTheWait) {
+  ScriptedDevice device({[](int) {}});
+  Status served = WaitForGuestPort(device.path(), 1024, [] { return false; },
+                                   std::chrono::steady_clock::now() + std::chrono::seconds(20));
+  ASSERT_FALSE(served);
+  EXPECT_NE(served.error().message.find("stopped"), std::string::npos) << served.error().message;
 }
 
 TEST(VsockDeviceDialer, NoDeviceIsUnreachable) {

@@ -359,7 +359,8 @@ Status GvisorTier::SetLimits(const std::string& id, const Limits& limits) {
   return memory_watch_.Watch(id, HostLimits(limits).memory_mb << 20);
 }
 
-Status GvisorTier::Reattach(const std::string& id, const SandboxHandle& /*handle*/, const Limits& limits) {
+Status GvisorTier::Reattach(const std::string& id, const SandboxHandle& /*handle*/, const Limits& limits,
+                            const std::string& /*staging*/) {
   return memory_watch_.Watch(id, HostLimits(limits).memory_mb << 20);
 }
 

@@ -85,7 +85,8 @@ class GvisorTier : public Tier {
   bool Alive(const SandboxHandle& handle) override;
   Status Destroy(const std::string& id, const SandboxHandle& handle) override;
   std::vector<std::string> Leftovers() override;
-  Status Reattach(const std::string& id, const SandboxHandle& handle, const Limits& limits) override;
+  Status Reattach(const std::string& id, const SandboxHandle& handle, const Limits& limits,
+                  const std::string& staging) override;
   void SetReclaim(std::function<bool(const std::string& id)> reclaim) override {
     memory_watch_.SetReclaim(std::move(reclaim));
   }

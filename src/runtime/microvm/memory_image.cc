@@ -99,13 +99,15 @@ Status SaveMemoryImage(const std::string& qmp_socket, pid_t qemu, const std::str
   return PlugVsock(*qmp, vsock_socket);
 }
 
-Status ReplugVsock(const std::string& qmp_socket, pid_t qemu, const std::string& vsock_socket) {
+Status ReplugVsock(const std::string& qmp_socket, pid_t qemu, const std::string& vsock_socket,
+                   const std::function<Status()>& unplugged) {
   auto qmp = Qmp::Connect(qmp_socket, qemu, kMonitorConnects);
   if (!qmp) return qmp.error();
   if (HasVsock(*qmp)) {
     BH_TRY(qmp->Execute("device_del", {{"id", "vsock"}}));
     BH_TRY(qmp->WaitForDeviceDeleted("vsock", kUnplugTakes));
   }
+  BH_TRY(unplugged());
   return PlugVsock(*qmp, vsock_socket);
 }
 

@@ -16,6 +16,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <string>
 
 #include "common/result.h"
@@ -33,9 +34,10 @@ inline constexpr char kImageMemory[] = "/memory";
 Status SaveMemoryImage(const std::string& qmp_socket, pid_t qemu, const std::string& vsock_socket,
                        const std::string& image_dir);
 
-// Unplugs the running guest's vsock device (if it has one) and plugs a new one in: for a guest
-// that missed the hotplug of the last (its init unreachable through it).
-Status ReplugVsock(const std::string& qmp_socket, pid_t qemu, const std::string& vsock_socket);
+// Unplugs the running guest's vsock device (if it has one), calls `unplugged` (which starts
+// the device daemon again), and plugs a new device in.
+Status ReplugVsock(const std::string& qmp_socket, pid_t qemu, const std::string& vsock_socket,
+                   const std::function<Status()>& unplugged);
 
 // Runs the guest of QEMU `qemu` if its monitor says it is stopped (a save left it so), with a
 // vsock device (a save cut short may have left it without). Its kernel then finds the new

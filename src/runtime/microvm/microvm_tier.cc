@@ -35,6 +35,7 @@
 #include "runtime/root_plan.h"
 #include "runtime/seccomp.h"
 #include "runtime/user_namespace.h"
+#include "runtime/vsock_dialer.h"
 
 namespace bulkhead::runtime::microvm {
 namespace fs = std::filesystem;
@@ -112,47 +113,6 @@ Result<UniqueFd> ListenForReady(const std::string& path, uid_t host_uid) {
   if (::chown(path.c_str(), host_uid, host_uid) != 0) return SystemError("chown " + path, errno);
   if (::listen(fd.get(), 4) != 0) return SystemError("listen " + path, errno);
   return fd;
-}
-
-// Until the guest's init accepts a connection on its port through the vsock device's socket
-// `uds`: a guest restored from a memory image serves at once (and says so to nobody), and one
-// whose vsock device a save replaced serves once its kernel found the new one.
-Status WaitForInit(const std::string& uds, const std::function<bool()>& alive,
-                   std::chrono::steady_clock::time_point deadline) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (uds.size() >= sizeof addr.sun_path) return MakeError(ErrorCode::kInternal, "socket path too long: " + uds);
-  std::memcpy(addr.sun_path, uds.c_str(), uds.size() + 1);
-  const std::string connect = "CONNECT " + std::to_string(ctl::kGuestInitPort) + "\n";
-  while (true) {
-    UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (!fd) return SystemError("socket", errno);
-    char answer[32] = {};
-    timeval wait{1, 0};
-    (void)::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
-    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-        ::send(fd.get(), connect.data(), connect.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(connect.size()) &&
-        ::recv(fd.get(), answer, sizeof answer - 1, 0) > 2 && std::strncmp(answer, "OK", 2) == 0)
-      return {};
-    if (!alive()) return MakeError(ErrorCode::kInternal, "the guest stopped");
-    if (std::chrono::steady_clock::now() > deadline)
-      return MakeError(ErrorCode::kInternal, "the guest's init did not serve in time");
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-}
-
-// After a vsock device was plugged into a guest restored from a memory image (or whose save
-// replaced it): until its init serves. A restored guest now and then misses the device's
-// hotplug event (3 restores of 31 here, whether it comes before or after the guest
-// runs again): it gets the device again once.
-Status WaitForInitAfterPlug(const std::string& vm, pid_t qemu, const std::function<bool()>& alive,
-                            std::chrono::steady_clock::time_point deadline) {
-  constexpr auto kFirstTry = std::chrono::seconds(2);
-  if (WaitForInit(vm + "/v.sock", alive, std::min(deadline, std::chrono::steady_clock::now() + kFirstTry)).ok())
-    return {};
-  spdlog::warn("microvm guest {}: its init did not answer after the vsock device came: plugging it again", vm);
-  BH_TRY(ReplugVsock(vm + "/qmp.sock", qemu, vm + "/vsock.sock"));
-  return WaitForInit(vm + "/v.sock", alive, deadline);
 }
 
 std::vector<std::string> PathComponents(const std::string& path) {
@@ -393,33 +353,21 @@ Result<SandboxHandle> MicrovmTier::Launch(const LaunchSpec& spec) {
   // The vsock device. Now and then (one launch in hundreds, on a busy host) it could not bind
   // its socket in the new directory: a second one is started, and what the directory was like is
   // logged, to find out why.
-  const std::string vsock_socket = vm + "/vsock.sock", vsock_log = spec.staging + "/vsock.log";
-  auto start_vsock = [&]() -> Status {
-    auto log_fd = OpenLog(vsock_log);
-    if (!log_fd) return log_fd.error();
-    HelperPlan plan;
-    plan.cgroup_join_fds = join_fds;
-    plan.run_uid = spec.host_uid;
-    plan.log_fd = log_fd->get();
-    Command command;
-    command.args = {installed_.vsock_device, "--vm",
-                    "guest-cid=3,socket=" + vsock_socket + ",uds-path=" + vm + "/v.sock"};
-    command.env = {"RUST_LOG=error"};
-    command.Into(plan);
-    auto pid = SpawnHelper(plan);
-    if (!pid) return pid.error();
-    guest.children.push_back(*pid);
-    return WaitForSocket(vsock_socket, *pid, "vhost-device-vsock", vsock_log);
-  };
-  if (Status started = start_vsock(); !started.ok()) {
+  const std::string vsock_socket = vm + "/vsock.sock";
+  auto vsock_device = StartVsockDevice(spec.id, spec.staging, spec.host_uid, join_fds);
+  if (!vsock_device) {
     struct stat dir {}, root {};
     const int dir_found = ::stat(vm.c_str(), &dir), root_found = ::stat(vms_root_.c_str(), &root);
     spdlog::warn("sandbox {}: {} (its directory: {}, uid {}, mode {:o}; {}: {}, mode {:o}; its uid {}): once more",
-                 spec.id, started.error().message, dir_found == 0 ? "there" : "missing", dir.st_uid,
+                 spec.id, vsock_device.error().message, dir_found == 0 ? "there" : "missing", dir.st_uid,
                  dir.st_mode & 07777, vms_root_, root_found == 0 ? "there" : "missing", root.st_mode & 07777,
                  spec.host_uid);
-    BH_TRY(start_vsock());
+    vsock_device = StartVsockDevice(spec.id, spec.staging, spec.host_uid, join_fds);
+    if (!vsock_device) return vsock_device.error();
   }
+  guest.children.push_back(*vsock_device);
+  guest.vsock_device = *vsock_device;
+  guest.staging = spec.staging;
 
   // The guest: restored from a memory image; else a copy of its shape's template where one is
   // saved (waited for where memory snapshots need guests to be copies), else a boot.
@@ -488,7 +436,7 @@ Result<SandboxHandle> MicrovmTier::Launch(const LaunchSpec& spec) {
   if (from_image) {
     if (Status loaded = LoadMemoryImage(config, qemu, deadline); !loaded.ok())
       return failed("the memory image did not load: " + loaded.error().message);
-    if (Status serving = WaitForInitAfterPlug(vm, qemu, [&] { return !Exited(qemu); }, deadline); !serving.ok())
+    if (Status serving = ServeAfterPlug(spec.id, guest, [&] { return !Exited(qemu); }, deadline); !serving.ok())
       return failed(serving.error().message);
   } else if (saved) {
     boot.realtime_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -515,6 +463,78 @@ Result<SandboxHandle> MicrovmTier::Launch(const LaunchSpec& spec) {
   }
   undo.Dismiss();
   return handle;
+}
+
+Result<pid_t> MicrovmTier::StartVsockDevice(const std::string& id, const std::string& staging, uid_t host_uid,
+                                            const std::vector<int>& join_fds) {
+  const std::string vm = VmDir(id), socket = vm + "/vsock.sock", log = staging + "/vsock.log";
+  auto log_fd = OpenLog(log);
+  if (!log_fd) return log_fd.error();
+  HelperPlan plan;
+  plan.cgroup_join_fds = join_fds;
+  plan.run_uid = host_uid;
+  plan.log_fd = log_fd->get();
+  Command command;
+  command.args = {installed_.vsock_device, "--vm", "guest-cid=3,socket=" + socket + ",uds-path=" + vm + "/v.sock"};
+  command.env = {"RUST_LOG=error"};
+  command.Into(plan);
+  auto pid = SpawnHelper(plan);
+  if (!pid) return pid.error();
+  if (Status listening = WaitForSocket(socket, *pid, "vhost-device-vsock", log); !listening.ok()) {
+    ::kill(*pid, SIGKILL);
+    ::waitpid(*pid, nullptr, 0);
+    return listening.error();
+  }
+  return *pid;
+}
+
+Status MicrovmTier::RestartVsockDevice(const std::string& id, Guest& guest) {
+  // A guest re-attached after a restart: its device daemon is found in its cgroup.
+  pid_t old = guest.vsock_device;
+  std::vector<std::string> paths = cgroups_.Paths(id);
+  if (old == 0 && !paths.empty()) {
+    std::istringstream procs(ReadSmallFile(paths.front() + "/cgroup.procs", 1 << 20).value_or(""));
+    for (pid_t pid = 0; procs >> pid;) {
+      std::error_code ec;
+      if (fs::read_symlink("/proc/" + std::to_string(pid) + "/exe", ec) == installed_.vsock_device) old = pid;
+    }
+  }
+  // Its host uid is the VM directory's (Launch).
+  struct stat vm {};
+  if (::stat(VmDir(id).c_str(), &vm) != 0) return SystemError("stat " + VmDir(id), errno);
+  auto join = cgroups_.OpenJoinFds(id);
+  if (!join) return join.error();
+  std::vector<int> join_fds;
+  for (const auto& fd : join->sandbox) join_fds.push_back(fd.get());
+  if (old > 0) {
+    ::kill(old, SIGKILL);
+    ::waitpid(old, nullptr, 0);  // (ECHILD for a daemon a crashed daemon started)
+    std::erase(guest.children, old);
+  }
+  auto started = StartVsockDevice(id, guest.staging, vm.st_uid, join_fds);
+  if (!started) return started.error();
+  guest.children.push_back(*started);
+  guest.vsock_device = *started;
+  return {};
+}
+
+// After a vsock device was plugged into a guest restored from a memory image (or whose save
+// replaced it): until its init serves. Where it does not within seconds, the device daemon
+// may be the one that ended (vsock_dialer.h: a daemon killed while it dialed): a new daemon
+// and a new device, once.
+Status MicrovmTier::ServeAfterPlug(const std::string& id, Guest& guest, const std::function<bool()>& alive,
+                                   std::chrono::steady_clock::time_point deadline) {
+  constexpr auto kFirstTry = std::chrono::seconds(4);
+  const std::string vm = VmDir(id);
+  if (WaitForGuestPort(vm + "/v.sock", ctl::kGuestInitPort, alive,
+                       std::min(deadline, std::chrono::steady_clock::now() + kFirstTry))
+          .ok())
+    return {};
+  spdlog::warn("microvm guest {}: its init did not answer after the vsock device came: a new device daemon and "
+               "device",
+               id);
+  BH_TRY(ReplugVsock(vm + "/qmp.sock", guest.qemu, vm + "/vsock.sock", [&] { return RestartVsockDevice(id, guest); }));
+  return WaitForGuestPort(vm + "/v.sock", ctl::kGuestInitPort, alive, deadline);
 }
 
 VmConfig MicrovmTier::BaseConfig(const GuestShape& shape) const {
@@ -573,31 +593,38 @@ Status MicrovmTier::SetLimits(const std::string& id, const Limits& limits) {
   return cgroups_.SetLimits(id, HostLimits(limits, Chosen().kvm));
 }
 
-Status MicrovmTier::Reattach(const std::string& id, const SandboxHandle& handle, const Limits& limits) {
+Status MicrovmTier::Reattach(const std::string& id, const SandboxHandle& handle, const Limits& limits,
+                             const std::string& staging) {
   // A copy of a template is the one with a monitor socket (Launch). The daemon may have ended
   // in a memory snapshot, its guest stopped: the next thaw looks (Continue).
   std::error_code ec;
   const bool restored = fs::exists(VmDir(id) + "/qmp.sock", ec);
   std::lock_guard lock(mu_);
-  guests_[id] = Guest{GuestMemoryMb(limits), VcpusFor(limits), restored, handle.pid, restored, {}};
+  guests_[id] = Guest{GuestMemoryMb(limits), VcpusFor(limits), restored, handle.pid, restored, {}, 0, staging};
   return {};
 }
 
 Status MicrovmTier::SetFrozen(const std::string& id, bool frozen) {
   BH_TRY(cgroups_.SetFrozen(id, frozen));
-  pid_t qemu = 0;
+  Guest guest;
   {
     std::lock_guard lock(mu_);
     auto it = guests_.find(id);
     if (frozen || it == guests_.end() || !it->second.saved) return {};
-    qemu = it->second.qemu;
+    guest = it->second;
   }
+  const pid_t qemu = guest.qemu;
   BH_TRY(Continue(VmDir(id) + "/qmp.sock", qemu, VmDir(id) + "/vsock.sock"));
-  BH_TRY(WaitForInitAfterPlug(VmDir(id), qemu, [&] { return ::kill(qemu, 0) == 0; },
-                              std::chrono::steady_clock::now() + kDeviceListens));
+  const Status serving = ServeAfterPlug(id, guest, [&] { return ::kill(qemu, 0) == 0; },
+                                        std::chrono::steady_clock::now() + kDeviceListens);
+  // (its device daemon may be a new one, also where its init still does not serve)
   std::lock_guard lock(mu_);
-  if (auto it = guests_.find(id); it != guests_.end()) it->second.saved = false;
-  return {};
+  if (auto it = guests_.find(id); it != guests_.end()) {
+    it->second.children = guest.children;
+    it->second.vsock_device = guest.vsock_device;
+    it->second.saved = !serving.ok();
+  }
+  return serving;
 }
 
 std::string MicrovmTier::MemoryFormat() const {

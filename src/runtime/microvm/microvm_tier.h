@@ -79,7 +79,8 @@ class MicrovmTier : public Tier {
   bool Alive(const SandboxHandle& handle) override;
   Status Destroy(const std::string& id, const SandboxHandle& handle) override;
   std::vector<std::string> Leftovers() override;
-  Status Reattach(const std::string& id, const SandboxHandle& handle, const Limits& limits) override;
+  Status Reattach(const std::string& id, const SandboxHandle& handle, const Limits& limits,
+                  const std::string& staging) override;
   Status Checkpoint(const std::string& id, const SandboxHandle& handle, const std::string& image_dir) override;
   std::string MemoryFormat() const override;
   Status Rename(const std::string& from, const std::string& to) override { return cgroups_.Rename(from, to); }
@@ -106,6 +107,14 @@ class MicrovmTier : public Tier {
   const Accelerator& Chosen() const;
   // What every guest's QEMU shares (the binary, kernel, initramfs, accelerator).
   VmConfig BaseConfig(const GuestShape& shape) const;
+  // Starts guest `id`'s vsock device daemon (its log in `staging`), once it listens.
+  Result<pid_t> StartVsockDevice(const std::string& id, const std::string& staging, uid_t host_uid,
+                                 const std::vector<int>& join_fds);
+  // Ends guest `id`'s vsock device daemon and starts another (its device unplugged meanwhile).
+  struct Guest;
+  Status RestartVsockDevice(const std::string& id, Guest& guest);
+  Status ServeAfterPlug(const std::string& id, Guest& guest, const std::function<bool()>& alive,
+                        std::chrono::steady_clock::time_point deadline);
   // Boots and saves the template guest of `shape` (template.h); its saved state's path.
   Result<std::string> BuildShape(const GuestShape& shape, const std::atomic<bool>& stopping);
 
@@ -125,6 +134,8 @@ class MicrovmTier : public Tier {
     pid_t qemu = 0;
     bool saved = false;     // a memory snapshot left it stopped: it runs again when thawed
     std::vector<pid_t> children;  // this daemon's children (QEMU, the daemons), reaped at Destroy
+    pid_t vsock_device = 0;       // its vsock device daemon, where this daemon started it
+    std::string staging;          // the sandbox's directory of the core's (logs)
   };
   mutable std::mutex mu_;
   std::map<std::string, Guest> guests_;
