@@ -225,8 +225,7 @@ def main() -> int:
           f"load average {os.getloadavg()[0]:.1f}")
     drivers = args.drivers.split(",")[:1] if args.memory_only else args.drivers.split(",")
     for number, driver in enumerate(drivers):
-        # (microvm's memory snapshots are experimental, off unless asked for)
-        daemon = Daemon(args.build, extra_args=("--storage-driver", driver, "--microvm-memory-snapshots"))
+        daemon = Daemon(args.build, extra_args=("--storage-driver", driver))
         try:
             daemon.start()
             api = BulkheadApi(daemon.port, daemon.api_key)

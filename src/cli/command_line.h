@@ -94,7 +94,7 @@ struct CommandLine {
   std::vector<std::string> warm_pools;  // --warm-pool N | RUNTIME=N, repeatable
   std::optional<std::string> runsc;
   bool no_microvm_templates = false;
-  bool microvm_memory_snapshots = false;
+  bool no_microvm_memory_snapshots = false;
   std::string idle_pause = "memory";  // --idle-pause memory|disk
   std::optional<std::string> default_runtime;
   std::optional<int> io_threads, blocking_threads;

@@ -39,10 +39,9 @@ struct DaemonConfig {
   bool idle_pause_to_disk = false;
   // --no-microvm-templates: every microvm sandbox boots its guest (runtime/microvm/template.h).
   bool microvm_templates = true;
-  // --microvm-memory-snapshots: microvm sandboxes take memory snapshots, forks with memory and
-  // pauses to disk (runtime/microvm/memory_image.h). Off by default: on a loaded host a restored
-  // guest now and then never finds its vsock device (README).
-  bool microvm_memory_snapshots = false;
+  // microvm sandboxes take memory snapshots, forks with memory and pauses to disk
+  // (runtime/microvm/memory_image.h) unless --no-microvm-memory-snapshots.
+  bool microvm_memory_snapshots = true;
   int io_threads = 2;      // threads serving HTTP
   int blocking_threads = 4;  // threads running sandbox setup and teardown
   // --output-rate: MiB/s of one sandbox's command output the daemon relays, over all its

@@ -184,8 +184,6 @@ def test_sigkill_during_an_operation_leaves_nothing_half_made(daemon_factory, cr
     rng = random.Random(f"{SEED}-{operation}")
     daemon = daemon_factory()
     daemon.netns = crash_netns
-    if operation in MICROVM_OPERATIONS:
-        daemon.extra_args = (*daemon.extra_args, "--microvm-memory-snapshots")
     daemon.start()
     client = daemon.client()
     runtime = {}

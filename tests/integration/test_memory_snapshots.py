@@ -27,7 +27,7 @@ def runtime(request, client):
     if request.param not in available_runtimes(client):
         pytest.skip(f"this host has no {request.param} runtime")
     if not client.get("/healthz").json()["runtimes"][request.param].get("memory_snapshots"):
-        # microvm's are off unless serve --microvm-memory-snapshots (experimental: README)
+        # (microvm's need QEMU 8.2 or newer)
         pytest.skip(f"this daemon's {request.param} runtime takes no memory snapshots")
     return request.param
 

@@ -100,7 +100,7 @@ class MicrovmTier : public Tier {
               bool memory_snapshots);
 
   std::string VmDir(const std::string& id) const { return vms_root_ + "/" + id; }
-  // Whether memory snapshots are on (serve --microvm-memory-snapshots) and work here: QEMU
+  // Whether memory snapshots are on (unless serve --no-microvm-memory-snapshots) and work here: QEMU
   // saves virtio-fs, and sandboxes start as copies.
   bool MemorySnapshots() const { return want_memory_snapshots_ && installed_.qemu_release >= 802 && use_templates_; }
   // Waits for the accelerator probe (Create starts it).
