@@ -74,7 +74,15 @@ asio::awaitable<void> ServeUpload(HttpExchange& exchange, core::FileOperation& o
     if (!sent.ok()) worker_stopped = true;
     co_return sent;
   };
+  // A worker that ends while the body streams (a read-only path, a full disk) is answered at
+  // once, also when its end comes while the daemon waits for more of the body: that wait stops.
+  operation.WhenEnded([&exchange, &worker_stopped] {
+    worker_stopped = true;
+    exchange.set_keep_alive(false);  // (the rest of the body stays unread)
+    exchange.stream().cancel();
+  });
   Result<uint64_t> received = co_await exchange.ReadBodyStreamed(kMaxFileUpload, to_worker);
+  operation.WhenEnded(nullptr);
   if (!received.ok() && !worker_stopped) {
     // The body broke off (the client left, bad chunking, over the limit). Closing the
     // connection kills the worker: it never takes part of a body for all of it.

@@ -90,6 +90,7 @@ struct FileOperation::State {
   std::string collected;
   bool collected_overflow = false;
   asio::steady_timer ended;
+  std::function<void()> when_ended;
 
   asio::awaitable<Result<CtlClient::Frame>> NextFrame() {
     if (unread) {
@@ -136,6 +137,7 @@ struct FileOperation::State {
     outcome = std::move(status);
     client->Close();  // init ends the connection after the last frame anyway
     ended.cancel();
+    if (when_ended) when_ended();
   }
 };
 
@@ -160,6 +162,8 @@ FileOperation::FileOperation(std::shared_ptr<State> state) : state_(std::move(st
 FileOperation::~FileOperation() { Cancel(); }
 
 void FileOperation::Cancel() { state_->client->Close(); }
+
+void FileOperation::WhenEnded(std::function<void()> hook) { state_->when_ended = std::move(hook); }
 
 asio::awaitable<Result<std::unique_ptr<FileOperation>>> FileOperation::Start(InitConnection connection,
                                                                             const json& op,

@@ -7,6 +7,7 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -58,6 +59,10 @@ class FileOperation {
 
   // Closes the connection: init kills the worker. Pending calls complete with an error.
   void Cancel();
+
+  // Calls `hook` (on the operation's strand) when the worker ends or the connection to init is
+  // lost; nullptr takes the hook back.
+  void WhenEnded(std::function<void()> hook);
 
  private:
   static boost::asio::awaitable<Result<std::unique_ptr<FileOperation>>> Begin(InitConnection connection,

@@ -218,6 +218,10 @@ class Upload {
     if (current_) current_->Cancel();
   }
 
+  // Called when a file's worker ends before its input did (a read-only path, a full disk): the
+  // request stops waiting for more of the body.
+  void WhenAWorkerStops(std::function<void()> hook) { when_a_worker_stops_ = std::move(hook); }
+
   // The real error of a write whose worker stopped taking input, if that was the trouble.
   asio::awaitable<std::optional<Error>> WorkerError() {
     if (!current_ || !worker_stopped_) co_return std::nullopt;
@@ -277,6 +281,10 @@ class Upload {
     current_ = std::move(started.value());
     current_path_ = *path;
     worker_stopped_ = false;
+    current_->WhenEnded([this] {
+      worker_stopped_ = true;
+      if (when_a_worker_stops_) when_a_worker_stops_();
+    });
     co_return Status{};
   }
 
@@ -289,6 +297,7 @@ class Upload {
 
   asio::awaitable<Status> CloseFile() {
     if (!current_) co_return Status{};
+    current_->WhenEnded(nullptr);  // (its input is all there: it ends now)
     (void)co_await current_->CloseInput();  // if it fails, Finish says why
     Result<std::string> answer = co_await current_->Finish(kMaxFileAnswerBytes);
     current_.reset();
@@ -315,6 +324,7 @@ class Upload {
   std::unique_ptr<core::FileOperation> current_;
   std::string current_path_;
   bool worker_stopped_ = false;
+  std::function<void()> when_a_worker_stops_;
   std::set<std::string> paths_;
   json written_ = json::array();
 };
@@ -350,7 +360,12 @@ asio::awaitable<void> ServeUpload(EnvdRequest& request) {
   const api::HttpExchange::BodySink sink = [&upload](std::string_view piece) -> asio::awaitable<Status> {
     co_return co_await upload.Consume(piece);
   };
+  upload.WhenAWorkerStops([&exchange] {
+    exchange.set_keep_alive(false);  // (the rest of the body stays unread)
+    exchange.stream().cancel();
+  });
   Result<uint64_t> received = co_await exchange.ReadBodyStreamed(api::kMaxFileUpload, sink);
+  upload.WhenAWorkerStops(nullptr);
   if (!received.ok()) {
     // A worker that stopped taking input knows why (disk full, permission denied).
     std::optional<Error> worker = co_await upload.WorkerError();

@@ -769,3 +769,22 @@ def test_upload_metadata_rules(envd):
         assert r.status == 400 and r.json()["message"].startswith("invalid metadata"), (name, r)
         assert envd.error("Stat", {"path": f"{base}/{name}"}) == (404, "not_found")
     assert upload("max-key", **{"k" * 246: "v"}).status == 200
+
+
+def test_files_refused_while_the_body_is_awaited_answers_at_once(envd):
+    """A write refused while the front waits for more of the body (1 GiB announced, a few bytes
+    sent) is answered then, not when the client gives up."""
+    conn = envd.conn(timeout=30)
+    try:
+        conn.putrequest("POST", "/files?" + urllib.parse.urlencode({"path": "/usr/never"}))
+        for name, value in envd.headers(**{"Content-Type": "application/octet-stream",
+                                           "Content-Length": str(1 << 30)}).items():
+            conn.putheader(name, value)
+        conn.endheaders()
+        conn.send(b"only this")
+        r = conn.getresponse()
+        assert r.status == 403, r.status
+        r.read()
+        assert r.will_close
+    finally:
+        conn.close()

@@ -506,6 +506,25 @@ def test_an_upload_refused_early_does_not_wait_for_the_body(client, sandbox):
         conn.close()
 
 
+def test_an_upload_refused_while_the_daemon_waits_for_the_body_is_answered_at_once(client, sandbox):
+    """The refusal comes while the daemon waits for more of the body (it announced 1 GiB and sent
+    a few bytes, all taken in): the wait ends and the answer goes out."""
+    conn = client.connection(timeout=30)
+    try:
+        conn.putrequest("PUT", files_url(sandbox, path="/usr/never"))
+        conn.putheader("Authorization", f"Bearer {client.key}")
+        conn.putheader("Content-Length", str(1 << 30))
+        conn.endheaders()
+        conn.send(b"only this")
+        r = conn.getresponse()
+        assert r.status == 403
+        assert json.loads(r.read())["error"]["code"] in ("read_only", "permission_denied")
+        assert r.will_close
+    finally:
+        conn.close()
+    assert client.sh(sandbox, "echo still here") == "still here\n"
+
+
 def test_a_client_that_breaks_off_an_upload_leaves_the_old_content(client, sandbox):
     write(client, sandbox, "/workspace/precious", b"old content")
     sock = socket.create_connection(("127.0.0.1", client.port), timeout=30)
