@@ -488,40 +488,33 @@ def test_read_only_system_directories_are_403(client, sandbox):
     assert client.exec(sandbox, ["test", "-x", "/usr/bin/env"])["exit_code"] == 0
 
 
-def test_an_upload_refused_early_does_not_wait_for_the_body(client, sandbox):
-    """A write that fails at once (a read-only path) is answered while the client still sends:
-    the daemon stops reading, answers, and closes the connection."""
-    conn = client.connection(timeout=30)
-    try:
-        conn.putrequest("PUT", files_url(sandbox, path="/usr/never"))
-        conn.putheader("Authorization", f"Bearer {client.key}")
-        conn.putheader("Content-Length", str(1 << 30))  # announces 1 GiB, sends 1 MiB
-        conn.endheaders()
-        conn.send(b"x" * MiB)
-        r = conn.getresponse()
-        assert r.status == 403
-        assert json.loads(r.read())["error"]["code"] in ("read_only", "permission_denied")
-        assert r.will_close
-    finally:
-        conn.close()
-
-
-def test_an_upload_refused_while_the_daemon_waits_for_the_body_is_answered_at_once(client, sandbox):
-    """The refusal comes while the daemon waits for more of the body (it announced 1 GiB and sent
-    a few bytes, all taken in): the wait ends and the answer goes out."""
+def refused_upload(client, sandbox, sent: bytes):
+    """PUTs to a read-only path announcing 1 GiB and sending `sent`: the answer, read."""
     conn = client.connection(timeout=30)
     try:
         conn.putrequest("PUT", files_url(sandbox, path="/usr/never"))
         conn.putheader("Authorization", f"Bearer {client.key}")
         conn.putheader("Content-Length", str(1 << 30))
         conn.endheaders()
-        conn.send(b"only this")
+        conn.send(sent)
         r = conn.getresponse()
         assert r.status == 403
         assert json.loads(r.read())["error"]["code"] in ("read_only", "permission_denied")
         assert r.will_close
     finally:
         conn.close()
+
+
+def test_an_upload_refused_early_does_not_wait_for_the_body(client, sandbox):
+    """A write that fails at once (a read-only path) is answered while the client still sends:
+    the daemon stops reading, answers, and closes the connection."""
+    refused_upload(client, sandbox, b"x" * MiB)
+
+
+def test_an_upload_refused_while_the_daemon_waits_for_the_body_is_answered_at_once(client, sandbox):
+    """The refusal comes while the daemon waits for more of the body (all it was sent is taken
+    in): the wait ends and the answer goes out."""
+    refused_upload(client, sandbox, b"only this")
     assert client.sh(sandbox, "echo still here") == "still here\n"
 
 

@@ -18,6 +18,7 @@
 #include <functional>
 #include <future>
 #include <thread>
+#include <vector>
 
 #include "common/unique_fd.h"
 #include "runtime/tier.h"
@@ -27,11 +28,11 @@ namespace bulkhead::runtime {
 namespace {
 namespace asio = boost::asio;
 
-// A device that accepts one connection, reads the request line into `request`, and answers
-// with `answer` (then closes).
-class FakeDevice {
+// A device whose connections, in order, are each handed to `serve` once their request line was read.
+class ScriptedDevice {
  public:
-  explicit FakeDevice(std::string answer) {
+  using Serve = std::function<void(int connection)>;
+  explicit ScriptedDevice(std::vector<Serve> serves) {
     char dir[] = "/tmp/vsock-dialer-XXXXXX";
     dir_ = ::mkdtemp(dir);
     path_ = dir_ + "/vsock.sock";
@@ -40,28 +41,43 @@ class FakeDevice {
     addr.sun_family = AF_UNIX;
     std::strcpy(addr.sun_path, path_.c_str());
     EXPECT_EQ(::bind(listener_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-    EXPECT_EQ(::listen(listener_.get(), 1), 0);
-    thread_ = std::thread([this, answer] {
-      UniqueFd conn(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-      char c;
-      while (::read(conn.get(), &c, 1) == 1 && c != '\n') request_.push_back(c);
-      (void)!::send(conn.get(), answer.data(), answer.size(), MSG_NOSIGNAL);
+    EXPECT_EQ(::listen(listener_.get(), 4), 0);
+    thread_ = std::thread([this, serves] {
+      for (const Serve& serve : serves) {
+        UniqueFd conn(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+        std::string request;
+        char c;
+        while (::read(conn.get(), &c, 1) == 1 && c != '\n') request.push_back(c);
+        requests_.push_back(request);
+        serve(conn.get());
+      }
     });
   }
-  ~FakeDevice() {
+  ~ScriptedDevice() {
     if (thread_.joinable()) thread_.join();
     std::filesystem::remove_all(dir_);
   }
   const std::string& path() const { return path_; }
+  // The request line of the first connection, once all were served.
   std::string request() {
     thread_.join();
-    return request_;
+    return requests_.empty() ? "" : requests_.front();
   }
 
  private:
-  std::string dir_, path_, request_;
+  std::string dir_, path_;
+  std::vector<std::string> requests_;
   UniqueFd listener_;
   std::thread thread_;
+};
+
+// A device that answers one connection with `answer` (then closes it).
+class FakeDevice : public ScriptedDevice {
+ public:
+  explicit FakeDevice(std::string answer)
+      : ScriptedDevice({[answer](int connection) {
+          (void)!::send(connection, answer.data(), answer.size(), MSG_NOSIGNAL);
+        }}) {}
 };
 
 // Dials, and reads what follows the handshake until the device closes.
@@ -124,42 +140,6 @@ TEST(VsockDeviceDialer, ADeviceServedByTheExpectedUidIsDialed) {
   ASSERT_TRUE(rest) << rest.error().message;
   EXPECT_EQ(*rest, "hello");
 }
-
-// A device whose connections, in order, are each handed to `serve` (after their request line).
-class ScriptedDevice {
- public:
-  using Serve = std::function<void(int connection)>;
-  explicit ScriptedDevice(std::vector<Serve> serves) {
-    char dir[] = "/tmp/vsock-dialer-XXXXXX";
-    dir_ = ::mkdtemp(dir);
-    path_ = dir_ + "/vsock.sock";
-    listener_ = UniqueFd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::strcpy(addr.sun_path, path_.c_str());
-    EXPECT_EQ(::bind(listener_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-    EXPECT_EQ(::listen(listener_.get(), 4), 0);
-    thread_ = std::thread([this, serves] {
-      for (const Serve& serve : serves) {
-        UniqueFd conn(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-        char c;
-        while (::read(conn.get(), &c, 1) == 1 && c != '\n') {
-        }
-        serve(conn.get());
-      }
-    });
-  }
-  ~ScriptedDevice() {
-    thread_.join();
-    std::filesystem::remove_all(dir_);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string dir_, path_;
-  UniqueFd listener_;
-  std::thread thread_;
-};
 
 // vhost-device-vsock 0.3.0 ends its device when it answers a connection already closed: a dial
 // given up on before the answer must leave its connection open until the answer came.
