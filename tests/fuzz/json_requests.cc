@@ -66,7 +66,11 @@ bool IsNormalizedAbsolute(std::string_view path) {
 
 void CheckSpec(const core::SandboxSpec& spec, const api::HostLimits& host) {
   FUZZ_CHECK(spec.cpus >= 0.05 && spec.cpus <= host.max_cpus, std::to_string(spec.cpus));
-  FUZZ_CHECK(spec.memory_mb >= 32 && spec.memory_mb <= std::max<int64_t>(32, host.max_memory_mb), "memory_mb");
+  // 0: not given for a create from a snapshot, whose memory the core fills in (a memory
+  // snapshot's is its guest's size).
+  const bool snapshot_memory = spec.from_snapshot.has_value() && spec.memory_mb == 0;
+  FUZZ_CHECK(snapshot_memory || (spec.memory_mb >= 32 && spec.memory_mb <= std::max<int64_t>(32, host.max_memory_mb)),
+             "memory_mb");
   FUZZ_CHECK(spec.timeout_s >= 0 && spec.timeout_s <= api::kMaxLifetimeS, "timeout_s");
   FUZZ_CHECK(spec.workdir.starts_with('/'), spec.workdir);  // absolute; the sandbox resolves the rest
   FUZZ_CHECK(api::IsValidUser(spec.user), spec.user);
