@@ -68,7 +68,8 @@ class Unanswered {
         std::lock_guard lock(mu_);
         for (const Held& held : held_) watched.push_back({held.connection.get(), POLLIN, 0});
       }
-      (void)::poll(watched.data(), watched.size(), 1000);
+      // (with nothing held it sleeps until the next connection comes)
+      (void)::poll(watched.data(), watched.size(), watched.size() == 1 ? -1 : 1000);
       uint64_t woken = 0;
       (void)!::read(wake_.get(), &woken, sizeof woken);
       std::lock_guard lock(mu_);
@@ -147,7 +148,7 @@ class VsockDialer : public InitDialer {
     while (answer.size() < kMaxAnswer) {
       co_await asio::async_read(socket, asio::buffer(&byte, 1), asio::redirect_error(asio::use_awaitable, ec));
       if (ec) {
-        pending.Settled();  // (the device ended it)
+        if (ec != asio::error::operation_aborted) pending.Settled();  // (the device ended it)
         co_return Unreachable("the guest's vsock port " + std::to_string(port_) + " refused: " + ec.message());
       }
       if (byte == '\n') break;
