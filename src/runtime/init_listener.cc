@@ -37,12 +37,13 @@ std::shared_ptr<InitListener> InitListener::Listen(const std::string& path, uid_
   std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   ::unlink(path.c_str());
-  // Bound owned by root and closed to others, then handed to the sandbox's uid: nobody else
-  // reaches it in between.
-  const mode_t old_mask = ::umask(0177);
+  // Bound owned by root and closed to others (the daemon's umask, 077, or any that leaves
+  // others no write), then handed to the sandbox's uid: nobody else reaches it in between. The
+  // umask is the whole process's: changing it here, even for a moment, once made a directory
+  // another thread was making unsearchable (a microvm's, whose vsock device then could not bind).
   const bool bound = fd && ::bind(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
-  ::umask(old_mask);
-  if (!bound || ::chown(path.c_str(), peer_uid, peer_uid) != 0 || ::listen(fd.get(), 64) != 0) {
+  if (!bound || ::chmod(path.c_str(), 0600) != 0 || ::chown(path.c_str(), peer_uid, peer_uid) != 0 ||
+      ::listen(fd.get(), 64) != 0) {
     listener->broken_ = Unreachable("listen at " + path + ": " + std::strerror(errno));
     return listener;
   }

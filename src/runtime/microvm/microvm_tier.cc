@@ -350,21 +350,10 @@ Result<SandboxHandle> MicrovmTier::Launch(const LaunchSpec& spec) {
     fs_sockets.push_back(socket);
   }
 
-  // The vsock device. Now and then (one launch in hundreds, on a busy host) it could not bind
-  // its socket in the new directory: a second one is started, and what the directory was like is
-  // logged, to find out why.
+  // The vsock device.
   const std::string vsock_socket = vm + "/vsock.sock";
   auto vsock_device = StartVsockDevice(spec.id, spec.staging, spec.host_uid, join_fds);
-  if (!vsock_device) {
-    struct stat dir {}, root {};
-    const int dir_found = ::stat(vm.c_str(), &dir), root_found = ::stat(vms_root_.c_str(), &root);
-    spdlog::warn("sandbox {}: {} (its directory: {}, uid {}, mode {:o}; {}: {}, mode {:o}; its uid {}): once more",
-                 spec.id, vsock_device.error().message, dir_found == 0 ? "there" : "missing", dir.st_uid,
-                 dir.st_mode & 07777, vms_root_, root_found == 0 ? "there" : "missing", root.st_mode & 07777,
-                 spec.host_uid);
-    vsock_device = StartVsockDevice(spec.id, spec.staging, spec.host_uid, join_fds);
-    if (!vsock_device) return vsock_device.error();
-  }
+  if (!vsock_device) return vsock_device.error();
   guest.children.push_back(*vsock_device);
   guest.vsock_device = *vsock_device;
   guest.staging = spec.staging;
