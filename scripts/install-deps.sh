@@ -16,7 +16,7 @@ packages=(
   # storage: the loop-mounted xfs or btrfs image that carries per-sandbox disk quotas
   xfsprogs btrfs-progs util-linux
   # tests and benchmarks
-  python3 python3-pytest curl iproute2 procps psmisc tmux git openssl
+  python3 python3-pytest curl iproute2 procps psmisc tmux git openssl zstd
   bubblewrap crun runsc
   # fuzzing and sanitizers: libFuzzer targets with ASan and UBSan (scripts/fuzz.sh)
   clang libclang-rt-14-dev

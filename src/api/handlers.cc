@@ -101,7 +101,7 @@ asio::awaitable<void> ApiHandlers::Handle(HttpExchange& exchange, const RouteMat
     case RouteId::kGetSnapshot: co_return co_await GetSnapshot(exchange, route.Param("snapshot_id"));
     case RouteId::kDeleteSnapshot: co_return co_await DeleteSnapshot(exchange, route.Param("snapshot_id"));
     case RouteId::kExportSnapshot: co_return co_await ExportSnapshot(exchange, route.Param("snapshot_id"));
-    case RouteId::kImportSnapshot: co_return co_await ImportSnapshot(exchange);
+    case RouteId::kImportSnapshot: co_return co_await ImportSnapshot(exchange, query);
     case RouteId::kTcpForward:
       co_return co_await ServeTcpForward(exchange, context_.manager, route.Param("id"), route.Param("port"));
     case RouteId::kNotImplemented: co_return co_await NotImplemented(exchange, route);

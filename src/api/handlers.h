@@ -72,7 +72,7 @@ class ApiHandlers {
   boost::asio::awaitable<void> DeleteSnapshot(HttpExchange& exchange, const std::string& id);
   // Export and import as .tar.zst, spooled through a file in upload_dir.
   boost::asio::awaitable<void> ExportSnapshot(HttpExchange& exchange, const std::string& id);
-  boost::asio::awaitable<void> ImportSnapshot(HttpExchange& exchange);
+  boost::asio::awaitable<void> ImportSnapshot(HttpExchange& exchange, const QueryParams& query);
   boost::asio::awaitable<void> NotImplemented(HttpExchange& exchange, const RouteMatch& route);
 
   HandlerContext context_;

@@ -115,7 +115,9 @@ asio::awaitable<void> ApiHandlers::ExportSnapshot(HttpExchange& exchange, const 
   }
 }
 
-asio::awaitable<void> ApiHandlers::ImportSnapshot(HttpExchange& exchange) {
+asio::awaitable<void> ApiHandlers::ImportSnapshot(HttpExchange& exchange, const QueryParams& query) {
+  bool memory = true;  // ?memory=false takes a memory snapshot's files alone
+  if (Status ok = ReadBoolParam(query, "memory", memory); !ok.ok()) co_return co_await exchange.SendError(ok.error());
   std::string spool_path = context_.upload_dir + "/import-XXXXXX";
   UniqueFd spool(mkostemp(spool_path.data(), O_CLOEXEC));
   if (!spool) co_return co_await exchange.SendError(SystemError("create import file", errno));
@@ -130,7 +132,7 @@ asio::awaitable<void> ApiHandlers::ImportSnapshot(HttpExchange& exchange) {
   core::SandboxManager& manager = context_.manager;
   const int spool_fd = spool.get();
   Result<core::SnapshotInfo> snapshot = co_await RunBlocking(context_.blocking_pool, [&] {
-    return manager.ImportSnapshot(spool_fd, static_cast<int64_t>(kMaxImageUpload) * 4);
+    return manager.ImportSnapshot(spool_fd, static_cast<int64_t>(kMaxImageUpload) * 4, memory);
   });
   if (!snapshot.ok()) co_return co_await exchange.SendError(snapshot.error());
   co_await exchange.SendJson(http::status::created, SnapshotToJson(*snapshot));

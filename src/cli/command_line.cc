@@ -342,13 +342,17 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
   snapshot_remove->add_option("ids", line.snapshot_ids, "Snapshot ids")->required();
   Selects(snapshot_remove, line, Command::kSnapshotRemove);
   CLI::App* snapshot_export =
-      snapshot->add_subcommand("export", "Write a snapshot's files as a portable .tar.zst (for snapshot import)");
+      snapshot->add_subcommand("export", "Write a snapshot (its files; a memory snapshot's memory image too) as a "
+                                         "portable .tar.zst (for snapshot import)");
   snapshot_export->add_option("id", line.snapshot_id, "Snapshot id")->required();
   snapshot_export->add_option("file", line.archive_path, "Where to write it; - for stdout")->required();
   Selects(snapshot_export, line, Command::kSnapshotExport);
   CLI::App* snapshot_import =
       snapshot->add_subcommand("import", "Make a snapshot from an exported .tar.zst and print its id");
   snapshot_import->add_option("file", line.archive_path, "The archive; - for stdin")->required();
+  snapshot_import->add_flag("--files-only", line.files_only,
+                            "Leave a memory snapshot's memory image out (one this daemon's memory image key does "
+                            "not vouch for is refused otherwise)");
   snapshot_import->add_flag("--json", line.json, "Print the API's JSON");
   Selects(snapshot_import, line, Command::kSnapshotImport);
 

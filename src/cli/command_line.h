@@ -126,6 +126,7 @@ struct CommandLine {
   std::vector<std::string> snapshot_ids;     // snapshot rm
   std::string snapshot_id;                   // snapshot export
   std::string archive_path;                  // snapshot export, import: a file or "-"
+  bool files_only = false;                   // snapshot import --files-only: no memory image
   bool memory = false;                       // snapshot create, fork: --memory
   int fork_count = 1;                        // fork -n
 

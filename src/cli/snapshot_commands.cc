@@ -98,7 +98,7 @@ int SnapshotImportCommand(Session& session) {
     fd = opened.get();
   }
   auto snapshot = session.api.Upload(
-      "/v1/snapshots/import", "application/zstd", size,
+      session.line.files_only ? "/v1/snapshots/import?memory=false" : "/v1/snapshots/import", "application/zstd", size,
       [&](const BodyChunkSink& sink) { return SendFile(fd, size, path == "-" ? "stdin" : path, sink); },
       HttpMethod::kPost);
   if (!snapshot.ok()) return session.Fail(snapshot.error());

@@ -12,6 +12,9 @@ struct DaemonConfig {
   std::string state_dir = "/var/lib/bulkhead";  // --state-dir / BULKHEAD_STATE
   std::string listen = "127.0.0.1:7420";        // --listen / BULKHEAD_LISTEN; "" = unix socket only
   std::string api_key;                           // BULKHEAD_API_KEY, else <state>/api-key
+  // What vouches for the memory images this host exports and imports (<state>/memory-image-key,
+  // loaded by the daemon): hosts given the same file restore each other's. "" = none taken.
+  std::string memory_image_key;
   // --warm-pool: ready sandboxes of the host image kept booted in advance, per runtime: `N`
   // for every runtime (and none of the defaults below), `RUNTIME=N` for one. A pooled gvisor
   // sandbox waits as a Sentry with its threads, so fewer of them are kept by default; a pooled

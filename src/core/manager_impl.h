@@ -145,7 +145,7 @@ class SandboxManagerImpl : public SandboxManager {
   Status DeleteSnapshot(const std::string& id) override;
   Result<std::vector<SandboxInfo>> Fork(const std::string& sandbox_id, int count, bool memory) override;
   Status ExportSnapshot(const std::string& id, int out_fd) override;
-  Result<SnapshotInfo> ImportSnapshot(int in_fd, int64_t max_bytes) override;
+  Result<SnapshotInfo> ImportSnapshot(int in_fd, int64_t max_bytes, bool memory) override;
 
  private:
   // ---- sandbox_lifecycle.cc
@@ -263,6 +263,9 @@ class SandboxManagerImpl : public SandboxManager {
   // A memory snapshot's settings, checked to be restorable here: the runtime it was taken on
   // (`runtime`, when a create names one, must be it) with the same memory image format.
   Result<SandboxSpec> RestorableSpec(const SnapshotEntry& entry, const std::string& runtime) const;
+  // Whether an imported archive's memory image (its metadata as exported) is one this host
+  // restores: its tier here writes the same format, and it uses no volumes.
+  Status AcceptMemoryImage(const std::string& metadata_json) const;
 
   // ---- sandbox_access.cc
   // What a request to a running sandbox's init needs, taken together: its settings, its output

@@ -152,11 +152,14 @@ class SandboxManager {
   virtual Status DeleteVolume(const std::string& name) = 0;
 
   // GET /v1/snapshots/{id}/export: the snapshot as a portable .tar.zst (its files with owners
-  // relative to the sandbox's root, its image and settings), written to out_fd. (blocking)
+  // relative to the sandbox's root, its image and settings, and a memory snapshot's image vouched
+  // for with the memory image key), written to out_fd. (blocking)
   virtual Status ExportSnapshot(const std::string& id, int out_fd) = 0;
-  // POST /v1/snapshots/import: a new snapshot from such an archive read from in_fd. 422 for
-  // anything else (or an image this host lacks), 413 past max_bytes of content. (blocking)
-  virtual Result<SnapshotInfo> ImportSnapshot(int in_fd, int64_t max_bytes) = 0;
+  // POST /v1/snapshots/import: a new snapshot from such an archive read from in_fd, with its
+  // memory image if `memory` and it has one (422 if this host's key does not vouch for it or its
+  // tier here cannot run it). 422 for anything else (or an image this host lacks), 413 past
+  // max_bytes of content. (blocking)
+  virtual Result<SnapshotInfo> ImportSnapshot(int in_fd, int64_t max_bytes, bool memory) = 0;
 
   virtual ManagerStats Stats() = 0;
   // The isolation tiers this daemon has and lacks (/healthz).

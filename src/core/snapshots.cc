@@ -413,7 +413,13 @@ Status SandboxManagerImpl::ExportSnapshot(const std::string& id, int out_fd) {
   nlohmann::json metadata = {{"name", entry.info.name}, {"image", entry.info.image},
                              {"created_at", entry.info.created_at}, {"source_id", id},
                              {"spec", nlohmann::json::parse(entry.spec_json, nullptr, false)}};
-  return storage::ExportSnapshotTree(storage_->SnapshotDir(id) + "/upper", entry.uid_base, metadata.dump(), out_fd);
+  const std::string upper = storage_->SnapshotDir(id) + "/upper";
+  if (entry.memory.empty()) return storage::ExportSnapshotTree(upper, entry.uid_base, metadata.dump(), out_fd);
+  if (config_.memory_image_key.empty())
+    return MakeError(ErrorCode::kUnavailable, "this daemon has no memory image key to export a memory image with");
+  metadata["memory"] = entry.memory;
+  const storage::MemoryExport memory{storage_->MemoryDir(id), config_.memory_image_key};
+  return storage::ExportSnapshotTree(upper, entry.uid_base, metadata.dump(), out_fd, &memory);
 }
 
 namespace {
@@ -422,9 +428,35 @@ Error BadSnapshotArchive(const std::string& why) {
   return MakeError(ErrorCode::kInvalid, "not a bulkhead snapshot archive: " + why, "invalid_snapshot");
 }
 
+Error CannotRestoreHere(const std::string& why) {
+  return MakeError(ErrorCode::kInvalid,
+                   "the snapshot's memory image cannot be restored on this host: " + why +
+                       " (import it with ?memory=false to take its files alone)",
+                   "snapshot_incompatible");
+}
+
 }  // namespace
 
-Result<SnapshotInfo> SandboxManagerImpl::ImportSnapshot(int in_fd, int64_t max_bytes) {
+Status SandboxManagerImpl::AcceptMemoryImage(const std::string& metadata_json) const {
+  if (config_.memory_image_key.empty()) return CannotRestoreHere("this daemon has no memory image key");
+  nlohmann::json metadata = nlohmann::json::parse(metadata_json, nullptr, false);
+  if (!metadata.is_object() || !metadata.contains("memory") || !metadata["memory"].is_string() ||
+      !metadata.contains("spec") || !metadata["spec"].is_object())
+    return BadSnapshotArchive("its metadata lacks the memory image's format or the settings");
+  auto spec = SpecFromJson(metadata["spec"].dump());
+  if (!spec) return BadSnapshotArchive("its settings do not parse: " + spec.error().message);
+  const std::string format = metadata["memory"].get<std::string>();
+  auto tier = tiers_.Find(spec->runtime);
+  if (!tier) return CannotRestoreHere("it is of a " + spec->runtime + " sandbox, and this host has no such runtime");
+  if ((*tier)->MemoryFormat() != format)
+    return CannotRestoreHere("it is in the format of " + format + ", and this host's " + spec->runtime + " runs " +
+                             ((*tier)->MemoryFormat().empty() ? "no memory snapshots" : (*tier)->MemoryFormat()));
+  // Its processes have its volumes open: another host's volumes of those names are other files.
+  if (!spec->volumes.empty()) return CannotRestoreHere("its processes use volumes of the host it was taken on");
+  return {};
+}
+
+Result<SnapshotInfo> SandboxManagerImpl::ImportSnapshot(int in_fd, int64_t max_bytes, bool memory) {
   if (stopping_) return MakeError(ErrorCode::kUnavailable, "the daemon is shutting down");
   store::SnapshotRow row;
   row.id = "snap_" + NewId();
@@ -439,11 +471,20 @@ Result<SnapshotInfo> SandboxManagerImpl::ImportSnapshot(int in_fd, int64_t max_b
   ScopeGuard undo([&] { DropSnapshot(row.id); });
   BH_TRY(storage_->MakeSnapshotDir(row.id));
   const std::string upper = storage_->SnapshotDir(row.id) + "/upper";
-  auto metadata_text = storage::ImportSnapshotTree(in_fd, upper, row.uid_base, max_bytes);
-  if (!metadata_text) return metadata_text.error();
+  std::optional<storage::MemoryImport> memory_import;
+  if (memory) {
+    auto dir = storage_->MakeMemoryDir(row.id);
+    if (!dir) return dir.error();
+    memory_import = storage::MemoryImport{*dir, config_.memory_image_key,
+                                          [this](const std::string& metadata) { return AcceptMemoryImage(metadata); }};
+  }
+  auto imported = storage::ImportSnapshotTree(in_fd, upper, row.uid_base, max_bytes,
+                                              memory_import ? &*memory_import : nullptr);
+  if (!imported) return imported.error();
+  if (memory_import && !imported->memory) (void)::rmdir(memory_import->dir.c_str());
   // (A symlink where a mount goes is refused when a sandbox boots from it: contain.cc.)
 
-  nlohmann::json metadata = nlohmann::json::parse(*metadata_text, nullptr, false);
+  nlohmann::json metadata = nlohmann::json::parse(imported->metadata, nullptr, false);
   if (!metadata.is_object() || !metadata.contains("image") || !metadata["image"].is_string() ||
       !metadata.contains("spec") || !metadata["spec"].is_object()) {
     return BadSnapshotArchive("its metadata lacks the image or the settings");
@@ -458,8 +499,9 @@ Result<SnapshotInfo> SandboxManagerImpl::ImportSnapshot(int in_fd, int64_t max_b
   if (!spec) return BadSnapshotArchive("its settings do not parse: " + spec.error().message);
   spec->image = row.image;
   spec->from_snapshot.reset();
-  spec->volumes.clear();  // names of another host's volumes
+  spec->volumes.clear();  // names of another host's volumes (a memory image has none: AcceptMemoryImage)
   row.spec_json = SpecToJson(*spec);
+  if (imported->memory) row.memory = metadata["memory"].get<std::string>();  // checked by AcceptMemoryImage
   if (metadata.contains("name") && metadata["name"].is_string()) {
     row.name = metadata["name"].get<std::string>().substr(0, 128);
   }

@@ -92,8 +92,16 @@ int RunDaemon(const core::DaemonConfig& config) {
     return 1;
   }
 
+  core::DaemonConfig manager_config = config;
+  Result<std::string> memory_image_key = LoadOrCreateMemoryImageKey(state_dir);
+  if (!memory_image_key.ok()) {
+    spdlog::error("memory image key: {}", memory_image_key.error().message);
+    return 1;
+  }
+  manager_config.memory_image_key = *memory_image_key;
+
   spdlog::info("bulkhead {} opening state in {}", BULKHEAD_VERSION, state_dir);
-  Result<std::unique_ptr<core::SandboxManager>> opened = core::SandboxManager::Open(config);
+  Result<std::unique_ptr<core::SandboxManager>> opened = core::SandboxManager::Open(manager_config);
   if (!opened.ok()) {
     spdlog::error("cannot open the sandbox manager: {}", opened.error().message);
     return 1;

@@ -55,4 +55,24 @@ std::optional<RequestTarget> ParseTarget(std::string_view target) {
   return result;
 }
 
+const std::string* QueryParam(const QueryParams& query, std::string_view name) {
+  for (const auto& [key, value] : query) {
+    if (key == name) return &value;
+  }
+  return nullptr;
+}
+
+Status ReadBoolParam(const QueryParams& query, std::string_view name, bool& out) {
+  const std::string* value = QueryParam(query, name);
+  if (value == nullptr) return {};
+  if (*value == "true" || *value == "1") {
+    out = true;
+  } else if (*value == "false" || *value == "0") {
+    out = false;
+  } else {
+    return MakeError(ErrorCode::kInvalid, std::string(name) + " must be true or false");
+  }
+  return {};
+}
+
 }  // namespace bulkhead::api

@@ -110,21 +110,12 @@ Result<std::string> LoadOrCreateApiKey(const std::string& state_dir, const std::
   return LoadOrCreateKeyFile(state_dir, "api-key", "", kKeyBytes);
 }
 
-Result<std::string> LoadOrCreateE2bKey(const std::string& state_dir) {
-  return LoadOrCreateKeyFile(state_dir, "e2b-api-key", "e2b_", kE2bKeyBytes);
+Result<std::string> LoadOrCreateMemoryImageKey(const std::string& state_dir) {
+  return LoadOrCreateKeyFile(state_dir, "memory-image-key", "", kKeyBytes);
 }
 
-bool ConstantTimeEquals(std::string_view a, std::string_view b) {
-  // Walk the longer input entirely; a length difference makes the result false but does
-  // not shorten the loop.
-  const size_t length = std::max(a.size(), b.size());
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < length; ++i) {
-    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
-    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
-    diff |= static_cast<unsigned char>(x ^ y);
-  }
-  return diff == 0;
+Result<std::string> LoadOrCreateE2bKey(const std::string& state_dir) {
+  return LoadOrCreateKeyFile(state_dir, "e2b-api-key", "e2b_", kE2bKeyBytes);
 }
 
 bool IsAuthorized(std::string_view authorization, std::string_view key) {

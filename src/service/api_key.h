@@ -4,6 +4,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/digest.h"
 #include "common/result.h"
 
 namespace bulkhead::api {
@@ -14,6 +15,11 @@ namespace bulkhead::api {
 // starting at once both end up with the same key.
 Result<std::string> LoadOrCreateApiKey(const std::string& state_dir, const std::string& configured_key);
 
+// What vouches for the memory images this host exports and restores from an import
+// (storage/snapshot_archive.h): <state_dir>/memory-image-key, created the same way. Hosts that
+// should restore each other's memory snapshots are given the same file.
+Result<std::string> LoadOrCreateMemoryImageKey(const std::string& state_dir);
+
 // The key of the E2B-compatible front (X-API-KEY): <state_dir>/e2b-api-key, created the same
 // way, shaped as E2B's keys are ("e2b_" and 40 hex digits).
 Result<std::string> LoadOrCreateE2bKey(const std::string& state_dir);
@@ -22,7 +28,6 @@ Result<std::string> LoadOrCreateE2bKey(const std::string& state_dir);
 // compared in time independent of where it differs.
 bool IsAuthorized(std::string_view authorization, std::string_view key);
 
-// Equality without an early exit, so response time does not reveal a key's prefix.
-bool ConstantTimeEquals(std::string_view a, std::string_view b);
+using bulkhead::ConstantTimeEquals;  // common/digest.h
 
 }  // namespace bulkhead::api

@@ -12,29 +12,8 @@ using nlohmann::json;
 
 Error Invalid(std::string message) { return MakeError(ErrorCode::kInvalid, std::move(message)); }
 
-// The first value of parameter `name`, or nullptr.
-const std::string* Param(const QueryParams& query, std::string_view name) {
-  for (const auto& [key, value] : query) {
-    if (key == name) return &value;
-  }
-  return nullptr;
-}
-
-Status ReadBool(const QueryParams& query, std::string_view name, bool& out) {
-  const std::string* value = Param(query, name);
-  if (value == nullptr) return {};
-  if (*value == "true" || *value == "1") {
-    out = true;
-  } else if (*value == "false" || *value == "0") {
-    out = false;
-  } else {
-    return Invalid(fmt::format("{} must be true or false", name));
-  }
-  return {};
-}
-
 Status ReadUser(const QueryParams& query, std::optional<std::string>& out) {
-  const std::string* user = Param(query, "user");
+  const std::string* user = QueryParam(query, "user");
   if (user == nullptr) return {};
   if (!IsValidUser(*user)) return Invalid("user must be a user name, a uid or uid:gid");
   out = *user;
@@ -100,7 +79,7 @@ Result<uint32_t> ParseOctalMode(std::string_view text, std::string_view name) {
 Result<FileRequest> ParseFileQuery(FileOp op, const QueryParams& query) {
   FileRequest request;
   request.op = op;
-  const std::string* path = Param(query, "path");
+  const std::string* path = QueryParam(query, "path");
   if (path == nullptr) return Invalid("path is required (?path=)");
   request.path = *path;
   if (Status ok = CheckFilePath(request.path, "path"); !ok.ok()) return ok.error();
@@ -108,15 +87,15 @@ Result<FileRequest> ParseFileQuery(FileOp op, const QueryParams& query) {
 
   switch (op) {
     case FileOp::kWrite:
-      if (const std::string* mode = Param(query, "mode")) {
+      if (const std::string* mode = QueryParam(query, "mode")) {
         Result<uint32_t> bits = ParseOctalMode(*mode, "mode");
         if (!bits.ok()) return bits.error();
         request.mode = *bits;
       }
-      if (Status ok = ReadBool(query, "append", request.append); !ok.ok()) return ok.error();
+      if (Status ok = ReadBoolParam(query, "append", request.append); !ok.ok()) return ok.error();
       break;
     case FileOp::kList:
-      if (const std::string* depth = Param(query, "depth")) {
+      if (const std::string* depth = QueryParam(query, "depth")) {
         const Error range = Invalid(fmt::format("depth must be an integer between 1 and {}", kMaxListDepth));
         if (depth->empty() || depth->size() > 2 || depth->find_first_not_of("0123456789") != std::string::npos)
           return range;
@@ -126,11 +105,11 @@ Result<FileRequest> ParseFileQuery(FileOp op, const QueryParams& query) {
       break;
     case FileOp::kRemove:
       request.recursive = false;
-      if (Status ok = ReadBool(query, "recursive", request.recursive); !ok.ok()) return ok.error();
+      if (Status ok = ReadBoolParam(query, "recursive", request.recursive); !ok.ok()) return ok.error();
       break;
     case FileOp::kWatch:
       request.recursive = true;
-      if (Status ok = ReadBool(query, "recursive", request.recursive); !ok.ok()) return ok.error();
+      if (Status ok = ReadBoolParam(query, "recursive", request.recursive); !ok.ok()) return ok.error();
       break;
     default:
       break;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -16,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/digest.h"
 #include "common/scope_guard.h"
 #include "common/unique_fd.h"
 #include "storage/archive_util.h"
@@ -30,6 +32,8 @@ using nlohmann::json;
 constexpr char kJsonName[] = "bulkhead-snapshot.json";
 constexpr char kEndName[] = "bulkhead-snapshot.end";
 constexpr char kTreePrefix[] = "rootfs/";
+constexpr char kMemoryPrefix[] = "memory/";
+constexpr char kUntrusted[] = "memory_image_untrusted";
 constexpr char kFormatName[] = "bulkhead-snapshot";
 constexpr char kDetail[] = "invalid_snapshot";
 constexpr size_t kMaxMetadataBytes = 1 << 20;
@@ -42,6 +46,11 @@ constexpr size_t kChunk = 128 * 1024;
 constexpr int kMaxDepth = 512;
 // A file in more pieces than this is stored whole, holes as zeros, to bound the sparse map.
 constexpr size_t kMaxSparseRegions = 4096;
+// A memory image is a tier's handful of files (runsc: 3, QEMU: 2).
+constexpr size_t kMaxMemoryFiles = 64;
+constexpr int64_t kMaxMemoryFileSize = int64_t{1} << 40;
+// Data runs of one memory file an import follows (each costs a line of its digest's map).
+constexpr int64_t kMaxMemoryRuns = int64_t{1} << 20;
 
 constexpr int kExtractFlags = ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME |
                               ARCHIVE_EXTRACT_XATTR | ARCHIVE_EXTRACT_SECURE_SYMLINKS |
@@ -66,6 +75,74 @@ bool IsExportedXattr(const std::string& name) {
 
 bool IsImportableXattr(const std::string& name) {
   return name.rfind("user.", 0) == 0 || name == "security.capability" || name.rfind("trusted.overlay.", 0) == 0;
+}
+
+// ---- memory images ----
+
+// A file's digest from its data as (offset, bytes) pieces, the same whichever pieces the data
+// comes in (the exporter's reads, libarchive's blocks on import): SHA-256 over the data, and
+// over the map of the runs it forms (start+length), and the size, all three together. Holes are
+// not hashed: a sparse 1 GiB guest memory costs what it holds.
+class RegionDigest {
+ public:
+  // Pieces come in ascending order, none overlapping; an empty one is ignored.
+  bool Add(int64_t offset, std::string_view data) {
+    if (data.empty()) return true;
+    if (offset < run_end_) return false;
+    if (offset != run_end_ || run_start_ < 0) {
+      CloseRun();
+      if (++runs_ > kMaxMemoryRuns) return false;
+      run_start_ = offset;
+    }
+    data_.Update(data);
+    run_end_ = offset + static_cast<int64_t>(data.size());
+    return true;
+  }
+
+  std::string Finish(int64_t size) {
+    CloseRun();
+    map_.Update("size " + std::to_string(size));
+    return HexEncode(Sha256(map_.Digest() + data_.Digest()));
+  }
+
+ private:
+  void CloseRun() {
+    if (run_start_ >= 0) map_.Update(std::to_string(run_start_) + "+" + std::to_string(run_end_ - run_start_) + ";");
+    run_start_ = -1;
+  }
+
+  Sha256Stream data_;
+  Sha256Stream map_;
+  int64_t run_start_ = -1;
+  int64_t run_end_ = 0;
+  int64_t runs_ = 0;
+};
+
+struct MemoryFile {
+  std::string name;
+  int64_t size = 0;
+  std::string digest;
+};
+
+// What a memory image's key vouches for: the archive's description, exactly as it is stored,
+// and each memory file.
+std::string MemoryImageMac(const std::string& key, const std::string& description, const std::vector<MemoryFile>& files) {
+  std::string manifest = "bulkhead memory image\n" + description + "\n";
+  for (const auto& file : files) manifest += file.name + " " + std::to_string(file.size) + " " + file.digest + "\n";
+  return HexEncode(HmacSha256(key, manifest));
+}
+
+json MemoryFilesJson(const std::vector<MemoryFile>& files) {
+  json list = json::array();
+  for (const auto& file : files) list.push_back({{"name", file.name}, {"size", file.size}, {"digest", file.digest}});
+  return list;
+}
+
+// A memory image's file names are a tier's own: letters, digits, ".", "_" and "-".
+bool IsMemoryFileName(const std::string& name) {
+  if (name.empty() || name.size() > 64 || name[0] == '.') return false;
+  return std::all_of(name.begin(), name.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-'; });
 }
 
 // ---- export ----
@@ -130,6 +207,19 @@ class TreeExporter {
   }
 
   int64_t entries() const { return entries_; }
+
+  // A memory image's file as memory/NAME, root's, 0600, its digest taken on the way.
+  Result<MemoryFile> ExportMemoryFile(int fd, const std::string& name) {
+    struct stat st;
+    if (::fstat(fd, &st) != 0) return SystemError("stat memory image " + name, errno);
+    if (!S_ISREG(st.st_mode)) return MakeError(ErrorCode::kInternal, "memory image " + name + " is not a regular file");
+    st.st_uid = uid_base_;  // written as 0 (the image is the daemon's, not the sandbox's)
+    st.st_gid = uid_base_;
+    st.st_mode = S_IFREG | 0600;
+    RegionDigest digest;
+    BH_TRY(WriteFile(kMemoryPrefix + name, st, fd, &digest));
+    return MemoryFile{name, st.st_size, digest.Finish(st.st_size)};
+  }
 
  private:
   Status ExportChildren(int dir_fd, const std::string& prefix, int depth) {
@@ -269,7 +359,7 @@ class TreeExporter {
   // A regular file: exactly st.st_size bytes follow its header whatever the file does
   // meanwhile (a shrunk file is padded with zeros). The pax writer takes the whole logical
   // stream and skips the holes it was told about.
-  Status WriteFile(const std::string& path, const struct stat& st, int fd) {
+  Status WriteFile(const std::string& path, const struct stat& st, int fd, RegionDigest* digest = nullptr) {
     auto regions = DataRegions(fd, st);
     BH_TRY(WriteHeader(path, st, fd, -1, "", nullptr, nullptr, regions ? &*regions : nullptr));
     if (!regions) regions = std::vector<std::pair<int64_t, int64_t>>{{0, st.st_size}};
@@ -284,9 +374,12 @@ class TreeExporter {
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) return SystemError("read " + path, errno);
         if (n == 0) {  // shrunk meanwhile: the rest are zeros
+          if (digest) return MakeError(ErrorCode::kInternal, path + " shrank while it was written");
           BH_TRY(WriteZeros(path, end - at));
           break;
         }
+        if (digest && !digest->Add(at, std::string_view(buf.data(), static_cast<size_t>(n))))
+          return MakeError(ErrorCode::kInternal, path + " has more pieces than an import takes");
         BH_TRY(WriteData(path, buf.data(), static_cast<size_t>(n)));
         at += n;
       }
@@ -359,8 +452,13 @@ std::optional<std::string> CleanName(const std::string& name) {
 
 class TreeImporter {
  public:
-  TreeImporter(archive* reader, int root_fd, uid_t uid_base, int64_t max_bytes)
-      : reader_(reader), root_fd_(root_fd), uid_base_(uid_base), max_bytes_(max_bytes) {}
+  // memory_fd: where a memory image goes, or -1 to skip one.
+  TreeImporter(archive* reader, int root_fd, uid_t uid_base, int64_t max_bytes, int memory_fd,
+               const MemoryImport* memory)
+      : reader_(reader), root_fd_(root_fd), uid_base_(uid_base), max_bytes_(max_bytes), memory_fd_(memory_fd),
+        memory_(memory) {}
+
+  bool took_memory() const { return took_memory_; }
 
   // Runs chrooted into the destination. The disk writer lives only here: freeing it applies
   // deferred directory modes by relative name, which must not happen outside the chroot.
@@ -375,27 +473,38 @@ class TreeImporter {
 
  private:
   Result<std::string> Extract() {
-
     archive_entry* entry = nullptr;
     int rc = archive_read_next_header(reader_, &entry);
     if (rc != ARCHIVE_OK) return ReadError("reading the snapshot's first entry");
     if (!IsMemoryEntry(entry, kJsonName)) return Invalid(std::string("a snapshot archive starts with ") + kJsonName);
-    auto doc = ReadJson(entry, kMaxMetadataBytes);
+    std::string description;
+    auto doc = ReadJson(entry, kMaxMetadataBytes, &description);
     if (!doc.ok()) return doc.error();
     if (!doc->is_object() || (*doc)["format"] != kFormatName || !doc->contains("metadata")) {
       return Invalid(std::string(kJsonName) + " is not a bulkhead snapshot description");
     }
     const json& version = (*doc)["version"];
-    if (!version.is_number_integer() || version.get<int64_t>() != kSnapshotFormatVersion) {
+    if (!version.is_number_integer() || (version.get<int64_t>() != kSnapshotFormatVersion &&
+                                         version.get<int64_t>() != kMemorySnapshotFormatVersion)) {
       return Invalid("unsupported snapshot format version " + version.dump() + " (this host reads " +
-                     std::to_string(kSnapshotFormatVersion) + ")");
+                     std::to_string(kSnapshotFormatVersion) + " and " + std::to_string(kMemorySnapshotFormatVersion) +
+                     ")");
     }
+    const bool has_memory = version.get<int64_t>() == kMemorySnapshotFormatVersion;
+    if (has_memory && memory_fd_ >= 0 && memory_->accept) BH_TRY(memory_->accept((*doc)["metadata"].dump()));
 
     for (;;) {
       rc = archive_read_next_header(reader_, &entry);
       if (rc == ARCHIVE_EOF) return Invalid(std::string("snapshot archive is truncated: no ") + kEndName);
       if (rc != ARCHIVE_OK) return ReadError("reading the snapshot");
       if (IsMemoryEntry(entry, kEndName)) break;
+      const char* name = archive_entry_pathname(entry);
+      if (name != nullptr && std::strncmp(name, kMemoryPrefix, std::strlen(kMemoryPrefix)) == 0) {
+        if (!has_memory) return Invalid(std::string("a snapshot of version 1 has no memory image: ") + name);
+        BH_TRY(ExtractMemoryFile(entry));
+        continue;
+      }
+      if (!memory_files_.empty()) return Invalid(std::string("snapshot entry after its memory image: ") + (name ? name : ""));
       BH_TRY(ExtractEntry(entry));
     }
     auto end = ReadJson(entry, kMaxEndBytes);
@@ -403,6 +512,7 @@ class TreeImporter {
     if (!end->is_object() || (*end)["entries"] != json(entries_)) {
       return Invalid("snapshot archive is damaged: " + std::to_string(entries_) + " entries, its end says " + end->dump());
     }
+    if (has_memory && memory_fd_ >= 0) BH_TRY(CheckMemoryImage(*end, description));
     rc = archive_read_next_header(reader_, &entry);
     if (rc != ARCHIVE_EOF) {
       if (rc == ARCHIVE_OK) return Invalid(std::string("snapshot archive has entries after ") + kEndName);
@@ -411,7 +521,70 @@ class TreeImporter {
     // Directory modes and times were deferred until their contents were in.
     if (archive_write_close(writer_.get()) != ARCHIVE_OK) return WriteError("finishing the extraction");
     BH_TRY(ApplyRoot());
+    took_memory_ = has_memory && memory_fd_ >= 0;
     return (*doc)["metadata"].dump();
+  }
+
+  // memory/NAME: written into the memory directory (by descriptor: this runs chrooted into the
+  // tree), or skipped when the image is not wanted.
+  Status ExtractMemoryFile(archive_entry* entry) {
+    const std::string raw = archive_entry_pathname(entry);
+    const std::string name = raw.substr(std::strlen(kMemoryPrefix));
+    if (!IsMemoryFileName(name) || archive_entry_filetype(entry) != AE_IFREG || archive_entry_hardlink(entry) != nullptr)
+      return Invalid("snapshot memory image entry is not a plain file of a plain name: " + raw);
+    if (memory_files_.size() >= kMaxMemoryFiles) return Invalid("snapshot memory image has too many files");
+    for (const auto& file : memory_files_) {
+      if (file.name == name) return Invalid("snapshot memory image has " + raw + " twice");
+    }
+    const int64_t size = archive_entry_size(entry);
+    if (size < 0 || size > kMaxMemoryFileSize) return Invalid("snapshot memory image file " + raw + " is too large");
+    BH_TRY(Charge(kEntryCost));
+    memory_files_.push_back(MemoryFile{name, size, ""});
+    if (memory_fd_ < 0) return {};  // libarchive skips its data
+
+    UniqueFd fd(::openat(memory_fd_, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (!fd) return SystemError("create memory image file " + name, errno);
+    RegionDigest digest;
+    for (;;) {
+      const void* block;
+      size_t n;
+      la_int64_t offset;
+      int rc = archive_read_data_block(reader_, &block, &n, &offset);
+      if (rc == ARCHIVE_EOF) break;
+      if (rc != ARCHIVE_OK) return ReadError("reading " + raw);
+      BH_TRY(Charge(static_cast<int64_t>(n)));
+      if (offset < 0 || offset + static_cast<int64_t>(n) > size ||
+          !digest.Add(offset, std::string_view(static_cast<const char*>(block), n))) {
+        return Invalid("snapshot memory image file " + raw + " has data out of place");
+      }
+      for (size_t done = 0; done < n;) {
+        ssize_t w = ::pwrite(fd.get(), static_cast<const char*>(block) + done, n - done, offset + static_cast<off_t>(done));
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return errno == ENOSPC || errno == EDQUOT ? MakeError(ErrorCode::kDiskFull, "no space for " + raw)
+                                                             : SystemError("write memory image file " + name, errno);
+        done += static_cast<size_t>(w);
+      }
+    }
+    if (::ftruncate(fd.get(), size) != 0) return SystemError("size memory image file " + name, errno);
+    memory_files_.back().digest = digest.Finish(size);
+    return {};
+  }
+
+  // The end's list of memory files is the one read, and its MAC is this host's key's.
+  Status CheckMemoryImage(const json& end, const std::string& description) {
+    const json& memory = end.contains("memory") ? end["memory"] : json();
+    if (!memory.is_object() || !memory.contains("mac") || !memory["mac"].is_string() ||
+        memory.value("files", json()) != MemoryFilesJson(memory_files_)) {
+      return Invalid("snapshot memory image is damaged: its files are not those its end lists");
+    }
+    if (memory_files_.empty()) return Invalid("snapshot memory image has no files");
+    if (!ConstantTimeEquals(memory["mac"].get<std::string>(), MemoryImageMac(memory_->key, description, memory_files_)))
+      return MakeError(ErrorCode::kInvalid,
+                       "the snapshot's memory image was not exported by a host holding this host's memory image key "
+                       "(<state>/memory-image-key): only a host's own images, or those of hosts given the same key, "
+                       "are restored; import it with ?memory=false to take its files alone",
+                       kUntrusted);
+    return {};
   }
 
   static bool IsMemoryEntry(archive_entry* entry, const char* name) {
@@ -422,7 +595,7 @@ class TreeImporter {
   Error ReadError(const std::string& what) { return ArchiveError(reader_, what, kDetail); }
   Error WriteError(const std::string& what) { return ArchiveError(writer_.get(), what, kDetail); }
 
-  Result<json> ReadJson(archive_entry* entry, size_t max) {
+  Result<json> ReadJson(archive_entry* entry, size_t max, std::string* text_out = nullptr) {
     const char* name = archive_entry_pathname(entry);
     if (archive_entry_filetype(entry) != AE_IFREG || archive_entry_hardlink(entry) != nullptr ||
         archive_entry_size(entry) > static_cast<la_int64_t>(max)) {
@@ -439,6 +612,7 @@ class TreeImporter {
     }
     json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (doc.is_discarded()) return Invalid(std::string(name) + " is not valid JSON");
+    if (text_out) *text_out = std::move(text);
     return doc;
   }
 
@@ -592,6 +766,10 @@ class TreeImporter {
   int64_t max_bytes_;
   ArchiveWriter writer_;
   ArchiveEntry root_;
+  int memory_fd_;
+  const MemoryImport* memory_;
+  bool took_memory_ = false;
+  std::vector<MemoryFile> memory_files_;
   int64_t used_ = 0;
   int64_t entries_ = 0;
   std::set<std::string> symlinks_;  // symlinks this archive made: nothing may be extracted below them
@@ -615,15 +793,22 @@ Result<UniqueFd> MakeDestination(const std::string& dest_dir) {
 
 }  // namespace
 
-Status ExportSnapshotTree(const std::string& dir, uid_t uid_base, const std::string& metadata_json, int out_fd) {
+Status ExportSnapshotTree(const std::string& dir, uid_t uid_base, const std::string& metadata_json, int out_fd,
+                          const MemoryExport* memory) {
   json metadata = json::parse(metadata_json, nullptr, /*allow_exceptions=*/false);
   if (metadata.is_discarded()) return MakeError(ErrorCode::kInvalid, "snapshot metadata is not valid JSON");
+  const int version = memory ? kMemorySnapshotFormatVersion : kSnapshotFormatVersion;
   std::string description =
-      json{{"format", kFormatName}, {"version", kSnapshotFormatVersion}, {"metadata", std::move(metadata)}}.dump();
+      json{{"format", kFormatName}, {"version", version}, {"metadata", std::move(metadata)}}.dump();
   if (description.size() > kMaxMetadataBytes) return MakeError(ErrorCode::kInvalid, "snapshot metadata is too large");
 
   UniqueFd root = OpenDirNoFollow(dir);
   if (!root) return SystemError("open " + dir, errno);
+  UniqueFd memory_dir;
+  if (memory) {
+    memory_dir = OpenDirNoFollow(memory->dir);
+    if (!memory_dir) return SystemError("open " + memory->dir, errno);
+  }
   ArchiveWriter a(archive_write_new());
   if (!a) return MakeError(ErrorCode::kInternal, "archive_write_new failed");
   // Names as raw bytes, as the filesystem has them; no charset conversion either way.
@@ -639,17 +824,47 @@ Status ExportSnapshotTree(const std::string& dir, uid_t uid_base, const std::str
   BH_TRY(WriteMemoryEntry(a.get(), kJsonName, description));
   TreeExporter exporter(a.get(), uid_base);
   BH_TRY(exporter.ExportRoot(root.get()));
-  BH_TRY(WriteMemoryEntry(a.get(), kEndName, json{{"entries", exporter.entries()}}.dump()));
+  json end = {{"entries", exporter.entries()}};
+  if (memory) {
+    auto names = ListNames(memory_dir.get());
+    if (!names.ok()) return names.error();
+    std::sort(names->begin(), names->end());
+    if (names->empty() || names->size() > kMaxMemoryFiles)
+      return MakeError(ErrorCode::kInternal, "memory image " + memory->dir + " has " + std::to_string(names->size()) + " files");
+    std::vector<MemoryFile> files;
+    for (const auto& name : *names) {
+      if (!IsMemoryFileName(name)) return MakeError(ErrorCode::kInternal, "memory image file of an odd name: " + name);
+      UniqueFd fd(::openat(memory_dir.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+      if (!fd) return SystemError("open memory image file " + name, errno);
+      auto file = exporter.ExportMemoryFile(fd.get(), name);
+      if (!file.ok()) return file.error();
+      files.push_back(std::move(*file));
+    }
+    end["memory"] = {{"files", MemoryFilesJson(files)}, {"mac", MemoryImageMac(memory->key, description, files)}};
+  }
+  BH_TRY(WriteMemoryEntry(a.get(), kEndName, end.dump()));
   if (archive_write_close(a.get()) != ARCHIVE_OK) {
     return MakeError(ErrorCode::kInternal, "finishing snapshot archive: " + ArchiveMessage(a.get()));
   }
   return {};
 }
 
-Result<std::string> ImportSnapshotTree(int in_fd, const std::string& dest_dir, uid_t uid_base, int64_t max_bytes) {
+Result<ImportedSnapshot> ImportSnapshotTree(int in_fd, const std::string& dest_dir, uid_t uid_base,
+                                            int64_t max_bytes, const MemoryImport* memory) {
   auto root = MakeDestination(dest_dir);
   if (!root.ok()) return root.error();
   ScopeGuard remove_dest([&] { (void)RemoveTree(dest_dir); });
+  UniqueFd memory_dir;
+  if (memory) {
+    memory_dir = OpenDirNoFollow(memory->dir);
+    if (!memory_dir) return SystemError("open " + memory->dir, errno);
+  }
+  // What an import that failed half way wrote of a memory image goes with it.
+  ScopeGuard empty_memory([&] {
+    if (!memory_dir) return;
+    if (auto names = ListNames(memory_dir.get()); names.ok())
+      for (const auto& name : *names) (void)::unlinkat(memory_dir.get(), name.c_str(), 0);
+  });
 
   ArchiveReader reader(archive_read_new());
   if (!reader) return MakeError(ErrorCode::kInternal, "archive_read_new failed");
@@ -662,13 +877,15 @@ Result<std::string> ImportSnapshotTree(int in_fd, const std::string& dest_dir, u
     return Invalid("not a snapshot archive: not zstd-compressed");
   }
   Result<std::string> metadata = MakeError(ErrorCode::kInternal, "snapshot import did not run");
-  TreeImporter importer(reader.get(), root->get(), uid_base, max_bytes);
+  TreeImporter importer(reader.get(), root->get(), uid_base, max_bytes, memory_dir ? memory_dir.get() : -1, memory);
   BH_TRY(RunChrooted(root->get(), [&]() -> Status {
     metadata = importer.Run();
     return {};
   }));
-  if (metadata.ok()) remove_dest.Dismiss();
-  return metadata;
+  if (!metadata.ok()) return metadata.error();
+  remove_dest.Dismiss();
+  empty_memory.Dismiss();
+  return ImportedSnapshot{std::move(*metadata), importer.took_memory()};
 }
 
 }  // namespace bulkhead::storage

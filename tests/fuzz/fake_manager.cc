@@ -371,7 +371,7 @@ Status FakeManager::ExportSnapshot(const std::string& id, int out_fd) {
   return {};
 }
 
-Result<core::SnapshotInfo> FakeManager::ImportSnapshot(int, int64_t) {
+Result<core::SnapshotInfo> FakeManager::ImportSnapshot(int, int64_t, bool) {
   return MakeError(ErrorCode::kInvalid, "not a bulkhead snapshot archive", "invalid_snapshot");
 }
 

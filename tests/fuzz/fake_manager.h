@@ -44,7 +44,7 @@ class FakeManager : public core::SandboxManager {
   std::vector<core::VolumeInfo> ListVolumes() override;
   Status DeleteVolume(const std::string& name) override;
   Status ExportSnapshot(const std::string& id, int out_fd) override;
-  Result<core::SnapshotInfo> ImportSnapshot(int in_fd, int64_t max_bytes) override;
+  Result<core::SnapshotInfo> ImportSnapshot(int in_fd, int64_t max_bytes, bool memory) override;
   core::ManagerStats Stats() override;
   const core::DaemonConfig& config() const override { return config_; }
   void Shutdown() override {}

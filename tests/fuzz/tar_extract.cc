@@ -10,8 +10,9 @@
 // already holds symlinks leading out of it (to "/outside", "..", a file), so an entry that
 // follows one lands outside the target.
 //
-// Checked: nothing changes anywhere but at or below the target directory (and nothing beside
-// the chroot), a failed snapshot import leaves no destination behind, and no crash.
+// Checked: nothing changes anywhere but at or below the target directory (a snapshot import's
+// memory image: its own directory) and nothing beside the chroot, a failed snapshot import
+// leaves no destination and no memory image file behind, and no crash.
 #include <archive.h>
 #include <archive_entry.h>
 #include <fcntl.h>
@@ -32,6 +33,8 @@ namespace {
 using namespace bulkhead;
 
 std::string g_base, g_root, g_beside;
+// Where a snapshot import puts a memory image (mode 2).
+constexpr char kMemoryDir[] = "/target/memory";
 fuzz::TreeSnapshot g_beside_snapshot;
 
 void Write(const std::string& path, const std::string& content) {
@@ -127,14 +130,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       case 2: {
         target = "/target/snapshot";
+        if (::mkdir(kMemoryDir, 0700) != 0) fuzz::Fail("mkdir memory");
         int in = fuzz::MemoryFile(archive);
-        Result<std::string> metadata = storage::ImportSnapshotTree(in, target, 100000, 64 << 20);
+        const storage::MemoryImport memory{kMemoryDir, "fuzz key", [](const std::string& metadata) -> Status {
+                                             (void)nlohmann::json::parse(metadata, nullptr, false);
+                                             return {};
+                                           }};
+        Result<storage::ImportedSnapshot> imported = storage::ImportSnapshotTree(in, target, 100000, 64 << 20, &memory);
         ::close(in);
-        failed = !metadata.ok();
+        failed = !imported.ok();
         if (failed) {
-          message = metadata.error().message;
+          message = imported.error().message;
           break;
         }
+        const std::string* metadata = &imported->metadata;
         // What the manager does next (SandboxManager::ImportSnapshot): the settings in the
         // archive's metadata become a sandbox spec.
         nlohmann::json doc = nlohmann::json::parse(*metadata, nullptr, /*allow_exceptions=*/false);
@@ -158,13 +167,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   const fuzz::TreeSnapshot after = fuzz::SnapshotTree(g_root);
   const std::string relative_target = target.substr(1);
+  const std::string memory_dir = std::string(kMemoryDir).substr(1);
   for (const std::string& changed : fuzz::ChangedPaths(before, after)) {
-    FUZZ_CHECK(fuzz::IsAtOrBelow(changed, relative_target),
+    FUZZ_CHECK(fuzz::IsAtOrBelow(changed, relative_target) || (mode == 2 && fuzz::IsAtOrBelow(changed, memory_dir)),
                "extraction (mode " + std::to_string(mode) + ") changed /" + changed + " outside " + target + ": " +
                    (before.count(changed) ? before.at(changed) : "absent") + " -> " +
                    (after.count(changed) ? after.at(changed) : "absent") + (failed ? "; it failed: " + message : ""));
   }
-  if (mode == 2 && failed) FUZZ_CHECK(!after.count(relative_target), "a failed import left " + target + ": " + message);
+  if (mode == 2 && failed) {
+    FUZZ_CHECK(!after.count(relative_target), "a failed import left " + target + ": " + message);
+    for (const auto& [path, what] : after)
+      FUZZ_CHECK(!fuzz::IsAtOrBelow(path, memory_dir) || path == memory_dir,
+                 "a failed import left memory image file /" + path + ": " + message);
+  }
   FUZZ_CHECK(fuzz::SnapshotTree(g_beside) == g_beside_snapshot, "something beside the chroot changed");
   return 0;
 }

@@ -312,6 +312,20 @@ def test_cli_memory_snapshot_and_fork_of_a_gvisor_sandbox(cli, client):
         for copy in made[1:]:
             ps = cli("ps", copy)
             assert ps.returncode == 0 and "ticker" in ps.stdout, ps
+        # Through export and import its processes come along; --files-only leaves them.
+        exported = subprocess.run([str(BULKHEAD), "snapshot", "export", snapshot["id"], "-"], env=cli.env,
+                                  capture_output=True, timeout=120)
+        assert exported.returncode == 0, exported.stderr
+        for flags, memory in (([], True), (["--files-only"], False)):
+            r = subprocess.run([str(BULKHEAD), "snapshot", "import", "-", "--json", *flags], env=cli.env,
+                               input=exported.stdout, capture_output=True, timeout=120)
+            assert r.returncode == 0, r.stderr
+            imported = json.loads(r.stdout)
+            assert imported["memory"] is memory, imported
+            started = cli("create", "--from-snapshot", imported["id"]).stdout.strip()
+            assert ("ticker" in cli("ps", started).stdout) is memory
+            client.remove(started)
+            assert cli("snapshot", "rm", imported["id"]).returncode == 0
         for sandbox_id in made[1:]:
             client.remove(sandbox_id)
         made = [source]

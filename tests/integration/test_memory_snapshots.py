@@ -4,9 +4,11 @@ them; a sandbox created from it, and each fork with memory, goes on running ever
 where it was; a sandbox paused to disk holds no process and resumes its own on the next call. Run against every runtime of MEMORY_RUNTIMES this host has, from the native run
 (each sandbox names its runtime); the native tier's refusal is tested beside."""
 
+import io
 import json
 import signal
 import subprocess
+import tarfile
 import time
 
 import pytest
@@ -272,6 +274,124 @@ def test_a_memory_snapshot_outlives_a_daemon_kill(daemon_factory):
     client.remove(copy_id)
     client.remove(source)
     assert client.delete(f"/v1/snapshots/{taken['id']}").status == 204
+
+
+# ---------------------------------------------------------------- export and import
+
+def export(client, snapshot_id) -> bytes:
+    r = client.get(f"/v1/snapshots/{snapshot_id}/export")
+    assert r.status == 200, r
+    return r.body
+
+
+def import_archive(client, archive: bytes, query=""):
+    return client.request("POST", "/v1/snapshots/import" + query, body=archive,
+                          headers={"Content-Type": "application/zstd"})
+
+
+def archive_description(archive: bytes) -> dict:
+    """The bulkhead-snapshot.json an archive starts with."""
+    tar = subprocess.run(["zstd", "-dc"], input=archive, capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(tar)) as opened:
+        member = opened.next()
+        assert member.name == "bulkhead-snapshot.json", member.name
+        return json.loads(opened.extractfile(member).read())
+
+
+def archive_of(description: dict) -> bytes:
+    """A snapshot archive that is only its description, as the first entry of one."""
+    data = json.dumps(description).encode()
+    tar = io.BytesIO()
+    with tarfile.open(fileobj=tar, mode="w", format=tarfile.PAX_FORMAT) as made:
+        info = tarfile.TarInfo("bulkhead-snapshot.json")
+        info.size = len(data)
+        made.addfile(info, io.BytesIO(data))
+    return subprocess.run(["zstd", "-qc"], input=tar.getvalue(), capture_output=True, check=True).stdout
+
+
+def snapshot_ids(client) -> set:
+    return {s["id"] for s in client.get("/v1/snapshots").json()["snapshots"]}
+
+
+def test_an_exported_memory_snapshot_imported_goes_on_counting(client, sandbox_factory, runtime):
+    source = sandbox_factory(runtime=runtime)["id"]
+    client.sh(source, "echo kept > /workspace/file")
+    pid = start_counter(client, source, lines=5, tag="counter")
+    taken = snapshot(client, source, name="travelling")
+    archive = export(client, taken["id"])
+    description = archive_description(archive)
+    assert description["version"] == 2 and description["metadata"]["memory"], description
+
+    r = import_archive(client, archive)
+    assert r.status == 201, r
+    imported = r.json()
+    assert (imported["memory"], imported["runtime"], imported["name"]) == (True, runtime, "travelling"), imported
+    try:
+        copy_id = sandbox_factory(from_snapshot=imported["id"])["id"]
+        assert process(client, copy_id, pid)["tag"] == "counter"
+        assert_counts_on(client, copy_id, pid, more=3)
+        assert client.sh(copy_id, "cat /workspace/file") == "kept\n"
+        client.remove(copy_id)
+        # ?memory=false takes the files alone: a sandbox from them starts afresh.
+        r = import_archive(client, archive, "?memory=false")
+        assert r.status == 201 and r.json()["memory"] is False, r
+        files_only = r.json()["id"]
+        fresh = sandbox_factory(from_snapshot=files_only)["id"]
+        assert client.sh(fresh, "cat /workspace/file") == "kept\n"
+        assert client.get(processes_url(fresh, pid)).status == 404
+        client.remove(fresh)
+        assert client.delete(f"/v1/snapshots/{files_only}").status == 204
+    finally:
+        assert client.delete(f"/v1/snapshots/{imported['id']}").status == 204
+    assert_error_shape(import_archive(client, archive, "?memory=maybe"), 422)
+
+
+def test_a_memory_image_is_restored_only_by_a_host_given_the_same_key(daemon, client, sandbox_factory,
+                                                                      daemon_factory):
+    """Another host imports a memory snapshot's image only if it holds the exporting host's
+    memory image key; without it the archive is refused whole (its files may still be taken
+    alone), and an image its tier cannot run is refused before anything is unpacked."""
+    if "gvisor" not in available_runtimes(client):
+        pytest.skip("this host has no gvisor runtime")
+    source = sandbox_factory(runtime="gvisor")["id"]
+    pid = start_counter(client, source)
+    archive = export(client, snapshot(client, source)["id"])
+
+    other = daemon_factory()
+    other.start()  # a key of its own
+    other_client = other.client()
+    key_path = other.state_dir / "memory-image-key"
+    assert key_path.stat().st_mode & 0o077 == 0
+    before = snapshot_ids(other_client)
+    r = import_archive(other_client, archive)
+    assert_error_shape(r, 422)
+    assert r.json()["error"]["code"] == "memory_image_untrusted", r
+    assert snapshot_ids(other_client) == before
+    assert not any((other.state_dir / "memory").iterdir())
+    r = import_archive(other_client, archive, "?memory=false")
+    assert r.status == 201 and r.json()["memory"] is False, r
+
+    # Given the same key (and started again to read it), the other host restores it.
+    other.stop()
+    key_path.write_text((daemon.state_dir / "memory-image-key").read_text())
+    other.start()
+    other_client = other.client()
+    r = import_archive(other_client, archive)
+    assert r.status == 201 and r.json()["memory"] is True, r
+    copy_id = other_client.create(from_snapshot=r.json()["id"])["id"]
+    assert_counts_on(other_client, copy_id, pid)
+    other_client.remove(copy_id)
+
+    # An image of a format this host's tier does not run: refused from its description alone.
+    description = archive_description(archive)
+    description["metadata"]["memory"] = "gvisor runsc version 0.0~19991231.0"
+    r = import_archive(other_client, archive_of(description))
+    assert_error_shape(r, 422)
+    assert r.json()["error"]["code"] == "snapshot_incompatible", r
+    description["metadata"]["spec"]["runtime"] = "nosuchruntime"
+    r = import_archive(other_client, archive_of(description))
+    assert_error_shape(r, 422)
+    assert r.json()["error"]["code"] == "snapshot_incompatible", r
 
 
 # ---------------------------------------------------------------- pause to disk

@@ -689,6 +689,15 @@ def test_memory_snapshot_fork_and_pause_to_disk_of_a_gvisor_sandbox(bh):
                 assert sandbox.processes.get(counter.pid).state == "running"
         for copy in copies:
             copy.delete()
+        # Exported and imported here (this daemon's key vouches for its image), it goes on too.
+        imported = bh.snapshots.import_(bh.snapshots.export(snapshot))
+        assert imported.memory is True and imported.runtime == "gvisor"
+        with bh.sandboxes.create(from_snapshot=imported) as restored:
+            assert restored.processes.get(counter.pid).state == "running"
+        files_only = bh.snapshots.import_(bh.snapshots.export(snapshot), memory=False)
+        assert files_only.memory is False
+        bh.snapshots.delete(imported)
+        bh.snapshots.delete(files_only)
         box.pause(to_disk=True)
         assert box.state == "paused" and box.info.paused_to_disk is True
         box.resume()

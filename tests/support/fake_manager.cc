@@ -278,7 +278,7 @@ Status FakeManager::ExportSnapshot(const std::string& id, int) {
   return MakeError(ErrorCode::kUnavailable, "the fake manager writes no archives");
 }
 
-Result<core::SnapshotInfo> FakeManager::ImportSnapshot(int, int64_t) {
+Result<core::SnapshotInfo> FakeManager::ImportSnapshot(int, int64_t, bool) {
   return MakeError(ErrorCode::kInvalid, "not a bulkhead snapshot archive", "invalid_snapshot");
 }
 

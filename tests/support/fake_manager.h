@@ -64,7 +64,7 @@ class FakeManager : public core::SandboxManager {
   Status DeleteSnapshot(const std::string& id) override;
   // The archive format is storage's (tested there); here only the routes' answers.
   Status ExportSnapshot(const std::string& id, int out_fd) override;
-  Result<core::SnapshotInfo> ImportSnapshot(int, int64_t) override;
+  Result<core::SnapshotInfo> ImportSnapshot(int, int64_t, bool) override;
   Result<std::vector<core::SandboxInfo>> Fork(const std::string& id, int count, bool memory) override;
   core::ManagerStats Stats() override;
   std::vector<core::RuntimeInfo> Runtimes() const override {

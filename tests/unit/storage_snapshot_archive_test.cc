@@ -23,10 +23,14 @@
 
 #include "common/unique_fd.h"
 #include "storage/fs_util.h"
+#include "support/file_contents.h"
 #include "support/temp_state_dir.h"
 
 namespace bulkhead::storage {
 namespace {
+
+using testing::FdContents;
+using testing::FileContents;
 
 constexpr uid_t kBaseA = 200000;
 constexpr uid_t kBaseB = 500000;
@@ -34,24 +38,11 @@ constexpr int64_t kNoLimit = int64_t{1} << 40;
 
 UniqueFd MemFd() { return UniqueFd(::memfd_create("snapshot-test", MFD_CLOEXEC)); }
 
-std::string FdContents(int fd) {
-  std::string out;
-  char buf[65536];
-  ssize_t n;
-  for (off_t at = 0; (n = ::pread(fd, buf, sizeof buf, at)) > 0; at += n) out.append(buf, static_cast<size_t>(n));
-  return out;
-}
-
 UniqueFd FdWith(const std::string& data) {
   UniqueFd fd = MemFd();
   EXPECT_EQ(::write(fd.get(), data.data(), data.size()), static_cast<ssize_t>(data.size()));
   ::lseek(fd.get(), 0, SEEK_SET);
   return fd;
-}
-
-std::string Slurp(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-  return fd ? FdContents(fd.get()) : std::string("<cannot open>");
 }
 
 void Put(const std::string& path, const std::string& content, mode_t mode, uid_t uid, gid_t gid) {
@@ -155,7 +146,10 @@ class SnapshotArchiveTest : public ::testing::Test {
 
   Result<std::string> Import(const std::string& archive_bytes, int64_t max_bytes = kNoLimit) {
     UniqueFd fd = FdWith(archive_bytes);
-    return ImportSnapshotTree(fd.get(), dest_, kBaseB, max_bytes);
+    auto imported = ImportSnapshotTree(fd.get(), dest_, kBaseB, max_bytes);
+    if (!imported) return imported.error();
+    EXPECT_FALSE(imported->memory);
+    return imported->metadata;
   }
 
   std::string Export(const std::string& metadata = R"({"name":"snap"})") {
@@ -173,7 +167,7 @@ class SnapshotArchiveTest : public ::testing::Test {
     EXPECT_EQ(imported.error().code, code) << imported.error().message;
     struct stat st;
     EXPECT_NE(::lstat(dest_.c_str(), &st), 0) << "dest left behind after: " << imported.error().message;
-    EXPECT_EQ(Slurp(canary_dir_ + "/canary"), "untouched");
+    EXPECT_EQ(FileContents(canary_dir_ + "/canary"), "untouched");
     auto names = ListNames(OpenDirNoFollow(canary_dir_).get());
     ASSERT_TRUE(names.ok());
     EXPECT_EQ(*names, std::vector<std::string>{"canary"});
@@ -245,7 +239,7 @@ TEST_F(SnapshotArchiveTest, RoundTripShiftsOwnersAndKeepsEveryKindOfEntry) {
     EXPECT_EQ(a.st_mtim.tv_sec, b.st_mtim.tv_sec) << rel;
     EXPECT_EQ(a.st_rdev, b.st_rdev) << rel;
     if (S_ISREG(a.st_mode) && a.st_size < (1 << 20)) {
-      EXPECT_EQ(Slurp(src_ + rel), Slurp(dest_ + rel)) << rel;
+      EXPECT_EQ(FileContents(src_ + rel), FileContents(dest_ + rel)) << rel;
     }
     if (S_ISLNK(a.st_mode)) {
       char ta[256] = {}, tb[256] = {};
@@ -305,8 +299,8 @@ TEST_F(SnapshotArchiveTest, ExportStreamsThroughAPipe) {
   writer.join();
   ASSERT_TRUE(exported.ok()) << exported.error().message;
   ASSERT_TRUE(imported.ok()) << imported.error().message;
-  EXPECT_EQ(*imported, R"({"via":"pipe"})");
-  EXPECT_EQ(Slurp(dest_ + "/workspace/file.txt"), "hello snapshot\n");
+  EXPECT_EQ(imported->metadata, R"({"via":"pipe"})");
+  EXPECT_EQ(FileContents(dest_ + "/workspace/file.txt"), "hello snapshot\n");
 }
 
 TEST_F(SnapshotArchiveTest, PlantedSymlinkIsExportedAsALinkNeverAsTheTarget) {
@@ -332,7 +326,7 @@ TEST_F(SnapshotArchiveTest, PlantedSymlinkIsExportedAsALinkNeverAsTheTarget) {
   }
   archive_read_free(a);
   EXPECT_EQ(links, (std::map<std::string, std::string>{{"rootfs/etc-link", "/etc"}, {"rootfs/shadow", "/etc/shadow"}}));
-  std::string shadow = Slurp("/etc/shadow");
+  std::string shadow = FileContents("/etc/shadow");
   ASSERT_GT(shadow.size(), 10u);
   EXPECT_EQ(bytes.find(shadow.substr(0, 10)), std::string::npos);
 }
@@ -448,7 +442,7 @@ TEST_F(SnapshotArchiveTest, ForeignOrIncompleteArchivesAreRefused) {
   description_later.entries.push_back({"bulkhead-snapshot.json", AE_IFREG, "{}"});
   ExpectRefused(WriteArchive(description_later));
   for (std::string description :
-       {R"({"format":"bulkhead-snapshot","version":2,"metadata":{}})", R"({"format":"other","version":1,"metadata":{}})",
+       {R"({"format":"bulkhead-snapshot","version":3,"metadata":{}})", R"({"format":"other","version":1,"metadata":{}})",
         R"({"format":7,"version":"1","metadata":{}})", R"([1,2])", "not json"}) {
     HostileArchive spec;
     spec.description = description;

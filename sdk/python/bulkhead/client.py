@@ -174,12 +174,15 @@ class Snapshots:
         """The snapshot as a portable .tar.zst stream: save_to(path), iterate, or read()."""
         return ByteStream(self._t.open("GET", "/v1/snapshots/%s/export" % segment(_snapshot_id(snapshot))))
 
-    def import_(self, archive: Upload) -> Snapshot:
+    def import_(self, archive: Upload, *, memory: bool = True) -> Snapshot:
         """Turns an exported archive (a path, bytes, a file object or chunks; streamed) into a
-        new snapshot, on this or any other daemon."""
+        new snapshot, on this or any other daemon. A memory snapshot's image comes along when this
+        daemon holds the exporting daemon's memory image key (else InvalidRequestError
+        memory_image_untrusted); memory=False takes its files alone."""
         body, length, opened = _open_upload(archive)
+        path = "/v1/snapshots/import" + ("" if memory else "?memory=false")
         try:
-            return Snapshot.from_json(self._t.json("POST", "/v1/snapshots/import", body=body, length=length,
+            return Snapshot.from_json(self._t.json("POST", path, body=body, length=length,
                                                    headers={"Content-Type": "application/zstd"}))
         finally:
             if opened is not None:

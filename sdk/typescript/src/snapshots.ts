@@ -93,11 +93,16 @@ export class Snapshots {
     return bytes;
   }
 
-  /** Imports an archive made by export (bytes or a stream); returns the new snapshot. */
-  async import(archive: BodyInput): Promise<Snapshot> {
+  /**
+   * Imports an archive made by export (bytes or a stream); returns the new snapshot. A memory
+   * snapshot's image comes along when this daemon holds the exporting daemon's memory image key
+   * (else InvalidRequestError memory_image_untrusted); `memory: false` takes its files alone.
+   */
+  async import(archive: BodyInput, options: { memory?: boolean } = {}): Promise<Snapshot> {
     const w = await this.transport.json<any>({
       method: "POST",
       path: pathOf("v1", "snapshots", "import"),
+      query: { memory: options.memory === false ? false : undefined },
       body: archive,
       contentType: "application/zstd",
     });
@@ -105,7 +110,7 @@ export class Snapshots {
   }
 
   /** Imports an archive from a local file. */
-  importFile(localPath: string): Promise<Snapshot> {
-    return this.import(createReadStream(localPath, { highWaterMark: 1 << 20 }));
+  importFile(localPath: string, options: { memory?: boolean } = {}): Promise<Snapshot> {
+    return this.import(createReadStream(localPath, { highWaterMark: 1 << 20 }), options);
   }
 }

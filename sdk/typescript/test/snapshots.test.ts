@@ -95,7 +95,9 @@ test("export to a stream and a file, import both back, and start from the import
 
     const fromFile = await bulkhead.snapshots.importFile(file);
     const fromStream = await bulkhead.snapshots.import(await snapshot.export());
-    for (const imported of [fromFile, fromStream]) {
+    const filesOnly = await bulkhead.snapshots.importFile(file, { memory: false });
+    assert.equal(filesOnly.memory, false);
+    for (const imported of [fromFile, fromStream, filesOnly]) {
       assert.notEqual(imported.id, snapshot.id);
       assert.equal(imported.image, "host");
       await withSandbox(

@@ -41,6 +41,16 @@ namespace bulkhead::runtime::microvm {
 namespace fs = std::filesystem;
 namespace {
 
+// The host CPU's model as /proc/cpuinfo names it: a KVM guest runs on it ("-cpu host").
+std::string HostCpuModel() {
+  const std::string cpuinfo = ReadSmallFile("/proc/cpuinfo", 1 << 22).value_or("");
+  const size_t at = cpuinfo.find("model name");
+  if (at == std::string::npos) return "an unnamed CPU";
+  const size_t colon = cpuinfo.find(':', at), end = cpuinfo.find('\n', at);
+  if (colon == std::string::npos || colon > end) return "an unnamed CPU";
+  return cpuinfo.substr(colon + 2 > end ? end : colon + 2, end - std::min(colon + 2, end));
+}
+
 constexpr size_t kChildStack = 64 * 1024;
 constexpr char kInitramfs[] = "initramfs.cpio";
 // Where Launch leaves the way to a guest's vsock device for Dialer: "<vm dir>\n<host uid>\n".
@@ -268,6 +278,8 @@ std::shared_ptr<const InitDialer> MicrovmTier::Dialer(const std::string& staging
 }
 
 Result<SandboxHandle> MicrovmTier::Launch(const LaunchSpec& spec) {
+  using Clock = std::chrono::steady_clock;
+  const auto began = Clock::now();
   const Accelerator& accelerator = Chosen();
   auto stored_ids = CreateUserNamespace(spec.host_uid, kStoredIdBase);
   if (!stored_ids) return stored_ids.error();
@@ -423,10 +435,16 @@ Result<SandboxHandle> MicrovmTier::Launch(const LaunchSpec& spec) {
   };
   UniqueFd boot_port;
   if (from_image) {
+    const auto spawned = Clock::now();
     if (Status loaded = LoadMemoryImage(config, qemu, deadline); !loaded.ok())
       return failed("the memory image did not load: " + loaded.error().message);
+    const auto loaded = Clock::now();
     if (Status serving = ServeAfterPlug(spec.id, guest, [&] { return !Exited(qemu); }, deadline); !serving.ok())
       return failed(serving.error().message);
+    auto ms = [](auto from, auto to) { return std::chrono::duration_cast<std::chrono::milliseconds>(to - from).count(); };
+    spdlog::info("microvm: {} restored from a memory image: {} ms to QEMU's start (its memory copied), {} ms to load "
+                 "its state, init served {} ms later",
+                 spec.id, ms(began, spawned), ms(spawned, loaded), ms(loaded, Clock::now()));
   } else if (saved) {
     boot.realtime_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                            std::chrono::system_clock::now().time_since_epoch()).count();
@@ -618,8 +636,10 @@ Status MicrovmTier::SetFrozen(const std::string& id, bool frozen) {
 
 std::string MicrovmTier::MemoryFormat() const {
   if (!MemorySnapshots()) return {};
-  // The guest's kernel is in its memory, and QEMU's device state is its version's.
-  return installed_.qemu_version + ", guest kernel " + installed_.kernel_version;
+  // The guest's kernel is in its memory, QEMU's device state is its version's, and its CPUs'
+  // state is the accelerator's: TCG's emulated "max" CPU, or under KVM ("-cpu host") the host's.
+  return installed_.qemu_version + ", guest kernel " + installed_.kernel_version + ", " +
+         (Chosen().kvm ? "kvm on " + HostCpuModel() : "tcg");
 }
 
 Status MicrovmTier::Checkpoint(const std::string& id, const SandboxHandle& handle, const std::string& image_dir) {
