@@ -148,17 +148,10 @@ Result<OutputQuery> ParseOutputQuery(const QueryParams& query) {
     if (target != nullptr) {
       *target = ParseOffset(value);
       if (!*target) return Invalid(fmt::format("{} must be a non-negative integer", key));
-    } else if (key == "follow") {
-      if (value == "true" || value == "1") {
-        result.follow = true;
-      } else if (value == "false" || value == "0") {
-        result.follow = false;
-      } else {
-        return Invalid("follow must be true or false");
-      }
     }
     // Other parameters are ignored, like unknown JSON fields.
   }
+  if (Status ok = ReadBoolParam(query, "follow", result.follow); !ok.ok()) return ok.error();
   result.stdout_offset = out.value_or(both.value_or(0));
   result.stderr_offset = err.value_or(both.value_or(0));
   return result;
