@@ -45,6 +45,34 @@ def no_sanitizer_reports():
     assert not reports, "sanitizer reports:\n" + "\n\n".join(reports)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    # Where each live daemon's log stood when the test began (see below).
+    item.daemon_log_sizes = {d.log_path: d.log_path.stat().st_size
+                             for d in list(harness._LIVE_DAEMONS) if d.log_path.exists()}
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test's report carries what the daemons logged while it ran (CI keeps no logs)."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed:
+        return
+    sizes = getattr(item, "daemon_log_sizes", {})
+    for d in list(harness._LIVE_DAEMONS):
+        try:
+            with open(d.log_path, "rb") as f:
+                f.seek(sizes.get(d.log_path, 0))
+                lines = f.read().decode(errors="replace").splitlines()
+        except OSError:
+            continue
+        if lines:
+            report.sections.append((f"daemon log {d.log_path.name} (its last 60 lines during the test)",
+                                    "\n".join(lines[-60:])))
+
+
 _daemon_numbers = itertools.count(1)
 
 

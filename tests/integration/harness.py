@@ -7,6 +7,7 @@ import hashlib
 import http.client
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -54,9 +55,18 @@ def shared_dir() -> Path:
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port below the kernel's ephemeral range: one from that range could be
+    taken by some connection's local end before the daemon binds it (a restart's "Address
+    already in use")."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    while True:
+        port = random.randrange(10000, low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 def wait_until(predicate, timeout: float, interval: float = 0.1):

@@ -631,6 +631,9 @@ Status MicrovmTier::SetFrozen(const std::string& id, bool frozen) {
     it->second.vsock_device = guest.vsock_device;
     it->second.saved = !serving.ok();
   }
+  if (!serving.ok())  // (the guest's kernel says what became of the device)
+    return MakeError(ErrorCode::kInternal,
+                     serving.error().message + ": " + ReadLogTail(guest.staging + "/console.log", 1500));
   return serving;
 }
 
