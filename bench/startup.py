@@ -649,13 +649,17 @@ class BulkheadApi:
     def create_sandbox(self, runtime: str = "native") -> str:
         return self.call("POST", "/v1/sandboxes", {"runtime": runtime}, expect=201)["id"]
 
+    def metric(self, name: str) -> int:
+        """A counter or gauge of /metrics (-1 if it is not there)."""
+        text = self._send("GET", "/metrics", None, "text/plain").read().decode()
+        match = re.search(rf"^{name} (\d+)$", text, re.M)
+        return int(match.group(1)) if match else -1
+
     def wait_for_pool(self, timeout_s: float = 60.0) -> None:
         """Until the warm pool holds a ready sandbox (bulkhead_warm_pool_ready in /metrics)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            text = self._send("GET", "/metrics", None, "text/plain").read().decode()
-            match = re.search(r"^bulkhead_warm_pool_ready (\d+)$", text, re.M)
-            if match and int(match.group(1)) > 0:
+            if self.metric("bulkhead_warm_pool_ready") > 0:
                 return
             time.sleep(0.01)
         raise RunFailed("the warm pool had no ready sandbox within 60 s")

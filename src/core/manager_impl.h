@@ -224,8 +224,12 @@ class SandboxManagerImpl : public SandboxManager {
   // and no sudo users; Create gives them the requested ones), or nullopt: volumes are attached
   // at launch, and a tier may not pool.
   std::optional<PoolKey> PoolKeyFor(const SandboxSpec& spec) const;
-  // A ready sandbox for this spec, if its pool has one (counted as a hit or a miss).
+  // The pool of a memory snapshot's restores, for `boot` (the snapshot's settings, as
+  // CreateFromSnapshot launches them), if it may have one: its sandboxes wait frozen.
+  std::optional<PoolKey> MemoryPoolKey(const SandboxSpec& boot) const;
+  // A ready sandbox for this spec, or of this pool, if it has one (counted as a hit or a miss).
   std::shared_ptr<Sandbox> TakePooled(const SandboxSpec& spec);
+  std::shared_ptr<Sandbox> TakePooled(const PoolKey& key);
   // Gives a sandbox launched with other settings (a warm pool's, a memory snapshot's) this
   // request's: limits, disk cap and spec. Its error (the sandbox torn down) if that fails.
   Status FitPooled(Sandbox& sb, const SandboxSpec& spec);

@@ -21,18 +21,29 @@ std::optional<PoolKey> SandboxManagerImpl::PoolKeyFor(const SandboxSpec& spec) c
   return PoolKey{spec.runtime, spec.image, spec.from_snapshot.value_or("")};
 }
 
+std::optional<PoolKey> SandboxManagerImpl::MemoryPoolKey(const SandboxSpec& boot) const {
+  // (A restore mounts the snapshot's volumes: one held ready would hold them.)
+  if (!boot.from_snapshot || !boot.volumes.empty() || config_.WarmPool(boot.runtime) <= 0) return std::nullopt;
+  auto tier = tiers_.Find(boot.runtime);
+  if (!tier || !(*tier)->capabilities().pooling) return std::nullopt;
+  return PoolKey{boot.runtime, boot.image, *boot.from_snapshot};
+}
+
 std::shared_ptr<Sandbox> SandboxManagerImpl::TakePooled(const SandboxSpec& spec) {
   const std::optional<PoolKey> key = PoolKeyFor(spec);
+  return key ? TakePooled(*key) : nullptr;  // (no pool for such sandboxes)
+}
+
+std::shared_ptr<Sandbox> SandboxManagerImpl::TakePooled(const PoolKey& key) {
   std::shared_ptr<Sandbox> sb;
   {
     std::lock_guard lock(mu_);
-    if (!key) return nullptr;  // no pool for such sandboxes
-    if (pools_.Target(*key) == 0) {
+    if (pools_.Target(key) == 0) {
       // A runtime's host-image pool not filled from the start fills from its first create.
-      if (key->image != "host" || !key->snapshot.empty() || config_.WarmPool(key->tier) <= 0) return nullptr;
-      (void)pools_.SetTarget(*key, config_.WarmPool(key->tier));
+      if (key.image != "host" || !key.snapshot.empty() || config_.WarmPool(key.tier) <= 0) return nullptr;
+      (void)pools_.SetTarget(key, config_.WarmPool(key.tier));
     }
-    if (auto taken = pools_.Take(*key)) {
+    if (auto taken = pools_.Take(key)) {
       sb = std::move(*taken);
       stats_.warm_pool_hits_total++;
     } else {
@@ -110,43 +121,57 @@ void SandboxManagerImpl::PoolLoop() {
 void SandboxManagerImpl::Refill(const PoolKey& key) {
   SandboxSpec spec;
   LayerSource source;
+  bool memory = false;              // a memory snapshot's pool: restores held frozen
   std::shared_ptr<void> use_token;  // a snapshot's: not deleted under the launch
   if (!key.snapshot.empty()) {
     auto use = UseSnapshot(key.snapshot, /*refill=*/true);
-    if (!use) {  // deleted meanwhile: its pool goes
+    Result<SandboxSpec> settings = use ? SpecFromJson(use->first.spec_json) : Result<SandboxSpec>(use.error());
+    memory = use && !use->first.memory.empty();
+    if (memory) settings = RestorableSpec(use->first, key.tier);
+    if (!use || !settings) {  // deleted meanwhile, or no longer restorable here: its pool goes
       std::lock_guard lock(mu_);
       (void)pools_.SetTarget(key, 0);
       return;
     }
-    auto settings = SpecFromJson(use->first.spec_json);
-    if (!settings) return;
     spec = *settings;
     spec.from_snapshot = key.snapshot;
-    spec.volumes.clear();
-    source = {key.snapshot, use->first.uid_base};
+    if (!memory) spec.volumes.clear();
+    source = {key.snapshot, use->first.uid_base, memory ? storage_->MemoryDir(key.snapshot) : ""};
     use_token = std::move(use->second);
   }
   // Pooled sandboxes run with no network, no sudo users and no timeout until handed out; a
-  // snapshot's with the default limits where the tier fixes them at boot (PoolKeyFor).
-  if (auto tier = tiers_.Find(key.tier); tier && !(*tier)->BootShape(LimitsOf(spec)).empty()) {
+  // snapshot's with the default limits where the tier fixes them at boot (PoolKeyFor). A
+  // memory snapshot's restore is launched as a create's would be (CreateFromSnapshot): its
+  // guest's size and devices are the image's.
+  if (auto tier = tiers_.Find(key.tier); !memory && tier && !(*tier)->BootShape(LimitsOf(spec)).empty()) {
     spec.cpus = SandboxSpec{}.cpus;
     spec.memory_mb = SandboxSpec{}.memory_mb;
   }
   spec.runtime = key.tier;
   spec.image = key.image;
-  spec.network = {};
+  if (!memory) spec.network = {};
   spec.sudo_users.clear();
   spec.timeout_s = 0;
   auto sb = Launch(spec, source, /*background=*/true);
   if (sb && (*sb)->tier->capabilities().warm_up_exec) {
     // (A shell and dynamically linked programs, what most first commands load; whatever the
-    // image lacks of them fails harmlessly.)
+    // image lacks of them fails harmlessly. A microvm's first command in a new QEMU costs
+    // ~130 ms more under TCG, its code translated anew: a memory snapshot's restore is warmed
+    // up too, its processes running on for that long.)
     ctl::ExecMessage warm_up;
     warm_up.argv = {"/bin/sh", "-c", "exec /usr/bin/env true"};
     warm_up.cwd = "/";
     warm_up.user = "root";
     auto ran = CallInitBlocking(*(*sb)->init, ctl::kExec, ctl::Encode(warm_up), std::chrono::seconds(10), ctl::kExit);
     if (!ran) spdlog::warn("warm pool: sandbox {}: the warm-up command: {}", (*sb)->info.id, ran.error().message);
+  }
+  if (sb && memory) {
+    // Then held frozen: a create that takes it thaws it, and its processes go on from where
+    // they were (the clock of that moment given anew).
+    if (Status held = SetFrozen(**sb, true); !held) {
+      (void)Teardown(**sb);
+      sb = held.error();
+    }
   }
   if (sb) {
     (void)MoveTo(**sb, State::kPooled);

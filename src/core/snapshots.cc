@@ -317,10 +317,24 @@ Result<SandboxInfo> SandboxManagerImpl::CreateFromSnapshot(SandboxSpec spec) {
     SandboxSpec boot = *taken;
     boot.image = image;
     boot.from_snapshot = snapshot_id;
+    // A memory snapshot restored again keeps one restore ready, held frozen (Refill): taken,
+    // it is thawed and goes on from where the image has it, as a restore made now would.
+    const std::optional<PoolKey> key = MemoryPoolKey(boot);
+    std::vector<std::shared_ptr<Sandbox>> cold;
     {
       std::lock_guard lock(mu_);
       if (static_cast<int64_t>(sandboxes_.size()) >= config_.max_sandboxes)
         return MakeError(ErrorCode::kTooMany, "sandbox limit reached (" + std::to_string(config_.max_sandboxes) + ")");
+      if (key) cold = WarmSnapshotLocked(*key);
+    }
+    for (const auto& sb : cold) (void)Teardown(*sb);
+    if (auto pooled = key ? TakePooled(*key) : nullptr) {
+      if (Status thawed = SetFrozen(*pooled, false); !thawed) {
+        spdlog::warn("warm pool: sandbox {}: {}", pooled->info.id, thawed.error().message);
+        (void)Teardown(*pooled);
+      } else if (FitPooled(*pooled, spec)) {
+        return Admit(pooled);
+      }
     }
     auto sb = Launch(boot, LayerSource{snapshot_id, entry.uid_base, storage_->MemoryDir(snapshot_id)});
     Status fitted = sb ? FitPooled(**sb, spec) : sb.error();

@@ -6,6 +6,7 @@ where it was; a sandbox paused to disk holds no process and resumes its own on t
 
 import io
 import json
+import re
 import signal
 import subprocess
 import tarfile
@@ -273,6 +274,41 @@ def test_a_memory_snapshot_outlives_a_daemon_kill(daemon_factory):
     assert_counts_on(client, copy_id, pid)
     client.remove(copy_id)
     client.remove(source)
+    assert client.delete(f"/v1/snapshots/{taken['id']}").status == 204
+
+
+def metric(client, name) -> int:
+    return int(re.search(rf"^{name} (\d+)$", client.get("/metrics").body.decode(), re.M).group(1))
+
+
+def test_a_memory_snapshot_restored_again_is_taken_ready_from_its_pool(client, sandbox_factory, runtime):
+    """After a first restore, the warm pool keeps one more restore of the snapshot ready, held
+    frozen: a create that takes it gets the processes going on from where the image has them
+    (not from where they would be had it run while it waited), with the create's own settings."""
+    source = sandbox_factory(runtime=runtime)["id"]
+    client.sh(source, "echo kept > /workspace/file")
+    pid = start_counter(client, source, lines=5)
+    taken = snapshot(client, source)
+    at_snapshot = len(counted(stdout_of(client, source, pid)))  # the image's count is at most this
+    first = sandbox_factory(from_snapshot=taken["id"])["id"]  # a cold restore: the pool starts
+    assert_counts_on(client, first, pid)
+    deadline = time.monotonic() + 180
+    while True:
+        time.sleep(3)  # a held restore that ran meanwhile would count 60 more
+        hits = metric(client, "bulkhead_warm_pool_hits_total")
+        copy = sandbox_factory(from_snapshot=taken["id"], metadata={"pooled": "maybe"})
+        if metric(client, "bulkhead_warm_pool_hits_total") == hits + 1:
+            break
+        client.remove(copy["id"])  # the pool was not ready yet
+        assert time.monotonic() < deadline, "no restore of the snapshot was taken from the pool"
+    assert copy["metadata"] == {"pooled": "maybe"} and copy["parent_snapshot"] == taken["id"], copy
+    assert copy["runtime"] == runtime and copy["state"] == "running", copy
+    numbers = assert_counts_on(client, copy["id"], pid, more=3)
+    assert len(numbers) < at_snapshot + 40, (at_snapshot, len(numbers))
+    assert client.sh(copy["id"], "cat /workspace/file") == "kept\n"
+    # Deleting the snapshot takes its pool with it.
+    for sandbox_id in (first, copy["id"]):
+        client.remove(sandbox_id)
     assert client.delete(f"/v1/snapshots/{taken['id']}").status == 204
 
 

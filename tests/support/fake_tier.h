@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 
+#include "common/unique_fd.h"
 #include "runtime/tier.h"
 
 namespace bulkhead::testing {
@@ -20,6 +21,7 @@ class FakeTier : public runtime::Tier {
     bool alive = true;
     bool frozen = false;
     bool background = false;  // launched for a warm pool, not yet handed out
+    bool restored = false;    // from a memory image
   };
   // What the fake tier's sandboxes are, by host name.
   struct World {
@@ -61,10 +63,20 @@ class FakeTier : public runtime::Tier {
     return memory_from_boot ? std::to_string(limits.memory_mb) + "m" : "";
   }
 
+  // Where set, the tier takes memory snapshots (an image of one file) in this format.
+  std::string memory_format;
+  std::string MemoryFormat() const override { return memory_format; }
+  Status Checkpoint(const std::string& id, const runtime::SandboxHandle&, const std::string& image_dir) override {
+    if (!world_.Find(id)) return MakeError(ErrorCode::kNotFound, "no box " + id);
+    UniqueFd image(::open((image_dir + "/memory").c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    return image ? Status{} : SystemError("create the image", errno);
+  }
+
   Result<runtime::SandboxHandle> Launch(const runtime::LaunchSpec& spec) override {
     std::lock_guard lock(world_.mu);
     world_.launches++;
     Box box;
+    box.restored = !spec.memory_image.empty();
     box.handle = {static_cast<pid_t>(1000 + world_.launches), world_.next_start_time++};
     box.limits = spec.limits;
     box.background = spec.background;

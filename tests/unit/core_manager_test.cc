@@ -303,6 +303,65 @@ TEST_F(CoreManagerTest, APoolOfGuestsServesOnlyCreatesOfItsShapeWithoutANetwork)
   EXPECT_EQ(BoxOf(id)->limits.memory_mb, 1024);
 }
 
+TEST_F(CoreManagerTest, AMemorySnapshotRestoredAgainIsTakenFromItsPoolHeldFrozenAndThawed) {
+  config_.warm_pool = 1;
+  core::TierSet tiers;
+  runtime::Capabilities caps = FakeTier::AllCapabilities();
+  caps.memory_snapshot = true;
+  auto tier = std::make_unique<FakeTier>(world_, caps);
+  tier->memory_format = "fake 1";
+  tiers.Add(std::move(tier));
+  auto opened = core::SandboxManager::Open(config_, std::move(tiers));
+  ASSERT_TRUE(opened.ok()) << opened.error().message;
+  manager_ = std::move(*opened);
+  ASSERT_TRUE(Eventually([&] { return manager_->Stats().warm_pool_ready == 1; }));  // the image's pool
+
+  SandboxSpec forever;
+  forever.timeout_s = 0;
+  const std::string source = Create(forever);
+  auto snapshot = manager_->CreateSnapshot(source, "s", true);
+  ASSERT_TRUE(snapshot.ok()) << snapshot.error().message;
+  SandboxSpec from;
+  from.from_snapshot = snapshot->id;
+  const int64_t hits = manager_->Stats().warm_pool_hits_total;  // (the source came from the image's pool)
+  const std::string first = Create(from);
+  EXPECT_TRUE(BoxOf(first)->restored);
+  EXPECT_EQ(manager_->Stats().warm_pool_hits_total, hits) << "a first restore is made cold";
+
+  // The snapshot's pool: one restore, held frozen.
+  ASSERT_TRUE(Eventually([&] { return manager_->Stats().warm_pool_ready == 2; }));
+  auto held = [&] {
+    std::lock_guard lock(world_.mu);
+    int n = 0;
+    for (const auto& [name, box] : world_.boxes) n += box.restored && box.background && box.frozen;
+    return n;
+  };
+  EXPECT_EQ(held(), 1);
+
+  from.pids = 64;
+  from.metadata = {{"pooled", "yes"}};
+  const std::string copy = Create(from);
+  EXPECT_EQ(manager_->Stats().warm_pool_hits_total, hits + 1);
+  auto box = BoxOf(copy);
+  ASSERT_TRUE(box);
+  EXPECT_TRUE(box->restored);
+  EXPECT_FALSE(box->frozen) << "thawed as it is handed out";
+  EXPECT_FALSE(box->background);
+  EXPECT_EQ(box->limits.pids, 64) << "with the create's limits";
+  auto info = manager_->Get(copy);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->parent_snapshot, snapshot->id);
+  EXPECT_EQ(info->spec.metadata, from.metadata);
+  ASSERT_TRUE(Eventually([&] { return held() == 1; })) << "refilled";
+
+  // Deleting the snapshot (its sandboxes first) takes its pool with it.
+  ASSERT_TRUE(manager_->Delete(first).ok());
+  ASSERT_TRUE(manager_->Delete(copy).ok());
+  ASSERT_TRUE(manager_->DeleteSnapshot(snapshot->id).ok());
+  EXPECT_EQ(held(), 0);
+  EXPECT_EQ(manager_->Stats().warm_pool_ready, 1);
+}
+
 TEST_F(CoreManagerTest, ShutdownTearsDownThePoolsButNotTheSandboxes) {
   config_.warm_pool = 2;
   Open();
