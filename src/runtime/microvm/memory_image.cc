@@ -111,6 +111,23 @@ Status ReplugVsock(const std::string& qmp_socket, pid_t qemu, const std::string&
   return PlugVsock(*qmp, vsock_socket);
 }
 
+std::string VsockSeenByGuest(const std::string& qmp_socket, pid_t qemu) {
+  auto qmp = Qmp::Connect(qmp_socket, qemu, kMonitorConnects);
+  if (!qmp) return "(no monitor: " + qmp.error().message + ")";
+  auto buses = qmp->Execute("query-pci");
+  if (!buses) return "(query-pci: " + buses.error().message + ")";
+  for (const auto& bus : *buses)
+    for (const auto& device : bus.value("devices", nlohmann::json::array())) {
+      if (device.value("qdev_id", "") != "vsock") continue;
+      // An unmapped BAR reads as all ones: the guest has not enabled the device's memory.
+      for (const auto& region : device.value("regions", nlohmann::json::array()))
+        if (region.value("type", "") == "memory" && region.value("address", ~uint64_t{0}) != ~uint64_t{0})
+          return "the guest's kernel had set the device up";
+      return "the guest's kernel had not set the device up (no BAR mapped)";
+    }
+  return "the guest has no vsock device";
+}
+
 Status Continue(const std::string& qmp_socket, pid_t qemu, const std::string& vsock_socket) {
   auto qmp = Qmp::Connect(qmp_socket, qemu, kMonitorConnects);
   if (!qmp) return qmp.error();

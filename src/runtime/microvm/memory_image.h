@@ -39,6 +39,10 @@ Status SaveMemoryImage(const std::string& qmp_socket, pid_t qemu, const std::str
 Status ReplugVsock(const std::string& qmp_socket, pid_t qemu, const std::string& vsock_socket,
                    const std::function<Status()>& unplugged);
 
+// What QEMU saw of the guest's use of its vsock device (for a log line where init does not
+// answer): whether the guest's kernel set the device up (its memory BARs mapped), or not.
+std::string VsockSeenByGuest(const std::string& qmp_socket, pid_t qemu);
+
 // Runs the guest of QEMU `qemu` if its monitor says it is stopped (a save left it so), with a
 // vsock device (a save cut short may have left it without). Its kernel then finds the new
 // device: init is reachable again some milliseconds later.

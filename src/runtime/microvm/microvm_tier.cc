@@ -527,21 +527,26 @@ Status MicrovmTier::RestartVsockDevice(const std::string& id, Guest& guest) {
 
 // After a vsock device was plugged into a guest restored from a memory image (or whose save
 // replaced it): until its init serves. Where it does not within seconds, the device daemon
-// may be the one that ended (vsock_dialer.h: a daemon killed while it dialed): a new daemon
-// and a new device, once.
+// may be the one that ended (vsock_dialer.h: a daemon killed while it dialed), or the guest's
+// kernel missed the device (a plug lost now and then, seen under a loaded TCG, which the next
+// plug mended): a new daemon and a new device, again each time a longer wait ends unanswered.
 Status MicrovmTier::ServeAfterPlug(const std::string& id, Guest& guest, const std::function<bool()>& alive,
                                    std::chrono::steady_clock::time_point deadline) {
-  constexpr auto kFirstTry = std::chrono::seconds(4);
   const std::string vm = VmDir(id);
-  if (WaitForGuestPort(vm + "/v.sock", ctl::kGuestInitPort, alive,
-                       std::min(deadline, std::chrono::steady_clock::now() + kFirstTry))
-          .ok())
-    return {};
-  spdlog::warn("microvm guest {}: its init did not answer after the vsock device came: a new device daemon and "
-               "device",
-               id);
-  BH_TRY(ReplugVsock(vm + "/qmp.sock", guest.qemu, vm + "/vsock.sock", [&] { return RestartVsockDevice(id, guest); }));
-  return WaitForGuestPort(vm + "/v.sock", ctl::kGuestInitPort, alive, deadline);
+  auto wait = std::chrono::seconds(4);
+  for (int plugs = 1;; plugs++, wait += std::chrono::seconds(2)) {
+    Status served = WaitForGuestPort(vm + "/v.sock", ctl::kGuestInitPort, alive,
+                                     std::min(deadline, std::chrono::steady_clock::now() + wait));
+    if (served.ok()) {
+      if (plugs > 1) spdlog::info("microvm guest {}: its init served after {} plugs", id, plugs);
+      return {};
+    }
+    if (!alive() || std::chrono::steady_clock::now() >= deadline) return served;
+    spdlog::warn("microvm guest {}: its init did not answer {} s after the vsock device came ({}): a new device "
+                 "daemon and device",
+                 id, wait.count(), VsockSeenByGuest(vm + "/qmp.sock", guest.qemu));
+    BH_TRY(ReplugVsock(vm + "/qmp.sock", guest.qemu, vm + "/vsock.sock", [&] { return RestartVsockDevice(id, guest); }));
+  }
 }
 
 VmConfig MicrovmTier::BaseConfig(const GuestShape& shape) const {
