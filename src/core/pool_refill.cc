@@ -125,10 +125,11 @@ void SandboxManagerImpl::Refill(const PoolKey& key) {
   std::shared_ptr<void> use_token;  // a snapshot's: not deleted under the launch
   if (!key.snapshot.empty()) {
     auto use = UseSnapshot(key.snapshot, /*refill=*/true);
-    Result<SandboxSpec> settings = use ? SpecFromJson(use->first.spec_json) : Result<SandboxSpec>(use.error());
     memory = use && !use->first.memory.empty();
-    if (memory) settings = RestorableSpec(use->first, key.tier);
-    if (!use || !settings) {  // deleted meanwhile, or no longer restorable here: its pool goes
+    Result<SandboxSpec> settings = !use    ? Result<SandboxSpec>(use.error())
+                                   : memory ? RestorableSpec(use->first, key.tier)
+                                            : SpecFromJson(use->first.spec_json);
+    if (!settings) {  // deleted meanwhile, or no longer restorable here: its pool goes
       std::lock_guard lock(mu_);
       (void)pools_.SetTarget(key, 0);
       return;

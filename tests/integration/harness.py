@@ -160,6 +160,10 @@ class Client:
     def get(self, path, **kw):
         return self.request("GET", path, **kw)
 
+    def metric(self, name: str) -> int:
+        """A counter or gauge of /metrics without labels (bulkhead_warm_pool_ready, ...)."""
+        return int(re.search(rf"^{name} (\d+)$", self.get("/metrics").body.decode(), re.M).group(1))
+
     def post(self, path, body=None, **kw):
         return self.request("POST", path, body=body, **kw)
 

@@ -359,9 +359,7 @@ def test_a_warm_pool_boots_in_the_background_and_hands_out_at_full_cpu_weight(da
     daemon.start()
     client = daemon.client()
 
-    def metric() -> int:
-        return int(re.search(r"^bulkhead_warm_pool_ready (\d+)$", client.get("/metrics").body.decode(), re.M).group(1))
-    assert wait_until(lambda: metric() == 1, timeout=60)
+    assert wait_until(lambda: client.metric("bulkhead_warm_pool_ready") == 1, timeout=60)
     pooled = _daemons_sandbox_groups(daemon)
     assert pooled and set(_cpu_weights(pooled).values()) <= {1, 2}, _cpu_weights(pooled)
     sandbox = client.create()["id"]
@@ -369,6 +367,6 @@ def test_a_warm_pool_boots_in_the_background_and_hands_out_at_full_cpu_weight(da
     assert handed_out in pooled, "the create came from the pool"
     assert set(_cpu_weights({handed_out}).values()) <= {100, 1024} and _cpu_weights({handed_out})
     assert client.sh(sandbox, "echo hi") == "hi\n"
-    assert wait_until(lambda: metric() == 1, timeout=60)
+    assert wait_until(lambda: client.metric("bulkhead_warm_pool_ready") == 1, timeout=60)
     refilled = _daemons_sandbox_groups(daemon) - {handed_out}
     assert refilled and set(_cpu_weights(refilled).values()) <= {1, 2}

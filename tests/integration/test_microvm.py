@@ -3,7 +3,6 @@ its device daemons as the sandbox's unprivileged host uid, a NIC only for a gues
 with a network, and ports reached through init. The core behaviours run on it in the tier
 matrix (tier_matrix_microvm.txt), the network's in test_network.py there too."""
 import os
-import re
 import signal
 import subprocess
 import threading
@@ -230,8 +229,7 @@ def test_the_warm_pool_hands_out_guests_of_its_shape_to_creates_without_a_networ
     daemon.extra_args = ("--warm-pool", "microvm=1")
     daemon.start()
     client = daemon.client()
-    metric = lambda name: int(re.search(rf"^{name} (\d+)$", client.get("/metrics").body.decode(),  # noqa: E731
-                                        re.M).group(1))
+    metric = client.metric
     assert wait_until(lambda: metric("bulkhead_warm_pool_ready") == 1, timeout=120)
     wait_for_template(client, "1024m-1cpu")  # (built beside the first pooled guest's boot)
     hits = metric("bulkhead_warm_pool_hits_total")
