@@ -9,6 +9,8 @@ packages=(
   # libraries the daemon links
   libboost-dev libboost-system-dev nlohmann-json3-dev libseccomp-dev libsqlite3-dev
   libspdlog-dev libfmt-dev libcli11-dev libarchive-dev libgtest-dev libgmock-dev
+  # TLS to image registries (Boost.Asio's ssl over OpenSSL)
+  libssl-dev
   # network namespaces: nftables rules and routes for the egress proxy
   libnftables-dev libnl-route-3-dev nftables
   # static archives bulkhead-init links libarchive with (tar, gzip, bzip2, xz)

@@ -10,6 +10,7 @@
 
 #include "api/exec_handler.h"
 #include "api/file_handler.h"
+#include "api/image_handlers.h"
 #include "api/json_output.h"
 #include "common/scope_guard.h"
 #include "common/unique_fd.h"
@@ -36,10 +37,6 @@ Error VolumeNotFound(const std::string& name) {
   return MakeError(ErrorCode::kNotFound, fmt::format("no volume named \"{}\"", name), "volume_not_found");
 }
 
-Error ImageNotFound(const std::string& name) {
-  return MakeError(ErrorCode::kNotFound, fmt::format("no image named \"{}\"", name), "image_not_found");
-}
-
 }  // namespace
 
 asio::awaitable<void> ApiHandlers::Handle(HttpExchange& exchange, const RouteMatch& route,
@@ -63,6 +60,11 @@ asio::awaitable<void> ApiHandlers::Handle(HttpExchange& exchange, const RouteMat
     case RouteId::kListImages: co_return co_await ListImages(exchange);
     case RouteId::kPutImage: co_return co_await PutImage(exchange, route.Param("name"));
     case RouteId::kDeleteImage: co_return co_await DeleteImage(exchange, route.Param("name"));
+    case RouteId::kGetImage: co_return co_await GetImage(exchange, route.Param("name"));
+    case RouteId::kPullImage:
+      co_return co_await ServePull(exchange, context_.manager, context_.pull_pool,
+                                   WantsNdjson(FromBeast(exchange.request()[http::field::accept])));
+    case RouteId::kCollectImageGarbage: co_return co_await CollectImageGarbage(exchange);
     case RouteId::kCreateVolume: co_return co_await CreateVolume(exchange);
     case RouteId::kListVolumes: co_return co_await ListVolumes(exchange);
     case RouteId::kGetVolume: co_return co_await GetVolume(exchange, route.Param("name"));
@@ -143,6 +145,8 @@ asio::awaitable<void> ApiHandlers::CreateSandbox(HttpExchange& exchange) {
   Result<core::SandboxSpec> spec = ParseSandboxSpec(*body, context_.host);
   if (!spec.ok()) co_return co_await exchange.SendError(spec.error());
   core::SandboxManager& manager = context_.manager;
+  Status image = co_await PrepareCreateImage(manager, context_.pull_pool, *body, *spec);
+  if (!image.ok()) co_return co_await exchange.SendError(image.error());
   Result<core::SandboxInfo> created =
       co_await RunBlocking(context_.blocking_pool, [&] { return manager.Create(*spec); });
   if (!created.ok()) co_return co_await exchange.SendError(created.error());
@@ -305,8 +309,23 @@ asio::awaitable<Result<core::ImageInfo>> ApiHandlers::ImportUploadedImage(HttpEx
   co_return co_await RunBlocking(context_.blocking_pool, [&] { return manager.ImportImage(name, temp_path); });
 }
 
+asio::awaitable<void> ApiHandlers::GetImage(HttpExchange& exchange, const std::string& name) {
+  core::SandboxManager& manager = context_.manager;
+  Result<core::ImageInfo> image = co_await RunBlocking(context_.blocking_pool, [&] { return manager.FindImage(name); });
+  if (!image.ok()) co_return co_await exchange.SendError(image.error());
+  co_await exchange.SendJson(http::status::ok, ImageToJson(*image));
+}
+
+asio::awaitable<void> ApiHandlers::CollectImageGarbage(HttpExchange& exchange) {
+  core::SandboxManager& manager = context_.manager;
+  Result<std::optional<int64_t>> freed =
+      co_await RunBlocking(context_.blocking_pool, [&] { return manager.CollectImageGarbage(); });
+  if (!freed.ok()) co_return co_await exchange.SendError(freed.error());
+  const json body = {{"freed_bytes", freed->value_or(0)}, {"deferred", !freed->has_value()}};
+  co_await exchange.SendJson(http::status::ok, body);
+}
+
 asio::awaitable<void> ApiHandlers::DeleteImage(HttpExchange& exchange, const std::string& name) {
-  if (!IsValidImageName(name)) co_return co_await exchange.SendError(ImageNotFound(name));
   core::SandboxManager& manager = context_.manager;
   Status deleted = co_await RunBlocking(context_.blocking_pool, [&] { return manager.DeleteImage(name); });
   if (!deleted.ok()) co_return co_await exchange.SendError(deleted.error());

@@ -22,6 +22,7 @@ constexpr uint64_t kMaxImageUpload = uint64_t{16} << 30;  // 16 GiB
 struct HandlerContext {
   core::SandboxManager& manager;
   boost::asio::thread_pool& blocking_pool;  // for the manager's (blocking) calls
+  boost::asio::thread_pool& pull_pool;      // image pulls, which may take minutes
   HttpMetrics& metrics;
   std::string upload_dir;                   // <state>/tmp: image uploads land here
   HostLimits host;
@@ -56,6 +57,8 @@ class ApiHandlers {
   boost::asio::awaitable<void> Egress(HttpExchange& exchange, const std::string& id, const QueryParams& query);
   boost::asio::awaitable<void> Exec(HttpExchange& exchange, const std::string& id);
   boost::asio::awaitable<void> ListImages(HttpExchange& exchange);
+  boost::asio::awaitable<void> GetImage(HttpExchange& exchange, const std::string& name);
+  boost::asio::awaitable<void> CollectImageGarbage(HttpExchange& exchange);
   boost::asio::awaitable<void> PutImage(HttpExchange& exchange, const std::string& name);
   boost::asio::awaitable<Result<core::ImageInfo>> ImportUploadedImage(HttpExchange& exchange,
                                                                       const std::string& name);

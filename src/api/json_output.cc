@@ -14,7 +14,9 @@ json SandboxToJson(const core::SandboxInfo& sandbox) {
   json out = {
       {"id", sandbox.id},
       {"state", sandbox.state},
-      {"image", spec.image},
+      // What the create named; image_id is the stored image that runs (a pulled one's digest).
+      {"image", spec.image_ref.empty() ? spec.image : spec.image_ref},
+      {"image_id", spec.image},
       {"runtime", spec.runtime},
       {"created_at", sandbox.created_at},
       {"expires_at", sandbox.expires_at ? json(*sandbox.expires_at) : json(nullptr)},
@@ -77,12 +79,29 @@ json EgressRecordToJson(const net::EgressRecord& r) {
 }
 
 json ImageToJson(const core::ImageInfo& image) {
-  return {
+  json out = {
       {"name", image.name},
       {"source", image.source},
       {"created_at", image.created_at},
       {"size_bytes", image.size_bytes},
   };
+  if (image.source == "registry") {
+    out["digest"] = image.digest;
+    out["references"] = image.references;
+  }
+  if (image.config) {
+    const storage::ImageConfig& c = *image.config;
+    out["config"] = {{"os", c.os},
+                     {"architecture", c.architecture},
+                     {"env", c.env},
+                     {"workdir", c.working_dir},
+                     {"user", c.user},
+                     {"entrypoint", c.entrypoint},
+                     {"cmd", c.cmd},
+                     {"exposed_ports", c.exposed_ports},
+                     {"labels", c.labels}};
+  }
+  return out;
 }
 
 json VolumeToJson(const core::VolumeInfo& volume) {

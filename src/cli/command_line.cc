@@ -132,12 +132,24 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
                     "Layers and snapshots: overlay (file copies, reflinked on xfs) or btrfs (subvolume "
                     "snapshots, in a btrfs image the daemon makes); default: what this machine gives")
       ->check(CLI::IsMember({"overlay", "btrfs"}));
+  serve->add_option("--default-registry", line.default_registry,
+                    "Registry (HOST[:PORT]) of image names that name none, like team/py:3.12; default: none, such "
+                    "names must be stored images");
+  serve->add_option("--insecure-registry", line.insecure_registries,
+                    "Registry (HOST[:PORT]) spoken to in plain HTTP, without TLS; repeatable")
+      ->allow_extra_args(false);
+  serve->add_option("--registry-auth", line.registry_auth,
+                    "Registry logins in Docker's config.json format ({\"auths\": {\"HOST\": {\"auth\": base64(user:password)}}})")
+      ->check(CLI::ExistingFile);
+  serve->add_option("--registry-ca", line.registry_ca,
+                    "CA certificates (PEM) trusted for registries beside the system's")
+      ->check(CLI::ExistingFile);
   Selects(serve, line, Command::kServe);
 
   CLI::App* run = app.add_subcommand("run", "Run one command in a new sandbox, then remove it");
   AddSandboxFlags(run, line.sandbox, /*for_run=*/true);
   run->add_flag("-i,--stdin", line.exec.forward_stdin, "Send this command's stdin to the command");
-  run->add_option("command", line.exec.argv, "The command and its arguments")->required();
+  run->add_option("command", line.exec.argv, "The command and its arguments (default: the image's entrypoint and cmd)");
   run->footer(kCommandFooter);
   Selects(run, line, Command::kRun);
 
@@ -302,9 +314,18 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
   image_list->alias("list");
   image_list->add_flag("--json", line.json, "Print the API's JSON");
   Selects(image_list, line, Command::kImageList);
-  CLI::App* image_remove = image->add_subcommand("rm", "Remove an image");
-  image_remove->add_option("name", line.image_name, "Image name")->required();
+  CLI::App* image_remove = image->add_subcommand("rm", "Remove an image, or a reference from its image");
+  image_remove->add_option("name", line.image_name, "Image name or registry reference")->required();
   Selects(image_remove, line, Command::kImageRemove);
+  CLI::App* image_pull = image->add_subcommand("pull", "Fetch an image from a registry (OCI distribution API)");
+  image_pull->add_option("reference", line.image_name, "[REGISTRY/]REPOSITORY[:TAG][@sha256:DIGEST]")->required();
+  image_pull->add_option("--platform", line.platform, "OS/ARCH[/VARIANT] to pick from a multi-platform image "
+                                                      "(default: this machine's)");
+  image_pull->add_flag("--json", line.json, "Print the API's NDJSON progress events");
+  Selects(image_pull, line, Command::kImagePull);
+  CLI::App* image_inspect = image->add_subcommand("inspect", "Show an image: digest, references, config, ports");
+  image_inspect->add_option("name", line.image_name, "Image name or registry reference")->required();
+  Selects(image_inspect, line, Command::kImageInspect);
 
   CLI::App* volume = app.add_subcommand("volume", "Manage named volumes (shared between sandboxes, outliving them)");
   volume->require_subcommand(1);
@@ -442,6 +463,10 @@ core::DaemonConfig DaemonConfigFromCommandLine(const CommandLine& line) {
   if (line.e2b_domain) config.e2b_domain = *line.e2b_domain;
   if (line.open_subnet) config.open_subnet = *line.open_subnet;
   if (line.storage_driver) config.storage_driver = *line.storage_driver;
+  config.registry.default_registry = line.default_registry;
+  config.registry.insecure.insert(line.insecure_registries.begin(), line.insecure_registries.end());
+  config.registry.auth_file = line.registry_auth;
+  config.registry.ca_file = line.registry_ca;
   if (const char* key = std::getenv("BULKHEAD_API_KEY"); key != nullptr && *key != '\0') config.api_key = key;
   return config;
 }

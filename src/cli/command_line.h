@@ -27,6 +27,8 @@ enum class Command {
   kImageImport,
   kImageList,
   kImageRemove,
+  kImagePull,
+  kImageInspect,
   kVersion,
   kCopy,         // cp
   kWatch,        // watch
@@ -105,6 +107,10 @@ struct CommandLine {
   std::optional<std::string> e2b_domain;  // --e2b-domain
   std::optional<std::string> open_subnet;
   std::optional<std::string> storage_driver;
+  std::string default_registry;                 // --default-registry
+  std::vector<std::string> insecure_registries;  // --insecure-registry, repeatable
+  std::string registry_auth;                    // --registry-auth FILE (Docker's config.json)
+  std::string registry_ca;                      // --registry-ca FILE
 
   SandboxFlags sandbox;  // run, create; network uses sandbox.allow and .deny
   std::optional<std::string> network_mode;  // network
@@ -118,7 +124,8 @@ struct CommandLine {
   bool json = false;                     // create, ls
   std::optional<std::string> state_filter;    // ls --state
   std::vector<std::string> metadata_filter;   // ls --metadata k=v
-  std::string image_name;                // image import, image rm
+  std::string image_name;                // image import, pull, inspect, rm (a name or a reference)
+  std::string platform;                  // image pull --platform
   std::string image_path;                // image import
   std::vector<std::string> volume_names; // volume create (one), volume rm
   std::optional<int64_t> volume_size_mb; // volume create --size-mb

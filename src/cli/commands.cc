@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/file_commands.h"
+#include "cli/image_commands.h"
 #include "cli/network_commands.h"
 #include "cli/output_format.h"
 #include "cli/port_forward.h"
@@ -153,8 +154,20 @@ int RunCommand(Session& session) {
   // Read stdin before creating the sandbox, so it does not sit idle while we wait for input.
   auto stdin_data = StdinIfWanted(session);
   if (!stdin_data.ok()) return session.Fail(stdin_data.error());
-
   const ApiClient& api = session.api;
+  // No command: what the image's config says to run (its Entrypoint, then its Cmd), as `docker run`.
+  std::vector<std::string> argv = line.exec.argv;
+  if (argv.empty()) {
+    const std::string image = line.sandbox.image.value_or("host");
+    auto config = api.Call(HttpMethod::kGet, "/v1/images/" + PercentEncode(image));
+    if (config.ok() && config->is_object() && config->contains("config")) {
+      for (const char* part : {"entrypoint", "cmd"})
+        for (const json& arg : (*config)["config"].value(part, json::array()))
+          if (arg.is_string()) argv.push_back(arg.get<std::string>());
+    }
+    if (argv.empty()) return session.UsageError("no command given, and image " + image + " names none to run");
+  }
+
   RunInterruptGuard guard([&api, &session](const std::string& id) {
     auto removed = api.Call(HttpMethod::kDelete, SandboxPath(id));
     if (!removed.ok() && removed.error().code != ErrorCode::kNotFound) {
@@ -174,7 +187,7 @@ int RunCommand(Session& session) {
   std::string id = (*sandbox)["id"].get<std::string>();
   if (auto interrupted = guard.SandboxCreated(id)) return *interrupted;
 
-  json request = ExecRequest(line.exec.argv, json::object(), std::nullopt, std::nullopt, timeout_s, *stdin_data);
+  json request = ExecRequest(argv, json::object(), std::nullopt, std::nullopt, timeout_s, *stdin_data);
   std::optional<Error> failure;
   int exit_code = StreamExec(session, id, request, &failure);
   guard.RemoveSandbox();
@@ -283,67 +296,6 @@ int LifecycleCommand(Session& session) {
   return exit_code;
 }
 
-int ImageImportCommand(Session& session) {
-  const std::string& path = session.line.image_path;
-  std::string target = "/v1/images/" + PercentEncode(session.line.image_name);
-  struct stat info{};
-  if (::stat(path.c_str(), &info) != 0) return session.UsageError(SystemError(path, errno));
-
-  Result<json> imported = json();
-  if (S_ISDIR(info.st_mode)) {
-    auto warn = [&session](const std::string& warning) { session.Err("bulkhead: warning: " + warning + "\n"); };
-    imported = session.api.Upload(target, "application/x-tar", std::nullopt, [&](const BodyChunkSink& sink) {
-      return StreamDirectoryAsTar(path, sink, warn);
-    });
-  } else if (S_ISREG(info.st_mode)) {
-    UniqueFd file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!file) return session.Fail(SystemError("opening " + path, errno));
-    uint64_t size = static_cast<uint64_t>(info.st_size);
-    // The daemon recognizes the compression (gzip, zstd, xz...) from the bytes.
-    imported = session.api.Upload(target, "application/x-tar", size, [&](const BodyChunkSink& sink) {
-      return SendFile(file.get(), size, "the image file", sink);
-    });
-  } else {
-    return session.UsageError(
-        MakeError(ErrorCode::kBadRequest, path + " is neither a directory nor a file", "invalid_argument"));
-  }
-  if (!imported.ok()) return session.Fail(imported.error());
-  std::string summary = "imported " + session.line.image_name;
-  if (imported->is_object() && (*imported)["size_bytes"].is_number_integer()) {
-    summary += " (" + FormatBytes((*imported)["size_bytes"].get<int64_t>()) + ")";
-  }
-  session.Out(summary + "\n");
-  return 0;
-}
-
-int ImageListCommand(Session& session) {
-  auto listing = session.api.Call(HttpMethod::kGet, "/v1/images");
-  if (!listing.ok()) return session.Fail(listing.error());
-  if (session.line.json) {
-    session.Out(DumpJson(*listing, 2) + "\n");
-    return 0;
-  }
-  int64_t now = static_cast<int64_t>(std::time(nullptr));
-  std::vector<std::vector<std::string>> rows = {{"NAME", "SOURCE", "SIZE", "CREATED"}};
-  if (auto images = listing->find("images"); images != listing->end() && images->is_array()) {
-    for (const json& image : *images) {
-      auto size = image.find("size_bytes");
-      rows.push_back({StringField(image, "name"), StringField(image, "source"),
-                      size != image.end() && size->is_number_integer() ? FormatBytes(size->get<int64_t>()) : "-",
-                      DescribeCreated(StringField(image, "created_at"), now)});
-    }
-  }
-  session.Out(FormatTable(rows));
-  return 0;
-}
-
-int ImageRemoveCommand(Session& session) {
-  auto removed = session.api.Call(HttpMethod::kDelete, "/v1/images/" + PercentEncode(session.line.image_name));
-  if (!removed.ok()) return session.Fail(removed.error());
-  session.Out(session.line.image_name + "\n");
-  return 0;
-}
-
 int VersionCommand(Session& session) {
   session.Out(std::string("client: bulkhead ") + BULKHEAD_VERSION + "\n");
   std::string url = session.api.http().address().ToUrl();
@@ -399,6 +351,8 @@ int RunClientCommand(const CommandLine& line, const CommandIo& io) {
       case Command::kImageImport: return ImageImportCommand(session);
       case Command::kImageList: return ImageListCommand(session);
       case Command::kImageRemove: return ImageRemoveCommand(session);
+      case Command::kImagePull: return ImagePullCommand(session);
+      case Command::kImageInspect: return ImageInspectCommand(session);
       case Command::kVersion: return VersionCommand(session);
       case Command::kCopy: return CopyCommand(session);
       case Command::kWatch: return WatchCommand(session);

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "storage/registry_settings.h"
+
 namespace bulkhead::core {
 
 struct DaemonConfig {
@@ -70,6 +72,8 @@ struct DaemonConfig {
   // Open-mode sandboxes take a /30 each from this IPv4 prefix for their veth pair (UDP and
   // ICMP out, NATed). --open-subnet
   std::string open_subnet = "10.213.0.0/16";
+  // Image registries: --default-registry, --insecure-registry, --registry-auth, --registry-ca.
+  storage::RegistrySettings registry;
 };
 
 }  // namespace bulkhead::core

@@ -129,6 +129,12 @@ class SandboxManagerImpl : public SandboxManager {
     return storage_->ImportImage(name, tar_path);
   }
   Status DeleteImage(const std::string& name) override;
+  Result<ImageInfo> FindImage(const std::string& name) override;
+  Result<ImageInfo> PullImage(const storage::PullRequest& request, const storage::PullListener& listener) override {
+    return puller_.Pull(request, listener);
+  }
+  Result<std::optional<int64_t>> CollectImageGarbage() override;
+  void StopImagePulls() override { puller_.CancelAll(); }
   Result<VolumeInfo> CreateVolume(const std::string& name, int64_t size_mb) override {
     return volumes_.Create(name, size_mb);
   }
@@ -297,6 +303,7 @@ class SandboxManagerImpl : public SandboxManager {
   std::unique_ptr<storage::Storage> storage_;
   TierSet tiers_;
   VolumeRegistry volumes_{*db_, *storage_};
+  storage::ImagePuller puller_{*storage_, config_.registry};
   runtime::UidRanges uids_;
   std::mutex uids_mu_;
   std::string host_rootfs_;

@@ -297,14 +297,44 @@ Result<SandboxInfo> SandboxManagerImpl::SetTimeout(const std::string& id, int64_
   return InfoOf(*sb);
 }
 
+Result<ImageInfo> SandboxManagerImpl::FindImage(const std::string& name) {
+  auto stored = storage_->ResolveImage(name, config_.registry.default_registry);
+  if (!stored.ok()) return stored.error();
+  return storage_->GetImage(*stored);
+}
+
 Status SandboxManagerImpl::DeleteImage(const std::string& name) {
+  auto stored = storage_->ResolveImage(name, config_.registry.default_registry);
+  if (!stored.ok()) return stored.error();
+  // A reference comes off its image; the image goes with its last one (as `docker rmi`).
+  if (*stored != name) {
+    auto image = storage_->GetImage(*stored);
+    if (!image.ok()) return image.error();
+    auto ref = storage::ParseImageRef(name, config_.registry.default_registry);
+    if (ref.ok() && ref->digest.empty() && image->references.size() > 1) {
+      auto left = storage_->UnnameImage(*stored, ref->ToString());
+      if (!left.ok()) return left.error();
+      return {};
+    }
+  }
   {
     std::lock_guard lock(mu_);
     for (const auto& [id, sb] : sandboxes_)
-      if (sb->info.spec.image == name)
+      if (sb->info.spec.image == *stored)
         return MakeError(ErrorCode::kConflict, "image " + name + " is used by sandbox " + id, "image_in_use");
   }
-  return storage_->DeleteImage(name);
+  BH_TRY(storage_->DeleteImage(*stored));
+  if (auto gc = CollectImageGarbage(); !gc.ok()) spdlog::warn("image blobs: {}", gc.error().message);
+  return {};
+}
+
+Result<std::optional<int64_t>> SandboxManagerImpl::CollectImageGarbage() {
+  int64_t freed = 0;
+  auto done = puller_.CollectGarbage(&freed);
+  if (!done.ok()) return done.error();
+  if (!*done) return std::optional<int64_t>();
+  if (freed > 0) spdlog::info("image blobs: {} bytes no image uses removed", freed);
+  return std::optional<int64_t>(freed);
 }
 
 ManagerStats SandboxManagerImpl::Stats() {
@@ -319,6 +349,7 @@ ManagerStats SandboxManagerImpl::Stats() {
 void SandboxManagerImpl::Shutdown() {
   std::call_once(shutdown_once_, [&] {
     stopping_ = true;
+    puller_.CancelAll();
     for (runtime::Tier* tier : tiers_.All()) tier->SetReclaim(nullptr);
     wake_.notify_all();
     if (pool_thread_.joinable()) pool_thread_.join();

@@ -9,6 +9,7 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "core/types.h"
 #include "core/usage_history.h"
 #include "net/egress_proxy.h"
+#include "storage/image_pull.h"
 
 namespace bulkhead::core {
 
@@ -142,7 +144,19 @@ class SandboxManager {
   virtual std::vector<ImageInfo> ListImages() = 0;
   // Unpacks a rootfs tarball (any compression libarchive reads) into a new image. (blocking)
   virtual Result<ImageInfo> ImportImage(const std::string& name, const std::string& tar_path) = 0;
-  virtual Status DeleteImage(const std::string& name) = 0;  // 409 while a sandbox uses it
+  // An image by a local name or a registry reference it was pulled as (Storage::ResolveImage).
+  virtual Result<ImageInfo> FindImage(const std::string& name) = 0;
+  // Deletes an image by local name, or takes a reference off its image (deleting it once no
+  // reference is left), then removes the blobs no image uses. 409 while a sandbox uses it.
+  virtual Status DeleteImage(const std::string& name) = 0;
+  // Fetches an image from its registry (storage/image_pull.h), reporting progress to
+  // `listener` on the calling thread. (blocking, for as long as the download takes)
+  virtual Result<ImageInfo> PullImage(const storage::PullRequest& request, const storage::PullListener& listener) = 0;
+  // Removes the blobs no image uses and abandoned partial downloads; answers the bytes freed,
+  // or nothing while a pull is under way (its blobs belong to no image yet). (blocking)
+  virtual Result<std::optional<int64_t>> CollectImageGarbage() = 0;
+  // Ends the pulls under way (the server's shutdown: it must not wait for a slow registry).
+  virtual void StopImagePulls() {}
 
   // Named volumes (volume_registry.h). Create and Delete are (blocking); Delete is 409
   // volume_in_use while a sandbox lists the volume.

@@ -28,6 +28,7 @@ std::string SpecToJson(const SandboxSpec& s) {
   j["preview"] = {{"public", s.preview.is_public}, {"token", s.preview.token}};
   j["sudo_users"] = s.sudo_users;
   if (s.from_snapshot) j["from_snapshot"] = *s.from_snapshot;
+  if (!s.image_ref.empty()) j["image_ref"] = s.image_ref;
   if (s.e2b_auto_resume) j["e2b_auto_resume"] = true;
   return j.dump();
 }
@@ -45,6 +46,7 @@ Result<SandboxSpec> SpecFromJson(const std::string& text) {
   try {
     SandboxSpec s;
     s.image = j.at("image").get<std::string>();
+    s.image_ref = j.value("image_ref", std::string());
     s.runtime = j.at("runtime").get<std::string>();
     s.cpus = j.at("cpus").get<double>();
     s.memory_mb = integer("memory_mb");

@@ -39,6 +39,9 @@ struct PreviewAccess {
 // POST /v1/sandboxes, after validation; every field has its default filled in.
 struct SandboxSpec {
   std::string image = "host";
+  // The registry reference the create named (image then holds the stored image's name, its
+  // manifest digest's hex, which a moved tag cannot change under a sandbox). "" otherwise.
+  std::string image_ref;
   std::string runtime = "native";
   double cpus = 1.0;
   int64_t memory_mb = 1024;

@@ -99,6 +99,14 @@ int RunDaemon(const core::DaemonConfig& config) {
     return 1;
   }
   manager_config.memory_image_key = *memory_image_key;
+  if (!manager_config.registry.auth_file.empty()) {
+    auto logins = storage::ReadDockerAuthFile(manager_config.registry.auth_file);
+    if (!logins.ok()) {
+      spdlog::error("{}", logins.error().message);
+      return 1;
+    }
+    manager_config.registry.logins = std::move(*logins);
+  }
 
   spdlog::info("bulkhead {} opening state in {}", BULKHEAD_VERSION, state_dir);
   Result<std::unique_ptr<core::SandboxManager>> opened = core::SandboxManager::Open(manager_config);

@@ -135,6 +135,7 @@ ApiServer::ApiServer(core::SandboxManager& manager, ServerOptions options)
   handlers_ = std::make_unique<ApiHandlers>(HandlerContext{
       .manager = manager_,
       .blocking_pool = blocking_pool_,
+      .pull_pool = pull_pool_,
       .metrics = metrics_,
       .upload_dir = options_.upload_dir,
       .host = HostLimits::Detect(manager_.config().default_runtime),
@@ -267,6 +268,7 @@ void ApiServer::Run() {
   for (auto& thread : threads) thread.join();
   // Blocking work in flight (a sandbox being created) finishes before the core shuts down.
   blocking_pool_.join();
+  pull_pool_.join();  // cancelled by BeginShutdown: they end promptly
   if (signals_) {
     error_code ignored;
     signals_->cancel(ignored);
@@ -294,6 +296,7 @@ void ApiServer::Stop() {
 
 void ApiServer::BeginShutdown() {
   if (stopping_.exchange(true)) return;
+  manager_.StopImagePulls();
   for (auto& listener : listeners_) {
     error_code ignored;
     listener->acceptor.close(ignored);

@@ -96,6 +96,7 @@ class ApiServer {
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
   boost::asio::strand<boost::asio::io_context::executor_type> control_;  // listeners, signals, shutdown
   boost::asio::thread_pool blocking_pool_;
+  boost::asio::thread_pool pull_pool_{2};  // image pulls: long, kept off blocking_pool_
   std::vector<std::unique_ptr<Listener>> listeners_;
   std::vector<std::string> tcp_addresses_;  // bound "host:port"s; written before Run only
   std::string e2b_address_;                 // the E2B front's bound "host:port"; before Run only

@@ -11,6 +11,7 @@
 #include "common/bounded_json.h"
 #include "http/encoding.h"
 #include "net/allow_rules.h"
+#include "storage/image_ref.h"
 
 namespace bulkhead::api {
 namespace {
@@ -346,8 +347,11 @@ Result<core::SandboxSpec> ParseSandboxSpec(const json& body, const HostLimits& h
   core::SandboxSpec spec;
 
   BH_TRY(ReadString(body, "image", spec.image));
-  if (!IsValidImageName(spec.image)) {
-    return Invalid("image must match ^[a-z0-9][a-z0-9._-]{0,63}$");
+  // A stored image's name, or a registry reference (pulled on first use: api/image_handlers.h).
+  // Whether a name without a registry has one to be looked up on is the daemon's to say.
+  if (!IsValidImageName(spec.image) && !storage::ParseImageRef(spec.image, "registry.invalid").ok()) {
+    return Invalid("image must be an image name (^[a-z0-9][a-z0-9._-]{0,63}$) or a registry reference "
+                   "([REGISTRY/]REPOSITORY[:TAG][@sha256:DIGEST])");
   }
 
   spec.runtime = host.default_runtime;

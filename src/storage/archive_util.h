@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "common/id_ranges.h"
 #include "common/result.h"
 
 namespace bulkhead::storage {
@@ -32,6 +33,28 @@ inline Error ArchiveError(archive* a, const std::string& what, const std::string
   std::string text = what + ": " + (msg ? msg : "unknown libarchive error");
   if (err == ENOSPC || err == EDQUOT) return MakeError(ErrorCode::kDiskFull, text);
   return MakeError(ErrorCode::kInvalid, text, detail_code);
+}
+
+// An archive's owner as an image stores it: in the stored range (common/id_ranges.h), so that
+// no file of an image is owned by a host account; ids a sandbox cannot have become its nobody.
+inline la_int64_t StoredArchiveId(la_int64_t id) {
+  return kStoredIdBase + (id >= 0 && id < static_cast<la_int64_t>(kIdCount) ? id : kNobodyId);
+}
+
+// Copies the current entry's data from reader to writer block by block (sparse files stay
+// sparse), in bounded memory. `name` is for errors.
+inline Status CopyEntryData(archive* reader, archive* writer, const std::string& name, const std::string& detail_code) {
+  const void* block;
+  size_t size;
+  la_int64_t offset;
+  for (;;) {
+    int rc = archive_read_data_block(reader, &block, &size, &offset);
+    if (rc == ARCHIVE_EOF) return {};
+    if (rc < ARCHIVE_WARN) return ArchiveError(reader, "reading " + name, detail_code);
+    if (archive_write_data_block(writer, block, size, offset) < ARCHIVE_WARN) {
+      return ArchiveError(writer, "writing " + name, detail_code);
+    }
+  }
 }
 
 }  // namespace bulkhead::storage

@@ -21,12 +21,6 @@ constexpr int kExtractFlags = ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_PERM | ARC
 
 Error ArchiveError(archive* a, const std::string& what) { return storage::ArchiveError(a, what, "invalid_image"); }
 
-// An archive's owner as stored: in the stored range (common/id_ranges.h), so that no file of
-// an image is owned by a host account; ids a sandbox cannot have become its nobody.
-la_int64_t StoredId(la_int64_t id) {
-  return kStoredIdBase + (id >= 0 && id < static_cast<la_int64_t>(kIdCount) ? id : kNobodyId);
-}
-
 // The extraction itself; runs in a thread whose root and cwd are the rootfs.
 Status ExtractHere(archive* reader) {
   ArchiveWriter writer(archive_write_disk_new());
@@ -59,23 +53,11 @@ Status ExtractHere(archive* reader) {
       continue;
     }
     archive_entry_copy_pathname(entry, name.c_str());
-    archive_entry_set_uid(entry, StoredId(archive_entry_uid(entry)));
-    archive_entry_set_gid(entry, StoredId(archive_entry_gid(entry)));
+    archive_entry_set_uid(entry, StoredArchiveId(archive_entry_uid(entry)));
+    archive_entry_set_gid(entry, StoredArchiveId(archive_entry_gid(entry)));
     rc = archive_write_header(writer.get(), entry);
     if (rc < ARCHIVE_WARN) return ArchiveError(writer.get(), "extracting " + name);
-    if (archive_entry_size(entry) > 0) {
-      const void* block;
-      size_t size;
-      la_int64_t offset;
-      for (;;) {
-        rc = archive_read_data_block(reader, &block, &size, &offset);
-        if (rc == ARCHIVE_EOF) break;
-        if (rc < ARCHIVE_WARN) return ArchiveError(reader, "reading " + name);
-        if (archive_write_data_block(writer.get(), block, size, offset) < ARCHIVE_WARN) {
-          return ArchiveError(writer.get(), "writing " + name);
-        }
-      }
-    }
+    if (archive_entry_size(entry) > 0) BH_TRY(CopyEntryData(reader, writer.get(), name, "invalid_image"));
     if (archive_write_finish_entry(writer.get()) < ARCHIVE_WARN) return ArchiveError(writer.get(), "writing " + name);
   }
   // Applies the directory modes and times that were deferred until their contents were in.

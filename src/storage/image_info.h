@@ -1,16 +1,38 @@
 // What the storage knows of an image; the core hands it on as core::ImageInfo (core/types.h).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
+
+#include "storage/oci_manifest.h"
 
 namespace bulkhead::storage {
 
 // Images that sandboxes start from.
 struct ImageInfo {
   std::string name;
-  std::string source;  // "host" | "directory" | "tarball"
+  std::string source;  // "host" | "directory" | "tarball" | "registry"
   std::string created_at;
   int64_t size_bytes = 0;
+  // Pulled images (image_pull.h): the manifest's digest, the references that name the image
+  // (registry/repository:tag), and what its config says to run with.
+  std::string digest;
+  std::vector<std::string> references;
+  std::optional<ImageConfig> config;
 };
+
+// What a pull stores besides the tree, and what garbage collection keeps its blobs by.
+struct PulledImage {
+  std::string manifest_digest;
+  std::string manifest_media_type;
+  std::string index_digest;  // "" when the reference named the manifest itself
+  std::string config_digest;
+  ImageConfig config;
+  std::vector<std::string> layers;  // digests, bottom first
+};
+
+// A pulled image's directory name under images/: its manifest digest's 64 hex digits.
+inline std::string ImageDirName(const std::string& manifest_digest) { return manifest_digest.substr(7); }
 
 }  // namespace bulkhead::storage

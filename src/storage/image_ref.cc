@@ -87,6 +87,13 @@ std::string ImageRef::ToString() const {
   return text;
 }
 
+bool IsSha256Digest(std::string_view digest) {
+  if (digest.size() != 7 + 64 || !digest.starts_with("sha256:")) return false;
+  for (char c : digest.substr(7))
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+
 bool IsRegistryReference(std::string_view name) { return name.find_first_of("/:@") != std::string_view::npos; }
 
 Result<ImageRef> ParseImageRef(std::string_view text, std::string_view default_registry) {
@@ -96,12 +103,8 @@ Result<ImageRef> ParseImageRef(std::string_view text, std::string_view default_r
   std::string_view name = text;
   if (const size_t at = name.find('@'); at != std::string_view::npos) {
     const std::string_view digest = name.substr(at + 1);
-    if (digest.rfind("sha256:", 0) != 0)
-      return Invalid(text, "only sha256 digests are taken (\"@sha256:\" and 64 hex digits)");
-    const std::string_view hex = digest.substr(7);
-    if (hex.size() != 64) return Invalid(text, "a sha256 digest has 64 hex digits");
-    for (char c : hex)
-      if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return Invalid(text, "a digest is lowercase hex");
+    if (!IsSha256Digest(digest))
+      return Invalid(text, "only sha256 digests are taken (\"@sha256:\" and 64 lowercase hex digits)");
     ref.digest = std::string(digest);
     name = name.substr(0, at);
   }

@@ -27,6 +27,9 @@ struct ImageRef {
 // name is refused. kInvalid (400) says which part is wrong.
 Result<ImageRef> ParseImageRef(std::string_view text, std::string_view default_registry);
 
+// "sha256:" and 64 lowercase hex digits: the only digests bulkhead takes or stores.
+bool IsSha256Digest(std::string_view digest);
+
 // Whether `name` names an image in a registry rather than one stored here by name ("host", an
 // imported rootfs): it has a '/', ':' or '@', which local image names never have.
 bool IsRegistryReference(std::string_view name);

@@ -11,6 +11,7 @@
 #include <climits>
 #include <cstdlib>
 #include <ctime>
+#include <map>
 #include <set>
 #include <nlohmann/json.hpp>
 
@@ -18,7 +19,9 @@
 #include "common/scope_guard.h"
 #include "storage/fs_util.h"
 #include "storage/host_image.h"
+#include "storage/blob_store.h"
 #include "storage/image_import.h"
+#include "storage/image_ref.h"
 #include "storage/layer_area.h"
 #include "common/time_format.h"
 
@@ -51,17 +54,70 @@ std::string MtimeRfc3339(const std::string& path) {
   return Rfc3339(st.st_mtime);
 }
 
-Result<ImageInfo> ReadImageMeta(const std::string& image_dir) {
+nlohmann::json ImageConfigToJson(const ImageConfig& c) {
+  return {{"os", c.os},
+          {"architecture", c.architecture},
+          {"env", c.env},
+          {"working_dir", c.working_dir},
+          {"user", c.user},
+          {"entrypoint", c.entrypoint},
+          {"cmd", c.cmd},
+          {"exposed_ports", c.exposed_ports},
+          {"labels", c.labels}};
+}
+
+// meta.json is the daemon's own file, but a field of the wrong type must not throw.
+template <typename T>
+T Field(const nlohmann::json& object, const char* key, T fallback) {
+  auto it = object.find(key);
+  if (it == object.end()) return fallback;
+  T value = fallback;
+  try {
+    it->get_to(value);
+  } catch (const nlohmann::json::exception&) {
+    return fallback;
+  }
+  return value;
+}
+
+ImageConfig ImageConfigFromJson(const nlohmann::json& j) {
+  ImageConfig c;
+  c.os = Field<std::string>(j, "os", "");
+  c.architecture = Field<std::string>(j, "architecture", "");
+  c.env = Field<std::vector<std::string>>(j, "env", {});
+  c.working_dir = Field<std::string>(j, "working_dir", "");
+  c.user = Field<std::string>(j, "user", "");
+  c.entrypoint = Field<std::vector<std::string>>(j, "entrypoint", {});
+  c.cmd = Field<std::vector<std::string>>(j, "cmd", {});
+  c.exposed_ports = Field<std::vector<std::string>>(j, "exposed_ports", {});
+  c.labels = Field<std::map<std::string, std::string>>(j, "labels", {});
+  return c;
+}
+
+Result<nlohmann::json> ReadMetaJson(const std::string& image_dir) {
   auto text = ReadFile(image_dir + "/meta.json");
   if (!text.ok()) return text.error();
   auto json = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (!json.is_object()) return MakeError(ErrorCode::kInternal, "bad meta.json in " + image_dir);
+  return json;
+}
+
+ImageInfo ImageInfoFromMeta(const nlohmann::json& json) {
   ImageInfo info;
-  info.name = json.value("name", "");
-  info.source = json.value("source", "");
-  info.created_at = json.value("created_at", "");
-  info.size_bytes = json.value("size_bytes", int64_t{0});
+  info.name = Field<std::string>(json, "name", "");
+  info.source = Field<std::string>(json, "source", "");
+  info.created_at = Field<std::string>(json, "created_at", "");
+  info.size_bytes = Field<int64_t>(json, "size_bytes", 0);
+  info.digest = Field<std::string>(json, "digest", "");
+  info.references = Field<std::vector<std::string>>(json, "references", {});
+  if (auto c = json.find("config"); c != json.end() && c->is_object()) info.config = ImageConfigFromJson(*c);
   return info;
+}
+
+Result<ImageInfo> ReadImageMeta(const std::string& image_dir) {
+  auto json = ReadMetaJson(image_dir);
+  if (!json.ok()) return json.error();
+  return ImageInfoFromMeta(*json);
 }
 
 // A tree stored by an older version, owned by host ids 0..65535 (so an image's setuid-root
@@ -81,8 +137,11 @@ Status CheckLayerId(const std::string& sandbox_id) {
 
 }  // namespace
 
-Storage::Storage(std::string state_dir, std::unique_ptr<LayerArea> layers)
-    : state_dir_(std::move(state_dir)), layers_(std::move(layers)), host_bind_dirs_(storage::HostBindDirs()) {}
+Storage::Storage(std::string state_dir, std::unique_ptr<LayerArea> layers, std::unique_ptr<BlobStore> blobs)
+    : state_dir_(std::move(state_dir)),
+      layers_(std::move(layers)),
+      blobs_(std::move(blobs)),
+      host_bind_dirs_(storage::HostBindDirs()) {}
 
 Storage::~Storage() = default;
 
@@ -107,9 +166,11 @@ Result<std::unique_ptr<Storage>> Storage::Open(const std::string& state_dir, int
   for (const auto& name : ListDirNames((*layers)->root())) {
     if (name.starts_with(kVolumeLayerPrefix)) BH_TRY(MoveToStoredIds((*layers)->LayerPath(name) + "/data"));
   }
+  auto blobs = BlobStore::Open(root + "/blobs");
+  if (!blobs.ok()) return blobs.error();
   spdlog::info("storage: state {}, layers in {} (driver: {}, quota: {})", root, (*layers)->root(),
                (*layers)->driver(), (*layers)->backend());
-  return std::unique_ptr<Storage>(new Storage(root, std::move(*layers)));
+  return std::unique_ptr<Storage>(new Storage(root, std::move(*layers), std::move(*blobs)));
 }
 
 std::string Storage::ImagesDir() const { return state_dir_ + "/images"; }
@@ -139,13 +200,12 @@ Result<std::string> Storage::ImageRootfs(const std::string& name) const {
   return std::string(resolved);
 }
 
-Result<ImageInfo> Storage::ImportImage(const std::string& name, const std::string& tar_path) {
-  if (name == kHostImage) return MakeError(ErrorCode::kConflict, "image name \"host\" is reserved", "image_exists");
-  if (!IsValidImageName(name)) {
-    return MakeError(ErrorCode::kInvalid, "invalid image name (letters, digits, . _ -): " + name);
-  }
+Result<ImageInfo> Storage::InstallImage(const std::string& name,
+                                        const std::function<Status(const std::string& rootfs)>& fill,
+                                        const std::function<nlohmann::json(ImageInfo&)>& meta, bool existing_ok) {
   std::string final_dir = ImagesDir() + "/" + name;
   if (::access(final_dir.c_str(), F_OK) == 0) {
+    if (existing_ok) return ReadImageMeta(final_dir);
     return MakeError(ErrorCode::kConflict, "image " + name + " exists", "image_exists");
   }
   std::string tmpl = ImagesDir() + "/" + name + kTmpMarker + "XXXXXX";
@@ -155,31 +215,163 @@ Result<ImageInfo> Storage::ImportImage(const std::string& name, const std::strin
   BH_TRY(MakeDir(tmp_dir, 0700));
   std::string rootfs = tmp_dir + "/rootfs";
   BH_TRY(MakeDir(rootfs, 0755, kStoredIdBase, kStoredIdBase));  // the image's "/"
-  BH_TRY(ExtractRootfsTarball(tar_path, rootfs));
+  BH_TRY(fill(rootfs));
   BH_TRY(EnsureMountPoints(rootfs));
 
   ImageInfo info;
   info.name = name;
-  info.source = "tarball";
   info.created_at = NowRfc3339();
   auto size = TreeAllocatedBytes(rootfs);
   info.size_bytes = size.ok() ? *size : 0;
-  nlohmann::json meta = {{"name", info.name},
-                         {"source", info.source},
-                         {"created_at", info.created_at},
-                         {"size_bytes", info.size_bytes}};
-  BH_TRY(WriteFile(tmp_dir + "/meta.json", meta.dump(2) + "\n", 0644));
+  BH_TRY(WriteFile(tmp_dir + "/meta.json", meta(info).dump(2) + "\n", 0644));
 
   std::lock_guard lock(images_mu_);
   if (::renameat2(AT_FDCWD, tmp_dir.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_NOREPLACE) != 0) {
     if (errno == EEXIST || errno == ENOTEMPTY) {
+      if (existing_ok) return ReadImageMeta(final_dir);
       return MakeError(ErrorCode::kConflict, "image " + name + " exists", "image_exists");
     }
     return SystemError("rename " + tmp_dir, errno);
   }
   cleanup.Dismiss();
-  spdlog::info("storage: imported image {} ({} bytes)", name, info.size_bytes);
+  spdlog::info("storage: stored image {} ({}, {} bytes)", name, info.source, info.size_bytes);
   return info;
+}
+
+Result<ImageInfo> Storage::ImportImage(const std::string& name, const std::string& tar_path) {
+  if (name == kHostImage) return MakeError(ErrorCode::kConflict, "image name \"host\" is reserved", "image_exists");
+  if (!IsValidImageName(name)) {
+    return MakeError(ErrorCode::kInvalid, "invalid image name (letters, digits, . _ -): " + name);
+  }
+  return InstallImage(
+      name, [&](const std::string& rootfs) { return ExtractRootfsTarball(tar_path, rootfs); },
+      [](ImageInfo& info) {
+        info.source = "tarball";
+        return nlohmann::json{{"name", info.name},
+                              {"source", info.source},
+                              {"created_at", info.created_at},
+                              {"size_bytes", info.size_bytes}};
+      },
+      /*existing_ok=*/false);
+}
+
+Result<ImageInfo> Storage::InstallPulledImage(const PulledImage& image,
+                                              const std::function<Status(const std::string& rootfs)>& unpack) {
+  return InstallImage(
+      ImageDirName(image.manifest_digest), unpack,
+      [&](ImageInfo& info) {
+        info.source = "registry";
+        info.digest = image.manifest_digest;
+        info.config = image.config;
+        return nlohmann::json{{"name", info.name},
+                              {"source", info.source},
+                              {"created_at", info.created_at},
+                              {"size_bytes", info.size_bytes},
+                              {"digest", image.manifest_digest},
+                              {"references", nlohmann::json::array()},
+                              {"manifest_media_type", image.manifest_media_type},
+                              {"index_digest", image.index_digest},
+                              {"config_digest", image.config_digest},
+                              {"layers", image.layers},
+                              {"config", ImageConfigToJson(image.config)}};
+      },
+      /*existing_ok=*/true);
+}
+
+Status Storage::WriteImageMeta(const std::string& name, const nlohmann::json& meta) {
+  const std::string dir = ImagesDir() + "/" + name;
+  BH_TRY(WriteFile(dir + "/meta.json.new", meta.dump(2) + "\n", 0644));
+  if (::rename((dir + "/meta.json.new").c_str(), (dir + "/meta.json").c_str()) != 0) {
+    return SystemError("rename " + dir + "/meta.json.new", errno);
+  }
+  return {};
+}
+
+Result<ImageInfo> Storage::NameImage(const std::string& name, const std::string& reference) {
+  std::lock_guard lock(images_mu_);
+  for (const auto& other : ListDirNames(ImagesDir())) {
+    if (other == name || other == kHostImage || !IsValidImageName(other)) continue;
+    auto meta = ReadMetaJson(ImagesDir() + "/" + other);
+    if (!meta.ok()) continue;
+    auto refs = Field<std::vector<std::string>>(*meta, "references", {});
+    auto it = std::find(refs.begin(), refs.end(), reference);
+    if (it == refs.end()) continue;
+    refs.erase(it);
+    (*meta)["references"] = refs;
+    BH_TRY(WriteImageMeta(other, *meta));
+  }
+  auto meta = ReadMetaJson(ImagesDir() + "/" + name);
+  if (!meta.ok()) return MakeError(ErrorCode::kNotFound, "no image " + name, "image_not_found");
+  auto refs = Field<std::vector<std::string>>(*meta, "references", {});
+  if (std::find(refs.begin(), refs.end(), reference) == refs.end()) {
+    refs.push_back(reference);
+    (*meta)["references"] = refs;
+    BH_TRY(WriteImageMeta(name, *meta));
+  }
+  ImageInfo info = ImageInfoFromMeta(*meta);
+  info.name = name;
+  return info;
+}
+
+Result<size_t> Storage::UnnameImage(const std::string& name, const std::string& reference) {
+  std::lock_guard lock(images_mu_);
+  auto meta = ReadMetaJson(ImagesDir() + "/" + name);
+  if (!meta.ok()) return MakeError(ErrorCode::kNotFound, "no image " + name, "image_not_found");
+  auto refs = Field<std::vector<std::string>>(*meta, "references", {});
+  if (auto it = std::find(refs.begin(), refs.end(), reference); it != refs.end()) {
+    refs.erase(it);
+    (*meta)["references"] = refs;
+    BH_TRY(WriteImageMeta(name, *meta));
+  }
+  return refs.size();
+}
+
+std::set<std::string> Storage::BlobsInUse() const {
+  std::set<std::string> used;
+  std::lock_guard lock(images_mu_);
+  for (const auto& name : ListDirNames(ImagesDir())) {
+    if (name == kHostImage || !IsValidImageName(name)) continue;
+    auto meta = ReadMetaJson(ImagesDir() + "/" + name);
+    if (!meta.ok()) continue;
+    for (const char* key : {"digest", "index_digest", "config_digest"}) used.insert(Field<std::string>(*meta, key, ""));
+    for (const std::string& layer : Field<std::vector<std::string>>(*meta, "layers", {})) used.insert(layer);
+  }
+  used.erase("");
+  return used;
+}
+
+Result<std::string> Storage::ResolveImage(const std::string& text, const std::string& default_registry) const {
+  auto not_found = [&] {
+    return MakeError(ErrorCode::kNotFound, "no image " + text + " is stored here (pull it first)", "image_not_found");
+  };
+  if (!IsRegistryReference(text)) {
+    if (IsValidImageName(text) && ImageExists(text)) return text;
+    if (default_registry.empty()) return not_found();
+  }
+  auto ref = ParseImageRef(text, default_registry);
+  if (!ref.ok()) return not_found();  // no image can have been stored by such a name
+  const std::string canonical = ref->ToString();
+  if (!ref->digest.empty() && ImageExists(ImageDirName(ref->digest))) return ImageDirName(ref->digest);
+  std::lock_guard lock(images_mu_);
+  for (const auto& name : ListDirNames(ImagesDir())) {
+    if (name == kHostImage || !IsValidImageName(name)) continue;
+    auto meta = ReadMetaJson(ImagesDir() + "/" + name);
+    if (!meta.ok()) continue;
+    if (!ref->digest.empty()) {
+      // By digest the tag does not matter: the digest pins the content.
+      if (Field<std::string>(*meta, "index_digest", "") == ref->digest) return name;
+      continue;
+    }
+    auto refs = Field<std::vector<std::string>>(*meta, "references", {});
+    if (std::find(refs.begin(), refs.end(), canonical) != refs.end()) return name;
+  }
+  return not_found();
+}
+
+Result<ImageInfo> Storage::GetImage(const std::string& name) const {
+  for (ImageInfo& image : ListImages())
+    if (image.name == name) return std::move(image);
+  return MakeError(ErrorCode::kNotFound, "no image " + name, "image_not_found");
 }
 
 std::vector<ImageInfo> Storage::ListImages() const {

@@ -2,7 +2,9 @@
 //
 // Layout under the state dir:
 //   images/host/rootfs -> v-<hash>   the host image (a symlink switched atomically on rebuild)
-//   images/<name>/rootfs, meta.json  imported images
+//   images/<name>/rootfs, meta.json  imported images; pulled ones are named by their manifest
+//                                    digest's hex, their references kept in meta.json
+//   blobs/                           pulled images' blobs, content-addressed (blob_store.h)
 // Image and volume files are owned by the stored id range (common/id_ranges.h), never by host
 // accounts; every directory here is root's alone (0700) but the trees' own.
 //   storage.img, storage/            a loop-mounted filesystem with per-layer hard quotas
@@ -18,10 +20,14 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "common/result.h"
 #include "storage/image_info.h"
@@ -30,6 +36,7 @@
 namespace bulkhead::storage {
 
 class LayerArea;  // storage/layer_area.h: how layers are made and limited on one filesystem
+class BlobStore;  // storage/blob_store.h
 
 struct WritableLayer {
   std::string upper;  // overlayfs upperdir; holds upper/workspace
@@ -61,7 +68,27 @@ class Storage {
   // exists or is "host", kInvalid for a bad name or archive, kDiskFull when out of space.
   Result<ImageInfo> ImportImage(const std::string& name, const std::string& tar_path);
   std::vector<ImageInfo> ListImages() const;
+  Result<ImageInfo> GetImage(const std::string& name) const;  // kNotFound if unknown
   Status DeleteImage(const std::string& name);  // the caller checks it is unused; "host" -> kConflict
+
+  // ---- pulled images (image_pull.h) ----
+  // The stored image that `text` names: a local name ("host", an import, a pulled image's
+  // hex), or a registry reference it was pulled as (by tag, or by its manifest's or index's
+  // digest). Names without a registry are references on default_registry when not local.
+  // kNotFound (image_not_found) if none is here; kInvalid for a malformed reference.
+  Result<std::string> ResolveImage(const std::string& text, const std::string& default_registry) const;
+  BlobStore& blobs() { return *blobs_; }
+  // Makes the image of a pull: `unpack` fills its rootfs, then meta.json is written and the
+  // tree moved into place at once. An image of the same manifest stored already (a pull that
+  // raced this one) is answered as it is.
+  Result<ImageInfo> InstallPulledImage(const PulledImage& image, const std::function<Status(const std::string& rootfs)>& unpack);
+  // Gives image `name` the reference (registry/repository:tag), taking it from whichever
+  // image had it before (a tag moved by a newer pull).
+  Result<ImageInfo> NameImage(const std::string& name, const std::string& reference);
+  // Takes a reference off its image; answers how many references the image has left.
+  Result<size_t> UnnameImage(const std::string& name, const std::string& reference);
+  // The blobs that stored images use: what blob garbage collection keeps.
+  std::set<std::string> BlobsInUse() const;
 
   // A sandbox's writable layer: upper/ and work/ for overlayfs, upper/ owned by
   // host_uid:host_gid (the sandbox's root) and containing upper/workspace (0755, same
@@ -120,7 +147,13 @@ class Storage {
   const std::string& state_dir() const { return state_dir_; }
 
  private:
-  Storage(std::string state_dir, std::unique_ptr<LayerArea> layers);
+  Storage(std::string state_dir, std::unique_ptr<LayerArea> layers, std::unique_ptr<BlobStore> blobs);
+  // An image's directory made under a temporary name, filled, given meta.json and renamed
+  // into place, so a crash leaves no half-made image (Open removes the leftovers).
+  // existing_ok: a directory of that name already there is the answer, not kConflict.
+  Result<ImageInfo> InstallImage(const std::string& name, const std::function<Status(const std::string& rootfs)>& fill,
+                                 const std::function<nlohmann::json(ImageInfo&)>& meta, bool existing_ok);
+  Status WriteImageMeta(const std::string& name, const nlohmann::json& meta);
   std::string ImagesDir() const;
   std::string HostImageDir() const;
   std::string LayerDir(const std::string& sandbox_id) const;
@@ -129,8 +162,9 @@ class Storage {
 
   std::string state_dir_;
   std::unique_ptr<LayerArea> layers_;
+  std::unique_ptr<BlobStore> blobs_;
   std::vector<std::string> host_bind_dirs_;
-  std::mutex images_mu_;  // serializes host image builds and image imports/deletes
+  mutable std::mutex images_mu_;  // serializes host image builds, image imports/deletes and meta.json writes
 };
 
 }  // namespace bulkhead::storage

@@ -339,6 +339,15 @@ Result<core::ImageInfo> FakeManager::ImportImage(const std::string& name, const 
   return core::ImageInfo{.name = name, .source = "tarball", .created_at = "2024-05-01T10:00:00Z", .size_bytes = 10240};
 }
 
+Result<core::ImageInfo> FakeManager::FindImage(const std::string& name) {
+  if (name == "host") return ListImages().front();
+  return MakeError(ErrorCode::kNotFound, "no image " + name, "image_not_found");
+}
+
+Result<core::ImageInfo> FakeManager::PullImage(const storage::PullRequest& request, const storage::PullListener&) {
+  return MakeError(ErrorCode::kBadGateway, "no registry " + request.ref.registry + " here", "registry_unreachable");
+}
+
 Status FakeManager::DeleteImage(const std::string& name) {
   if (name == "host") return MakeError(ErrorCode::kConflict, "image host is in use");
   return MakeError(ErrorCode::kNotFound, "no image " + name, "image_not_found");

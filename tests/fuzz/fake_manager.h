@@ -39,6 +39,9 @@ class FakeManager : public core::SandboxManager {
   std::vector<core::ImageInfo> ListImages() override;
   Result<core::ImageInfo> ImportImage(const std::string& name, const std::string& tar_path) override;
   Status DeleteImage(const std::string& name) override;
+  Result<core::ImageInfo> FindImage(const std::string& name) override;
+  Result<core::ImageInfo> PullImage(const storage::PullRequest& request, const storage::PullListener& listener) override;
+  Result<std::optional<int64_t>> CollectImageGarbage() override { return std::optional<int64_t>(0); }
   Result<core::VolumeInfo> CreateVolume(const std::string& name, int64_t size_mb) override;
   Result<core::VolumeInfo> GetVolume(const std::string& name) override;
   std::vector<core::VolumeInfo> ListVolumes() override;

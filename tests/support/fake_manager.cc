@@ -179,6 +179,24 @@ Result<core::ImageInfo> FakeManager::ImportImage(const std::string& name, const 
   return image;
 }
 
+Result<core::ImageInfo> FakeManager::FindImage(const std::string& name) {
+  std::lock_guard lock(mutex_);
+  for (const auto& image : images_)
+    if (image.name == name) return image;
+  return MakeError(ErrorCode::kNotFound, "no image " + name, "image_not_found");
+}
+
+// Pulls nothing: a pulled image of the reference's name appears, after one progress event.
+Result<core::ImageInfo> FakeManager::PullImage(const storage::PullRequest& request,
+                                               const storage::PullListener& listener) {
+  listener(nlohmann::json{{"status", "resolving"}, {"image", request.ref.ToString()}});
+  core::ImageInfo image{.name = std::string(64, 'a'), .source = "registry", .created_at = kCreatedAt};
+  image.references = {request.ref.ToString()};
+  std::lock_guard lock(mutex_);
+  images_.push_back(image);
+  return image;
+}
+
 Status FakeManager::DeleteImage(const std::string& name) {
   std::lock_guard lock(mutex_);
   auto it = std::find_if(images_.begin(), images_.end(), [&](const auto& i) { return i.name == name; });

@@ -74,9 +74,19 @@ TEST_F(CliCommandLine, RunPassesOptionLikeWordsAfterDoubleDashToTheCommand) {
   EXPECT_FALSE(line_.sandbox.image.has_value());
 }
 
-TEST_F(CliCommandLine, RunWithoutACommandIsAUsageError) {
+TEST_F(CliCommandLine, RunWithoutACommandRunsWhatTheImageSays) {
   Define();
-  EXPECT_EQ(Parse({"run", "--image", "x"}), 2);
+  ASSERT_EQ(Parse({"run", "--image", "x"}), 0);
+  EXPECT_TRUE(line_.exec.argv.empty()) << "the image's entrypoint and cmd, read when it runs";
+}
+
+TEST_F(CliCommandLine, ImagePullTakesAReferenceAndAPlatform) {
+  Define();
+  ASSERT_EQ(Parse({"image", "pull", "registry.example/team/py:3.12", "--platform", "linux/arm64"}), 0);
+  EXPECT_EQ(line_.command, Command::kImagePull);
+  EXPECT_EQ(line_.image_name, "registry.example/team/py:3.12");
+  EXPECT_EQ(line_.platform, "linux/arm64");
+  EXPECT_EQ(Parse({"image", "pull"}), 2) << "the reference is required";
 }
 
 TEST_F(CliCommandLine, ExecTakesItsFlagsAfterTheId) {

@@ -1,0 +1,70 @@
+// `image pull`: an image fetched from a registry that speaks the OCI distribution API and
+// stored as every image is (a rootfs tree and meta.json under images/), its blobs kept once in
+// the blob store (blob_store.h) so that later pulls of images sharing layers fetch them once.
+#pragma once
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+#include "storage/image_info.h"
+#include "storage/image_ref.h"
+#include "storage/oci_manifest.h"
+#include "storage/registry_settings.h"
+
+namespace bulkhead::storage {
+
+class Storage;
+
+// Reads a Docker config.json's "auths": {"host": {"auth": base64(user:password)} or
+// {"username", "password"}}; keys given as URLs ("https://host/v1/") are reduced to the host.
+Result<std::map<std::string, RegistryLogin>> ReadDockerAuthFile(const std::string& path);
+
+struct PullRequest {
+  ImageRef ref;
+  std::optional<RegistryLogin> login;  // from the API call; else settings.logins
+  Platform platform;                   // HostPlatform() unless asked otherwise
+};
+
+// A pull's progress as NDJSON-ready objects ({"status": "resolved" | "downloading" |
+// "downloaded" | "unpacking", ...}); called on the pulling thread.
+using PullListener = std::function<void(const nlohmann::json& event)>;
+
+// Pulls run here, one call per pull on a thread that may block. Shared by the daemon.
+class ImagePuller {
+ public:
+  ImagePuller(Storage& storage, RegistrySettings settings);
+
+  // Fetches ref's manifest (picking `platform` from an index), config and layers (those not
+  // stored yet; an interrupted download goes on from where it stopped), checks each against its
+  // digest as it arrives, unpacks the layers in order into a new image, and names it by the
+  // reference. An image already stored under the same manifest digest only gains the name.
+  Result<ImageInfo> Pull(const PullRequest& request, const PullListener& listener);
+
+  // Ends the pulls under way (shutdown): they fail at once with kUnavailable.
+  void CancelAll();
+
+  // Removes the blobs no stored image uses, and abandoned partial downloads. Deferred (answers
+  // false) while a pull is under way, since its blobs belong to no image yet.
+  Result<bool> CollectGarbage(int64_t* freed_bytes);
+
+  const RegistrySettings& settings() const { return settings_; }
+
+ private:
+  struct Session;
+  Storage& storage_;
+  RegistrySettings settings_;
+  std::mutex mu_;
+  int active_ = 0;  // pulls under way
+  std::set<Session*> sessions_;
+  bool cancelled_ = false;
+};
+
+}  // namespace bulkhead::storage
