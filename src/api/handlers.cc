@@ -313,7 +313,8 @@ asio::awaitable<void> ApiHandlers::GetImage(HttpExchange& exchange, const std::s
   core::SandboxManager& manager = context_.manager;
   Result<core::ImageInfo> image = co_await RunBlocking(context_.blocking_pool, [&] { return manager.FindImage(name); });
   if (!image.ok()) co_return co_await exchange.SendError(image.error());
-  co_await exchange.SendJson(http::status::ok, ImageToJson(*image));
+  const json body = ImageToJson(*image);
+  co_await exchange.SendJson(http::status::ok, body);
 }
 
 asio::awaitable<void> ApiHandlers::CollectImageGarbage(HttpExchange& exchange) {

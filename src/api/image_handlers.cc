@@ -82,11 +82,14 @@ Result<storage::PullRequest> ParsePullRequest(const json& body, const std::strin
 
 // Runs the pull on `pool`, handing each progress line to `on_line` on this coroutine's strand.
 // Answers the pull's result. The pull goes on to the end if on_line gives up (a client gone).
+using LineWriter = std::function<asio::awaitable<bool>(const std::string&)>;
+
+// (Callers keep temporaries out of the co_await expressions: g++ 12 destroys them wrongly.)
 asio::awaitable<Result<core::ImageInfo>> RunPull(core::SandboxManager& manager, asio::thread_pool& pool,
-                                                 storage::PullRequest request,
-                                                 const std::function<asio::awaitable<bool>(std::string)>& on_line) {
-  auto run = std::make_shared<PullRun>(co_await asio::this_coro::executor);
-  asio::post(pool, [run, &manager, request = std::move(request)] {
+                                                 const storage::PullRequest& request, const LineWriter& on_line) {
+  auto executor = co_await asio::this_coro::executor;
+  auto run = std::make_shared<PullRun>(executor);
+  asio::post(pool, [run, &manager, request] {
     auto listener = [&](const json& event) { run->Post(DumpJson(event) + "\n"); };
     Result<core::ImageInfo> result = [&]() -> Result<core::ImageInfo> {
       try {
@@ -109,7 +112,7 @@ asio::awaitable<Result<core::ImageInfo>> RunPull(core::SandboxManager& manager, 
     if (listening && !lines.empty()) {
       std::string chunk;
       for (std::string& line : lines) chunk += line;
-      listening = co_await on_line(std::move(chunk));
+      listening = co_await on_line(chunk);
     }
     if (result) co_return std::move(*result);
     // Woken by Post (which cancels the wait); the timeout is only a safety net.
@@ -128,15 +131,17 @@ asio::awaitable<void> ServePull(HttpExchange& exchange, core::SandboxManager& ma
   Result<storage::PullRequest> request = ParsePullRequest(*body, manager.config().registry.default_registry);
   if (!request.ok()) co_return co_await exchange.SendError(request.error());
   if (!stream) {
-    Result<core::ImageInfo> image =
-        co_await RunPull(manager, pool, std::move(*request), [](std::string) -> asio::awaitable<bool> { co_return false; });
+    const LineWriter ignore = [](const std::string&) -> asio::awaitable<bool> { co_return false; };
+    Result<core::ImageInfo> image = co_await RunPull(manager, pool, *request, ignore);
     if (!image.ok()) co_return co_await exchange.SendError(image.error());
-    co_return co_await exchange.SendJson(http::status::created, ImageToJson(*image));
+    const json answer = ImageToJson(*image);
+    co_return co_await exchange.SendJson(http::status::created, answer);
   }
   if (!co_await exchange.BeginChunked(http::status::ok, "application/x-ndjson")) co_return;
-  Result<core::ImageInfo> image = co_await RunPull(
-      manager, pool, std::move(*request),
-      [&exchange](std::string chunk) -> asio::awaitable<bool> { co_return co_await exchange.WriteChunk(chunk); });
+  const LineWriter write = [&exchange](const std::string& chunk) -> asio::awaitable<bool> {
+    co_return co_await exchange.WriteChunk(chunk);
+  };
+  Result<core::ImageInfo> image = co_await RunPull(manager, pool, *request, write);
   const json last = image.ok() ? json{{"status", "done"}, {"image", ImageToJson(*image)}}
                                : json{{"status", "error"}, {"error", ErrorToJson(image.error())["error"]}};
   const std::string line = DumpJson(last) + "\n";
@@ -156,10 +161,11 @@ asio::awaitable<Status> PrepareCreateImage(core::SandboxManager& manager, asio::
   Result<core::ImageInfo> image = manager.FindImage(named);
   const bool is_reference = storage::IsRegistryReference(named) || !manager.config().registry.default_registry.empty();
   if (is_reference && (policy == "always" || (policy == "missing" && !image.ok() && image.error().code == ErrorCode::kNotFound))) {
-    auto request = ParsePullRequest(json{{"image", named}}, manager.config().registry.default_registry);
+    const json pull_body = {{"image", named}};
+    auto request = ParsePullRequest(pull_body, manager.config().registry.default_registry);
     if (!request.ok()) co_return request.error();
-    image = co_await RunPull(manager, pool, std::move(*request),
-                             [](std::string) -> asio::awaitable<bool> { co_return false; });
+    const LineWriter ignore = [](const std::string&) -> asio::awaitable<bool> { co_return false; };
+    image = co_await RunPull(manager, pool, *request, ignore);
   }
   if (!image.ok()) co_return image.error();
   spec.image = image->name;

@@ -42,7 +42,8 @@ inline la_int64_t StoredArchiveId(la_int64_t id) {
 }
 
 // Copies the current entry's data from reader to writer block by block (sparse files stay
-// sparse), in bounded memory. `name` is for errors.
+// sparse), in bounded memory. `name` is for errors. A disk writer answers a failed write(2),
+// ENOSPC included, with ARCHIVE_WARN, so anything but ARCHIVE_OK is a failure here.
 inline Status CopyEntryData(archive* reader, archive* writer, const std::string& name, const std::string& detail_code) {
   const void* block;
   size_t size;
@@ -51,7 +52,7 @@ inline Status CopyEntryData(archive* reader, archive* writer, const std::string&
     int rc = archive_read_data_block(reader, &block, &size, &offset);
     if (rc == ARCHIVE_EOF) return {};
     if (rc < ARCHIVE_WARN) return ArchiveError(reader, "reading " + name, detail_code);
-    if (archive_write_data_block(writer, block, size, offset) < ARCHIVE_WARN) {
+    if (archive_write_data_block(writer, block, size, offset) != ARCHIVE_OK) {
       return ArchiveError(writer, "writing " + name, detail_code);
     }
   }

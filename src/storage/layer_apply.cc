@@ -1,192 +1,249 @@
 #include "storage/layer_apply.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
+#include <map>
 #include <set>
+#include <vector>
 
 #include "common/unique_fd.h"
-#include "storage/archive_util.h"
 #include "storage/fs_util.h"
+#include "storage/image_extract.h"
 
 namespace bulkhead::storage {
 namespace {
 
-// No ARCHIVE_EXTRACT_SECURE_SYMLINKS, unlike an import: layers legitimately write through the
-// symlinks of lower layers (lib -> usr/lib), and the chroot keeps every such path inside.
-constexpr int kExtractFlags = ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME |
-                              ARCHIVE_EXTRACT_SECURE_NODOTDOT | ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS;
 constexpr char kWhiteoutPrefix[] = ".wh.";
 constexpr char kOpaqueMarker[] = ".wh..wh..opq";
+// AUFS bookkeeping that layers Docker made on AUFS carry (.wh..wh.plnk/..., .wh..wh.aufs).
+constexpr char kAufsMetaPrefix[] = ".wh..wh.";
 
-Error Hostile(const std::string& what) { return MakeError(ErrorCode::kInvalid, what, "invalid_image"); }
-
-std::string DirName(const std::string& path) {
+std::string ParentOf(const std::string& path) {
   const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash);
+  return slash == std::string::npos ? std::string() : path.substr(0, slash);
 }
 
-std::string BaseName(const std::string& path) {
+std::string BaseOf(const std::string& path) {
   const size_t slash = path.rfind('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-// "a/b/", "./a//b" -> "a/b"; "" for the root itself.
-std::string Normalize(std::string name) {
-  std::string out;
-  size_t start = 0;
-  while (start <= name.size()) {
-    size_t end = name.find('/', start);
-    if (end == std::string::npos) end = name.size();
-    std::string part = name.substr(start, end - start);
-    if (!part.empty() && part != ".") out += (out.empty() ? "" : "/") + part;
-    start = end + 1;
-  }
-  return out;
-}
+std::string Join(const std::string& dir, const std::string& name) { return dir.empty() ? name : dir + "/" + name; }
 
-// Removes whatever is at `path` (a directory with all under it). Absent is fine.
-Status RemovePath(const std::string& path) {
-  struct stat st;
-  if (::lstat(path.c_str(), &st) != 0) return errno == ENOENT ? Status() : SystemError("stat " + path, errno);
-  if (S_ISDIR(st.st_mode)) return RemoveTree(path);
-  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return SystemError("unlink " + path, errno);
-  return {};
-}
-
-// The paths this layer wrote: an opaque directory keeps them (and what is under them).
+// The paths this layer wrote. Whiteouts and opaque markers apply to lower layers only: they
+// spare these and the directories on the way to them, before or after them in the tar.
 class WrittenPaths {
  public:
   void Add(const std::string& path) { paths_.insert(path); }
-  bool CoversOrHolds(const std::string& path) const {
-    auto it = paths_.lower_bound(path);
-    return it != paths_.end() && (*it == path || it->starts_with(path + "/"));
+  // True when this layer wrote path or something below it.
+  bool HoldsOrIs(const std::string& path) const {
+    if (paths_.contains(path)) return true;
+    // Everything below path sorts together from path + "/" on ("a/b-c" sorts before "a/b/").
+    const std::string prefix = path + "/";
+    auto it = paths_.lower_bound(prefix);
+    return it != paths_.end() && it->starts_with(prefix);
   }
 
  private:
   std::set<std::string> paths_;
 };
 
-Status MakeOpaque(const std::string& dir, const WrittenPaths& written) {
-  const std::string path = dir.empty() ? "." : dir;
-  struct stat st;
-  if (::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return {};
-  std::vector<std::string> doomed;
-  if (DIR* d = ::opendir(path.c_str())) {
-    while (dirent* e = ::readdir(d)) {
-      const std::string name = e->d_name;
-      if (name == "." || name == "..") continue;
-      const std::string child = dir.empty() ? name : dir + "/" + name;
-      if (!written.CoversOrHolds(child)) doomed.push_back(child);
-    }
-    ::closedir(d);
-  }
-  for (const std::string& child : doomed) BH_TRY(RemovePath(child));
-  return {};
-}
+// The apply itself, in a thread chrooted into the tree (image_extract.h).
+class LayerApplier {
+ public:
+  LayerApplier(ImageExtraction& extraction, int root_fd) : extraction_(extraction), root_fd_(root_fd) {}
 
-// Makes room for an entry: a lower layer's directory goes when a non-directory replaces it,
-// and any non-directory goes (a hard link cannot be made over an existing name).
-Status ClearFor(const std::string& name, bool is_dir) {
-  struct stat st;
-  if (::lstat(name.c_str(), &st) != 0) return {};
-  if (is_dir && S_ISDIR(st.st_mode)) return {};  // merged: lower contents stay
-  return RemovePath(name);
-}
-
-// The apply itself; runs in a thread whose root and cwd are the rootfs.
-Result<LayerApplyStats> ApplyHere(archive* reader) {
-  ArchiveWriter writer(archive_write_disk_new());
-  if (!writer) return MakeError(ErrorCode::kInternal, "archive_write_disk_new failed");
-  archive_write_disk_set_options(writer.get(), kExtractFlags);
-  LayerApplyStats stats;
-  WrittenPaths written;
-  for (;;) {
-    archive_entry* entry = nullptr;
-    int rc = archive_read_next_header(reader, &entry);
-    if (rc == ARCHIVE_EOF) break;
-    if (rc < ARCHIVE_WARN) return ArchiveError(reader, "reading the layer", "invalid_image");
-    const char* raw_name = archive_entry_pathname(entry);
-    if (raw_name == nullptr) raw_name = archive_entry_pathname_utf8(entry);
-    if (raw_name == nullptr) return Hostile("layer entry without a usable name");
-    if (raw_name[0] == '/') return Hostile(std::string("layer entry with an absolute name: ") + raw_name);
-    const std::string name = Normalize(raw_name);
-    if (name.empty()) continue;  // the root itself
-    if (!IsContainedName(name)) return Hostile("layer entry escapes the image: " + name);
-
-    const std::string base = BaseName(name);
-    if (base.starts_with(kWhiteoutPrefix)) {
-      ++stats.whiteouts;
-      const std::string dir = DirName(name) == "." ? "" : DirName(name);
-      if (base == kOpaqueMarker) {
-        BH_TRY(MakeOpaque(dir, written));
+  Status Run() {
+    for (;;) {
+      auto next = extraction_.Next();
+      if (!next.ok()) return next.error();
+      if (!next->has_value()) break;
+      const ImageArchiveEntry& e = **next;
+      const std::string dir = ParentOf(e.name);
+      const std::string base = BaseOf(e.name);
+      if (e.name != kOpaqueMarker && (e.name.starts_with(kAufsMetaPrefix) ||
+                                      (base.starts_with(kAufsMetaPrefix) && base != kOpaqueMarker))) {
         continue;
       }
-      const std::string target = base.substr(sizeof(kWhiteoutPrefix) - 1);
-      if (target.empty() || target == "." || target == "..") return Hostile("layer has a bad whiteout: " + name);
-      BH_TRY(RemovePath(dir.empty() ? target : dir + "/" + target));
-      continue;
-    }
-
-    const char* hardlink = archive_entry_hardlink(entry);
-    std::string link_target;
-    if (hardlink != nullptr) {
-      if (hardlink[0] == '/') return Hostile("layer hard link points out of the image: " + std::string(hardlink));
-      link_target = Normalize(hardlink);
-      if (link_target.empty() || !IsContainedName(link_target)) {
-        return Hostile("layer hard link points out of the image: " + std::string(hardlink));
+      if (base.starts_with(kWhiteoutPrefix)) {
+        ++stats_.whiteouts;
+        BH_TRY(Whiteout(e, dir, base));  // never written itself
+        continue;
       }
-      archive_entry_copy_hardlink(entry, link_target.c_str());
+      if (e.is_special()) {
+        ++stats_.skipped_special;
+        continue;
+      }
+      auto merged = MakeRoomFor(e, dir, base);
+      if (!merged.ok()) return merged.error();
+      auto bytes = extraction_.Write(e);
+      if (!bytes.ok()) return bytes.error();
+      if (*merged) NoteMergedDirTimes(e);
+      written_.Add(e.name);
+      ++stats_.entries;
+      stats_.bytes += *bytes;
     }
-    const mode_t type = archive_entry_filetype(entry);
-    if (hardlink == nullptr && type != AE_IFREG && type != AE_IFDIR && type != AE_IFLNK) {
-      ++stats.skipped_special;
-      continue;
-    }
-    BH_TRY(ClearFor(name, hardlink == nullptr && type == AE_IFDIR));
-    archive_entry_copy_pathname(entry, name.c_str());
-    archive_entry_set_uid(entry, StoredArchiveId(archive_entry_uid(entry)));
-    archive_entry_set_gid(entry, StoredArchiveId(archive_entry_gid(entry)));
-    rc = archive_write_header(writer.get(), entry);
-    if (rc < ARCHIVE_WARN) return ArchiveError(writer.get(), "writing " + name, "invalid_image");
-    if (archive_entry_size(entry) > 0) BH_TRY(CopyEntryData(reader, writer.get(), name, "invalid_image"));
-    if (archive_write_finish_entry(writer.get()) < ARCHIVE_WARN) {
-      return ArchiveError(writer.get(), "writing " + name, "invalid_image");
-    }
-    written.Add(name);
-    ++stats.entries;
+    BH_TRY(extraction_.Finish());
+    return SetMergedDirTimes();
   }
-  // Applies the directory modes and times deferred until their contents were in.
-  if (archive_write_close(writer.get()) != ARCHIVE_OK) {
-    return ArchiveError(writer.get(), "finishing the layer", "invalid_image");
+
+  const LayerApplyStats& stats() const { return stats_; }
+
+ private:
+  // DIR/.wh.NAME removes DIR/NAME; DIR/.wh..wh..opq empties DIR. Of lower layers' files only.
+  Status Whiteout(const ImageArchiveEntry& e, const std::string& dir, const std::string& base) {
+    const std::string target = base.substr(sizeof(kWhiteoutPrefix) - 1);
+    const bool opaque = base == kOpaqueMarker;
+    if (!opaque && (target.empty() || target == "." || target == "..")) {
+      return InvalidImage("layer whiteout names no entry: " + e.name);
+    }
+    auto dir_fd = OpenDir(dir, e.name);
+    if (!dir_fd.ok()) return dir_fd.error();
+    if (!*dir_fd) return {};  // nothing there to remove
+    std::vector<std::string> to_empty;
+    if (opaque) {
+      to_empty.push_back(dir);
+    } else {
+      BH_TRY(RemoveLower(dir_fd->get(), target, Join(dir, target), &to_empty));
+    }
+    return EmptyOfLower(std::move(to_empty), e);
   }
-  return stats;
-}
+
+  // An entry replaces what lower layers (or earlier entries) left at its path, except that a
+  // directory over a directory merges with it (libarchive then sets the new owner and mode).
+  // True when it merges.
+  Result<bool> MakeRoomFor(const ImageArchiveEntry& e, const std::string& dir, const std::string& base) {
+    auto dir_fd = OpenDir(dir, e.name);
+    if (!dir_fd.ok()) return dir_fd.error();
+    if (!*dir_fd) return false;  // libarchive makes the missing directories
+    struct stat st;
+    if (::fstatat(dir_fd->get(), base.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno == ENOENT) return false;
+      return SystemError("stat " + e.name, errno);
+    }
+    if (e.is_directory() && S_ISDIR(st.st_mode)) return true;
+    BH_TRY(RemoveAt(dir_fd->get(), base, st));
+    return false;
+  }
+
+  // libarchive defers the times of the directories it makes until their contents are in, not
+  // of those it finds: a merged directory's are set at the end, as Docker sets them.
+  void NoteMergedDirTimes(const ImageArchiveEntry& e) {
+    if (!archive_entry_mtime_is_set(e.entry)) return;
+    std::array<timespec, 2> times{timespec{0, UTIME_OMIT},
+                                  timespec{archive_entry_mtime(e.entry), archive_entry_mtime_nsec(e.entry)}};
+    if (archive_entry_atime_is_set(e.entry)) times[0] = {archive_entry_atime(e.entry), archive_entry_atime_nsec(e.entry)};
+    merged_dir_times_[e.name] = times;
+  }
+
+  Status SetMergedDirTimes() {
+    for (const auto& [name, times] : merged_dir_times_) {
+      auto dir_fd = OpenDir(ParentOf(name), name);
+      if (!dir_fd.ok()) return dir_fd.error();
+      const std::string base = BaseOf(name);
+      struct stat st;
+      if (!*dir_fd || ::fstatat(dir_fd->get(), base.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode)) {
+        continue;  // removed or replaced by a later entry
+      }
+      if (::utimensat(dir_fd->get(), base.c_str(), times.data(), AT_SYMLINK_NOFOLLOW) != 0) {
+        return SystemError("set the times of " + name, errno);
+      }
+    }
+    return {};
+  }
+
+  // The directory at path below the root, opened without following a symlink on the way: an
+  // empty fd when some component is absent or not a directory (nothing there), kInvalid when one
+  // is a symlink, which no entry may reach through (as libarchive's secure-symlink check says).
+  Result<UniqueFd> OpenDir(const std::string& path, const std::string& entry_name) {
+    UniqueFd dir(::openat(root_fd_, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!dir) return SystemError("open /", errno);
+    for (size_t start = 0; start < path.size();) {
+      size_t end = path.find('/', start);
+      if (end == std::string::npos) end = path.size();
+      const std::string part = path.substr(start, end - start);
+      UniqueFd sub(::openat(dir.get(), part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (!sub) {
+        const int err = errno;
+        struct stat st;
+        if (::fstatat(dir.get(), part.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) {
+          return InvalidImage("layer entry " + entry_name + " reaches through the symlink " + path.substr(0, end));
+        }
+        if (err == ENOENT || err == ENOTDIR) return UniqueFd();
+        return SystemError("open " + path.substr(0, end), err);
+      }
+      dir = std::move(sub);
+      start = end + 1;
+    }
+    return dir;
+  }
+
+  // Removes name in dir_fd (at path) unless this layer wrote it or something below it; a
+  // directory it did write into goes on to_empty, to lose what lower layers put there.
+  Status RemoveLower(int dir_fd, const std::string& name, const std::string& path, std::vector<std::string>* to_empty) {
+    struct stat st;
+    if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      return errno == ENOENT ? Status() : SystemError("stat " + path, errno);
+    }
+    if (!written_.HoldsOrIs(path)) return RemoveAt(dir_fd, name, st);
+    if (S_ISDIR(st.st_mode)) to_empty->push_back(path);
+    return {};
+  }
+
+  // Empties each directory of to_empty of lower layers' files. A list, not recursion: two
+  // descriptors open at a time however deep this layer wrote.
+  Status EmptyOfLower(std::vector<std::string> to_empty, const ImageArchiveEntry& e) {
+    while (!to_empty.empty()) {
+      const std::string dir = std::move(to_empty.back());
+      to_empty.pop_back();
+      auto dir_fd = OpenDir(dir, e.name);
+      if (!dir_fd.ok()) return dir_fd.error();
+      if (!*dir_fd) continue;
+      auto names = ListNames(dir_fd->get());
+      if (!names.ok()) return names.error();
+      for (const std::string& name : *names) BH_TRY(RemoveLower(dir_fd->get(), name, Join(dir, name), &to_empty));
+    }
+    return {};
+  }
+
+  // Removes name in dir_fd (st is its lstat), a directory with all below it, following no
+  // symlink: fs_util's RemoveTree run with dir_fd as the working directory (this thread's own,
+  // RunChrooted unshared it), which goes back to the root after, where libarchive wants it.
+  Status RemoveAt(int dir_fd, const std::string& name, const struct stat& st) {
+    if (!S_ISDIR(st.st_mode)) {
+      if (::unlinkat(dir_fd, name.c_str(), 0) != 0 && errno != ENOENT) return SystemError("unlink " + name, errno);
+      return {};
+    }
+    if (::fchdir(dir_fd) != 0) return SystemError("chdir", errno);
+    Status removed = RemoveTree(name);
+    if (::fchdir(root_fd_) != 0) return SystemError("chdir /", errno);
+    return removed;
+  }
+
+  ImageExtraction& extraction_;
+  const int root_fd_;
+  WrittenPaths written_;
+  std::map<std::string, std::array<timespec, 2>> merged_dir_times_;
+  LayerApplyStats stats_;
+};
 
 }  // namespace
 
 Result<LayerApplyStats> ApplyLayer(const std::string& blob_path, const std::string& rootfs_dir) {
-  UniqueFd root = OpenDirNoFollow(rootfs_dir);
-  if (!root) return SystemError("open " + rootfs_dir, errno);
-  ArchiveReader reader(archive_read_new());
-  if (!reader) return MakeError(ErrorCode::kInternal, "archive_read_new failed");
-  archive_read_support_filter_gzip(reader.get());
-  archive_read_support_filter_zstd(reader.get());
-  archive_read_support_format_tar(reader.get());
-  if (archive_read_open_filename(reader.get(), blob_path.c_str(), 1 << 16) != ARCHIVE_OK) {
-    return ArchiveError(reader.get(), "opening the layer", "invalid_image");
-  }
-  Result<LayerApplyStats> result = LayerApplyStats{};
-  // Chrooted into the rootfs: no name, link or symlink can take a write outside.
-  Status ran = RunChrooted(root.get(), [&]() -> Status {
-    result = ApplyHere(reader.get());
-    return result.ok() ? Status() : Status(result.error());
-  });
-  if (!ran.ok()) return ran.error();
-  return result;
+  LayerApplyStats stats;
+  BH_TRY(ExtractImageArchive(blob_path, rootfs_dir, ImageArchiveKind::kLayerTar, [&](ImageExtraction& x) -> Status {
+    UniqueFd root(::open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC));  // the tree: chrooted
+    if (!root) return SystemError("open /", errno);
+    LayerApplier applier(x, root.get());
+    BH_TRY(applier.Run());
+    stats = applier.stats();
+    return {};
+  }));
+  return stats;
 }
 
 }  // namespace bulkhead::storage

@@ -395,12 +395,16 @@ struct RegistryClient::Impl {
   // A request to the registry with its auth: on a 401 the challenge is answered once (a token
   // fetched, or Basic credentials sent) and the request made again. Redirects are followed
   // (to other hosts without the registry's credentials) when follow_redirects.
-  asio::awaitable<Result<Reply>> Request(Url url, http::verb verb, std::vector<std::pair<http::field, std::string>> headers,
+  asio::awaitable<Result<Reply>> Request(const Url& first, http::verb verb,
+                                         const std::vector<std::pair<http::field, std::string>>& headers,
                                          const PlanBody& plan, bool follow_redirects) {
+    Url url = first;
     bool answered_challenge = false;
     for (int hops = 0;;) {
+      // (no temporaries in co_await expressions: g++ 12 destroys them wrongly)
       const bool own_host = url.Authority() == RegistryAuthority();
-      auto reply = co_await Exchange(url, verb, headers, own_host ? authorization : std::string(), plan);
+      const std::string auth = own_host ? authorization : std::string();
+      auto reply = co_await Exchange(url, verb, headers, auth, plan);
       if (!reply.ok()) co_return reply;
       if (reply->status == 401 && own_host && !answered_challenge) {
         answered_challenge = true;
@@ -519,9 +523,9 @@ Result<FetchedManifest> RegistryClient::GetManifest(const std::string& reference
   PlanBody plan = [&](const Reply& r) -> Result<BodyPlan> {
     return BodyPlan{nullptr, r.status == 200 ? max_bytes : kMaxErrorBody};
   };
+  const Url url = d.RegistryUrl("/v2/" + d.repository + "/manifests/" + reference);
   auto reply = d.Run<Reply>([&]() -> asio::awaitable<Result<Reply>> {
-    co_return co_await d.Request(d.RegistryUrl("/v2/" + d.repository + "/manifests/" + reference), http::verb::get,
-                                 headers, plan, /*follow_redirects=*/true);
+    co_return co_await d.Request(url, http::verb::get, headers, plan, /*follow_redirects=*/true);
   });
   if (!reply.ok()) return reply.error();
   if (reply->status != 200) return d.ReplyError(*reply, what, "image_not_found");
@@ -570,9 +574,9 @@ Status RegistryClient::FetchBlob(const std::string& digest, uint64_t offset, uin
                       },
                       0};
     };
+    const Url url = d.RegistryUrl("/v2/" + d.repository + "/blobs/" + digest);
     auto reply = d.Run<Reply>([&]() -> asio::awaitable<Result<Reply>> {
-      co_return co_await d.Request(d.RegistryUrl("/v2/" + d.repository + "/blobs/" + digest), http::verb::get,
-                                   headers, plan, /*follow_redirects=*/true);
+      co_return co_await d.Request(url, http::verb::get, headers, plan, /*follow_redirects=*/true);
     });
     if (reply.ok()) {
       if (reply->status != 200 && reply->status != 206) return d.ReplyError(*reply, what, "blob_not_found");

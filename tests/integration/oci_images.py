@@ -11,6 +11,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import subprocess
 import tarfile
 from dataclasses import dataclass, field
@@ -137,6 +138,25 @@ def hostile_entries() -> list:
     ]
 
 
+def host_files(paths: list[str]) -> list:
+    """Entries (directories, then files of mode 0755) for host programs and the libraries they
+    load (as ldd lists them), so a one-layer image can run a shell without a distribution."""
+    wanted = set(paths)
+    for path in paths:
+        ldd = subprocess.run(["ldd", path], capture_output=True, text=True).stdout
+        wanted.update(re.findall(r"(/\S+) \(0x", ldd))
+    entries, dirs = [], set()
+    for path in sorted(wanted):
+        parts = path.strip("/").split("/")
+        for i in range(1, len(parts)):
+            parent = "/".join(parts[:i])
+            if parent not in dirs:
+                dirs.add(parent)
+                entries.append(Dir(parent))
+        entries.append(File(path.strip("/"), Path(os.path.realpath(path)).read_bytes(), mode=0o755))
+    return entries
+
+
 def _tarinfo(entry) -> tuple[tarfile.TarInfo, bytes]:
     def info(name: str, type_: bytes, mode: int = 0o644, uid: int = 0, gid: int = 0, mtime: int = 0):
         ti = tarfile.TarInfo(name)
@@ -180,7 +200,7 @@ def make_tar(entries: list) -> bytes:
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for entry in entries:
             ti, content = _tarinfo(entry)
-            tar.addfile(ti, io.BytesIO(content) if ti.isreg() else None)
+            tar.addfile(ti, io.BytesIO(content) if content else None)
     return out.getvalue()
 
 
@@ -235,7 +255,6 @@ class Image:
     def config_digest(self) -> str:
         return digest_of(self.config)
 
-    @property
     def layer_digests(self) -> list[str]:
         return [digest_of(layer) for layer in self.layers]
 
