@@ -6,7 +6,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+
 #include <cerrno>
+
+#include "common/digest.h"
 
 #include "storage/fs_util.h"
 #include "storage/image_ref.h"
@@ -117,7 +121,7 @@ Result<std::unique_ptr<BlobWriter>> BlobStore::BeginWrite(const std::string& dig
     ssize_t n = ::pread(writer->fd_.get(), buf, sizeof buf, static_cast<off_t>(read_total));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return SystemError("read " + writer->partial_, n < 0 ? errno : EIO);
-    writer->hash_.Update(std::string_view(buf, static_cast<size_t>(n)));
+    EVP_DigestUpdate(writer->hash_.get(), buf, static_cast<size_t>(n));
     read_total += static_cast<uint64_t>(n);
   }
   if (::lseek(writer->fd_.get(), static_cast<off_t>(read_total), SEEK_SET) < 0) return SystemError("seek " + writer->partial_, errno);
@@ -154,7 +158,16 @@ Result<int64_t> BlobStore::RemoveAllBut(const std::set<std::string>& keep) {
 }
 
 BlobWriter::BlobWriter(std::string digest, uint64_t size, std::string partial, std::string final_path)
-    : digest_(std::move(digest)), size_(size), partial_(std::move(partial)), final_(std::move(final_path)) {}
+    : digest_(std::move(digest)), size_(size), partial_(std::move(partial)), final_(std::move(final_path)) {
+  ResetHash();
+}
+
+void BlobWriter::HashDeleter::operator()(EVP_MD_CTX* ctx) const { EVP_MD_CTX_free(ctx); }
+
+void BlobWriter::ResetHash() {
+  if (!hash_) hash_.reset(EVP_MD_CTX_new());
+  EVP_DigestInit_ex(hash_.get(), EVP_sha256(), nullptr);
+}
 
 Status BlobWriter::Append(std::string_view data) {
   if (data.size() > size_ - offset_) {
@@ -163,7 +176,7 @@ Status BlobWriter::Append(std::string_view data) {
                      "blob_too_large");
   }
   BH_TRY(WriteAll(fd_.get(), data, partial_));
-  hash_.Update(data);
+  EVP_DigestUpdate(hash_.get(), data.data(), data.size());
   offset_ += data.size();
   return {};
 }
@@ -171,7 +184,7 @@ Status BlobWriter::Append(std::string_view data) {
 Status BlobWriter::Restart() {
   if (::ftruncate(fd_.get(), 0) != 0) return SystemError("truncate " + partial_, errno);
   if (::lseek(fd_.get(), 0, SEEK_SET) != 0) return SystemError("seek " + partial_, errno);
-  hash_ = Sha256Stream();
+  ResetHash();
   offset_ = 0;
   return {};
 }
@@ -182,7 +195,10 @@ Status BlobWriter::Commit() {
                      "blob " + digest_ + " ended after " + std::to_string(offset_) + " of " + std::to_string(size_) + " bytes",
                      "blob_truncated");
   }
-  if ("sha256:" + HexEncode(hash_.Digest()) != digest_) {
+  unsigned char sum[EVP_MAX_MD_SIZE];
+  unsigned int sum_size = 0;
+  EVP_DigestFinal_ex(hash_.get(), sum, &sum_size);
+  if ("sha256:" + HexEncode(std::string_view(reinterpret_cast<char*>(sum), sum_size)) != digest_) {
     (void)::unlink(partial_.c_str());
     return MakeError(ErrorCode::kInvalid, "blob " + digest_ + " does not match its digest", "digest_mismatch");
   }

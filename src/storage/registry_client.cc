@@ -36,6 +36,7 @@ using tcp = asio::ip::tcp;
 using boost::system::error_code;
 
 constexpr int kMaxRedirects = 5;
+constexpr size_t kReadBytes = 1 << 20;  // per read of a body
 constexpr size_t kMaxErrorBody = 64 * 1024;
 constexpr size_t kMaxTokenBody = 1 << 20;
 constexpr int kBlobAttempts = 4;  // a dropped connection is resumed from where it stopped, this often
@@ -299,7 +300,9 @@ struct RegistryClient::Impl {
     co_await http::async_write(stream, request, asio::redirect_error(asio::use_awaitable, ec));
     if (ec) co_return Unreachable("sending to " + url.Authority() + ": " + ec.message());
 
+    // Beast reads as much as the buffer has room for: without room made here, 512 bytes a read.
     beast::flat_buffer buffer;
+    buffer.reserve(kReadBytes);
     http::response_parser<http::buffer_body> parser;
     parser.body_limit(std::numeric_limits<std::uint64_t>::max());
     if (verb == http::verb::head) parser.skip(true);
@@ -325,7 +328,7 @@ struct RegistryClient::Impl {
       co_return MakeError(ErrorCode::kTooLarge, url.Authority() + " answered " + std::to_string(*reply.content_length) +
                                                     " bytes, more than the " + std::to_string(body.collect_limit) + " taken");
     }
-    std::vector<char> piece(64 * 1024);  // (not an array: g++ 12 cannot keep one in a coroutine frame)
+    std::vector<char> piece(kReadBytes);  // (not an array: g++ 12 cannot keep one in a coroutine frame)
     while (!parser.is_done()) {
       parser.get().body().data = piece.data();
       parser.get().body().size = piece.size();

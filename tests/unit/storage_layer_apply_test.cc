@@ -207,6 +207,27 @@ TEST_F(LayerApplyTest, WhiteoutsRemoveALowerFileSymlinkAndDirectoryTree) {
   ExpectOutsideUntouched();
 }
 
+// The spec: whiteouts apply to lower layers only, so what the same layer wrote stays.
+TEST_F(LayerApplyTest, WhiteoutsSpareWhatTheSameLayerWrote) {
+  ApplyOk({{"x", AE_IFREG, "lower"}, {"dir/", AE_IFDIR, "", 0755}, {"dir/old", AE_IFREG, "old"}});
+  ApplyOk({{"x", AE_IFREG, "upper"}, {".wh.x", AE_IFREG, ""}, {"dir/new", AE_IFREG, "new"}, {".wh.dir", AE_IFREG, ""}});
+  EXPECT_EQ(FileContents(rootfs_ + "/x"), "upper");
+  EXPECT_EQ(Names(rootfs_ + "/dir"), std::vector<std::string>{"new"});
+}
+
+// Layers Docker made on AUFS carry its bookkeeping at the top; it is not the image's.
+TEST_F(LayerApplyTest, AufsBookkeepingIsNotApplied) {
+  auto applied = Apply({{".wh..wh.plnk/", AE_IFDIR, "", 0700},
+                        {".wh..wh.plnk/1234.5678", AE_IFREG, "linked"},
+                        {".wh..wh.aufs", AE_IFREG, ""},
+                        {"etc/.wh..wh.orph", AE_IFREG, ""},
+                        {"etc/hosts", AE_IFREG, "hosts"}});
+  ASSERT_TRUE(applied.ok()) << applied.error().message;
+  EXPECT_EQ(applied->entries, 1);
+  EXPECT_EQ(Names(rootfs_), std::vector<std::string>{"etc"});
+  EXPECT_EQ(Names(rootfs_ + "/etc"), std::vector<std::string>{"hosts"});
+}
+
 TEST_F(LayerApplyTest, OpaqueDirectoryKeepsOnlyWhatThisLayerWroteBeforeOrAfterTheMarker) {
   ApplyOk({{"d/", AE_IFDIR, "", 0755},
            {"d/old", AE_IFREG, "old"},
