@@ -64,6 +64,9 @@ asio::awaitable<void> ApiHandlers::Handle(HttpExchange& exchange, const RouteMat
     case RouteId::kPullImage:
       co_return co_await ServePull(exchange, context_.manager, context_.pull_pool,
                                    WantsNdjson(FromBeast(exchange.request()[http::field::accept])));
+    case RouteId::kPushImage:
+      co_return co_await ServePush(exchange, context_.manager, context_.pull_pool,
+                                   WantsNdjson(FromBeast(exchange.request()[http::field::accept])));
     case RouteId::kCollectImageGarbage: co_return co_await CollectImageGarbage(exchange);
     case RouteId::kCreateVolume: co_return co_await CreateVolume(exchange);
     case RouteId::kListVolumes: co_return co_await ListVolumes(exchange);

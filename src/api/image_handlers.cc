@@ -27,17 +27,17 @@ using nlohmann::json;
 
 Error Invalid(const std::string& message) { return MakeError(ErrorCode::kInvalid, message); }
 
-// A pull running on a pool thread, and what it reported that the connection has not sent yet.
+// A transfer running on a pool thread, and what it reported that the connection has not sent yet.
 // The pool thread appends and wakes the connection's coroutine through its strand.
-struct PullRun : std::enable_shared_from_this<PullRun> {
-  explicit PullRun(asio::any_io_executor executor) : strand(std::move(executor)), wake(strand) {}
+struct TransferRun : std::enable_shared_from_this<TransferRun> {
+  explicit TransferRun(asio::any_io_executor executor) : strand(std::move(executor)), wake(strand) {}
   asio::any_io_executor strand;
   asio::steady_timer wake;  // touched on the strand only
   std::mutex mu;
   std::deque<std::string> lines;
-  std::optional<Result<core::ImageInfo>> result;
+  std::optional<Result<json>> result;
 
-  void Post(std::string line, std::optional<Result<core::ImageInfo>> done = std::nullopt) {
+  void Post(std::string line, std::optional<Result<json>> done = std::nullopt) {
     {
       std::lock_guard lock(mu);
       if (!line.empty()) lines.push_back(std::move(line));
@@ -46,6 +46,19 @@ struct PullRun : std::enable_shared_from_this<PullRun> {
     asio::post(strand, [self = shared_from_this()] { self->wake.cancel(); });
   }
 };
+
+// "auth": {"username", "password"}, if the body has it.
+Result<std::optional<storage::RegistryLogin>> ParseLogin(const json& body) {
+  auto auth = body.find("auth");
+  if (auth == body.end()) return std::optional<storage::RegistryLogin>();
+  if (!auth->is_object()) return Invalid("auth must be {\"username\": ..., \"password\": ...}");
+  auto user = auth->find("username");
+  auto pass = auth->find("password");
+  if (user == auth->end() || !user->is_string() || pass == auth->end() || !pass->is_string() ||
+      user->get_ref<const std::string&>().size() > 1024 || pass->get_ref<const std::string&>().size() > 16384)
+    return Invalid("auth must be {\"username\": ..., \"password\": ...} (strings)");
+  return std::optional(storage::RegistryLogin{user->get<std::string>(), pass->get<std::string>()});
+}
 
 Result<storage::PullRequest> ParsePullRequest(const json& body, const std::string& default_registry) {
   storage::PullRequest request;
@@ -68,34 +81,48 @@ Result<storage::PullRequest> ParsePullRequest(const json& body, const std::strin
       request.platform.architecture.resize(second);
     }
   }
-  if (auto auth = body.find("auth"); auth != body.end()) {
-    if (!auth->is_object()) return Invalid("auth must be {\"username\": ..., \"password\": ...}");
-    auto user = auth->find("username");
-    auto pass = auth->find("password");
-    if (user == auth->end() || !user->is_string() || pass == auth->end() || !pass->is_string() ||
-        user->get_ref<const std::string&>().size() > 1024 || pass->get_ref<const std::string&>().size() > 16384)
-      return Invalid("auth must be {\"username\": ..., \"password\": ...} (strings)");
-    request.login = storage::RegistryLogin{user->get<std::string>(), pass->get<std::string>()};
-  }
+  auto login = ParseLogin(body);
+  if (!login.ok()) return login.error();
+  request.login = std::move(*login);
   return request;
 }
 
-// Runs the pull on `pool`, handing each progress line to `on_line` on this coroutine's strand.
-// Answers the pull's result. The pull goes on to the end if on_line gives up (a client gone).
+Result<storage::PushRequest> ParsePushRequest(const json& body, const std::string& default_registry) {
+  storage::PushRequest request;
+  auto image = body.find("image");
+  if (image == body.end() || !image->is_string() || image->get_ref<const std::string&>().empty())
+    return Invalid("image (the stored image to push: a name or a reference) is required");
+  request.image = image->get<std::string>();
+  auto target = body.find("target");
+  if (target == body.end() || !target->is_string())
+    return Invalid("target (where to push: REGISTRY/REPOSITORY[:TAG]) is required");
+  auto ref = storage::ParseImageRef(target->get<std::string>(), default_registry);
+  if (!ref.ok()) return ref.error();
+  request.target = std::move(*ref);
+  auto login = ParseLogin(body);
+  if (!login.ok()) return login.error();
+  request.login = std::move(*login);
+  return request;
+}
+
+// A pull or push, run on a pool thread with its progress listener: answers what the API answers.
+using Transfer = std::function<Result<json>(const storage::PullListener& listener)>;
+
+// Runs the transfer on `pool`, handing each progress line to `on_line` on this coroutine's
+// strand. Answers its result. It goes on to the end if on_line gives up (a client gone).
 using LineWriter = std::function<asio::awaitable<bool>(const std::string&)>;
 
 // (Callers keep temporaries out of the co_await expressions: g++ 12 destroys them wrongly.)
-asio::awaitable<Result<core::ImageInfo>> RunPull(core::SandboxManager& manager, asio::thread_pool& pool,
-                                                 const storage::PullRequest& request, const LineWriter& on_line) {
+asio::awaitable<Result<json>> RunTransfer(asio::thread_pool& pool, const Transfer& transfer, const LineWriter& on_line) {
   auto executor = co_await asio::this_coro::executor;
-  auto run = std::make_shared<PullRun>(executor);
-  asio::post(pool, [run, &manager, request] {
+  auto run = std::make_shared<TransferRun>(executor);
+  asio::post(pool, [run, transfer] {
     auto listener = [&](const json& event) { run->Post(DumpJson(event) + "\n"); };
-    Result<core::ImageInfo> result = [&]() -> Result<core::ImageInfo> {
+    Result<json> result = [&]() -> Result<json> {
       try {
-        return manager.PullImage(request, listener);
+        return transfer(listener);
       } catch (const std::exception& e) {
-        return MakeError(ErrorCode::kInternal, std::string("pull failed: ") + e.what());
+        return MakeError(ErrorCode::kInternal, std::string("image transfer failed: ") + e.what());
       }
     }();
     run->Post({}, std::move(result));
@@ -103,7 +130,7 @@ asio::awaitable<Result<core::ImageInfo>> RunPull(core::SandboxManager& manager, 
   bool listening = true;
   for (;;) {
     std::deque<std::string> lines;
-    std::optional<Result<core::ImageInfo>> result;
+    std::optional<Result<json>> result;
     {
       std::lock_guard lock(run->mu);
       lines.swap(run->lines);
@@ -122,6 +149,27 @@ asio::awaitable<Result<core::ImageInfo>> RunPull(core::SandboxManager& manager, 
   }
 }
 
+// Answers a transfer: its result once done (`status`), or with `stream` its progress as NDJSON
+// ending with {"status": "done", done_key: result} or {"status": "error", "error": {...}}.
+asio::awaitable<void> ServeTransfer(HttpExchange& exchange, asio::thread_pool& pool, const Transfer& transfer,
+                                    bool stream, http::status status, const char* done_key) {
+  if (!stream) {
+    const LineWriter ignore = [](const std::string&) -> asio::awaitable<bool> { co_return false; };
+    Result<json> answer = co_await RunTransfer(pool, transfer, ignore);
+    if (!answer.ok()) co_return co_await exchange.SendError(answer.error());
+    co_return co_await exchange.SendJson(status, *answer);
+  }
+  if (!co_await exchange.BeginChunked(http::status::ok, "application/x-ndjson")) co_return;
+  const LineWriter write = [&exchange](const std::string& chunk) -> asio::awaitable<bool> {
+    co_return co_await exchange.WriteChunk(chunk);
+  };
+  Result<json> answer = co_await RunTransfer(pool, transfer, write);
+  const json last = answer.ok() ? json{{"status", "done"}, {done_key, *answer}}
+                                : json{{"status", "error"}, {"error", ErrorToJson(answer.error())["error"]}};
+  const std::string line = DumpJson(last) + "\n";
+  if (co_await exchange.WriteChunk(line)) co_await exchange.EndChunked();
+}
+
 }  // namespace
 
 asio::awaitable<void> ServePull(HttpExchange& exchange, core::SandboxManager& manager, asio::thread_pool& pool,
@@ -130,22 +178,26 @@ asio::awaitable<void> ServePull(HttpExchange& exchange, core::SandboxManager& ma
   if (!body) co_return;
   Result<storage::PullRequest> request = ParsePullRequest(*body, manager.config().registry.default_registry);
   if (!request.ok()) co_return co_await exchange.SendError(request.error());
-  if (!stream) {
-    const LineWriter ignore = [](const std::string&) -> asio::awaitable<bool> { co_return false; };
-    Result<core::ImageInfo> image = co_await RunPull(manager, pool, *request, ignore);
-    if (!image.ok()) co_return co_await exchange.SendError(image.error());
-    const json answer = ImageToJson(*image);
-    co_return co_await exchange.SendJson(http::status::created, answer);
-  }
-  if (!co_await exchange.BeginChunked(http::status::ok, "application/x-ndjson")) co_return;
-  const LineWriter write = [&exchange](const std::string& chunk) -> asio::awaitable<bool> {
-    co_return co_await exchange.WriteChunk(chunk);
+  const Transfer pull = [&manager, request = *request](const storage::PullListener& listener) -> Result<json> {
+    auto image = manager.PullImage(request, listener);
+    if (!image.ok()) return image.error();
+    return ImageToJson(*image);
   };
-  Result<core::ImageInfo> image = co_await RunPull(manager, pool, *request, write);
-  const json last = image.ok() ? json{{"status", "done"}, {"image", ImageToJson(*image)}}
-                               : json{{"status", "error"}, {"error", ErrorToJson(image.error())["error"]}};
-  const std::string line = DumpJson(last) + "\n";
-  if (co_await exchange.WriteChunk(line)) co_await exchange.EndChunked();
+  co_await ServeTransfer(exchange, pool, pull, stream, http::status::created, "image");
+}
+
+asio::awaitable<void> ServePush(HttpExchange& exchange, core::SandboxManager& manager, asio::thread_pool& pool,
+                                bool stream) {
+  std::optional<json> body = co_await exchange.ReadJsonObject(kMaxJsonBody);
+  if (!body) co_return;
+  Result<storage::PushRequest> request = ParsePushRequest(*body, manager.config().registry.default_registry);
+  if (!request.ok()) co_return co_await exchange.SendError(request.error());
+  const Transfer push = [&manager, request = *request](const storage::PullListener& listener) -> Result<json> {
+    auto pushed = manager.PushImage(request, listener);
+    if (!pushed.ok()) return pushed.error();
+    return json{{"reference", pushed->reference}, {"digest", pushed->digest}};
+  };
+  co_await ServeTransfer(exchange, pool, push, stream, http::status::ok, "pushed");
 }
 
 asio::awaitable<Status> PrepareCreateImage(core::SandboxManager& manager, asio::thread_pool& pool, const json& body,
@@ -164,8 +216,15 @@ asio::awaitable<Status> PrepareCreateImage(core::SandboxManager& manager, asio::
     const json pull_body = {{"image", named}};
     auto request = ParsePullRequest(pull_body, manager.config().registry.default_registry);
     if (!request.ok()) co_return request.error();
+    const Transfer pull = [&manager, request = *request](const storage::PullListener& listener) -> Result<json> {
+      auto pulled = manager.PullImage(request, listener);
+      if (!pulled.ok()) return pulled.error();
+      return json();
+    };
     const LineWriter ignore = [](const std::string&) -> asio::awaitable<bool> { co_return false; };
-    image = co_await RunPull(manager, pool, *request, ignore);
+    Result<json> pulled = co_await RunTransfer(pool, pull, ignore);
+    if (!pulled.ok()) co_return pulled.error();
+    image = manager.FindImage(named);
   }
   if (!image.ok()) co_return image.error();
   spec.image = image->name;

@@ -1,4 +1,4 @@
-// Images from registries: POST /v1/images/pull (a JSON answer once done, or NDJSON progress),
+// Images and registries: POST /v1/images/pull and /push (a JSON answer once done, or NDJSON progress),
 // GET /v1/images/{name} and what a create does with a registry reference (pull on first use).
 #pragma once
 #include <string>
@@ -10,6 +10,11 @@
 #include "http/http_exchange.h"
 
 namespace bulkhead::api {
+
+// Answers POST /v1/images/push: {"image": NAME_OR_REF, "target": REF, "auth"?}, as ServePull
+// does; its result is {"reference", "digest"}.
+boost::asio::awaitable<void> ServePush(HttpExchange& exchange, core::SandboxManager& manager,
+                                       boost::asio::thread_pool& pool, bool stream);
 
 // Answers POST /v1/images/pull: {"image": REF, "auth": {"username", "password"}?,
 // "platform": "os/arch[/variant]"?}. The pull runs on `pool`; with `stream`, its progress

@@ -31,6 +31,7 @@ enum class RouteId {
   kDeleteImage,
   kGetImage,
   kPullImage,
+  kPushImage,
   kCollectImageGarbage,
   kCreateVolume,
   kListVolumes,

@@ -323,6 +323,11 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
                                                       "(default: this machine's)");
   image_pull->add_flag("--json", line.json, "Print the API's NDJSON progress events");
   Selects(image_pull, line, Command::kImagePull);
+  CLI::App* image_push = image->add_subcommand("push", "Write a stored image to a registry (OCI distribution API)");
+  image_push->add_option("image", line.image_name, "Image name or the reference it was pulled as")->required();
+  image_push->add_option("target", line.image_target, "REGISTRY/REPOSITORY[:TAG]")->required();
+  image_push->add_flag("--json", line.json, "Print the API's NDJSON progress events");
+  Selects(image_push, line, Command::kImagePush);
   CLI::App* image_inspect = image->add_subcommand("inspect", "Show an image: digest, references, config, ports");
   image_inspect->add_option("name", line.image_name, "Image name or registry reference")->required();
   Selects(image_inspect, line, Command::kImageInspect);

@@ -29,6 +29,7 @@ enum class Command {
   kImageRemove,
   kImagePull,
   kImageInspect,
+  kImagePush,
   kVersion,
   kCopy,         // cp
   kWatch,        // watch
@@ -126,6 +127,7 @@ struct CommandLine {
   std::vector<std::string> metadata_filter;   // ls --metadata k=v
   std::string image_name;                // image import, pull, inspect, rm (a name or a reference)
   std::string platform;                  // image pull --platform
+  std::string image_target;              // image push: where to
   std::string image_path;                // image import
   std::vector<std::string> volume_names; // volume create (one), volume rm
   std::optional<int64_t> volume_size_mb; // volume create --size-mb

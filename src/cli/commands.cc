@@ -19,7 +19,6 @@
 #include "cli/run_interrupt.h"
 #include "cli/session.h"
 #include "cli/shell_command.h"
-#include "cli/tar_stream.h"
 #include "cli/local_files.h"
 #include "cli/snapshot_commands.h"
 #include "cli/volume_commands.h"
@@ -353,6 +352,7 @@ int RunClientCommand(const CommandLine& line, const CommandIo& io) {
       case Command::kImageRemove: return ImageRemoveCommand(session);
       case Command::kImagePull: return ImagePullCommand(session);
       case Command::kImageInspect: return ImageInspectCommand(session);
+      case Command::kImagePush: return ImagePushCommand(session);
       case Command::kVersion: return VersionCommand(session);
       case Command::kCopy: return CopyCommand(session);
       case Command::kWatch: return WatchCommand(session);

@@ -13,7 +13,7 @@
 #include "cli/copy_plan.h"
 #include "cli/local_files.h"
 #include "cli/listing_format.h"
-#include "cli/tar_stream.h"
+#include "storage/tar_stream.h"
 #include "cli/tar_unpack.h"
 #include "client/line_splitter.h"
 #include "common/scope_guard.h"
@@ -23,6 +23,7 @@ namespace bulkhead::cli {
 namespace {
 
 using nlohmann::json;
+using storage::StreamDirectoryAsTar;
 
 // /v1/sandboxes/{id}/files{route}?path=...
 std::string FilesTarget(const std::string& sandbox_id, std::string_view route, const std::string& path) {

@@ -13,7 +13,7 @@
 
 #include "cli/local_files.h"
 #include "cli/output_format.h"
-#include "cli/tar_stream.h"
+#include "storage/tar_stream.h"
 #include "client/api_client.h"
 #include "client/server_url.h"
 #include "common/unique_fd.h"
@@ -22,6 +22,7 @@ namespace bulkhead::cli {
 namespace {
 
 using nlohmann::json;
+using storage::StreamDirectoryAsTar;
 
 std::string StringField(const json& object, const char* field) {
   auto it = object.find(field);
@@ -199,6 +200,34 @@ int ImageRemoveCommand(Session& session) {
   auto removed = session.api.Call(HttpMethod::kDelete, "/v1/images/" + PercentEncode(session.line.image_name));
   if (!removed.ok()) return session.Fail(removed.error());
   session.Out(session.line.image_name + "\n");
+  return 0;
+}
+
+int ImagePushCommand(Session& session) {
+  const json body = {{"image", session.line.image_name}, {"target", session.line.image_target}};
+  std::optional<json> pushed;
+  std::optional<Error> failure;
+  auto response = session.api.http().SendForLines(HttpMethod::kPost, "/v1/images/push", DumpJson(body), [&](std::string_view text) -> Status {
+    if (session.line.json) session.Out(std::string(text) + "\n");
+    json event = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!event.is_object()) return {};
+    const std::string status = StringField(event, "status");
+    if (status == "done") {
+      pushed = event.value("pushed", json::object());
+    } else if (status == "error") {
+      const json& error = event.value("error", json::object());
+      failure = MakeError(ErrorCode::kBadGateway, StringField(error, "message"), StringField(error, "code"));
+    } else if (!session.line.json && (status == "uploaded" || status == "exists")) {
+      session.Err(StringField(event, "blob").substr(0, 19) + ": " +
+                  (status == "exists" ? "already in the registry" : "uploaded " + FormatBytes(IntField(event, "size"))) + "\n");
+    }
+    return {};
+  });
+  if (!response.ok()) return session.Fail(response.error());
+  if (!response->ok()) return session.Fail(ErrorFromResponse(*response));
+  if (failure) return session.Fail(*failure);
+  if (!pushed) return session.Fail(MakeError(ErrorCode::kBadGateway, "the push ended without an answer"));
+  if (!session.line.json) session.Out(StringField(*pushed, "reference") + " " + StringField(*pushed, "digest") + "\n");
   return 0;
 }
 

@@ -9,6 +9,9 @@ namespace bulkhead::cli {
 // registry; prints a progress bar on a terminal, the layers as they finish otherwise, then
 // the image's name and digest (or, with --json, the API's NDJSON events as they come).
 int ImagePullCommand(Session& session);
+// `bulkhead image push NAME|REF TARGET [--json]`: the daemon writes the image to TARGET's
+// registry; prints each blob as it goes (or the NDJSON events), then the target and digest.
+int ImagePushCommand(Session& session);
 // `bulkhead image import NAME PATH`: a directory (sent as a tar stream) or a tarball.
 int ImageImportCommand(Session& session);
 // `bulkhead image ls [--json]`: NAME SOURCE SIZE CREATED REFERENCES.

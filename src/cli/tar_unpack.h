@@ -10,13 +10,14 @@
 #include <string_view>
 #include <vector>
 
-#include "cli/tar_stream.h"
+#include "storage/tar_stream.h"
 #include "common/result.h"
 
 namespace bulkhead::cli {
 
 // Hands out the next piece of the stream, valid until the next call; empty = the end.
 using TarChunkSource = std::function<Result<std::string_view>()>;
+using storage::TarWarningHandler;
 
 // Unpacks the tar (plain or compressed) read from `source` under the existing directory
 // `directory`, reading the stream one piece at a time. Kept: regular files, directories,

@@ -133,6 +133,8 @@ class SandboxManagerImpl : public SandboxManager {
   Result<ImageInfo> PullImage(const storage::PullRequest& request, const storage::PullListener& listener) override {
     return puller_.Pull(request, listener);
   }
+  Result<storage::PushResult> PushImage(const storage::PushRequest& request,
+                                        const storage::PullListener& listener) override;
   Result<std::optional<int64_t>> CollectImageGarbage() override;
   void StopImagePulls() override { puller_.CancelAll(); }
   Result<VolumeInfo> CreateVolume(const std::string& name, int64_t size_mb) override {

@@ -328,6 +328,15 @@ Status SandboxManagerImpl::DeleteImage(const std::string& name) {
   return {};
 }
 
+Result<storage::PushResult> SandboxManagerImpl::PushImage(const storage::PushRequest& request,
+                                                          const storage::PullListener& listener) {
+  auto stored = storage_->ResolveImage(request.image, config_.registry.default_registry);
+  if (!stored.ok()) return stored.error();
+  storage::PushRequest resolved = request;
+  resolved.image = *stored;
+  return puller_.Push(resolved, listener);
+}
+
 Result<std::optional<int64_t>> SandboxManagerImpl::CollectImageGarbage() {
   int64_t freed = 0;
   auto done = puller_.CollectGarbage(&freed);

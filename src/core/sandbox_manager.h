@@ -152,6 +152,10 @@ class SandboxManager {
   // Fetches an image from its registry (storage/image_pull.h), reporting progress to
   // `listener` on the calling thread. (blocking, for as long as the download takes)
   virtual Result<ImageInfo> PullImage(const storage::PullRequest& request, const storage::PullListener& listener) = 0;
+  // Writes a stored image (request.image: a name or a reference it was pulled as) to a
+  // registry (storage/image_pull.h). (blocking)
+  virtual Result<storage::PushResult> PushImage(const storage::PushRequest& request,
+                                                const storage::PullListener& listener) = 0;
   // Removes the blobs no image uses and abandoned partial downloads; answers the bytes freed,
   // or nothing while a pull is under way (its blobs belong to no image yet). (blocking)
   virtual Result<std::optional<int64_t>> CollectImageGarbage() = 0;

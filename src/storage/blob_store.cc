@@ -129,6 +129,16 @@ Result<std::unique_ptr<BlobWriter>> BlobStore::BeginWrite(const std::string& dig
   return writer;
 }
 
+Status BlobStore::Adopt(const std::string& path, const std::string& digest) {
+  if (!IsSha256Digest(digest)) return MakeError(ErrorCode::kInvalid, "not a sha256 digest: " + digest);
+  if (Has(digest)) {
+    (void)::unlink(path.c_str());
+    return {};
+  }
+  if (::rename(path.c_str(), PathOf(digest).c_str()) != 0) return SystemError("rename " + path, errno);
+  return {};
+}
+
 std::vector<std::string> BlobStore::List() const {
   std::vector<std::string> digests;
   for (const std::string& hex : Names(root_ + "/sha256")) {

@@ -40,6 +40,11 @@ class BlobStore {
   // (BlobWriter::done()). kInvalid for a digest that is not IsSha256Digest.
   Result<std::unique_ptr<BlobWriter>> BeginWrite(const std::string& digest, uint64_t size);
 
+  // A file this store made (under TempDir(), hashed as it was written) moved in as `digest`.
+  Status Adopt(const std::string& path, const std::string& digest);
+  // Where files on their way into the store are made (same filesystem: Adopt renames).
+  std::string TempDir() const { return root_ + "/partial"; }
+
   // Every stored blob's digest.
   std::vector<std::string> List() const;
   // Removes the stored blobs not in `keep` and every partial download that no writer holds.

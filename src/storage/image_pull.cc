@@ -92,11 +92,6 @@ Result<std::map<std::string, RegistryLogin>> ReadDockerAuthFile(const std::strin
   return logins;
 }
 
-// One pull: its registry client, reachable for CancelAll.
-struct ImagePuller::Session {
-  RegistryClient* client = nullptr;
-};
-
 ImagePuller::ImagePuller(Storage& storage, RegistrySettings settings)
     : storage_(storage), settings_(std::move(settings)) {}
 
@@ -116,33 +111,43 @@ Result<bool> ImagePuller::CollectGarbage(int64_t* freed_bytes) {
   return true;
 }
 
-Result<ImageInfo> ImagePuller::Pull(const PullRequest& request, const PullListener& listener) {
-  const ImageRef& ref = request.ref;
-  const std::string name = ref.ToString();
+RegistryClientOptions ImagePuller::ClientOptions(const std::string& registry,
+                                                const std::optional<RegistryLogin>& login) const {
   RegistryClientOptions options;
-  options.plain_http = IsInsecure(settings_, ref.registry);
-  if (request.login) {
-    options.credentials = RegistryCredentials{request.login->username, request.login->password};
-  } else if (auto it = settings_.logins.find(ref.registry); it != settings_.logins.end()) {
+  options.plain_http = IsInsecure(settings_, registry);
+  if (login) {
+    options.credentials = RegistryCredentials{login->username, login->password};
+  } else if (auto it = settings_.logins.find(registry); it != settings_.logins.end()) {
     options.credentials = RegistryCredentials{it->second.username, it->second.password};
   }
   options.ca_file = settings_.ca_file;
   options.connect_timeout = std::chrono::milliseconds(settings_.connect_timeout_ms);
   options.idle_timeout = std::chrono::milliseconds(settings_.idle_timeout_ms);
-  RegistryClient client(ref.registry, ref.repository, options);
+  return options;
+}
 
+ImagePuller::Active::Active(ImagePuller& puller, Session& session) : puller_(puller), session_(session) {
+  std::lock_guard lock(puller_.mu_);
+  refused_ = puller_.cancelled_;
+  if (refused_) return;
+  ++puller_.active_;
+  puller_.sessions_.insert(&session_);
+}
+
+ImagePuller::Active::~Active() {
+  if (refused_) return;
+  std::lock_guard lock(puller_.mu_);
+  --puller_.active_;
+  puller_.sessions_.erase(&session_);
+}
+
+Result<ImageInfo> ImagePuller::Pull(const PullRequest& request, const PullListener& listener) {
+  const ImageRef& ref = request.ref;
+  const std::string name = ref.ToString();
+  RegistryClient client(ref.registry, ref.repository, ClientOptions(ref.registry, request.login));
   Session session{&client};
-  {
-    std::lock_guard lock(mu_);
-    if (cancelled_) return MakeError(ErrorCode::kUnavailable, "the daemon is shutting down");
-    ++active_;
-    sessions_.insert(&session);
-  }
-  ScopeGuard unregister([&] {
-    std::lock_guard lock(mu_);
-    --active_;
-    sessions_.erase(&session);
-  });
+  Active active(*this, session);
+  if (active.refused()) return MakeError(ErrorCode::kUnavailable, "the daemon is shutting down");
   BlobStore& blobs = storage_.blobs();
   listener(json{{"status", "resolving"}, {"image", name}});
 

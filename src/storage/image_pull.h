@@ -1,6 +1,7 @@
-// `image pull`: an image fetched from a registry that speaks the OCI distribution API and
-// stored as every image is (a rootfs tree and meta.json under images/), its blobs kept once in
-// the blob store (blob_store.h) so that later pulls of images sharing layers fetch them once.
+// `image pull` and `image push`: an image fetched from a registry that speaks the OCI
+// distribution API and stored as every image is (a rootfs tree and meta.json under images/), its
+// blobs kept once in the blob store (blob_store.h) so that later pulls of images sharing layers
+// fetch them once; and a stored image written to a registry (image_push.cc).
 #pragma once
 #include <atomic>
 #include <functional>
@@ -22,6 +23,8 @@
 namespace bulkhead::storage {
 
 class Storage;
+struct RegistryClientOptions;  // registry_client.h
+class RegistryClient;
 
 // Reads a Docker config.json's "auths": {"host": {"auth": base64(user:password)} or
 // {"username", "password"}}; keys given as URLs ("https://host/v1/") are reduced to the host.
@@ -33,7 +36,18 @@ struct PullRequest {
   Platform platform;                   // HostPlatform() unless asked otherwise
 };
 
-// A pull's progress as NDJSON-ready objects ({"status": "resolved" | "downloading" |
+struct PushRequest {
+  std::string image;  // a stored image's name (Storage::ResolveImage gave it)
+  ImageRef target;    // where it goes: a tag, or the manifest's own digest
+  std::optional<RegistryLogin> login;
+};
+
+struct PushResult {
+  std::string reference;  // target, as pushed
+  std::string digest;     // the manifest's
+};
+
+// A pull's (or push's) progress as NDJSON-ready objects ({"status": "resolved" | "downloading" |
 // "downloaded" | "unpacking", ...}); called on the pulling thread.
 using PullListener = std::function<void(const nlohmann::json& event)>;
 
@@ -48,7 +62,12 @@ class ImagePuller {
   // reference. An image already stored under the same manifest digest only gains the name.
   Result<ImageInfo> Pull(const PullRequest& request, const PullListener& listener);
 
-  // Ends the pulls under way (shutdown): they fail at once with kUnavailable.
+  // Writes a stored image to target's registry: the blobs it lacks (a pulled image's own, or for
+  // an imported one a layer made of its tree, uncompressed, with a config and a manifest), then
+  // the manifest under target's tag. The host image cannot be pushed (it is this host's OS).
+  Result<PushResult> Push(const PushRequest& request, const PullListener& listener);
+
+  // Ends the pulls and pushes under way (shutdown): they fail at once with kUnavailable.
   void CancelAll();
 
   // Removes the blobs no stored image uses, and abandoned partial downloads. Deferred (answers
@@ -58,7 +77,27 @@ class ImagePuller {
   const RegistrySettings& settings() const { return settings_; }
 
  private:
-  struct Session;
+  struct Session {
+    RegistryClient* client = nullptr;
+  };
+  // A transfer's registration, so that CancelAll reaches its client and garbage collection waits.
+  class Active {
+   public:
+    Active(ImagePuller& puller, Session& session);
+    ~Active();
+    Active(const Active&) = delete;
+    Active& operator=(const Active&) = delete;
+    bool refused() const { return refused_; }  // the daemon is shutting down
+
+   private:
+    ImagePuller& puller_;
+    Session& session_;
+    bool refused_ = false;
+  };
+  RegistryClientOptions ClientOptions(const std::string& registry, const std::optional<RegistryLogin>& login) const;
+  // A pushable form of a stored image that is no registry's: its tree as one layer (image_push.cc).
+  Result<PulledImage> LayerOfTree(const ImageInfo& image);
+
   Storage& storage_;
   RegistrySettings settings_;
   std::mutex mu_;

@@ -3,6 +3,7 @@
 #include <openssl/ssl.h>
 
 #include <atomic>
+#include <cstring>
 #include <limits>
 #include <utility>  // before boost/asio/awaitable.hpp (Boost 1.74 uses std::exchange unincluded)
 
@@ -83,6 +84,14 @@ struct BodyPlan {
   size_t collect_limit = kMaxErrorBody;
 };
 using PlanBody = std::function<Result<BodyPlan>(const Reply&)>;
+
+// What a request sends: its method, headers and body (uploads), sent again as it is when a
+// challenge or redirect makes the request go out once more.
+struct Outgoing {
+  http::verb verb = http::verb::get;
+  std::vector<std::pair<http::field, std::string>> headers;
+  const RegistryClient::Body* body = nullptr;
+};
 
 // "The registry said: ..." from an OCI error body ({"errors": [{"code", "message"}]}).
 std::string RegistrySays(const Reply& reply) {
@@ -213,7 +222,7 @@ std::vector<AuthChallenge> ParseAuthChallenges(std::string_view header) {
           if (header[i] == '\\' && i + 1 < header.size()) ++i;
           value += header[i++];
         }
-        ++i;  // closing quote
+        if (i < header.size()) ++i;  // the closing quote (an unterminated value ends the header)
       } else {
         value = token();
       }
@@ -285,27 +294,56 @@ struct RegistryClient::Impl {
     return std::move(*out);
   }
 
+  // Sends the request: its header, then its body (if any) piece by piece as `out.body` reads it.
   template <typename Stream>
-  asio::awaitable<Result<Reply>> Converse(Stream& stream, beast::tcp_stream& lowest, const Url& url, http::verb verb,
-                                          const std::vector<std::pair<http::field, std::string>>& headers,
-                                          const std::string& auth, const PlanBody& plan) {
-    http::request<http::empty_body> request{verb, url.target, 11};
+  asio::awaitable<Status> Send(Stream& stream, beast::tcp_stream& lowest, const Url& url, const Outgoing& out,
+                               const std::string& auth) {
+    http::request<http::buffer_body> request{out.verb, url.target, 11};
     request.set(http::field::host, url.Authority());
     request.set(http::field::user_agent, "bulkhead/" BULKHEAD_VERSION);
     request.set(http::field::connection, "close");
-    for (const auto& [name, value] : headers) request.set(name, value);
+    for (const auto& [name, value] : out.headers) request.set(name, value);
     if (!auth.empty()) request.set(http::field::authorization, auth);
+    const uint64_t size = out.body ? out.body->size : 0;
+    if (out.body || out.verb == http::verb::put || out.verb == http::verb::post) request.content_length(size);
+    if (out.body) request.set(http::field::content_type, out.body->content_type);
+    request.body().data = nullptr;
+    request.body().more = size > 0;
+    http::request_serializer<http::buffer_body> serializer{request};
     error_code ec;
     lowest.expires_after(options.idle_timeout);
-    co_await http::async_write(stream, request, asio::redirect_error(asio::use_awaitable, ec));
+    co_await http::async_write_header(stream, serializer, asio::redirect_error(asio::use_awaitable, ec));
     if (ec) co_return Unreachable("sending to " + url.Authority() + ": " + ec.message());
+    std::vector<char> piece(size > 0 ? kReadBytes : 0);
+    for (uint64_t sent = 0; sent < size;) {
+      auto n = out.body->read(sent, piece.data(), static_cast<size_t>(std::min<uint64_t>(piece.size(), size - sent)));
+      if (!n.ok()) co_return n.error();
+      if (*n == 0) co_return MakeError(ErrorCode::kInternal, "an upload's source ended early");
+      sent += *n;
+      request.body().data = piece.data();
+      request.body().size = *n;
+      request.body().more = sent < size;
+      lowest.expires_after(options.idle_timeout);
+      co_await http::async_write(stream, serializer, asio::redirect_error(asio::use_awaitable, ec));
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec) co_return Unreachable("sending to " + url.Authority() + ": " + ec.message());
+    }
+    co_return Status();
+  }
+
+  template <typename Stream>
+  asio::awaitable<Result<Reply>> Converse(Stream& stream, beast::tcp_stream& lowest, const Url& url, const Outgoing& out,
+                                          const std::string& auth, const PlanBody& plan) {
+    Status sent = co_await Send(stream, lowest, url, out, auth);
+    if (!sent.ok()) co_return sent.error();
+    error_code ec;
 
     // Beast reads as much as the buffer has room for: without room made here, 512 bytes a read.
     beast::flat_buffer buffer;
     buffer.reserve(kReadBytes);
     http::response_parser<http::buffer_body> parser;
     parser.body_limit(std::numeric_limits<std::uint64_t>::max());
-    if (verb == http::verb::head) parser.skip(true);
+    if (out.verb == http::verb::head) parser.skip(true);
     lowest.expires_after(options.idle_timeout);
     co_await http::async_read_header(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
     if (ec) co_return Unreachable("reading from " + url.Authority() + ": " + ec.message());
@@ -324,7 +362,10 @@ struct RegistryClient::Impl {
     auto planned = plan(reply);
     if (!planned.ok()) co_return planned.error();
     BodyPlan body = std::move(*planned);
-    if (!body.sink && reply.content_length && *reply.content_length > body.collect_limit) {
+    // An error's body is only read for its message: a long one (a proxy's page) is cut, not refused.
+    const bool cut_long_body = reply.status >= 300;
+    if (!cut_long_body && out.verb != http::verb::head && !body.sink && reply.content_length &&
+        *reply.content_length > body.collect_limit) {
       co_return MakeError(ErrorCode::kTooLarge, url.Authority() + " answered " + std::to_string(*reply.content_length) +
                                                     " bytes, more than the " + std::to_string(body.collect_limit) + " taken");
     }
@@ -333,34 +374,39 @@ struct RegistryClient::Impl {
       parser.get().body().data = piece.data();
       parser.get().body().size = piece.size();
       lowest.expires_after(options.idle_timeout);
-      co_await http::async_read(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
+      // (read_some: one read at a time, so the idle timeout counts from the last byte, not from
+      // the start of a piece that a slow but steady server takes long to fill)
+      co_await http::async_read_some(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
       if (ec == http::error::need_buffer) ec = {};
-      if (ec) {
-        co_return Unreachable("reading from " + url.Authority() + ": " +
-                              (ec == beast::error::timeout ? std::string("no data for ") +
-                                                                 std::to_string(options.idle_timeout.count()) + " ms"
-                                                           : ec.message()));
-      }
+      // What arrived goes on even when the connection then broke: a resumed download starts after it.
       const size_t n = piece.size() - parser.get().body().size;
-      if (n == 0) continue;
-      if (body.sink) {
+      if (n > 0 && body.sink) {
         Status taken = body.sink(std::string_view(piece.data(), n));
         if (!taken.ok()) co_return taken.error();
-      } else {
+      } else if (n > 0) {
+        if (cut_long_body && reply.body.size() + n > body.collect_limit) {
+          reply.body.append(piece.data(), body.collect_limit - reply.body.size());
+          break;  // the rest is never read: the connection closes with this exchange
+        }
         if (reply.body.size() + n > body.collect_limit) {
           co_return MakeError(ErrorCode::kTooLarge, url.Authority() + " answered more than the " +
                                                         std::to_string(body.collect_limit) + " bytes taken");
         }
         reply.body.append(piece.data(), n);
       }
+      if (ec) {
+        co_return Unreachable("reading from " + url.Authority() + ": " +
+                              (ec == beast::error::timeout ? std::string("no data for ") +
+                                                                 std::to_string(options.idle_timeout.count()) + " ms"
+                                                           : ec.message()));
+      }
     }
     co_return reply;
   }
 
   // One request on a connection of its own: connect (TLS for https), send, read.
-  asio::awaitable<Result<Reply>> Exchange(const Url& url, http::verb verb,
-                                          const std::vector<std::pair<http::field, std::string>>& headers,
-                                          const std::string& auth, const PlanBody& plan) {
+  asio::awaitable<Result<Reply>> Exchange(const Url& url, const Outgoing& out, const std::string& auth,
+                                          const PlanBody& plan) {
     if (url.scheme == "https" && !ca_error.empty()) co_return MakeError(ErrorCode::kInvalid, ca_error);
     auto executor = co_await asio::this_coro::executor;
     tcp::resolver resolver(executor);
@@ -379,7 +425,7 @@ struct RegistryClient::Impl {
     tcp_stream.expires_after(options.connect_timeout);
     co_await tcp_stream.async_connect(endpoints, asio::redirect_error(asio::use_awaitable, ec));
     if (ec) co_return Unreachable("cannot connect to " + url.Authority() + ": " + ec.message());
-    if (url.scheme == "http") co_return co_await Converse(tcp_stream, tcp_stream, url, verb, headers, auth, plan);
+    if (url.scheme == "http") co_return co_await Converse(tcp_stream, tcp_stream, url, out, auth, plan);
 
     beast::ssl_stream<beast::tcp_stream&> tls_stream(tcp_stream, tls);
     // The server name goes out for host names only (RFC 6066 has none for addresses).
@@ -392,26 +438,26 @@ struct RegistryClient::Impl {
     tcp_stream.expires_after(options.connect_timeout);
     co_await tls_stream.async_handshake(ssl::stream_base::client, asio::redirect_error(asio::use_awaitable, ec));
     if (ec) co_return Unreachable("TLS with " + url.Authority() + " failed: " + ec.message());
-    co_return co_await Converse(tls_stream, tcp_stream, url, verb, headers, auth, plan);
+    co_return co_await Converse(tls_stream, tcp_stream, url, out, auth, plan);
   }
 
   // A request to the registry with its auth: on a 401 the challenge is answered once (a token
   // fetched, or Basic credentials sent) and the request made again. Redirects are followed
   // (to other hosts without the registry's credentials) when follow_redirects.
-  asio::awaitable<Result<Reply>> Request(const Url& first, http::verb verb,
-                                         const std::vector<std::pair<http::field, std::string>>& headers,
-                                         const PlanBody& plan, bool follow_redirects) {
+  asio::awaitable<Result<Reply>> Request(const Url& first, const Outgoing& out, const PlanBody& plan,
+                                         bool follow_redirects) {
     Url url = first;
     bool answered_challenge = false;
     for (int hops = 0;;) {
       // (no temporaries in co_await expressions: g++ 12 destroys them wrongly)
       const bool own_host = url.Authority() == RegistryAuthority();
       const std::string auth = own_host ? authorization : std::string();
-      auto reply = co_await Exchange(url, verb, headers, auth, plan);
+      auto reply = co_await Exchange(url, out, auth, plan);
       if (!reply.ok()) co_return reply;
       if (reply->status == 401 && own_host && !answered_challenge) {
         answered_challenge = true;
-        Status authenticated = co_await Authenticate(reply->www_authenticate);
+        Status authenticated = co_await Authenticate(reply->www_authenticate, out.verb != http::verb::get &&
+                                                                                  out.verb != http::verb::head);
         if (!authenticated.ok()) co_return authenticated.error();
         continue;
       }
@@ -427,7 +473,8 @@ struct RegistryClient::Impl {
     }
   }
 
-  asio::awaitable<Status> Authenticate(const std::string& header) {
+  // push: the request writes (the scope asked for, when the challenge names none, is pull,push).
+  asio::awaitable<Status> Authenticate(const std::string& header, bool push) {
     const std::vector<AuthChallenge> challenges = ParseAuthChallenges(header);
     const AuthChallenge* bearer = nullptr;
     const AuthChallenge* basic = nullptr;
@@ -449,12 +496,14 @@ struct RegistryClient::Impl {
       std::string query;
       if (auto it = bearer->params.find("service"); it != bearer->params.end()) query += "service=" + QueryEscape(it->second);
       auto scope = bearer->params.find("scope");
-      const std::string wanted = scope != bearer->params.end() ? scope->second : "repository:" + repository + ":pull";
+      const std::string wanted = scope != bearer->params.end()
+                                     ? scope->second
+                                     : "repository:" + repository + (push ? ":pull,push" : ":pull");
       query += std::string(query.empty() ? "" : "&") + "scope=" + QueryEscape(wanted);
       realm->target += (realm->target.find('?') == std::string::npos ? "?" : "&") + query;
-      const std::vector<std::pair<http::field, std::string>> no_headers;
+      const Outgoing get;
       const PlanBody collect = [](const Reply&) -> Result<BodyPlan> { return BodyPlan{nullptr, kMaxTokenBody}; };
-      auto reply = co_await Exchange(*realm, http::verb::get, no_headers, basic_value, collect);
+      auto reply = co_await Exchange(*realm, get, basic_value, collect);
       if (!reply.ok()) co_return reply.error();
       if (reply->status == 401 || reply->status == 403) {
         co_return MakeError(reply->status == 401 ? ErrorCode::kUnauthorized : ErrorCode::kForbidden,
@@ -522,13 +571,14 @@ Result<FetchedManifest> RegistryClient::GetManifest(const std::string& reference
   const std::string what = "manifest " + d.repository + ":" + reference;
   // (the headers and plan are made outside the coroutine: g++ 12 cannot keep an initializer
   // list's array in a coroutine frame)
-  std::vector<std::pair<http::field, std::string>> headers{{http::field::accept, ManifestAcceptHeader()}};
+  Outgoing get;
+  get.headers.emplace_back(http::field::accept, ManifestAcceptHeader());
   PlanBody plan = [&](const Reply& r) -> Result<BodyPlan> {
     return BodyPlan{nullptr, r.status == 200 ? max_bytes : kMaxErrorBody};
   };
   const Url url = d.RegistryUrl("/v2/" + d.repository + "/manifests/" + reference);
   auto reply = d.Run<Reply>([&]() -> asio::awaitable<Result<Reply>> {
-    co_return co_await d.Request(url, http::verb::get, headers, plan, /*follow_redirects=*/true);
+    co_return co_await d.Request(url, get, plan, /*follow_redirects=*/true);
   });
   if (!reply.ok()) return reply.error();
   if (reply->status != 200) return d.ReplyError(*reply, what, "image_not_found");
@@ -544,8 +594,8 @@ Status RegistryClient::FetchBlob(const std::string& digest, uint64_t offset, uin
   std::optional<Error> last;
   for (int attempt = 0; attempt < kBlobAttempts; ++attempt) {
     const uint64_t started_at = position;
-    std::vector<std::pair<http::field, std::string>> headers;
-    if (position > 0) headers.emplace_back(http::field::range, "bytes=" + std::to_string(position) + "-");
+    Outgoing get;
+    if (position > 0) get.headers.emplace_back(http::field::range, "bytes=" + std::to_string(position) + "-");
     PlanBody plan = [&](const Reply& r) -> Result<BodyPlan> {
       if (r.status == 206) {
         if (!r.content_range.starts_with("bytes " + std::to_string(position) + "-")) {
@@ -579,7 +629,7 @@ Status RegistryClient::FetchBlob(const std::string& digest, uint64_t offset, uin
     };
     const Url url = d.RegistryUrl("/v2/" + d.repository + "/blobs/" + digest);
     auto reply = d.Run<Reply>([&]() -> asio::awaitable<Result<Reply>> {
-      co_return co_await d.Request(url, http::verb::get, headers, plan, /*follow_redirects=*/true);
+      co_return co_await d.Request(url, get, plan, /*follow_redirects=*/true);
     });
     if (reply.ok()) {
       if (reply->status != 200 && reply->status != 206) return d.ReplyError(*reply, what, "blob_not_found");
@@ -598,6 +648,72 @@ Status RegistryClient::FetchBlob(const std::string& digest, uint64_t offset, uin
     if (position == started_at) break;
   }
   return *last;
+}
+
+Result<bool> RegistryClient::HasBlob(const std::string& digest) {
+  Impl& d = *impl_;
+  Outgoing head;
+  head.verb = http::verb::head;
+  const PlanBody plan = [](const Reply&) -> Result<BodyPlan> { return BodyPlan{nullptr, kMaxErrorBody}; };
+  const Url url = d.RegistryUrl("/v2/" + d.repository + "/blobs/" + digest);
+  auto reply = d.Run<Reply>([&]() -> asio::awaitable<Result<Reply>> {
+    co_return co_await d.Request(url, head, plan, /*follow_redirects=*/true);
+  });
+  if (!reply.ok()) return reply.error();
+  if (reply->status == 200) return true;
+  if (reply->status == 404) return false;
+  return d.ReplyError(*reply, "blob " + digest, "blob_not_found");
+}
+
+Status RegistryClient::UploadBlob(const std::string& digest, const Body& body) {
+  Impl& d = *impl_;
+  const std::string what = "an upload of blob " + digest + " to " + d.repository;
+  const PlanBody plan = [](const Reply&) -> Result<BodyPlan> { return BodyPlan{nullptr, kMaxErrorBody}; };
+  Outgoing start;
+  start.verb = http::verb::post;
+  const Url start_url = d.RegistryUrl("/v2/" + d.repository + "/blobs/uploads/");
+  auto started = d.Run<Reply>([&]() -> asio::awaitable<Result<Reply>> {
+    co_return co_await d.Request(start_url, start, plan, /*follow_redirects=*/false);
+  });
+  if (!started.ok()) return started.error();
+  if (started->status != 202 || started->location.empty()) return d.ReplyError(*started, what, "registry_denied");
+  auto location = ResolveLocation(start_url, started->location);
+  if (!location.ok()) return Unreachable(d.registry + " answered a bad upload location");
+  Url put_url = *location;
+  put_url.target += (put_url.target.find('?') == std::string::npos ? "?" : "&") + std::string("digest=") + QueryEscape(digest);
+  Outgoing put;
+  put.verb = http::verb::put;
+  put.body = &body;
+  auto finished = d.Run<Reply>([&]() -> asio::awaitable<Result<Reply>> {
+    co_return co_await d.Request(put_url, put, plan, /*follow_redirects=*/false);
+  });
+  if (!finished.ok()) return finished.error();
+  if (finished->status != 201) return d.ReplyError(*finished, what, "registry_denied");
+  return {};
+}
+
+Status RegistryClient::PutManifest(const std::string& reference, const std::string& media_type,
+                                   const std::string& manifest) {
+  Impl& d = *impl_;
+  Body body;
+  body.content_type = media_type;
+  body.size = manifest.size();
+  body.read = [&manifest](uint64_t offset, char* buffer, size_t capacity) -> Result<size_t> {
+    const size_t n = std::min<size_t>(capacity, manifest.size() - offset);
+    std::memcpy(buffer, manifest.data() + offset, n);
+    return n;
+  };
+  Outgoing put;
+  put.verb = http::verb::put;
+  put.body = &body;
+  const PlanBody plan = [](const Reply&) -> Result<BodyPlan> { return BodyPlan{nullptr, kMaxErrorBody}; };
+  const Url url = d.RegistryUrl("/v2/" + d.repository + "/manifests/" + reference);
+  auto reply = d.Run<Reply>([&]() -> asio::awaitable<Result<Reply>> {
+    co_return co_await d.Request(url, put, plan, /*follow_redirects=*/false);
+  });
+  if (!reply.ok()) return reply.error();
+  if (reply->status != 201) return d.ReplyError(*reply, "the manifest " + d.repository + ":" + reference, "registry_denied");
+  return {};
 }
 
 }  // namespace bulkhead::storage

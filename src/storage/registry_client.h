@@ -81,6 +81,21 @@ class RegistryClient {
   Status FetchBlob(const std::string& digest, uint64_t offset, uint64_t expected_size,
                    const std::function<Status(std::string_view)>& sink, const std::function<Status()>& restart);
 
+  // ---- push ----
+  // An upload's bytes: `size` in all, read as pread reads (from `offset`, at most `capacity`).
+  struct Body {
+    std::string content_type = "application/octet-stream";
+    uint64_t size = 0;
+    std::function<Result<size_t>(uint64_t offset, char* buffer, size_t capacity)> read;
+  };
+  // HEAD /v2/<repository>/blobs/<digest>: whether the registry has the blob already.
+  Result<bool> HasBlob(const std::string& digest);
+  // A monolithic upload: POST /v2/<repository>/blobs/uploads/, then PUT to the Location it
+  // answers with ?digest= (or &digest=) and the bytes.
+  Status UploadBlob(const std::string& digest, const Body& body);
+  // PUT /v2/<repository>/manifests/<reference> (a tag or the manifest's digest).
+  Status PutManifest(const std::string& reference, const std::string& media_type, const std::string& manifest);
+
   // Ends the request under way (and every later one) with kUnavailable. Any thread.
   void Cancel();
 

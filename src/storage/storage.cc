@@ -326,6 +326,21 @@ Result<size_t> Storage::UnnameImage(const std::string& name, const std::string& 
   return refs.size();
 }
 
+Result<PulledImage> Storage::PulledImageOf(const std::string& name) const {
+  auto meta = ReadMetaJson(ImagesDir() + "/" + name);
+  if (!meta.ok() || Field<std::string>(*meta, "source", "") != "registry") {
+    return MakeError(ErrorCode::kNotFound, "image " + name + " was not pulled from a registry", "image_not_found");
+  }
+  PulledImage image;
+  image.manifest_digest = Field<std::string>(*meta, "digest", "");
+  image.manifest_media_type = Field<std::string>(*meta, "manifest_media_type", "");
+  image.index_digest = Field<std::string>(*meta, "index_digest", "");
+  image.config_digest = Field<std::string>(*meta, "config_digest", "");
+  image.layers = Field<std::vector<std::string>>(*meta, "layers", {});
+  if (auto c = meta->find("config"); c != meta->end() && c->is_object()) image.config = ImageConfigFromJson(*c);
+  return image;
+}
+
 std::set<std::string> Storage::BlobsInUse() const {
   std::set<std::string> used;
   std::lock_guard lock(images_mu_);

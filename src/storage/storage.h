@@ -87,6 +87,8 @@ class Storage {
   Result<ImageInfo> NameImage(const std::string& name, const std::string& reference);
   // Takes a reference off its image; answers how many references the image has left.
   Result<size_t> UnnameImage(const std::string& name, const std::string& reference);
+  // What a pull stored of image `name` (kNotFound for an image that is no registry's).
+  Result<PulledImage> PulledImageOf(const std::string& name) const;
   // The blobs that stored images use: what blob garbage collection keeps.
   std::set<std::string> BlobsInUse() const;
 

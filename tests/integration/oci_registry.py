@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qs, quote, urlsplit
 
-import oci_images
 from oci_images import DOCKER_MANIFEST_LIST, OCI_INDEX, Image, Index, digest_of
 
 SERVICE = "registry.test"
@@ -800,79 +799,3 @@ def _spoiled(data: bytes, fault: Fault | None) -> bytes:
         # One byte changed at the very end: nothing looks wrong before the whole blob is in.
         data = data[:-1] + bytes([data[-1] ^ 0x01]) if data else b"x"
     return data + bytes(fault.extra_bytes)
-
-
-# --- The first API, which test_image_pull.py was written against -----------------------------
-# (everything in one module, layers as (blob, tar) pairs). Port that file to oci_images and
-# OciRegistry, then delete this section.
-
-@dataclass
-class Entry:
-    """One tar entry: kind file, dir, symlink, hardlink, whiteout, opaque, fifo or chardev."""
-    path: str
-    kind: str = "file"
-    data: bytes = b""
-    mode: int = 0o644
-    uid: int = 0
-    gid: int = 0
-    target: str = ""
-
-    def as_entry(self):
-        t = 1700000000
-        kinds = {
-            "file": lambda: oci_images.File(self.path, self.data, self.mode, self.uid, self.gid, t),
-            "dir": lambda: oci_images.Dir(self.path, self.mode, self.uid, self.gid, t),
-            "symlink": lambda: oci_images.Symlink(self.path, self.target, self.uid, self.gid, t),
-            "hardlink": lambda: oci_images.Hardlink(self.path, self.target, t),
-            "whiteout": lambda: oci_images.Whiteout(self.path),
-            "opaque": lambda: oci_images.Opaque(self.path),
-            "fifo": lambda: oci_images.Device(self.path, "fifo", 0, 0, self.mode, self.uid, self.gid),
-            "chardev": lambda: oci_images.Device(self.path, "char", 1, 3, self.mode, self.uid, self.gid),
-        }
-        return kinds[self.kind]()
-
-
-host_files = oci_images.host_files
-build_index = oci_images.build_index
-
-
-def make_layer(entries: list, compression: str = "gzip") -> tuple[bytes, bytes]:
-    """(the layer blob, its uncompressed tar). Takes Entry items and oci_images' entries."""
-    tar = oci_images.make_tar([e.as_entry() if isinstance(e, Entry) else e for e in entries])
-    return oci_images.compress(tar, compression), tar
-
-
-def build_image(layers: list[tuple[bytes, bytes]], config: dict | None = None, media: str = "oci",
-                compression: str = "gzip", architecture: str = "amd64") -> Image:
-    # compression is read from each blob now; the parameter stays for the old calls.
-    return oci_images.build_image([blob for blob, _ in layers], config or {}, media, architecture=architecture)
-
-
-@dataclass
-class _FirstFault(Fault):
-    stall_s: float = 0.0  # the first API's name for `stall`
-
-    def __post_init__(self):
-        self.stall = self.stall or self.stall_s
-
-
-Fault = _FirstFault  # noqa: F811 (a superset: fault() and new tests are unaffected)
-
-
-class Registry(OciRegistry):
-    def __init__(self, auth: str | None = None, users: dict | None = None, public: tuple = (),
-                 token_ttl_s: float = 300):
-        super().__init__(auth=auth or "none", users=users, public=public, token_lifetime=token_ttl_s)
-
-    @property
-    def manifests(self) -> dict:
-        """(repository, tag or digest) -> (media type, bytes)."""
-        with self._lock:
-            return {(name, ref): r.manifests[r.tags.get(ref, ref)]
-                    for name, r in self._repos.items() for ref in [*r.manifests, *r.tags]}
-
-    def requests(self, method: str = "GET", path_part: str = "") -> list[dict]:
-        with self._lock:
-            found = list(self._log)
-        return [{"method": r.method, "path": r.path, "range": r.range, "auth": r.auth or ""}
-                for r in found if r.method == method and path_part in r.path]

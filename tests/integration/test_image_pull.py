@@ -3,6 +3,7 @@
 The layers' whiteouts and opaque directories, the image config, multi-platform indexes, auth,
 the blob store's sharing and resume, and hostile registries and layers."""
 
+import itertools
 import json
 import os
 import signal
@@ -13,7 +14,9 @@ from pathlib import Path
 import pytest
 
 import harness
-from oci_registry import Entry, Fault, Registry, build_image, build_index, digest_of, host_files, make_layer
+from oci_images import (Device, Dir, File, Hardlink, Opaque, Symlink, Whiteout, build_image, build_index, digest_of,
+                        host_files, make_layer)
+from oci_registry import OciRegistry
 
 PROGRAMS = ["/bin/sh", "/bin/cat", "/usr/bin/id", "/usr/bin/env", "/bin/ls"]
 
@@ -21,29 +24,29 @@ PROGRAMS = ["/bin/sh", "/bin/cat", "/usr/bin/id", "/usr/bin/env", "/bin/ls"]
 @pytest.fixture(scope="module")
 def base_layer():
     return make_layer(host_files(PROGRAMS) + [
-        Entry("etc", "dir", mode=0o755),
-        Entry("etc/motd", data=b"from the base\n"),
-        Entry("etc/gone", data=b"whited out above\n"),
-        Entry("cache", "dir", mode=0o755),
-        Entry("cache/old", data=b"lower\n"),
-        Entry("srv", "dir", mode=0o755),
-        Entry("srv/kept", data=b"kept\n"),
-        Entry("bin/suid", data=b"#!/bin/sh\n", mode=0o4755),
-        Entry("dev", "dir", mode=0o755),
-        Entry("dev/null", "chardev", mode=0o666),
+        Dir("etc", 0o755),
+        File("etc/motd", b"from the base\n"),
+        File("etc/gone", b"whited out above\n"),
+        Dir("cache", 0o755),
+        File("cache/old", b"lower\n"),
+        Dir("srv", 0o755),
+        File("srv/kept", b"kept\n"),
+        File("bin/suid", b"#!/bin/sh\n", 0o4755),
+        Dir("dev", 0o755),
+        Device("dev/null", "char", 1, 3),
     ])
 
 
 @pytest.fixture(scope="module")
 def top_layer():
     return make_layer([
-        Entry("etc/motd", data=b"from the top\n"),
-        Entry("etc/gone", "whiteout"),
-        Entry("cache/new", data=b"upper\n"),  # before the marker in the tar: kept all the same
-        Entry("cache", "opaque"),
-        Entry("srv/link", "hardlink", target="srv/kept"),
-        Entry("home", "dir", mode=0o755),
-        Entry("home/app", "dir", mode=0o755, uid=1000, gid=1000),
+        File("etc/motd", b"from the top\n"),
+        Whiteout("etc/gone"),
+        File("cache/new", b"upper\n"),  # before the marker in the tar: kept all the same
+        Opaque("cache"),
+        Hardlink("srv/link", "srv/kept"),
+        Dir("home", 0o755),
+        Dir("home/app", 0o755, 1000, 1000),
     ])
 
 
@@ -54,7 +57,7 @@ CONFIG = {"Env": ["GREETING=hello from the image", "PATH=/usr/local/bin:/usr/bin
 
 @pytest.fixture(scope="module")
 def registry(base_layer, top_layer):
-    with Registry() as r:
+    with OciRegistry() as r:
         r.put_image("team/app", "1.0", build_image([base_layer, top_layer], CONFIG))
         yield r
 
@@ -72,6 +75,11 @@ def pull_daemon(session_dir, request):
 @pytest.fixture
 def pc(pull_daemon):
     return pull_daemon.client()
+
+
+def gets(registry, path_part: str) -> list:
+    """The GET requests the registry had whose path holds path_part, in order."""
+    return [r for r in registry.requests(method="GET") if path_part in r.path]
 
 
 def quoted(ref: str) -> str:
@@ -142,22 +150,22 @@ def test_pull_progress_streams_and_a_second_pull_fetches_nothing(pc, registry, b
     assert kinds[0] == "resolving" and "resolved" in kinds and "unpacking" in kinds and kinds[-1] == "done", kinds
     resolved = next(e for e in events if e["status"] == "resolved")
     assert resolved["total_bytes"] > 0 and len(resolved["layers"]) == 2
-    base = digest_of(base_layer[0])
-    before = len(registry.requests("GET", base[7:]))
+    base = digest_of(base_layer)
+    before = len(gets(registry, base[7:]))
     again = pull_events(pc, ref)
     assert again[-1]["status"] == "done"
-    assert len(registry.requests("GET", base[7:])) == before, "a stored layer is not fetched again"
+    assert len(gets(registry, base[7:])) == before, "a stored layer is not fetched again"
 
 
 def test_images_sharing_a_layer_store_it_once_and_rm_collects_what_none_uses(pull_daemon, pc, registry, base_layer):
-    other = build_image([base_layer, make_layer([Entry("etc/motd", data=b"other\n")])], {"Cmd": ["/bin/sh"]})
+    other = build_image([base_layer, make_layer([File("etc/motd", b"other\n")])], {"Cmd": ["/bin/sh"]})
     registry.put_image("team/other", "v1", other)
-    base = digest_of(base_layer[0])
-    fetched_before = len(registry.requests("GET", base[7:]))
+    base = digest_of(base_layer)
+    fetched_before = len(gets(registry, base[7:]))
     assert pull(pc, f"{registry.host}/team/app:1.0").status == 201
     r = pull(pc, f"{registry.host}/team/other:v1")
     assert r.status == 201, r
-    assert len(registry.requests("GET", base[7:])) == fetched_before, "the shared base layer came from the store"
+    assert len(gets(registry, base[7:])) == fetched_before, "the shared base layer came from the store"
     assert base in blobs_on_disk(pull_daemon)
     # Two references on one image: rm of one takes the reference only.
     ref2 = f"{registry.host}/team/other:latest"
@@ -177,9 +185,9 @@ def test_images_sharing_a_layer_store_it_once_and_rm_collects_what_none_uses(pul
 
 
 def test_an_index_gives_the_hosts_platform_and_zstd_and_docker_manifests_unpack(pc, registry):
-    arm = build_image([make_layer([Entry("arch", data=b"arm64\n")])], {}, architecture="arm64")
-    amd = build_image([make_layer(host_files(["/bin/cat"]) + [Entry("arch", data=b"amd64\n")], "zstd")],
-                      {"Cmd": ["/bin/cat", "/arch"]}, compression="zstd")
+    arm = build_image([make_layer([File("arch", b"arm64\n")])], {}, architecture="arm64")
+    amd = build_image([make_layer(host_files(["/bin/cat"]) + [File("arch", b"amd64\n")], "zstd")],
+                      {"Cmd": ["/bin/cat", "/arch"]})
     registry.put_image("multi/app", "latest", build_index([(arm, {"os": "linux", "architecture": "arm64"}),
                                                            (amd, {"os": "linux", "architecture": "amd64"})]))
     r = pull(pc, f"{registry.host}/multi/app")
@@ -189,7 +197,7 @@ def test_an_index_gives_the_hosts_platform_and_zstd_and_docker_manifests_unpack(
     harness.assert_error_shape(r, 404)
     assert "linux/arm64" in r.json()["error"]["message"]
 
-    docker = build_image([make_layer(host_files(["/bin/cat"]) + [Entry("kind", data=b"docker\n")])],
+    docker = build_image([make_layer(host_files(["/bin/cat"]) + [File("kind", b"docker\n")])],
                          {"Cmd": ["/bin/cat", "/kind"]}, media="docker")
     registry.put_image("docker/app", "1", docker)
     r = pull(pc, f"{registry.host}/docker/app:1")
@@ -200,7 +208,7 @@ def test_an_index_gives_the_hosts_platform_and_zstd_and_docker_manifests_unpack(
 
 
 def test_create_pulls_on_first_use_unless_told_never(pc, registry, request):
-    image = build_image([make_layer(host_files(["/bin/sh", "/bin/cat"]) + [Entry("hello", data=b"lazy\n")])], {})
+    image = build_image([make_layer(host_files(["/bin/sh", "/bin/cat"]) + [File("hello", b"lazy\n")])], {})
     registry.put_image("lazy/app", "1", image)
     ref = f"{registry.host}/lazy/app:1"
     r = pc.post("/v1/sandboxes", {"image": ref, "pull": "never"})
@@ -217,7 +225,7 @@ def test_create_pulls_on_first_use_unless_told_never(pc, registry, request):
 
 def test_token_auth_and_basic_auth(pull_daemon, pc, session_dir, base_layer):
     image = build_image([base_layer], {})
-    with Registry(auth="token", users={"alice": "s3cret"}, public=("open/app",)) as reg:
+    with OciRegistry(auth="token", users={"alice": "s3cret"}, public=("open/app",)) as reg:
         reg.put_image("team/private", "1", image)
         reg.put_image("open/app", "1", image)
         r = pull(pc, f"{reg.host}/team/private:1")
@@ -228,8 +236,8 @@ def test_token_auth_and_basic_auth(pull_daemon, pc, session_dir, base_layer):
         r = pull(pc, f"{reg.host}/team/private:1", auth={"username": "alice", "password": "s3cret"})
         assert r.status == 201, r
         assert pull(pc, f"{reg.host}/open/app:1").status == 201, "anonymous pull of a public repository"
-        assert reg.requests("GET", "/token"), "the token dance happened"
-    with Registry(auth="basic", users={"bob": "pw"}) as reg:
+        assert gets(reg, "/token"), "the token dance happened"
+    with OciRegistry(auth="basic", users={"bob": "pw"}) as reg:
         reg.put_image("team/basic", "1", image)
         harness.assert_error_shape(pull(pc, f"{reg.host}/team/basic:1"), 401)
         # Logins from a Docker config.json given to the daemon.
@@ -248,11 +256,13 @@ def test_hostile_registries_leave_nothing_behind(pull_daemon, pc, registry):
     state = pull_daemon.state_dir
     images_before = {i["name"] for i in pc.get("/v1/images").json()["images"]}
 
+    counter = itertools.count()
+
     def refused(image, want, code=None, blob_checked=True, **fault):
-        repo = "hostile/" + str(len(registry.manifests))
+        repo = f"hostile/{next(counter)}"
         registry.put_image(repo, "1", image)
         if fault:
-            registry.faults[image.layer_digests()[0]] = Fault(**fault)
+            registry.fault(image.layer_digests()[0], **fault)
         r = pull(pc, f"{registry.host}/{repo}:1")
         err = harness.assert_error_shape(r, want)
         if code:
@@ -262,7 +272,7 @@ def test_hostile_registries_leave_nothing_behind(pull_daemon, pc, registry):
             assert image.layer_digests()[0] not in blobs_on_disk(pull_daemon), "a bad blob never enters the store"
         return err
 
-    layer = lambda text: make_layer(host_files(["/bin/cat"]) + [Entry("f", data=text.encode() * 1000)])
+    layer = lambda text: make_layer(host_files(["/bin/cat"]) + [File("f", text.encode() * 1000)])
     refused(build_image([layer("a")], {}), (422, 502), "digest_mismatch", wrong_bytes=True)
     refused(build_image([layer("b")], {}), 502, truncate_at=1000)
     refused(build_image([layer("c")], {}), (422, 502), "blob_too_large", extra_bytes=4096)
@@ -278,17 +288,17 @@ def test_hostile_registries_leave_nothing_behind(pull_daemon, pc, registry):
     # A manifest that is not what its digest says.
     liar = build_image([layer("f")], {})
     registry.put_image("hostile/liar", "1", liar)
-    registry.faults[liar.digest] = Fault(wrong_bytes=True)
+    registry.fault(liar.digest, wrong_bytes=True)
     r = pull(pc, f"{registry.host}/hostile/liar@{liar.digest}")
     assert harness.assert_error_shape(r, 502)["code"] == "digest_mismatch"
 
     # Layers that try to write outside the image.
     sentinel = Path("/tmp/bulkhead-escape-sentinel")
     sentinel.unlink(missing_ok=True)
-    for entries in ([Entry("../../../../tmp/bulkhead-escape-sentinel", data=b"x")],
-                    [Entry("/tmp/bulkhead-escape-sentinel", data=b"x")],
-                    [Entry("a/../../tmp/bulkhead-escape-sentinel", data=b"x")],
-                    [Entry("h", "hardlink", target="../../../etc/passwd")]):
+    for entries in ([File("../../../../tmp/bulkhead-escape-sentinel", b"x")],
+                    [File("/tmp/bulkhead-escape-sentinel", b"x")],
+                    [File("a/../../tmp/bulkhead-escape-sentinel", b"x")],
+                    [Hardlink("h", "../../../etc/passwd")]):
         # (the blob itself is what the registry meant to send: it stays until collected)
         err = refused(build_image([make_layer(entries)], {}), 422, "invalid_image", blob_checked=False)
         assert "escape" in err["message"] or "out of the image" in err["message"] or "absolute" in err["message"]
@@ -300,40 +310,40 @@ def test_hostile_registries_leave_nothing_behind(pull_daemon, pc, registry):
 
 
 def pull_through_symlink(pc, registry):
-    image = build_image([make_layer([Entry("tmp", "dir", mode=0o1777),
-                                     Entry("out", "symlink", target="/tmp"),
-                                     Entry("out/bulkhead-escape-sentinel", data=b"inside\n")])], {})
+    image = build_image([make_layer([Dir("tmp", 0o1777),
+                                     Symlink("out", "/tmp"),
+                                     File("out/bulkhead-escape-sentinel", b"inside\n")])], {})
     registry.put_image("hostile/symlink", "1", image)
     return pull(pc, f"{registry.host}/hostile/symlink:1")
 
 
 def test_a_dropped_download_resumes_with_range_and_a_redirect_gets_no_credentials(pc, registry):
-    big = make_layer([Entry("big", data=os.urandom(3 << 20))], "none")
+    big = make_layer([File("big", os.urandom(3 << 20))], "none")
     image = build_image([big], {})
     registry.put_image("resume/app", "1", image)
-    registry.faults[digest_of(big[0])] = Fault(drop_after=1 << 20)
+    registry.fault(digest_of(big), drop_after=1 << 20)
     r = pull(pc, f"{registry.host}/resume/app:1")
     assert r.status == 201, r
-    ranges = [q["range"] for q in registry.requests("GET", digest_of(big[0])[7:])]
+    ranges = [q.range for q in gets(registry, digest_of(big)[7:])]
     assert ranges[0] is None and len(ranges) == 2, ranges
     resumed_at = int(ranges[1][len("bytes="):-1])
     assert 0 < resumed_at <= 1 << 20, "the second request went on from what the first delivered"
 
-    moved = build_image([make_layer([Entry("moved", data=b"storage\n")])], {})
+    moved = build_image([make_layer([File("moved", b"storage\n")])], {})
     registry.put_image("redirect/app", "1", moved)
-    registry.faults[moved.layer_digests()[0]] = Fault(redirect=True)
+    registry.fault(moved.layer_digests()[0], redirect=True)
     r = pull(pc, f"{registry.host}/redirect/app:1")
     assert r.status == 201, r
-    storage = [q for q in registry.requests("GET", "/storage/")]
-    assert storage and all(q["auth"] == "" for q in storage)
+    storage = [q for q in gets(registry, "/storage/")]
+    assert storage and all(not q.auth for q in storage)
 
 
 def test_a_daemon_killed_mid_pull_leaves_a_store_the_next_pull_completes(session_dir):
-    layer = make_layer([Entry("big", data=os.urandom(4 << 20))], "none")
+    layer = make_layer([File("big", os.urandom(4 << 20))], "none")
     image = build_image([layer], {})
-    with Registry() as reg:
+    with OciRegistry() as reg:
         reg.put_image("kill/app", "1", image)
-        reg.faults[digest_of(layer[0])] = Fault(stall_at=2 << 20, stall_s=30)
+        reg.fault(digest_of(layer), stall_at=2 << 20, stall=30)
         d = harness.Daemon(state_dir=session_dir / "pull-kill", log_path=session_dir / "daemon-pull-kill.log")
         d.extra_args = ("--insecure-registry", "127.0.0.1")
         try:
@@ -342,17 +352,17 @@ def test_a_daemon_killed_mid_pull_leaves_a_store_the_next_pull_completes(session
             conn = c.connection(timeout=60)
             conn.request("POST", "/v1/images/pull", body=json.dumps({"image": f"{reg.host}/kill/app:1"}),
                          headers={"Authorization": f"Bearer {d.key}", "Content-Type": "application/json"})
-            partial = d.state_dir / "blobs" / "partial" / digest_of(layer[0])[7:]
+            partial = d.state_dir / "blobs" / "partial" / digest_of(layer)[7:]
             assert harness.wait_until(lambda: partial.exists() and partial.stat().st_size >= 1 << 20, 20)
             time.sleep(0.5)  # the stall: nothing more arrives
             d.stop(signal.SIGKILL)
             conn.close()
             kept = partial.stat().st_size
-            reg.faults.clear()
+            reg.clear_faults()
             d.start()
             r = pull(d.client(), f"{reg.host}/kill/app:1")
             assert r.status == 201, r
-            ranges = [q["range"] for q in reg.requests("GET", digest_of(layer[0])[7:])]
+            ranges = [q.range for q in gets(reg, digest_of(layer)[7:])]
             assert ranges[-1] == f"bytes={kept}-", ranges
             assert not partial.exists()
         finally:
@@ -370,3 +380,45 @@ def test_bad_pull_requests_are_clear_4xx(pc):
     harness.assert_error_shape(pc.post("/v1/images/pull", {"image": f"127.0.0.1:{harness.free_port()}/x:1"}), 502)
     harness.assert_error_shape(pc.get("/v1/images/" + quoted("127.0.0.1:1/none:1")), 404)
     harness.assert_error_shape(pc.delete("/v1/images/" + quoted("127.0.0.1:1/none:1")), 404)
+
+
+def test_push_writes_pulled_and_imported_images_that_pull_back(pull_daemon, pc, registry, request):
+    ref = f"{registry.host}/team/app:1.0"
+    pulled = pull(pc, ref).json()
+    alice = {"username": "alice", "password": "s3cret"}
+    with OciRegistry(auth="token", users={"alice": "s3cret"}) as reg:
+        # Without a login the registry refuses; the host image is no image to push.
+        r = pc.post("/v1/images/push", {"image": ref, "target": f"{reg.host}/mirror/app:1"})
+        assert harness.assert_error_shape(r, 401)["code"] == "registry_unauthorized"
+        r = pc.post("/v1/images/push", {"image": "host", "target": f"{reg.host}/mirror/host:1", "auth": alice})
+        assert harness.assert_error_shape(r, 422)["code"] == "image_not_pushable"
+
+        # A pulled image goes with its own blobs, byte for byte: the same digest there.
+        r = pc.post("/v1/images/push", {"image": ref, "target": f"{reg.host}/mirror/app:1", "auth": alice})
+        assert r.status == 200, r
+        assert r.json() == {"reference": f"{reg.host}/mirror/app:1", "digest": pulled["digest"]}
+        uploads = len(reg.requests(kind="upload"))
+        events = [json.loads(line) for line in pc.request(
+            "POST", "/v1/images/push", {"image": ref, "target": f"{reg.host}/mirror/app:2", "auth": alice},
+            headers={"Accept": "application/x-ndjson"}).body.decode().splitlines()]
+        assert events[-1]["status"] == "done" and events[-1]["pushed"]["digest"] == pulled["digest"], events[-1]
+        assert {e["status"] for e in events[1:-1]} == {"exists"}, "blobs the registry has are not sent again"
+        assert len(reg.requests(kind="upload")) == uploads
+        r = pull(pc, f"{reg.host}/mirror/app:2", auth=alice)
+        assert r.status == 201 and r.json()["digest"] == pulled["digest"]
+
+        # An imported image goes as one layer of its tree, owners as inside the image.
+        tarball = make_layer(host_files(["/bin/sh", "/bin/cat", "/bin/ls"]) +
+                             [File("hello", b"imported\n", 0o640, 1000, 1000)], "gzip")
+        r = pc.request("PUT", "/v1/images/push-imported", tarball, headers={"Content-Type": "application/x-tar"})
+        assert r.status == 201, r
+        request.addfinalizer(lambda: pc.delete("/v1/images/push-imported"))
+        target = f"{reg.host}/team/imported:1"
+        r = pc.post("/v1/images/push", {"image": "push-imported", "target": target, "auth": alice})
+        assert r.status == 200, r
+        digest = r.json()["digest"]
+        r = pull(pc, target, auth=alice)
+        assert r.status == 201 and r.json()["digest"] == digest
+        sb = pc.create(image=target)
+        request.addfinalizer(lambda: pc.remove(sb["id"]))
+        assert run(pc, sb["id"], "cat /hello; ls -ln /hello").startswith("imported\n-rw-r----- 1 1000 1000 ")

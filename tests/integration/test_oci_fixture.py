@@ -401,18 +401,3 @@ def wait_for(predicate, timeout: float = 5):
     while not (value := predicate()) and time.monotonic() < deadline:
         time.sleep(0.02)
     return value
-
-
-def test_the_first_api_still_serves_test_image_pull():
-    """oci_registry's section for test_image_pull.py (until that file is ported)."""
-    from oci_registry import Entry, Fault, Registry, build_image, make_layer
-    layer = make_layer(oi.host_files(["/bin/true"]) + [Entry("etc", "dir"), Entry("etc/gone", "whiteout")])
-    assert oi.uncompressed(layer[0]) == layer[1] and "etc/.wh.gone" in members(layer[0])
-    image = build_image([layer], {"Cmd": ["/bin/true"]})
-    with Registry() as reg:
-        reg.put_image("team/app", "1", image)
-        reg.faults[image.layer_digests()[0]] = Fault(stall_at=1, stall_s=0.1)
-        assert call(reg, "GET", f"/v2/team/app/blobs/{image.layer_digests()[0]}")[2] == layer[0]
-        assert reg.requests("GET", image.layer_digests()[0][7:])[0]["auth"] == ""
-        assert len(reg.manifests) == 2
-    assert gzip.decompress(layer[0]) == layer[1]

@@ -57,6 +57,9 @@ class FakeManager : public core::SandboxManager {
   Result<core::ImageInfo> FindImage(const std::string& name) override;
   Result<core::ImageInfo> PullImage(const storage::PullRequest& request, const storage::PullListener& listener) override;
   Result<std::optional<int64_t>> CollectImageGarbage() override { return std::optional<int64_t>(0); }
+  Result<storage::PushResult> PushImage(const storage::PushRequest& request, const storage::PullListener&) override {
+    return MakeError(ErrorCode::kBadGateway, "no registry " + request.target.registry + " here", "registry_unreachable");
+  }
   Result<core::VolumeInfo> CreateVolume(const std::string& name, int64_t size_mb) override;
   Result<core::VolumeInfo> GetVolume(const std::string& name) override;
   std::vector<core::VolumeInfo> ListVolumes() override;

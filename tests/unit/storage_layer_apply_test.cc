@@ -11,6 +11,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,6 +40,7 @@ struct TarEntry {
   int64_t uid = 0;
   int64_t gid = 0;
   int64_t mtime = 1700000000;
+  std::string capability;  // a security.capability xattr, if any
 };
 
 enum class Compression { kNone, kGzip, kZstd };
@@ -64,6 +66,9 @@ void WriteLayer(const std::string& path, const std::vector<TarEntry>& entries, C
     if (e.type == AE_IFLNK) archive_entry_set_symlink(entry, e.content.c_str());
     if (e.type == AE_IFCHR || e.type == AE_IFBLK) archive_entry_set_rdev(entry, ::makedev(1, 3));
     if (hardlink) archive_entry_set_hardlink(entry, e.content.c_str());
+    if (!e.capability.empty()) {
+      archive_entry_xattr_add_entry(entry, "security.capability", e.capability.data(), e.capability.size());
+    }
     const bool has_data = e.type == AE_IFREG;
     archive_entry_set_size(entry, has_data ? static_cast<int64_t>(e.content.size()) : 0);
     ASSERT_EQ(archive_write_header(a, entry), ARCHIVE_OK) << archive_error_string(a);
@@ -390,6 +395,19 @@ TEST_F(LayerApplyTest, OwnersMoveToTheStoredRangeAndSetIdBitsStay) {
   ASSERT_EQ(::lstat((rootfs_ + "/strange").c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, kStoredIdBase + kNobodyId);
   EXPECT_EQ(st.st_gid, kStoredIdBase + kNobodyId);
+}
+
+// As an import: file capabilities are not kept (docs/SECURITY.md), which only takes privileges away.
+TEST_F(LayerApplyTest, FileCapabilitiesAreNotKept) {
+  // v2, effective, permitted CAP_NET_RAW (13).
+  const std::string cap_net_raw("\x01\x00\x00\x02\x00\x20\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00", 20);
+  TarEntry ping{"bin/ping", AE_IFREG, "ping", 0755};
+  ping.capability = cap_net_raw;
+  ApplyOk({{"bin/", AE_IFDIR, "", 0755}, ping});
+  EXPECT_EQ(FileContents(rootfs_ + "/bin/ping"), "ping");
+  char value[64];
+  EXPECT_LT(::lgetxattr((rootfs_ + "/bin/ping").c_str(), "security.capability", value, sizeof value), 0);
+  EXPECT_EQ(errno, ENODATA);
 }
 
 TEST_F(LayerApplyTest, DeviceNodesAndFifosAreSkippedAndCounted) {

@@ -1,4 +1,5 @@
-// A directory tree as a tar stream made on the fly (libarchive), for image import.
+// A directory tree as a tar stream made on the fly (libarchive): the CLI's image import and
+// copies out of the local disk, and the daemon's layer of an imported image it pushes.
 #pragma once
 #include <functional>
 #include <string>
@@ -6,7 +7,9 @@
 
 #include "common/result.h"
 
-namespace bulkhead::cli {
+#include <archive_entry.h>
+
+namespace bulkhead::storage {
 
 // Takes the next piece of the tar stream.
 using TarChunkSink = std::function<Status(std::string_view chunk)>;
@@ -17,8 +20,9 @@ using TarWarningHandler = std::function<void(const std::string& warning)>;
 // never holding more than one piece. Names are "./" and "./path/inside"; owners are kept
 // as numeric ids only; modes, times, symlinks (not followed), hard links, xattrs and
 // ACLs are kept; other filesystems mounted below `root` appear as empty directories.
-// `root` itself may be a symlink to a directory. Stops at the first sink error.
-Status StreamDirectoryAsTar(const std::string& root, const TarChunkSink& sink,
-                            const TarWarningHandler& on_warning);
+// `root` itself may be a symlink to a directory. Stops at the first sink error. `adjust`, if
+// given, sees each entry before it is written (owners moved, say).
+Status StreamDirectoryAsTar(const std::string& root, const TarChunkSink& sink, const TarWarningHandler& on_warning,
+                            const std::function<void(archive_entry*)>& adjust = {});
 
-}  // namespace bulkhead::cli
+}  // namespace bulkhead::storage

@@ -12,9 +12,9 @@
 #include <random>
 #include <string>
 
-#include "cli/tar_stream.h"
+#include "storage/tar_stream.h"
 
-namespace bulkhead::cli {
+namespace bulkhead::storage {
 namespace {
 
 namespace fs = std::filesystem;
@@ -52,7 +52,7 @@ std::map<std::string, TarEntry> ReadTar(const std::string& tar) {
   return entries;
 }
 
-class CliTarStream : public ::testing::Test {
+class TarStream : public ::testing::Test {
  protected:
   void SetUp() override {
     char dir_template[] = "/tmp/bulkhead-cli-tar-XXXXXX";
@@ -80,7 +80,7 @@ class CliTarStream : public ::testing::Test {
   std::string root_;
 };
 
-TEST_F(CliTarStream, KeepsModesSymlinksHardLinksAndNumericOwners) {
+TEST_F(TarStream, KeepsModesSymlinksHardLinksAndNumericOwners) {
   fs::create_directories(root_ + "/etc/sub");
   std::ofstream(root_ + "/etc/passwd") << "root:x:0:0::/root:/bin/sh\n";
   ASSERT_EQ(chmod((root_ + "/etc/passwd").c_str(), 0640), 0);
@@ -110,7 +110,7 @@ TEST_F(CliTarStream, KeepsModesSymlinksHardLinksAndNumericOwners) {
   for (const auto& [name, entry] : entries) EXPECT_EQ(name.rfind("./", 0), 0u) << name;
 }
 
-TEST_F(CliTarStream, StreamsLargeFilesInBoundedChunks) {
+TEST_F(TarStream, StreamsLargeFilesInBoundedChunks) {
   std::string big(3 << 20, '\0');
   std::mt19937 random(7);
   for (char& c : big) c = static_cast<char>(random());
@@ -123,7 +123,7 @@ TEST_F(CliTarStream, StreamsLargeFilesInBoundedChunks) {
   EXPECT_GT(largest_chunk, 0u);
 }
 
-TEST_F(CliTarStream, SkipsSocketsWithAWarning) {
+TEST_F(TarStream, SkipsSocketsWithAWarning) {
   // A unix socket cannot be stored in a tar; the rest of the tree still is.
   std::string socket_path = root_ + "/s.sock";
   int fd = socket(AF_UNIX, SOCK_STREAM, 0);
@@ -140,7 +140,7 @@ TEST_F(CliTarStream, SkipsSocketsWithAWarning) {
   EXPECT_FALSE(warnings.empty());
 }
 
-TEST_F(CliTarStream, ASinkErrorStopsTheStreamAndIsReturned) {
+TEST_F(TarStream, ASinkErrorStopsTheStreamAndIsReturned) {
   std::ofstream(root_ + "/big.bin", std::ios::binary) << std::string(1 << 20, 'x');
   int calls = 0;
   Status status = StreamDirectoryAsTar(
@@ -155,11 +155,11 @@ TEST_F(CliTarStream, ASinkErrorStopsTheStreamAndIsReturned) {
   EXPECT_EQ(calls, 1);
 }
 
-TEST_F(CliTarStream, AMissingRootIsAnError) {
+TEST_F(TarStream, AMissingRootIsAnError) {
   Status status = StreamDirectoryAsTar(
       root_ + "/missing", [](std::string_view) -> Status { return {}; }, [](const std::string&) {});
   EXPECT_FALSE(status.ok());
 }
 
 }  // namespace
-}  // namespace bulkhead::cli
+}  // namespace bulkhead::storage

@@ -1,4 +1,4 @@
-#include "cli/tar_stream.h"
+#include "storage/tar_stream.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -10,7 +10,7 @@
 
 #include "common/scope_guard.h"
 
-namespace bulkhead::cli {
+namespace bulkhead::storage {
 namespace {
 
 constexpr int kBlockBytes = 64 << 10;
@@ -89,7 +89,8 @@ Status CopyFileData(archive* disk, archive* writer, const SinkContext& context, 
   }
 }
 
-Status StreamTree(std::string root, const TarChunkSink& sink, const TarWarningHandler& on_warning) {
+Status StreamTree(std::string root, const TarChunkSink& sink, const TarWarningHandler& on_warning,
+                  const std::function<void(archive_entry*)>& adjust) {
   while (root.size() > 1 && root.back() == '/') root.pop_back();
   struct stat root_info{};
   if (::stat(root.c_str(), &root_info) != 0) return SystemError(root, errno);
@@ -139,6 +140,7 @@ Status StreamTree(std::string root, const TarChunkSink& sink, const TarWarningHa
 
     std::string name = NameInArchive(root, archive_entry_pathname(entry.get()));
     archive_entry_copy_pathname(entry.get(), name.c_str());
+    if (adjust) adjust(entry.get());
     // Turns the second and later names of a file into hard links to the first.
     archive_entry* to_write = entry.get();
     archive_entry* deferred = nullptr;
@@ -168,12 +170,13 @@ Status StreamTree(std::string root, const TarChunkSink& sink, const TarWarningHa
 
 }  // namespace
 
-Status StreamDirectoryAsTar(const std::string& root, const TarChunkSink& sink, const TarWarningHandler& on_warning) {
+Status StreamDirectoryAsTar(const std::string& root, const TarChunkSink& sink, const TarWarningHandler& on_warning,
+                            const std::function<void(archive_entry*)>& adjust) {
   try {
-    return StreamTree(root, sink, on_warning);
+    return StreamTree(root, sink, on_warning, adjust);
   } catch (const std::exception& e) {  // allocation
     return MakeError(ErrorCode::kInternal, std::string("tar stream failed: ") + e.what(), "tar_failed");
   }
 }
 
-}  // namespace bulkhead::cli
+}  // namespace bulkhead::storage
