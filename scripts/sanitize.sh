@@ -63,6 +63,7 @@ CI_TESTS=(
   tests/integration/test_e2b_control_plane.py
   tests/integration/test_e2b_envd_process.py
   tests/integration/test_e2b_envd_files.py
+  tests/integration/test_image_pull.py
 )
 
 ci=false

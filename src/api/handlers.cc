@@ -11,6 +11,7 @@
 #include "api/exec_handler.h"
 #include "api/file_handler.h"
 #include "api/image_handlers.h"
+#include "service/image_transfer.h"
 #include "api/json_output.h"
 #include "common/scope_guard.h"
 #include "common/unique_fd.h"

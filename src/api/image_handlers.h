@@ -1,5 +1,5 @@
-// Images and registries: POST /v1/images/pull and /push (a JSON answer once done, or NDJSON progress),
-// GET /v1/images/{name} and what a create does with a registry reference (pull on first use).
+// The API's routes for image transfers: POST /v1/images/pull and /push (a JSON answer once done,
+// or NDJSON progress). What they share with the E2B front is service/image_transfer.h.
 #pragma once
 #include <string>
 
@@ -22,12 +22,5 @@ boost::asio::awaitable<void> ServePush(HttpExchange& exchange, core::SandboxMana
 // {"status": "error", "error": {...}}, else the image comes back once stored (201).
 boost::asio::awaitable<void> ServePull(HttpExchange& exchange, core::SandboxManager& manager,
                                        boost::asio::thread_pool& pool, bool stream);
-
-// The image a create names, pulled first where `policy` says ("missing": when not stored,
-// "always", "never": 404 if not stored). Fills spec.image with the stored name, spec.image_ref
-// with a reference it was named by, and the image config's defaults under what `body` set
-// (Env under env, WorkingDir for workdir, User for user).
-boost::asio::awaitable<Status> PrepareCreateImage(core::SandboxManager& manager, boost::asio::thread_pool& pool,
-                                                  const nlohmann::json& body, core::SandboxSpec& spec);
 
 }  // namespace bulkhead::api

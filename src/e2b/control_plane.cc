@@ -17,6 +17,7 @@
 #include "http/blocking.h"
 #include "http/json_text.h"
 #include "net/ip_address.h"
+#include "service/image_transfer.h"
 #include "service/make_directory.h"
 #include "service/validate.h"
 
@@ -56,6 +57,7 @@ std::optional<std::string> E2bState(const std::string& state) {
 std::string TemplateOf(const core::SandboxInfo& sandbox) {
   if (sandbox.spec.from_snapshot) return *sandbox.spec.from_snapshot;
   if (sandbox.parent_snapshot) return *sandbox.parent_snapshot;
+  if (!sandbox.spec.image_ref.empty()) return sandbox.spec.image_ref;  // the registry reference it was named by
   return sandbox.spec.image == "host" ? std::string(kBaseTemplate) : sandbox.spec.image;
 }
 
@@ -378,6 +380,9 @@ asio::awaitable<void> ControlPlane::Create() {
   if (!body.ok()) co_return co_await Fail(body.error());
   Result<core::SandboxSpec> spec = api::ParseSandboxSpec(*body, context_.host);
   if (!spec.ok()) co_return co_await Fail(spec.error());
+  // A template that names a registry image is pulled on first use, as the API's create does.
+  Status image = co_await api::PrepareCreateImage(context_.manager, context_.blocking_pool, *body, *spec);
+  if (!image.ok()) co_return co_await Fail(image.error());
   Result<bool> auto_resume = AutoResumeOf(*e2b);
   if (!auto_resume.ok()) co_return co_await Fail(auto_resume.error());
   spec->e2b_auto_resume = *auto_resume;

@@ -450,7 +450,8 @@ struct RegistryClient::Impl {
     bool answered_challenge = false;
     for (int hops = 0;;) {
       // (no temporaries in co_await expressions: g++ 12 destroys them wrongly)
-      const bool own_host = url.Authority() == RegistryAuthority();
+      // (the scheme too: a redirect from https to plain http on the same host gets no login)
+      const bool own_host = url.scheme == RegistryUrl("/").scheme && url.Authority() == RegistryAuthority();
       const std::string auth = own_host ? authorization : std::string();
       auto reply = co_await Exchange(url, out, auth, plan);
       if (!reply.ok()) co_return reply;

@@ -422,3 +422,21 @@ def test_push_writes_pulled_and_imported_images_that_pull_back(pull_daemon, pc, 
         sb = pc.create(image=target)
         request.addfinalizer(lambda: pc.remove(sb["id"]))
         assert run(pc, sb["id"], "cat /hello; ls -ln /hello").startswith("imported\n-rw-r----- 1 1000 1000 ")
+
+
+def test_the_e2b_front_creates_from_a_registry_reference(pull_daemon, registry, request):
+    image = build_image([make_layer(host_files(["/bin/sh", "/bin/cat"]) + [File("hello", b"from e2b\n")])], {})
+    registry.put_image("e2b/app", "1", image)
+    ref = f"{registry.host}/e2b/app:1"
+    url = urllib.parse.urlsplit(pull_daemon.e2b_url)
+    conn = harness.http.client.HTTPConnection(url.hostname, url.port, timeout=120)
+    conn.request("POST", "/sandboxes", body=json.dumps({"templateID": ref, "timeout": 60}),
+                 headers={"X-API-KEY": pull_daemon.e2b_key, "Content-Type": "application/json"})
+    response = conn.getresponse()
+    created = json.loads(response.read())
+    conn.close()
+    assert response.status == 201, created
+    assert created["templateID"] == ref
+    pc = pull_daemon.client()
+    request.addfinalizer(lambda: pc.remove(created["sandboxID"]))
+    assert run(pc, created["sandboxID"], "cat /hello") == "from e2b\n"
