@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -401,12 +403,20 @@ std::string StartFakeDaemon(std::string_view name) {
   options.blocking_threads = 1;
   options.upload_dir = dir + "/tmp";
   options.preview_domain = "preview.test";
+  options.shutdown_grace = std::chrono::milliseconds(200);
   std::filesystem::create_directory(options.upload_dir);
   auto* server = new api::ApiServer(*manager, options);
   const std::string socket_path = dir + "/api.sock";
   Status listening = server->ListenUnix(socket_path);
   if (!listening.ok()) Fail("listen: " + listening.error().message);
-  std::thread([server] { server->Run(); }).detach();
+  // At exit the server stops and its thread ends before static destructors run: a request still
+  // being served when the fuzzer's time is up logged into spdlog's freed registry (ASan saw it).
+  static api::ApiServer* serving = server;
+  static std::thread* thread = new std::thread([server] { server->Run(); });
+  std::atexit([] {
+    serving->Stop();
+    thread->join();
+  });
   return socket_path;
 }
 
