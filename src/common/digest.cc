@@ -60,4 +60,6 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
+std::string Sha256Digest(std::string_view data) { return "sha256:" + HexEncode(Sha256(data)); }
+
 }  // namespace bulkhead

@@ -10,6 +10,8 @@ namespace bulkhead {
 std::string Sha256(std::string_view data);                               // 32 raw bytes
 std::string HmacSha256(std::string_view key, std::string_view message);  // 32 raw bytes
 std::string HexEncode(std::string_view bytes);                           // lower-case
+// "sha256:" and the lower-case hex of data's SHA-256: an OCI content digest.
+std::string Sha256Digest(std::string_view data);
 
 // Equality without an early exit, so response time does not reveal a key's prefix.
 bool ConstantTimeEquals(std::string_view a, std::string_view b);

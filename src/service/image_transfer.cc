@@ -10,6 +10,7 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include "http/blocking.h"
 #include "http/json_text.h"
 #include "service/validate.h"
 
@@ -150,7 +151,8 @@ asio::awaitable<Status> PrepareCreateImage(core::SandboxManager& manager, asio::
   }
   if (spec.image == "host" || spec.from_snapshot) co_return Status();
   const std::string named = spec.image;
-  Result<core::ImageInfo> image = manager.FindImage(named);
+  // (meta.json files read, and every image's for a reference: on the pool, not the io thread)
+  Result<core::ImageInfo> image = co_await RunBlocking(pool, [&] { return manager.FindImage(named); });
   const bool is_reference = storage::IsRegistryReference(named) || !manager.config().registry.default_registry.empty();
   if (is_reference && (policy == "always" || (policy == "missing" && !image.ok() && image.error().code == ErrorCode::kNotFound))) {
     const json pull_body = {{"image", named}};
@@ -164,7 +166,7 @@ asio::awaitable<Status> PrepareCreateImage(core::SandboxManager& manager, asio::
     const LineWriter ignore = [](const std::string&) -> asio::awaitable<bool> { co_return false; };
     Result<json> pulled = co_await RunTransfer(pool, pull, ignore);
     if (!pulled.ok()) co_return pulled.error();
-    image = manager.FindImage(named);
+    image = co_await RunBlocking(pool, [&] { return manager.FindImage(named); });
   }
   if (!image.ok()) co_return image.error();
   spec.image = image->name;

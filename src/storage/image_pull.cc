@@ -20,8 +20,6 @@ namespace {
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-std::string DigestOf(std::string_view bytes) { return "sha256:" + HexEncode(Sha256(bytes)); }
-
 // "https://host:5000/v1/" -> "host:5000": Docker writes some keys as URLs.
 std::string AuthKeyHost(std::string key) {
   if (auto scheme = key.find("://"); scheme != std::string::npos) key.erase(0, scheme + 3);
@@ -32,7 +30,7 @@ std::string AuthKeyHost(std::string key) {
 // A registry's manifest answer, checked: its bytes hash to `expected` when a digest is known,
 // and agree with the Docker-Content-Digest header when the registry sends one.
 Status CheckManifestDigest(const FetchedManifest& fetched, const std::string& expected, const std::string& what) {
-  const std::string actual = DigestOf(fetched.body);
+  const std::string actual = Sha256Digest(fetched.body);
   if (!expected.empty() && actual != expected) {
     return MakeError(ErrorCode::kBadGateway, what + " does not match its digest " + expected + " (got " + actual + ")",
                      "digest_mismatch");
@@ -173,7 +171,7 @@ Result<ImageInfo> ImagePuller::Pull(const PullRequest& request, const PullListen
   }
   auto manifest = ParseImageManifest(fetched->body, *type);
   if (!manifest.ok()) return manifest.error();
-  const std::string manifest_digest = DigestOf(fetched->body);
+  const std::string manifest_digest = Sha256Digest(fetched->body);
 
   uint64_t total_bytes = 0, missing_bytes = 0;
   json layers = json::array();
@@ -263,7 +261,7 @@ Result<ImageInfo> ImagePuller::Pull(const PullRequest& request, const PullListen
   BH_TRY(blobs.Put(manifest_digest, fetched->body));
   std::string index_digest;
   if (!index_body.empty()) {
-    index_digest = DigestOf(index_body);
+    index_digest = Sha256Digest(index_body);
     BH_TRY(blobs.Put(index_digest, index_body));
   }
 

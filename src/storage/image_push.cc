@@ -24,8 +24,6 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string DigestOf(std::string_view bytes) { return "sha256:" + HexEncode(Sha256(bytes)); }
-
 // A stored blob as an upload's body, read from the store as it is sent.
 struct StoredBlob {
   UniqueFd fd;
@@ -125,7 +123,7 @@ Result<PulledImage> ImagePuller::LayerOfTree(const ImageInfo& image) {
                        {"rootfs", {{"type", "layers"}, {"diff_ids", {layer}}}},
                        {"history", {{{"created", image.created_at}, {"created_by", "bulkhead image import"}}}}};
   const std::string config_body = config.dump();
-  made.config_digest = DigestOf(config_body);
+  made.config_digest = Sha256Digest(config_body);
   BH_TRY(blobs.Put(made.config_digest, config_body));
   const json manifest = {
       {"schemaVersion", 2},
@@ -133,7 +131,7 @@ Result<PulledImage> ImagePuller::LayerOfTree(const ImageInfo& image) {
       {"config", {{"mediaType", media_type::kOciConfig}, {"digest", made.config_digest}, {"size", config_body.size()}}},
       {"layers", {{{"mediaType", media_type::kOciLayer}, {"digest", layer}, {"size", size}}}}};
   const std::string manifest_body = manifest.dump();
-  made.manifest_digest = DigestOf(manifest_body);
+  made.manifest_digest = Sha256Digest(manifest_body);
   made.manifest_media_type = media_type::kOciManifest;
   BH_TRY(blobs.Put(made.manifest_digest, manifest_body));
   made.layers = {layer};

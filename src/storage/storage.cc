@@ -384,9 +384,11 @@ Result<std::string> Storage::ResolveImage(const std::string& text, const std::st
 }
 
 Result<ImageInfo> Storage::GetImage(const std::string& name) const {
-  for (ImageInfo& image : ListImages())
-    if (image.name == name) return std::move(image);
-  return MakeError(ErrorCode::kNotFound, "no image " + name, "image_not_found");
+  if (name == kHostImage) return ListImages().front();  // its size is measured, as listed
+  auto info = IsValidImageName(name) ? ReadImageMeta(ImagesDir() + "/" + name) : Result<ImageInfo>(Error{});
+  if (!info.ok()) return MakeError(ErrorCode::kNotFound, "no image " + name, "image_not_found");
+  info->name = name;
+  return info;
 }
 
 std::vector<ImageInfo> Storage::ListImages() const {
