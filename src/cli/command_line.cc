@@ -5,6 +5,9 @@
 #include <iostream>
 #include <sstream>
 
+#include "storage/fs_util.h"
+#include "storage/image_ref.h"
+
 namespace bulkhead::cli {
 namespace {
 
@@ -48,7 +51,7 @@ CLI::Validator WarmPoolValidator() {
         auto pool = ParseWarmPool(text);
         return pool ? "" : pool.error().message;
       },
-      "N|RUNTIME=N");
+      "N|RUNTIME=N|IMAGE[@RUNTIME]=N");
 }
 
 // Records which subcommand was chosen; CLI11 calls this once the subcommand parsed.
@@ -81,9 +84,10 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
                     "(default 127.0.0.1:7420)")
       ->envname("BULKHEAD_LISTEN");
   serve->add_option("--warm-pool", line.warm_pools,
-                    "Ready sandboxes of the host image kept in advance: N for every runtime, RUNTIME=N for "
-                    "one (repeatable; default 4, gvisor=2). The default runtime's pool and named ones fill at start, "
-                    "another runtime's from its first create")
+                    "Ready sandboxes kept in advance: of the host image, N for every runtime, RUNTIME=N for "
+                    "one (default 4, gvisor=2, microvm=1; the default runtime's pool and named ones fill at start, "
+                    "another runtime's from its first create); of another image, IMAGE=N on the default runtime or "
+                    "IMAGE@RUNTIME=N (a local name or a registry reference, pulled at start if missing). Repeatable")
       ->check(WarmPoolValidator())
       ->allow_extra_args(false);
   serve->add_option("--default-runtime", line.default_runtime,
@@ -441,17 +445,20 @@ core::DaemonConfig DaemonConfigFromCommandLine(const CommandLine& line) {
     config.listen = listen;  // set but empty = unix socket only (CLI11 skips empty variables)
   }
   for (const std::string& entry : line.warm_pools) {
-    const auto pool = *ParseWarmPool(entry);  // checked by WarmPoolValidator
-    if (pool.first.empty()) {
-      config.warm_pool = pool.second;
+    const WarmPoolEntry pool = *ParseWarmPool(entry);  // checked by WarmPoolValidator
+    if (pool.runtime.empty() && pool.image.empty()) {
+      config.warm_pool = pool.count;
       config.runtime_warm_pools.clear();
     }
   }
   for (const std::string& entry : line.warm_pools) {
-    const auto pool = *ParseWarmPool(entry);
-    if (pool.first.empty()) continue;
-    config.runtime_warm_pools[pool.first] = pool.second;
-    config.warm_pool_named.insert(pool.first);
+    const WarmPoolEntry pool = *ParseWarmPool(entry);
+    if (!pool.image.empty()) {
+      config.image_warm_pools.push_back({pool.image, pool.runtime, pool.count});
+    } else if (!pool.runtime.empty()) {
+      config.runtime_warm_pools[pool.runtime] = pool.count;
+      config.warm_pool_named.insert(pool.runtime);
+    }
   }
   if (line.runsc) config.runsc = *line.runsc;
   config.microvm_templates = !line.no_microvm_templates;
@@ -476,18 +483,35 @@ core::DaemonConfig DaemonConfigFromCommandLine(const CommandLine& line) {
   return config;
 }
 
-Result<std::pair<std::string, int>> ParseWarmPool(const std::string& text) {
-  const size_t equals = text.find('=');
-  const std::string runtime = equals == std::string::npos ? "" : text.substr(0, equals);
+Result<WarmPoolEntry> ParseWarmPool(const std::string& text) {
+  const size_t equals = text.rfind('=');
+  std::string key = equals == std::string::npos ? "" : text.substr(0, equals);
   const std::string count = equals == std::string::npos ? text : text.substr(equals + 1);
   auto invalid = [&] {
-    return MakeError(ErrorCode::kInvalid, "--warm-pool takes N or RUNTIME=N (native, gvisor, microvm), not " + text);
+    return MakeError(ErrorCode::kInvalid,
+                     "--warm-pool takes N, RUNTIME=N (native, gvisor, microvm), IMAGE=N or IMAGE@RUNTIME=N, not " + text);
   };
-  if (equals != std::string::npos && runtime != "native" && runtime != "gvisor" && runtime != "microvm")
-    return invalid();
+  auto is_runtime = [](const std::string& name) { return name == "native" || name == "gvisor" || name == "microvm"; };
   if (count.empty() || count.size() > 6 || count.find_first_not_of("0123456789") != std::string::npos)
     return invalid();
-  return std::pair{runtime, std::stoi(count)};
+  WarmPoolEntry entry;
+  entry.count = std::stoi(count);
+  if (equals == std::string::npos) return entry;
+  if (is_runtime(key)) {
+    entry.runtime = key;
+    return entry;
+  }
+  // IMAGE@RUNTIME: a digest's '@' is followed by "sha256:", never by a runtime's name.
+  if (const size_t at = key.rfind('@'); at != std::string::npos && is_runtime(key.substr(at + 1))) {
+    entry.runtime = key.substr(at + 1);
+    key.resize(at);
+  }
+  // (Any registry stands in for the default one the daemon may be given: only the syntax is checked.)
+  const bool valid = storage::IsRegistryReference(key) ? storage::ParseImageRef(key, "registry.invalid").ok()
+                                                       : storage::IsSafeName(key);
+  if (!valid) return invalid();
+  entry.image = key;
+  return entry;
 }
 
 Result<std::pair<std::string, std::optional<std::string>>> ParseKeyValue(const std::string& text,

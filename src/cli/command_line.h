@@ -94,7 +94,7 @@ struct CommandLine {
 
   // serve
   std::optional<std::string> listen;  // --listen / BULKHEAD_LISTEN
-  std::vector<std::string> warm_pools;  // --warm-pool N | RUNTIME=N, repeatable
+  std::vector<std::string> warm_pools;  // --warm-pool N | RUNTIME=N | IMAGE[@RUNTIME]=N, repeatable
   std::optional<std::string> runsc;
   bool no_microvm_templates = false;
   bool no_microvm_memory_snapshots = false;
@@ -174,8 +174,14 @@ core::DaemonConfig DaemonConfigFromCommandLine(const CommandLine& line);
 // stays 0); "" when the API has no TCP address.
 std::string DefaultE2bListen(const std::string& listen);
 
-// A --warm-pool entry: "N" -> {"", N}; "RUNTIME=N" -> {RUNTIME, N}.
-Result<std::pair<std::string, int>> ParseWarmPool(const std::string& text);
+// A --warm-pool entry: "N" (every runtime's host-image pool), "RUNTIME=N", "IMAGE=N" (on the
+// default runtime: runtime ""), "IMAGE@RUNTIME=N".
+struct WarmPoolEntry {
+  std::string runtime;
+  std::string image;  // "" = the host image's pools
+  int count = 0;
+};
+Result<WarmPoolEntry> ParseWarmPool(const std::string& text);
 
 // "K=V" -> {K, V}. Without '=' the value is looked up in this process's environment when
 // `allow_from_environment` (like `docker run -e K`); a missing key is an error.

@@ -33,6 +33,15 @@ struct DaemonConfig {
   bool WarmPoolAtStart(const std::string& runtime) const {
     return runtime == default_runtime || warm_pool_named.contains(runtime);
   }
+  // --warm-pool IMAGE=N and IMAGE@RUNTIME=N: ready sandboxes of another image (a local name or
+  // a registry reference, pulled at start when not stored), on the default runtime or RUNTIME
+  // (runtime "" = the default). They fill from the start.
+  struct ImagePool {
+    std::string image;
+    std::string runtime;
+    int count = 0;
+  };
+  std::vector<ImagePool> image_warm_pools;
   // --default-runtime: the isolation tier of a sandbox whose create names none (the API's
   // "runtime", the E2B front's creates). A tier this host lacks is refused at start.
   std::string default_runtime = "native";

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -125,14 +126,10 @@ class SandboxManagerImpl : public SandboxManager {
   boost::asio::awaitable<Result<InitConnection>> ConnectInit(boost::asio::any_io_executor executor,
                                                              const std::string& id) override;
   std::vector<ImageInfo> ListImages() override { return storage_->ListImages(); }
-  Result<ImageInfo> ImportImage(const std::string& name, const std::string& tar_path) override {
-    return storage_->ImportImage(name, tar_path);
-  }
+  Result<ImageInfo> ImportImage(const std::string& name, const std::string& tar_path) override;
   Status DeleteImage(const std::string& name) override;
   Result<ImageInfo> FindImage(const std::string& name) override;
-  Result<ImageInfo> PullImage(const storage::PullRequest& request, const storage::PullListener& listener) override {
-    return puller_.Pull(request, listener);
-  }
+  Result<ImageInfo> PullImage(const storage::PullRequest& request, const storage::PullListener& listener) override;
   Result<storage::PushResult> PushImage(const storage::PushRequest& request,
                                         const storage::PullListener& listener) override;
   Result<std::optional<int64_t>> CollectImageGarbage() override;
@@ -248,6 +245,16 @@ class SandboxManagerImpl : public SandboxManager {
   // The snapshot is going: its pools too. Answers their sandboxes, to tear down. Caller holds mu_.
   std::vector<std::shared_ptr<Sandbox>> ColdSnapshotLocked(const std::string& snapshot_id);
   void PoolLoop();
+
+  // ---- image_pools.cc
+  // The pools of --warm-pool IMAGE=N: each configured image pulled if it is a registry
+  // reference not stored yet (the daemon serves meanwhile), then its pool filled.
+  void PrepareImagePools();
+  // Points each configured image pool at the image its name resolves to now (after a pull,
+  // an import, a delete): the pools of images no longer named go, their sandboxes torn down.
+  void RetargetImagePools();
+  // The image is going: its pools too. Answers their sandboxes, to tear down. Caller holds mu_.
+  std::vector<std::shared_ptr<Sandbox>> ColdImageLocked(const std::string& image);
   // Launches one sandbox for the pool `key` and adds it (or tears it down if no longer wanted).
   void Refill(const PoolKey& key);
 
@@ -326,7 +333,9 @@ class SandboxManagerImpl : public SandboxManager {
   std::atomic<bool> stopping_{false};
   std::condition_variable wake_;
   std::condition_variable snapshot_released_;  // a UseSnapshot token ended
-  std::thread pool_thread_, timer_thread_;
+  std::thread pool_thread_, timer_thread_, image_pools_thread_;
+  std::mutex image_pools_mu_;                   // held by RetargetImagePools throughout
+  std::set<PoolKey> image_pool_keys_;           // the pools it set; under mu_
   std::once_flag shutdown_once_;
 };
 

@@ -191,7 +191,8 @@ SandboxManagerImpl::SandboxManagerImpl(DaemonConfig config, UniqueFd lock, std::
 void SandboxManagerImpl::StartBackground() {
   bool pooling = false;
   for (runtime::Tier* tier : tiers_.All()) pooling = pooling || config_.WarmPool(tier->name()) > 0;
-  if (pooling) pool_thread_ = std::thread([this] { PoolLoop(); });
+  if (pooling || !config_.image_warm_pools.empty()) pool_thread_ = std::thread([this] { PoolLoop(); });
+  if (!config_.image_warm_pools.empty()) image_pools_thread_ = std::thread([this] { PrepareImagePools(); });
   timer_thread_ = std::thread([this] { TimerLoop(); });
 }
 
@@ -314,16 +315,21 @@ Status SandboxManagerImpl::DeleteImage(const std::string& name) {
     if (ref.ok() && ref->digest.empty() && image->references.size() > 1) {
       auto left = storage_->UnnameImage(*stored, ref->ToString());
       if (!left.ok()) return left.error();
+      RetargetImagePools();
       return {};
     }
   }
+  std::vector<std::shared_ptr<Sandbox>> pooled;
   {
     std::lock_guard lock(mu_);
     for (const auto& [id, sb] : sandboxes_)
       if (sb->info.spec.image == *stored)
         return MakeError(ErrorCode::kConflict, "image " + name + " is used by sandbox " + id, "image_in_use");
+    pooled = ColdImageLocked(*stored);  // (its warm pool's sandboxes are nobody's yet)
   }
+  for (const auto& sb : pooled) (void)Teardown(*sb);
   BH_TRY(storage_->DeleteImage(*stored));
+  RetargetImagePools();
   if (auto gc = CollectImageGarbage(); !gc.ok()) spdlog::warn("image blobs: {}", gc.error().message);
   return {};
 }
@@ -359,6 +365,7 @@ void SandboxManagerImpl::Shutdown() {
   std::call_once(shutdown_once_, [&] {
     stopping_ = true;
     puller_.CancelAll();
+    if (image_pools_thread_.joinable()) image_pools_thread_.join();
     for (runtime::Tier* tier : tiers_.All()) tier->SetReclaim(nullptr);
     wake_.notify_all();
     if (pool_thread_.joinable()) pool_thread_.join();

@@ -369,6 +369,47 @@ def test_a_daemon_killed_mid_pull_leaves_a_store_the_next_pull_completes(session
             d.destroy()
 
 
+def test_an_image_keeps_a_warm_pool_that_follows_its_tag(session_dir, base_layer, top_layer, request):
+    """--warm-pool REF=N: the image is pulled at start, creates from it are served ready, a pull
+    that moves the tag moves the pool, and deleting the image empties it."""
+    with OciRegistry() as reg:
+        reg.put_image("pool/app", "1", build_image([base_layer, top_layer], CONFIG))
+        ref = f"{reg.host}/pool/app:1"
+        d = harness.Daemon(state_dir=session_dir / "pull-pool", log_path=session_dir / "daemon-pull-pool.log")
+        d.extra_args = ("--insecure-registry", "127.0.0.1", "--warm-pool", f"{ref}=2")
+        request.addfinalizer(d.destroy)
+        d.start()
+        c = d.client()
+        assert harness.wait_until(lambda: c.metric("bulkhead_warm_pool_ready") == 2, timeout=90), d.log_tail()
+        first = c.get("/v1/images/" + quoted(ref)).json()
+
+        hits = c.metric("bulkhead_warm_pool_hits_total")
+        sb = c.create(image=ref)
+        assert c.metric("bulkhead_warm_pool_hits_total") == hits + 1
+        assert sb["image_id"] == first["name"] and sb["workdir"] == "/home/app"
+        assert run(c, sb["id"], 'cat /etc/motd; echo "$GREETING"; pwd') == \
+            "from the top\nhello from the image\n/home/app\n"
+        c.remove(sb["id"])
+
+        # The tag moves: a pull of it moves the pool to the new image.
+        reg.put_image("pool/app", "1", build_image([base_layer, make_layer([File("etc/motd", b"version 2\n")])],
+                                                   CONFIG))
+        second = pull(c, ref).json()
+        assert second["name"] != first["name"]
+        assert harness.wait_until(lambda: c.metric("bulkhead_warm_pool_ready") == 2, timeout=60)
+        hits = c.metric("bulkhead_warm_pool_hits_total")
+        sb = c.create(image=ref)
+        assert c.metric("bulkhead_warm_pool_hits_total") == hits + 1
+        assert sb["image_id"] == second["name"]
+        assert run(c, sb["id"], "cat /etc/motd") == "version 2\n"
+        c.remove(sb["id"])
+
+        # Deleted, the image takes its pool with it (and no pooled sandbox keeps it in use).
+        assert c.delete("/v1/images/" + quoted(ref)).status == 204
+        assert harness.wait_until(lambda: c.metric("bulkhead_warm_pool_ready") == 0, timeout=30)
+        assert not (d.state_dir / "images" / second["name"]).exists()
+
+
 def test_bad_pull_requests_are_clear_4xx(pc):
     for body in ({}, {"image": 7}, {"image": "UPPER/case"}, {"image": "r.example/x", "platform": "amd64"},
                  {"image": "r.example/x", "auth": "alice"}, {"image": "x@sha256:abc"}):

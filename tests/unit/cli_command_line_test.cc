@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cli/command_line.h"
@@ -135,7 +136,7 @@ TEST_F(CliCommandLine, EnvironmentGivesDefaultsThatFlagsOverride) {
 TEST_F(CliCommandLine, WarmPoolsArePerRuntimeOrForAll) {
   Define();
   ASSERT_EQ(Parse({"serve", "--warm-pool", "3", "--warm-pool", "gvisor=1", "--default-runtime", "gvisor",
-                   "--runsc", "/opt/runsc"}),
+                   "--runsc", "/opt/runsc", "--warm-pool", "registry.test/py:3.12=2", "--warm-pool", "tools@native=1"}),
             0);
   core::DaemonConfig config = DaemonConfigFromCommandLine(line_);
   EXPECT_EQ(config.WarmPool("native"), 3);
@@ -144,10 +145,28 @@ TEST_F(CliCommandLine, WarmPoolsArePerRuntimeOrForAll) {
   EXPECT_EQ(config.runsc, "/opt/runsc");
   EXPECT_TRUE(config.WarmPoolAtStart("gvisor"));
   EXPECT_FALSE(config.WarmPoolAtStart("native"));  // fills from its first create
+  ASSERT_EQ(config.image_warm_pools.size(), 2u);
+  EXPECT_EQ(config.image_warm_pools[0].image, "registry.test/py:3.12");
+  EXPECT_EQ(config.image_warm_pools[0].runtime, "");
+  EXPECT_EQ(config.image_warm_pools[0].count, 2);
+  EXPECT_EQ(config.image_warm_pools[1].image, "tools");
+  EXPECT_EQ(config.image_warm_pools[1].runtime, "native");
 
-  EXPECT_EQ(*ParseWarmPool("0"), std::make_pair(std::string(), 0));
-  EXPECT_EQ(*ParseWarmPool("microvm=2"), std::make_pair(std::string("microvm"), 2));
-  for (const char* bad : {"", "-1", "x", "gvisor=", "=2", "kvm=2", "gvisor=1.5", "9999999"})
+  auto entry = [](const char* text) {
+    auto e = ParseWarmPool(text);
+    return e.ok() ? std::tuple(e->runtime, e->image, e->count) : std::tuple(std::string("!"), std::string(), -1);
+  };
+  EXPECT_EQ(entry("0"), std::tuple(std::string(), std::string(), 0));
+  EXPECT_EQ(entry("microvm=2"), std::tuple(std::string("microvm"), std::string(), 2));
+  // Another image's pool: on the default runtime, or one named after '@'.
+  EXPECT_EQ(entry("kvm=2"), std::tuple(std::string(), std::string("kvm"), 2));
+  EXPECT_EQ(entry("registry.test:5000/team/py:3.12=3"),
+            std::tuple(std::string(), std::string("registry.test:5000/team/py:3.12"), 3));
+  EXPECT_EQ(entry("py:3.12@gvisor=1"), std::tuple(std::string("gvisor"), std::string("py:3.12"), 1));
+  const std::string pinned = "registry.test/py@sha256:" + std::string(64, 'a');
+  EXPECT_EQ(entry((pinned + "@microvm=1").c_str()), std::tuple(std::string("microvm"), pinned, 1));
+  for (const char* bad : {"", "-1", "x", "gvisor=", "=2", "gvisor=1.5", "9999999", "Bad Name=1", "../x=1",
+                          "py@kvm=1", "REG.test/Py=1", "py:3.12@=1"})
     EXPECT_FALSE(ParseWarmPool(bad).ok()) << bad;
   auto refused = [](const char* flag, const char* value) {
     CLI::App app{"bulkhead", "bulkhead"};
