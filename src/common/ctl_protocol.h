@@ -201,13 +201,16 @@
 //   move    {"from", "to"}  rename(2); stdout: one Entry line for "to".
 //   remove  {"path", "recursive": false}  a non-empty directory without "recursive" is
 //           "not_empty". Never follows symlinks.
-//   archive_create {"path"}  stdout: a POSIX pax tar of the directory (entries named relative
-//           to it; symlinks stored as symlinks, never followed) or of the single file.
+//   archive_create {"path", "one_file_system": false}  stdout: a POSIX pax tar of the directory
+//           (entries named relative to it; symlinks stored as symlinks, never followed) or of
+//           the single file. "one_file_system": what is mounted below the directory (a
+//           filesystem, a bound directory or file) is left out.
 //   archive_extract {"path"}  stdin: a tar (plain, gzip, bzip2 or xz). Unpacked under the
 //           directory "path" (created with parents). Entries with absolute names or ".."
 //           components, hard links leaving the directory, device nodes, and any entry whose
 //           path would pass through a symlink are refused with "invalid_argument" (entries
-//           before it stay unpacked). stdout: one line {"entries": N, "bytes": M}.
+//           before it stay unpacked). With "owner", every entry unpacked is given to it.
+//           stdout: one line {"entries": N, "bytes": M}.
 //   watch   {"path", "recursive": true, "entries": false, "allow_network_mounts": true}
 //           ("entries": create, write and chmod lines carry the "entry" of their path, with the
 //           Entry options; without "allow_network_mounts" a path on NFS, CIFS, SMB or FUSE is

@@ -124,12 +124,12 @@ Status SandboxManagerImpl::Boot(Sandbox& sb, const storage::WritableLayer& layer
   ls.id = HostName(sb.info.id);
   if (spec.image == "host") {
     ls.rootfs.image = host_rootfs_;
-    ls.rootfs.host_binds = storage_->HostBindDirs();
   } else {
     auto image = storage_->ImageRootfs(spec.image);
     if (!image) return image.error();
     ls.rootfs.image = *image;
   }
+  if (storage_->ImageUsesHostDirs(spec.image)) ls.rootfs.host_binds = storage_->HostBindDirs();
   ls.rootfs.upper = layer.upper;
   ls.rootfs.work = layer.work;
   ls.staging = SandboxDir(sb.info.id);

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -76,10 +77,39 @@ Status AddEntry(struct archive* a, const std::string& name, const std::string& p
   return {};
 }
 
+// With "one_file_system": what is on the archived directory's own mount, told by mount id
+// (a bind-mounted file too), else by device.
+struct MountFilter {
+  bool active = false;
+  bool by_mount_id = false;
+  uint64_t mount_id = 0;
+  dev_t dev = 0;
+
+  static MountFilter Of(int fd, bool active) {
+    MountFilter filter;
+    filter.active = active;
+    struct statx stx {};
+    if (::statx(fd, "", AT_EMPTY_PATH, STATX_MNT_ID, &stx) == 0 && (stx.stx_mask & STATX_MNT_ID)) {
+      filter.by_mount_id = true;
+      filter.mount_id = stx.stx_mnt_id;
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) == 0) filter.dev = st.st_dev;
+    return filter;
+  }
+  bool Takes(int fd, const struct stat& st) const {
+    if (!active) return true;
+    if (!by_mount_id) return st.st_dev == dev;
+    struct statx stx {};
+    return ::statx(fd, "", AT_EMPTY_PATH, STATX_MNT_ID, &stx) == 0 && stx.stx_mnt_id == mount_id;
+  }
+};
+
 // Adds the contents of the directory `dir_fd` (named `prefix` in the archive, `dir_path` in
 // the sandbox), depth first, each directory before what it holds. Fifos, sockets and device
 // nodes are skipped: archive_extract would refuse them.
-Status AddDirectoryContents(struct archive* a, int dir_fd, const std::string& prefix, const std::string& dir_path) {
+Status AddDirectoryContents(struct archive* a, int dir_fd, const std::string& prefix, const std::string& dir_path,
+                            const MountFilter& mounts) {
   auto names = DirectoryNames(dir_fd, dir_path);
   if (!names.ok()) return names.error();
   for (const auto& name : *names) {
@@ -101,14 +131,15 @@ Status AddDirectoryContents(struct archive* a, int dir_fd, const std::string& pr
       if (!sub && (errno == ENOENT || errno == ELOOP || errno == ENOTDIR)) continue;  // replaced meanwhile
       if (!sub) return ErrnoError(errno, "open", path);
       if (::fstat(sub.get(), &st) != 0) return ErrnoError(errno, "stat", path);
+      if (!mounts.Takes(sub.get(), st)) continue;
       BH_TRY(AddEntry(a, entry_name, path, st, -1, nullptr));
-      BH_TRY(AddDirectoryContents(a, sub.get(), entry_name, path));
+      BH_TRY(AddDirectoryContents(a, sub.get(), entry_name, path, mounts));
     } else if (S_ISREG(st.st_mode)) {
       UniqueFd file(::openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
       if (!file && (errno == ENOENT || errno == ELOOP)) continue;
       if (!file) return ErrnoError(errno, "open", path);
       if (::fstat(file.get(), &st) != 0) return ErrnoError(errno, "stat", path);
-      if (!S_ISREG(st.st_mode)) continue;
+      if (!S_ISREG(st.st_mode) || !mounts.Takes(file.get(), st)) continue;
       BH_TRY(AddEntry(a, entry_name, path, st, file.get(), nullptr));
     }
   }
@@ -164,7 +195,8 @@ std::string JoinComponents(const std::vector<std::string>& parts, size_t count) 
 
 class Extractor {
  public:
-  Extractor(int root_fd, std::string root_path) : root_fd_(root_fd), root_path_(std::move(root_path)) {}
+  Extractor(int root_fd, std::string root_path, std::optional<FileOwner> owner)
+      : root_fd_(root_fd), root_path_(std::move(root_path)), owner_(owner) {}
 
   Status Extract(struct archive* a, struct archive_entry* entry) {
     auto parts = EntryComponents(archive_entry_pathname(entry));
@@ -293,6 +325,7 @@ class Extractor {
         if (::mkdirat(dir_fd, leaf.c_str(), 0700) != 0) return ErrnoError(errno, "mkdir", path);
       }
     }
+    BH_TRY(Chown(dir_fd, leaf, path));
     PendingDirectory pending{rel, mode_t(archive_entry_perm(entry) & 07777), archive_entry_mtime_is_set(entry) != 0, {}};
     pending.times[0].tv_nsec = UTIME_OMIT;
     pending.times[1] = {archive_entry_mtime(entry), archive_entry_mtime_nsec(entry)};
@@ -307,6 +340,7 @@ class Extractor {
     BH_TRY(ClearLeaf(dir_fd, leaf, path));
     // Created, never followed: later entries refuse to pass through it.
     if (::symlinkat(target, dir_fd, leaf.c_str()) != 0) return ErrnoError(errno, "symlink", path);
+    BH_TRY(Chown(dir_fd, leaf, path));
     if (archive_entry_mtime_is_set(entry)) {
       struct timespec times[2] = {{0, UTIME_OMIT}, {archive_entry_mtime(entry), archive_entry_mtime_nsec(entry)}};
       ::utimensat(dir_fd, leaf.c_str(), times, AT_SYMLINK_NOFOLLOW);
@@ -328,6 +362,7 @@ class Extractor {
       ::unlinkat(dir_fd, leaf.c_str(), 0);  // no half-written file
       return copied;
     }
+    if (owner_ && ::fchown(fd.get(), owner_->uid, owner_->gid) != 0) return ErrnoError(errno, "chown", path);
     if (::fchmod(fd.get(), archive_entry_perm(entry) & 07777) != 0) return ErrnoError(errno, "chmod", path);
     if (archive_entry_mtime_is_set(entry)) {
       struct timespec times[2] = {{0, UTIME_OMIT}, {archive_entry_mtime(entry), archive_entry_mtime_nsec(entry)}};
@@ -359,8 +394,17 @@ class Extractor {
     }
   }
 
+  // Gives an entry to the "owner" the operation names, if any (before its mode is set: a
+  // change of owner clears set-id bits).
+  Status Chown(int dir_fd, const std::string& leaf, const std::string& path) {
+    if (owner_ && ::fchownat(dir_fd, leaf.c_str(), owner_->uid, owner_->gid, AT_SYMLINK_NOFOLLOW) != 0)
+      return ErrnoError(errno, "chown", path);
+    return {};
+  }
+
   int root_fd_;
   std::string root_path_;
+  std::optional<FileOwner> owner_;
   uint64_t entries_ = 0;
   uint64_t bytes_ = 0;
   std::set<std::string> extracted_;  // files and symlinks of this archive: what hard links may name
@@ -372,6 +416,8 @@ class Extractor {
 Status ArchiveCreateOp(const FileOpArgs& args) {
   auto path = args.Path("path");
   if (!path.ok()) return path.error();
+  auto one_file_system = args.Bool("one_file_system", false);
+  if (!one_file_system.ok()) return one_file_system.error();
   // The requested path itself may be a symlink (followed, as for list); nothing below it is.
   // Checked before open, which could block on a fifo or have effects on a device.
   struct stat st;
@@ -388,7 +434,7 @@ Status ArchiveCreateOp(const FileOpArgs& args) {
     return FileError("internal", "archive setup: " + (a ? ArchiveMessage(a.get()) : std::string("out of memory")));
   }
   if (S_ISDIR(st.st_mode)) {
-    BH_TRY(AddDirectoryContents(a.get(), root.get(), "", *path));
+    BH_TRY(AddDirectoryContents(a.get(), root.get(), "", *path, MountFilter::Of(root.get(), *one_file_system)));
   } else {
     BH_TRY(AddEntry(a.get(), *path == "/" ? "/" : SplitParent(*path).second, *path, st, root.get(), nullptr));
   }
@@ -399,6 +445,8 @@ Status ArchiveCreateOp(const FileOpArgs& args) {
 Status ArchiveExtractOp(const FileOpArgs& args) {
   auto path = args.Path("path");
   if (!path.ok()) return path.error();
+  auto owner = args.Owner("owner");
+  if (!owner.ok()) return owner.error();
   BH_TRY(MakeDirectories(*path, 0755, /*path_is_a_parent=*/true));
   UniqueFd root(::open(path->c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!root) return ErrnoError(errno, "open", *path);
@@ -413,7 +461,7 @@ Status ArchiveExtractOp(const FileOpArgs& args) {
   if (archive_read_open_fd(a.get(), 0, 64 * 1024) != ARCHIVE_OK) {
     return FileError("invalid_argument", "not a tar archive: " + ArchiveMessage(a.get()));
   }
-  Extractor extractor(root.get(), *path);
+  Extractor extractor(root.get(), *path, *owner);
   Status status;
   while (status.ok()) {
     struct archive_entry* entry;

@@ -12,7 +12,7 @@ namespace bulkhead::storage {
 // Images that sandboxes start from.
 struct ImageInfo {
   std::string name;
-  std::string source;  // "host" | "directory" | "tarball" | "registry"
+  std::string source;  // "host" | "directory" | "tarball" | "registry" | "build"
   std::string created_at;
   int64_t size_bytes = 0;
   // Pulled images (image_pull.h): the manifest's digest, the references that name the image
@@ -30,6 +30,13 @@ struct PulledImage {
   std::string config_digest;
   ImageConfig config;
   std::vector<std::string> layers;  // digests, bottom first
+};
+
+// What a build stores besides the tree.
+struct BuiltImage {
+  std::string build_key;  // "sha256:" + hex of everything the result depends on
+  ImageConfig config;
+  bool host_base = false;  // FROM host: its sandboxes get the host image's directories
 };
 
 // A pulled image's directory name under images/: its manifest digest's 64 hex digits.

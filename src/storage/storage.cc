@@ -255,6 +255,32 @@ Result<ImageInfo> Storage::ImportImage(const std::string& name, const std::strin
       /*existing_ok=*/false);
 }
 
+Result<ImageInfo> Storage::InstallBuiltImage(const BuiltImage& image, const std::string& tar_path) {
+  if (!IsSha256Digest(image.build_key)) return MakeError(ErrorCode::kInternal, "bad build key " + image.build_key);
+  return InstallImage(
+      ImageDirName(image.build_key), [&](const std::string& rootfs) { return ExtractRootfsTarball(tar_path, rootfs); },
+      [&](ImageInfo& info) {
+        info.source = "build";
+        info.config = image.config;
+        return nlohmann::json{{"name", info.name},
+                              {"source", info.source},
+                              {"created_at", info.created_at},
+                              {"size_bytes", info.size_bytes},
+                              {"build_key", image.build_key},
+                              {"host_base", image.host_base},
+                              {"references", nlohmann::json::array()},
+                              {"config", ImageConfigToJson(image.config)}};
+      },
+      /*existing_ok=*/true);
+}
+
+bool Storage::ImageUsesHostDirs(const std::string& name) const {
+  if (name == kHostImage) return true;
+  if (!IsValidImageName(name)) return false;
+  auto meta = ReadMetaJson(ImagesDir() + "/" + name);
+  return meta.ok() && Field<bool>(*meta, "host_base", false);
+}
+
 Result<ImageInfo> Storage::InstallPulledImage(const PulledImage& image,
                                               const std::function<Status(const std::string& rootfs)>& unpack) {
   return InstallImage(
@@ -361,26 +387,37 @@ Result<std::string> Storage::ResolveImage(const std::string& text, const std::st
   };
   if (!IsRegistryReference(text)) {
     if (IsValidImageName(text) && ImageExists(text)) return text;
+    if (auto built = ImageNamed(text); built.ok()) return built;  // a build's name
     if (default_registry.empty()) return not_found();
   }
   auto ref = ParseImageRef(text, default_registry);
   if (!ref.ok()) return not_found();  // no image can have been stored by such a name
-  const std::string canonical = ref->ToString();
-  if (!ref->digest.empty() && ImageExists(ImageDirName(ref->digest))) return ImageDirName(ref->digest);
+  if (!ref->digest.empty()) {
+    // By digest the tag does not matter: the digest pins the content.
+    if (ImageExists(ImageDirName(ref->digest))) return ImageDirName(ref->digest);
+    std::lock_guard lock(images_mu_);
+    for (const auto& name : ListDirNames(ImagesDir())) {
+      if (name == kHostImage || !IsValidImageName(name)) continue;
+      auto meta = ReadMetaJson(ImagesDir() + "/" + name);
+      if (meta.ok() && Field<std::string>(*meta, "index_digest", "") == ref->digest) return name;
+    }
+    return not_found();
+  }
+  auto named = ImageNamed(ref->ToString());
+  if (!named.ok()) return not_found();
+  return named;
+}
+
+Result<std::string> Storage::ImageNamed(const std::string& reference) const {
   std::lock_guard lock(images_mu_);
   for (const auto& name : ListDirNames(ImagesDir())) {
     if (name == kHostImage || !IsValidImageName(name)) continue;
     auto meta = ReadMetaJson(ImagesDir() + "/" + name);
     if (!meta.ok()) continue;
-    if (!ref->digest.empty()) {
-      // By digest the tag does not matter: the digest pins the content.
-      if (Field<std::string>(*meta, "index_digest", "") == ref->digest) return name;
-      continue;
-    }
     auto refs = Field<std::vector<std::string>>(*meta, "references", {});
-    if (std::find(refs.begin(), refs.end(), canonical) != refs.end()) return name;
+    if (std::find(refs.begin(), refs.end(), reference) != refs.end()) return name;
   }
-  return not_found();
+  return MakeError(ErrorCode::kNotFound, "no image " + reference, "image_not_found");
 }
 
 Result<ImageInfo> Storage::GetImage(const std::string& name) const {

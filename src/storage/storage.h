@@ -82,7 +82,17 @@ class Storage {
   // tree moved into place at once. An image of the same manifest stored already (a pull that
   // raced this one) is answered as it is.
   Result<ImageInfo> InstallPulledImage(const PulledImage& image, const std::function<Status(const std::string& rootfs)>& unpack);
-  // Gives image `name` the reference (registry/repository:tag), taking it from whichever
+  // Makes the image of a build (service/image_build.h): the tree in the tar at tar_path (as the
+  // build's sandbox archived its root: owners as the sandbox saw them) under images/<the build
+  // key's hex>, with its config; on the host image's directories where `host_base` (a build
+  // FROM host). An image of the same build key stored already (a build whose every step was
+  // cached) is answered as it is. The caller names it (NameImage).
+  Result<ImageInfo> InstallBuiltImage(const BuiltImage& image, const std::string& tar_path);
+  // Whether sandboxes of the image get the host image's directories (the host image, and
+  // images built FROM it).
+  bool ImageUsesHostDirs(const std::string& name) const;
+  // Gives image `name` the reference (registry/repository:tag, or a local name a build gave),
+  // taking it from whichever
   // image had it before (a tag moved by a newer pull).
   Result<ImageInfo> NameImage(const std::string& name, const std::string& reference);
   // Takes a reference off its image; answers how many references the image has left.
@@ -153,6 +163,8 @@ class Storage {
   // An image's directory made under a temporary name, filled, given meta.json and renamed
   // into place, so a crash leaves no half-made image (Open removes the leftovers).
   // existing_ok: a directory of that name already there is the answer, not kConflict.
+  // The image that has `reference` among its references (kNotFound if none).
+  Result<std::string> ImageNamed(const std::string& reference) const;
   Result<ImageInfo> InstallImage(const std::string& name, const std::function<Status(const std::string& rootfs)>& fill,
                                  const std::function<nlohmann::json(ImageInfo&)>& meta, bool existing_ok);
   Status WriteImageMeta(const std::string& name, const nlohmann::json& meta);

@@ -878,6 +878,49 @@ TEST_F(FileOpsTest, ArchiveRoundTripKeepsTreeSymlinksAndModes) {
   EXPECT_EQ(TarNames(single.out), std::vector<std::string>{"secret"});
 }
 
+TEST_F(FileOpsTest, ArchiveCreateCanLeaveOutWhatIsMountedBelow) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to mount";
+  const std::string src = Path("mounted");
+  fs::create_directories(src + "/own");
+  fs::create_directories(src + "/proc");
+  WriteFile(src + "/own/file", "kept", 0644);
+  WriteFile(src + "/hosts", "the image's", 0644);
+  WriteFile(Path("outside"), "bound", 0644);
+  if (::mount("tmpfs", (src + "/proc").c_str(), "tmpfs", 0, "size=64k") != 0) GTEST_SKIP() << "cannot mount tmpfs here";
+  ScopeGuard unmount_dir([&] { ::umount2((src + "/proc").c_str(), MNT_DETACH); });
+  WriteFile(src + "/proc/inside", "mounted", 0644);
+  ASSERT_EQ(::mount(Path("outside").c_str(), (src + "/hosts").c_str(), nullptr, MS_BIND, nullptr), 0);
+  ScopeGuard unmount_file([&] { ::umount2((src + "/hosts").c_str(), MNT_DETACH); });
+
+  WorkerOutcome all = RunOp(json{{"op", "archive_create"}, {"path", src}});
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  std::vector<std::string> names = TarNames(all.out);
+  EXPECT_EQ(std::set<std::string>(names.begin(), names.end()),
+            (std::set<std::string>{"own/", "own/file", "proc/", "proc/inside", "hosts"}));
+  WorkerOutcome own = RunOp(json{{"op", "archive_create"}, {"path", src}, {"one_file_system", true}});
+  ASSERT_EQ(own.exit_code, 0) << own.err;
+  names = TarNames(own.out);
+  EXPECT_EQ(std::set<std::string>(names.begin(), names.end()), (std::set<std::string>{"own/", "own/file"}));
+}
+
+TEST_F(FileOpsTest, ExtractGivesEveryEntryToTheOwnerAsked) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to own files as another user";
+  std::string tar = BuildTar({{.name = "dir", .type = AE_IFDIR, .perm = 0755},
+                              {.name = "dir/tool", .data = "#!/bin/sh\n", .perm = 04755},
+                              {.name = "link", .type = AE_IFLNK, .link = "dir/tool"}});
+  const std::string dest = Path("owned");
+  WorkerOutcome outcome =
+      RunOp(json{{"op", "archive_extract"}, {"path", dest}, {"owner", {{"uid", 1234}, {"gid", 5678}}}}, tar);
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.err;
+  for (const char* name : {"dir", "dir/tool", "link"}) {
+    struct stat st;
+    ASSERT_EQ(::lstat((dest + "/" + name).c_str(), &st), 0) << name;
+    EXPECT_EQ(st.st_uid, 1234u) << name;
+    EXPECT_EQ(st.st_gid, 5678u) << name;
+  }
+  EXPECT_EQ(ModeOf(dest + "/dir/tool"), 04755u);  // the mode after the owner: set-id bits kept
+}
+
 TEST_F(FileOpsTest, ExtractAcceptsCompressedArchives) {
   for (const char* filter : {"gzip", "bzip2", "xz"}) {
     std::string tar = BuildTar({{.name = "dir", .type = AE_IFDIR, .perm = 0700},

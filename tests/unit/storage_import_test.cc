@@ -210,6 +210,48 @@ TEST_F(StorageImportTest, GzippedTarballImports) {
   EXPECT_EQ(Slurp(*rootfs + "/etc/hostname"), "gz\n");
 }
 
+// A build's result: stored by its build key, named by the build, found by that name; a second
+// build of the same key is the same image; a build FROM host keeps the host's directories.
+TEST_F(StorageImportTest, BuiltImagesAreStoredByBuildKeyAndFoundByTheirName) {
+  std::string tar = state_ + "/built.tar";
+  WriteTar(tar, {{"app/", AE_IFDIR, "", 0755}, {"app/main.py", AE_IFREG, "print(1)\n", 0644, 1000, 1000}});
+  BuiltImage built;
+  built.build_key = "sha256:" + std::string(64, 'b');
+  built.config.cmd = {"python3", "/app/main.py"};
+  auto stored = storage_->InstallBuiltImage(built, tar);
+  ASSERT_TRUE(stored.ok()) << stored.error().message;
+  EXPECT_EQ(stored->name, std::string(64, 'b'));
+  EXPECT_EQ(stored->source, "build");
+  ASSERT_TRUE(storage_->NameImage(stored->name, "my-app").ok());
+  EXPECT_EQ(*storage_->ResolveImage("my-app", ""), stored->name);
+  auto info = storage_->GetImage(stored->name);
+  ASSERT_TRUE(info.ok());
+  ASSERT_TRUE(info->config.has_value());
+  EXPECT_EQ(info->config->cmd, built.config.cmd);
+  EXPECT_EQ(info->references, std::vector<std::string>{"my-app"});
+  EXPECT_FALSE(storage_->ImageUsesHostDirs(stored->name));
+  struct stat st;
+  ASSERT_EQ(::lstat((*storage_->ImageRootfs(stored->name) + "/app/main.py").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, kStoredIdBase + 1000);  // the sandbox's ids, moved to the stored range
+
+  auto again = storage_->InstallBuiltImage(built, state_ + "/no-such.tar");  // cached: not read
+  ASSERT_TRUE(again.ok()) << again.error().message;
+  EXPECT_EQ(again->name, stored->name);
+
+  BuiltImage on_host;
+  on_host.build_key = "sha256:" + std::string(64, 'c');
+  on_host.host_base = true;
+  auto host_based = storage_->InstallBuiltImage(on_host, tar);
+  ASSERT_TRUE(host_based.ok());
+  EXPECT_TRUE(storage_->ImageUsesHostDirs(host_based->name));
+  EXPECT_TRUE(storage_->ImageUsesHostDirs("host"));
+  // The name moves to the newer build; the older keeps none.
+  ASSERT_TRUE(storage_->NameImage(host_based->name, "my-app").ok());
+  EXPECT_EQ(*storage_->ResolveImage("my-app", ""), host_based->name);
+  EXPECT_TRUE(storage_->GetImage(stored->name)->references.empty());
+  EXPECT_EQ(storage_->ResolveImage("other-app", "").error().code, ErrorCode::kNotFound);
+}
+
 TEST_F(StorageImportTest, DotDotEntryIsRejectedAndLandsNowhere) {
   std::string tar = state_ + "/dotdot.tar";
   std::string up = "../../../../../../../.." + canary_dir_;  // resolves to the canary dir from anywhere
