@@ -68,6 +68,9 @@ asio::awaitable<void> ApiHandlers::Handle(HttpExchange& exchange, const RouteMat
     case RouteId::kPushImage:
       co_return co_await ServePush(exchange, context_.manager, context_.pull_pool,
                                    WantsNdjson(FromBeast(exchange.request()[http::field::accept])));
+    case RouteId::kBuildImage:
+      co_return co_await ServeBuild(exchange, context_.manager, context_.pull_pool, context_.upload_dir, query,
+                                    WantsNdjson(FromBeast(exchange.request()[http::field::accept])));
     case RouteId::kCollectImageGarbage: co_return co_await CollectImageGarbage(exchange);
     case RouteId::kCreateVolume: co_return co_await CreateVolume(exchange);
     case RouteId::kListVolumes: co_return co_await ListVolumes(exchange);

@@ -1,8 +1,20 @@
 #include "api/image_handlers.h"
 
+#include "api/handlers.h"
 #include "api/json_output.h"
 #include "http/json_text.h"
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <boost/asio/this_coro.hpp>
+
+#include "common/scope_guard.h"
+#include "common/unique_fd.h"
+#include "service/build_context.h"
+#include "service/image_build.h"
 #include "service/image_transfer.h"
+#include "storage/fs_util.h"
 
 // g++ 12 reports a false -Wmismatched-new-delete on asio's coroutine frames.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
@@ -15,8 +27,10 @@ using nlohmann::json;
 
 // Answers a transfer: its result once done (`status`), or with `stream` its progress as NDJSON
 // ending with {"status": "done", done_key: result} or {"status": "error", "error": {...}}.
+// A client gone from the stream (its write failed) is told to `on_gone`.
 asio::awaitable<void> ServeTransfer(HttpExchange& exchange, asio::thread_pool& pool, const Transfer& transfer,
-                                    bool stream, http::status status, const char* done_key) {
+                                    bool stream, http::status status, const char* done_key,
+                                    std::function<void()> on_gone = {}) {
   if (!stream) {
     const LineWriter ignore = [](const std::string&) -> asio::awaitable<bool> { co_return false; };
     Result<json> answer = co_await RunTransfer(pool, transfer, ignore);
@@ -24,8 +38,10 @@ asio::awaitable<void> ServeTransfer(HttpExchange& exchange, asio::thread_pool& p
     co_return co_await exchange.SendJson(status, *answer);
   }
   if (!co_await exchange.BeginChunked(http::status::ok, "application/x-ndjson")) co_return;
-  const LineWriter write = [&exchange](const std::string& chunk) -> asio::awaitable<bool> {
-    co_return co_await exchange.WriteChunk(chunk);
+  const LineWriter write = [&exchange, &on_gone](const std::string& chunk) -> asio::awaitable<bool> {
+    const bool written = co_await exchange.WriteChunk(chunk);
+    if (!written && on_gone) on_gone();
+    co_return written;
   };
   Result<json> answer = co_await RunTransfer(pool, transfer, write);
   const json last = answer.ok() ? json{{"status", "done"}, {done_key, *answer}}
@@ -62,6 +78,50 @@ asio::awaitable<void> ServePush(HttpExchange& exchange, core::SandboxManager& ma
     return json{{"reference", pushed->reference}, {"digest", pushed->digest}};
   };
   co_await ServeTransfer(exchange, pool, push, stream, http::status::ok, "pushed");
+}
+
+asio::awaitable<void> ServeBuild(HttpExchange& exchange, core::SandboxManager& manager, asio::thread_pool& pool,
+                                 const std::string& upload_dir, const QueryParams& query, bool stream) {
+  BuildRequest request;
+  Result<std::string> dockerfile = ParseBuildQuery(query, request);
+  if (!dockerfile.ok()) co_return co_await exchange.SendError(dockerfile.error());
+  // The build's own directory (root's alone): the spooled context, its tree, the tars of steps.
+  std::string dir = upload_dir + "/build-XXXXXX";
+  if (::mkdtemp(dir.data()) == nullptr) co_return co_await exchange.SendError(SystemError("mkdtemp " + dir, errno));
+  auto removed = std::make_shared<bool>(false);
+  ScopeGuard remove_dir([dir, removed] {
+    if (!*removed) (void)storage::RemoveTree(dir);
+  });
+  const std::string tar = dir + "/context.tar";
+  {
+    UniqueFd fd(::open(tar.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    if (!fd) co_return co_await exchange.SendError(SystemError("create " + tar, errno));
+    Result<uint64_t> received = co_await exchange.ReadBodyToFile(fd.get(), kMaxImageUpload);
+    if (!received.ok()) co_return co_await exchange.SendError(received.error());
+    if (*received == 0)
+      co_return co_await exchange.SendError(
+          MakeError(ErrorCode::kBadRequest, "the body must be the build context: a tar archive, optionally compressed"));
+  }
+  request.context_dir = dir + "/context";
+  request.work_dir = dir + "/work";
+  const auto io = co_await asio::this_coro::executor;
+  auto cancelled = std::make_shared<std::atomic<bool>>(false);
+  *removed = true;  // the transfer removes it, on the pool, whatever happens
+  const Transfer build = [&manager, request, dir, tar, dockerfile = *dockerfile, io, cancelled](
+                             const storage::PullListener& listener) mutable -> Result<json> {
+    ScopeGuard cleanup([&dir] { (void)storage::RemoveTree(dir); });
+    if (::mkdir(request.context_dir.c_str(), 0700) != 0 || ::mkdir(request.work_dir.c_str(), 0700) != 0)
+      return SystemError("mkdir " + dir, errno);
+    auto text = UnpackContext(tar, request.context_dir, dockerfile);
+    ::unlink(tar.c_str());
+    if (!text.ok()) return text.error();
+    request.dockerfile = std::move(*text);
+    auto image = RunBuild(manager, io, request, listener, *cancelled);
+    if (!image.ok()) return image.error();
+    return ImageToJson(*image);
+  };
+  co_await ServeTransfer(exchange, pool, build, stream, http::status::created, "image",
+                         [cancelled] { *cancelled = true; });
 }
 
 }  // namespace bulkhead::api

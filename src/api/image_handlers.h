@@ -8,6 +8,7 @@
 
 #include "core/sandbox_manager.h"
 #include "http/http_exchange.h"
+#include "http/request_target.h"
 
 namespace bulkhead::api {
 
@@ -22,5 +23,14 @@ boost::asio::awaitable<void> ServePush(HttpExchange& exchange, core::SandboxMana
 // {"status": "error", "error": {...}}, else the image comes back once stored (201).
 boost::asio::awaitable<void> ServePull(HttpExchange& exchange, core::SandboxManager& manager,
                                        boost::asio::thread_pool& pool, bool stream);
+
+// Answers POST /v1/images/build (service/image_build.h: the query's parameters, the body the
+// context as a tar, plain or compressed): the build runs on `pool` with the context spooled
+// and unpacked under upload_dir; with `stream` its steps and their output go out as NDJSON
+// lines ending as a pull's, else the image comes back once stored (201). A client that goes
+// away cancels the build between steps.
+boost::asio::awaitable<void> ServeBuild(HttpExchange& exchange, core::SandboxManager& manager,
+                                        boost::asio::thread_pool& pool, const std::string& upload_dir,
+                                        const QueryParams& query, bool stream);
 
 }  // namespace bulkhead::api

@@ -85,10 +85,8 @@ json ImageToJson(const core::ImageInfo& image) {
       {"created_at", image.created_at},
       {"size_bytes", image.size_bytes},
   };
-  if (image.source == "registry") {
-    out["digest"] = image.digest;
-    out["references"] = image.references;
-  }
+  if (image.source == "registry") out["digest"] = image.digest;
+  if (image.source == "registry" || image.source == "build") out["references"] = image.references;
   if (image.config) {
     const storage::ImageConfig& c = *image.config;
     out["config"] = {{"os", c.os},

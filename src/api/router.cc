@@ -35,6 +35,7 @@ constexpr std::array kRoutes = {
     RouteSpec{"GET", "/v1/images/{name}", RouteId::kGetImage},
     RouteSpec{"POST", "/v1/images/pull", RouteId::kPullImage},
     RouteSpec{"POST", "/v1/images/push", RouteId::kPushImage},
+    RouteSpec{"POST", "/v1/images/build", RouteId::kBuildImage},
     RouteSpec{"POST", "/v1/images/gc", RouteId::kCollectImageGarbage},
     RouteSpec{"PUT", "/v1/sandboxes/{id}/network", RouteId::kSetNetwork},
     RouteSpec{"GET", "/v1/sandboxes/{id}/egress", RouteId::kEgress},

@@ -32,6 +32,7 @@ enum class RouteId {
   kGetImage,
   kPullImage,
   kPushImage,
+  kBuildImage,
   kCollectImageGarbage,
   kCreateVolume,
   kListVolumes,

@@ -336,6 +336,29 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
   image_inspect->add_option("name", line.image_name, "Image name or registry reference")->required();
   Selects(image_inspect, line, Command::kImageInspect);
 
+  CLI::App* build = app.add_subcommand("build", "Build an image from a Dockerfile, each step in a sandbox");
+  build->add_option("context", line.build.context, "The build context: a directory")->required()->check(CLI::ExistingDirectory);
+  build->add_option("-t,--tag", line.build.tag, "Name the image gets");
+  build->add_option("-f,--file", line.build.dockerfile, "The Dockerfile, inside the context (default CONTEXT/Dockerfile)");
+  build->add_option("--build-arg", line.build.build_args, "NAME=value for an ARG (repeatable)");
+  build->add_option("--target", line.build.target, "The stage to build (default: the last)");
+  build->add_option("--runtime", line.build.runtime, "Isolation tier the steps run in (default: the daemon's)")
+      ->check(CLI::IsMember({"native", "gvisor", "microvm"}));
+  build->add_flag("--no-cache", line.build.no_cache, "Run every step, whatever is cached");
+  build->add_option("--pull", line.build.pull, "Base images from registries: missing (default), always, never")
+      ->check(CLI::IsMember({"missing", "always", "never"}));
+  build->add_option("--allow", line.build.allow,
+                    "A destination RUN steps may reach (repeatable: host, *.domain, IP[/prefix][:port]); none by default");
+  build->add_option("--network", line.build.network, "RUN steps' network: none, allowlist (with --allow) or open")
+      ->check(CLI::IsMember({"none", "allowlist", "open"}));
+  build->add_option("--cpus", line.build.cpus, "CPUs of each step's sandbox (default 2)")->check(CLI::PositiveNumber);
+  build->add_option("--memory-mb", line.build.memory_mb, "Memory of each step's sandbox in MiB (default 2048)")
+      ->check(CLI::PositiveNumber);
+  build->add_option("--disk-mb", line.build.disk_mb, "Disk of each step's sandbox in MiB (default 10240)")
+      ->check(CLI::PositiveNumber);
+  build->add_flag("--json", line.json, "Print the API's NDJSON progress events");
+  Selects(build, line, Command::kBuild);
+
   CLI::App* volume = app.add_subcommand("volume", "Manage named volumes (shared between sandboxes, outliving them)");
   volume->require_subcommand(1);
   CLI::App* volume_create = volume->add_subcommand("create", "Create a named volume");

@@ -30,6 +30,7 @@ enum class Command {
   kImagePull,
   kImageInspect,
   kImagePush,
+  kBuild,         // build
   kVersion,
   kCopy,         // cp
   kWatch,        // watch
@@ -52,6 +53,23 @@ enum class Command {
   kFork,            // fork
   kMcp,           // mcp
   kE2bEnv,        // e2b env
+};
+
+// `bulkhead build`'s flags (service/image_build.h ParseBuildQuery).
+struct BuildFlags {
+  std::string context;
+  std::string tag;
+  std::string dockerfile;  // "" = CONTEXT/Dockerfile
+  std::vector<std::string> build_args;
+  std::string target;
+  std::optional<std::string> runtime;
+  bool no_cache = false;
+  std::string pull;
+  std::vector<std::string> allow;
+  std::string network;
+  std::optional<double> cpus;
+  std::optional<int64_t> memory_mb;
+  std::optional<int64_t> disk_mb;
 };
 
 // Flags that shape a new sandbox (run, create). Unset = the daemon's default.
@@ -126,6 +144,7 @@ struct CommandLine {
   std::optional<std::string> state_filter;    // ls --state
   std::vector<std::string> metadata_filter;   // ls --metadata k=v
   std::string image_name;                // image import, pull, inspect, rm (a name or a reference)
+  BuildFlags build;
   std::string platform;                  // image pull --platform
   std::string image_target;              // image push: where to
   std::string image_path;                // image import

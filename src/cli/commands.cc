@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/file_commands.h"
+#include "cli/build_command.h"
 #include "cli/image_commands.h"
 #include "cli/network_commands.h"
 #include "cli/output_format.h"
@@ -353,6 +354,7 @@ int RunClientCommand(const CommandLine& line, const CommandIo& io) {
       case Command::kImagePull: return ImagePullCommand(session);
       case Command::kImageInspect: return ImageInspectCommand(session);
       case Command::kImagePush: return ImagePushCommand(session);
+      case Command::kBuild: return BuildCommand(session);
       case Command::kVersion: return VersionCommand(session);
       case Command::kCopy: return CopyCommand(session);
       case Command::kWatch: return WatchCommand(session);

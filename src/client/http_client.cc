@@ -267,13 +267,13 @@ Result<HttpResponse> HttpClient::SendForLines(HttpMethod method, const std::stri
 Result<HttpResponse> HttpClient::SendStreamingBody(HttpMethod method, const std::string& target,
                                                    const std::string& content_type,
                                                    std::optional<uint64_t> content_length,
-                                                   const BodyProducer& produce) const {
+                                                   const BodyProducer& produce, const LineHandler* on_line) const {
   try {
     Connection connection(address_, canceller_.get());
     BH_TRY(connection.Open());
     http::request<http::empty_body> request{ToVerb(method), target, 11};
     SetCommonHeaders(request, address_, api_key_);
-    request.set(http::field::accept, "application/json");
+    request.set(http::field::accept, on_line ? "application/x-ndjson" : "application/json");
     request.set(http::field::content_type, content_type);
     if (content_length) {
       request.content_length(*content_length);
@@ -311,7 +311,7 @@ Result<HttpResponse> HttpClient::SendStreamingBody(HttpMethod method, const std:
     }
     // The daemon may have refused the body early (401, 413...) and closed: its answer
     // explains more than our broken pipe does.
-    Result<HttpResponse> response = ReadResponse(connection, address_, nullptr);
+    Result<HttpResponse> response = ReadResponse(connection, address_, write_failed ? nullptr : on_line);
     if (!response.ok() && write_failed && !produced.ok()) return produced.error();
     return response;
   } catch (const std::exception& e) {

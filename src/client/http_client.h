@@ -86,11 +86,12 @@ class HttpClient {
                             const std::string& json_body = {}) const;
 
   // A request whose body is produced while it is sent: chunked, or with Content-Length
-  // when `content_length` is known. Memory stays bounded whatever the body's size.
+  // when `content_length` is known. Memory stays bounded whatever the body's size. With
+  // `on_line`, an NDJSON answer is handed over line by line (as SendForLines).
   Result<HttpResponse> SendStreamingBody(HttpMethod method, const std::string& target,
                                          const std::string& content_type,
                                          std::optional<uint64_t> content_length,
-                                         const BodyProducer& produce) const;
+                                         const BodyProducer& produce, const LineHandler* on_line = nullptr) const;
 
   // A JSON request answered with NDJSON (`Accept: application/x-ndjson`). A 2xx NDJSON
   // response is handed to `on_line` line by line as it arrives; any other response

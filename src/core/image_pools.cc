@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/manager_impl.h"
+#include "storage/fs_util.h"
 #include "storage/image_ref.h"
 
 namespace bulkhead::core {
@@ -85,6 +86,22 @@ Result<ImageInfo> SandboxManagerImpl::PullImage(const storage::PullRequest& requ
   auto pulled = puller_.Pull(request, listener);
   if (pulled.ok()) RetargetImagePools();  // a tag that moved moves its pool
   return pulled;
+}
+
+Result<ImageInfo> SandboxManagerImpl::StoreBuiltImage(const storage::BuiltImage& image, const std::string& tar_path,
+                                                      const std::string& name) {
+  if (!name.empty()) {
+    if (name == "host" || storage_->ImageExists(name))
+      return MakeError(ErrorCode::kConflict, "image " + name + " exists and was not built: choose another name",
+                       "image_exists");
+    if (!storage::IsSafeName(name))
+      return MakeError(ErrorCode::kInvalid, "invalid image name (letters, digits, . _ -): " + name);
+  }
+  auto stored = storage_->InstallBuiltImage(image, tar_path);
+  if (!stored.ok() || name.empty()) return stored;
+  auto named = storage_->NameImage(stored->name, name);
+  if (named.ok()) RetargetImagePools();
+  return named;
 }
 
 Result<ImageInfo> SandboxManagerImpl::ImportImage(const std::string& name, const std::string& tar_path) {

@@ -133,6 +133,8 @@ class SandboxManagerImpl : public SandboxManager {
   Result<storage::PushResult> PushImage(const storage::PushRequest& request,
                                         const storage::PullListener& listener) override;
   Result<std::optional<int64_t>> CollectImageGarbage() override;
+  Result<ImageInfo> StoreBuiltImage(const storage::BuiltImage& image, const std::string& tar_path,
+                                    const std::string& name) override;
   void StopImagePulls() override { puller_.CancelAll(); }
   Result<VolumeInfo> CreateVolume(const std::string& name, int64_t size_mb) override {
     return volumes_.Create(name, size_mb);

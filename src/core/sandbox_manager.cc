@@ -307,13 +307,17 @@ Result<ImageInfo> SandboxManagerImpl::FindImage(const std::string& name) {
 Status SandboxManagerImpl::DeleteImage(const std::string& name) {
   auto stored = storage_->ResolveImage(name, config_.registry.default_registry);
   if (!stored.ok()) return stored.error();
-  // A reference comes off its image; the image goes with its last one (as `docker rmi`).
+  // A reference (a registry's, or a build's name) comes off its image; the image goes with its
+  // last one (as `docker rmi`). A digest names the image itself.
   if (*stored != name) {
     auto image = storage_->GetImage(*stored);
     if (!image.ok()) return image.error();
+    const auto& refs = image->references;
     auto ref = storage::ParseImageRef(name, config_.registry.default_registry);
-    if (ref.ok() && ref->digest.empty() && image->references.size() > 1) {
-      auto left = storage_->UnnameImage(*stored, ref->ToString());
+    const bool as_given = std::find(refs.begin(), refs.end(), name) != refs.end();
+    const std::string reference = !as_given && ref.ok() && ref->digest.empty() ? ref->ToString() : name;
+    if (refs.size() > 1 && std::find(refs.begin(), refs.end(), reference) != refs.end()) {
+      auto left = storage_->UnnameImage(*stored, reference);
       if (!left.ok()) return left.error();
       RetargetImagePools();
       return {};

@@ -156,6 +156,10 @@ class SandboxManager {
   // registry (storage/image_pull.h). (blocking)
   virtual Result<storage::PushResult> PushImage(const storage::PushRequest& request,
                                                 const storage::PullListener& listener) = 0;
+  // Stores the result of a build (storage.h InstallBuiltImage) and gives it `name` (none if
+  // ""), taken from the build it named before. 409 if `name` is an imported image's. (blocking)
+  virtual Result<ImageInfo> StoreBuiltImage(const storage::BuiltImage& image, const std::string& tar_path,
+                                            const std::string& name) = 0;
   // Removes the blobs no image uses and abandoned partial downloads; answers the bytes freed,
   // or nothing while a pull is under way (its blobs belong to no image yet). (blocking)
   virtual Result<std::optional<int64_t>> CollectImageGarbage() = 0;

@@ -354,7 +354,7 @@ Result<SandboxInfo> SandboxManagerImpl::CreateFromSnapshot(SandboxSpec spec) {
     std::lock_guard lock(mu_);
     if (static_cast<int64_t>(sandboxes_.size()) >= config_.max_sandboxes)
       return MakeError(ErrorCode::kTooMany, "sandbox limit reached (" + std::to_string(config_.max_sandboxes) + ")");
-    if (auto key = PoolKeyFor(spec)) cold = WarmSnapshotLocked(*key);
+    if (auto key = PoolKeyFor(spec); key && spec.warm_snapshot) cold = WarmSnapshotLocked(*key);
   }
   for (const auto& sb : cold) (void)Teardown(*sb);
   if (auto pooled = TakePooled(spec); pooled && FitPooled(*pooled, spec)) return Admit(pooled);

@@ -66,6 +66,9 @@ struct SandboxSpec {
   // the front to a paused sandbox resumes it; without it that traffic answers 502, as E2B's
   // proxy does. (The bulkhead API resumes a paused sandbox for any call regardless.)
   bool e2b_auto_resume = false;
+  // Whether a create from a snapshot keeps that snapshot's pool warm (a build's step sandboxes,
+  // each from a snapshot used once, do not). Not stored.
+  bool warm_snapshot = true;
 };
 
 // The Volume object: a named directory with a size cap that sandboxes mount and outlive.

@@ -1,6 +1,6 @@
 // envd's EntryInfo (filesystem.proto, in proto3 JSON) made from a file worker's Entry
-// (ctl_protocol.h), and what it needs from the sandbox: its users and groups, read from the
-// sandbox's own /etc/passwd and /etc/group (the names a program there would see).
+// (ctl_protocol.h), with the owner and group names of the sandbox's accounts
+// (service/accounts.h).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -11,31 +11,14 @@
 #include <nlohmann/json.hpp>
 
 #include "common/result.h"
+#include "service/accounts.h"
 
 namespace bulkhead::e2b {
 
-struct Account {
-  std::string name;
-  uint32_t uid = 0;
-  uint32_t gid = 0;
-  std::string home;
-};
-
-struct Accounts {
-  std::vector<Account> users;             // /etc/passwd order; the first of a name or uid wins
-  std::map<uint32_t, std::string> groups;  // gid -> name (the first line of a gid wins)
-
-  const Account* FindName(std::string_view name) const;
-  const Account* FindUid(uint32_t uid) const;
-  // The owner and group names envd reports: the name, or the number when there is none.
-  std::string OwnerName(uint32_t uid) const;
-  std::string GroupName(uint32_t gid) const;
-};
-
-// Lines of /etc/passwd ("name:x:uid:gid:gecos:home:shell") and /etc/group ("name:x:gid:...");
-// malformed lines are skipped.
-std::vector<Account> ParsePasswd(std::string_view text);
-std::map<uint32_t, std::string> ParseGroup(std::string_view text);
+using api::Account;
+using api::Accounts;
+using api::ParseGroup;
+using api::ParsePasswd;
 
 // Go's os.FileMode.String() for an Entry's type ("file", "dir", "symlink", "other") and
 // mode bits (permissions with setuid, setgid and sticky): "-rw-r--r--", "drwxr-xr-x",

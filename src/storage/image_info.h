@@ -20,6 +20,7 @@ struct ImageInfo {
   std::string digest;
   std::vector<std::string> references;
   std::optional<ImageConfig> config;
+  bool host_base = false;  // a build FROM host: its sandboxes get the host image's directories
 };
 
 // What a pull stores besides the tree, and what garbage collection keeps its blobs by.

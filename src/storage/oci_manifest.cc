@@ -192,4 +192,16 @@ Platform HostPlatform() {
   return Platform{"linux", arch, ""};
 }
 
+nlohmann::json ImageConfigToJson(const ImageConfig& c) {
+  return {{"os", c.os},
+          {"architecture", c.architecture},
+          {"env", c.env},
+          {"working_dir", c.working_dir},
+          {"user", c.user},
+          {"entrypoint", c.entrypoint},
+          {"cmd", c.cmd},
+          {"exposed_ports", c.exposed_ports},
+          {"labels", c.labels}};
+}
+
 }  // namespace bulkhead::storage

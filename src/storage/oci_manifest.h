@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/result.h"
 
 namespace bulkhead::storage {
@@ -67,6 +69,9 @@ struct ImageConfig {
   std::map<std::string, std::string> labels;
   std::vector<std::string> diff_ids;  // the uncompressed layers' digests, bottom first
 };
+
+// The config as bulkhead stores it (an image's meta.json "config"; the API's).
+nlohmann::json ImageConfigToJson(const ImageConfig& config);
 
 // The largest manifest, index or config taken: a registry sending more is refused before
 // its body is read.

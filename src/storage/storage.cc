@@ -54,18 +54,6 @@ std::string MtimeRfc3339(const std::string& path) {
   return Rfc3339(st.st_mtime);
 }
 
-nlohmann::json ImageConfigToJson(const ImageConfig& c) {
-  return {{"os", c.os},
-          {"architecture", c.architecture},
-          {"env", c.env},
-          {"working_dir", c.working_dir},
-          {"user", c.user},
-          {"entrypoint", c.entrypoint},
-          {"cmd", c.cmd},
-          {"exposed_ports", c.exposed_ports},
-          {"labels", c.labels}};
-}
-
 // meta.json is the daemon's own file, but a field of the wrong type must not throw.
 template <typename T>
 T Field(const nlohmann::json& object, const char* key, T fallback) {
@@ -111,6 +99,7 @@ ImageInfo ImageInfoFromMeta(const nlohmann::json& json) {
   info.digest = Field<std::string>(json, "digest", "");
   info.references = Field<std::vector<std::string>>(json, "references", {});
   if (auto c = json.find("config"); c != json.end() && c->is_object()) info.config = ImageConfigFromJson(*c);
+  info.host_base = Field<bool>(json, "host_base", false);
   return info;
 }
 
@@ -262,6 +251,7 @@ Result<ImageInfo> Storage::InstallBuiltImage(const BuiltImage& image, const std:
       [&](ImageInfo& info) {
         info.source = "build";
         info.config = image.config;
+        info.host_base = image.host_base;
         return nlohmann::json{{"name", info.name},
                               {"source", info.source},
                               {"created_at", info.created_at},

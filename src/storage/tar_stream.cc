@@ -90,7 +90,8 @@ Status CopyFileData(archive* disk, archive* writer, const SinkContext& context, 
 }
 
 Status StreamTree(std::string root, const TarChunkSink& sink, const TarWarningHandler& on_warning,
-                  const std::function<void(archive_entry*)>& adjust) {
+                  const std::function<void(archive_entry*)>& adjust,
+                  const std::function<bool(const std::string&, bool)>& skip) {
   while (root.size() > 1 && root.back() == '/') root.pop_back();
   struct stat root_info{};
   if (::stat(root.c_str(), &root_info) != 0) return SystemError(root, errno);
@@ -136,9 +137,10 @@ Status StreamTree(std::string root, const TarChunkSink& sink, const TarWarningHa
       continue;
     }
     if (r == ARCHIVE_WARN) on_warning(ArchiveMessage(disk.get()));
+    std::string name = NameInArchive(root, archive_entry_pathname(entry.get()));
+    if (skip && name.size() > 2 && skip(name.substr(2), archive_entry_filetype(entry.get()) == AE_IFDIR)) continue;
     if (archive_read_disk_can_descend(disk.get())) archive_read_disk_descend(disk.get());
 
-    std::string name = NameInArchive(root, archive_entry_pathname(entry.get()));
     archive_entry_copy_pathname(entry.get(), name.c_str());
     if (adjust) adjust(entry.get());
     // Turns the second and later names of a file into hard links to the first.
@@ -171,9 +173,10 @@ Status StreamTree(std::string root, const TarChunkSink& sink, const TarWarningHa
 }  // namespace
 
 Status StreamDirectoryAsTar(const std::string& root, const TarChunkSink& sink, const TarWarningHandler& on_warning,
-                            const std::function<void(archive_entry*)>& adjust) {
+                            const std::function<void(archive_entry*)>& adjust,
+                            const std::function<bool(const std::string& path, bool is_dir)>& skip) {
   try {
-    return StreamTree(root, sink, on_warning, adjust);
+    return StreamTree(root, sink, on_warning, adjust, skip);
   } catch (const std::exception& e) {  // allocation
     return MakeError(ErrorCode::kInternal, std::string("tar stream failed: ") + e.what(), "tar_failed");
   }

@@ -21,8 +21,11 @@ using TarWarningHandler = std::function<void(const std::string& warning)>;
 // as numeric ids only; modes, times, symlinks (not followed), hard links, xattrs and
 // ACLs are kept; other filesystems mounted below `root` appear as empty directories.
 // `root` itself may be a symlink to a directory. Stops at the first sink error. `adjust`, if
-// given, sees each entry before it is written (owners moved, say).
+// given, sees each entry before it is written (owners moved, say). `skip`, if given, is asked
+// about each entry by its path relative to root ("a/b") and whether it is a directory: an
+// entry it answers true for is left out, a directory with all below it.
 Status StreamDirectoryAsTar(const std::string& root, const TarChunkSink& sink, const TarWarningHandler& on_warning,
-                            const std::function<void(archive_entry*)>& adjust = {});
+                            const std::function<void(archive_entry*)>& adjust = {},
+                            const std::function<bool(const std::string& path, bool is_dir)>& skip = {});
 
 }  // namespace bulkhead::storage

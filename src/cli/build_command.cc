@@ -1,0 +1,129 @@
+#include "cli/build_command.h"
+
+#include <climits>
+#include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "build/context_ignore.h"
+#include "client/api_client.h"
+#include "client/server_url.h"
+#include "storage/tar_stream.h"
+
+namespace bulkhead::cli {
+namespace {
+
+using nlohmann::json;
+
+std::string Text(const json& object, const char* field) {
+  auto it = object.find(field);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// The query of POST /v1/images/build for these flags; the Dockerfile's path in the context.
+Result<std::string> BuildTarget(const BuildFlags& flags, const std::string& context) {
+  std::string query = "/v1/images/build?";
+  auto add = [&](const std::string& key, const std::string& value) {
+    query += key + "=" + PercentEncode(value) + "&";
+  };
+  if (!flags.tag.empty()) add("tag", flags.tag);
+  std::string dockerfile = "Dockerfile";
+  if (!flags.dockerfile.empty()) {
+    char real_context[PATH_MAX];
+    char real_file[PATH_MAX];
+    if (::realpath(context.c_str(), real_context) == nullptr || ::realpath(flags.dockerfile.c_str(), real_file) == nullptr)
+      return MakeError(ErrorCode::kBadRequest, "no Dockerfile " + flags.dockerfile, "invalid_argument");
+    const std::string base = std::string(real_context) + "/";
+    if (std::string(real_file).rfind(base, 0) != 0)
+      return MakeError(ErrorCode::kBadRequest, "the Dockerfile must be inside the build context " + context,
+                       "invalid_argument");
+    dockerfile = std::string(real_file).substr(base.size());
+  }
+  add("dockerfile", dockerfile);
+  for (const std::string& arg : flags.build_args) add("build_arg", arg);
+  if (!flags.target.empty()) add("target", flags.target);
+  if (flags.runtime) add("runtime", *flags.runtime);
+  if (flags.no_cache) add("no_cache", "true");
+  if (!flags.pull.empty()) add("pull", flags.pull);
+  for (const std::string& entry : flags.allow) add("allow", entry);
+  if (!flags.network.empty()) add("network", flags.network);
+  if (flags.cpus) add("cpus", std::to_string(*flags.cpus));
+  if (flags.memory_mb) add("memory_mb", std::to_string(*flags.memory_mb));
+  if (flags.disk_mb) add("disk_mb", std::to_string(*flags.disk_mb));
+  query.pop_back();
+  return query;
+}
+
+// What .dockerignore leaves out of the tar sent (the daemon applies it again).
+Result<std::optional<build::ContextIgnore>> IgnoreRules(const std::string& context) {
+  std::ifstream in(context + "/.dockerignore");
+  if (!in) return std::optional<build::ContextIgnore>();
+  std::stringstream text;
+  text << in.rdbuf();
+  auto rules = build::ContextIgnore::Parse(text.str());
+  if (!rules.ok()) return rules.error();
+  return std::optional<build::ContextIgnore>(std::move(*rules));
+}
+
+}  // namespace
+
+int BuildCommand(Session& session) {
+  const BuildFlags& flags = session.line.build;
+  auto target = BuildTarget(flags, flags.context);
+  if (!target.ok()) return session.UsageError(target.error());
+  auto ignore = IgnoreRules(flags.context);
+  if (!ignore.ok()) return session.UsageError(ignore.error());
+  auto skip = [&](const std::string& path, bool is_dir) {
+    if (!*ignore || path == ".dockerignore") return false;
+    if (!(*ignore)->Ignored(path)) return false;
+    return !(is_dir && (*ignore)->MayTakeBelow(path));
+  };
+  auto warn = [&session](const std::string& warning) { session.Err("bulkhead: warning: " + warning + "\n"); };
+
+  std::optional<json> image;
+  std::optional<Error> failure;
+  const LineHandler on_line = [&](std::string_view text) -> Status {
+    if (session.line.json) session.Out(std::string(text) + "\n");
+    json event = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!event.is_object()) return {};
+    const std::string status = Text(event, "status");
+    if (status == "done" && event.contains("image")) {
+      image = event["image"];
+    } else if (status == "error") {
+      const json& error = event.value("error", json::object());
+      failure = MakeError(ErrorCode::kInvalid, Text(error, "message"), Text(error, "code"));
+    } else if (session.line.json) {
+      return {};
+    } else if (status == "stage") {
+      session.Err("[stage " + std::to_string(event.value("stage", 0)) + "] FROM " + Text(event, "base") +
+                  (Text(event, "name").empty() ? "" : " AS " + Text(event, "name")) + "\n");
+    } else if (status == "step") {
+      session.Err("Step " + std::to_string(event.value("step", 0)) + "/" + std::to_string(event.value("count", 0)) +
+                  " : " + Text(event, "instruction") + (event.value("cached", false) ? "  (cached)" : "") + "\n");
+    } else if (status == "output") {
+      session.Err(Text(event, "data"));
+    } else if (status == "warning") {
+      session.Err("warning: " + Text(event, "message") + "\n");
+    } else if (status == "exporting") {
+      session.Err(event.value("cached", false) ? "Image unchanged\n" : "Exporting the image\n");
+    } else if (status == "resolved") {
+      session.Err("Pulled " + Text(event, "image") + "\n");
+    }
+    return {};
+  };
+  auto response = session.api.http().SendStreamingBody(
+      HttpMethod::kPost, *target, "application/x-tar", std::nullopt,
+      [&](const BodyChunkSink& sink) { return storage::StreamDirectoryAsTar(flags.context, sink, warn, {}, skip); },
+      &on_line);
+  if (!response.ok()) return session.Fail(response.error());
+  if (!response->ok()) return session.Fail(ErrorFromResponse(*response));
+  if (failure) return session.Fail(*failure);
+  if (!image) return session.Fail(MakeError(ErrorCode::kBadGateway, "the build ended without an answer"));
+  if (!session.line.json) session.Out((flags.tag.empty() ? Text(*image, "name") : flags.tag) + "\n");
+  return 0;
+}
+
+}  // namespace bulkhead::cli

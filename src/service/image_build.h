@@ -1,0 +1,71 @@
+// Builds an image from a Dockerfile (build/dockerfile.h), the way `docker build` does, with
+// every step that touches files run in a bulkhead sandbox of the build's tier and network
+// policy: a build is as isolated as any sandbox.
+//
+// Each file step (RUN, COPY, ADD, WORKDIR) starts a sandbox from the state the step before left
+// (the base image, or the snapshot of that step), does its work there, and is snapshotted: the
+// snapshot, named "bulkhead-build:<key hex>", is the step's cache entry. A step's key covers
+// the key before it, the instruction as evaluated (command, environment, user, working dir)
+// and, for COPY and ADD, the content of what it copies; so a changed source invalidates that
+// step and every one after it. The result is the target stage's last state, archived from a
+// sandbox (what is mounted there left out) and stored as an image keyed by the whole build
+// (storage.h InstallBuiltImage), under the build's name: a build whose every step is cached
+// and whose image exists is only named again.
+#pragma once
+#include <atomic>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+#include <utility>  // before boost/asio (Boost 1.74 uses std::exchange unincluded)
+
+#include <boost/asio/any_io_executor.hpp>
+#include <nlohmann/json.hpp>
+
+#include "core/sandbox_manager.h"
+
+namespace bulkhead::api {
+
+struct BuildRequest {
+  std::string context_dir;  // the unpacked context (build_context.h UnpackContext)
+  std::string dockerfile;   // the Dockerfile's text
+  std::string tag;          // the name the image gets ("" = none: answered by its id)
+  std::map<std::string, std::string> build_args;
+  std::string target;       // a stage name; "" = the last stage
+  std::string runtime;      // "" = the daemon's default tier
+  core::NetworkPolicy network;  // what RUN steps reach: none unless asked
+  bool no_cache = false;
+  std::string pull = "missing";  // FROM images: missing | always | never
+  double cpus = 2.0;
+  int64_t memory_mb = 2048;
+  int64_t disk_mb = 10240;
+  std::string work_dir;  // a private scratch directory for the build's tars
+};
+
+// The build's progress, as NDJSON-ready objects ({"status": "step" | "output" | "warning" |
+// "exporting", ...}, and a pull's events for its base images); called from any thread.
+using BuildListener = std::function<void(const nlohmann::json& event)>;
+
+// Runs the build (blocking: on a thread of its own, never an io thread; `io` runs the
+// coroutines that talk to the sandboxes). 400 for a Dockerfile it refuses, 404 for a base
+// image it lacks (pull "never") or cannot pull, 422 build_failed naming the failing step with
+// the end of its output. `cancelled` is checked between steps.
+Result<core::ImageInfo> RunBuild(core::SandboxManager& manager, const boost::asio::any_io_executor& io,
+                                 const BuildRequest& request, const BuildListener& listener,
+                                 const std::atomic<bool>& cancelled);
+
+// POST /v1/images/build's query: tag, dockerfile (a path in the context; default
+// "Dockerfile"), target, runtime, pull, no_cache (true|false), build_arg=NAME=value and
+// allow=ENTRY (repeatable; allow entries make the network mode allowlist), network (none |
+// allowlist | open), cpus, memory_mb, disk_mb. Fills all but context_dir, dockerfile and
+// work_dir; answers the Dockerfile's path. 400 naming the parameter.
+Result<std::string> ParseBuildQuery(const std::vector<std::pair<std::string, std::string>>& query, BuildRequest& out);
+
+// The prefix of the snapshots that are a build's cache entries.
+inline constexpr char kBuildSnapshotPrefix[] = "bulkhead-build:";
+// How many cache entries are kept: after each build the oldest beyond it are deleted (one a
+// sandbox still uses stays).
+inline constexpr size_t kBuildCacheEntries = 256;
+void PruneBuildCache(core::SandboxManager& manager);
+
+}  // namespace bulkhead::api
