@@ -713,7 +713,8 @@ asio::awaitable<void> ControlPlane::TemplateAlias(const std::string& alias) {
     found = {{"templateID", alias}, {"public", false}};
   } else {
     for (const core::ImageInfo& image : context_.manager.ListImages()) {
-      if (image.name != alias) continue;
+      const bool named = std::find(image.references.begin(), image.references.end(), alias) != image.references.end();
+      if (image.name != alias && !named) continue;
       const bool host = image.source == "host";
       found = {{"templateID", host ? std::string(kBaseTemplate) : alias}, {"public", host}};
     }

@@ -42,6 +42,9 @@ class FakeManager : public core::SandboxManager {
   Result<core::ImageInfo> FindImage(const std::string& name) override;
   Result<core::ImageInfo> PullImage(const storage::PullRequest& request, const storage::PullListener& listener) override;
   Result<std::optional<int64_t>> CollectImageGarbage() override { return std::optional<int64_t>(0); }
+  Result<core::ImageInfo> StoreBuiltImage(const storage::BuiltImage&, const std::string&, const std::string&) override {
+    return MakeError(ErrorCode::kInternal, "the fuzzers' manager builds nothing");
+  }
   Result<storage::PushResult> PushImage(const storage::PushRequest& request, const storage::PullListener&) override {
     return MakeError(ErrorCode::kBadGateway, "no registry " + request.target.registry + " here", "registry_unreachable");
   }

@@ -289,3 +289,27 @@ def test_the_cli_builds_with_its_flags(daemon, tmp_path):
     r = subprocess.run([str(harness.BULKHEAD), "build", str(tmp_path / "ctx")],
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode != 0 and "exited with 7" in r.stderr
+
+
+def test_the_e2b_front_takes_a_built_image_as_a_template(daemon, client, request):
+    dockerfile = b"FROM host\nRUN echo 'from a build' > /opt/hello\n"
+    status, events = build(client, context_tar({"Dockerfile": dockerfile}), tag="e2b-built")
+    assert status == 200 and events[-1]["status"] == "done"
+    url = urllib.parse.urlsplit(daemon.e2b_url)
+
+    def e2b(method, path, body=None):
+        conn = harness.http.client.HTTPConnection(url.hostname, url.port, timeout=120)
+        conn.request(method, path, body=json.dumps(body) if body is not None else None,
+                     headers={"X-API-KEY": daemon.e2b_key, "Content-Type": "application/json"})
+        response = conn.getresponse()
+        answer = response.status, json.loads(response.read() or b"null")
+        conn.close()
+        return answer
+
+    status, alias = e2b("GET", "/templates/aliases/e2b-built")
+    assert status == 200 and alias["templateID"] == "e2b-built"
+    assert e2b("GET", "/templates/aliases/never-built")[0] == 404
+    status, created = e2b("POST", "/sandboxes", {"templateID": "e2b-built", "timeout": 60})
+    assert status == 201, created
+    request.addfinalizer(lambda: client.remove(created["sandboxID"]))
+    assert run(client, created["sandboxID"], "cat /opt/hello") == "from a build\n"
