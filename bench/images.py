@@ -9,13 +9,19 @@ uncompressed with --compression none). In the same run:
   2. `bulkhead image pull` through the API (NDJSON progress, timed per event): the download (first
      byte asked to last layer stored, digests checked on the fly) as MB/s, the unpack of the layers
      into the image's tree, and the whole call. Each run starts from an empty store (image rm + gc);
-  3. a create from the pulled image to its first exec output (cold: --warm-pool 0), beside the
-     same for the host image.
+  3. a create from the pulled image to its first exec output (cold: --warm-pool 0; pooled: a
+     second daemon with --warm-pool REF=2, each create waiting for a full pool), beside the same
+     for the host image;
+  4. `bulkhead build` of a Dockerfile FROM the pulled image (a COPY of a context file, a RUN
+     writing a file): cold (no step cached), with a warm cache (every step cached, the image
+     only named again), and with the COPY's source changed (that step and the RUN after it).
 
     python3 bench/images.py [--build build] [--runs 3] [--layers 3] [--layer-mib 64] [--compression gzip]
 """
 import argparse
 import http.client
+import io
+import tarfile
 import json
 import os
 import shutil
@@ -83,6 +89,41 @@ def timed_pull(api: BulkheadApi, ref: str) -> dict:
     return marks
 
 
+def build_s(port: int, api_key: str, context: bytes, **params) -> float:
+    """One POST /v1/images/build, timed to its answer; the build must succeed."""
+    query = urllib.parse.urlencode(params)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    started = time.perf_counter()
+    conn.request("POST", "/v1/images/build?" + query, body=context,
+                 headers={"Authorization": f"Bearer {api_key}", "Content-Type": "application/x-tar"})
+    response = conn.getresponse()
+    body = response.read()
+    elapsed = time.perf_counter() - started
+    conn.close()
+    if response.status != 201:
+        raise RuntimeError(f"build failed: {response.status} {body[:500]!r}")
+    return elapsed
+
+
+def build_context(ref: str, payload: bytes) -> bytes:
+    dockerfile = f"FROM {ref}\nCOPY payload /srv/payload\nRUN cat /srv/payload > /srv/copy\nCMD [\"/bin/cat\", \"/srv/copy\"]\n"
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for name, data in (("Dockerfile", dockerfile.encode()), ("payload", payload)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def wait_for_pool(api: BulkheadApi, size: int) -> None:
+    deadline = time.monotonic() + 120
+    while api.metric("bulkhead_warm_pool_ready") < size:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the warm pool did not fill")
+        time.sleep(0.02)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--build", default="build")
@@ -117,7 +158,7 @@ def main() -> int:
                     api.call("DELETE", "/v1/images/" + urllib.parse.quote(ref, safe=""), expect=204)
                 api.call("POST", "/v1/images/gc")
                 pulls.append(timed_pull(api, ref))
-            first_output = {"pulled": [], "host": []}
+            first_output = {"pulled": [], "host": [], "pooled": []}
             for _ in range(args.runs):
                 for name, image_name in (("pulled", ref), ("host", "host")):
                     started = time.perf_counter()
@@ -125,9 +166,32 @@ def main() -> int:
                     first, _ = api.exec_until_first_stdout(sandbox, ["/bin/sh", "-c", "echo ready"])
                     first_output[name].append(first - started)
                     api.delete_sandbox(sandbox)
+            builds = {"cold": [], "warm": [], "changed": []}
+            for run in range(args.runs):
+                context = build_context(ref, f"payload {run}\n".encode() * 4096)
+                builds["cold"].append(build_s(daemon.port, daemon.api_key, context, tag="bench-build"))
+                builds["warm"].append(build_s(daemon.port, daemon.api_key, context, tag="bench-build"))
+                changed = build_context(ref, f"payload {run} changed\n".encode() * 4096)
+                builds["changed"].append(build_s(daemon.port, daemon.api_key, changed, tag="bench-build"))
             api.close()
         finally:
             daemon.stop()
+
+        pooled_daemon = Daemon(ROOT / args.build, ("--warm-pool", "0", "--warm-pool", f"{ref}=2",
+                                                   "--insecure-registry", "127.0.0.1"))
+        pooled_daemon.start()
+        try:
+            api = BulkheadApi(pooled_daemon.port, pooled_daemon.api_key)
+            for _ in range(args.runs):
+                wait_for_pool(api, 2)
+                started = time.perf_counter()
+                sandbox = api.call("POST", "/v1/sandboxes", {"image": ref}, expect=201)["id"]
+                first, _ = api.exec_until_first_stdout(sandbox, ["/bin/sh", "-c", "echo ready"])
+                first_output["pooled"].append(first - started)
+                api.delete_sandbox(sandbox)
+            api.close()
+        finally:
+            pooled_daemon.stop()
 
     mb = total / 1e6
     download = [p["last_downloaded"] - p["first_resolved"] for p in pulls]
@@ -145,7 +209,11 @@ def main() -> int:
         ("bulkhead pull: unpack of the layers", median(unpack), ""),
         ("bulkhead pull: the whole call", median(whole), ""),
         ("create -> first output, pulled image (cold)", median(first_output["pulled"]), ""),
+        ("create -> first output, pulled image (pooled)", median(first_output["pooled"]), ""),
         ("create -> first output, host image (cold)", median(first_output["host"]), ""),
+        ("build: cold (2 file steps, export)", median(builds["cold"]), ""),
+        ("build: warm cache (every step cached)", median(builds["warm"]), ""),
+        ("build: COPY source changed (2 steps rerun)", median(builds["changed"]), ""),
     ]
     width = max(len(name) for name, _, _ in rows)
     for name, seconds, note in rows:

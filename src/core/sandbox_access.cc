@@ -23,7 +23,7 @@ std::shared_ptr<void> SandboxManagerImpl::BusyToken(const std::shared_ptr<Sandbo
 }
 
 std::shared_ptr<OutputBudget> SandboxManagerImpl::OutputBudgetLocked(Sandbox& sb) {
-  if (config_.output_rate_mib <= 0) return nullptr;
+  if (config_.output_rate_mib <= 0 || !sb.info.spec.output_capped) return nullptr;
   if (!sb.output_budget) {
     const int64_t rate = config_.output_rate_mib * 1024 * 1024;
     // A second's worth at once, and at least one default-sized exec answer (16 MiB).

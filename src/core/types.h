@@ -69,6 +69,9 @@ struct SandboxSpec {
   // Whether a create from a snapshot keeps that snapshot's pool warm (a build's step sandboxes,
   // each from a snapshot used once, do not). Not stored.
   bool warm_snapshot = true;
+  // Whether its output is read at the daemon's --output-rate (a build's step sandboxes are not:
+  // the daemon itself reads what they archive, to disk). Not stored.
+  bool output_capped = true;
 };
 
 // The Volume object: a named directory with a size cap that sandboxes mount and outlive.

@@ -299,6 +299,7 @@ class Builder {
     spec.workdir = "/";
     spec.metadata = {{"bulkhead.build", request_.tag.empty() ? "-" : request_.tag}};
     spec.warm_snapshot = false;
+    spec.output_capped = false;
     if (state.snapshot.empty()) {
       spec.image = state.image;
     } else {
