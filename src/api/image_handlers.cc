@@ -11,6 +11,7 @@
 
 #include "common/scope_guard.h"
 #include "common/unique_fd.h"
+#include "http/client_hangup_watch.h"
 #include "service/build_context.h"
 #include "service/image_build.h"
 #include "service/image_transfer.h"
@@ -30,7 +31,7 @@ using nlohmann::json;
 // A client gone from the stream (its write failed) is told to `on_gone`.
 asio::awaitable<void> ServeTransfer(HttpExchange& exchange, asio::thread_pool& pool, const Transfer& transfer,
                                     bool stream, http::status status, const char* done_key,
-                                    std::function<void()> on_gone = {}) {
+                                    const std::function<void()>* on_gone = nullptr) {
   if (!stream) {
     const LineWriter ignore = [](const std::string&) -> asio::awaitable<bool> { co_return false; };
     Result<json> answer = co_await RunTransfer(pool, transfer, ignore);
@@ -38,9 +39,9 @@ asio::awaitable<void> ServeTransfer(HttpExchange& exchange, asio::thread_pool& p
     co_return co_await exchange.SendJson(status, *answer);
   }
   if (!co_await exchange.BeginChunked(http::status::ok, "application/x-ndjson")) co_return;
-  const LineWriter write = [&exchange, &on_gone](const std::string& chunk) -> asio::awaitable<bool> {
+  const LineWriter write = [&exchange, on_gone](const std::string& chunk) -> asio::awaitable<bool> {
     const bool written = co_await exchange.WriteChunk(chunk);
-    if (!written && on_gone) on_gone();
+    if (!written && on_gone) (*on_gone)();
     co_return written;
   };
   Result<json> answer = co_await RunTransfer(pool, transfer, write);
@@ -82,12 +83,16 @@ asio::awaitable<void> ServePush(HttpExchange& exchange, core::SandboxManager& ma
 
 asio::awaitable<void> ServeBuild(HttpExchange& exchange, core::SandboxManager& manager, asio::thread_pool& pool,
                                  const std::string& upload_dir, const QueryParams& query, bool stream) {
+  // (Errors are made before they are sent: g++ 12 destroys temporaries in a co_await wrongly.)
   BuildRequest request;
   Result<std::string> dockerfile = ParseBuildQuery(query, request);
   if (!dockerfile.ok()) co_return co_await exchange.SendError(dockerfile.error());
   // The build's own directory (root's alone): the spooled context, its tree, the tars of steps.
   std::string dir = upload_dir + "/build-XXXXXX";
-  if (::mkdtemp(dir.data()) == nullptr) co_return co_await exchange.SendError(SystemError("mkdtemp " + dir, errno));
+  if (::mkdtemp(dir.data()) == nullptr) {
+    const Error failed = SystemError("mkdtemp " + dir, errno);
+    co_return co_await exchange.SendError(failed);
+  }
   auto removed = std::make_shared<bool>(false);
   ScopeGuard remove_dir([dir, removed] {
     if (!*removed) (void)storage::RemoveTree(dir);
@@ -95,12 +100,17 @@ asio::awaitable<void> ServeBuild(HttpExchange& exchange, core::SandboxManager& m
   const std::string tar = dir + "/context.tar";
   {
     UniqueFd fd(::open(tar.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-    if (!fd) co_return co_await exchange.SendError(SystemError("create " + tar, errno));
+    if (!fd) {
+      const Error failed = SystemError("create " + tar, errno);
+      co_return co_await exchange.SendError(failed);
+    }
     Result<uint64_t> received = co_await exchange.ReadBodyToFile(fd.get(), kMaxImageUpload);
     if (!received.ok()) co_return co_await exchange.SendError(received.error());
-    if (*received == 0)
-      co_return co_await exchange.SendError(
-          MakeError(ErrorCode::kBadRequest, "the body must be the build context: a tar archive, optionally compressed"));
+    if (*received == 0) {
+      const Error empty =
+          MakeError(ErrorCode::kBadRequest, "the body must be the build context: a tar archive, optionally compressed");
+      co_return co_await exchange.SendError(empty);
+    }
   }
   request.context_dir = dir + "/context";
   request.work_dir = dir + "/work";
@@ -120,8 +130,10 @@ asio::awaitable<void> ServeBuild(HttpExchange& exchange, core::SandboxManager& m
     if (!image.ok()) return image.error();
     return ImageToJson(*image);
   };
-  co_await ServeTransfer(exchange, pool, build, stream, http::status::created, "image",
-                         [cancelled] { *cancelled = true; });
+  // A client that hangs up cancels the build, even while a step prints nothing.
+  const std::function<void()> cancel = [cancelled] { *cancelled = true; };
+  ClientHangupWatch watch(exchange.stream().socket(), cancel);
+  co_await ServeTransfer(exchange, pool, build, stream, http::status::created, "image", &cancel);
 }
 
 }  // namespace bulkhead::api

@@ -31,8 +31,9 @@ Status SandboxManagerImpl::Recover() {
       continue;
     }
     const std::optional<State> state = ParseState(row.state);
-    if (!state || *state == State::kStarting || *state == State::kPooled || *state == State::kDeleting) {
-      spdlog::info("recover: removing unfinished sandbox {} ({})", row.id, row.state);
+    const bool of_a_build = spec->metadata.contains(kBuildSandboxMetadata);
+    if (!state || *state == State::kStarting || *state == State::kPooled || *state == State::kDeleting || of_a_build) {
+      spdlog::info("recover: removing unfinished sandbox {} ({}{})", row.id, row.state, of_a_build ? ", a build's" : "");
       (void)Teardown(row.id, **tier, row.uid_base, handle);
       continue;
     }

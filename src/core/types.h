@@ -74,6 +74,10 @@ struct SandboxSpec {
   bool output_capped = true;
 };
 
+// The metadata key of a build's step sandboxes (service/image_build.h): a daemon that starts
+// again removes those it finds, their build gone with the daemon before.
+inline constexpr char kBuildSandboxMetadata[] = "bulkhead.build";
+
 // The Volume object: a named directory with a size cap that sandboxes mount and outlive.
 struct VolumeInfo {
   std::string name;

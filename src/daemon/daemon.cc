@@ -31,11 +31,13 @@ Status EnsureUploadDir(const std::string& path) {
   return {};
 }
 
-// Uploads interrupted by a crash leave spool files behind; nothing else uses them.
+// Uploads and builds interrupted by a crash leave spool files and build directories behind;
+// nothing else uses them. (remove_all follows no symlink a build context held.)
 void RemoveStaleUploads(const std::string& upload_dir) {
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(upload_dir, ec)) {
-    if (entry.path().filename().string().starts_with("upload-")) std::filesystem::remove(entry.path(), ec);
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with("upload-") || name.starts_with("build-")) std::filesystem::remove_all(entry.path(), ec);
   }
 }
 

@@ -3,7 +3,10 @@
 #include <archive.h>
 #include <unistd.h>
 
+#include <condition_variable>
+#include <mutex>
 #include <set>
+#include <thread>
 
 #include "build/dockerfile.h"
 #include "common/digest.h"
@@ -252,7 +255,7 @@ class Builder {
 
     auto sandbox = StartSandbox(state, step.kind == build::Step::Kind::kRun);
     if (!sandbox.ok()) return sandbox.error();
-    ScopeGuard remove([&] { (void)manager_.Delete(sandbox->id()); });
+    ScopeGuard remove([&] { Remove(sandbox->id()); });
     switch (step.kind) {
       case build::Step::Kind::kRun: BH_TRY(Run(*sandbox, step, cwd, user)); break;
       case build::Step::Kind::kWorkdir: {
@@ -297,7 +300,7 @@ class Builder {
     spec.disk_mb = request_.disk_mb;
     spec.timeout_s = 0;
     spec.workdir = "/";
-    spec.metadata = {{"bulkhead.build", request_.tag.empty() ? "-" : request_.tag}};
+    spec.metadata = {{core::kBuildSandboxMetadata, request_.tag.empty() ? "-" : request_.tag}};
     spec.warm_snapshot = false;
     spec.output_capped = false;
     if (state.snapshot.empty()) {
@@ -309,8 +312,29 @@ class Builder {
     if (with_network) spec.network = request_.network;
     auto created = manager_.Create(spec);
     if (!created.ok()) return created.error();
+    std::lock_guard lock(live_mu_);
+    live_.insert(created->id);
     return BuildSandbox(manager_, io_, created->id);
   }
+
+  void Remove(const std::string& id) {
+    (void)manager_.Delete(id);
+    std::lock_guard lock(live_mu_);
+    live_.erase(id);
+  }
+
+ public:
+  // Cancels the build from another thread: its step sandboxes go, so a running step ends now.
+  void RemoveLiveSandboxes() {
+    std::set<std::string> live;
+    {
+      std::lock_guard lock(live_mu_);
+      live.swap(live_);
+    }
+    for (const std::string& id : live) (void)manager_.Delete(id);
+  }
+
+ private:
 
   Status Run(BuildSandbox& sandbox, const build::Step& step, const std::string& cwd, const std::string& user) {
     core::ExecRequest exec;
@@ -354,7 +378,7 @@ class Builder {
   Result<std::vector<CopyPart>> FetchFrom(const State& from, const build::Step& step) {
     auto sandbox = StartSandbox(from, false);
     if (!sandbox.ok()) return sandbox.error();
-    ScopeGuard remove([&] { (void)manager_.Delete(sandbox->id()); });
+    ScopeGuard remove([&] { Remove(sandbox->id()); });
     std::vector<CopyPart> parts;
     const bool several = step.sources.size() > 1;
     for (const std::string& source : step.sources) {
@@ -388,11 +412,11 @@ class Builder {
     listener_({{"status", "exporting"}, {"cached", false}});
     auto sandbox = StartSandbox(state, false);
     if (!sandbox.ok()) return sandbox.error();
-    ScopeGuard remove([&] { (void)manager_.Delete(sandbox->id()); });
+    ScopeGuard remove([&] { Remove(sandbox->id()); });
     const std::string tar = request_.work_dir + "/rootfs.tar";
     BH_TRY(sandbox->Archive("/", /*one_file_system=*/true, tar));
     remove.Dismiss();
-    (void)manager_.Delete(sandbox->id());
+    Remove(sandbox->id());
     auto stored = manager_.StoreBuiltImage(image, tar, request_.tag);
     ::unlink(tar.c_str());
     return stored;
@@ -405,6 +429,8 @@ class Builder {
   const std::atomic<bool>& cancelled_;
   std::map<std::string, State> bases_;  // FROM and COPY --from images, by name as written
   int counter_ = 0;
+  std::mutex live_mu_;
+  std::set<std::string> live_;  // the step sandboxes that exist now
 };
 
 }  // namespace
@@ -413,8 +439,24 @@ Result<core::ImageInfo> RunBuild(core::SandboxManager& manager, const boost::asi
                                  const BuildRequest& request, const BuildListener& listener,
                                  const std::atomic<bool>& cancelled) {
   Builder builder(manager, io, request, listener, cancelled);
+  // A client gone mid-step: the step's sandbox goes at once, not when the step ends.
+  std::mutex mu;
+  std::condition_variable wake;
+  bool done = false;
+  std::thread watcher([&] {
+    std::unique_lock lock(mu);
+    while (!done && !cancelled) wake.wait_for(lock, std::chrono::milliseconds(200));
+    if (!done) builder.RemoveLiveSandboxes();
+  });
   auto built = builder.Run();
+  {
+    std::lock_guard lock(mu);
+    done = true;
+  }
+  wake.notify_all();
+  watcher.join();
   PruneBuildCache(manager);
+  if (cancelled && !built.ok()) return MakeError(ErrorCode::kUnavailable, "the build was cancelled", "build_cancelled");
   return built;
 }
 

@@ -6,6 +6,7 @@ registry the test starts on loopback (oci_registry.py) and from other stages."""
 import io
 import json
 import os
+import signal
 import subprocess
 import tarfile
 import time
@@ -313,3 +314,48 @@ def test_the_e2b_front_takes_a_built_image_as_a_template(daemon, client, request
     assert status == 201, created
     request.addfinalizer(lambda: client.remove(created["sandboxID"]))
     assert run(client, created["sandboxID"], "cat /opt/hello") == "from a build\n"
+
+
+def build_sandboxes(client) -> list:
+    return [s["id"] for s in client.get("/v1/sandboxes").json()["sandboxes"]
+            if "bulkhead.build" in (s.get("metadata") or {})]
+
+
+def test_a_client_gone_mid_step_cancels_the_build_at_once(daemon, client):
+    dockerfile = b"FROM host\nRUN echo started; sleep 300\n"
+    conn = harness.http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=60)
+    conn.request("POST", "/v1/images/build?tag=cancelled", body=context_tar({"Dockerfile": dockerfile}),
+                 headers={"Authorization": f"Bearer {daemon.key}", "Accept": "application/x-ndjson",
+                          "Content-Type": "application/x-tar"})
+    response = conn.getresponse()
+    while True:
+        event = json.loads(response.readline())
+        if event["status"] == "output" and "started" in event["data"]:
+            break
+    assert build_sandboxes(client), "the step runs in a sandbox of the build's"
+    conn.close()
+    assert harness.wait_until(lambda: not build_sandboxes(client), timeout=20), build_sandboxes(client)
+    assert harness.wait_until(lambda: not list((daemon.state_dir / "tmp").glob("build-*")), timeout=20)
+    assert client.get("/v1/images/cancelled").status == 404
+
+
+def test_a_daemon_killed_mid_build_leaves_nothing_of_it_after_its_restart(daemon_factory):
+    d = daemon_factory()
+    d.start()
+    c = d.client()
+    conn = harness.http.client.HTTPConnection("127.0.0.1", d.port, timeout=60)
+    conn.request("POST", "/v1/images/build?tag=killed",
+                 body=context_tar({"Dockerfile": b"FROM host\nRUN echo started; sleep 300\n"}),
+                 headers={"Authorization": f"Bearer {d.key}", "Accept": "application/x-ndjson",
+                          "Content-Type": "application/x-tar"})
+    response = conn.getresponse()
+    while "started" not in json.loads(response.readline()).get("data", ""):
+        pass
+    assert build_sandboxes(c) and list((d.state_dir / "tmp").glob("build-*"))
+    d.stop(signal.SIGKILL)
+    conn.close()
+    d.start()
+    c = d.client()
+    assert build_sandboxes(c) == [], "a build's step sandbox does not outlive its build"
+    assert list((d.state_dir / "tmp").glob("build-*")) == []
+    assert c.get("/v1/images/killed").status == 404
