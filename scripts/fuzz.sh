@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 
 seconds=${1:-30}
 [ $# -gt 0 ] && shift
-all_targets=(http_server json_requests mcp_session file_ops tar_extract allow_rules dns_message tls_sni)
+all_targets=(http_server json_requests mcp_session file_ops tar_extract allow_rules dns_message tls_sni dockerfile)
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=("${all_targets[@]}")
 build=${FUZZ_BUILD_DIR:-build-fuzz}

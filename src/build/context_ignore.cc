@@ -1,5 +1,7 @@
 #include "build/context_ignore.h"
 
+#include <vector>
+
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -143,14 +145,30 @@ bool WellFormed(std::string_view pattern) {
 
 // Whether `pattern`'s parts match all of `path`'s. "**" is any number of names, none too, but
 // at the end at least one: "a/**" leaves out what is in a, not a itself (as Docker).
+// Matched from the ends, a table of which pattern suffix matches which path suffix: time
+// P x N however many "**" the pattern has (trying each split of each "**" in turn took
+// exponential time on a hostile .dockerignore).
 bool MatchParts(std::span<const std::string> pattern, std::span<const std::string_view> path) {
-  if (pattern.empty()) return path.empty();
-  if (pattern[0] == "**") {
-    for (size_t skip = pattern.size() == 1 ? 1 : 0; skip <= path.size(); skip++)
-      if (MatchParts(pattern.subspan(1), path.subspan(skip))) return true;
-    return false;
+  const size_t p_count = pattern.size(), n_count = path.size();
+  // next[j]: pattern[i + 1..] matches path[j..]; row[j]: pattern[i..] matches path[j..].
+  std::vector<char> next(n_count + 1, 0), row(n_count + 1, 0);
+  next[n_count] = 1;  // the empty pattern matches the empty path only
+  for (size_t i = p_count; i-- > 0;) {
+    if (pattern[i] == "**") {
+      const bool last = i + 1 == p_count;  // at the end it takes at least one name
+      bool any = false;                    // next[k] for some k >= j (+1 when last)
+      for (size_t j = n_count + 1; j-- > 0;) {
+        if (!last) any = any || next[j];
+        row[j] = any;
+        if (last) any = any || next[j];
+      }
+    } else {
+      row[n_count] = 0;
+      for (size_t j = 0; j < n_count; j++) row[j] = next[j + 1] && MatchComponent(pattern[i], path[j]);
+    }
+    next.swap(row);
   }
-  return !path.empty() && MatchComponent(pattern[0], path[0]) && MatchParts(pattern.subspan(1), path.subspan(1));
+  return next[0];
 }
 
 // A pattern that matches a directory matches everything below it.

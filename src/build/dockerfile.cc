@@ -15,6 +15,17 @@ using Argv = std::vector<std::string>;
 
 constexpr size_t kMaxDockerfileBytes = 1 << 20;
 constexpr unsigned kMaxPortRange = 1000;  // ports one EXPOSE range may name
+constexpr size_t kMaxExposedPorts = 1000;  // ports one image exposes
+constexpr size_t kMaxPlanBytes = 64 << 20;  // the configs all steps keep, together
+
+// What a step's copy of the config holds, roughly: its strings' bytes.
+size_t ConfigBytes(const storage::ImageConfig& config, const std::vector<std::string>& shell) {
+  size_t bytes = config.working_dir.size() + config.user.size() + config.os.size() + config.architecture.size();
+  for (const auto* list : {&config.env, &config.entrypoint, &config.cmd, &config.exposed_ports, &config.diff_ids, &shell})
+    for (const std::string& item : *list) bytes += item.size() + sizeof(std::string);
+  for (const auto& [key, value] : config.labels) bytes += key.size() + value.size() + 2 * sizeof(std::string);
+  return bytes;
+}
 
 const std::set<std::string, std::less<>> kSupported = {
     "FROM", "RUN", "COPY", "ADD", "ENV", "ARG", "WORKDIR", "USER", "LABEL", "EXPOSE", "CMD", "ENTRYPOINT", "SHELL",
@@ -209,6 +220,16 @@ class WordLexer {
 
   // After "${": NAME} or NAME followed by :-, -, :+ or + and a word (itself expanded) up to '}'.
   Result<std::string> Braced() {
+    // Each "${NAME:-word}" inside a word recurses: a depth no real Dockerfile nears, so a
+    // hostile one cannot run the daemon's stack out.
+    if (depth_ == kMaxNesting) return Malformed("substitutions nested more than " + std::to_string(kMaxNesting) + " deep");
+    depth_++;
+    auto braced = BracedInner();
+    depth_--;
+    return braced;
+  }
+
+  Result<std::string> BracedInner() {
     if (pos_ == text_.size()) return Malformed("missing '}'");
     const std::string name = Name();
     if (name.empty()) return Malformed("bad substitution: \"${\" is not followed by a variable name");
@@ -234,11 +255,13 @@ class WordLexer {
 
   Error Malformed(const std::string& why) const { return Invalid("\"" + std::string(text_) + "\": " + why); }
 
+  static constexpr int kMaxNesting = 32;
   std::string_view text_;
   char escape_;
   const Lookup& lookup_;
   bool keep_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 // The word's value: variables expanded, quotes and escapes taken off.
@@ -636,6 +659,12 @@ class Evaluator {
       BH_TRY(EvaluateStep(in, static_cast<int>(index), state, step));
       step.config = state.stage.config;
       step.shell = state.shell;
+      // Each step keeps the config as it is then: a hostile file that grows it on every line
+      // (ENV, EXPOSE, LABEL) would take memory in the square of its length.
+      plan_bytes_ += ConfigBytes(step.config, step.shell);
+      if (plan_bytes_ > kMaxPlanBytes)
+        return LineError(in, "the image config grows too large over the steps (past " +
+                                 std::to_string(kMaxPlanBytes >> 20) + " MiB in all)");
       state.stage.steps.push_back(std::move(step));
     }
     final_shells_.push_back(state.shell);
@@ -744,8 +773,11 @@ class Evaluator {
           return LineError(in, "EXPOSE \"" + *spec + "\" is no port (N, N/tcp, N/udp, N/sctp) or range of at most " +
                                    std::to_string(kMaxPortRange) + " ports (N-M)");
         for (std::string& port : *ports) {
-          if (std::find(config.exposed_ports.begin(), config.exposed_ports.end(), port) == config.exposed_ports.end())
-            config.exposed_ports.push_back(std::move(port));
+          if (std::find(config.exposed_ports.begin(), config.exposed_ports.end(), port) != config.exposed_ports.end())
+            continue;
+          if (config.exposed_ports.size() == kMaxExposedPorts)
+            return LineError(in, "EXPOSE: an image exposes at most " + std::to_string(kMaxExposedPorts) + " ports");
+          config.exposed_ports.push_back(std::move(port));
         }
       }
       return {};
@@ -856,6 +888,7 @@ class Evaluator {
   std::vector<std::string> stage_names_;  // every stage of the file, lower case ("" = unnamed)
   std::vector<Arg> global_args_;          // the ARGs before the first FROM
   std::vector<Argv> final_shells_;        // each evaluated stage's SHELL at its end
+  size_t plan_bytes_ = 0;                 // ConfigBytes of every step so far
   std::map<std::string, storage::ImageConfig> base_configs_;  // base_config's answers by image
 };
 

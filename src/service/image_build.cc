@@ -23,6 +23,7 @@ using nlohmann::json;
 using Owner = std::optional<std::pair<uint32_t, uint32_t>>;
 
 constexpr size_t kOutputTail = 8 * 1024;  // of a failing step's output, in its error
+constexpr size_t kMaxFileSteps = 500;      // each a sandbox and a snapshot
 constexpr char kDefaultPath[] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 // A cache key: the hex SHA-256 of its parts, each length-prefixed (no two lists collide).
@@ -93,6 +94,13 @@ class Builder {
     auto plan = build::EvaluateDockerfile(*file, request_.build_args, request_.target,
                                           [this](const std::string& image) { return BaseConfig(image); });
     if (!plan.ok()) return plan.error();
+    size_t file_steps = 0;
+    for (const build::Stage& stage : plan->stages)
+      for (const build::Step& step : stage.steps) file_steps += step.kind != build::Step::Kind::kConfig;
+    if (file_steps > kMaxFileSteps)
+      return MakeError(ErrorCode::kBadRequest, "a build runs at most " + std::to_string(kMaxFileSteps) +
+                                                   " RUN, COPY, ADD and WORKDIR steps; this one has " +
+                                                   std::to_string(file_steps), "dockerfile_invalid");
     for (const std::string& unused : plan->unused_build_args)
       listener_({{"status", "warning"}, {"message", "build arg " + unused + " was given but no ARG declares it"}});
 

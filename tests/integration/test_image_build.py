@@ -244,6 +244,7 @@ def test_bad_builds_are_clear_4xx_and_hostile_contexts_stay_inside(client, daemo
     expect(400, "leaves the build context", context_tar({"Dockerfile": b"FROM host\nCOPY ../../etc/passwd /x\n"}))
     expect(400, "has \\\"..\\\"", context_tar({"Dockerfile": b"FROM host\n", "../escape": b"x"}))
     expect(409, "image_exists", ok, tag="host")
+    expect(400, "at most 500", context_tar({"Dockerfile": b"FROM host\n" + b"WORKDIR /a\n" * 501}))
 
     # A symlink in the context resolves inside it: "/etc/shadow" there is the context's own
     # etc/shadow (absent here), never the host's; a link copied within a tree stays a link.

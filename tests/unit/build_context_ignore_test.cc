@@ -166,5 +166,18 @@ TEST(ContextIgnoreTest, MayTakeBelowADirectoryThatIsNotIgnored) {
   EXPECT_TRUE(ignore.MayTakeBelow("keep.o"));
 }
 
+// Found by the fuzzer: many "**" against a deep path took exponential time.
+TEST(ContextIgnoreTest, ManyGlobstarsMatchInPolynomialTime) {
+  std::string line;
+  for (int i = 0; i < 12; i++) line += "**/";
+  auto rules = ContextIgnore::Parse(line + "x\n");
+  ASSERT_TRUE(rules.ok());
+  std::string deep;
+  for (int i = 0; i < 25; i++) deep += "d/";
+  EXPECT_FALSE(rules->Ignored(deep + "y"));
+  EXPECT_TRUE(rules->Ignored(deep + "x"));
+  EXPECT_TRUE(rules->Ignored(deep + "x/below"));
+}
+
 }  // namespace
 }  // namespace bulkhead::build

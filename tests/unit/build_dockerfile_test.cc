@@ -593,3 +593,32 @@ TEST(DockerfileEvaluateTest, AnExpansionErrorNamesTheLine) {
 
 }  // namespace
 }  // namespace bulkhead::build
+
+namespace bulkhead::build {
+namespace {
+
+// What the fuzzer found (tests/fuzz/dockerfile.cc): each is refused quickly and in bounded
+// memory, never a crash.
+TEST(DockerfileHostileTest, DeeplyNestedSubstitutionsAreRefusedNotRecursedInto) {
+  std::string word = "x";
+  for (int i = 0; i < 10000; i++) word = "${A:-" + word + "}";
+  auto expanded = Expand(word);
+  ASSERT_FALSE(expanded.ok());
+  EXPECT_NE(expanded.error().message.find("nested more than 32 deep"), std::string::npos);
+  std::string fine = "x";
+  for (int i = 0; i < 30; i++) fine = "${NOPE:-" + fine + "}";
+  EXPECT_EQ(Expanded(fine), "x");
+  EXPECT_NE(EvaluateError("FROM img\nENV A=" + word + "\n").find("line 2"), std::string::npos);
+}
+
+TEST(DockerfileHostileTest, AConfigGrowingOnEveryLineIsRefusedAtABound) {
+  std::string text = "FROM img\n";
+  for (int i = 0; i < 60; i++) text += "EXPOSE " + std::to_string(1000 + i * 1000) + "-" + std::to_string(1998 + i * 1000) + "\n";
+  EXPECT_NE(EvaluateError(text).find("at most 1000 ports"), std::string::npos);
+  std::string env = "FROM img\nENV BIG=" + std::string(500 * 1024, 'v') + "\n";
+  for (int i = 0; i < 1500; i++) env += "USER a\n";
+  EXPECT_NE(EvaluateError(env).find("grows too large"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace bulkhead::build
