@@ -11,6 +11,7 @@
 #include "api/exec_handler.h"
 #include "api/file_handler.h"
 #include "api/image_handlers.h"
+#include "service/image_build.h"
 #include "service/image_transfer.h"
 #include "api/json_output.h"
 #include "common/scope_guard.h"
@@ -71,6 +72,12 @@ asio::awaitable<void> ApiHandlers::Handle(HttpExchange& exchange, const RouteMat
     case RouteId::kBuildImage:
       co_return co_await ServeBuild(exchange, context_.manager, context_.pull_pool, context_.upload_dir, query,
                                     WantsNdjson(FromBeast(exchange.request()[http::field::accept])));
+    case RouteId::kPruneBuildCache: {
+      core::SandboxManager& manager = context_.manager;
+      const size_t deleted = co_await RunBlocking(context_.blocking_pool, [&] { return PruneBuildCache(manager, 0); });
+      const json body = {{"deleted", deleted}};
+      co_return co_await exchange.SendJson(http::status::ok, body);
+    }
     case RouteId::kCollectImageGarbage: co_return co_await CollectImageGarbage(exchange);
     case RouteId::kCreateVolume: co_return co_await CreateVolume(exchange);
     case RouteId::kListVolumes: co_return co_await ListVolumes(exchange);

@@ -36,6 +36,7 @@ constexpr std::array kRoutes = {
     RouteSpec{"POST", "/v1/images/pull", RouteId::kPullImage},
     RouteSpec{"POST", "/v1/images/push", RouteId::kPushImage},
     RouteSpec{"POST", "/v1/images/build", RouteId::kBuildImage},
+    RouteSpec{"DELETE", "/v1/images/build/cache", RouteId::kPruneBuildCache},
     RouteSpec{"POST", "/v1/images/gc", RouteId::kCollectImageGarbage},
     RouteSpec{"PUT", "/v1/sandboxes/{id}/network", RouteId::kSetNetwork},
     RouteSpec{"GET", "/v1/sandboxes/{id}/egress", RouteId::kEgress},

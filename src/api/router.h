@@ -33,6 +33,7 @@ enum class RouteId {
   kPullImage,
   kPushImage,
   kBuildImage,
+  kPruneBuildCache,
   kCollectImageGarbage,
   kCreateVolume,
   kListVolumes,

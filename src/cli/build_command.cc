@@ -126,4 +126,13 @@ int BuildCommand(Session& session) {
   return 0;
 }
 
+int PruneBuildCacheCommand(Session& session) {
+  auto response = session.api.http().Send(HttpMethod::kDelete, "/v1/images/build/cache");
+  if (!response.ok()) return session.Fail(response.error());
+  if (!response->ok()) return session.Fail(ErrorFromResponse(*response));
+  const json body = json::parse(response->body, nullptr, /*allow_exceptions=*/false);
+  session.Out("deleted " + std::to_string(body.is_object() ? body.value("deleted", 0) : 0) + " build cache entries\n");
+  return 0;
+}
+
 }  // namespace bulkhead::cli

@@ -10,5 +10,7 @@ namespace bulkhead::cli {
 // run) with its output on stderr; the image's name (or id, untagged) is printed on stdout.
 // --json prints the API's NDJSON events instead.
 int BuildCommand(Session& session);
+// `bulkhead image prune-cache`: the build cache's entries deleted; prints how many.
+int PruneBuildCacheCommand(Session& session);
 
 }  // namespace bulkhead::cli

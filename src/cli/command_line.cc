@@ -332,6 +332,8 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
   image_push->add_option("target", line.image_target, "REGISTRY/REPOSITORY[:TAG]")->required();
   image_push->add_flag("--json", line.json, "Print the API's NDJSON progress events");
   Selects(image_push, line, Command::kImagePush);
+  CLI::App* image_prune = image->add_subcommand("prune-cache", "Empty the build cache (built images stay)");
+  Selects(image_prune, line, Command::kImagePruneCache);
   CLI::App* image_inspect = image->add_subcommand("inspect", "Show an image: digest, references, config, ports");
   image_inspect->add_option("name", line.image_name, "Image name or registry reference")->required();
   Selects(image_inspect, line, Command::kImageInspect);

@@ -31,6 +31,7 @@ enum class Command {
   kImageInspect,
   kImagePush,
   kBuild,         // build
+  kImagePruneCache,  // image prune-cache
   kVersion,
   kCopy,         // cp
   kWatch,        // watch

@@ -355,6 +355,7 @@ int RunClientCommand(const CommandLine& line, const CommandIo& io) {
       case Command::kImageInspect: return ImageInspectCommand(session);
       case Command::kImagePush: return ImagePushCommand(session);
       case Command::kBuild: return BuildCommand(session);
+      case Command::kImagePruneCache: return PruneBuildCacheCommand(session);
       case Command::kVersion: return VersionCommand(session);
       case Command::kCopy: return CopyCommand(session);
       case Command::kWatch: return WatchCommand(session);

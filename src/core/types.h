@@ -77,6 +77,8 @@ struct SandboxSpec {
 // The metadata key of a build's step sandboxes (service/image_build.h): a daemon that starts
 // again removes those it finds, their build gone with the daemon before.
 inline constexpr char kBuildSandboxMetadata[] = "bulkhead.build";
+// The name prefix of the snapshots that are a build's cache entries ("bulkhead-build:<key>").
+inline constexpr char kBuildSnapshotPrefix[] = "bulkhead-build:";
 
 // The Volume object: a named directory with a size cap that sandboxes mount and outlive.
 struct VolumeInfo {

@@ -676,6 +676,7 @@ asio::awaitable<void> ControlPlane::ListSnapshots(const api::QueryParams& query)
   const std::string* name = QueryValue(query, "name");
   std::vector<core::SnapshotInfo> snapshots;
   for (core::SnapshotInfo& snapshot : context_.manager.ListSnapshots()) {  // oldest first
+    if (snapshot.name.starts_with(core::kBuildSnapshotPrefix)) continue;  // a build's cache, not a template
     if (sandbox_id && snapshot.sandbox_id != *sandbox_id) continue;
     if (name && snapshot.name != *name) continue;
     snapshots.push_back(std::move(snapshot));

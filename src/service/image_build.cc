@@ -288,13 +288,13 @@ class Builder {
       }
       case build::Step::Kind::kConfig: break;
     }
-    auto snapshot = manager_.CreateSnapshot(sandbox->id(), kBuildSnapshotPrefix + key, /*memory=*/false);
+    auto snapshot = manager_.CreateSnapshot(sandbox->id(), core::kBuildSnapshotPrefix + key, /*memory=*/false);
     if (!snapshot.ok()) return snapshot.error();
     return State{state.image, snapshot->id, key, state.host_base};
   }
 
   std::optional<std::string> CachedSnapshot(const std::string& key) {
-    const std::string name = kBuildSnapshotPrefix + key;
+    const std::string name = core::kBuildSnapshotPrefix + key;
     for (const core::SnapshotInfo& snapshot : manager_.ListSnapshots())
       if (snapshot.name == name && !snapshot.memory) return snapshot.id;
     return std::nullopt;
@@ -468,11 +468,13 @@ Result<core::ImageInfo> RunBuild(core::SandboxManager& manager, const boost::asi
   return built;
 }
 
-void PruneBuildCache(core::SandboxManager& manager) {
+size_t PruneBuildCache(core::SandboxManager& manager, size_t keep) {
   std::vector<std::string> entries;  // oldest first
   for (const core::SnapshotInfo& snapshot : manager.ListSnapshots())
-    if (snapshot.name.rfind(kBuildSnapshotPrefix, 0) == 0) entries.push_back(snapshot.id);
-  for (size_t i = 0; i + kBuildCacheEntries < entries.size(); ++i) (void)manager.DeleteSnapshot(entries[i]);
+    if (snapshot.name.rfind(core::kBuildSnapshotPrefix, 0) == 0) entries.push_back(snapshot.id);
+  size_t deleted = 0;
+  for (size_t i = 0; i + keep < entries.size(); ++i) deleted += manager.DeleteSnapshot(entries[i]).ok();
+  return deleted;
 }
 
 }  // namespace bulkhead::api

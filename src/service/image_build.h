@@ -61,11 +61,10 @@ Result<core::ImageInfo> RunBuild(core::SandboxManager& manager, const boost::asi
 // work_dir; answers the Dockerfile's path. 400 naming the parameter.
 Result<std::string> ParseBuildQuery(const std::vector<std::pair<std::string, std::string>>& query, BuildRequest& out);
 
-// The prefix of the snapshots that are a build's cache entries.
-inline constexpr char kBuildSnapshotPrefix[] = "bulkhead-build:";
-// How many cache entries are kept: after each build the oldest beyond it are deleted (one a
-// sandbox still uses stays).
+// How many cache entries (core::kBuildSnapshotPrefix snapshots) are kept: after each build the
+// oldest beyond it are deleted (one a sandbox still uses stays). `keep` 0 empties the cache;
+// answers how many entries were deleted.
 inline constexpr size_t kBuildCacheEntries = 256;
-void PruneBuildCache(core::SandboxManager& manager);
+size_t PruneBuildCache(core::SandboxManager& manager, size_t keep = kBuildCacheEntries);
 
 }  // namespace bulkhead::api

@@ -144,9 +144,17 @@ def test_a_dockerfile_builds_an_image_that_runs_and_caches_its_steps(daemon, cli
     # The name moved to the new image; the old one keeps none, and goes when removed.
     assert client.get("/v1/images/app").json()["name"] == changed[-1]["image"]["name"]
     assert client.get("/v1/images/" + image["name"]).json()["references"] == []
-    # The cache is made of snapshots, named for what they are.
+    # The cache is made of snapshots, named for what they are; emptied, the images stay and the
+    # next build runs every step again.
     names = [s["name"] for s in client.get("/v1/snapshots").json()["snapshots"]]
     assert any(n.startswith("bulkhead-build:") for n in names)
+    pruned = client.delete("/v1/images/build/cache")
+    assert pruned.status == 200 and pruned.json()["deleted"] >= 4
+    assert not any(s["name"].startswith("bulkhead-build:") for s in client.get("/v1/snapshots").json()["snapshots"])
+    assert client.get("/v1/images/app").status == 200
+    status, rebuilt = build(client, app_context(main=b"print('v2')\n"), tag="app", build_arg="GREETING=hey")
+    assert status == 200 and not any(cached for _, cached in steps(rebuilt))
+    assert rebuilt[-1]["image"]["name"] == changed[-1]["image"]["name"], "the same steps make the same image"
 
 
 def test_multi_stage_builds_from_a_pulled_image_and_copy_between_stages(daemon, client, session_dir, request):
@@ -284,6 +292,9 @@ def test_the_cli_builds_with_its_flags(daemon, tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout == "cli-app\n"
     assert "Step 2/3 : COPY app/ /app/" in r.stderr and "built for the cli" in r.stderr
+    r = subprocess.run([str(harness.BULKHEAD), "image", "prune-cache"], capture_output=True, text=True, env=env,
+                       timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith("deleted "), r
     r = subprocess.run([str(harness.BULKHEAD), "build", "-f", "/etc/hostname", str(tmp_path / "ctx")],
                        capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode != 0 and "inside the build context" in r.stderr
@@ -308,6 +319,9 @@ def test_the_e2b_front_takes_a_built_image_as_a_template(daemon, client, request
         conn.close()
         return answer
 
+    status, listed = e2b("GET", "/snapshots")
+    assert status == 200 and not any(n.startswith("bulkhead-build:") for s in listed for n in s["names"]), \
+        "a build's cache is no E2B template"
     status, alias = e2b("GET", "/templates/aliases/e2b-built")
     assert status == 200 and alias["templateID"] == "e2b-built"
     assert e2b("GET", "/templates/aliases/never-built")[0] == 404
