@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/clean_path.h"
+
 namespace bulkhead::build {
 namespace {
 
@@ -408,32 +410,9 @@ void SetEnv(std::vector<std::string>& env, const std::string& name, const std::s
   env.push_back(name + "=" + value);
 }
 
-// `path` absolute and clean: no empty, "." or ".." parts ("/.." is "/").
-std::string CleanPath(std::string_view path) {
-  std::vector<std::string_view> parts;
-  size_t start = 0;
-  while (start <= path.size()) {
-    size_t end = path.find('/', start);
-    if (end == std::string_view::npos) end = path.size();
-    const std::string_view part = path.substr(start, end - start);
-    if (part == "..") {
-      if (!parts.empty()) parts.pop_back();
-    } else if (!part.empty() && part != ".") {
-      parts.push_back(part);
-    }
-    start = end + 1;
-  }
-  std::string out;
-  for (std::string_view part : parts) {
-    out += '/';
-    out += part;
-  }
-  return out.empty() ? "/" : out;
-}
-
 std::string UnderWorkingDir(std::string_view path, const std::string& working_dir) {
-  if (path.starts_with('/')) return CleanPath(path);
-  return CleanPath((working_dir.empty() ? "/" : working_dir) + "/" + std::string(path));
+  if (path.starts_with('/')) return CleanAbsolutePath(path);
+  return CleanAbsolutePath((working_dir.empty() ? "/" : working_dir) + "/" + std::string(path));
 }
 
 // COPY's destination: a relative one is under the working directory; one that ends in '/'

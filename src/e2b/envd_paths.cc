@@ -9,28 +9,6 @@
 
 namespace bulkhead::e2b {
 
-std::string CleanAbsolutePath(std::string_view path) {
-  std::vector<std::string_view> parts;
-  size_t start = 0;
-  while (start <= path.size()) {
-    size_t end = path.find('/', start);
-    if (end == std::string_view::npos) end = path.size();
-    const std::string_view part = path.substr(start, end - start);
-    if (part == "..") {
-      if (!parts.empty()) parts.pop_back();
-    } else if (!part.empty() && part != ".") {
-      parts.push_back(part);
-    }
-    start = end + 1;
-  }
-  std::string clean;
-  for (std::string_view part : parts) {
-    clean += '/';
-    clean += part;
-  }
-  return clean.empty() ? std::string("/") : clean;
-}
-
 Result<std::string> ResolveEnvdPath(std::string_view path, std::string_view home) {
   auto bad = [](std::string message) { return MakeError(ErrorCode::kBadRequest, std::move(message)); };
   if (path.empty()) return bad("the path is empty");

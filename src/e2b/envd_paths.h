@@ -6,13 +6,11 @@
 #include <string>
 #include <string_view>
 
+#include "common/clean_path.h"
 #include "common/result.h"
 
 namespace bulkhead::e2b {
 
-// Go's path.Clean for an absolute path: no ".", "..", empty or trailing components; "/.."
-// is "/".
-std::string CleanAbsolutePath(std::string_view path);
 
 // The absolute path `path` names for a user whose home is `home`. 400 (kBadRequest) for an
 // empty path, "~other" (another user's home), a NUL byte, a path over 4096 bytes or one that
