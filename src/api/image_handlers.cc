@@ -93,10 +93,7 @@ asio::awaitable<void> ServeBuild(HttpExchange& exchange, core::SandboxManager& m
     const Error failed = SystemError("mkdtemp " + dir, errno);
     co_return co_await exchange.SendError(failed);
   }
-  auto removed = std::make_shared<bool>(false);
-  ScopeGuard remove_dir([dir, removed] {
-    if (!*removed) (void)storage::RemoveTree(dir);
-  });
+  ScopeGuard remove_dir([&dir] { (void)storage::RemoveTree(dir); });
   const std::string tar = dir + "/context.tar";
   {
     UniqueFd fd(::open(tar.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
@@ -116,7 +113,7 @@ asio::awaitable<void> ServeBuild(HttpExchange& exchange, core::SandboxManager& m
   request.work_dir = dir + "/work";
   const auto io = co_await asio::this_coro::executor;
   auto cancelled = std::make_shared<std::atomic<bool>>(false);
-  *removed = true;  // the transfer removes it, on the pool, whatever happens
+  remove_dir.Dismiss();  // the transfer removes it, on the pool, whatever happens
   const Transfer build = [&manager, request, dir, tar, dockerfile = *dockerfile, io, cancelled](
                              const storage::PullListener& listener) mutable -> Result<json> {
     ScopeGuard cleanup([&dir] { (void)storage::RemoveTree(dir); });

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "build/context_ignore.h"
+#include "cli/output_format.h"
 #include "client/api_client.h"
 #include "client/server_url.h"
 #include "storage/tar_stream.h"
@@ -17,11 +18,6 @@ namespace bulkhead::cli {
 namespace {
 
 using nlohmann::json;
-
-std::string Text(const json& object, const char* field) {
-  auto it = object.find(field);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
 
 // The query of POST /v1/images/build for these flags; the Dockerfile's path in the context.
 Result<std::string> BuildTarget(const BuildFlags& flags, const std::string& context) {
@@ -89,28 +85,28 @@ int BuildCommand(Session& session) {
     if (session.line.json) session.Out(std::string(text) + "\n");
     json event = json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (!event.is_object()) return {};
-    const std::string status = Text(event, "status");
+    const std::string status = StringField(event, "status");
     if (status == "done" && event.contains("image")) {
       image = event["image"];
     } else if (status == "error") {
       const json& error = event.value("error", json::object());
-      failure = MakeError(ErrorCode::kInvalid, Text(error, "message"), Text(error, "code"));
+      failure = MakeError(ErrorCode::kInvalid, StringField(error, "message"), StringField(error, "code"));
     } else if (session.line.json) {
       return {};
     } else if (status == "stage") {
-      session.Err("[stage " + std::to_string(event.value("stage", 0)) + "] FROM " + Text(event, "base") +
-                  (Text(event, "name").empty() ? "" : " AS " + Text(event, "name")) + "\n");
+      session.Err("[stage " + std::to_string(event.value("stage", 0)) + "] FROM " + StringField(event, "base") +
+                  (StringField(event, "name").empty() ? "" : " AS " + StringField(event, "name")) + "\n");
     } else if (status == "step") {
       session.Err("Step " + std::to_string(event.value("step", 0)) + "/" + std::to_string(event.value("count", 0)) +
-                  " : " + Text(event, "instruction") + (event.value("cached", false) ? "  (cached)" : "") + "\n");
+                  " : " + StringField(event, "instruction") + (event.value("cached", false) ? "  (cached)" : "") + "\n");
     } else if (status == "output") {
-      session.Err(Text(event, "data"));
+      session.Err(StringField(event, "data"));
     } else if (status == "warning") {
-      session.Err("warning: " + Text(event, "message") + "\n");
+      session.Err("warning: " + StringField(event, "message") + "\n");
     } else if (status == "exporting") {
       session.Err(event.value("cached", false) ? "Image unchanged\n" : "Exporting the image\n");
     } else if (status == "resolved") {
-      session.Err("Pulled " + Text(event, "image") + "\n");
+      session.Err("Pulled " + StringField(event, "image") + "\n");
     }
     return {};
   };
@@ -122,7 +118,7 @@ int BuildCommand(Session& session) {
   if (!response->ok()) return session.Fail(ErrorFromResponse(*response));
   if (failure) return session.Fail(*failure);
   if (!image) return session.Fail(MakeError(ErrorCode::kBadGateway, "the build ended without an answer"));
-  if (!session.line.json) session.Out((flags.tag.empty() ? Text(*image, "name") : flags.tag) + "\n");
+  if (!session.line.json) session.Out((flags.tag.empty() ? StringField(*image, "name") : flags.tag) + "\n");
   return 0;
 }
 

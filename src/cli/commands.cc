@@ -39,11 +39,6 @@ using nlohmann::json;
 // timeout fires first and reports timed_out (exit 124); the sandbox is removed right after.
 constexpr int64_t kRunLifetimeMarginS = 30;
 
-std::string StringField(const json& object, const char* field) {
-  auto it = object.find(field);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-
 // -e/--env and --metadata lists as a JSON object.
 Result<json> KeyValueObject(const std::vector<std::string>& items, bool allow_from_environment) {
   json object = json::object();

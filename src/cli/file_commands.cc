@@ -1,3 +1,4 @@
+#include "cli/output_format.h"
 #include "cli/file_commands.h"
 
 #include <fcntl.h>
@@ -28,11 +29,6 @@ using storage::StreamDirectoryAsTar;
 // /v1/sandboxes/{id}/files{route}?path=...
 std::string FilesTarget(const std::string& sandbox_id, std::string_view route, const std::string& path) {
   return SandboxPath(sandbox_id) + "/files" + std::string(route) + "?path=" + PercentEncode(path);
-}
-
-std::string StringField(const json& object, const char* field) {
-  auto it = object.find(field);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
 // The Entry at `path` in the sandbox; nullopt when nothing is there.

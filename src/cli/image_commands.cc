@@ -24,11 +24,6 @@ namespace {
 using nlohmann::json;
 using storage::StreamDirectoryAsTar;
 
-std::string StringField(const json& object, const char* field) {
-  auto it = object.find(field);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-
 int64_t IntField(const json& object, const char* field) {
   auto it = object.find(field);
   return it != object.end() && it->is_number_integer() ? it->get<int64_t>() : 0;

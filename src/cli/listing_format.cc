@@ -13,11 +13,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string StringField(const json& object, const char* field) {
-  auto it = object.find(field);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-
 std::string NumberField(const json& object, const char* field) {
   auto it = object.find(field);
   return it != object.end() && it->is_number_integer() ? std::to_string(it->get<int64_t>()) : "-";

@@ -7,9 +7,14 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace bulkhead::cli {
 
 // Rows of cells (the first row is the header) as text with columns aligned by spaces.
+// A string field of a JSON object the daemon answered; "" when absent or not a string.
+std::string StringField(const nlohmann::json& object, const char* field);
+
 std::string FormatTable(const std::vector<std::vector<std::string>>& rows);
 
 // "2024-05-01T12:00:00Z" (fraction and numeric offset allowed) -> seconds since the epoch.

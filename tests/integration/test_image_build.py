@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import tarfile
-import time
 import urllib.parse
 from pathlib import Path
 
@@ -127,12 +126,10 @@ def test_a_dockerfile_builds_an_image_that_runs_and_caches_its_steps(daemon, cli
     assert "no-env" in lines and "no-log" in lines, ".dockerignore leaves them out"
 
     # Built again: every step from the cache, the image the same one.
-    started = time.monotonic()
     status, again = build(client, app_context(), tag="app", build_arg="GREETING=hey")
     assert status == 200 and again[-1]["image"]["name"] == image["name"]
     assert all(cached for _, cached in steps(again) if cached is not None)
     assert any(e["status"] == "exporting" and e["cached"] for e in again)
-    assert time.monotonic() - started < 60
 
     # A changed source: its COPY and what follows run again, what comes before does not.
     status, changed = build(client, app_context(main=b"print('v2')\n"), tag="app", build_arg="GREETING=hey")
