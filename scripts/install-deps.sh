@@ -20,6 +20,9 @@ packages=(
   # tests and benchmarks
   python3 python3-pytest curl iproute2 procps psmisc tmux git openssl zstd
   bubblewrap crun runsc
+  # real registry tooling the image tests check bulkhead against (tests start their own
+  # registry on loopback; the system service the package sets up is switched off below)
+  docker-registry skopeo umoci
   # fuzzing and sanitizers: libFuzzer targets with ASan and UBSan (scripts/fuzz.sh)
   clang libclang-rt-14-dev
   # SDK, MCP and OpenAPI tests: a virtualenv for PyPI tooling, Node.js (20+) for the
@@ -38,6 +41,24 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Debian's docker-registry starts a registry on :5000 of every address when it is installed
+# (unless a policy-rc.d forbids it) and enables it at boot. Stop and disable it, with or without
+# systemd; only when this script installed it, so a registry someone set up on purpose stays.
+if [[ " ${missing[*]} " == *" docker-registry "* ]]; then
+  if [ -d /run/systemd/system ]; then
+    systemctl disable --now docker-registry.service >/dev/null 2>&1 || true
+  else
+    # (the init script's start-stop-daemon fails when nothing runs: that is fine)
+    [ -x /etc/init.d/docker-registry ] && /etc/init.d/docker-registry stop >/dev/null 2>&1 || true
+    # systemctl disables offline too (unit symlinks, and update-rc.d for the init script)
+    if command -v systemctl >/dev/null; then
+      systemctl disable docker-registry.service >/dev/null 2>&1 || true
+    elif command -v update-rc.d >/dev/null; then
+      update-rc.d docker-registry disable >/dev/null 2>&1 || true
+    fi
+  fi
 fi
 
 # The gvisor runtime's runsc: a pinned build newer than Debian's (see the script).
