@@ -168,6 +168,8 @@ Result<tcp::endpoint> ApiServer::ListenE2b(const std::string& host_port) {
       .domain = options_.e2b_domain.empty() ? e2b::DefaultE2bDomain(host_port, bound->port())
                                             : options_.e2b_domain,
       .host = HostLimits::Detect(manager_.config().default_runtime),
+      .pull_pool = &pull_pool_,
+      .upload_dir = options_.upload_dir,
   });
   return bound;
 }

@@ -14,6 +14,9 @@
 #include "common/bounded_json.h"
 #include "common/time_format.h"
 #include "e2b/envd_auth.h"
+#include "e2b/template_plan.h"
+#include "e2b/template_start.h"
+#include "e2b/templates.h"
 #include "http/blocking.h"
 #include "http/json_text.h"
 #include "net/ip_address.h"
@@ -354,11 +357,13 @@ asio::awaitable<std::string_view> ControlPlane::Serve(const api::RequestTarget& 
     }
   } else if (!v2 && n == 1 && s[0] == "snapshots" && get) {
     co_return co_await ListSnapshots(target.query), "GET /snapshots";
-  } else if (!v2 && n == 2 && s[0] == "templates" && method == http::verb::delete_) {
+  } else if (!v2 && n == 2 && s[0] == "templates" && method == http::verb::delete_ &&
+             context_.manager.GetSnapshot(s[1]).ok()) {
     co_return co_await DeleteSnapshot(s[1]), "DELETE /templates/{id}";
   } else if (!v2 && n == 3 && s[0] == "templates" && s[1] == "aliases" && get) {
     co_return co_await TemplateAlias(s[2]), "GET /templates/aliases/{alias}";
   }
+  if (std::optional<std::string_view> route = co_await ServeTemplates(context_, exchange_, target, s)) co_return *route;
   co_await SendE2bError(exchange_, 404,
                         fmt::format("no route for {} {}", api::FromBeast(exchange_.request().method_string()),
                                     target.path));
@@ -375,6 +380,13 @@ asio::awaitable<void> ControlPlane::Create() {
     }
     template_id = found->get<std::string>();
   }
+  core::SandboxManager& manager = context_.manager;
+  // A built template by name[:tag] (templates.h): its tag's image.
+  const std::string named = template_id;
+  if (std::optional<std::string> image = co_await Blocking([&] { return TemplateImageFor(manager, named); })) {
+    template_id = *image;
+    (*e2b)["templateID"] = template_id;
+  }
   const bool is_snapshot = context_.manager.GetSnapshot(template_id).ok();
   Result<json> body = BulkheadCreateBody(*e2b, is_snapshot);
   if (!body.ok()) co_return co_await Fail(body.error());
@@ -386,7 +398,16 @@ asio::awaitable<void> ControlPlane::Create() {
   Result<bool> auto_resume = AutoResumeOf(*e2b);
   if (!auto_resume.ok()) co_return co_await Fail(auto_resume.error());
   spec->e2b_auto_resume = *auto_resume;
-  core::SandboxManager& manager = context_.manager;
+  // A template's sandboxes: its default user may sudo, as in E2B's base; its start command runs.
+  StartCommands commands;
+  if (!is_snapshot && spec->image != "host") {
+    const std::string image_name = spec->image;
+    Result<core::ImageInfo> image = co_await Blocking([&] { return manager.FindImage(image_name); });
+    if (image.ok() && image->config && image->config->labels.contains(kTemplateLabel)) {
+      if (spec->sudo_users.empty()) spec->sudo_users = {std::string(kE2bUser)};
+      commands = StartCommandsOf(*image);
+    }
+  }
   Result<core::SandboxInfo> created = co_await Blocking([&] { return manager.Create(*spec); });
   if (!created.ok()) co_return co_await Fail(created.error());
   if (created->spec.workdir != "/workspace") {
@@ -395,6 +416,14 @@ asio::awaitable<void> ControlPlane::Create() {
       const std::string id = created->id;
       (void)co_await Blocking([&] { return manager.Delete(id); });
       co_return co_await Fail(made.error());
+    }
+  }
+  if (!commands.start.empty() || !commands.ready.empty()) {
+    Status started = co_await StartTemplateCommands(manager, created->id, commands, kReadyLimit);
+    if (!started.ok()) {
+      const std::string id = created->id;
+      (void)co_await Blocking([&] { return manager.Delete(id); });
+      co_return co_await Fail(started.error());
     }
   }
   co_await exchange_.SendJson(http::status::created, SandboxJson(context_, *created));
@@ -720,6 +749,7 @@ asio::awaitable<void> ControlPlane::TemplateAlias(const std::string& alias) {
       found = {{"templateID", host ? std::string(kBaseTemplate) : alias}, {"public", host}};
     }
   }
+  if (!found && TemplateExists(context_, alias)) found = {{"templateID", ParseTemplateName(alias)->alias}, {"public", false}};
   if (!found) co_return co_await SendE2bError(exchange_, 404, fmt::format("template '{}' not found", alias));
   co_await exchange_.SendJson(http::status::ok, *found);
 }

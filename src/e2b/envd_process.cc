@@ -199,7 +199,12 @@ asio::awaitable<void> Start(EnvdRequest& request) {
   Result<SandboxFiles> account = co_await SandboxFiles::Open(request.context.manager, request.sandbox_id, request.user);
   if (!account.ok()) co_return co_await stream.Finish(FileRpcError(account.error()));
   const std::string user = account->user();
-  Result<StartSpec> spec = ParseStartRequest(*message, user, account->home());
+  // A sandbox whose template or image set a working directory starts commands there, as
+  // E2B's envd does from a template's last WORKDIR (bulkhead's own default is no such choice).
+  std::string default_cwd;
+  const std::vector<core::SandboxInfo> found = request.context.manager.List(core::ListFilter{.id = request.sandbox_id});
+  if (!found.empty() && found.front().spec.workdir != core::SandboxSpec().workdir) default_cwd = found.front().spec.workdir;
+  Result<StartSpec> spec = ParseStartRequest(*message, user, account->home(), default_cwd);
   if (!spec.ok()) co_return co_await stream.Finish(ToRpcError(spec.error()));
   // The deadline is the process's lifetime: init kills it then, whoever still listens.
   if (*timeout && (*timeout)->count() > 0) spec->options.timeout_ms = static_cast<uint64_t>((*timeout)->count());

@@ -321,6 +321,9 @@ asio::awaitable<std::string_view> E2bFront::Handle(api::HttpExchange& exchange) 
     co_await exchange.SendJson(http::status::ok, ok);
     co_return "/health";
   }
+  if (target->path.starts_with(kTemplateUploadPrefix)) {  // signed: the SDKs send no key
+    co_return co_await ServeTemplateUpload(context_, exchange, *target);
+  }
   if (!api::ConstantTimeEquals(Header(request, "X-API-KEY"), context_.key)) {
     co_await SendE2bError(exchange, 401, "Invalid API key, it must start with 'e2b_' and be the one bulkhead issued "
                                          "(<state dir>/e2b-api-key)");

@@ -15,6 +15,7 @@
 #include <boost/asio/thread_pool.hpp>
 
 #include "core/sandbox_manager.h"
+#include "e2b/templates.h"
 #include "e2b/watchers.h"
 #include "http/http_exchange.h"
 #include "http/request_target.h"
@@ -39,6 +40,11 @@ struct E2bContext {
   api::HostLimits host;
   // envd's CreateWatcher watchers, which outlive their requests (envd_filesystem.cc).
   std::shared_ptr<WatcherRegistry> watchers = std::make_shared<WatcherRegistry>();
+  // Template builds (templates.h): run on the pull pool, their file sets spooled in and kept
+  // under upload_dir (<state>/tmp, root's alone).
+  boost::asio::thread_pool* pull_pool = nullptr;
+  std::string upload_dir;
+  std::shared_ptr<TemplateBuilds> templates = MakeTemplateBuilds();
 };
 
 class E2bFront {

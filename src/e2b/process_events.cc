@@ -166,7 +166,8 @@ Result<api::PtySize> ParsePty(const json& pty) {
   return size;
 }
 
-Result<StartSpec> ParseStartRequest(const json& request, const std::string& user, const std::string& home) {
+Result<StartSpec> ParseStartRequest(const json& request, const std::string& user, const std::string& home,
+                                    const std::string& default_cwd) {
   const json* process = Field(request, "process");
   if (process == nullptr || !process->is_object()) return Invalid("process (a ProcessConfig) is required");
   StartSpec spec;
@@ -191,8 +192,9 @@ Result<StartSpec> ParseStartRequest(const json& request, const std::string& user
       spec.envs[key] = value.get<std::string>();
     }
   }
-  // envd: the home by default; "~" and relative paths taken from it, as every envd path.
-  std::string cwd = home;
+  // envd: the home by default (a template's WORKDIR if it set one); "~" and relative paths
+  // taken from the home, as every envd path.
+  std::string cwd = default_cwd.empty() ? home : default_cwd;
   if (const json* given = Field(*process, "cwd")) {
     if (!given->is_string()) return Invalid("process.cwd must be a string");
     if (!given->get_ref<const std::string&>().empty()) {

@@ -68,7 +68,8 @@ struct StartSpec {
   std::map<std::string, std::string> envs;
   std::string cwd;
 };
-Result<StartSpec> ParseStartRequest(const nlohmann::json& request, const std::string& user, const std::string& home);
+Result<StartSpec> ParseStartRequest(const nlohmann::json& request, const std::string& user, const std::string& home,
+                                    const std::string& default_cwd = "");
 
 // invalid_argument "cwd '<cwd>' does not exist" when init refused the start for its cwd,
 // unauthenticated "invalid username: '<user>'" for a user the sandbox does not know; else

@@ -257,7 +257,7 @@ bool IsTarArchive(const std::string& path) {
 
 }  // namespace
 
-Result<std::string> UnpackContext(const std::string& tar_path, const std::string& dir, const std::string& dockerfile) {
+Status ExtractContext(const std::string& tar_path, const std::string& dir) {
   std::string error;
   ArchiveReader reader = OpenTar(tar_path, &error);
   if (!reader) return Invalid("the build context is not a tar archive: " + error);
@@ -303,7 +303,11 @@ Result<std::string> UnpackContext(const std::string& tar_path, const std::string
       return Invalid("build context entry " + *name + ": " + ArchiveMessage(disk.get()));
   }
   if (archive_write_close(disk.get()) != ARCHIVE_OK) return Invalid("the build context: " + ArchiveMessage(disk.get()));
+  return {};
+}
 
+Result<std::string> UnpackContext(const std::string& tar_path, const std::string& dir, const std::string& dockerfile) {
+  BH_TRY(ExtractContext(tar_path, dir));
   auto clean = CleanRelative(dockerfile);
   if (!clean || clean->empty()) return Invalid("the Dockerfile must be a file in the build context: " + dockerfile);
   auto dockerfile_path = ResolveInside(dir, *clean);

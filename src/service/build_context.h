@@ -14,6 +14,11 @@
 
 namespace bulkhead::api {
 
+// Unpacks the tar (plain or compressed) at tar_path into the empty directory `dir`: regular
+// files, directories, symlinks and hard links inside it, no set-id bit. 400 for a malformed
+// archive or an entry that would land outside `dir`.
+Status ExtractContext(const std::string& tar_path, const std::string& dir);
+
 // Unpacks the tar (plain or compressed) at tar_path into the empty directory `dir`, then
 // removes what dir/.dockerignore leaves out. Answers the text of the Dockerfile at
 // `dockerfile` (relative to the context; read before .dockerignore applies, as Docker sends

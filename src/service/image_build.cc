@@ -415,7 +415,7 @@ class Builder {
     image.build_key = "sha256:" + KeyOf({state.key, config_text, state.host_base ? "host" : ""});
     if (auto existing = manager_.FindImage(image.build_key.substr(7)); existing.ok()) {
       listener_({{"status", "exporting"}, {"cached", true}});
-      return manager_.StoreBuiltImage(image, "", request_.tag);  // (stored: only named)
+      return Named(image, manager_.StoreBuiltImage(image, "", request_.tag));  // (stored: only named)
     }
     listener_({{"status", "exporting"}, {"cached", false}});
     auto sandbox = StartSandbox(state, false);
@@ -427,6 +427,15 @@ class Builder {
     Remove(sandbox->id());
     auto stored = manager_.StoreBuiltImage(image, tar, request_.tag);
     ::unlink(tar.c_str());
+    return Named(image, std::move(stored));
+  }
+
+  // The stored image given the request's further names.
+  Result<core::ImageInfo> Named(const storage::BuiltImage& image, Result<core::ImageInfo> stored) {
+    for (const std::string& tag : request_.more_tags) {
+      if (!stored.ok()) break;
+      stored = manager_.StoreBuiltImage(image, "", tag);
+    }
     return stored;
   }
 

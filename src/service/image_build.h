@@ -30,6 +30,7 @@ struct BuildRequest {
   std::string context_dir;  // the unpacked context (build_context.h UnpackContext)
   std::string dockerfile;   // the Dockerfile's text
   std::string tag;          // the name the image gets ("" = none: answered by its id)
+  std::vector<std::string> more_tags;  // further names it gets
   std::map<std::string, std::string> build_args;
   std::string target;       // a stage name; "" = the last stage
   std::string runtime;      // "" = the daemon's default tier
