@@ -23,6 +23,8 @@ packages=(
   # real registry tooling the image tests check bulkhead against (tests start their own
   # registry on loopback; the system service the package sets up is switched off below)
   docker-registry skopeo umoci
+  # the token server in front of docker-registry signs its JWTs with Python's cryptography
+  python3-cryptography
   # fuzzing and sanitizers: libFuzzer targets with ASan and UBSan (scripts/fuzz.sh)
   clang libclang-rt-14-dev
   # SDK, MCP and OpenAPI tests: a virtualenv for PyPI tooling, Node.js (20+) for the

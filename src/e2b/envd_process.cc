@@ -199,11 +199,17 @@ asio::awaitable<void> Start(EnvdRequest& request) {
   Result<SandboxFiles> account = co_await SandboxFiles::Open(request.context.manager, request.sandbox_id, request.user);
   if (!account.ok()) co_return co_await stream.Finish(FileRpcError(account.error()));
   const std::string user = account->user();
-  // A sandbox whose template or image set a working directory starts commands there, as
-  // E2B's envd does from a template's last WORKDIR (bulkhead's own default is no such choice).
+  // A sandbox whose template or image set a working directory starts commands there, whoever
+  // runs them, as E2B's envd does from a template's last WORKDIR. Its user's home (E2B's base,
+  // a template without WORKDIR) or bulkhead's own default is no such choice: the home of
+  // whoever runs it applies.
   std::string default_cwd;
   const std::vector<core::SandboxInfo> found = request.context.manager.List(core::ListFilter{.id = request.sandbox_id});
-  if (!found.empty() && found.front().spec.workdir != core::SandboxSpec().workdir) default_cwd = found.front().spec.workdir;
+  if (!found.empty()) {
+    const core::SandboxSpec& sandbox = found.front().spec;
+    const std::string own_home = sandbox.user == "root" ? "/root" : "/home/" + sandbox.user;
+    if (sandbox.workdir != core::SandboxSpec().workdir && sandbox.workdir != own_home) default_cwd = sandbox.workdir;
+  }
   Result<StartSpec> spec = ParseStartRequest(*message, user, account->home(), default_cwd);
   if (!spec.ok()) co_return co_await stream.Finish(ToRpcError(spec.error()));
   // The deadline is the process's lifetime: init kills it then, whoever still listens.

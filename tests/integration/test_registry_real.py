@@ -2,21 +2,31 @@
 (`docker-registry`, serving a temp dir on 127.0.0.1), skopeo (which puts images into it and reads
 back what bulkhead pushed) and umoci (which unpacks what bulkhead pushed, as a second opinion on
 its layers and config). oci_registry.py is a registry the tests control; this is one they don't.
+Its auth: Basic (htpasswd), and Docker's token auth with a token server of the test's (JWTs
+signed with Python's cryptography, a CA of the test's as docker-registry's rootcertbundle).
 
 Each test skips when a tool it needs is not installed (scripts/install-deps.sh installs them).
 Everything runs on loopback."""
 
+import base64
+import datetime
+import fnmatch
 import hashlib
+import http.server
 import io
 import json
 import os
 import platform
+import secrets
 import shutil
 import signal
 import subprocess
 import tarfile
+import threading
+import time
 import urllib.parse
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -46,11 +56,13 @@ def require(*tools: str):
 
 class DockerRegistry:
     """Debian's docker-registry (distribution 2.8) on 127.0.0.1 and a free port, storing in `root`;
-    with `htpasswd` (lines "user:bcrypt-hash"), Basic auth on every route."""
+    with `htpasswd` (lines "user:bcrypt-hash"), Basic auth on every route; with `token` (a
+    TokenServer), Bearer tokens of that server on every route."""
 
-    def __init__(self, root: Path, htpasswd: str | None = None):
+    def __init__(self, root: Path, htpasswd: str | None = None, token: "TokenServer | None" = None):
         self.root = root
         self.htpasswd = htpasswd
+        self.token = token
         self.port = 0
         self.process: subprocess.Popen | None = None
         self.log_path = root / "registry.log"
@@ -68,6 +80,9 @@ class DockerRegistry:
         if self.htpasswd is not None:
             (self.root / "htpasswd").write_text(self.htpasswd)
             lines += ["auth:", "  htpasswd:", "    realm: bulkhead-test", f"    path: {self.root / 'htpasswd'}"]
+        if self.token is not None:
+            lines += ["auth:", "  token:", f"    realm: {self.token.realm}", f"    service: {self.token.SERVICE}",
+                      f"    issuer: {self.token.ISSUER}", f"    rootcertbundle: {self.token.root_cert_path}"]
         return "\n".join(lines) + "\n"
 
     def _answers(self) -> bool:
@@ -148,6 +163,184 @@ def bcrypt_htpasswd(user: str, password: str) -> str | None:
     except (ImportError, ValueError, AttributeError):
         pass
     return None
+
+
+def b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+@dataclass
+class TokenRequest:
+    """One GET of the token endpoint, as the token server saw it (never the password)."""
+    user: str | None          # the Basic user name presented, None: anonymous
+    scopes: list[str]         # every scope asked for, as sent
+    status: int               # 200, 400 (unknown service) or 401 (wrong credentials)
+    granted: list[dict]       # the `access` claim of the token issued
+
+
+def parse_scope(scope: str) -> tuple[str, str, frozenset]:
+    """"repository:team/app:push,pull" -> ("repository", "team/app", {"pull", "push"}): the order of
+    actions in a challenge's scope is docker-registry's (Go map) order, i.e. none."""
+    kind, _, rest = scope.partition(":")
+    name, _, actions = rest.rpartition(":")
+    return kind, name, frozenset(a for a in actions.split(",") if a)
+
+
+class TokenServer:
+    """Docker's token protocol (docker-registry's spec/auth/token.md) on 127.0.0.1, in a thread:
+    GET /token?service=SERVICE&scope=repository:NAME:ACTIONS (any number of scopes), anonymous
+    or with Basic credentials, answers {"token": JWT, ...}. The JWT is ES256, its header's x5c the
+    certificate of the signing key, which a CA the test makes issued; docker-registry trusts that
+    CA (rootcertbundle). The access granted is, of what was asked, what `grants` allows the user
+    (None: anonymous; repository patterns in fnmatch syntax); a scope not allowed at all is left
+    out of the token, not refused (as Docker's token servers do). Wrong credentials: 401.
+    `forge`: tokens signed by a key outside the CA's (docker-registry must refuse them).
+
+    (docker-registry 2.8 also takes: the root itself in x5c, RS256, or `kid` as the libtrust
+    fingerprint of a key whose certificate is in rootcertbundle. `aud` must be a string.)"""
+
+    SERVICE = "bulkhead-test-registry"
+    ISSUER = "bulkhead-test-token-server"
+
+    def __init__(self, root: Path, users: dict[str, str], grants: dict[str | None, dict[str, set[str]]],
+                 lifetime: int = 300):
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import NameOID
+
+        self.users = users
+        self.grants = grants
+        self.lifetime = lifetime
+        self.forge = False
+        self.requests: list[TokenRequest] = []
+        self._lock = threading.Lock()
+
+        def certificate(name: str, key, issuer: str, issuer_key, ca: bool):
+            now = datetime.datetime.now(datetime.timezone.utc)
+            builder = (x509.CertificateBuilder()
+                       .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+                       .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+                       .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                       .not_valid_before(now - datetime.timedelta(hours=1))
+                       .not_valid_after(now + datetime.timedelta(days=1))
+                       .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+                       .add_extension(x509.KeyUsage(digital_signature=not ca, key_cert_sign=ca, crl_sign=ca,
+                                                    content_commitment=False, key_encipherment=False,
+                                                    data_encipherment=False, key_agreement=False,
+                                                    encipher_only=False, decipher_only=False), critical=True))
+            return builder.sign(issuer_key, hashes.SHA256())
+
+        ca_key = ec.generate_private_key(ec.SECP256R1())
+        ca = certificate("bulkhead test token CA", ca_key, "bulkhead test token CA", ca_key, True)
+        self._key = ec.generate_private_key(ec.SECP256R1())
+        signer = certificate("bulkhead test token signer", self._key, "bulkhead test token CA", ca_key, False)
+        self._x5c = [base64.b64encode(signer.public_bytes(serialization.Encoding.DER)).decode()]
+        self._forger = ec.generate_private_key(ec.SECP256R1())
+        forger = certificate("a stranger", self._forger, "a stranger", self._forger, False)
+        self._forged_x5c = [base64.b64encode(forger.public_bytes(serialization.Encoding.DER)).decode()]
+        self._hashes, self._ec = hashes, ec
+
+        root.mkdir(parents=True, exist_ok=True)
+        self.root_cert_path = root / "token-ca.pem"
+        self.root_cert_path.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+
+        owner = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                url = urllib.parse.urlsplit(self.path)
+                query = urllib.parse.parse_qs(url.query)
+                status, body, headers = owner._answer(url.path, query, self.headers.get("Authorization", ""))
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                for k, v in {"Content-Type": "application/json", "Content-Length": str(len(data)), **headers}.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="token-server", daemon=True)
+        self._thread.start()
+
+    @property
+    def realm(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/token"
+
+    def stop(self):
+        self._server.shutdown()
+        self._server.server_close()
+
+    def taken(self) -> list[TokenRequest]:
+        """The requests since the last call."""
+        with self._lock:
+            taken, self.requests = self.requests, []
+        return taken
+
+    def _user(self, authorization: str) -> str | None | bool:
+        """The Basic user, None without credentials, False for wrong ones."""
+        if not authorization:
+            return None
+        scheme, _, value = authorization.partition(" ")
+        if scheme.lower() != "basic":
+            return False
+        try:
+            user, _, password = base64.b64decode(value.strip(), validate=True).decode().partition(":")
+        except ValueError:
+            return False
+        return user if user in self.users and secrets.compare_digest(self.users[user], password) else False
+
+    def _allowed(self, user: str | None, name: str) -> set[str]:
+        allowed = set()
+        for pattern, actions in self.grants.get(user, {}).items():
+            if fnmatch.fnmatchcase(name, pattern):
+                allowed |= set(actions)
+        return allowed
+
+    def _answer(self, path: str, query: dict, authorization: str) -> tuple[int, dict, dict]:
+        scopes = [s for value in query.get("scope", []) for s in value.split(" ") if s]
+        user = self._user(authorization)
+
+        def record(status: int, granted: list[dict]):
+            shown = None if user is None else (user if user else "(wrong credentials)")
+            with self._lock:
+                self.requests.append(TokenRequest(shown, scopes, status, granted))
+
+        if path != "/token" or query.get("service") != [self.SERVICE]:
+            record(400, [])
+            return 400, {"errors": [{"code": "DENIED", "message": "unknown service"}]}, {}
+        if user is False:
+            record(401, [])
+            return 401, {"errors": [{"code": "UNAUTHORIZED", "message": "wrong user name or password"}]}, \
+                {"WWW-Authenticate": 'Basic realm="bulkhead test token server"'}
+        access = []
+        for scope in scopes:
+            kind, name, actions = parse_scope(scope)
+            if kind == "repository" and (actions & self._allowed(user, name)):
+                access.append({"type": kind, "name": name, "actions": sorted(actions & self._allowed(user, name))})
+        record(200, access)
+        now = int(time.time())
+        claims = {"iss": self.ISSUER, "sub": user or "", "aud": self.SERVICE, "exp": now + self.lifetime,
+                  "nbf": now - 5, "iat": now, "jti": secrets.token_hex(12), "access": access}
+        token = self._sign(claims)
+        return 200, {"token": token, "access_token": token, "expires_in": self.lifetime,
+                     "issued_at": datetime.datetime.fromtimestamp(now, datetime.timezone.utc).strftime(
+                         "%Y-%m-%dT%H:%M:%SZ")}, {}
+
+    def _sign(self, claims: dict) -> str:
+        from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+        key, x5c = (self._forger, self._forged_x5c) if self.forge else (self._key, self._x5c)
+        header = {"typ": "JWT", "alg": "ES256", "x5c": x5c}
+        signed = b64url(json.dumps(header).encode()) + "." + b64url(json.dumps(claims).encode())
+        # JWS ES256: r and s, 32 bytes each (cryptography gives DER).
+        r, s = decode_dss_signature(key.sign(signed.encode(), self._ec.ECDSA(self._hashes.SHA256())))
+        return signed + "." + b64url(r.to_bytes(32, "big") + s.to_bytes(32, "big"))
 
 
 class Skopeo:
@@ -595,3 +788,175 @@ def test_an_index_skopeo_copied_with_all_gives_the_hosts_platform(registry, skop
     assert skopeo.inspect(mirror, raw=True) == skopeo.inspect(f"{registry.host}/multi/{fmt}@{host_digest}", raw=True)
     r = pull(rc, ref, platform=f"linux/{OTHER_ARCH}")
     assert r.status == 201 and r.json()["digest"] == listed["manifests"][0]["digest"], r
+
+
+# --------------------------------------------------------------------------------- token auth
+
+ALICE, ALICE_PASSWORD = "alice", "al1ce-pa55"     # pull and push in team/*; pull and push of public/app
+READER, READER_PASSWORD = "reader", "r3ader-pa55"  # pull of team/private only (and of public/app)
+TOKEN_GRANTS = {
+    None: {"public/app": {"pull"}},
+    ALICE: {"team/*": {"pull", "push"}, "public/app": {"pull", "push"}},
+    READER: {"team/private": {"pull"}, "public/app": {"pull"}},
+}
+
+
+@dataclass
+class TokenRegistry:
+    registry: DockerRegistry
+    tokens: TokenServer
+    public: str   # anyone may pull it
+    private: str  # alice and reader may pull it; only alice may push to team/*
+
+
+@pytest.fixture(scope="module")
+def token_registry(work, skopeo, app_image, request) -> TokenRegistry:
+    """docker-registry with `auth: token:` in front of it, the TokenServer its realm; skopeo puts
+    the app image in as alice (through the token dance too) at public/app:1 and team/private:1."""
+    require(REGISTRY_BIN)
+    try:
+        import cryptography  # noqa: F401
+    except ImportError:
+        pytest.skip("Python's cryptography module is missing (scripts/install-deps.sh installs python3-cryptography)")
+    tokens = TokenServer(work / "token-server", {ALICE: ALICE_PASSWORD, READER: READER_PASSWORD}, TOKEN_GRANTS)
+    request.addfinalizer(tokens.stop)
+    reg = DockerRegistry(work / "registry-token", token=tokens)
+    request.addfinalizer(reg.stop)
+    reg.start()
+    layout = write_oci_layout(work / "token-layout", app_image, "1")
+    refs = []
+    for repository in ("public/app", "team/private"):
+        refs.append(f"{reg.host}/{repository}:1")
+        skopeo("copy", "--dest-tls-verify=false", "--dest-creds", f"{ALICE}:{ALICE_PASSWORD}", f"oci:{layout}:1",
+               f"docker://{refs[-1]}")
+    assert any(r.user == ALICE and r.status == 200 for r in tokens.taken()), "skopeo got no token"
+    return TokenRegistry(reg, tokens, *refs)
+
+
+def scopes_asked(requests: list[TokenRequest]) -> set[tuple]:
+    """{(user, repository name, frozenset of actions)} of every scope asked for."""
+    return {(r.user, *parse_scope(scope)[1:]) for r in requests for scope in r.scopes}
+
+
+def error_of(r, status: int | tuple) -> dict:
+    error = harness.assert_error_shape(r, status)
+    for secret in (ALICE_PASSWORD, READER_PASSWORD, "wr0ng-pa55"):
+        assert secret not in r.body.decode(), f"a password in an error: {r!r}"
+    return error
+
+
+def exists_in(tr: TokenRegistry, skopeo, ref: str) -> bool:
+    done = skopeo("inspect", "--tls-verify=false", "--creds", f"{ALICE}:{ALICE_PASSWORD}", f"docker://{ref}",
+                  check=False)
+    return done.returncode == 0
+
+
+def test_token_auth_anonymous_pulls_what_is_public_and_pushes_nothing(token_registry, skopeo, app_image, rc):
+    tr, host = token_registry, token_registry.registry.host
+    tr.tokens.taken()
+    r = pull(rc, tr.public)
+    assert r.status == 201 and r.json()["digest"] == app_image.digest, (r, tr.registry.log_tail())
+    asked = tr.tokens.taken()
+    assert asked and all(t.status == 200 for t in asked), asked
+    assert scopes_asked(asked) == {(None, "public/app", frozenset({"pull"}))}, asked
+
+    # What anonymous may not pull: the token server gives a token without it, the registry
+    # refuses that token (insufficient_scope), bulkhead says so.
+    r = pull(rc, tr.private)
+    assert error_of(r, 401)["code"] == "registry_unauthorized", (r, tr.registry.log_tail())
+    assert scopes_asked(tr.tokens.taken()) == {(None, "team/private", frozenset({"pull"}))}
+
+    # Push: anonymous gets pull only, even of the public repository.
+    target = f"{host}/public/app:anon"
+    r = push(rc, tr.public, target)
+    assert error_of(r, 401)["code"] == "registry_unauthorized", (r, tr.registry.log_tail())
+    asked = tr.tokens.taken()
+    assert (None, "public/app", frozenset({"pull", "push"})) in scopes_asked(asked), asked
+    assert {name for _, name, _ in scopes_asked(asked)} == {"public/app"}, asked
+    assert all(g["actions"] == ["pull"] for t in asked for g in t.granted), asked
+    assert not exists_in(tr, skopeo, target)
+
+
+def test_token_auth_login_pulls_and_pushes(token_registry, skopeo, app_image, rc):
+    tr, host = token_registry, token_registry.registry.host
+    alice = {"username": ALICE, "password": ALICE_PASSWORD}
+    tr.tokens.taken()
+    r = pull(rc, tr.private, auth=alice)
+    assert r.status == 201 and r.json()["digest"] == app_image.digest, (r, tr.registry.log_tail())
+    assert scopes_asked(tr.tokens.taken()) == {(ALICE, "team/private", frozenset({"pull"}))}
+
+    target = f"{host}/team/pushed:1"
+    r = push(rc, tr.private, target, auth=alice)
+    assert r.status == 200 and r.json() == {"reference": target, "digest": app_image.digest}, \
+        (r, tr.registry.log_tail())
+    # bulkhead answers each challenge with the scope it names: the blob HEADs' (pull), then the
+    # upload's (pull,push); one token each, kept for the rest of the push. No cross-repository
+    # mount, so nothing of team/private is asked for.
+    asked = tr.tokens.taken()
+    assert (ALICE, "team/pushed", frozenset({"pull", "push"})) in scopes_asked(asked), asked
+    assert scopes_asked(asked) <= {(ALICE, "team/pushed", frozenset({"pull"})),
+                                   (ALICE, "team/pushed", frozenset({"pull", "push"}))}, asked
+    assert len(asked) <= 2, asked
+    seen = skopeo.inspect(target, "--creds", f"{ALICE}:{ALICE_PASSWORD}")
+    assert seen["Digest"] == app_image.digest and seen["Layers"] == app_image.layer_digests()
+    assert skopeo.inspect(target, "--creds", f"{ALICE}:{ALICE_PASSWORD}", raw=True) == app_image.manifest
+    assert skopeo("inspect", "--tls-verify=false", f"docker://{target}", check=False).returncode != 0
+
+    # Back from where it went, by digest.
+    r = pull(rc, f"{host}/team/pushed@{app_image.digest}", auth=alice)
+    assert r.status == 201 and r.json()["digest"] == app_image.digest, r
+
+    # A wrong password: the token server answers 401, and so does bulkhead, without the password.
+    wrong = {"username": ALICE, "password": "wr0ng-pa55"}
+    for attempt in (lambda: pull(rc, tr.private, auth=wrong),
+                    lambda: push(rc, tr.private, f"{host}/team/pushed:wrong", auth=wrong)):
+        tr.tokens.taken()
+        r = attempt()
+        assert error_of(r, 401)["code"] == "registry_unauthorized", r
+        asked = tr.tokens.taken()
+        assert asked and all(t.status == 401 and t.user == "(wrong credentials)" for t in asked), asked
+    assert not exists_in(tr, skopeo, f"{host}/team/pushed:wrong")
+
+
+def test_token_auth_a_pull_only_grant_pushes_nothing(token_registry, skopeo, app_image, rc):
+    tr, host = token_registry, token_registry.registry.host
+    reader = {"username": READER, "password": READER_PASSWORD}
+    tr.tokens.taken()
+    r = pull(rc, tr.private, auth=reader)
+    assert r.status == 201 and r.json()["digest"] == app_image.digest, (r, tr.registry.log_tail())
+    assert scopes_asked(tr.tokens.taken()) == {(READER, "team/private", frozenset({"pull"}))}
+
+    # Its own repository: the blobs are there (HEAD with the pull token), the manifest PUT is
+    # challenged for pull,push, the token server grants pull only, the registry refuses that.
+    target = f"{host}/team/private:2"
+    tr.tokens.taken()
+    r = push(rc, tr.private, target, auth=reader)
+    assert error_of(r, (401, 403))["code"] in ("registry_unauthorized", "registry_denied"), \
+        (r, tr.registry.log_tail())
+    asked = tr.tokens.taken()
+    assert (READER, "team/private", frozenset({"pull", "push"})) in scopes_asked(asked), asked
+    assert all(g["actions"] == ["pull"] for t in asked for g in t.granted), asked
+    assert not exists_in(tr, skopeo, target)
+
+    # A repository it may not even pull: the first blob HEAD's token grants nothing, and the push
+    # stops there (it never gets as far as asking for push).
+    target = f"{host}/team/elsewhere:1"
+    tr.tokens.taken()
+    r = push(rc, tr.private, target, auth=reader)
+    assert error_of(r, (401, 403))["code"] in ("registry_unauthorized", "registry_denied"), \
+        (r, tr.registry.log_tail())
+    asked = tr.tokens.taken()
+    assert asked and {name for _, name, _ in scopes_asked(asked)} == {"team/elsewhere"}, asked
+    assert not any(t.granted for t in asked), asked
+    assert not exists_in(tr, skopeo, target)
+
+    # A token the registry does not trust (signed outside the CA): refused, once, not in a loop.
+    tr.tokens.taken()
+    tr.tokens.forge = True
+    try:
+        r = pull(rc, tr.public)
+        assert error_of(r, 401)["code"] == "registry_unauthorized", r
+    finally:
+        tr.tokens.forge = False
+    assert len(tr.tokens.taken()) == 1
+    assert "unable to verify certificate chain" in tr.registry.log_tail(200)
