@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 
 seconds=${1:-30}
 [ $# -gt 0 ] && shift
-all_targets=(http_server json_requests mcp_session file_ops tar_extract allow_rules dns_message tls_sni dockerfile)
+all_targets=(http_server json_requests mcp_session file_ops tar_extract allow_rules dns_message tls_sni dockerfile e2b_template)
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=("${all_targets[@]}")
 build=${FUZZ_BUILD_DIR:-build-fuzz}
@@ -45,6 +45,7 @@ for target in "${targets[@]}"; do
   corpus="$build/fuzz-corpus/$target"
   mkdir -p "$corpus" "$findings/$target"
   log="$findings/$target.log"
+  rm -f "$findings/$target.invariant"
   options=(-max_total_time="$seconds" -timeout=25 -rss_limit_mb=2048 -max_len=65536
            -artifact_prefix="$findings/$target/" -print_final_stats=1)
   [ -f "tests/fuzz/$target.dict" ] && options+=(-dict="tests/fuzz/$target.dict")
@@ -52,7 +53,7 @@ for target in "${targets[@]}"; do
   [ "$target" = mcp_session ] && options+=(-close_fd_mask=2)
   echo "== fuzz: $target for ${seconds}s"
   start=$(date +%s)
-  "$binary" "${options[@]}" "$corpus" "tests/fuzz/corpus/$target" >"$log" 2>&1 &
+  FUZZ_FAIL_LOG="$findings/$target.invariant" "$binary" "${options[@]}" "$corpus" "tests/fuzz/corpus/$target" >"$log" 2>&1 &
   pid=$!
   status=0
   wait "$pid" || status=$?
@@ -64,6 +65,11 @@ for target in "${targets[@]}"; do
   if [ "$status" -ne 0 ]; then
     echo "fuzz: $target FAILED (exit $status) after $(( $(date +%s) - start ))s; log: $log" >&2
     grep -E '^==[0-9]+==ERROR|^SUMMARY|fuzz invariant broken|Test unit written to|^artifact_prefix' "$log" | head -20 >&2 || true
+    [ -f "$findings/$target.invariant" ] && head -c 4000 "$findings/$target.invariant" >&2
+    # The crashing input itself, so a CI log alone reproduces it.
+    for unit in "$findings/$target"/crash-* "$findings/$target"/leak-* "$findings/$target"/timeout-*; do
+      [ -f "$unit" ] && { echo "input (base64) $unit:"; head -c 3000 "$unit" | base64 -w 0; echo; } >&2
+    done
     failed+=("$target")
   else
     echo "fuzz: $target ok, $runs inputs"

@@ -198,6 +198,7 @@ class Planner {
       Line("USER " + args[1], label);
     }
     Line(RunLine(args[0]), label);
+    plan_.run_commands[label] = args[0];
     if (other_user) Line("USER " + user_, label);
     return {};
   }
@@ -295,7 +296,9 @@ Result<TemplatePlan> PlanTemplateBuild(const json& body, const std::string& alia
   if (!from_template.ok()) return from_template.error();
   if (from_image->has_value() == from_template->has_value())
     return Invalid("exactly one of fromImage and fromTemplate must be given");
-  if (*from_template) {
+  if (*from_template && (**from_template == kE2bBaseTemplate || **from_template == "base:default")) {
+    plan.base_image = "host";  // E2B's base template: the host image, its default user made as for e2bdev/base
+  } else if (*from_template) {
     if ((*from_template)->empty()) return Invalid("fromTemplate must not be empty");
     Result<TemplateBase> base = resolve(**from_template);
     if (!base.ok()) return base.error();

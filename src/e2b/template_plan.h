@@ -7,6 +7,7 @@
 // the sandboxes created from the template (template_start.h). Pure logic.
 #pragma once
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,8 +23,9 @@ inline constexpr char kTemplateLabel[] = "bulkhead.e2b.template";
 inline constexpr char kStartCmdLabel[] = "bulkhead.e2b.start-cmd";
 inline constexpr char kReadyCmdLabel[] = "bulkhead.e2b.ready-cmd";
 // The SDKs' default base (Template() and from_base_image()): bulkhead's host image, which is
-// what E2B's "base" template is here too.
+// what E2B's "base" template is here too (fromTemplate "base" the same).
 inline constexpr char kE2bBaseImage[] = "e2bdev/base";
+inline constexpr char kE2bBaseTemplate[] = "base";
 
 // A template a build starts from (fromTemplate): its image and the user its steps ran as.
 struct TemplateBase {
@@ -46,6 +48,7 @@ struct TemplatePlan {
   std::string dockerfile;
   std::vector<std::string> step_labels;
   std::vector<std::string> step_titles;  // the E2B step as its log shows it ("RUN make")
+  std::map<std::string, std::string> run_commands;  // a RUN step's label -> its command
 };
 
 // 400 naming the field for a definition E2B would refuse or bulkhead cannot build: no

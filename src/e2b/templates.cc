@@ -358,6 +358,26 @@ Result<core::ImageInfo> RunJob(const BuildJob& job, BuildLog& log) {
   return api::RunBuild(*job.manager, job.io, request, listener, *job.cancelled);
 }
 
+// A failure as E2B words it: a RUN step's as "failed to run command '<cmd>': ...", without the
+// builder's own step numbers and Dockerfile line (the E2B step is in `step`), an unknown user
+// as envd's "invalid username".
+std::string FailureMessage(const TemplatePlan& plan, const std::string& step, const std::string& message) {
+  std::string detail = message;
+  if (message.starts_with("step ")) {
+    const size_t end = message.find("): ");
+    if (end != std::string::npos) detail = message.substr(end + 3);
+  }
+  const auto command = plan.run_commands.find(step);
+  if (command == plan.run_commands.end()) return detail;
+  constexpr std::string_view kUser = "user ";
+  constexpr std::string_view kNotFound = " not found in /etc/passwd";
+  if (detail.starts_with(kUser) && detail.ends_with(kNotFound)) {
+    const std::string user = detail.substr(kUser.size(), detail.size() - kUser.size() - kNotFound.size());
+    detail = "command failed: unauthenticated: invalid username: '" + user + "'";
+  }
+  return "failed to run command '" + command->second + "': " + detail;
+}
+
 void RunBuildJob(const BuildJob& job) {
   BuildLog log(*job.builds, job.build_id, job.plan);
   log.Info(fmt::format("Building template {} from {}", job.alias, job.plan.base_image));
@@ -370,9 +390,10 @@ void RunBuildJob(const BuildJob& job) {
       build.status = "ready";
       return;
     }
-    TemplateBuilds::Log(build, "error", image.error().message);
+    const std::string message = FailureMessage(job.plan, build.step, image.error().message);
+    TemplateBuilds::Log(build, "error", message);
     build.status = "error";
-    json reason = {{"message", image.error().message}, {"step", build.step}};
+    json reason = {{"message", message}, {"step", build.step}};
     json entries = json::array();
     for (const json& entry : build.entries)
       if (entry["step"] == build.step && (entry["level"] == "error" || entry["level"] == "warn"))

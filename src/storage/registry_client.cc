@@ -497,9 +497,10 @@ struct RegistryClient::Impl {
       std::string query;
       if (auto it = bearer->params.find("service"); it != bearer->params.end()) query += "service=" + QueryEscape(it->second);
       auto scope = bearer->params.find("scope");
-      const std::string wanted = scope != bearer->params.end()
-                                     ? scope->second
-                                     : "repository:" + repository + (push ? ":pull,push" : ":pull");
+      const bool writes = push || options.push;
+      std::string wanted = scope != bearer->params.end() ? scope->second
+                                                          : "repository:" + repository + (writes ? ":pull,push" : ":pull");
+      if (writes && wanted == "repository:" + repository + ":pull") wanted += ",push";
       query += std::string(query.empty() ? "" : "&") + "scope=" + QueryEscape(wanted);
       realm->target += (realm->target.find('?') == std::string::npos ? "?" : "&") + query;
       const Outgoing get;

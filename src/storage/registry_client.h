@@ -30,6 +30,10 @@ struct RegistryClientOptions {
   std::chrono::milliseconds connect_timeout{15000};
   std::chrono::milliseconds idle_timeout{60000};  // with no byte moving
   std::string ca_file;                             // trusted beside the system's CAs
+  // A push: every token asks for pull,push on the repository from the first request on (its
+  // blob checks are reads), as Docker's client does, so an account that may push but not pull
+  // still can.
+  bool push = false;
 };
 
 struct FetchedManifest {

@@ -13,6 +13,7 @@
 #include <sanitizer/common_interface_defs.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -134,6 +135,14 @@ void Fail(std::string_view what) {
   EscapeChroot();
   std::string line = "\n==== fuzz invariant broken: " + std::string(what) + "\n";
   (void)!::write(2, line.data(), line.size());
+  // Also to $FUZZ_FAIL_LOG (scripts/fuzz.sh): a target run with -close_fd_mask=2 has no stderr.
+  if (const char* log = std::getenv("FUZZ_FAIL_LOG")) {
+    const int fd = ::open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      (void)!::write(fd, line.data(), line.size());
+      ::close(fd);
+    }
+  }
   ::abort();
 }
 
