@@ -65,6 +65,7 @@ CI_TESTS=(
   tests/integration/test_e2b_envd_files.py
   tests/integration/test_image_pull.py
   tests/integration/test_image_build.py
+  tests/integration/test_e2b_templates.py
 )
 
 ci=false

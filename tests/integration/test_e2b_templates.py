@@ -5,6 +5,7 @@ polled; sandboxes from name[:tag]; the start command; restarts; and every kind o
 import gzip
 import io
 import json
+import os
 import tarfile
 import time
 import urllib.parse
@@ -319,3 +320,32 @@ def test_templates_outlive_a_restart_and_a_start_command_that_fails_fails_create
     # A template in use keeps its image; deleting it then is refused.
     r = front.request("DELETE", "/templates/keeps")
     assert r.status in (204, 409), r
+
+
+def test_deleting_a_template_cancels_its_running_build(e2b):
+    front, made = e2b
+    name = f"hung-{uuid.uuid4().hex[:8]}"
+    build = request_build(front, name)
+    assert start_build(front, build, {"fromImage": "e2bdev/base",
+                                      "steps": [{"type": "RUN", "args": ["echo begun; sleep 6017"]}]}).status == 204
+    path = f"/templates/{name}/builds/{build['buildID']}/status?logsOffset=0"
+    deadline = time.monotonic() + 60
+    while not any(e["message"] == "begun" for e in front.request("GET", path).json()["logEntries"]):
+        assert time.monotonic() < deadline, "the step never started"
+        time.sleep(0.1)
+    assert front.request("DELETE", f"/templates/{name}").status == 204
+    assert_e2b_error(front.request("GET", path), 404)  # forgotten with its template
+
+    def sleeping() -> bool:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if b"6017" in open(f"/proc/{pid}/cmdline", "rb").read():
+                    return True
+            except OSError:
+                pass
+        return False
+    deadline = time.monotonic() + 30
+    while sleeping():
+        assert time.monotonic() < deadline, "the step's sandbox outlived its cancelled build"
+        time.sleep(0.2)
+    assert_e2b_error(front.request("GET", f"/templates/aliases/{name}"), 404)
