@@ -74,8 +74,11 @@ asio::awaitable<void> ApiHandlers::Handle(HttpExchange& exchange, const RouteMat
                                     WantsNdjson(FromBeast(exchange.request()[http::field::accept])));
     case RouteId::kPruneBuildCache: {
       core::SandboxManager& manager = context_.manager;
-      const size_t deleted = co_await RunBlocking(context_.blocking_pool, [&] { return PruneBuildCache(manager, 0); });
-      const json body = {{"deleted", deleted}};
+      const std::string upload_dir = context_.upload_dir;
+      const std::pair<size_t, size_t> deleted = co_await RunBlocking(context_.blocking_pool, [&] {
+        return std::pair{PruneBuildCache(manager, 0), PruneTemplateFiles(upload_dir, 0)};
+      });
+      const json body = {{"deleted", deleted.first}, {"file_sets_deleted", deleted.second}};
       co_return co_await exchange.SendJson(http::status::ok, body);
     }
     case RouteId::kCollectImageGarbage: co_return co_await CollectImageGarbage(exchange);

@@ -105,7 +105,7 @@ std::map<std::string, core::ImageInfo> TagsOf(core::SandboxManager& manager, con
   return tags;
 }
 
-std::string FilesDir(const E2bContext& context) { return context.upload_dir + "/e2b-files"; }
+std::string FilesDir(const E2bContext& context) { return context.upload_dir + "/" + api::kTemplateFilesDir; }
 
 std::string UploadToken(const E2bContext& context, const std::string& hash, int64_t expires) {
   return HexEncode(HmacSha256(context.key, fmt::format("e2b-template-files:{}:{}", hash, expires)));
@@ -497,7 +497,8 @@ class TemplateRoutes {
   // GET /templates/{id}/files/{hash}: present, or a signed URL to PUT the set's tar to.
   asio::awaitable<void> FileLink(const std::string& id, const std::string& hash) {
     if (!IsFilesHash(hash)) co_return co_await Fail(Invalid("the files hash must be 64 lower-case hex digits"));
-    if (!KnownTemplate(id)) co_return co_await Fail(NotFound("template " + id));
+    const bool known = co_await Blocking([&] { return KnownTemplate(id); });
+    if (!known) co_return co_await Fail(NotFound("template " + id));
     struct stat st{};
     const std::string path = FilesDir(context_) + "/" + hash;
     if (::stat(path.c_str(), &st) == 0) {
@@ -772,6 +773,8 @@ asio::awaitable<std::string_view> ServeTemplateUpload(E2bContext& context, api::
     co_return kLabel;
   }
   remove.Dismiss();
+  const std::string upload_dir = context.upload_dir;
+  (void)co_await api::RunBlocking(context.blocking_pool, [&] { return api::PruneTemplateFiles(upload_dir); });
   co_await exchange.SendNoContent();
   co_return kLabel;
 }

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <condition_variable>
+#include <algorithm>
+#include <filesystem>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -483,6 +485,21 @@ size_t PruneBuildCache(core::SandboxManager& manager, size_t keep) {
     if (snapshot.name.rfind(core::kBuildSnapshotPrefix, 0) == 0) entries.push_back(snapshot.id);
   size_t deleted = 0;
   for (size_t i = 0; i + keep < entries.size(); ++i) deleted += manager.DeleteSnapshot(entries[i]).ok();
+  return deleted;
+}
+
+size_t PruneTemplateFiles(const std::string& upload_dir, size_t keep) {
+  namespace fs = std::filesystem;
+  std::vector<std::pair<fs::file_time_type, fs::path>> sets;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(upload_dir + "/" + kTemplateFilesDir, ec)) {
+    const auto written = entry.last_write_time(ec);
+    if (!ec) sets.emplace_back(written, entry.path());
+  }
+  if (sets.size() <= keep) return 0;
+  std::sort(sets.begin(), sets.end());  // oldest first
+  size_t deleted = 0;
+  for (size_t i = 0; i + keep < sets.size(); ++i) deleted += fs::remove(sets[i].second, ec) ? 1 : 0;
   return deleted;
 }
 

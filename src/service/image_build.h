@@ -68,4 +68,12 @@ Result<std::string> ParseBuildQuery(const std::vector<std::pair<std::string, std
 inline constexpr size_t kBuildCacheEntries = 256;
 size_t PruneBuildCache(core::SandboxManager& manager, size_t keep = kBuildCacheEntries);
 
+// The file sets E2B template builds COPY from (e2b/templates.h), uploaded ahead of a build and
+// kept, by their hash, under <upload dir>/<kTemplateFilesDir>: part of the build cache. After
+// each upload the oldest beyond kTemplateFileSets go; `keep` 0 empties it. Answers how many
+// sets were deleted.
+inline constexpr char kTemplateFilesDir[] = "e2b-files";
+inline constexpr size_t kTemplateFileSets = 1000;
+size_t PruneTemplateFiles(const std::string& upload_dir, size_t keep = kTemplateFileSets);
+
 }  // namespace bulkhead::api

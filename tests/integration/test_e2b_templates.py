@@ -349,3 +349,13 @@ def test_deleting_a_template_cancels_its_running_build(e2b):
         assert time.monotonic() < deadline, "the step's sandbox outlived its cancelled build"
         time.sleep(0.2)
     assert_e2b_error(front.request("GET", f"/templates/aliases/{name}"), 404)
+
+
+def test_pruning_the_build_cache_drops_uploaded_file_sets(e2b):
+    front, made = e2b
+    name = f"prune-{uuid.uuid4().hex[:8]}"
+    request_build(front, name)
+    upload(front, name, "9" * 64, files_tar([("a.txt", b"a\n")]))
+    pruned = front.daemon.client().delete("/v1/images/build/cache")
+    assert pruned.status == 200 and pruned.json()["file_sets_deleted"] >= 1, pruned
+    assert front.request("GET", f"/templates/{name}/files/{'9' * 64}").json()["present"] is False
