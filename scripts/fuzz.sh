@@ -49,11 +49,18 @@ for target in "${targets[@]}"; do
   options=(-max_total_time="$seconds" -timeout=25 -rss_limit_mb=2048 -max_len=65536
            -artifact_prefix="$findings/$target/" -print_final_stats=1)
   [ -f "tests/fuzz/$target.dict" ] && options+=(-dict="tests/fuzz/$target.dict")
-  # bulkhead mcp logs every call on stderr; libFuzzer keeps its own output and reports.
-  [ "$target" = mcp_session ] && options+=(-close_fd_mask=2)
+  # bulkhead mcp logs every call on stderr; libFuzzer keeps its own output and reports. The
+  # sanitizers' reports would go with stderr: they go to files instead, shown on a failure.
+  sanitizer_env=()
+  rm -f "$findings/$target".asan.* "$findings/$target".ubsan.*
+  if [ "$target" = mcp_session ]; then
+    options+=(-close_fd_mask=2)
+    sanitizer_env=(ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}log_path=$findings/$target.asan"
+                   UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}log_path=$findings/$target.ubsan")
+  fi
   echo "== fuzz: $target for ${seconds}s"
   start=$(date +%s)
-  FUZZ_FAIL_LOG="$findings/$target.invariant" "$binary" "${options[@]}" "$corpus" "tests/fuzz/corpus/$target" >"$log" 2>&1 &
+  env "${sanitizer_env[@]}" FUZZ_FAIL_LOG="$findings/$target.invariant" "$binary" "${options[@]}" "$corpus" "tests/fuzz/corpus/$target" >"$log" 2>&1 &
   pid=$!
   status=0
   wait "$pid" || status=$?
@@ -66,6 +73,9 @@ for target in "${targets[@]}"; do
     echo "fuzz: $target FAILED (exit $status) after $(( $(date +%s) - start ))s; log: $log" >&2
     grep -E '^==[0-9]+==ERROR|^SUMMARY|fuzz invariant broken|Test unit written to|^artifact_prefix' "$log" | head -20 >&2 || true
     [ -f "$findings/$target.invariant" ] && head -c 4000 "$findings/$target.invariant" >&2
+    for report in "$findings/$target".asan.* "$findings/$target".ubsan.*; do
+      [ -f "$report" ] && head -c 8000 "$report" >&2
+    done
     # The crashing input itself, so a CI log alone reproduces it.
     for unit in "$findings/$target"/crash-* "$findings/$target"/leak-* "$findings/$target"/timeout-*; do
       [ -f "$unit" ] && { echo "input (base64) $unit:"; head -c 3000 "$unit" | base64 -w 0; echo; } >&2

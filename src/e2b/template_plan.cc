@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "build/dockerfile.h"
 #include "common/base64.h"
 
 namespace bulkhead::e2b {
@@ -64,10 +65,17 @@ Status Writable(const std::string& text, const std::string& what) {
   return {};
 }
 
+// A path the Dockerfile's word processing takes as it is: no quote (it would open a quoted
+// word there).
+Status Unquoted(const std::string& text, const std::string& what) {
+  if (text.find_first_of("'\"") != std::string::npos) return Invalid(what + " must not hold a quote");
+  return Writable(text, what);
+}
+
 // A COPY source or destination in the exec (JSON) form: `$` kept literal (the builder expands
 // variables in COPY words).
 Result<std::string> CopyWord(const std::string& text, const std::string& what) {
-  BH_TRY(Writable(text, what));
+  BH_TRY(Unquoted(text, what));
   std::string out;
   for (char c : text) {
     if (c == '$') out += '\\';
@@ -174,7 +182,7 @@ class Planner {
     if (kind == "ENV") return Env(*args, label, where);
     if (kind == "WORKDIR") {
       if (args->size() != 1 || (*args)[0].empty()) return Invalid(where + "args of WORKDIR must be [path]");
-      BH_TRY(Writable((*args)[0], where + "args[0]"));
+      BH_TRY(Unquoted((*args)[0], where + "args[0]"));
       Line("WORKDIR " + (*args)[0], label);
       return {};
     }
@@ -243,12 +251,16 @@ class Planner {
     for (size_t i = 0; i < args.size(); i += 2) {
       if (!IsEnvName(args[i])) return Invalid(where + fmt::format("args[{}] must be a variable name", i));
       BH_TRY(Writable(args[i + 1], where + fmt::format("args[{}]", i + 1)));
-      std::string value;
+      std::string value = "\"";
       for (char c : args[i + 1]) {
         if (c == '"') value += '\\';
         value += c;
       }
-      Line(fmt::format("ENV {}=\"{}\"", args[i], value), label);
+      value += '"';
+      // Variables in the value are expanded as the builder will: what it cannot is refused now.
+      auto expanded = build::ExpandVariables(value, '\\', [](const std::string&) { return std::nullopt; });
+      if (!expanded.ok()) return Invalid(where + fmt::format("args[{}]: ", i + 1) + expanded.error().message);
+      Line(fmt::format("ENV {}={}", args[i], value), label);
     }
     return {};
   }
@@ -307,8 +319,10 @@ Result<TemplatePlan> PlanTemplateBuild(const json& body, const std::string& alia
     planner.user_ = base->user;
   } else {
     const std::string& image = **from_image;
-    if (image.empty() || image.find_first_of(" \t\r\n\\$") != std::string::npos)
-      return Invalid("fromImage must be an image reference");
+    const bool reference = !image.empty() && image.size() <= 512 && std::all_of(image.begin(), image.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || std::string_view("._-/:@").find(c) != std::string_view::npos;
+    });
+    if (!reference) return Invalid("fromImage must be an image reference ([registry/]repository[:tag][@digest])");
     const bool base = image == kE2bBaseImage || image.starts_with(std::string(kE2bBaseImage) + ":") ||
                       image == std::string("docker.io/") + kE2bBaseImage;
     plan.base_image = base ? "host" : image;

@@ -62,7 +62,7 @@ TEST(E2bTemplatePlan, StepsKeepTheirNumbersCommandsTheirTextAndRunAsTheirUser) {
                                 {"steps",
                                  {{{"type", "RUN"}, {"args", {command}}},
                                   {{"type", "RUN"}, {"args", {"apt-get update", "root"}}, {"force", false}},
-                                  {{"type", "ENV"}, {"args", {"GREETING", "say \"hi\" to $USER", "B", ""}}},
+                                  {{"type", "ENV"}, {"args", {"GREETING", "say \"hi\" to $USER, it's", "B", ""}}},
                                   {{"type", "WORKDIR"}, {"args", {"app"}}},
                                   {{"type", "USER"}, {"args", {"builder", "true"}}},
                                   {{"type", "RUN"}, {"args", {"whoami"}}}}}});
@@ -85,7 +85,7 @@ TEST(E2bTemplatePlan, StepsKeepTheirNumbersCommandsTheirTextAndRunAsTheirUser) {
   EXPECT_EQ(runs[2]->config.working_dir, "/home/user/app");
   EXPECT_EQ(e.stage.config.user, "builder");
   const auto& env = e.stage.config.env;
-  EXPECT_NE(std::find(env.begin(), env.end(), "GREETING=say \"hi\" to "), env.end());  // $USER unset: ""
+  EXPECT_NE(std::find(env.begin(), env.end(), "GREETING=say \"hi\" to , it's"), env.end());  // $USER unset: ""
   EXPECT_NE(std::find(env.begin(), env.end(), "B="), env.end());
 }
 
@@ -141,6 +141,12 @@ TEST(E2bTemplatePlan, HostileOrMalformedDefinitionsAreRefusedByField) {
   EXPECT_NE(ErrorOf(json::object()).find("exactly one of fromImage and fromTemplate"), std::string::npos);
   EXPECT_NE(ErrorOf({{"fromImage", "a"}, {"fromTemplate", "b"}}).find("exactly one"), std::string::npos);
   EXPECT_NE(ErrorOf({{"fromImage", "a\nRUN x"}}).find("fromImage"), std::string::npos);
+  EXPECT_NE(ErrorOf({{"fromImage", "registry.example'.com/a"}}).find("fromImage"), std::string::npos);
+  EXPECT_NE(ErrorOf({{"fromImage", "a"}, {"steps", {{{"type", "COPY"}, {"args", {"it's.txt", "/x"}}, {"filesHash", kHash}}}}})
+                .find("quote"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf({{"fromImage", "a"}, {"steps", {{{"type", "WORKDIR"}, {"args", {"/a\"b"}}}}}}).find("quote"),
+            std::string::npos);
   EXPECT_NE(ErrorOf({{"fromImage", "a"}, {"steps", {{{"type", "ADD"}}}}}).find("steps[0].type"), std::string::npos);
   EXPECT_NE(ErrorOf({{"fromImage", "a"}, {"steps", {{{"type", "RUN"}, {"args", {1}}}}}}).find("steps[0].args"),
             std::string::npos);
@@ -148,6 +154,8 @@ TEST(E2bTemplatePlan, HostileOrMalformedDefinitionsAreRefusedByField) {
                 .find("line break"),
             std::string::npos);
   EXPECT_NE(ErrorOf({{"fromImage", "a"}, {"steps", {{{"type", "ENV"}, {"args", {"A B", "x"}}}}}}).find("variable name"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf({{"fromImage", "a"}, {"steps", {{{"type", "ENV"}, {"args", {"A", "${B:x}"}}}}}}).find("not supported"),
             std::string::npos);
   EXPECT_NE(ErrorOf({{"fromImage", "a"}, {"steps", {{{"type", "ENV"}, {"args", {"A", "x\\"}}}}}}).find("backslash"),
             std::string::npos);
