@@ -238,8 +238,9 @@ class Planner {
     std::string line = fmt::format("COPY --chown={}:{}", owner_user, owner_group);
     if (args.size() > 3 && !args[3].empty()) {
       const std::string& mode = args[3];
-      if (mode.size() > 5 || !std::all_of(mode.begin(), mode.end(), [](char c) { return c >= '0' && c <= '7'; }))
-        return Invalid(where + "args[3] (mode) must be octal, e.g. 0755");
+      if (mode.size() > 5 || !std::all_of(mode.begin(), mode.end(), [](char c) { return c >= '0' && c <= '7'; }) ||
+          std::stoul(mode, nullptr, 8) > 07777)
+        return Invalid(where + "args[3] (mode) must be an octal mode up to 7777, e.g. 0755");
       line += " --chmod=" + mode;
     }
     Line(line + " " + json::array({*from, *dest}).dump(), label);
