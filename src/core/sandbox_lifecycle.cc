@@ -129,7 +129,10 @@ Status SandboxManagerImpl::Boot(Sandbox& sb, const storage::WritableLayer& layer
     if (!image) return image.error();
     ls.rootfs.image = *image;
   }
-  if (storage_->ImageUsesHostDirs(spec.image)) ls.rootfs.host_binds = storage_->HostBindDirs();
+  if (storage_->ImageUsesHostDirs(spec.image)) {
+    ls.rootfs.host_binds = storage_->HostBindDirs();
+    if (spec.image != "host") ls.rootfs.host_image = host_rootfs_;
+  }
   ls.rootfs.upper = layer.upper;
   ls.rootfs.work = layer.work;
   ls.staging = SandboxDir(sb.info.id);

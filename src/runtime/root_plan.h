@@ -10,12 +10,17 @@
 
 namespace bulkhead::runtime {
 
+// `tree` (an image's root) holds something at `dir`.
+bool HasFilesAt(const std::string& tree, const std::string& dir);
+
 // The image cloned idmapped (from the stored ids) and read-only at base/lower, under the
-// writable layer in an overlay at base/root. Answers base/root.
+// writable layer in an overlay at base/root; the host image, for an image built on it,
+// idmapped at base/hostimage. Answers base/root.
 std::string PlanRootOverlay(const RootfsLayers& rootfs, const std::string& base, std::vector<MountStep>& steps);
 
-// The host image's directory `dir` (its `index`-th): where the image holds files of its own
-// there too, an overlay of both at base/host<index>; else the host's directory itself.
+// The host image's directory `dir` (its `index`-th): where the image (or the host image below
+// it) holds files of its own there too, an overlay of them over the host's at base/host<index>;
+// else the host's directory itself.
 // Answers what to bind read-only at `dir`. (PlanRootOverlay's steps come first.)
 std::string PlanHostDir(const RootfsLayers& rootfs, const std::string& dir, size_t index, const std::string& base,
                         std::vector<MountStep>& steps);

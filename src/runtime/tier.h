@@ -48,6 +48,10 @@ struct VolumeBind {
 struct RootfsLayers {
   std::string image;                    // the image's root directory (read-only lower layer)
   std::vector<std::string> host_binds;  // host dirs bound read-only at the same path (host image)
+  // An image built on the host image: the host image's root, whose own files at the host dirs
+  // (bulkhead's sudo, ...) go over the host's there, below the image's. Read at each boot, so
+  // an upgraded host image's files reach images built before it.
+  std::string host_image;
   std::string upper, work;              // the writable layer (overlayfs upper and work dirs)
 };
 

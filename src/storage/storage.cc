@@ -245,41 +245,6 @@ Result<ImageInfo> Storage::ImportImage(const std::string& name, const std::strin
       /*existing_ok=*/false);
 }
 
-namespace {
-
-// A build FROM host archived its root without what is mounted (the host's /usr); the host
-// image's own additions there (bulkhead's sudo, a python link: host_image.cc) are copied in,
-// owned as the stored range's root, so its sandboxes see them over the host's /usr as the
-// host image's do.
-Status CopyHostAdditions(const std::string& from, const std::string& to) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::is_empty(to, ec) && !ec) return {};  // the build put its own there
-  const uid_t owner = static_cast<uid_t>(kStoredIdBase);
-  for (auto it = fs::recursive_directory_iterator(from, ec); !ec && it != fs::recursive_directory_iterator();
-       it.increment(ec)) {
-    const std::string source = it->path().string();
-    const std::string target = to + source.substr(from.size());
-    struct stat st;
-    if (::lstat(source.c_str(), &st) != 0) return SystemError("lstat " + source, errno);
-    if (S_ISDIR(st.st_mode)) {
-      if (::mkdir(target.c_str(), 0700) != 0 && errno != EEXIST) return SystemError("mkdir " + target, errno);
-      if (::chmod(target.c_str(), st.st_mode & 0777) != 0) return SystemError("chmod " + target, errno);  // no umask
-    } else if (S_ISLNK(st.st_mode)) {
-      fs::create_symlink(fs::read_symlink(source, ec), target, ec);
-    } else if (S_ISREG(st.st_mode)) {
-      fs::copy_file(source, target, fs::copy_options::overwrite_existing, ec);
-      if (!ec && ::chmod(target.c_str(), st.st_mode & 0777) != 0) return SystemError("chmod " + target, errno);
-    }
-    if (ec) return SystemError("copy " + source, ec.value());
-    if (::lchown(target.c_str(), owner, owner) != 0) return SystemError("chown " + target, errno);
-  }
-  if (ec) return SystemError("list " + from, ec.value());
-  return {};
-}
-
-}  // namespace
-
 Result<ImageInfo> Storage::InstallBuiltImage(const BuiltImage& image, const std::string& tar_path) {
   if (!IsSha256Digest(image.build_key)) return MakeError(ErrorCode::kInternal, "bad build key " + image.build_key);
   return InstallImage(
@@ -287,14 +252,13 @@ Result<ImageInfo> Storage::InstallBuiltImage(const BuiltImage& image, const std:
       [&](const std::string& rootfs) -> Status {
         BH_TRY(ExtractRootfsTarball(tar_path, rootfs));
         if (!image.host_base) return {};
-        auto host = ImageRootfs(kHostImage);
-        if (!host.ok()) return {};  // a store without the host image (tests): nothing to add
+        // The mount point of the host's /usr (and the host image's additions there: Boot).
         const std::string usr = rootfs + "/usr";
         if (::mkdir(usr.c_str(), 0755) != 0 && errno != EEXIST) return SystemError("mkdir " + usr, errno);
         const uid_t stored_root = static_cast<uid_t>(kStoredIdBase);
         if (::chmod(usr.c_str(), 0755) != 0 || ::lchown(usr.c_str(), stored_root, stored_root) != 0)
           return SystemError("chown " + usr, errno);
-        return CopyHostAdditions(*host + "/usr", usr);
+        return {};
       },
       [&](ImageInfo& info) {
         info.source = "build";

@@ -328,6 +328,27 @@ def test_the_e2b_front_takes_a_built_image_as_a_template(daemon, client, request
     assert run(client, created["sandboxID"], "cat /opt/hello") == "from a build\n"
 
 
+def test_an_image_built_on_host_shows_the_host_images_current_additions(daemon, client, request):
+    """The host image's own files under /usr (bulkhead's sudo, ...) are read at each boot, not
+    copied into what is built on it: an upgraded host image reaches images built before it."""
+    status, events = build(client, context_tar({"Dockerfile": b"FROM host\nRUN echo built > /opt/mark\n"}),
+                           tag="on-host")
+    assert status == 200 and events[-1]["status"] == "done", events[-3:]
+    stored = daemon.state_dir / "images" / events[-1]["image"]["name"] / "rootfs"
+    assert list((stored / "usr").iterdir()) == [], "nothing of the host image is copied in"
+
+    host_usr_bin = (daemon.state_dir / "images" / "host" / "rootfs").resolve() / "usr" / "bin"
+    marker = host_usr_bin / "bulkhead-test-upgrade"
+    marker.write_text("#!/bin/sh\necho upgraded\n")
+    marker.chmod(0o755)
+    request.addfinalizer(lambda: marker.unlink(missing_ok=True))
+    sb = client.create(image="on-host", sudo_users=["user"])
+    request.addfinalizer(lambda: client.remove(sb["id"]))
+    out = client.sh(sb["id"], "cat /opt/mark; bulkhead-test-upgrade; sudo id -u; test -x /usr/bin/env && echo host-usr",
+                    user="user")
+    assert out.splitlines() == ["built", "upgraded", "0", "host-usr"], out
+
+
 def build_sandboxes(client) -> list:
     return [s["id"] for s in client.get("/v1/sandboxes").json()["sandboxes"]
             if "bulkhead.build" in (s.get("metadata") or {})]

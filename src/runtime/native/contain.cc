@@ -182,6 +182,12 @@ void MountRoot(ChildPlan* plan) {
     STEP(fd >= 0 && Dup3(fd, plan->layer_fds[i], O_CLOEXEC) == plan->layer_fds[i], "open layer");
     Close(fd);
   }
+  if (!plan->host_image.empty()) {
+    BindClone(plan, plan->host_image.c_str(), plan->host_image_lower.c_str(), false, plan->stored_ids_fd);
+    int fd = Open(plan->host_image_lower.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    STEP(fd >= 0 && Dup3(fd, plan->host_image_fd, O_CLOEXEC) == plan->host_image_fd, "open host image layer");
+    Close(fd);
+  }
   STEP(::mount("overlay", plan->root.c_str(), "overlay", MS_NOSUID | MS_NODEV, plan->overlay_options.c_str()) == 0,
        "mount overlay");
   RequireRealTopLevelDirs(plan);

@@ -30,6 +30,10 @@ struct ChildPlan {
   std::string overlay_options;
   std::string upper, work;       // the writable layer's dirs on the host
   int layer_fds[3] = {-1, -1, -1};  // reserved descriptor numbers for lower, upper, work
+  // An image built on the host image: the host image's root, idmapped like `image` at
+  // `host_image_lower` and opened at the reserved `host_image_fd`; host_bind_overlays name it.
+  std::string host_image, host_image_lower;
+  int host_image_fd = -1;
   std::vector<std::string> host_binds;         // host dirs, e.g. "/usr": not idmapped, host root is nobody
   std::vector<std::string> host_bind_targets;  // root + dir
   // Per host bind: overlay options that show the image's own files there over the host dir

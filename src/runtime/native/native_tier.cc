@@ -24,6 +24,7 @@
 #include "runtime/clone_shared.h"
 #include "runtime/native/contain.h"
 #include "runtime/process.h"
+#include "runtime/root_plan.h"
 #include "runtime/seccomp.h"
 #include "runtime/user_namespace.h"
 
@@ -124,12 +125,19 @@ Result<SandboxHandle> NativeTier::Launch(const LaunchSpec& spec) {
   plan.scratch = spec.staging + "/scratch";
   for (const auto& dir : {plan.lower, plan.root, plan.scratch})
     if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return SystemError("mkdir " + dir, errno);
-  // Three descriptor numbers reserved for the child to open the layers into.
-  UniqueFd slots[3];
-  for (int i = 0; i < 3; i++) {
-    slots[i].reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-    if (!slots[i]) return SystemError("open /dev/null", errno);
-    plan.layer_fds[i] = slots[i].get();
+  // Descriptor numbers reserved for the child to open the layers into (and the host image's).
+  UniqueFd slots[4];
+  for (auto& slot : slots) {
+    slot.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    if (!slot) return SystemError("open /dev/null", errno);
+  }
+  for (int i = 0; i < 3; i++) plan.layer_fds[i] = slots[i].get();
+  if (!spec.rootfs.host_image.empty()) {
+    plan.host_image = spec.rootfs.host_image;
+    plan.host_image_lower = spec.staging + "/hostimage";
+    plan.host_image_fd = slots[3].get();
+    if (::mkdir(plan.host_image_lower.c_str(), 0700) != 0 && errno != EEXIST)
+      return SystemError("mkdir " + plan.host_image_lower, errno);
   }
   plan.upper = spec.rootfs.upper;
   plan.work = spec.rootfs.work;
@@ -139,11 +147,13 @@ Result<SandboxHandle> NativeTier::Launch(const LaunchSpec& spec) {
   for (const auto& dir : spec.rootfs.host_binds) {
     plan.host_binds.push_back(dir);
     plan.host_bind_targets.push_back(plan.root + dir);
-    // The image's own files at that mount point (the host image's additions) go over the
-    // host's, read from the idmapped lower by descriptor, as the root overlay's layers are.
-    std::error_code ec;
-    const bool additions = !std::filesystem::is_empty(spec.rootfs.image + dir, ec) && !ec;
-    plan.host_bind_overlays.push_back(additions ? "lowerdir=" + fd_path(plan.layer_fds[0]) + dir + ":" + dir : "");
+    // The image's own files at that mount point (the host image's additions, and below them
+    // those of the host image an image was built on) go over the host's, read from the
+    // idmapped lowers by descriptor, as the root overlay's layers are.
+    std::string lowers;
+    if (HasFilesAt(spec.rootfs.image, dir)) lowers += fd_path(plan.layer_fds[0]) + dir + ":";
+    if (!plan.host_image.empty() && HasFilesAt(plan.host_image, dir)) lowers += fd_path(plan.host_image_fd) + dir + ":";
+    plan.host_bind_overlays.push_back(lowers.empty() ? "" : "lowerdir=" + lowers + dir);
   }
   plan.root_paths = RootPaths(plan.root);
   for (const auto& volume : spec.volumes) {
