@@ -5,6 +5,8 @@
 #include <iostream>
 #include <sstream>
 
+#include "core/host_limits.h"
+#include "runtime/uid_ranges.h"
 #include "storage/fs_util.h"
 #include "storage/image_ref.h"
 
@@ -117,6 +119,11 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
                     "followers; 0 = no cap (default " +
                         std::to_string(core::DaemonConfig{}.output_rate_mib) + ")")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  serve->add_option("--max-sandboxes", line.max_sandboxes,
+                    "Sandboxes the daemon holds at once (warm pools aside); more are refused with 429 "
+                    "(default: a quarter of the host's memory in MiB, here " +
+                        std::to_string(core::DefaultMaxSandboxes(core::HostMemoryMib())) + ")")
+      ->check(CLI::Range(int64_t{1}, int64_t{runtime::kSlots}));
   serve->add_option("--dns-server", line.dns_servers,
                     "Upstream DNS server (IP or IP:PORT) for sandboxes with network access; repeatable "
                     "(default: the host's /etc/resolv.conf)")
@@ -493,6 +500,7 @@ core::DaemonConfig DaemonConfigFromCommandLine(const CommandLine& line) {
   if (line.io_threads) config.io_threads = *line.io_threads;
   if (line.blocking_threads) config.blocking_threads = *line.blocking_threads;
   if (line.output_rate_mib) config.output_rate_mib = *line.output_rate_mib;
+  config.max_sandboxes = line.max_sandboxes.value_or(core::DefaultMaxSandboxes(core::HostMemoryMib()));
   config.dns_servers = line.dns_servers;
   if (line.preview_domain) config.preview_domain = *line.preview_domain;
   config.e2b_listen = line.e2b_listen ? *line.e2b_listen : DefaultE2bListen(config.listen);

@@ -121,6 +121,7 @@ struct CommandLine {
   std::optional<std::string> default_runtime;
   std::optional<int> io_threads, blocking_threads;
   std::optional<int64_t> output_rate_mib;
+  std::optional<int64_t> max_sandboxes;
   std::vector<std::string> dns_servers;
   std::optional<std::string> preview_domain;
   std::optional<std::string> e2b_listen;  // --e2b-listen

@@ -61,6 +61,8 @@ struct DaemonConfig {
   // --output-rate: MiB/s of one sandbox's command output the daemon relays, over all its
   // execs and followers (core/output_budget.h); 0 = no cap.
   int64_t output_rate_mib = 32;
+  // --max-sandboxes: sandboxes held at once (warm pools aside); the CLI's default comes from
+  // the host's memory (host_limits.h).
   int64_t max_sandboxes = 1000;
   int64_t storage_gb = 0;
   // --storage-driver: "overlay" (file copies, reflinked on xfs), "btrfs" (subvolume

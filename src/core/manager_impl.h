@@ -177,6 +177,8 @@ class SandboxManagerImpl : public SandboxManager {
   // (Capabilities::freeze_inside), init stops the workload inside before the host's freeze and
   // resumes it after the host's thaw (ctl::kFreeze).
   Status SetFrozen(const Sandbox& sb, bool frozen) const;
+  // kTooMany unless `more` sandboxes fit under --max-sandboxes. mu_ held.
+  Status RoomForLocked(int64_t more) const;
   Status FreezeInside(const Sandbox& sb, bool frozen) const;
   // The sandbox with this host name ran out of memory (Tier::SetReclaim): has its init kill its
   // largest process. True if one was killed.

@@ -196,6 +196,12 @@ void SandboxManagerImpl::StartBackground() {
   timer_thread_ = std::thread([this] { TimerLoop(); });
 }
 
+Status SandboxManagerImpl::RoomForLocked(int64_t more) const {
+  if (static_cast<int64_t>(sandboxes_.size()) + more <= config_.max_sandboxes) return {};
+  return MakeError(ErrorCode::kTooMany, "sandbox limit reached (" + std::to_string(config_.max_sandboxes) +
+                                            ", the daemon's --max-sandboxes)");
+}
+
 Result<SandboxInfo> SandboxManagerImpl::Create(const SandboxSpec& spec) {
   if (stopping_) return MakeError(ErrorCode::kUnavailable, "the daemon is shutting down");
   if (spec.from_snapshot) return CreateFromSnapshot(spec);
@@ -204,8 +210,7 @@ Result<SandboxInfo> SandboxManagerImpl::Create(const SandboxSpec& spec) {
     return MakeError(ErrorCode::kNotFound, "no image named " + spec.image, "image_not_found");
   {
     std::lock_guard lock(mu_);
-    if (static_cast<int64_t>(sandboxes_.size()) >= config_.max_sandboxes)
-      return MakeError(ErrorCode::kTooMany, "sandbox limit reached (" + std::to_string(config_.max_sandboxes) + ")");
+    BH_TRY(RoomForLocked(1));
   }
   if (auto sb = TakePooled(spec); sb && FitPooled(*sb, spec)) return Admit(sb);
   auto launched = Launch(spec);

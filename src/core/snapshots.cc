@@ -323,8 +323,7 @@ Result<SandboxInfo> SandboxManagerImpl::CreateFromSnapshot(SandboxSpec spec) {
     std::vector<std::shared_ptr<Sandbox>> cold;
     {
       std::lock_guard lock(mu_);
-      if (static_cast<int64_t>(sandboxes_.size()) >= config_.max_sandboxes)
-        return MakeError(ErrorCode::kTooMany, "sandbox limit reached (" + std::to_string(config_.max_sandboxes) + ")");
+      BH_TRY(RoomForLocked(1));
       if (key) cold = WarmSnapshotLocked(*key);
     }
     for (const auto& sb : cold) (void)Teardown(*sb);
@@ -352,8 +351,7 @@ Result<SandboxInfo> SandboxManagerImpl::CreateFromSnapshot(SandboxSpec spec) {
   std::vector<std::shared_ptr<Sandbox>> cold;
   {
     std::lock_guard lock(mu_);
-    if (static_cast<int64_t>(sandboxes_.size()) >= config_.max_sandboxes)
-      return MakeError(ErrorCode::kTooMany, "sandbox limit reached (" + std::to_string(config_.max_sandboxes) + ")");
+    BH_TRY(RoomForLocked(1));
     if (auto key = PoolKeyFor(spec); key && spec.warm_snapshot) cold = WarmSnapshotLocked(*key);
   }
   for (const auto& sb : cold) (void)Teardown(*sb);
@@ -371,8 +369,7 @@ Result<std::vector<SandboxInfo>> SandboxManagerImpl::Fork(const std::string& san
   if (stopping_) return MakeError(ErrorCode::kUnavailable, "the daemon is shutting down");
   {
     std::lock_guard lock(mu_);
-    if (static_cast<int64_t>(sandboxes_.size()) + count > config_.max_sandboxes)
-      return MakeError(ErrorCode::kTooMany, "sandbox limit reached (" + std::to_string(config_.max_sandboxes) + ")");
+    BH_TRY(RoomForLocked(count));
   }
   // One capture (one freeze) for all copies; it is never listed and goes when they exist.
   auto row = Capture(sandbox_id, "", memory);

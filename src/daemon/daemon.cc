@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/result.h"
+#include "core/host_limits.h"
 #include "core/sandbox_manager.h"
 #include "core/state_dir.h"
 #include "daemon/server.h"
@@ -41,31 +42,12 @@ void RemoveStaleUploads(const std::string& upload_dir) {
   }
 }
 
-// Each connection holds a descriptor; the default soft limit (1024) is below the
-// connection cap. Raise it as far as the hard limit allows. The hard limit goes to 1M first
-// (root may): the sandboxes' launchers give their inits and gVisor's Sentry that much, and
-// they cannot raise it themselves. Under a shell's 20000, a gVisor sandbox watching or
-// holding open that many directories left its Sentry no descriptor for init's connection.
-void RaiseFileLimit() {
-  rlimit limit{};
-  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
-  if (limit.rlim_max < rlim_t(1) << 20) {
-    rlimit raised = {limit.rlim_cur, rlim_t(1) << 20};
-    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
-  }
-  const rlim_t wanted = std::min<rlim_t>(limit.rlim_max, 65536);
-  if (limit.rlim_cur < wanted) {
-    limit.rlim_cur = wanted;
-    setrlimit(RLIMIT_NOFILE, &limit);
-  }
-}
-
 }  // namespace
 
 int RunDaemon(const core::DaemonConfig& config) {
   // A client that hangs up must not kill the daemon on the next write.
   signal(SIGPIPE, SIG_IGN);
-  RaiseFileLimit();
+  core::RaiseHostLimits(config.max_sandboxes);
   // Whatever the daemon makes (the database, keys, spooled uploads, layers) is root's alone;
   // the sandboxes' own files get modes of their own (runtime/native/contain.cc).
   umask(077);
