@@ -134,10 +134,8 @@ void BindReadOnly(ChildPlan* plan, const char* source, const char* target) {
        "remount read-only path");
 }
 
-void EmptyReadOnlyDir(ChildPlan* plan, const char* path) {
-  STEP(::mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=555") == 0,
-       "mask dir");
-}
+// Hides a dir behind the scratch tmpfs's empty one (MountScratch).
+void EmptyReadOnlyDir(ChildPlan* plan, const char* path) { BindReadOnly(plan, plan->scratch_empty.c_str(), path); }
 
 // --- the steps ---------------------------------------------------------------------
 
@@ -224,6 +222,24 @@ void MountVolumes(ChildPlan* plan) {
   plan->failed_volume = -1;
 }
 
+// The scratch tmpfs (contain.h): of the sandbox's own, so the mount table names no host path
+// (its mount point goes with the old root; what is bound from it stays).
+void MountScratch(ChildPlan* plan) {
+  STEP(::mount("tmpfs", plan->scratch.c_str(), "tmpfs", MS_NOSUID | MS_NOEXEC, plan->scratch_options.c_str()) == 0,
+       "mount scratch tmpfs");
+  MakeDir(plan, plan->scratch_dev.c_str(), "mkdir scratch dev dir");
+  STEP(::chown(plan->scratch_dev.c_str(), plan->root_owner, plan->root_owner) == 0, "own scratch dev dir");
+  int fd = Open(plan->boot_id_file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
+  STEP(fd >= 0, "create boot id");
+  const long size = static_cast<long>(plan->boot_id.size());
+  STEP(Write(fd, plan->boot_id.data(), plan->boot_id.size()) == size, "write boot id");
+  Close(fd);
+  MakeDir(plan, plan->scratch_empty.c_str(), "mkdir scratch empty dir");
+  STEP(::chmod(plan->scratch_empty.c_str(), 0555) == 0, "chmod scratch empty dir");
+  MakeDir(plan, plan->scratch_cgroup.c_str(), "mkdir scratch cgroup dir");
+  STEP(::chmod(plan->scratch_cgroup.c_str(), 0755) == 0, "chmod scratch cgroup dir");
+}
+
 void MountProc(ChildPlan* plan) {
   MakeDir(plan, At(plan, kProc), "mkdir /proc");
   STEP(::mount("proc", At(plan, kProc), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) == 0, "mount proc");
@@ -240,25 +256,15 @@ void MountProc(ChildPlan* plan) {
     const char* p = At(plan, PathIndex(i));
     if (Exists(p)) BindReadOnly(plan, p, p);
   }
-  // This boot's own id: the host's would be every sandbox's, and the same after a restart. Its
-  // file is on a tmpfs of its own, so the mount table names no host path (the tmpfs's mount
-  // point goes with the old root; the file stays bound).
-  if (!plan->boot_id.empty() && Exists(At(plan, kProcBootId))) {
-    STEP(::mount("tmpfs", plan->scratch.c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=755") == 0,
-         "mount scratch tmpfs");
-    int fd = Open(plan->boot_id_file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
-    STEP(fd >= 0, "create boot id");
-    const long size = static_cast<long>(plan->boot_id.size());
-    STEP(Write(fd, plan->boot_id.data(), plan->boot_id.size()) == size, "write boot id");
-    Close(fd);
-    BindReadOnly(plan, plan->boot_id_file.c_str(), At(plan, kProcBootId));
-  }
+  // This boot's own id: the host's would be every sandbox's, and the same after a restart.
+  if (Exists(At(plan, kProcBootId))) BindReadOnly(plan, plan->boot_id_file.c_str(), At(plan, kProcBootId));
 }
 
 void MountDev(ChildPlan* plan) {
   MakeDir(plan, At(plan, kDev), "mkdir /dev");
-  STEP(::mount("tmpfs", At(plan, kDev), "tmpfs", MS_NOSUID | MS_NOEXEC, plan->dev_options.c_str()) == 0,
-       "mount /dev");
+  STEP(::mount(plan->scratch_dev.c_str(), At(plan, kDev), nullptr, MS_BIND, nullptr) == 0, "bind /dev");
+  STEP(::mount(nullptr, At(plan, kDev), nullptr, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NOEXEC, nullptr) == 0,
+       "remount /dev");
   for (const Device& d : kDevices)
     STEP(::mknod(At(plan, d.path), S_IFCHR | 0666, makedev(d.major, d.minor)) == 0 &&
              ::chmod(At(plan, d.path), 0666) == 0,
@@ -267,9 +273,14 @@ void MountDev(ChildPlan* plan) {
   MakeDir(plan, At(plan, kDevPts), "mkdir /dev/pts");
   STEP(::mount("devpts", At(plan, kDevPts), "devpts", MS_NOSUID | MS_NOEXEC, plan->devpts_options.c_str()) == 0,
        "mount devpts");
+  // /dev/shm is a dir of /dev (the scratch tmpfs, sized for both), not a superblock of its own
+  // (contain.h): bound over itself to allow what /dev does not (exec).
   MakeDir(plan, At(plan, kDevShm), "mkdir /dev/shm");
-  STEP(::mount("tmpfs", At(plan, kDevShm), "tmpfs", MS_NOSUID | MS_NODEV, plan->shm_options.c_str()) == 0,
-       "mount /dev/shm");
+  STEP(::chmod(At(plan, kDevShm), 01777) == 0 && ::chown(At(plan, kDevShm), plan->root_owner, plan->root_owner) == 0,
+       "own /dev/shm");
+  STEP(::mount(At(plan, kDevShm), At(plan, kDevShm), nullptr, MS_BIND, nullptr) == 0, "bind /dev/shm");
+  STEP(::mount(nullptr, At(plan, kDevShm), nullptr, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV, nullptr) == 0,
+       "remount /dev/shm");
 }
 
 void MountSys(ChildPlan* plan) {
@@ -284,14 +295,14 @@ void MountSys(ChildPlan* plan) {
                  nullptr) == 0,
          "mount cgroup2");
   } else {
-    STEP(::mount("tmpfs", At(plan, kSysCgroup), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=755") == 0,
-         "mount cgroup dir");
+    STEP(::mount(plan->scratch_cgroup.c_str(), At(plan, kSysCgroup), nullptr, MS_BIND, nullptr) == 0,
+         "bind cgroup dir");
     for (size_t i = 0; i < plan->cgroup_v1_sources.size(); i++) {
       MakeDir(plan, plan->cgroup_v1_targets[i].c_str(), "mkdir cgroup controller");
       BindReadOnly(plan, plan->cgroup_v1_sources[i].c_str(), plan->cgroup_v1_targets[i].c_str());
     }
-    STEP(::mount(nullptr, At(plan, kSysCgroup), nullptr, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                 "size=4k,mode=755") == 0,
+    STEP(::mount(nullptr, At(plan, kSysCgroup), nullptr,
+                 MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) == 0,
          "cgroup dir read-only");
   }
 }
@@ -400,6 +411,7 @@ int ChildMain(void* arg) {
   JoinCgroups(plan);
   MountRoot(plan);
   MountVolumes(plan);
+  MountScratch(plan);
   MountProc(plan);
   MountDev(plan);
   MountSys(plan);

@@ -41,10 +41,15 @@ struct ChildPlan {
   std::vector<std::string> host_bind_overlays;
   std::vector<std::string> root_paths;         // root + "/proc", "/dev", ... (see contain.cc)
   std::vector<std::string> top_level_names;    // "usr", "proc", ...: what the mounts go below
-  std::string dev_options, devpts_options, shm_options;
-  // This boot's id ("8-4-4-4-12\n"), shown at /proc/sys/kernel/random/boot_id from a file
-  // (boot_id_file) on a small tmpfs the child mounts at `scratch`, an empty dir.
-  std::string boot_id, scratch, boot_id_file;
+  std::string devpts_options;
+  // The tmpfs the child mounts at `scratch` (an empty dir; scratch_options) for what the
+  // sandbox is shown from it: /dev with /dev/shm (scratch_dev), this boot's id ("8-4-4-4-12\n",
+  // at /proc/sys/kernel/random/boot_id) from boot_id_file, the empty read-only dir that masks
+  // /proc and /sys dirs (scratch_empty) and, on cgroup v1, the dir holding the controllers'
+  // mount points (scratch_cgroup). One superblock for all of them: the kernel keeps, for each
+  // memory cgroup, a slot per superblock (its shrinker), so superblocks made per sandbox cost
+  // as the square of the sandbox count.
+  std::string scratch, scratch_options, scratch_dev, boot_id, boot_id_file, scratch_empty, scratch_cgroup;
   std::vector<VolumePlan> volumes;
   uid_t root_owner = 0;          // host uid of the sandbox's root: owns mount points made for volumes
   // Identity

@@ -165,13 +165,16 @@ Result<SandboxHandle> NativeTier::Launch(const LaunchSpec& spec) {
   }
   plan.root_owner = spec.host_uid;
   std::string owner = "uid=" + std::to_string(spec.host_uid) + ",gid=" + std::to_string(spec.host_uid);
-  plan.dev_options = "mode=755,size=64k," + owner;
+  // /dev's nodes and links, and /dev/shm (half the sandbox's memory, as a tmpfs there is).
+  plan.scratch_options = "mode=755,size=" + std::to_string(64 + (spec.limits.memory_mb / 2 + 1) * 1024) + "k," + owner;
   plan.devpts_options = "newinstance,ptmxmode=0666,mode=0620,gid=" + std::to_string(spec.host_uid + 5);
-  plan.shm_options = "mode=1777,size=" + std::to_string(spec.limits.memory_mb / 2 + 1) + "m," + owner;
   auto boot_id = NewBootId();
   if (!boot_id) return boot_id.error();
   plan.boot_id = std::move(*boot_id);
   plan.boot_id_file = plan.scratch + "/boot_id";
+  plan.scratch_dev = plan.scratch + "/dev";
+  plan.scratch_empty = plan.scratch + "/empty";
+  plan.scratch_cgroup = plan.scratch + "/cgroup";
   plan.userns_fd = userns->get();
   plan.stored_ids_fd = stored_ids->get();
   for (const auto& fd : join->sandbox) plan.cgroup_join_fds.push_back(fd.get());
