@@ -344,13 +344,14 @@ Status Cgroups::Destroy(const std::string& id) {
     dirs.push_back(p);
   }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  // rmdir first: the groups of a sandbox whose init is gone are empty, and every lookup in a
+  // cgroup hierarchy of thousands of groups contends with the kernel's own work on them.
   for (const auto& dir : dirs) {
-    while (Exists(dir)) {
+    while (::rmdir(dir.c_str()) != 0 && errno != ENOENT) {
+      if (errno != EBUSY) return SystemError("rmdir " + dir, errno);
       // Killing pid 1 of the sandbox ends its pid namespace; this catches anything that
       // lingers (a process that joined the group but not the namespace).
       for (pid_t pid : Procs(dir)) ::kill(pid, SIGKILL);
-      if (::rmdir(dir.c_str()) == 0 || errno == ENOENT) break;
-      if (errno != EBUSY) return SystemError("rmdir " + dir, errno);
       if (std::chrono::steady_clock::now() > deadline)
         return MakeError(ErrorCode::kInternal, "cgroup " + dir + " did not empty");
       std::this_thread::sleep_for(std::chrono::milliseconds(2));

@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -185,10 +186,24 @@ class BtrfsLayerArea final : public LayerArea {
   // deletes instead of piling up as "<stale>" qgroups. Removing one whose numbers are not yet
   // zero would mark every qgroup inconsistent (see qgroup_watch.h). Kernels since 6.11 remove
   // the qgroup themselves; the removal here is then a no-op.
+  //
+  // One delete at a time looks, at most every kStaleScanInterval, and without holding the list:
+  // with thousands deleted at once the list is long until the cleaner catches up, and a scan
+  // of it on every delete (sysfs reads per entry, under the list's lock) made deleting N
+  // sandboxes cost as N squared and serialized the deletes.
+  static constexpr std::chrono::milliseconds kStaleScanInterval{250};
   void DropStaleQgroups(int fs_fd) {
-    std::lock_guard lock(stale_mu_);
+    std::vector<uint64_t> pending;
+    {
+      std::lock_guard lock(stale_mu_);
+      const auto now = std::chrono::steady_clock::now();
+      if (stale_scanning_ || now < next_stale_scan_) return;
+      stale_scanning_ = true;
+      next_stale_scan_ = now + kStaleScanInterval;
+      pending.swap(stale_qgroups_);
+    }
     std::vector<uint64_t> still;
-    for (uint64_t qgroup : stale_qgroups_) {
+    for (uint64_t qgroup : pending) {
       std::optional<bool> settled = QgroupSettled(qgroup);
       if (!settled) continue;  // already gone
       if (!*settled) {
@@ -200,7 +215,9 @@ class BtrfsLayerArea final : public LayerArea {
       remove.qgroupid = qgroup;
       if (::ioctl(fs_fd, BTRFS_IOC_QGROUP_CREATE, &remove) != 0 && errno == EBUSY) still.push_back(qgroup);
     }
-    stale_qgroups_ = std::move(still);
+    std::lock_guard lock(stale_mu_);
+    stale_qgroups_.insert(stale_qgroups_.begin(), still.begin(), still.end());
+    stale_scanning_ = false;
   }
 
   // Whether qgroup 0/<id> counts nothing any more; nullopt if it no longer exists. Kernels
@@ -216,8 +233,10 @@ class BtrfsLayerArea final : public LayerArea {
     return true;
   }
 
-  std::mutex stale_mu_;
+  std::mutex stale_mu_;  // guards the three below
   std::vector<uint64_t> stale_qgroups_;
+  bool stale_scanning_ = false;
+  std::chrono::steady_clock::time_point next_stale_scan_;
 
   UniqueFd OpenLayer(const std::string& id) const { return OpenDirNoFollow(LayerPath(id)); }
 

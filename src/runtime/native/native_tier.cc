@@ -231,15 +231,17 @@ Status NativeTier::Destroy(const std::string& id, const SandboxHandle& init) {
     // A paused sandbox dies only once thawed; the pending SIGKILL runs before any of its code.
     if (cgroups_.Frozen(id)) (void)cgroups_.SetFrozen(id, false);
   }
-  // Kills what is left and waits (5 s at most) until no process of the sandbox remains.
-  Status destroyed = cgroups_.Destroy(id);
-  // Init exits last in its namespace, after all the others: a fork bomb's thousands of them can
-  // take seconds. Wait for it now that they are gone, and reap it if it is our child (not so
-  // after a daemon restart: then the host's init reaps it); otherwise it stays a zombie.
+  // Init exits last in its namespace, after all the others (a fork bomb's thousands of them
+  // can take seconds): once it has, the groups are empty and go at the first rmdir.
   if (pidfd) {
     pollfd p{pidfd.get(), POLLIN, 0};
     ::poll(&p, 1, 5000);
   }
+  // Kills what is left (a process in the group but not the namespace) and waits (5 s at most)
+  // until no process of the sandbox remains.
+  Status destroyed = cgroups_.Destroy(id);
+  // Reap init if it is our child (not so after a daemon restart: then the host's init reaps
+  // it); otherwise it stays a zombie.
   if (init.pid > 0) ::waitpid(init.pid, nullptr, WNOHANG | __WALL);
   return destroyed;
 }
