@@ -17,7 +17,6 @@ import random
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -149,28 +148,8 @@ def main() -> int:
         print(f"stopped: {report['stopped_because']}")
 
         # Delete them all, --delete-clients at once.
-        pending = list(ids)
-        lock = threading.Lock()
-        errors: list[str] = []
-
-        def deleter():
-            c = daemon.client(timeout=600)
-            while True:
-                with lock:
-                    if not pending:
-                        return
-                    sandbox_id = pending.pop()
-                r = c.delete(f"/v1/sandboxes/{sandbox_id}")
-                if r.status not in (200, 204):
-                    with lock:
-                        errors.append(f"{sandbox_id}: {r.status}")
-
         t0 = time.perf_counter()
-        threads = [threading.Thread(target=deleter) for _ in range(args.delete_clients)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        errors = harness.delete_concurrently(daemon, ids, args.delete_clients)
         took = time.perf_counter() - t0
         rate = len(ids) / took if took else 0
         ids.clear()

@@ -14,6 +14,7 @@ import signal
 import socket
 import struct
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -1018,6 +1019,33 @@ def leaks(daemon, uid_ranges=(), timeout: float = 10.0) -> dict[str, list[str]]:
         if not found or time.monotonic() >= deadline:
             return found
         time.sleep(0.25)
+
+
+def delete_concurrently(daemon, ids, clients: int = 8) -> list[str]:
+    """Deletes `ids` from `clients` threads at once; answers "<id>: <status>" for each delete
+    that failed."""
+    pending = list(ids)
+    lock = threading.Lock()
+    failures: list[str] = []
+
+    def deleter():
+        c = daemon.client(timeout=600)
+        while True:
+            with lock:
+                if not pending:
+                    return
+                sandbox_id = pending.pop()
+            r = c.delete(f"/v1/sandboxes/{sandbox_id}")
+            if r.status not in (200, 204):
+                with lock:
+                    failures.append(f"{sandbox_id}: {r.status}")
+
+    threads = [threading.Thread(target=deleter) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return failures
 
 
 def assert_no_leaks(daemon, uid_ranges=(), timeout: float = 10.0):

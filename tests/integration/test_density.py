@@ -5,9 +5,8 @@ nothing here asserts a time."""
 
 import os
 import random
-import threading
 
-from harness import assert_no_leaks
+from harness import assert_no_leaks, delete_concurrently
 
 COUNT = int(os.environ.get("BULKHEAD_DENSITY_COUNT", "300"))
 
@@ -32,28 +31,8 @@ def test_hundreds_of_idle_sandboxes_all_answer_and_all_delete(daemon_factory):
     assert r.status == 429, r
 
     # Deleted from several clients at once: all go, nothing is left.
-    pending = list(ids)
-    random.shuffle(pending)
-    failures = []
-    lock = threading.Lock()
-
-    def deleter():
-        c = daemon.client()
-        while True:
-            with lock:
-                if not pending:
-                    return
-                sandbox_id = pending.pop()
-            r = c.delete(f"/v1/sandboxes/{sandbox_id}")
-            if r.status not in (200, 204):
-                with lock:
-                    failures.append((sandbox_id, r.status))
-
-    threads = [threading.Thread(target=deleter) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    random.shuffle(ids)
+    failures = delete_concurrently(daemon, ids)
     assert failures == []
     assert client.list() == []
     assert_no_leaks(daemon, timeout=30)
