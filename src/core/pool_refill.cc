@@ -154,11 +154,14 @@ void SandboxManagerImpl::Refill(const PoolKey& key) {
   spec.sudo_users.clear();
   spec.timeout_s = 0;
   auto sb = Launch(spec, source, /*background=*/true);
-  if (sb && (*sb)->tier->capabilities().warm_up_exec) {
-    // (A shell and dynamically linked programs, what most first commands load; whatever the
-    // image lacks of them fails harmlessly. A microvm's first command in a new QEMU costs
-    // ~130 ms more under TCG, its code translated anew: a memory snapshot's restore is warmed
-    // up too, its processes running on for that long.)
+  if (sb) {
+    // A new sandbox's first command is much slower than its next: the pool runs one before it
+    // hands the sandbox out (a shell and dynamically linked programs, what most first commands
+    // load; whatever the image lacks of them fails harmlessly). Native: its overlays' lookups,
+    // its cgroups and init's spawn path start cold (the first `echo hi` took 2.2 ms, the next
+    // 1.0). gVisor and a microvm: their own kernel's file caches start cold too, and a microvm's
+    // first command in a new QEMU costs ~130 ms more under TCG, its code translated anew (a
+    // memory snapshot's restore is warmed up too, its processes running on for that long).
     ctl::ExecMessage warm_up;
     warm_up.argv = {"/bin/sh", "-c", "exec /usr/bin/env true"};
     warm_up.cwd = "/";

@@ -107,9 +107,6 @@ struct Capabilities {
   // hands init the LaunchSpec's limits, and init sets each later change (ctl::kLimits); the
   // host's cgroups only bound the tier's processes around it.
   bool limits_in_sandbox = false;
-  // The sandbox's first command is much slower than the next (its own kernel's file caches
-  // start cold): the warm pool runs one before it hands the sandbox out.
-  bool warm_up_exec = false;
   // The sandbox's traffic can leave through the host (network modes allowlist and open, and
   // the port proxy): its sockets live in the attached namespace. A tier whose sandboxes have
   // only their own loopback runs network mode none alone.

@@ -192,7 +192,7 @@ Result<std::unique_ptr<GvisorTier>> GvisorTier::Create(const std::string& tag, c
 
 Capabilities GvisorTier::capabilities() const {
   return {.pause = true, .filesystem_snapshot = true, .memory_snapshot = true, .idmapped_volumes = true,
-          .pooling = true, .limits_in_sandbox = true, .warm_up_exec = true, .network_egress = true};
+          .pooling = true, .limits_in_sandbox = true, .network_egress = true};
 }
 
 std::vector<std::pair<std::string, std::string>> GvisorTier::Details() const {

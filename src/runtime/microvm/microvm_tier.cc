@@ -206,7 +206,7 @@ Result<std::unique_ptr<MicrovmTier>> MicrovmTier::Create(const std::string& tag,
 
 Capabilities MicrovmTier::capabilities() const {
   return {.pause = true, .filesystem_snapshot = true, .memory_snapshot = MemorySnapshots(), .idmapped_volumes = true,
-          .pooling = true, .limits_in_sandbox = true, .warm_up_exec = true, .network_egress = true,
+          .pooling = true, .limits_in_sandbox = true, .network_egress = true,
           .nic_from_boot = true, .ports_through_init = true, .freeze_inside = true};
 }
 
