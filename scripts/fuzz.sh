@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of tests/fuzz (clang, ASan, UBSan) into build-fuzz (or
-# $FUZZ_BUILD_DIR) and runs each for a bounded time, one after the other:
+# $FUZZ_BUILD_DIR) and runs each for a bounded time, one per CPU at a time:
 #
 #   scripts/fuzz.sh [seconds-per-target] [target...]     (default: 30 s, every target)
 #
@@ -36,22 +36,22 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 ninja -C "$build" -j"$jobs" $(printf 'fuzz_%s ' "${targets[@]}")
 
 findings="$build/fuzz-findings"
-failed=()
-pid=
-# An interrupted run takes the fuzzer it started along (a background job ignores SIGINT).
-trap 'if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; fi' EXIT
-for target in "${targets[@]}"; do
-  binary="$build/tests/fuzz/fuzz_$target"
-  corpus="$build/fuzz-corpus/$target"
+# run_target TARGET: one fuzzer for its bounded time; its verdict on stdout and stderr, its
+# exit status 1 on a finding. Run as a background job: a TERM (the run interrupted) takes its
+# fuzzer along.
+run_target() {
+  local target=$1
+  local binary="$build/tests/fuzz/fuzz_$target"
+  local corpus="$build/fuzz-corpus/$target"
   mkdir -p "$corpus" "$findings/$target"
-  log="$findings/$target.log"
+  local log="$findings/$target.log"
   rm -f "$findings/$target.invariant"
-  options=(-max_total_time="$seconds" -timeout=25 -rss_limit_mb=2048 -max_len=65536
-           -artifact_prefix="$findings/$target/" -print_final_stats=1)
+  local options=(-max_total_time="$seconds" -timeout=25 -rss_limit_mb=2048 -max_len=65536
+                 -artifact_prefix="$findings/$target/" -print_final_stats=1)
   [ -f "tests/fuzz/$target.dict" ] && options+=(-dict="tests/fuzz/$target.dict")
   # bulkhead mcp logs every call on stderr; libFuzzer keeps its own output and reports. The
   # sanitizers' reports would go with stderr: they go to files instead, shown on a failure.
-  sanitizer_env=()
+  local sanitizer_env=()
   rm -f "$findings/$target".asan.* "$findings/$target".ubsan.*
   if [ "$target" = mcp_session ]; then
     options+=(-close_fd_mask=2)
@@ -59,32 +59,53 @@ for target in "${targets[@]}"; do
                    UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}log_path=$findings/$target.ubsan")
   fi
   echo "== fuzz: $target for ${seconds}s"
+  local start status=0 fuzzer
   start=$(date +%s)
   env "${sanitizer_env[@]}" FUZZ_FAIL_LOG="$findings/$target.invariant" "$binary" "${options[@]}" "$corpus" "tests/fuzz/corpus/$target" >"$log" 2>&1 &
-  pid=$!
-  status=0
-  wait "$pid" || status=$?
-  finished=$pid
-  pid=
+  fuzzer=$!
+  trap 'kill "$fuzzer" 2>/dev/null; exit 1' TERM
+  wait "$fuzzer" || status=$?
   # A crash skips the harness's cleanup of its temporary trees (named with its pid).
-  rm -rf /tmp/bh-fuzz-*-"$finished"-*
+  rm -rf /tmp/bh-fuzz-*-"$fuzzer"-*
+  local runs
   runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
-  if [ "$status" -ne 0 ]; then
-    echo "fuzz: $target FAILED (exit $status) after $(( $(date +%s) - start ))s; log: $log" >&2
-    grep -E '^==[0-9]+==ERROR|^SUMMARY|fuzz invariant broken|Test unit written to|^artifact_prefix' "$log" | head -20 >&2 || true
-    [ -f "$findings/$target.invariant" ] && head -c 4000 "$findings/$target.invariant" >&2
+  if [ "$status" -eq 0 ]; then
+    echo "fuzz: $target ok, $runs inputs"
+    return 0
+  fi
+  {
+    echo "fuzz: $target FAILED (exit $status) after $(( $(date +%s) - start ))s; log: $log"
+    grep -E '^==[0-9]+==ERROR|^SUMMARY|fuzz invariant broken|Test unit written to|^artifact_prefix' "$log" | head -20 || true
+    [ -f "$findings/$target.invariant" ] && head -c 4000 "$findings/$target.invariant"
     for report in "$findings/$target".asan.* "$findings/$target".ubsan.*; do
-      [ -f "$report" ] && head -c 8000 "$report" >&2
+      [ -f "$report" ] && head -c 8000 "$report"
     done
     # The crashing input itself, so a CI log alone reproduces it.
     for unit in "$findings/$target"/crash-* "$findings/$target"/leak-* "$findings/$target"/timeout-*; do
-      [ -f "$unit" ] && { echo "input (base64) $unit:"; head -c 3000 "$unit" | base64 -w 0; echo; } >&2
+      [ -f "$unit" ] && { echo "input (base64) $unit:"; head -c 3000 "$unit" | base64 -w 0; echo; }
     done
-    failed+=("$target")
-  else
-    echo "fuzz: $target ok, $runs inputs"
-  fi
+  } >&2
+  return 1
+}
+
+# One fuzzer per CPU at a time (each runs on one): CI's two cores fuzz two targets at once.
+parallel=${FUZZ_JOBS:-$(nproc)}
+failed=()
+declare -A running=()  # pid -> target
+# An interrupted run takes the fuzzers it started along.
+trap 'for p in "${!running[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
+reap_one() {
+  local done_pid status=0
+  wait -n -p done_pid "${!running[@]}" || status=$?
+  [ "$status" -eq 0 ] || failed+=("${running[$done_pid]}")
+  unset "running[$done_pid]"
+}
+for target in "${targets[@]}"; do
+  while [ ${#running[@]} -ge "$parallel" ]; do reap_one; done
+  run_target "$target" &
+  running[$!]=$target
 done
+while [ ${#running[@]} -gt 0 ]; do reap_one; done
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzz: failed: ${failed[*]} (inputs in $findings/<target>/)" >&2

@@ -96,7 +96,7 @@ if $build_only; then
   exit 0
 fi
 if $ci; then ninja -C "$build" -j2 bulkhead; else ninja -C "$build" -j2 bulkhead unit-tests; fi
-bash scripts/install-test-tools.sh
+[ -n "${BULKHEAD_TEST_TOOLS_READY:-}" ] || bash scripts/install-test-tools.sh  # (scripts/test.sh ran it)
 
 reports=$(mktemp -d /tmp/bhsan-XXXXXX)
 # Reports go to files (log_path) so the CLI's reach the harness too, not only the test's pipes:

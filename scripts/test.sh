@@ -15,6 +15,8 @@ bash scripts/install-deps.sh
 phase "build"
 bash scripts/build.sh
 bash scripts/install-test-tools.sh
+# (sanitize.sh below needs not install them again: an unreachable registry costs minutes.)
+export BULKHEAD_TEST_TOOLS_READY=1
 # The sanitizer tree builds while the tests below run, at the lowest CPU priority: it takes the
 # CPU they leave idle (they wait on sandboxes much of the time) instead of adding its own minutes.
 sanitizer_build_log=$(mktemp /tmp/bulkhead-sanitizer-build-XXXXXX.log)
