@@ -3,9 +3,15 @@
 1 GiB output flood through a non-streaming exec (throughput, and the daemon's RSS before and
 after: the output cap must bound it). Prints figures; asserts nothing.
 
+Where the round trip goes is split out too: a GET and the exec written on a raw keep-alive
+socket (no client library's share), the command's own life as init reports it (duration_ms),
+and /bin/true forked and waited for by a shell inside the sandbox.
+
     python3 bench/exec_path.py [--build build] [--runs 200]
 """
 import argparse
+import json
+import socket
 import sys
 import time
 from pathlib import Path
@@ -14,6 +20,67 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from startup import BulkheadApi, Daemon, percentile  # noqa: E402  (same folder)
 
 FLOOD = "head -c 1073741824 /dev/zero | tr '\\0' x"
+
+
+class RawHttp:
+    """Requests written as bytes on one keep-alive socket: the daemon's share without a client's."""
+
+    def __init__(self, port: int, api_key: str) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.api_key = api_key
+
+    def request(self, method: str, path: str, body: bytes = b"") -> bytes:
+        head = (f"{method} {path} HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer {self.api_key}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
+        self.sock.sendall(head.encode() + body)
+        data = b""
+        while True:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("the daemon closed the connection")
+            data += chunk
+            header, sep, rest = data.partition(b"\r\n\r\n")
+            if not sep:
+                continue
+            length = next(int(line.split(b":", 1)[1]) for line in header.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:"))
+            if len(rest) >= length:
+                return rest[:length]
+
+
+def timed(runs: int, call) -> list[float]:
+    call()  # warm up
+    latencies = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        call()
+        latencies.append((time.perf_counter() - started) * 1000)
+    return sorted(latencies)
+
+
+def split_round_trip(api: BulkheadApi, port: int, api_key: str, sandbox: str, runs: int) -> None:
+    raw = RawHttp(port, api_key)
+    exec_body = json.dumps({"cmd": ["true"]}).encode()
+    durations = []
+
+    def raw_exec() -> None:
+        durations.append(json.loads(raw.request("POST", f"/v1/sandboxes/{sandbox}/exec", exec_body))["duration_ms"])
+
+    rows = [
+        ("GET /v1/sandboxes/{id} through http.client", timed(runs, lambda: api.call("GET", f"/v1/sandboxes/{sandbox}"))),
+        ("the same GET on a raw keep-alive socket", timed(runs, lambda: raw.request("GET", f"/v1/sandboxes/{sandbox}"))),
+        ("exec `true` on a raw keep-alive socket", timed(runs, raw_exec)),
+    ]
+    raw.sock.close()
+    for label, values in rows:
+        print(f"  {label}: p50 {percentile(values, 50):.2f}  p99 {percentile(values, 99):.2f} ms")
+    durations.sort()
+    print(f"  the command's own life as init reports it (duration_ms): p50 {percentile(durations, 50):.2f} ms")
+    loop = ("s=$(date +%s%N); i=0; while [ $i -lt 1000 ]; do /bin/true; i=$((i+1)); done; "
+            "echo $(( ($(date +%s%N) - s) / 1000 ))")
+    micros = int(api.exec_collect(sandbox, ["sh", "-c", loop])["stdout"])
+    print(f"  /bin/true forked, exec'd and waited for by sh in the sandbox: {micros / 1000 / 1000:.2f} ms each (x1000)")
 
 
 def main() -> int:
@@ -39,6 +106,8 @@ def main() -> int:
         latencies.sort()
         print(f"exec `true` x{args.runs} on a running sandbox (ms): p50 {percentile(latencies, 50):.2f}  "
               f"p95 {percentile(latencies, 95):.2f}  p99 {percentile(latencies, 99):.2f}  max {latencies[-1]:.2f}")
+        print("where it goes:")
+        split_round_trip(api, daemon.port, daemon.api_key, sandbox, args.runs)
 
         api.exec_collect(sandbox, ["sh", "-c", "head -c 20000000 /dev/zero"])  # the cap's buffers, once
         rss_before = daemon.rss_bytes() or 0
