@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from startup import BulkheadApi, Daemon, percentile  # noqa: E402  (same folder)
+from startup import BulkheadApi, Daemon, percentile, timed_ms  # noqa: E402  (same folder)
 
 FLOOD = "head -c 1073741824 /dev/zero | tr '\\0' x"
 
@@ -49,16 +49,6 @@ class RawHttp:
                 return rest[:length]
 
 
-def timed(runs: int, call) -> list[float]:
-    call()  # warm up
-    latencies = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        call()
-        latencies.append((time.perf_counter() - started) * 1000)
-    return sorted(latencies)
-
-
 def split_round_trip(api: BulkheadApi, port: int, api_key: str, sandbox: str, runs: int) -> None:
     raw = RawHttp(port, api_key)
     exec_body = json.dumps({"cmd": ["true"]}).encode()
@@ -67,10 +57,11 @@ def split_round_trip(api: BulkheadApi, port: int, api_key: str, sandbox: str, ru
     def raw_exec() -> None:
         durations.append(json.loads(raw.request("POST", f"/v1/sandboxes/{sandbox}/exec", exec_body))["duration_ms"])
 
+    raw.request("GET", f"/v1/sandboxes/{sandbox}")  # (its connection's first request, untimed)
     rows = [
-        ("GET /v1/sandboxes/{id} through http.client", timed(runs, lambda: api.call("GET", f"/v1/sandboxes/{sandbox}"))),
-        ("the same GET on a raw keep-alive socket", timed(runs, lambda: raw.request("GET", f"/v1/sandboxes/{sandbox}"))),
-        ("exec `true` on a raw keep-alive socket", timed(runs, raw_exec)),
+        ("GET /v1/sandboxes/{id} through http.client", timed_ms(lambda: api.call("GET", f"/v1/sandboxes/{sandbox}"), runs)),
+        ("the same GET on a raw keep-alive socket", timed_ms(lambda: raw.request("GET", f"/v1/sandboxes/{sandbox}"), runs)),
+        ("exec `true` on a raw keep-alive socket", timed_ms(raw_exec, runs)),
     ]
     raw.sock.close()
     for label, values in rows:
@@ -97,13 +88,11 @@ def main() -> int:
         daemon.remember(sandbox)
         api.exec_collect(sandbox, ["true"])  # warm up
 
-        latencies = []
-        for _ in range(args.runs):
-            started = time.perf_counter()
+        def exec_true() -> None:
             result = api.exec_collect(sandbox, ["true"])
-            latencies.append((time.perf_counter() - started) * 1000)
             assert result["exit_code"] == 0, result
-        latencies.sort()
+
+        latencies = timed_ms(exec_true, args.runs)
         print(f"exec `true` x{args.runs} on a running sandbox (ms): p50 {percentile(latencies, 50):.2f}  "
               f"p95 {percentile(latencies, 95):.2f}  p99 {percentile(latencies, 99):.2f}  max {latencies[-1]:.2f}")
         print("where it goes:")

@@ -16,18 +16,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "sdk" / "python"))
-from startup import Daemon, percentile  # noqa: E402  (same folder)
+from startup import Daemon, percentile, timed_ms as timed  # noqa: E402  (same folder)
 
 from bulkhead import Bulkhead  # noqa: E402
-
-
-def timed(fn, runs: int) -> list[float]:
-    out = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - started) * 1000)
-    return sorted(out)
 
 
 def row(label: str, values: list[float]) -> None:

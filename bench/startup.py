@@ -94,6 +94,16 @@ def percentile(sorted_values: list[float], p: float) -> float:
     return sorted_values[rank - 1]
 
 
+def timed_ms(call: Callable[[], Any], runs: int) -> list[float]:
+    """`call` run `runs` times, one after another: each one's wall time in ms, sorted."""
+    latencies = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        call()
+        latencies.append((time.perf_counter() - started) * 1000)
+    return sorted(latencies)
+
+
 @dataclasses.dataclass
 class ModeResult:
     """One row of the table: one system in one mode."""
