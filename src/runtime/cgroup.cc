@@ -28,9 +28,12 @@ constexpr const char* kRoot = "/sys/fs/cgroup";
 // v1 hierarchies we use: limits on memory, pids and cpu; cpuacct for usage; freezer to pause.
 constexpr const char* kV1Controllers[] = {"memory", "pids", "cpu", "cpuacct", "freezer"};
 constexpr size_t kV1Freezer = 4;  // its index in parents_
-// Below the sandbox's group (cgroup.h): every process but init; v2: init's leaf.
+// Below the sandbox's group (cgroup.h), v2: every process but init, and init's leaf. (v1: where
+// daemons before .inits put every process but init.)
 constexpr char kWorkload[] = "workload";
 constexpr char kInitLeaf[] = "init";
+// v1: the inits' group, beside the sandboxes' (a dot: List() skips it).
+constexpr char kInits[] = ".inits";
 
 Status WriteFile(const std::string& path, const std::string& value) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
@@ -124,11 +127,12 @@ void FavorDynamicMoves() {
 
 }  // namespace
 
-Result<Cgroups> Cgroups::Open(const std::string& tag) {
+Result<Cgroups> Cgroups::Open(const std::string& tag, bool inits_apart) {
   Cgroups cg;
   struct statfs sfs {};
   if (::statfs(kRoot, &sfs) != 0) return SystemError("statfs /sys/fs/cgroup", errno);
   cg.v2_ = sfs.f_type == CGROUP2_SUPER_MAGIC;
+  cg.inits_apart_ = inits_apart;
   FavorDynamicMoves();
   if (cg.v2_ && ReadFile("/proc/cmdline").find("cgroup.memory=nosocket") != std::string::npos) {
     spdlog::warn("cgroup.memory=nosocket on the kernel command line: sandboxes' TCP buffers are not charged to them");
@@ -150,6 +154,13 @@ Result<Cgroups> Cgroups::Open(const std::string& tag) {
       cg.parents_.push_back(parent);
     }
     // memory.use_hierarchy must be on so limits of the parent hold for children (default on new kernels).
+    if (inits_apart) {
+      cg.inits_ = cg.parents_[0] + "/" + kInits;
+      BH_TRY(MakeDir(cg.inits_));
+      cg.inits_count_ = std::make_unique<InitsCount>();
+      // The sandboxes a daemon before this one left running (it adopts them).
+      BH_TRY(cg.SizeInits(static_cast<int>(cg.List().size())));
+    }
   }
   return cg;
 }
@@ -162,14 +173,16 @@ std::vector<std::string> Cgroups::Paths(const std::string& id) const {
 
 Status Cgroups::Create(const std::string& id, const Limits& limits) {
   auto paths = Paths(id);
+  BH_TRY(MakeDir(paths[0]));
+  if (!inits_.empty()) BH_TRY(SizeInits(+1));  // (Destroy takes it back)
   for (const auto& p : paths) BH_TRY(MakeDir(p));
-  if (v2_) {
+  if (v2_ && inits_apart_) {
     // A daemon killed between InitStarted and a Destroy left the controller on: init must
     // be able to enter the group again.
     (void)WriteFile(paths[0] + "/cgroup.subtree_control", "-memory");
     BH_TRY(MakeDir(paths[0] + "/" + kInitLeaf));
+    BH_TRY(MakeDir(paths[0] + "/" + kWorkload));
   }
-  BH_TRY(MakeDir(paths[0] + "/" + kWorkload));  // paths[0]: v1's memory hierarchy, or v2's one
   return SetLimits(id, limits);
 }
 
@@ -224,15 +237,21 @@ Result<Cgroups::JoinFds> Cgroups::OpenJoinFds(const std::string& id) {
     if (!fd) return fd.error();
     fds.sandbox.push_back(std::move(*fd));
   }
-  if (v2_) {
-    auto init = OpenProcs(paths[0] + "/" + kInitLeaf);
-    if (!init) return init.error();
-    fds.init = std::move(*init);
-  }
-  auto workload = OpenProcs(paths[0] + "/" + kWorkload);
+  if (!inits_apart_) return fds;
+  auto init = OpenProcs(v2_ ? paths[0] + "/" + kInitLeaf : inits_);
+  if (!init) return init.error();
+  fds.init = std::move(*init);
+  auto workload = OpenProcs(v2_ ? paths[0] + "/" + kWorkload : paths[0]);
   if (!workload) return workload.error();
   fds.workload = std::move(*workload);
   return fds;
+}
+
+Status Cgroups::SizeInits(int change) {
+  std::lock_guard lock(inits_count_->mu);
+  inits_count_->groups = std::max<int64_t>(0, inits_count_->groups + change);
+  // (Lowered, the kernel reclaims down to it first; a write it refuses is tried again at the next change.)
+  return SetV1Memory(inits_, std::max<int64_t>(1, inits_count_->groups) * kInitReserve);
 }
 
 Status Cgroups::InitStarted(const std::string& id, const Limits& limits) {
@@ -337,20 +356,28 @@ Status Cgroups::Destroy(const std::string& id) {
   // Frozen tasks do not die until thawed (v1; v2's cgroup.kill handles frozen groups).
   if (!v2_ && Exists(parents_[kV1Freezer] + "/" + id)) (void)WriteFile(parents_[kV1Freezer] + "/" + id + "/freezer.state", "THAWED");
   if (v2_ && Exists(paths[0] + "/cgroup.kill")) (void)WriteFile(paths[0] + "/cgroup.kill", "1");
-  // A group goes only after its children.
-  std::vector<std::string> dirs;
-  for (const auto& p : paths) {
-    for (const char* child : {kWorkload, kInitLeaf}) dirs.push_back(p + "/" + child);
-    dirs.push_back(p);
-  }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   // rmdir first: the groups of a sandbox whose init is gone are empty, and every lookup in a
   // cgroup hierarchy of thousands of groups contends with the kernel's own work on them.
+  std::vector<std::string> dirs;
+  if (v2_ && inits_apart_) dirs = {paths[0] + "/" + kWorkload, paths[0] + "/" + kInitLeaf};
+  dirs.insert(dirs.end(), paths.begin(), paths.end());
   for (const auto& dir : dirs) {
-    while (::rmdir(dir.c_str()) != 0 && errno != ENOENT) {
+    for (;;) {
+      if (::rmdir(dir.c_str()) == 0) {
+        if (dir == paths[0] && !inits_.empty()) (void)SizeInits(-1);
+        break;
+      }
+      if (errno == ENOENT) break;
       if (errno != EBUSY) return SystemError("rmdir " + dir, errno);
-      // Killing pid 1 of the sandbox ends its pid namespace; this catches anything that
-      // lingers (a process that joined the group but not the namespace).
+      // A group goes only after its children (those of a sandbox a daemon before .inits
+      // started on v1). Killing pid 1 of the sandbox ends its pid namespace; this
+      // catches anything that lingers (a process that joined the group but not the namespace).
+      for (const char* child : {kWorkload, kInitLeaf}) {
+        const std::string below = dir + "/" + child;
+        for (pid_t pid : Procs(below)) ::kill(pid, SIGKILL);
+        (void)::rmdir(below.c_str());
+      }
       for (pid_t pid : Procs(dir)) ::kill(pid, SIGKILL);
       if (std::chrono::steady_clock::now() > deadline)
         return MakeError(ErrorCode::kInternal, "cgroup " + dir + " did not empty");
@@ -371,6 +398,7 @@ Status Cgroups::Rename(const std::string& from, const std::string& to) {
 
 void Cgroups::RemoveParentsIfEmpty() {
   if (!List().empty()) return;
+  if (!inits_.empty()) ::rmdir(inits_.c_str());
   for (const auto& p : parents_) ::rmdir(p.c_str());
 }
 

@@ -1,18 +1,26 @@
 // Per-sandbox cgroups: memory (swap included), pids and cpu limits, usage, and teardown.
 // cgroup v2 (unified) and v1 (one hierarchy per controller) behind one class.
 //
-// Init is kept out of its own sandbox's OOM kills by a reserve: every other process of the
-// sandbox runs in the group's "workload" child, whose memory limit is the sandbox's less
-// kInitReserve, so the sandbox's commands hit their limit (and the OOM killer picks among
-// them) before the sandbox as a whole does. (A lower oom_score_adj for init would need
-// CAP_SYS_RESOURCE, which hosts and containers often drop.) Init moves each process it starts
-// into the workload group through the cgroup.procs descriptor the daemon opens for it.
-//   v1  <memory>/<group>           init; the limit         <memory>/<group>/workload
-//   v2  <group>  the limit; +memory below it: <group>/init  init     <group>/workload
-// The sandbox's cgroup namespace is rooted at <group> (it shows the limit at the top);
-// v2 allows no process in a group that passes a controller down, so init enters <group>,
-// unshares the namespace, then moves into <group>/init, and InitStarted turns the memory
-// controller on below <group>.
+// Init is kept out of its own sandbox's OOM kills by keeping it out of the memory cgroup the
+// sandbox's commands share (a lower oom_score_adj for init would need CAP_SYS_RESOURCE, which
+// hosts and containers often drop). Init moves each process it starts into the workload's group
+// through the cgroup.procs descriptor the daemon opens for it.
+//   v1  <memory>/<parent>/<group>  every process but init; the limit
+//       <memory>/<parent>/.inits   the init of every sandbox that shares it (Open): one memory
+//                                  cgroup for all, limited to kInitReserve per sandbox group
+//       other hierarchies          init and every other process in <parent>/<group>
+//   v2  <group>  the limit; +memory below it: <group>/init  init     <group>/workload  the
+//       limit less kInitReserve (16 MiB, or a quarter of a smaller limit)
+// Why v1 does not give each sandbox a group of init's own, as v2 must (one hierarchy: init
+// cannot leave its sandbox's cpu and pids groups): the kernel keeps per-memory-cgroup state for
+// every superblock on the host, which grows as memory cgroups x superblocks (bench/README.md,
+// density). What v1 trades for that: init's memory is not charged to its sandbox; all inits
+// share a budget, and an init far past its share (init bounds what it holds: output, sessions)
+// is the one the OOM killer of .inits picks when it fills.
+// The sandbox's cgroup namespace is rooted at <group> (it shows the limit at the top): init
+// enters <group>, unshares the namespace, then moves into its own (v1: .inits in the memory
+// hierarchy; v2: <group>/init, since v2 allows no process in a group that passes a controller
+// down), and InitStarted turns the memory controller on below <group> (v2).
 //
 // TCP socket buffers count against the sandbox too. v2 charges them to memory.current (unless
 // the kernel was booted with cgroup.memory=nosocket: Open warns). v1 charges them to a counter
@@ -24,6 +32,8 @@
 // connections a listener has not accepted yet, whose buffers the kernel charges to nobody
 // until accept().
 #pragma once
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -36,8 +46,11 @@ namespace bulkhead::runtime {
 class Cgroups {
  public:
   // Detects the cgroup version and prepares the parent group "bulkhead-<tag>" under which
-  // every sandbox group of this daemon lives (tag keeps daemons with different state dirs apart).
-  static Result<Cgroups> Open(const std::string& tag);
+  // every sandbox group of this daemon lives (tag keeps daemons with different state dirs
+  // apart). `inits_apart`: the sandboxes' inits run on the host and are kept from their OOM
+  // kills (native; OpenJoinFds gives their groups); otherwise the sandbox's whole tree joins
+  // its group alone.
+  static Result<Cgroups> Open(const std::string& tag, bool inits_apart);
 
   // What init's reserve keeps from the workload group: 16 MiB, or a quarter of a smaller limit.
   static constexpr int64_t kInitReserve = 16 << 20;
@@ -52,8 +65,8 @@ class Cgroups {
   // credentials and cgroup namespace), that a process writes "0" into to move itself.
   struct JoinFds {
     std::vector<UniqueFd> sandbox;  // the sandbox's group, one per hierarchy: init, first
-    UniqueFd init;                  // v2: init's leaf, after it unshared its cgroup namespace
-    UniqueFd workload;              // every other process of the sandbox
+    UniqueFd init;      // init's own, after it unshared its cgroup namespace (v1: .inits)
+    UniqueFd workload;  // every other process of the sandbox (v1: the sandbox's memory group)
   };
   Result<JoinFds> OpenJoinFds(const std::string& id);
   // Once init left <group> for <group>/init (v2): the memory controller below <group> and the
@@ -87,8 +100,18 @@ class Cgroups {
   std::vector<std::string> Paths(const std::string& id) const;
 
  private:
+  // v1 with inits apart: .inits's limit for the sandbox groups there are now.
+  Status SizeInits(int change);
+
   bool v2_ = false;
   std::vector<std::string> parents_;  // v2: {"/sys/fs/cgroup/bulkhead-x"}; v1: one per controller
+  bool inits_apart_ = false;
+  std::string inits_;                 // v1: <memory>/<parent>/.inits, if inits are apart
+  struct InitsCount {
+    std::mutex mu;
+    int64_t groups = 0;  // how many sandbox groups .inits is sized for
+  };
+  std::unique_ptr<InitsCount> inits_count_;
 };
 
 }  // namespace bulkhead::runtime

@@ -247,22 +247,37 @@ def test_tcp_buffers_stay_within_the_memory_limit(client, sandbox_factory):
     assert client.sh(sandbox_id, "echo alive") == "alive\n"
 
 
-# In the sandbox: the pids in init's own cgroup (v1: memory's; v2: its leaf).
-INIT_GROUP_PIDS = """
-path=$(sed -n 's/^[0-9]*:memory:// p; s/^0::// p' /proc/1/cgroup | head -1)
-if [ -e /sys/fs/cgroup/cgroup.controllers ]; then dir=/sys/fs/cgroup$path; else dir=/sys/fs/cgroup/memory$path; fi
-cat $dir/cgroup.procs
-"""
+def host_memory_group(pid: int) -> str:
+    """The memory cgroup of a host process, as the host sees it (v1's memory line, or v2's)."""
+    lines = open(f"/proc/{pid}/cgroup").read().splitlines()
+    return next((line.split(":", 2)[2] for line in lines if line.split(":")[1] == "memory"),
+                next(line.split(":", 2)[2] for line in lines if line.startswith("0::")))
+
+
+def host_pid_inside(sandbox_id, pid_inside: int) -> int:
+    """The host pid of the sandbox's process `pid_inside` (the last NSpid field is the sandbox's)."""
+    for pid in harness.cgroup_pids_of(sandbox_id):
+        status = harness._read(f"/proc/{pid}/status")
+        nspid = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
+        if nspid and int(nspid[-1]) == pid_inside:
+            return pid
+    raise AssertionError(f"no host process is pid {pid_inside} of {sandbox_id}")
 
 
 def test_sandbox_processes_have_no_share_of_inits_protection(client, sandbox_factory):
-    """Commands and the file worker run outside init's group (its reserve is init's alone) with
-    OOM score 0, which they cannot lower."""
+    """Commands and the file worker run in a memory group init is not in (so their OOM kills
+    never pick init; cgroup v1: one group for every sandbox's init, runtime/cgroup.h), with OOM
+    score 0, which they cannot lower."""
     sandbox_id = sandbox_factory()["id"]
     # (gvisor: every process shares init's memory group in gVisor's kernel; what spares init
     # there is the rule of the daemon's OOM handling, runtime/memory_watch.h.)
     native = harness.RUNTIME == "native"
-    assert not native or client.sh(sandbox_id, INIT_GROUP_PIDS).split() == ["1"]
+    if native:
+        sleeper = client.post(f"/v1/sandboxes/{sandbox_id}/processes", {"cmd": "sleep 60"}).json()["pid"]
+        init_group = host_memory_group(host_pid_inside(sandbox_id, 1))
+        command_group = host_memory_group(host_pid_inside(sandbox_id, sleeper))
+        assert harness.host_name(sandbox_id) in command_group, command_group
+        assert not init_group.startswith(command_group + "/") and init_group != command_group, init_group
     assert client.sh(sandbox_id, "cat /proc/self/oom_score_adj") == "0\n"
     # (gVisor lets a process lower its own score there, but that score shelters nothing: the
     # daemon's OOM handling picks by resident size alone.)
@@ -279,7 +294,7 @@ def test_sandbox_processes_have_no_share_of_inits_protection(client, sandbox_fac
         workers = wait_until(lambda: file_workers(client, sandbox_id), timeout=10)
         assert workers, "no file worker while the watch runs"
         worker = workers[0]
-        assert not native or client.sh(sandbox_id, INIT_GROUP_PIDS).split() == ["1"], worker
+        assert not native or host_memory_group(host_pid_inside(sandbox_id, int(worker))) == command_group, worker
         assert client.sh(sandbox_id, f"cat /proc/{worker}/oom_score_adj") == "0\n"
     finally:
         conn.close()

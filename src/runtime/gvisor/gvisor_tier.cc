@@ -166,7 +166,7 @@ Result<std::string> MakeSidecarDir(const std::string& tier_dir, const std::strin
 Result<std::unique_ptr<GvisorTier>> GvisorTier::Create(const std::string& tag, const std::string& state_dir,
                                                        const std::string& init_binary,
                                                        const std::string& prewarmer_binary, Runsc runsc) {
-  auto cgroups = Cgroups::Open(tag + "-gvisor");
+  auto cgroups = Cgroups::Open(tag + "-gvisor", /*inits_apart=*/false);
   if (!cgroups) return cgroups.error();
   BH_TRY(MakeDir(kMountPoint, 0700));
   const std::string dir = state_dir + "/gvisor";

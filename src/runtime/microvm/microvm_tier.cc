@@ -179,7 +179,7 @@ MicrovmTier::~MicrovmTier() {
 Result<std::unique_ptr<MicrovmTier>> MicrovmTier::Create(const std::string& tag, const std::string& state_dir,
                                                          const std::string& init_binary, Installed installed,
                                                          bool templates, bool memory_snapshots) {
-  auto cgroups = Cgroups::Open(tag + "-microvm");
+  auto cgroups = Cgroups::Open(tag + "-microvm", /*inits_apart=*/false);
   if (!cgroups) return cgroups.error();
   BH_TRY(MakeDir(kMountPoint, 0700));
   const std::string dir = state_dir + "/microvm";

@@ -149,7 +149,7 @@ void JoinCgroups(ChildPlan* plan) {
   // OOM score 0 for init and so for everything it starts, whatever the daemon's own (a unit's
   // OOMScoreAdjust). Written with CAP_SYS_RESOURCE, 0 also becomes the floor the sandbox's
   // processes cannot go below, so none can shelter from the host's OOM killer. Init's
-  // protection from its own sandbox's OOM is its memory reserve (cgroup.h), not a score.
+  // protection from its own sandbox's OOM is a memory group of its own (cgroup.h), not a score.
   int fd = Open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
   if (fd >= 0) {
     (void)!Write(fd, "0", 1);

@@ -57,7 +57,7 @@ struct ChildPlan {
   int stored_ids_fd = -1;        // a user namespace that maps kStoredIdBase -> host_uid: the
                                  // idmap of the image and volume mounts (common/id_ranges.h)
   std::vector<int> cgroup_join_fds;  // Cgroups::JoinFds
-  int cgroup_init_fd = -1;           // v2 only
+  int cgroup_init_fd = -1;           // init's own, joined after the unshare (cgroup.h)
   // What init gets
   int listen_fd = -1;            // becomes fd 3 (ctl::kListenFd)
   int workload_cgroup_fd = -1;   // becomes fd 4 (ctl::kWorkloadCgroupFd)

@@ -86,7 +86,7 @@ Result<UniqueFd> ListenOn(const std::string& path) {
 }  // namespace
 
 Result<std::unique_ptr<NativeTier>> NativeTier::Create(const std::string& tag, const std::string& init_binary) {
-  auto cgroups = Cgroups::Open(tag);
+  auto cgroups = Cgroups::Open(tag, /*inits_apart=*/true);
   if (!cgroups) return cgroups.error();
   auto memfd = SealedInit(init_binary);
   if (!memfd) return memfd.error();
