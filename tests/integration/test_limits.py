@@ -278,6 +278,13 @@ def test_sandbox_processes_have_no_share_of_inits_protection(client, sandbox_fac
         command_group = host_memory_group(host_pid_inside(sandbox_id, sleeper))
         assert harness.host_name(sandbox_id) in command_group, command_group
         assert not init_group.startswith(command_group + "/") and init_group != command_group, init_group
+        inits = f"/sys/fs/cgroup/memory{init_group}"
+        if init_group.endswith("/.inits"):  # cgroup v1: sized for every sandbox group beside it
+            def sized_for_each():
+                parent = os.path.dirname(inits)
+                groups = [d for d in os.listdir(parent) if not d.startswith(".") and os.path.isdir(f"{parent}/{d}")]
+                return int(harness._read(f"{inits}/memory.limit_in_bytes")) == len(groups) * (16 << 20)
+            assert wait_until(sized_for_each, timeout=10), harness._read(f"{inits}/memory.limit_in_bytes")
     assert client.sh(sandbox_id, "cat /proc/self/oom_score_adj") == "0\n"
     # (gVisor lets a process lower its own score there, but that score shelters nothing: the
     # daemon's OOM handling picks by resident size alone.)
