@@ -84,6 +84,7 @@ asio::awaitable<void> ApiHandlers::Handle(HttpExchange& exchange, const RouteMat
     case RouteId::kCollectImageGarbage: co_return co_await CollectImageGarbage(exchange);
     case RouteId::kCreateVolume: co_return co_await CreateVolume(exchange);
     case RouteId::kListVolumes: co_return co_await ListVolumes(exchange);
+    case RouteId::kAudit: co_return co_await Audit(exchange, query);
     case RouteId::kGetVolume: co_return co_await GetVolume(exchange, route.Param("name"));
     case RouteId::kDeleteVolume: co_return co_await DeleteVolume(exchange, route.Param("name"));
     case RouteId::kReadFile:
@@ -280,6 +281,7 @@ asio::awaitable<void> ApiHandlers::Exec(HttpExchange& exchange, const std::strin
   if (!IsValidSandboxId(id)) co_return co_await exchange.SendError(SandboxNotFound(id));
   std::optional<json> body = co_await exchange.ReadJsonObject(kMaxExecBody);
   if (!body) co_return;
+  if (auto cmd = body->find("cmd"); cmd != body->end()) exchange.Note("cmd", *cmd);  // (the audit's)
   Result<ExecOptions> options = ParseExecOptions(*body);
   if (!options.ok()) co_return co_await exchange.SendError(options.error());
   body.reset();  // stdin may be large; do not keep two copies while the command runs
@@ -360,6 +362,19 @@ asio::awaitable<void> ApiHandlers::CreateVolume(HttpExchange& exchange) {
       context_.blocking_pool, [&] { return manager.CreateVolume(request->name, request->size_mb); });
   if (!volume.ok()) co_return co_await exchange.SendError(volume.error());
   co_await exchange.SendJson(http::status::created, VolumeToJson(*volume));
+}
+
+asio::awaitable<void> ApiHandlers::Audit(HttpExchange& exchange, const QueryParams& query) {
+  if (!context_.audit) co_return co_await exchange.SendError(MakeError(ErrorCode::kNotFound, "this daemon keeps no audit log"));
+  Result<core::AuditLog::Filter> filter = ParseAuditFilter(query);
+  if (!filter.ok()) co_return co_await exchange.SendError(filter.error());
+  core::AuditLog& audit = *context_.audit;
+  Result<std::vector<json>> records = co_await RunBlocking(context_.blocking_pool, [&] { return audit.Read(*filter); });
+  if (!records.ok()) co_return co_await exchange.SendError(records.error());
+  // "next": the `after` of the next page, while this one came back full.
+  json next = records->size() == filter->limit ? json(records->back()["seq"]) : json(nullptr);
+  const json body = {{"records", std::move(*records)}, {"next", std::move(next)}};
+  co_await exchange.SendJson(http::status::ok, body);
 }
 
 asio::awaitable<void> ApiHandlers::ListVolumes(HttpExchange& exchange) {

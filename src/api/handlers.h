@@ -11,6 +11,7 @@
 #include "api/metrics.h"
 #include "api/process_handlers.h"
 #include "api/router.h"
+#include "core/audit_log.h"
 #include "core/sandbox_manager.h"
 #include "http/http_exchange.h"
 #include "service/validate.h"
@@ -32,6 +33,7 @@ struct HandlerContext {
   std::function<std::vector<std::string>()> tcp_addresses;
   std::function<std::string()> e2b_address;  // the E2B front's "host:port", "" without one
   std::string preview_domain;
+  core::AuditLog* audit = nullptr;  // GET /v1/audit; none: 404
 };
 
 class ApiHandlers {
@@ -65,6 +67,7 @@ class ApiHandlers {
   boost::asio::awaitable<void> DeleteImage(HttpExchange& exchange, const std::string& name);
   boost::asio::awaitable<void> CreateVolume(HttpExchange& exchange);
   boost::asio::awaitable<void> ListVolumes(HttpExchange& exchange);
+  boost::asio::awaitable<void> Audit(HttpExchange& exchange, const QueryParams& query);
   boost::asio::awaitable<void> GetVolume(HttpExchange& exchange, const std::string& name);
   boost::asio::awaitable<void> DeleteVolume(HttpExchange& exchange, const std::string& name);
   // Snapshots and forks (snapshot_handlers.cc).

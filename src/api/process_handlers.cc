@@ -85,6 +85,7 @@ void ProcessHandlers::ReleaseTag(const std::string& sandbox_id, const std::strin
 asio::awaitable<void> ProcessHandlers::Create(HttpExchange& exchange, const std::string& id) {
   std::optional<json> body = co_await exchange.ReadJsonObject(kMaxStartBody);
   if (!body) co_return;
+  if (auto cmd = body->find("cmd"); cmd != body->end()) exchange.Note("cmd", *cmd);  // (the audit's)
   Result<ProcessOptions> options = ParseProcessOptions(*body);
   if (!options.ok()) co_return co_await exchange.SendError(options.error());
   auto executor = co_await asio::this_coro::executor;

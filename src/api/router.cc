@@ -68,6 +68,7 @@ constexpr std::array kRoutes = {
     RouteSpec{"DELETE", "/v1/snapshots/{snapshot_id}", RouteId::kDeleteSnapshot},
     RouteSpec{"GET", "/v1/snapshots/{snapshot_id}/export", RouteId::kExportSnapshot},
     RouteSpec{"POST", "/v1/snapshots/import", RouteId::kImportSnapshot},
+    RouteSpec{"GET", "/v1/audit", RouteId::kAudit},
     RouteSpec{"GET", "/v1/volumes", RouteId::kListVolumes},
     RouteSpec{"POST", "/v1/volumes", RouteId::kCreateVolume},
     RouteSpec{"GET", "/v1/volumes/{name}", RouteId::kGetVolume},

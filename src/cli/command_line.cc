@@ -439,6 +439,17 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
   e2b_env->footer("Use: eval \"$(bulkhead e2b env)\". Reads the key from the state dir (<state dir>/e2b-api-key).");
   Selects(e2b_env, line, Command::kE2bEnv);
 
+  CLI::App* audit = app.add_subcommand("audit", "The audit trail: every call that changed something, hash-chained");
+  audit->require_subcommand(1);
+  CLI::App* audit_verify = audit->add_subcommand("verify", "Check <state dir>/audit.log for edited, removed or moved records");
+  audit_verify->add_option("--head", line.audit_head,
+                           "SEQ:HASH a verify printed before (kept elsewhere): also catches records cut off the end");
+  audit_verify->footer("Reads the file itself: run as the daemon's user. Exit 1 if the chain is broken.");
+  Selects(audit_verify, line, Command::kAuditVerify);
+  CLI::App* audit_export = audit->add_subcommand("export", "Print the records, one JSON object per line, oldest first");
+  audit_export->add_option("--after", line.audit_after, "Only records after this seq");
+  Selects(audit_export, line, Command::kAuditExport);
+
   CLI::App* version = app.add_subcommand("version", "Print the client's and the daemon's version");
   Selects(version, line, Command::kVersion);
 }

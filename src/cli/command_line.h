@@ -54,6 +54,8 @@ enum class Command {
   kFork,            // fork
   kMcp,           // mcp
   kE2bEnv,        // e2b env
+  kAuditVerify,   // audit verify
+  kAuditExport,   // audit export
 };
 
 // `bulkhead build`'s flags (service/image_build.h ParseBuildQuery).
@@ -110,6 +112,8 @@ struct CommandLine {
   // Global.
   std::string url;                          // --url / BULKHEAD_URL; empty = the state dir's socket
   std::string state_dir = "/var/lib/bulkhead";  // --state-dir / BULKHEAD_STATE
+  std::string audit_head;   // audit verify --head SEQ:HASH
+  uint64_t audit_after = 0;  // audit export --after SEQ
 
   // serve
   std::optional<std::string> listen;  // --listen / BULKHEAD_LISTEN

@@ -10,6 +10,7 @@
 #include <ctime>
 #include <vector>
 
+#include "cli/audit_commands.h"
 #include "cli/file_commands.h"
 #include "cli/build_command.h"
 #include "cli/image_commands.h"
@@ -372,6 +373,8 @@ int RunClientCommand(const CommandLine& line, const CommandIo& io) {
       case Command::kSnapshotImport: return SnapshotImportCommand(session);
       case Command::kFork: return ForkCommand(session);
       case Command::kE2bEnv: return E2bEnvCommand(session);
+      case Command::kAuditVerify: return AuditVerifyCommand(session);
+      case Command::kAuditExport: return AuditExportCommand(session);
       case Command::kMcp: return mcp::ServeMcp(session.api, {io.stdin_fd, io.stdout_fd});
       case Command::kServe:
       case Command::kNone: break;

@@ -15,6 +15,7 @@
 #include "common/result.h"
 #include "core/host_limits.h"
 #include "core/sandbox_manager.h"
+#include "core/audit_log.h"
 #include "core/state_dir.h"
 #include "daemon/server.h"
 #include "service/api_key.h"
@@ -70,6 +71,12 @@ int RunDaemon(const core::DaemonConfig& config) {
     return 1;
   }
 
+  Result<std::unique_ptr<core::AuditLog>> audit = core::AuditLog::Open(state_dir + "/audit.log");
+  if (!audit.ok()) {
+    spdlog::error("audit log: {}", audit.error().message);
+    return 1;
+  }
+
   Result<std::string> e2b_key = LoadOrCreateE2bKey(state_dir);
   if (!e2b_key.ok()) {
     spdlog::error("E2B key: {}", e2b_key.error().message);
@@ -112,6 +119,7 @@ int RunDaemon(const core::DaemonConfig& config) {
                                    .preview_domain = config.preview_domain,
                                    .e2b_key = *e2b_key,
                                    .e2b_domain = config.e2b_domain,
+                                   .audit = audit->get(),
                                });
     if (!config.listen.empty()) {
       auto endpoint = server.ListenTcp(config.listen);

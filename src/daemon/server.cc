@@ -31,7 +31,9 @@
 #include "api/json_output.h"
 #include "api/router.h"
 #include "common/unique_fd.h"
+#include "core/audit_log.h"
 #include "service/api_key.h"
+#include "service/port_proxy.h"
 #include "service/preview_access.h"
 
 // g++ 12 at -O2 reports a false -Wmismatched-new-delete on asio's coroutine frames, whose
@@ -143,6 +145,7 @@ ApiServer::ApiServer(core::SandboxManager& manager, ServerOptions options)
       .tcp_addresses = [this] { return tcp_addresses_; },
       .e2b_address = [this] { return e2b_address_; },
       .preview_domain = options_.preview_domain,
+      .audit = options_.audit,
   });
   if (options_.handle_signals) {
     // Registered now, so a signal that arrives before Run is not lost.
@@ -431,11 +434,28 @@ asio::awaitable<bool> ApiServer::ServeRequest(HttpStream& stream, beast::flat_bu
   const std::string target(FromBeast(exchange.request().target()));
   RouteMatch route;
   std::string failure;
+  // The audit record (core/audit_log.h), made as the response starts: for a routed call that
+  // may change something (any method but GET and HEAD), and for a refused key.
+  core::AuditLog::Entry audit;
+  const bool mutating = method != "GET" && method != "HEAD";
+  auto record = [&](int status) {
+    if (!options_.audit || (!(mutating && !audit.action.empty()) && status != 401)) return;
+    audit.outcome = status;
+    audit.source = ClientAddress(stream);
+    if (audit.source.empty()) audit.source = "unix";
+    if (status == 401) audit.key.clear();
+    for (const auto& [key, value] : exchange.notes().items()) audit.detail[key] = value;
+    if (auto written = options_.audit->Append(audit); !written.ok())
+      spdlog::error("{} {}: not in the audit log: {}", method, WithoutPreviewTokenParam(target), written.error().message);
+  };
+  exchange.OnRespond(record);
   try {
     const std::optional<PreviewHost> preview =
         MatchPreviewHost(FromBeast(exchange.request()[http::field::host]), options_.preview_domain);
     std::optional<RequestTarget> parsed;
     if (e2b) {
+      audit.key = "e2b";
+      audit.action = "e2b " + method + " " + target.substr(0, target.find('?'));
       route.pattern = co_await e2b_->Handle(exchange);
     } else if (preview) {
       // A sandbox's port by host name, without the API key: the id (a public preview) or the
@@ -449,6 +469,15 @@ asio::awaitable<bool> ApiServer::ServeRequest(HttpStream& stream, beast::flat_bu
     } else {
       route = MatchRoute(method, parsed->path);
       const std::string_view authorization = FromBeast(exchange.request()[http::field::authorization]);
+      audit.key = "admin";
+      if (route.outcome == RouteMatch::Outcome::kMatched) {
+        audit.action = method + " " + std::string(route.pattern);
+        for (const char* name : {"id", "name", "snapshot_id"})
+          if (!route.Param(name).empty()) audit.target = route.Param(name);
+        for (const char* name : {"pid", "port"})
+          if (!route.Param(name).empty()) audit.detail[name] = route.Param(name);
+        for (const auto& [name, value] : parsed->query) audit.detail[name] = value;
+      }
       if (route.NeedsAuth() && !IsAuthorized(authorization, options_.api_key)) {
         exchange.SetResponseHeader(http::field::www_authenticate, "Bearer");
         co_await exchange.SendError(
@@ -483,6 +512,7 @@ asio::awaitable<bool> ApiServer::ServeRequest(HttpStream& stream, beast::flat_bu
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   // 499: the client went away before any response (nginx's convention).
   const int status = exchange.response_started() ? exchange.status() : 499;
+  if (!exchange.response_started()) record(status);
   metrics_.Record(method, route.pattern, status, seconds);
   if (status >= 500 && status != 501) {
     spdlog::warn("{} {} -> {} ({:.1f} ms)", method, logged_target, status, seconds * 1000);

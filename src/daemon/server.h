@@ -43,6 +43,8 @@ struct ServerOptions {
   std::string e2b_key;
   // The E2B sandboxes' domain (e2b::E2bContext::domain); "" = e2b::DefaultE2bDomain.
   std::string e2b_domain;
+  // Where every call that may change something is recorded (core/audit_log.h); none if null.
+  core::AuditLog* audit = nullptr;
 };
 
 class ApiServer {

@@ -193,6 +193,9 @@ asio::awaitable<void> Start(EnvdRequest& request) {
   ServerStream stream(request.exchange);
   std::optional<json> message = co_await stream.ReadRequest();
   if (!message) co_return;
+  // The audit's detail: the command and its arguments (not its environment, which may hold secrets).
+  if (auto process = message->find("process"); process != message->end() && process->is_object())
+    request.exchange.Note("cmd", json{{"cmd", process->value("cmd", json())}, {"args", process->value("args", json())}});
   Result<std::optional<std::chrono::milliseconds>> timeout = ConnectTimeout(request.exchange.request());
   if (!timeout.ok()) co_return co_await stream.Finish(ToRpcError(timeout.error()));
   // Whom it runs as and where home is, from the sandbox's own /etc/passwd, as for files.

@@ -171,8 +171,16 @@ asio::awaitable<Result<uint64_t>> HttpExchange::ReadBodyStreamed(uint64_t limit,
   co_return total;
 }
 
+void HttpExchange::Responding(int status) {
+  status_ = status;
+  if (auto hook = std::move(on_respond_)) {
+    on_respond_ = nullptr;
+    hook(status);
+  }
+}
+
 void HttpExchange::PrepareResponse(http::response_header<>& header, http::status status) {
-  status_ = static_cast<int>(status);
+  Responding(static_cast<int>(status));
   // A body left unread would be taken for the next request: close instead.
   if (!body_consumed_ || server_stopping_) keep_alive_ = false;
   header.version(request_.version());
@@ -203,6 +211,8 @@ asio::awaitable<void> HttpExchange::SendText(http::status status, std::string_vi
 }
 
 asio::awaitable<void> HttpExchange::SendJson(http::status status, const nlohmann::json& body) {
+  // What a call made (a sandbox, snapshot, volume...) is known by the id it answers with.
+  if (status == http::status::created && body.is_object() && body.contains("id")) Note("created", body["id"]);
   co_await SendText(status, "application/json", DumpJson(body) + "\n");
 }
 

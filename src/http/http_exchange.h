@@ -111,6 +111,14 @@ class HttpExchange {
     extra_headers_.emplace_back(std::move(name), std::move(value));
   }
 
+  // Called once, as the response's status is settled and before any of it is sent (or the
+  // connection is handed over): what must hold before the client learns the outcome (the
+  // audit record, core/audit_log.h).
+  void OnRespond(std::function<void(int status)> hook) { on_respond_ = std::move(hook); }
+  // What a handler found in the request worth recording with it (the audit's detail: "cmd").
+  void Note(const std::string& key, nlohmann::json value) { notes_[key] = std::move(value); }
+  const nlohmann::json& notes() const { return notes_; }
+
   int status() const { return status_; }               // 0 until a response started
   bool response_started() const { return status_ != 0; }
   // Whether the connection can carry another request after this one.
@@ -122,7 +130,7 @@ class HttpExchange {
   // The connection was handed to another protocol (a WebSocket) whose handshake answered
   // with `status`: record it (metrics, logs); the connection carries no more HTTP requests.
   void HandOver(int status) {
-    status_ = status;
+    Responding(status);
     keep_alive_ = false;
   }
 
@@ -133,6 +141,7 @@ class HttpExchange {
   // Answers Status for a failed body read, and gives up on the connection.
   Error BodyReadError(const boost::system::error_code& ec);
   void PrepareResponse(http::response_header<>& header, http::status status);
+  void Responding(int status);  // sets status_, runs the OnRespond hook
 
   HttpStream& stream_;
   beast::flat_buffer& buffer_;
@@ -144,6 +153,8 @@ class HttpExchange {
   const std::atomic<bool>& server_stopping_;
   int status_ = 0;
   std::vector<std::pair<std::string, std::string>> extra_headers_;
+  std::function<void(int)> on_respond_;
+  nlohmann::json notes_ = nlohmann::json::object();
 };
 
 }  // namespace bulkhead::api

@@ -73,15 +73,6 @@ bool IsHopByHop(std::string_view name, std::string_view connection_header) {
   return HasToken(connection_header, name);
 }
 
-// The peer's IP address for X-Forwarded-For; "" for a unix socket client.
-std::string ClientAddress(HttpStream& stream) {
-  error_code ec;
-  const auto endpoint = stream.socket().remote_endpoint(ec);
-  const int family = ec ? AF_UNSPEC : endpoint.protocol().family();
-  if (family != AF_INET && family != AF_INET6) return {};
-  return net::IpAddress::FromSockaddr(endpoint.data()).ToString();
-}
-
 Error NotListening(const std::string& id, uint16_t port) {
   return MakeError(ErrorCode::kBadGateway, fmt::format("nothing listens on port {} in sandbox {}", port, id),
                    std::string(kPortNotListening));
@@ -329,6 +320,14 @@ class HttpProxySession {
 };
 
 }  // namespace
+
+std::string ClientAddress(HttpStream& stream) {
+  error_code ec;
+  const auto endpoint = stream.socket().remote_endpoint(ec);
+  const int family = ec ? AF_UNSPEC : endpoint.protocol().family();
+  if (family != AF_INET && family != AF_INET6) return {};
+  return net::IpAddress::FromSockaddr(endpoint.data()).ToString();
+}
 
 bool IsUpgradeRequest(const RequestHeader& request) {
   return HasToken(FromBeast(request[http::field::connection]), "upgrade") &&

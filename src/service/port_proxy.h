@@ -63,4 +63,7 @@ http::response<http::empty_body> ClientResponseHead(const http::response_header<
 // Whether the request asks to switch protocols (Connection: upgrade and an Upgrade header).
 bool IsUpgradeRequest(const RequestHeader& request);
 
+// The peer's IP address (for X-Forwarded-For, the audit's source); "" for a unix socket client.
+std::string ClientAddress(HttpStream& stream);
+
 }  // namespace bulkhead::api

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "common/bounded_json.h"
+#include "common/time_format.h"
 #include "http/encoding.h"
 #include "net/allow_rules.h"
 #include "storage/image_ref.h"
@@ -482,6 +483,27 @@ Result<int64_t> ParseEgressLimit(const std::vector<std::pair<std::string, std::s
     limit = std::stoll(value);
   }
   return limit;
+}
+
+Result<core::AuditLog::Filter> ParseAuditFilter(const std::vector<std::pair<std::string, std::string>>& query) {
+  core::AuditLog::Filter filter;
+  for (const auto& [key, value] : query) {
+    if (key == "after" || key == "limit") {
+      const bool limit = key == "limit";
+      if (!AllDigits(value) || value.size() > 19 || (limit && (value.size() > 4 || std::stoll(value) < 1 || std::stoll(value) > 1000)))
+        return Invalid(limit ? "limit must be a whole number from 1 to 1000" : "after must be a record's seq (a whole number)");
+      (limit ? filter.limit : filter.after) = std::stoull(value);
+    } else if (key == "action" || key == "target") {
+      (key == "action" ? filter.action : filter.target) = value;
+    } else if (key == "since" || key == "until") {
+      const std::optional<int64_t> ms = ParseRfc3339Millis(value);
+      if (!ms) return Invalid(fmt::format("{} must be an RFC 3339 time, such as 2026-12-01T00:00:00Z", key));
+      (key == "since" ? filter.since : filter.until) = Rfc3339Millis(*ms);
+    } else {
+      return Invalid(fmt::format("unknown query parameter \"{}\"", key));
+    }
+  }
+  return filter;
 }
 
 Result<core::ListFilter> ParseListFilter(const std::vector<std::pair<std::string, std::string>>& query) {

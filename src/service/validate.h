@@ -15,6 +15,7 @@
 
 #include "common/ctl_protocol.h"
 #include "common/result.h"
+#include "core/audit_log.h"
 #include "core/types.h"
 #include "http/json_text.h"
 
@@ -68,6 +69,9 @@ Result<int64_t> ParseTimeoutUpdate(const nlohmann::json& body);
 Result<core::NetworkPolicy> ParseNetworkUpdate(const nlohmann::json& body);
 // GET /v1/sandboxes/{id}/egress?limit=N: 1..10000, default 1000.
 Result<int64_t> ParseEgressLimit(const std::vector<std::pair<std::string, std::string>>& query);
+// GET /v1/audit?after=N&limit=N&action=A&target=T&since=TIME&until=TIME: after >= 0, limit
+// 1..1000 (default 100), times in RFC 3339 (turned into the log's own form).
+Result<core::AuditLog::Filter> ParseAuditFilter(const std::vector<std::pair<std::string, std::string>>& query);
 // GET /v1/sandboxes?state=running&metadata.k=v (already percent-decoded pairs).
 Result<core::ListFilter> ParseListFilter(
     const std::vector<std::pair<std::string, std::string>>& query);

@@ -1,0 +1,190 @@
+#include "core/audit_log.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <fstream>
+
+#include <spdlog/spdlog.h>
+
+#include "common/digest.h"
+#include "common/time_format.h"
+
+namespace bulkhead::core {
+namespace {
+
+using json = nlohmann::json;
+
+// Records are written and hashed in one form: compact, keys sorted (nlohmann's objects are),
+// text that is not UTF-8 replaced rather than refused (an argv may hold any bytes).
+std::string Compact(const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// A line of the log as a record; nullopt if it is not one.
+std::optional<json> ParseRecord(const std::string& line) {
+  json record = json::parse(line, nullptr, false);
+  if (!record.is_object() || !record.contains("seq") || !record["seq"].is_number_unsigned() ||
+      !record.contains("hash") || !record["hash"].is_string() || !record.contains("prev") || !record["prev"].is_string())
+    return std::nullopt;
+  return record;
+}
+
+// The last record of the file at fd, read from its end (a record is a few KiB at most).
+std::optional<json> LastRecord(int fd, off_t size) {
+  constexpr off_t kWindow = 64 * 1024;
+  const off_t start = size > kWindow ? size - kWindow : 0;
+  std::string tail(static_cast<size_t>(size - start), '\0');
+  if (::pread(fd, tail.data(), tail.size(), start) != static_cast<ssize_t>(tail.size())) return std::nullopt;
+  size_t end = tail.size();
+  while (end > 0) {
+    const size_t begin = tail.rfind('\n', end - 1);
+    const size_t from = begin == std::string::npos ? 0 : begin + 1;
+    if (auto record = ParseRecord(tail.substr(from, end - from))) return record;
+    if (begin == std::string::npos) break;
+    end = begin;
+  }
+  return std::nullopt;
+}
+
+Status WriteAll(int fd, const std::string& data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return SystemError("write the audit log", errno);
+    done += static_cast<size_t>(n);
+  }
+  return {};
+}
+
+}  // namespace
+
+AuditLog::AuditLog(std::string path, UniqueFd fd, uint64_t seq, std::string head)
+    : path_(std::move(path)), fd_(std::move(fd)), seq_(seq), head_(std::move(head)) {}
+
+std::string AuditLog::HashOf(const std::string& prev, const json& record) {
+  return HexEncode(Sha256(prev + "\n" + Compact(record)));
+}
+
+Result<std::unique_ptr<AuditLog>> AuditLog::Open(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!fd) return SystemError("open " + path, errno);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return SystemError("stat " + path, errno);
+  if (!S_ISREG(st.st_mode)) return MakeError(ErrorCode::kInternal, path + " is not a regular file");
+  if ((st.st_mode & 077) != 0 && ::fchmod(fd.get(), 0600) != 0) return SystemError("chmod " + path, errno);
+  uint64_t seq = 0;
+  std::string head = kGenesis;
+  if (st.st_size > 0) {
+    char last = '\n';
+    if (::pread(fd.get(), &last, 1, st.st_size - 1) != 1) return SystemError("read " + path, errno);
+    if (last != '\n') {
+      // A record cut short (a power cut mid-write, or an edit): it stays, for Verify to report,
+      // and the next record starts on a line of its own.
+      spdlog::warn("{}: its last line is cut short; `bulkhead audit verify` will report it", path);
+      BH_TRY(WriteAll(fd.get(), "\n"));
+    }
+    auto record = LastRecord(fd.get(), st.st_size);
+    if (!record) return MakeError(ErrorCode::kInternal, path + ": no audit record found at its end");
+    seq = (*record)["seq"].get<uint64_t>();
+    head = (*record)["hash"].get<std::string>();
+  }
+  return std::unique_ptr<AuditLog>(new AuditLog(path, std::move(fd), seq, std::move(head)));
+}
+
+Result<json> AuditLog::Append(const Entry& entry) {
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  json record = {{"time", Rfc3339Millis(now)}, {"key", entry.key},       {"source", entry.source},
+                 {"action", entry.action},     {"target", entry.target}, {"outcome", entry.outcome}};
+  if (!entry.detail.empty()) {
+    const std::string detail = Compact(entry.detail);
+    record["detail"] = detail.size() <= kMaxDetailBytes ? entry.detail : json{{"truncated", detail.substr(0, kMaxDetailBytes)}};
+  }
+  std::lock_guard lock(mu_);
+  record["seq"] = seq_ + 1;
+  record["prev"] = head_;
+  const std::string hash = HashOf(head_, record);
+  record["hash"] = hash;
+  BH_TRY(WriteAll(fd_.get(), Compact(record) + "\n"));
+  seq_++;
+  head_ = hash;
+  return record;
+}
+
+Result<std::vector<json>> AuditLog::Read(const Filter& filter) const {
+  std::ifstream in(path_);
+  if (!in) return SystemError("open " + path_, errno);
+  std::vector<json> records;
+  for (std::string line; records.size() < filter.limit && std::getline(in, line);) {
+    auto record = ParseRecord(line);
+    if (!record || (*record)["seq"].get<uint64_t>() <= filter.after) continue;
+    const std::string time = record->value("time", "");
+    if (!filter.action.empty() && record->value("action", "") != filter.action) continue;
+    if (!filter.target.empty() && record->value("target", "") != filter.target) continue;
+    if (!filter.since.empty() && time < filter.since) continue;
+    if (!filter.until.empty() && time >= filter.until) continue;
+    records.push_back(std::move(*record));
+  }
+  return records;
+}
+
+Result<AuditLog::Verdict> AuditLog::Verify(const std::string& path, const std::string& expected_head) {
+  std::ifstream in(path);
+  if (!in) return SystemError("open " + path, errno);
+  uint64_t head_seq = 0;
+  std::string head_hash;
+  if (!expected_head.empty()) {
+    const size_t colon = expected_head.find(':');
+    try {
+      head_seq = colon == std::string::npos ? 0 : std::stoull(expected_head.substr(0, colon));
+    } catch (const std::exception&) {
+      head_seq = 0;
+    }
+    if (head_seq == 0) return MakeError(ErrorCode::kInvalid, "a head is <seq>:<hash>, as verify printed it");
+    head_hash = expected_head.substr(colon + 1);
+  }
+  Verdict verdict;
+  verdict.head = kGenesis;
+  uint64_t line_number = 0;
+  for (std::string line; std::getline(in, line);) {
+    line_number++;
+    auto record = ParseRecord(line);
+    const uint64_t due = verdict.records + 1;
+    if (!record) {
+      verdict.problem = "line " + std::to_string(line_number) + " is not an audit record (cut short or edited)";
+      return verdict;
+    }
+    const uint64_t seq = (*record)["seq"].get<uint64_t>();
+    if (seq != due) {
+      verdict.problem = "line " + std::to_string(line_number) + " holds record " + std::to_string(seq) + " where " +
+                        std::to_string(due) + " was due (records removed or reordered)";
+      return verdict;
+    }
+    const std::string hash = (*record)["hash"].get<std::string>();
+    if ((*record)["prev"].get<std::string>() != verdict.head) {
+      verdict.problem = "record " + std::to_string(seq) + " does not follow record " + std::to_string(seq - 1) +
+                        "'s hash (a record before it was removed, edited or moved)";
+      return verdict;
+    }
+    record->erase("hash");
+    if (HashOf(verdict.head, *record) != hash) {
+      verdict.problem = "record " + std::to_string(seq) + " does not match its hash (edited)";
+      return verdict;
+    }
+    if (seq == head_seq && hash != head_hash) {
+      verdict.problem = "record " + std::to_string(seq) + " is not the one the head given names (replaced)";
+      return verdict;
+    }
+    verdict.records = seq;
+    verdict.head = hash;
+  }
+  if (head_seq > verdict.records) {
+    verdict.problem = "the log ends at record " + std::to_string(verdict.records) + ", before the head given (" +
+                      std::to_string(head_seq) + "): records were cut off its end";
+  }
+  return verdict;
+}
+
+}  // namespace bulkhead::core

@@ -1,0 +1,208 @@
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/audit_log.h"
+#include "support/file_contents.h"
+#include "support/temp_state_dir.h"
+
+namespace bulkhead::core {
+namespace {
+
+using json = nlohmann::json;
+
+AuditLog::Entry Call(const std::string& action, const std::string& target, int outcome = 200) {
+  AuditLog::Entry entry;
+  entry.key = "admin";
+  entry.source = "127.0.0.1";
+  entry.action = action;
+  entry.target = target;
+  entry.outcome = outcome;
+  return entry;
+}
+
+std::vector<std::string> Lines(const std::string& path) {
+  std::istringstream in(testing::FileContents(path));
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+void WriteLines(const std::string& path, const std::vector<std::string>& lines) {
+  std::ofstream out(path, std::ios::trunc);
+  for (const auto& line : lines) out << line << "\n";
+}
+
+class AuditLogTest : public ::testing::Test {
+ protected:
+  // Five records: create, exec (with its argv), delete, a refused key, a volume.
+  void SetUp() override {
+    auto log = AuditLog::Open(path_);
+    ASSERT_TRUE(log.ok()) << log.error().message;
+    ASSERT_TRUE((*log)->Append(Call("POST /v1/sandboxes", "sb-1", 201)).ok());
+    AuditLog::Entry exec = Call("POST /v1/sandboxes/{id}/exec", "sb-1");
+    exec.detail = {{"cmd", {"sh", "-c", "echo \xff not utf-8"}}};
+    ASSERT_TRUE((*log)->Append(exec).ok());
+    ASSERT_TRUE((*log)->Append(Call("DELETE /v1/sandboxes/{id}", "sb-1", 204)).ok());
+    AuditLog::Entry refused = Call("POST /v1/sandboxes", "", 401);
+    refused.key = "";
+    ASSERT_TRUE((*log)->Append(refused).ok());
+    ASSERT_TRUE((*log)->Append(Call("POST /v1/volumes", "data", 201)).ok());
+  }
+
+  std::string Problem(const std::string& head = "") {
+    auto verdict = AuditLog::Verify(path_, head);
+    EXPECT_TRUE(verdict.ok());
+    return verdict.ok() ? verdict->problem : "<verify failed>";
+  }
+
+  testing::TempStateDir dir_;
+  std::string path_ = dir_.path() + "/audit.log";
+};
+
+TEST_F(AuditLogTest, AnUntouchedLogVerifiesAndIsReadableByRootAlone) {
+  auto verdict = AuditLog::Verify(path_);
+  ASSERT_TRUE(verdict.ok());
+  EXPECT_EQ(verdict->problem, "");
+  EXPECT_EQ(verdict->records, 5u);
+  EXPECT_EQ(verdict->head, json::parse(Lines(path_).back())["hash"]);
+  struct stat st {};
+  ASSERT_EQ(::stat(path_.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
+TEST_F(AuditLogTest, EachRecordChainsToTheOneBefore) {
+  const auto lines = Lines(path_);
+  ASSERT_EQ(lines.size(), 5u);
+  std::string prev = AuditLog::kGenesis;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    json record = json::parse(lines[i]);
+    EXPECT_EQ(record["seq"], i + 1);
+    EXPECT_EQ(record["prev"], prev);
+    const std::string hash = record["hash"];
+    record.erase("hash");
+    EXPECT_EQ(AuditLog::HashOf(prev, record), hash);
+    prev = hash;
+  }
+  const json exec = json::parse(lines[1]);
+  EXPECT_EQ(exec["detail"]["cmd"][2], "echo \xef\xbf\xbd not utf-8");  // kept, the bad byte replaced
+  EXPECT_EQ(exec["action"], "POST /v1/sandboxes/{id}/exec");
+  EXPECT_EQ(json::parse(lines[3])["outcome"], 401);
+}
+
+TEST_F(AuditLogTest, AnEditedRecordIsFound) {
+  auto lines = Lines(path_);
+  lines[2].replace(lines[2].find("sb-1"), 4, "sb-2");
+  WriteLines(path_, lines);
+  EXPECT_EQ(Problem(), "record 3 does not match its hash (edited)");
+}
+
+TEST_F(AuditLogTest, AnEditedRecordWithItsHashRecomputedBreaksTheNextLink) {
+  auto lines = Lines(path_);
+  json record = json::parse(lines[1]);
+  record["detail"]["cmd"] = {"true"};
+  record.erase("hash");
+  record["hash"] = AuditLog::HashOf(record["prev"], record);
+  lines[1] = record.dump();
+  WriteLines(path_, lines);
+  EXPECT_EQ(Problem(), "record 3 does not follow record 2's hash (a record before it was removed, edited or moved)");
+}
+
+TEST_F(AuditLogTest, ARemovedRecordIsFound) {
+  auto lines = Lines(path_);
+  lines.erase(lines.begin() + 1);
+  WriteLines(path_, lines);
+  EXPECT_EQ(Problem(), "line 2 holds record 3 where 2 was due (records removed or reordered)");
+}
+
+TEST_F(AuditLogTest, ReorderedRecordsAreFound) {
+  auto lines = Lines(path_);
+  std::swap(lines[2], lines[3]);
+  WriteLines(path_, lines);
+  EXPECT_EQ(Problem(), "line 3 holds record 4 where 3 was due (records removed or reordered)");
+}
+
+TEST_F(AuditLogTest, RecordsCutOffTheEndAreFoundAgainstAHeadKeptElsewhere) {
+  auto verdict = AuditLog::Verify(path_);
+  ASSERT_TRUE(verdict.ok());
+  const std::string head = std::to_string(verdict->records) + ":" + verdict->head;
+  EXPECT_EQ(Problem(head), "");
+  auto lines = Lines(path_);
+  lines.pop_back();
+  WriteLines(path_, lines);
+  EXPECT_EQ(Problem(), "");  // what is left holds...
+  EXPECT_EQ(Problem(head), "the log ends at record 4, before the head given (5): records were cut off its end");
+  EXPECT_FALSE(AuditLog::Verify(path_, "not a head").ok());
+}
+
+TEST_F(AuditLogTest, AReopenedLogGoesOnWithTheChain) {
+  auto log = AuditLog::Open(path_);
+  ASSERT_TRUE(log.ok());
+  auto record = (*log)->Append(Call("POST /v1/sandboxes/{id}/pause", "sb-3"));
+  ASSERT_TRUE(record.ok());
+  EXPECT_EQ((*record)["seq"], 6);
+  EXPECT_EQ(Problem(), "");
+}
+
+TEST_F(AuditLogTest, ALastLineCutShortStaysReportedAndTheChainGoesOnAfterIt) {
+  std::string text = testing::FileContents(path_);
+  std::ofstream(path_, std::ios::app) << R"({"seq": 6, "time": "2026-)";
+  auto log = AuditLog::Open(path_);
+  ASSERT_TRUE(log.ok()) << log.error().message;
+  auto record = (*log)->Append(Call("POST /v1/volumes", "more"));
+  ASSERT_TRUE(record.ok());
+  EXPECT_EQ((*record)["seq"], 6);
+  EXPECT_EQ(Problem(), "line 6 is not an audit record (cut short or edited)");
+  EXPECT_EQ(Lines(path_).size(), 7u);
+}
+
+TEST_F(AuditLogTest, ReadFiltersAndPages) {
+  auto log = AuditLog::Open(path_);
+  ASSERT_TRUE(log.ok());
+  AuditLog::Filter filter;
+  filter.target = "sb-1";
+  auto records = (*log)->Read(filter);
+  ASSERT_TRUE(records.ok());
+  ASSERT_EQ(records->size(), 3u);
+  EXPECT_EQ((*records)[2]["action"], "DELETE /v1/sandboxes/{id}");
+
+  AuditLog::Filter page;
+  page.limit = 2;
+  page.after = 2;
+  records = (*log)->Read(page);
+  ASSERT_TRUE(records.ok());
+  ASSERT_EQ(records->size(), 2u);
+  EXPECT_EQ((*records)[0]["seq"], 3);
+  EXPECT_EQ((*records)[1]["seq"], 4);
+
+  AuditLog::Filter by_action;
+  by_action.action = "POST /v1/volumes";
+  records = (*log)->Read(by_action);
+  ASSERT_TRUE(records.ok());
+  ASSERT_EQ(records->size(), 1u);
+  EXPECT_EQ((*records)[0]["target"], "data");
+
+  AuditLog::Filter future;
+  future.since = "2999-01-01T00:00:00Z";
+  records = (*log)->Read(future);
+  ASSERT_TRUE(records.ok());
+  EXPECT_TRUE(records->empty());
+}
+
+TEST_F(AuditLogTest, ALongDetailIsCutToABoundedOne) {
+  auto log = AuditLog::Open(path_);
+  ASSERT_TRUE(log.ok());
+  AuditLog::Entry entry = Call("POST /v1/sandboxes/{id}/exec", "sb-1");
+  entry.detail = {{"cmd", {"echo", std::string(100000, 'x')}}};
+  auto record = (*log)->Append(entry);
+  ASSERT_TRUE(record.ok());
+  EXPECT_EQ((*record)["detail"]["truncated"].get<std::string>().size(), AuditLog::kMaxDetailBytes);
+  EXPECT_EQ(Problem(), "");
+}
+
+}  // namespace
+}  // namespace bulkhead::core
