@@ -12,38 +12,72 @@ cd "$(dirname "$0")/.."
 phase() { echo "== $* [+${SECONDS}s]"; }
 phase "install"
 bash scripts/install-deps.sh
+# Jobs run beside the phases, each in a process group of its own (setsid) so that a failed run
+# stops all of it; waited for where their result is needed.
+background=()
+declare -A logs
+trap 'for job in "${background[@]}"; do kill -- -"$job" 2>/dev/null || true; done' EXIT
+# Runs "$@" beside what follows, its output kept in a log; sets $job.
+beside() {
+  local log
+  log=$(mktemp /tmp/bulkhead-test-XXXXXX.log)
+  setsid "$@" >"$log" 2>&1 &
+  job=$!
+  background+=("$job")
+  logs[$job]=$log
+}
+# Waits for the job $1 started by `beside`, prints its output, and answers its status.
+finish() {
+  local status=0 others=() other
+  wait "$1" || status=$?
+  for other in "${background[@]}"; do [ "$other" = "$1" ] || others+=("$other"); done
+  background=("${others[@]}")
+  cat "${logs[$1]}"
+  rm -f "${logs[$1]}"
+  return "$status"
+}
 phase "build"
+# The test tools (PyPI, npm) install while the build runs: their minutes are the network's.
+beside bash scripts/install-test-tools.sh
+tools=$job
 bash scripts/build.sh
-bash scripts/install-test-tools.sh
+phase "test tools: waiting for them"
+finish "$tools" || { echo "installing the test tools failed" >&2; exit 1; }
 # (sanitize.sh below needs not install them again: an unreachable registry costs minutes.)
 export BULKHEAD_TEST_TOOLS_READY=1
 # The sanitizer tree builds while the tests below run, at the lowest CPU priority: it takes the
 # CPU they leave idle (they wait on sandboxes much of the time) instead of adding its own minutes.
-sanitizer_build_log=$(mktemp /tmp/bulkhead-sanitizer-build-XXXXXX.log)
-# (setsid: its own process group, so that a failed run stops the whole build, ninja too.)
-setsid nice -n 19 bash scripts/sanitize.sh address --ci --build-only >"$sanitizer_build_log" 2>&1 &
-sanitizer_build=$!
-trap 'kill -- -"$sanitizer_build" 2>/dev/null || true' EXIT
+beside nice -n 19 bash scripts/sanitize.sh address --ci --build-only
+sanitizer_build=$job
 phase "unit tests"
 (cd build && ctest --output-on-failure --timeout 300)
 phase "integration tests"
 /usr/bin/python3 -m pytest -q -p no:cacheprovider --durations=15 tests/integration
-phase "tier matrix: the core behaviours on the gvisor tier (tests/integration/tier_matrix.txt)"
+phase "tier matrices: the core behaviours on gvisor and on microvm, side by side (tests/integration/tier_matrix*.txt)"
 if [ ! -x /usr/local/lib/bulkhead/runsc ]; then
   echo "the gvisor tier needs the pinned runsc (scripts/install-runsc.sh)" >&2
   exit 1
 fi
-(cd tests/integration && BULKHEAD_TEST_RUNTIME=gvisor /usr/bin/python3 -m pytest -q -p no:cacheprovider \
-  $(grep -v '^#' tier_matrix.txt))
-phase "tier matrix: the core behaviours on the microvm tier (tests/integration/tier_matrix_microvm.txt)"
 if [ ! -x /usr/local/lib/bulkhead/microvm/virtiofsd ]; then
   echo "the microvm tier needs what scripts/install-microvm.sh installs" >&2
   exit 1
 fi
-(cd tests/integration && BULKHEAD_TEST_RUNTIME=microvm /usr/bin/python3 -m pytest -q -p no:cacheprovider \
-  $(grep -v '^#' tier_matrix_microvm.txt))
+# Each tier's daemon of its own; they wait on sandboxes (gVisor's Sentry, a guest booting
+# under TCG) more than they use the CPU, so side by side they take little more than the longer.
+matrix='cd tests/integration && BULKHEAD_TEST_RUNTIME=$0 /usr/bin/python3 -m pytest -q -p no:cacheprovider $(grep -v "^#" "$1")'
+beside bash -c "$matrix" gvisor tier_matrix.txt
+gvisor=$job
+beside bash -c "$matrix" microvm tier_matrix_microvm.txt
+microvm=$job
+failed=
+echo "-- gvisor"
+finish "$gvisor" || failed+=" gvisor"
+echo "-- microvm"
+finish "$microvm" || failed+=" microvm"
+[ -z "$failed" ] || { echo "tier matrix failed:$failed" >&2; exit 1; }
 phase "sanitizer build: waiting for it"
-if ! wait "$sanitizer_build"; then
+sanitizer_build_log=$(mktemp /tmp/bulkhead-sanitizer-build-XXXXXX.log)
+if ! finish "$sanitizer_build" >"$sanitizer_build_log"; then
   tail -n 60 "$sanitizer_build_log"
   echo "sanitizer build failed: $sanitizer_build_log" >&2
   exit 1
