@@ -158,8 +158,10 @@ Result<Cgroups> Cgroups::Open(const std::string& tag, bool inits_apart) {
       cg.inits_ = cg.parents_[0] + "/" + kInits;
       BH_TRY(MakeDir(cg.inits_));
       cg.inits_count_ = std::make_unique<InitsCount>();
-      // The sandboxes a daemon before this one left running (it adopts them).
-      BH_TRY(cg.SizeInits(static_cast<int>(cg.List().size())));
+      // The sandboxes a daemon before this one left running (it adopts them). Lowered below
+      // what their inits hold, the limit may be refused: it is sized again at the next change.
+      if (Status sized = cg.SizeInits(static_cast<int>(cg.List().size())); !sized.ok())
+        spdlog::warn("sizing {}: {}", cg.inits_, sized.error().message);
     }
   }
   return cg;
