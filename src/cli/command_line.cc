@@ -124,6 +124,10 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
                     "(default: a quarter of the host's memory in MiB, here " +
                         std::to_string(core::DefaultMaxSandboxes(core::HostMemoryMib())) + ")")
       ->check(CLI::Range(int64_t{1}, int64_t{runtime::kSlots}));
+  serve->add_option("--audit-keep-days", line.audit_keep_days,
+                    "Days the audit log keeps a record (<state dir>/audit.log); older ones are removed hourly, "
+                    "the removal itself recorded in the chain. 0 = keep every record (the default)")
+      ->check(CLI::Range(int64_t{0}, int64_t{36500}));
   serve->add_option("--dns-server", line.dns_servers,
                     "Upstream DNS server (IP or IP:PORT) for sandboxes with network access; repeatable "
                     "(default: the host's /etc/resolv.conf)")
@@ -512,6 +516,7 @@ core::DaemonConfig DaemonConfigFromCommandLine(const CommandLine& line) {
   if (line.blocking_threads) config.blocking_threads = *line.blocking_threads;
   if (line.output_rate_mib) config.output_rate_mib = *line.output_rate_mib;
   config.max_sandboxes = line.max_sandboxes.value_or(core::DefaultMaxSandboxes(core::HostMemoryMib()));
+  config.audit_keep_days = line.audit_keep_days;
   config.dns_servers = line.dns_servers;
   if (line.preview_domain) config.preview_domain = *line.preview_domain;
   config.e2b_listen = line.e2b_listen ? *line.e2b_listen : DefaultE2bListen(config.listen);

@@ -126,6 +126,7 @@ struct CommandLine {
   std::optional<int> io_threads, blocking_threads;
   std::optional<int64_t> output_rate_mib;
   std::optional<int64_t> max_sandboxes;
+  int64_t audit_keep_days = 0;
   std::vector<std::string> dns_servers;
   std::optional<std::string> preview_domain;
   std::optional<std::string> e2b_listen;  // --e2b-listen

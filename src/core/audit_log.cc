@@ -94,15 +94,21 @@ Result<std::unique_ptr<AuditLog>> AuditLog::Open(const std::string& path) {
 }
 
 Result<json> AuditLog::Append(const Entry& entry) {
-  timespec now{};
-  ::clock_gettime(CLOCK_REALTIME, &now);
-  json record = {{"time", Rfc3339Millis(now)}, {"key", entry.key},       {"source", entry.source},
-                 {"action", entry.action},     {"target", entry.target}, {"outcome", entry.outcome}};
+  std::lock_guard lock(mu_);
+  return AppendLocked(entry);
+}
+
+Result<json> AuditLog::AppendLocked(const Entry& entry) {
+  json record = {{"key", entry.key}, {"source", entry.source}, {"action", entry.action}, {"target", entry.target},
+                 {"outcome", entry.outcome}};
   if (!entry.detail.empty()) {
     const std::string detail = Compact(entry.detail);
     record["detail"] = detail.size() <= kMaxDetailBytes ? entry.detail : json{{"truncated", detail.substr(0, kMaxDetailBytes)}};
   }
-  std::lock_guard lock(mu_);
+  // (Taken under the lock: the file's times never go backwards, which Prune relies on.)
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  record["time"] = Rfc3339Millis(now);
   record["seq"] = seq_ + 1;
   record["prev"] = head_;
   const std::string hash = HashOf(head_, record);
@@ -111,6 +117,63 @@ Result<json> AuditLog::Append(const Entry& entry) {
   seq_++;
   head_ = hash;
   return record;
+}
+
+Result<size_t> AuditLog::Prune(const std::string& before) {
+  std::lock_guard lock(mu_);
+  std::ifstream in(path_);
+  if (!in) return SystemError("open " + path_, errno);
+  std::vector<std::string> kept;
+  uint64_t removed_through = 0;
+  std::string removed_head;
+  size_t removed = 0;
+  for (std::string line; std::getline(in, line);) {
+    std::optional<json> record = kept.empty() ? ParseRecord(line) : std::nullopt;
+    if (record && record->value("time", "") < before) {
+      removed_through = (*record)["seq"].get<uint64_t>();
+      removed_head = (*record)["hash"].get<std::string>();
+      removed++;
+    } else {
+      kept.push_back(std::move(line));
+    }
+  }
+  if (removed == 0) return size_t{0};
+  // The rest goes into a new file that replaces the log whole (a crash leaves one or the other).
+  const std::string next_path = path_ + ".next";
+  UniqueFd next(::open(next_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!next) return SystemError("open " + next_path, errno);
+  std::string text;
+  for (const std::string& line : kept) text += line + "\n";
+  BH_TRY(WriteAll(next.get(), text));
+  if (::fsync(next.get()) != 0) return SystemError("fsync " + next_path, errno);
+  if (::rename(next_path.c_str(), path_.c_str()) != 0) return SystemError("rename " + next_path, errno);
+  UniqueFd reopened(::open(path_.c_str(), O_RDWR | O_APPEND | O_CLOEXEC | O_NOFOLLOW));
+  if (!reopened) return SystemError("open " + path_, errno);
+  fd_ = std::move(reopened);
+  // On record, in the chain: what went, and the hash the first record kept follows.
+  Entry prune;
+  prune.key = "daemon";
+  prune.source = "daemon";
+  prune.action = kPruneAction;
+  prune.outcome = 200;
+  prune.detail = {{"removed_through", removed_through}, {"head", removed_head}, {"before", before}};
+  BH_TRY(AppendLocked(prune));
+  return removed;
+}
+
+void AuditLog::KeepFor(std::chrono::seconds keep) {
+  retention_ = std::jthread([this, keep](std::stop_token stop) {
+    for (;;) {
+      const int64_t cutoff_ms = UnixMillis() - std::chrono::duration_cast<std::chrono::milliseconds>(keep).count();
+      auto pruned = Prune(Rfc3339Millis(cutoff_ms));
+      if (!pruned.ok()) spdlog::error("audit log retention: {}", pruned.error().message);
+      else if (*pruned > 0) spdlog::info("audit log: {} records older than {} s removed", *pruned, keep.count());
+      std::mutex idle;
+      std::unique_lock lock(idle);
+      retention_wake_.wait_for(lock, stop, std::chrono::hours(1), [] { return false; });
+      if (stop.stop_requested()) return;
+    }
+  });
 }
 
 Result<std::vector<json>> AuditLog::Read(const Filter& filter) const {
@@ -148,9 +211,16 @@ Result<AuditLog::Verdict> AuditLog::Verify(const std::string& path, const std::s
   Verdict verdict;
   verdict.head = kGenesis;
   uint64_t line_number = 0;
+  // A log that starts past record 1 must hold the prune record that removed what came before.
+  std::optional<std::pair<uint64_t, std::string>> start_unaccounted;
   for (std::string line; std::getline(in, line);) {
     line_number++;
     auto record = ParseRecord(line);
+    if (record && line_number == 1 && (*record)["seq"].get<uint64_t>() > 1) {
+      verdict.records = (*record)["seq"].get<uint64_t>() - 1;
+      verdict.head = (*record)["prev"].get<std::string>();
+      start_unaccounted.emplace(verdict.records, verdict.head);
+    }
     const uint64_t due = verdict.records + 1;
     if (!record) {
       verdict.problem = "line " + std::to_string(line_number) + " is not an audit record (cut short or edited)";
@@ -179,6 +249,17 @@ Result<AuditLog::Verdict> AuditLog::Verify(const std::string& path, const std::s
     }
     verdict.records = seq;
     verdict.head = hash;
+    if (start_unaccounted && record->value("action", "") == kPruneAction && record->contains("detail") &&
+        (*record)["detail"].value("removed_through", uint64_t{0}) == start_unaccounted->first &&
+        (*record)["detail"].value("head", "") == start_unaccounted->second)
+      start_unaccounted.reset();
+  }
+  if (start_unaccounted) {
+    verdict.problem = "the log starts after record " + std::to_string(start_unaccounted->first) +
+                      " and no prune record of the daemon's accounts for the ones before (removed)";
+    verdict.records = 0;
+    verdict.head = kGenesis;
+    return verdict;
   }
   if (head_seq > verdict.records) {
     verdict.problem = "the log ends at record " + std::to_string(verdict.records) + ", before the head given (" +

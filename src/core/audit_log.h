@@ -12,12 +12,20 @@
 // chain from there on: Verify finds it. Cutting records off the end leaves a shorter chain
 // that holds: what catches that is a head (seq and hash) kept elsewhere, e.g. by the SIEM the
 // records are exported to, and handed to Verify.
+//
+// Retention (KeepFor) removes the oldest records and appends a record of the removal,
+// {"action": "audit prune", "detail": {"removed_through": N, "head": <record N's hash>}}, in
+// the chain: a log that starts past record 1 verifies only with such a record accounting for
+// the start.
 #pragma once
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -48,6 +56,7 @@ class AuditLog {
 
   // The chain's start: the "prev" of record 1.
   static constexpr char kGenesis[] = "0000000000000000000000000000000000000000000000000000000000000000";
+  static constexpr char kPruneAction[] = "audit prune";
   // A detail longer than this as JSON is cut to {"truncated": <its first bytes>}.
   static constexpr size_t kMaxDetailBytes = 8192;
 
@@ -56,6 +65,11 @@ class AuditLog {
 
   // Appends the record; answers it as written.
   Result<nlohmann::json> Append(const Entry& entry);
+  // Removes the records older than `before` (an RFC 3339 time in the log's form), replacing
+  // the file whole, and records that it did; answers how many went.
+  Result<size_t> Prune(const std::string& before);
+  // From now on, once at the call and then hourly, prunes what is older than `keep`.
+  void KeepFor(std::chrono::seconds keep);
   // Records in seq order that pass the filter.
   Result<std::vector<nlohmann::json>> Read(const Filter& filter) const;
 
@@ -74,12 +88,15 @@ class AuditLog {
 
  private:
   AuditLog(std::string path, UniqueFd fd, uint64_t seq, std::string head);
+  Result<nlohmann::json> AppendLocked(const Entry& entry);
 
   const std::string path_;
   mutable std::mutex mu_;  // one writer at a time: seq and head follow the file
   UniqueFd fd_;            // O_APPEND
   uint64_t seq_;           // the last record's
   std::string head_;       // the last record's hash
+  std::condition_variable_any retention_wake_;
+  std::jthread retention_;  // KeepFor's; stopped (and joined) first on destruction
 };
 
 }  // namespace bulkhead::core

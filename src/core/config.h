@@ -64,6 +64,8 @@ struct DaemonConfig {
   // --max-sandboxes: sandboxes held at once (warm pools aside); the CLI's default comes from
   // the host's memory (host_limits.h).
   int64_t max_sandboxes = 1000;
+  // --audit-keep-days: how long audit records are kept (core/audit_log.h); 0 = for ever.
+  int64_t audit_keep_days = 0;
   int64_t storage_gb = 0;
   // --storage-driver: "overlay" (file copies, reflinked on xfs), "btrfs" (subvolume
   // snapshots; a btrfs image is made if the state dir has none) or "" = what the machine

@@ -76,6 +76,7 @@ int RunDaemon(const core::DaemonConfig& config) {
     spdlog::error("audit log: {}", audit.error().message);
     return 1;
   }
+  if (config.audit_keep_days > 0) (*audit)->KeepFor(std::chrono::hours(24 * config.audit_keep_days));
 
   Result<std::string> e2b_key = LoadOrCreateE2bKey(state_dir);
   if (!e2b_key.ok()) {

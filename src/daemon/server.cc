@@ -434,17 +434,25 @@ asio::awaitable<bool> ApiServer::ServeRequest(HttpStream& stream, beast::flat_bu
   const std::string target(FromBeast(exchange.request().target()));
   RouteMatch route;
   std::string failure;
-  // The audit record (core/audit_log.h), made as the response starts: for a routed call that
-  // may change something (any method but GET and HEAD), and for a refused key.
+  // The audit record (core/audit_log.h), made as the response starts: for a call of the API or
+  // the E2B front that may change something (any method but GET and HEAD), and for a refused
+  // key. Not for traffic to a sandbox's own server by host name, which needs no key (preview
+  // hosts; the E2B front notes "app_port").
   core::AuditLog::Entry audit;
   const bool mutating = method != "GET" && method != "HEAD";
   auto record = [&](int status) {
-    if (!options_.audit || (!(mutating && !audit.action.empty()) && status != 401)) return;
+    nlohmann::json notes = exchange.notes();
+    const bool call = mutating && !audit.action.empty() && !notes.contains("app_port");
+    if (!options_.audit || (!call && status != 401)) return;
     audit.outcome = status;
     audit.source = ClientAddress(stream);
     if (audit.source.empty()) audit.source = "unix";
     if (status == 401) audit.key.clear();
-    for (const auto& [key, value] : exchange.notes().items()) audit.detail[key] = value;
+    if (auto target = notes.find("target"); target != notes.end() && target->is_string()) {
+      audit.target = *target;
+      notes.erase(target);
+    }
+    for (const auto& [key, value] : notes.items()) audit.detail[key] = value;
     if (auto written = options_.audit->Append(audit); !written.ok())
       spdlog::error("{} {}: not in the audit log: {}", method, WithoutPreviewTokenParam(target), written.error().message);
   };
@@ -462,6 +470,9 @@ asio::awaitable<bool> ApiServer::ServeRequest(HttpStream& stream, beast::flat_bu
       // preview token (a private one) is the capability, since preview URLs open in browsers.
       // Under such a name nothing but the port is reachable, the API least of all.
       route.pattern = "{port}-{id}.{preview_domain}";
+      audit.action = method + " " + std::string(route.pattern);  // (recorded if its key is refused)
+      audit.target = preview->sandbox_id;
+      exchange.Note("app_port", preview->port);
       const std::string_view authorization = FromBeast(exchange.request()[http::field::authorization]);
       co_await ServePreviewHost(exchange, manager_, *preview, IsAuthorized(authorization, options_.api_key));
     } else if (!(parsed = ParseTarget(target))) {

@@ -199,6 +199,10 @@ asio::awaitable<std::string_view> ServeSandboxTraffic(E2bContext& context, api::
                                                       api::RequestTarget& target) {
   const api::RequestHeader& request = exchange.request();
   const bool envd_port = port.empty() || port == kEnvdPort;
+  // For the audit record (daemon/server.cc): the sandbox, and whether this is its own
+  // server's traffic rather than a call of envd's.
+  exchange.Note("target", sandbox_id);
+  if (!envd_port) exchange.Note("app_port", std::string(port));
   const std::optional<uint16_t> port_number = envd_port ? std::nullopt : net::ParsePort(port);
   if (!envd_port && !port_number) {
     co_await SendE2bError(exchange, 400, fmt::format("invalid sandbox port \"{}\"", port));

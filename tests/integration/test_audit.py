@@ -13,9 +13,9 @@ from urllib.parse import urlencode
 from harness import BULKHEAD, Client, files_url
 
 
-def audit(client, page_size=1000, **query) -> list[dict]:
-    """Every record that passes the filter, page by page."""
-    records, after = [], 0
+def audit(client, page_size=1000, after=0, **query) -> list[dict]:
+    """Every record after `after` that passes the filter, page by page."""
+    records = []
     while True:
         target = "/v1/audit?" + urlencode({**query, "after": after, "limit": page_size})
         r = client.get(target)
@@ -154,3 +154,18 @@ def test_a_sigkill_during_a_burst_keeps_every_answered_call(daemon_factory):
     client.delete(f"/v1/sandboxes/{sandbox_id}")
     r = cli(daemon, "audit", "verify")
     assert r.returncode == 0, r
+
+
+def test_the_e2b_fronts_calls_are_recorded_too(daemon, client):
+    from test_e2b_control_plane import E2b
+    e2b = E2b(daemon)
+    before = max([0] + [r["seq"] for r in audit(client)])
+    sandbox_id = e2b.create()["sandboxID"]
+    assert E2b(daemon, key="e2b_wrong").request("POST", "/v2/sandboxes", {"templateID": "base"}).status == 401
+    assert e2b.request("DELETE", f"/sandboxes/{sandbox_id}").status == 204
+    records = audit(client, after=before)
+    mine = [(r["action"], r["key"], r["outcome"]) for r in records if r["action"].startswith("e2b ")]
+    assert ("e2b POST /v2/sandboxes", "e2b", 201) in mine, mine
+    assert ("e2b POST /v2/sandboxes", "", 401) in mine, mine
+    assert (f"e2b DELETE /sandboxes/{sandbox_id}", "e2b", 204) in mine, mine
+

@@ -189,7 +189,8 @@ TEST_F(CliCommandLine, ServeConfigComesFromFlagsOverEnvironment) {
   setenv("BULKHEAD_STATE", "/env-state", 1);
   setenv("BULKHEAD_API_KEY", "secret", 1);
   Define();
-  ASSERT_EQ(Parse({"serve", "--warm-pool", "0", "--io-threads", "8", "--blocking-threads", "6", "--output-rate", "0"}), 0);
+  ASSERT_EQ(Parse({"serve", "--warm-pool", "0", "--io-threads", "8", "--blocking-threads", "6", "--output-rate", "0",
+                   "--audit-keep-days", "90"}), 0);
   EXPECT_EQ(line_.command, Command::kServe);
   core::DaemonConfig config = DaemonConfigFromCommandLine(line_);
   EXPECT_EQ(config.listen, "127.0.0.1:9999");
@@ -200,6 +201,7 @@ TEST_F(CliCommandLine, ServeConfigComesFromFlagsOverEnvironment) {
   EXPECT_EQ(config.io_threads, 8);
   EXPECT_EQ(config.blocking_threads, 6);
   EXPECT_EQ(config.output_rate_mib, 0);  // no cap
+  EXPECT_EQ(config.audit_keep_days, 90);
 
   CLI::App other{"bulkhead", "bulkhead"};
   CommandLine flags;
@@ -215,6 +217,7 @@ TEST_F(CliCommandLine, ServeConfigComesFromFlagsOverEnvironment) {
   EXPECT_EQ(from_flags.io_threads, core::DaemonConfig{}.io_threads);
   EXPECT_EQ(from_flags.blocking_threads, core::DaemonConfig{}.blocking_threads);
   EXPECT_EQ(from_flags.output_rate_mib, core::DaemonConfig{}.output_rate_mib);
+  EXPECT_EQ(from_flags.audit_keep_days, 0);  // every record kept
 
   // Out of range: refused by the parser.
   CLI::App bad{"bulkhead", "bulkhead"};
@@ -227,6 +230,11 @@ TEST_F(CliCommandLine, ServeConfigComesFromFlagsOverEnvironment) {
   DefineCommandLine(bad_rate, bad_rate_line);
   const char* bad_rate_argv[] = {"bulkhead", "serve", "--output-rate", "-1"};
   EXPECT_THROW(bad_rate.parse(4, bad_rate_argv), CLI::ValidationError);
+  CLI::App bad_keep{"bulkhead", "bulkhead"};
+  CommandLine bad_keep_line;
+  DefineCommandLine(bad_keep, bad_keep_line);
+  const char* bad_keep_argv[] = {"bulkhead", "serve", "--audit-keep-days", "-3"};
+  EXPECT_THROW(bad_keep.parse(4, bad_keep_argv), CLI::ValidationError);
 }
 
 TEST_F(CliCommandLine, AnEmptyListenVariableMeansUnixSocketOnly) {

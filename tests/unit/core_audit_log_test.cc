@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/audit_log.h"
@@ -202,6 +203,63 @@ TEST_F(AuditLogTest, ALongDetailIsCutToABoundedOne) {
   ASSERT_TRUE(record.ok());
   EXPECT_EQ((*record)["detail"]["truncated"].get<std::string>().size(), AuditLog::kMaxDetailBytes);
   EXPECT_EQ(Problem(), "");
+}
+
+TEST_F(AuditLogTest, ARemovedStartIsFoundUnlessAPruneRecordAccountsForIt) {
+  auto lines = Lines(path_);
+  lines.erase(lines.begin(), lines.begin() + 2);
+  WriteLines(path_, lines);
+  EXPECT_EQ(Problem(), "the log starts after record 2 and no prune record of the daemon's accounts for the ones before (removed)");
+}
+
+TEST(AuditLogPrune, RemovesTheOldestAndRecordsThatItDidInTheChain) {
+  testing::TempStateDir dir;
+  const std::string path = dir.path() + "/audit.log";
+  auto log = AuditLog::Open(path);
+  ASSERT_TRUE(log.ok());
+  ASSERT_TRUE((*log)->Append(Call("POST /v1/volumes", "old-1")).ok());
+  ASSERT_TRUE((*log)->Append(Call("POST /v1/volumes", "old-2")).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto third = (*log)->Append(Call("POST /v1/volumes", "new-3"));
+  ASSERT_TRUE(third.ok());
+  ASSERT_TRUE((*log)->Append(Call("POST /v1/volumes", "new-4")).ok());
+
+  auto removed = (*log)->Prune((*third)["time"]);
+  ASSERT_TRUE(removed.ok()) << removed.error().message;
+  EXPECT_EQ(*removed, 2u);
+  const auto lines = Lines(path);
+  ASSERT_EQ(lines.size(), 3u);  // records 3 and 4, then the prune's
+  EXPECT_EQ(json::parse(lines[0])["target"], "new-3");
+  const json prune = json::parse(lines[2]);
+  EXPECT_EQ(prune["seq"], 5);
+  EXPECT_EQ(prune["action"], AuditLog::kPruneAction);
+  EXPECT_EQ(prune["detail"]["removed_through"], 2);
+  EXPECT_EQ(prune["detail"]["head"], json::parse(lines[0])["prev"]);
+  auto verdict = AuditLog::Verify(path);
+  ASSERT_TRUE(verdict.ok());
+  EXPECT_EQ(verdict->problem, "");
+  EXPECT_EQ(verdict->records, 5u);
+
+  // Nothing older: nothing goes, nothing is recorded. The log goes on after a prune.
+  removed = (*log)->Prune((*third)["time"]);
+  ASSERT_TRUE(removed.ok());
+  EXPECT_EQ(*removed, 0u);
+  ASSERT_TRUE((*log)->Append(Call("POST /v1/volumes", "new-6")).ok());
+  EXPECT_EQ(Lines(path).size(), 4u);
+  EXPECT_EQ(AuditLog::Verify(path)->problem, "");
+
+  // Everything older: the prune record alone remains, and holds.
+  removed = (*log)->Prune("2999-01-01T00:00:00.000Z");
+  ASSERT_TRUE(removed.ok());
+  EXPECT_EQ(*removed, 4u);
+  ASSERT_EQ(Lines(path).size(), 1u);
+  verdict = AuditLog::Verify(path);
+  ASSERT_TRUE(verdict.ok());
+  EXPECT_EQ(verdict->problem, "");
+  EXPECT_EQ(verdict->records, 7u);
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
 }
 
 }  // namespace
