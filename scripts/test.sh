@@ -53,6 +53,16 @@ phase "unit tests"
 (cd build && ctest --output-on-failure --timeout 300)
 phase "integration tests"
 /usr/bin/python3 -m pytest -q -p no:cacheprovider --durations=15 tests/integration
+# Before the matrices: two tiers' sandboxes side by side leave it no idle CPU, and it would
+# load them (the one run with the build still going beside them failed a microvm image build).
+phase "sanitizer build: waiting for it"
+sanitizer_build_log=$(mktemp /tmp/bulkhead-sanitizer-build-XXXXXX.log)
+if ! finish "$sanitizer_build" >"$sanitizer_build_log"; then
+  tail -n 60 "$sanitizer_build_log"
+  echo "sanitizer build failed: $sanitizer_build_log" >&2
+  exit 1
+fi
+rm -f "$sanitizer_build_log"
 phase "tier matrices: the core behaviours on gvisor and on microvm, side by side (tests/integration/tier_matrix*.txt)"
 if [ ! -x /usr/local/lib/bulkhead/runsc ]; then
   echo "the gvisor tier needs the pinned runsc (scripts/install-runsc.sh)" >&2
@@ -75,14 +85,6 @@ finish "$gvisor" || failed+=" gvisor"
 echo "-- microvm"
 finish "$microvm" || failed+=" microvm"
 [ -z "$failed" ] || { echo "tier matrix failed:$failed" >&2; exit 1; }
-phase "sanitizer build: waiting for it"
-sanitizer_build_log=$(mktemp /tmp/bulkhead-sanitizer-build-XXXXXX.log)
-if ! finish "$sanitizer_build" >"$sanitizer_build_log"; then
-  tail -n 60 "$sanitizer_build_log"
-  echo "sanitizer build failed: $sanitizer_build_log" >&2
-  exit 1
-fi
-rm -f "$sanitizer_build_log"
 phase "benchmark smoke run (figures only, no assertions)"
 /usr/bin/python3 bench/startup.py --quick --build build
 phase "sanitizers: ASan+UBSan build, CI's integration selection"

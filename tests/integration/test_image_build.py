@@ -137,6 +137,7 @@ def test_a_dockerfile_builds_an_image_that_runs_and_caches_its_steps(daemon, cli
     by_step = dict(steps(changed))
     assert by_step["WORKDIR $APP_HOME"] is True
     assert by_step["COPY src/ ./"] is False and by_step['RUN echo "$GREETING in $MODE" > built.txt && id -u && ls /srv/app'] is False
+    assert "image" in changed[-1], changed[-3:]
     assert changed[-1]["image"]["name"] != image["name"]
     # The name moved to the new image; the old one keeps none, and goes when removed.
     assert client.get("/v1/images/app").json()["name"] == changed[-1]["image"]["name"]
