@@ -441,18 +441,22 @@ asio::awaitable<bool> ApiServer::ServeRequest(HttpStream& stream, beast::flat_bu
   core::AuditLog::Entry audit;
   const bool mutating = method != "GET" && method != "HEAD";
   auto record = [&](int status) {
-    nlohmann::json notes = exchange.notes();
-    const bool call = mutating && !audit.action.empty() && !notes.contains("app_port");
-    if (!options_.audit || (!call && status != 401)) return;
+    if (!options_.audit) return;
+    const nlohmann::json& notes = exchange.notes();
+    if (status != 401 && !(mutating && !audit.action.empty() && !notes.contains("app_port"))) return;
     audit.outcome = status;
     audit.source = ClientAddress(stream);
     if (audit.source.empty()) audit.source = "unix";
-    if (status == 401) audit.key.clear();
-    if (auto target = notes.find("target"); target != notes.end() && target->is_string()) {
-      audit.target = *target;
-      notes.erase(target);
+    for (const auto& [key, value] : notes.items()) {
+      if (key == "target" && value.is_string()) audit.target = value;
+      else audit.detail[key] = value;
     }
-    for (const auto& [key, value] : notes.items()) audit.detail[key] = value;
+    // A refused client is recorded by what it asked for, without what it sent along (its query):
+    // a client with no key must not be able to write text of its choice into the log.
+    if (status == 401) {
+      audit.key.clear();
+      audit.detail = nlohmann::json::object();
+    }
     if (auto written = options_.audit->Append(audit); !written.ok())
       spdlog::error("{} {}: not in the audit log: {}", method, WithoutPreviewTokenParam(target), written.error().message);
   };

@@ -60,9 +60,10 @@ def test_changes_are_recorded_with_who_what_and_the_outcome_and_reads_are_not(cl
 def test_a_refused_key_is_recorded_and_gets_nothing(client, daemon):
     wrong = Client(f"wrong-{uuid.uuid4().hex}", port=daemon.port)
     assert wrong.get("/v1/sandboxes").status == 401
-    assert wrong.post("/v1/volumes", {"name": "never"}).status == 401
+    assert wrong.post("/v1/volumes?note=chosen-by-the-client", {"name": "never"}).status == 401
     refused = [r for r in audit(client) if r["outcome"] == 401][-2:]
     assert [(r["action"], r["key"]) for r in refused] == [("GET /v1/sandboxes", ""), ("POST /v1/volumes", "")]
+    assert "chosen-by-the-client" not in json.dumps(refused)  # nothing it sent is kept
     # and the refused key cannot read the record of its refusal
     assert wrong.get("/v1/audit").status == 401
 
