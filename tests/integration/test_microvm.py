@@ -275,3 +275,45 @@ def test_volumes_are_shared_with_a_native_sandbox(client, sandbox_factory, micro
             if any(v["name"] == name for v in client.sandbox(sandbox_id)["volumes"]):
                 client.remove(sandbox_id)
         client.delete(f"/v1/volumes/{name}")
+
+
+def qmp_commands(socket_path: str, *commands: dict) -> None:
+    """Runs QMP commands on a guest's monitor (as a daemon would), skipping events."""
+    import json
+    import socket
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(socket_path)
+        stream = s.makefile("rwb")
+        stream.readline()  # the greeting
+        for command in ({"execute": "qmp_capabilities"}, *commands):
+            stream.write(json.dumps(command).encode() + b"\n")
+            stream.flush()
+            while "event" in json.loads(stream.readline()):
+                pass
+
+
+@pytest.mark.parametrize("stopped", [False, True], ids=["running", "stopped"])
+def test_a_guest_a_killed_daemon_left_letting_its_vsock_device_go_is_reached_after_a_restart(
+        daemon_factory, microvm, stopped):
+    """What a daemon killed early in a save (or a replug) of a guest leaves: the unplug of its
+    vsock device asked, and maybe the guest stopped before it let the device go. The next
+    daemon finds its mark beside the monitor socket (memory_image.cc UnplugMarker), waits for
+    the device to go and plugs a new one: init is reached again, not lost a moment later."""
+    daemon = daemon_factory()
+    daemon.start()
+    client = daemon.client()
+    sandbox = client.create(runtime="microvm")["id"]
+    assert client.sh(sandbox, "echo up") == "up\n"
+    daemon.stop(signal.SIGKILL)
+    [vm_dir] = list(Path("/run").glob(f"bulkhead-vms-*/{host_name(sandbox)}"))
+    (vm_dir / "unplugging").touch()
+    commands = [{"execute": "device_del", "arguments": {"id": "vsock"}}]
+    if stopped:
+        commands.append({"execute": "stop"})
+    qmp_commands(str(vm_dir / "qmp.sock"), *commands)
+    daemon.start()
+    client = daemon.client(timeout=60)
+    for _ in range(3):
+        assert client.sh(sandbox, "echo alive") == "alive\n"
+    assert not (vm_dir / "unplugging").exists()
+    client.remove(sandbox)

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <thread>
 
 #include "common/scope_guard.h"
@@ -14,6 +15,8 @@
 
 namespace bulkhead::runtime::microvm {
 namespace {
+
+namespace fs = std::filesystem;
 
 // Each step's bound: a save writes the device state only (the memory is copied by the daemon),
 // a load reads it; the guest lets a device go within a second, under TCG too.
@@ -52,7 +55,6 @@ Status CopyMemory(pid_t qemu, const std::string& to) {
 // A new vsock device on a new connection to the device daemon (which serves the next
 // connection once QEMU closed the last: after an unplug it listens again within milliseconds).
 Status PlugVsock(Qmp& qmp, const std::string& vsock_socket) {
-  (void)qmp.Execute("chardev-remove", {{"id", "vsock"}});
   const nlohmann::json chardev = {
       {"id", "vsock"},
       {"backend",
@@ -60,6 +62,8 @@ Status PlugVsock(Qmp& qmp, const std::string& vsock_socket) {
         {"data", {{"addr", {{"type", "unix"}, {"data", {{"path", vsock_socket}}}}}, {"server", false}}}}}};
   const auto deadline = std::chrono::steady_clock::now() + kUnplugTakes;
   while (true) {
+    // The old device's chardev, once the device let it go (QEMU refuses it while it is busy).
+    (void)qmp.Execute("chardev-remove", {{"id", "vsock"}});
     auto added = qmp.Execute("chardev-add", chardev);
     if (added) break;
     if (std::chrono::steady_clock::now() > deadline) return added.error();
@@ -72,17 +76,66 @@ Status PlugVsock(Qmp& qmp, const std::string& vsock_socket) {
 
 bool HasVsock(Qmp& qmp) { return qmp.Execute("qom-list", {{"path", "/machine/peripheral/vsock"}}).ok(); }
 
+// Beside the monitor socket while the guest's vsock device may be on its way out (from the
+// device_del on until a new device is in): a daemon killed in between leaves it, and the next
+// one's Continue finishes the job. Without it the guest could let the old device go only after
+// the new daemon reached its init through it, and nothing would reach init again.
+std::string UnplugMarker(const std::string& qmp_socket) {
+  return fs::path(qmp_socket).parent_path() / "unplugging";
+}
+
+Status MarkUnplugging(const std::string& qmp_socket) {
+  const std::string marker = UnplugMarker(qmp_socket);
+  UniqueFd fd(::open(marker.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!fd) return SystemError("create " + marker, errno);
+  return {};
+}
+
+void Unmark(const std::string& qmp_socket) { ::unlink(UnplugMarker(qmp_socket).c_str()); }
+
+// Until the guest let its vsock device go. Asked again: an unplug already under way makes
+// QEMU refuse the device_del, and the device goes all the same.
+Status UnplugVsock(Qmp& qmp) {
+  if (!HasVsock(qmp)) return {};
+  (void)qmp.Execute("device_del", {{"id", "vsock"}});
+  const auto deadline = std::chrono::steady_clock::now() + kUnplugTakes;
+  while (HasVsock(qmp)) {
+    if (std::chrono::steady_clock::now() > deadline) return Failed("the guest did not let its vsock device go");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return {};
+}
+
+// A save the daemon's end cut short may still write: given up, so that the guest runs on.
+Status CancelSave(Qmp& qmp) {
+  const auto deadline = std::chrono::steady_clock::now() + kUnplugTakes;
+  for (bool asked = false;;) {
+    auto state = qmp.Execute("query-migrate");
+    if (!state) return state.error();
+    const std::string status = state->value("status", "none");
+    if (status == "none" || status == "completed" || status == "failed" || status == "cancelled") return {};
+    if (!asked) BH_TRY(qmp.Execute("migrate_cancel"));
+    asked = true;
+    if (std::chrono::steady_clock::now() > deadline) return Failed("a save cut short did not end (" + status + ")");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
 }  // namespace
 
 Status SaveMemoryImage(const std::string& qmp_socket, pid_t qemu, const std::string& vsock_socket,
                        const std::string& image_dir) {
   auto qmp = Qmp::Connect(qmp_socket, qemu, kMonitorConnects);
   if (!qmp) return qmp.error();
-  if (auto unplugging = qmp->Execute("device_del", {{"id", "vsock"}}); !unplugging) return unplugging.error();
+  BH_TRY(MarkUnplugging(qmp_socket));
+  if (auto unplugging = qmp->Execute("device_del", {{"id", "vsock"}}); !unplugging) {
+    Unmark(qmp_socket);
+    return unplugging.error();
+  }
   // From here on the guest must get a vsock device back, whatever else fails.
   bool plugged = false;
   ScopeGuard replug([&] {
-    if (!plugged) (void)PlugVsock(*qmp, vsock_socket);
+    if (!plugged && PlugVsock(*qmp, vsock_socket).ok()) Unmark(qmp_socket);
   });
   BH_TRY(qmp->WaitForDeviceDeleted("vsock", kUnplugTakes));
   if (auto stopped = qmp->Execute("stop"); !stopped) return stopped.error();
@@ -96,19 +149,21 @@ Status SaveMemoryImage(const std::string& qmp_socket, pid_t qemu, const std::str
   if (::fsync(out.get()) != 0) return SystemError("fsync " + state, errno);
   BH_TRY(CopyMemory(qemu, image_dir + kImageMemory));
   plugged = true;
-  return PlugVsock(*qmp, vsock_socket);
+  BH_TRY(PlugVsock(*qmp, vsock_socket));
+  Unmark(qmp_socket);
+  return {};
 }
 
 Status ReplugVsock(const std::string& qmp_socket, pid_t qemu, const std::string& vsock_socket,
                    const std::function<Status()>& unplugged) {
   auto qmp = Qmp::Connect(qmp_socket, qemu, kMonitorConnects);
   if (!qmp) return qmp.error();
-  if (HasVsock(*qmp)) {
-    BH_TRY(qmp->Execute("device_del", {{"id", "vsock"}}));
-    BH_TRY(qmp->WaitForDeviceDeleted("vsock", kUnplugTakes));
-  }
+  BH_TRY(MarkUnplugging(qmp_socket));
+  BH_TRY(UnplugVsock(*qmp));
   BH_TRY(unplugged());
-  return PlugVsock(*qmp, vsock_socket);
+  BH_TRY(PlugVsock(*qmp, vsock_socket));
+  Unmark(qmp_socket);
+  return {};
 }
 
 std::string VsockSeenByGuest(const std::string& qmp_socket, pid_t qemu) {
@@ -131,13 +186,19 @@ std::string VsockSeenByGuest(const std::string& qmp_socket, pid_t qemu) {
 Status Continue(const std::string& qmp_socket, pid_t qemu, const std::string& vsock_socket) {
   auto qmp = Qmp::Connect(qmp_socket, qemu, kMonitorConnects);
   if (!qmp) return qmp.error();
-  // A daemon that ended in a save may have left the guest without its vsock device.
-  if (!HasVsock(*qmp)) BH_TRY(PlugVsock(*qmp, vsock_socket));
+  // A daemon that ended in a save (or a replug) may have left the guest saving, or without its
+  // vsock device, or letting it go.
+  const bool cut_short = fs::exists(UnplugMarker(qmp_socket));
+  if (cut_short) BH_TRY(CancelSave(*qmp));
   auto state = qmp->Execute("query-status");
   if (!state) return state.error();
   // ("postmigrate": stopped after a save)
   const std::string status = state->value("status", "");
   if (status == "paused" || status == "postmigrate") BH_TRY(qmp->Execute("cont"));
+  // (running: its kernel takes part in the unplug)
+  if (cut_short) BH_TRY(UnplugVsock(*qmp));
+  if (!HasVsock(*qmp)) BH_TRY(PlugVsock(*qmp, vsock_socket));
+  Unmark(qmp_socket);
   return {};
 }
 

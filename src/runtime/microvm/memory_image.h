@@ -44,8 +44,10 @@ Status ReplugVsock(const std::string& qmp_socket, pid_t qemu, const std::string&
 std::string VsockSeenByGuest(const std::string& qmp_socket, pid_t qemu);
 
 // Runs the guest of QEMU `qemu` if its monitor says it is stopped (a save left it so), with a
-// vsock device (a save cut short may have left it without). Its kernel then finds the new
-// device: init is reachable again some milliseconds later.
+// vsock device (a save cut short may have left it without). Where a killed daemon's save or
+// replug left its mark, the save still going is cancelled and the old device, maybe still on
+// its way out, is replaced. Its kernel then finds the new device: init is reachable again
+// some milliseconds later.
 Status Continue(const std::string& qmp_socket, pid_t qemu, const std::string& vsock_socket);
 
 // Restores a saved guest into QEMU `qemu`, started with `vm` (incoming_fd: the image's state;
