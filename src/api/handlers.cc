@@ -41,14 +41,32 @@ Error VolumeNotFound(const std::string& name) {
 
 }  // namespace
 
+bool ApiHandlers::ReachesSandbox(const Caller& caller, const std::string& id) {
+  if (caller.HostAdmin() || !IsValidSandboxId(id)) return true;
+  const std::vector<core::SandboxInfo> found = context_.manager.List(core::ListFilter{.id = id});
+  return found.empty() || found.front().spec.tenant == caller.tenant;
+}
+
+bool ApiHandlers::ReachesSnapshot(const Caller& caller, const std::string& id) {
+  if (caller.HostAdmin() || !IsValidSandboxId(id)) return true;
+  Result<core::SnapshotInfo> found = context_.manager.GetSnapshot(id);
+  return !found.ok() || found->tenant == caller.tenant;
+}
+
 asio::awaitable<void> ApiHandlers::Handle(HttpExchange& exchange, const RouteMatch& route,
-                                          const QueryParams& query) {
+                                          const QueryParams& query, const Caller& caller) {
+  // (Distinct names: g++ 12 gives same-named locals of sibling blocks one coroutine frame slot.)
+  const std::string sandbox_id(route.Param("id")), snapshot_id(route.Param("snapshot_id"));
+  if (!sandbox_id.empty() && !ReachesSandbox(caller, sandbox_id))
+    co_return co_await exchange.SendError(SandboxNotFound(sandbox_id));
+  if (!snapshot_id.empty() && !ReachesSnapshot(caller, snapshot_id))
+    co_return co_await exchange.SendError(SnapshotNotFound(snapshot_id));
   switch (route.id) {
     case RouteId::kHealthz: co_return co_await Healthz(exchange);
     case RouteId::kMetrics: co_return co_await Metrics(exchange);
     case RouteId::kOpenApi: co_return co_await OpenApi(exchange);
-    case RouteId::kCreateSandbox: co_return co_await CreateSandbox(exchange);
-    case RouteId::kListSandboxes: co_return co_await ListSandboxes(exchange, query);
+    case RouteId::kCreateSandbox: co_return co_await CreateSandbox(exchange, caller);
+    case RouteId::kListSandboxes: co_return co_await ListSandboxes(exchange, query, caller);
     case RouteId::kGetSandbox: co_return co_await GetSandbox(exchange, route.Param("id"));
     case RouteId::kDeleteSandbox: co_return co_await DeleteSandbox(exchange, route.Param("id"));
     case RouteId::kSetSandboxTimeout: co_return co_await SetSandboxTimeout(exchange, route.Param("id"));
@@ -117,13 +135,19 @@ asio::awaitable<void> ApiHandlers::Handle(HttpExchange& exchange, const RouteMat
     }
     case RouteId::kCreateSnapshot: co_return co_await CreateSnapshot(exchange, route.Param("id"));
     case RouteId::kForkSandbox: co_return co_await ForkSandbox(exchange, route.Param("id"));
-    case RouteId::kListSnapshots: co_return co_await ListSnapshots(exchange);
+    case RouteId::kListSnapshots: co_return co_await ListSnapshots(exchange, caller);
     case RouteId::kGetSnapshot: co_return co_await GetSnapshot(exchange, route.Param("snapshot_id"));
     case RouteId::kDeleteSnapshot: co_return co_await DeleteSnapshot(exchange, route.Param("snapshot_id"));
     case RouteId::kExportSnapshot: co_return co_await ExportSnapshot(exchange, route.Param("snapshot_id"));
     case RouteId::kImportSnapshot: co_return co_await ImportSnapshot(exchange, query);
     case RouteId::kTcpForward:
       co_return co_await ServeTcpForward(exchange, context_.manager, route.Param("id"), route.Param("port"));
+    case RouteId::kCreateTenant: co_return co_await CreateTenant(exchange);
+    case RouteId::kListTenants: co_return co_await ListTenants(exchange);
+    case RouteId::kDeleteTenant: co_return co_await DeleteTenant(exchange, route.Param("tenant"));
+    case RouteId::kCreateKey: co_return co_await CreateKey(exchange, caller);
+    case RouteId::kListKeys: co_return co_await ListKeys(exchange, caller);
+    case RouteId::kRevokeKey: co_return co_await RevokeKey(exchange, route.Param("key_id"), caller);
     case RouteId::kNotImplemented: co_return co_await NotImplemented(exchange, route);
   }
   co_await exchange.SendError(MakeError(ErrorCode::kInternal, "unhandled route"));
@@ -157,11 +181,21 @@ asio::awaitable<void> ApiHandlers::OpenApi(HttpExchange& exchange) {
   co_await exchange.SendText(http::status::ok, "application/json", std::string(kOpenApiJson));
 }
 
-asio::awaitable<void> ApiHandlers::CreateSandbox(HttpExchange& exchange) {
+asio::awaitable<void> ApiHandlers::CreateSandbox(HttpExchange& exchange, const Caller& caller) {
   std::optional<json> body = co_await exchange.ReadJsonObject(kMaxJsonBody);
   if (!body) co_return;
   Result<core::SandboxSpec> spec = ParseSandboxSpec(*body, context_.host);
   if (!spec.ok()) co_return co_await exchange.SendError(spec.error());
+  spec->tenant = caller.tenant;
+  if (!caller.HostAdmin()) {
+    // Volumes are the host's until they are tenants' too: a tenant's sandbox mounts none.
+    if (!spec->volumes.empty())
+      co_return co_await exchange.SendError(MakeError(
+          ErrorCode::kForbidden, "a tenant's key may not mount named volumes (the host's admin key may)",
+          "insufficient_scope"));
+    if (spec->from_snapshot && !ReachesSnapshot(caller, *spec->from_snapshot))
+      co_return co_await exchange.SendError(SnapshotNotFound(*spec->from_snapshot));
+  }
   core::SandboxManager& manager = context_.manager;
   Status image = co_await PrepareCreateImage(manager, context_.pull_pool, *body, *spec);
   if (!image.ok()) co_return co_await exchange.SendError(image.error());
@@ -183,9 +217,11 @@ asio::awaitable<void> ApiHandlers::CreateSandbox(HttpExchange& exchange) {
   co_await exchange.SendJson(http::status::created, SandboxToJson(*created));
 }
 
-asio::awaitable<void> ApiHandlers::ListSandboxes(HttpExchange& exchange, const QueryParams& query) {
+asio::awaitable<void> ApiHandlers::ListSandboxes(HttpExchange& exchange, const QueryParams& query,
+                                                 const Caller& caller) {
   Result<core::ListFilter> filter = ParseListFilter(query);
   if (!filter.ok()) co_return co_await exchange.SendError(filter.error());
+  if (!caller.HostAdmin()) filter->tenant = caller.tenant;
   json sandboxes = json::array();
   for (const core::SandboxInfo& sandbox : context_.manager.List(*filter)) {
     sandboxes.push_back(SandboxToJson(sandbox));

@@ -14,6 +14,7 @@
 #include "core/audit_log.h"
 #include "core/sandbox_manager.h"
 #include "http/http_exchange.h"
+#include "service/access_keys.h"
 #include "service/validate.h"
 
 namespace bulkhead::api {
@@ -34,22 +35,36 @@ struct HandlerContext {
   std::function<std::string()> e2b_address;  // the E2B front's "host:port", "" without one
   std::string preview_domain;
   core::AuditLog* audit = nullptr;  // GET /v1/audit; none: 404
+  AccessKeys* keys = nullptr;       // tenants and their keys; none: the routes answer 404
 };
 
 class ApiHandlers {
  public:
   explicit ApiHandlers(HandlerContext context) : context_(std::move(context)) {}
 
-  // Answers one routed request (route.outcome == kMatched).
+  // Answers one routed request (route.outcome == kMatched) of `caller` (whose key's scope
+  // allows the route: access.h). Another tenant's sandbox or snapshot answers as an unknown
+  // one does.
   boost::asio::awaitable<void> Handle(HttpExchange& exchange, const RouteMatch& route,
-                                      const QueryParams& query);
+                                      const QueryParams& query, const Caller& caller);
 
  private:
   boost::asio::awaitable<void> Healthz(HttpExchange& exchange);
   boost::asio::awaitable<void> Metrics(HttpExchange& exchange);
   boost::asio::awaitable<void> OpenApi(HttpExchange& exchange);
-  boost::asio::awaitable<void> CreateSandbox(HttpExchange& exchange);
-  boost::asio::awaitable<void> ListSandboxes(HttpExchange& exchange, const QueryParams& query);
+  boost::asio::awaitable<void> CreateSandbox(HttpExchange& exchange, const Caller& caller);
+  boost::asio::awaitable<void> ListSandboxes(HttpExchange& exchange, const QueryParams& query, const Caller& caller);
+  // Whether the sandbox or snapshot `id` is the caller's to reach (unknown ones are: their
+  // handler answers 404 as ever).
+  bool ReachesSandbox(const Caller& caller, const std::string& id);
+  bool ReachesSnapshot(const Caller& caller, const std::string& id);
+  // Tenants and keys (access_handlers.cc).
+  boost::asio::awaitable<void> CreateTenant(HttpExchange& exchange);
+  boost::asio::awaitable<void> ListTenants(HttpExchange& exchange);
+  boost::asio::awaitable<void> DeleteTenant(HttpExchange& exchange, const std::string& name);
+  boost::asio::awaitable<void> CreateKey(HttpExchange& exchange, const Caller& caller);
+  boost::asio::awaitable<void> ListKeys(HttpExchange& exchange, const Caller& caller);
+  boost::asio::awaitable<void> RevokeKey(HttpExchange& exchange, const std::string& id, const Caller& caller);
   boost::asio::awaitable<void> GetSandbox(HttpExchange& exchange, const std::string& id);
   boost::asio::awaitable<void> DeleteSandbox(HttpExchange& exchange, const std::string& id);
   boost::asio::awaitable<void> SetSandboxTimeout(HttpExchange& exchange, const std::string& id);
@@ -73,7 +88,7 @@ class ApiHandlers {
   // Snapshots and forks (snapshot_handlers.cc).
   boost::asio::awaitable<void> CreateSnapshot(HttpExchange& exchange, const std::string& id);
   boost::asio::awaitable<void> ForkSandbox(HttpExchange& exchange, const std::string& id);
-  boost::asio::awaitable<void> ListSnapshots(HttpExchange& exchange);
+  boost::asio::awaitable<void> ListSnapshots(HttpExchange& exchange, const Caller& caller);
   boost::asio::awaitable<void> GetSnapshot(HttpExchange& exchange, const std::string& id);
   boost::asio::awaitable<void> DeleteSnapshot(HttpExchange& exchange, const std::string& id);
   // Export and import as .tar.zst, spooled through a file in upload_dir.

@@ -35,6 +35,7 @@ json SandboxToJson(const core::SandboxInfo& sandbox) {
       {"sudo_users", spec.sudo_users},
       {"parent_snapshot", sandbox.parent_snapshot ? json(*sandbox.parent_snapshot) : json(nullptr)},
       {"paused_to_disk", sandbox.paused_to_disk},
+      {"tenant", spec.tenant.empty() ? json(nullptr) : json(spec.tenant)},
   };
   json volumes = json::array();
   for (const auto& v : spec.volumes) {
@@ -122,6 +123,7 @@ json SnapshotToJson(const core::SnapshotInfo& snapshot) {
       {"memory", snapshot.memory},
       {"image", snapshot.image},
       {"runtime", snapshot.runtime},
+      {"tenant", snapshot.tenant.empty() ? json(nullptr) : json(snapshot.tenant)},
   };
 }
 

@@ -73,6 +73,12 @@ constexpr std::array kRoutes = {
     RouteSpec{"POST", "/v1/volumes", RouteId::kCreateVolume},
     RouteSpec{"GET", "/v1/volumes/{name}", RouteId::kGetVolume},
     RouteSpec{"DELETE", "/v1/volumes/{name}", RouteId::kDeleteVolume},
+    RouteSpec{"POST", "/v1/tenants", RouteId::kCreateTenant},
+    RouteSpec{"GET", "/v1/tenants", RouteId::kListTenants},
+    RouteSpec{"DELETE", "/v1/tenants/{tenant}", RouteId::kDeleteTenant},
+    RouteSpec{"POST", "/v1/keys", RouteId::kCreateKey},
+    RouteSpec{"GET", "/v1/keys", RouteId::kListKeys},
+    RouteSpec{"DELETE", "/v1/keys/{key_id}", RouteId::kRevokeKey},
 };
 
 std::vector<std::string_view> SplitSegments(std::string_view path) {

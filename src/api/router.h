@@ -68,6 +68,12 @@ enum class RouteId {
   kPortProxy,  // HTTP to a sandbox's 127.0.0.1:{port}
   kTcpForward,  // raw TCP to a sandbox's port (Upgrade: tcp), for port-forward
   kAudit,
+  kCreateTenant,
+  kListTenants,
+  kDeleteTenant,
+  kCreateKey,
+  kListKeys,
+  kRevokeKey,
   kNotImplemented,  // a route of API.md not served yet: 501 (after the sandbox id is checked)
 };
 

@@ -25,10 +25,6 @@ namespace {
 namespace asio = boost::asio;
 using nlohmann::json;
 
-Error SnapshotNotFound(const std::string& id) {
-  return MakeError(ErrorCode::kNotFound, fmt::format("no snapshot with id \"{}\"", id), "snapshot_not_found");
-}
-
 }  // namespace
 
 asio::awaitable<void> ApiHandlers::CreateSnapshot(HttpExchange& exchange, const std::string& id) {
@@ -60,9 +56,10 @@ asio::awaitable<void> ApiHandlers::ForkSandbox(HttpExchange& exchange, const std
   co_await exchange.SendJson(http::status::created, response);
 }
 
-asio::awaitable<void> ApiHandlers::ListSnapshots(HttpExchange& exchange) {
+asio::awaitable<void> ApiHandlers::ListSnapshots(HttpExchange& exchange, const Caller& caller) {
   json snapshots = json::array();
   for (const core::SnapshotInfo& snapshot : context_.manager.ListSnapshots()) {
+    if (!caller.HostAdmin() && snapshot.tenant != caller.tenant) continue;
     snapshots.push_back(SnapshotToJson(snapshot));
   }
   const json response = {{"snapshots", std::move(snapshots)}};

@@ -454,6 +454,40 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
   audit_export->add_option("--after", line.audit_after, "Only records after this seq");
   Selects(audit_export, line, Command::kAuditExport);
 
+  CLI::App* tenant = app.add_subcommand("tenant", "Manage tenants (with the host's admin key)");
+  tenant->require_subcommand(1);
+  CLI::App* tenant_create = tenant->add_subcommand("create", "Create a tenant");
+  tenant_create->add_option("name", line.tenant_names, "Tenant name (a-z, 0-9, '-')")->required()->expected(1);
+  tenant_create->add_flag("--json", line.json, "Print the API's JSON");
+  Selects(tenant_create, line, Command::kTenantCreate);
+  CLI::App* tenant_list = tenant->add_subcommand("ls", "List tenants and what they own");
+  tenant_list->alias("list");
+  tenant_list->add_flag("--json", line.json, "Print the API's JSON");
+  Selects(tenant_list, line, Command::kTenantList);
+  CLI::App* tenant_remove = tenant->add_subcommand("rm", "Remove tenants and their keys (refused while one owns sandboxes or snapshots)");
+  tenant_remove->add_option("names", line.tenant_names, "Tenant names")->required();
+  Selects(tenant_remove, line, Command::kTenantRemove);
+
+  CLI::App* key = app.add_subcommand("key", "Manage tenants' API keys");
+  key->require_subcommand(1);
+  CLI::App* key_create = key->add_subcommand("create", "Create a key and print it (shown this once)");
+  key_create->add_option("--tenant", line.key_tenant, "Its tenant (a tenant's admin key: its own, the default)");
+  key_create->add_option("--scope", line.key_scope, "tenant-admin, user or read-only")
+      ->required()
+      ->check(CLI::IsMember({"tenant-admin", "user", "read-only"}));
+  key_create->add_option("--name", line.key_name, "What it is for");
+  key_create->add_option("--ttl", line.key_ttl_s, "Seconds until it expires (default: never)")
+      ->check(CLI::NonNegativeNumber);
+  key_create->add_flag("--json", line.json, "Print the API's JSON");
+  Selects(key_create, line, Command::kKeyCreate);
+  CLI::App* key_list = key->add_subcommand("ls", "List keys (never their secrets)");
+  key_list->alias("list");
+  key_list->add_flag("--json", line.json, "Print the API's JSON");
+  Selects(key_list, line, Command::kKeyList);
+  CLI::App* key_revoke = key->add_subcommand("revoke", "Revoke keys: their next request fails");
+  key_revoke->add_option("ids", line.key_ids, "Key ids")->required();
+  Selects(key_revoke, line, Command::kKeyRevoke);
+
   CLI::App* version = app.add_subcommand("version", "Print the client's and the daemon's version");
   Selects(version, line, Command::kVersion);
 }

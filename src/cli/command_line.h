@@ -56,6 +56,12 @@ enum class Command {
   kE2bEnv,        // e2b env
   kAuditVerify,   // audit verify
   kAuditExport,   // audit export
+  kTenantCreate,  // tenant create
+  kTenantList,    // tenant ls
+  kTenantRemove,  // tenant rm
+  kKeyCreate,     // key create
+  kKeyList,       // key ls
+  kKeyRevoke,     // key revoke
 };
 
 // `bulkhead build`'s flags (service/image_build.h ParseBuildQuery).
@@ -157,6 +163,12 @@ struct CommandLine {
   std::string image_path;                // image import
   std::vector<std::string> volume_names; // volume create (one), volume rm
   std::optional<int64_t> volume_size_mb; // volume create --size-mb
+  std::vector<std::string> tenant_names; // tenant create (one), tenant rm
+  std::vector<std::string> key_ids;      // key revoke
+  std::string key_tenant;                // key create --tenant
+  std::string key_scope;                 // key create --scope
+  std::string key_name;                  // key create --name
+  int64_t key_ttl_s = 0;                 // key create --ttl
   std::optional<std::string> snapshot_name;  // snapshot create --name
   std::vector<std::string> snapshot_ids;     // snapshot rm
   std::string snapshot_id;                   // snapshot export

@@ -23,6 +23,7 @@
 #include "cli/shell_command.h"
 #include "cli/local_files.h"
 #include "cli/snapshot_commands.h"
+#include "cli/tenant_commands.h"
 #include "cli/volume_commands.h"
 #include "client/api_client.h"
 #include "client/exec_stream.h"
@@ -375,6 +376,12 @@ int RunClientCommand(const CommandLine& line, const CommandIo& io) {
       case Command::kE2bEnv: return E2bEnvCommand(session);
       case Command::kAuditVerify: return AuditVerifyCommand(session);
       case Command::kAuditExport: return AuditExportCommand(session);
+      case Command::kTenantCreate: return TenantCreateCommand(session);
+      case Command::kTenantList: return TenantListCommand(session);
+      case Command::kTenantRemove: return TenantRemoveCommand(session);
+      case Command::kKeyCreate: return KeyCreateCommand(session);
+      case Command::kKeyList: return KeyListCommand(session);
+      case Command::kKeyRevoke: return KeyRevokeCommand(session);
       case Command::kMcp: return mcp::ServeMcp(session.api, {io.stdin_fd, io.stdout_fd});
       case Command::kServe:
       case Command::kNone: break;

@@ -101,6 +101,7 @@ Result<json> AuditLog::Append(const Entry& entry) {
 Result<json> AuditLog::AppendLocked(const Entry& entry) {
   json record = {{"key", entry.key}, {"source", entry.source}, {"action", entry.action}, {"target", entry.target},
                  {"outcome", entry.outcome}};
+  if (!entry.tenant.empty()) record["tenant"] = entry.tenant;
   if (!entry.detail.empty()) {
     const std::string detail = Compact(entry.detail);
     record["detail"] = detail.size() <= kMaxDetailBytes ? entry.detail : json{{"truncated", detail.substr(0, kMaxDetailBytes)}};

@@ -39,7 +39,8 @@ class AuditLog {
  public:
   // What one call did. The log adds seq, time, prev and hash.
   struct Entry {
-    std::string key;     // which API key ("admin": the host's; "" if none was valid)
+    std::string key;     // which API key ("admin": the host's; a tenant's key id; "" if none was valid)
+    std::string tenant;  // the key's tenant ("" for the host's key or none)
     std::string source;  // the client's address ("unix" on the unix socket)
     std::string action;  // "<METHOD> <route pattern>", e.g. "DELETE /v1/sandboxes/{id}"
     std::string target;  // the object: a sandbox id, a volume or image name ("" if none)

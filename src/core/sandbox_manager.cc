@@ -248,16 +248,21 @@ std::vector<SandboxInfo> SandboxManagerImpl::List(const ListFilter& filter) {
   std::vector<std::pair<int64_t, SandboxInfo>> found;
   {
     std::lock_guard lock(mu_);
-    for (const auto& [id, sb] : sandboxes_) {
-      if (sb->deleting) continue;
-      if (filter.id && id != *filter.id) continue;
-      if (filter.state && StateName(sb->state) != *filter.state) continue;
+    auto consider = [&](const std::shared_ptr<Sandbox>& sb) {
+      if (sb->deleting) return;
+      if (filter.state && StateName(sb->state) != *filter.state) return;
+      if (filter.tenant && sb->info.spec.tenant != *filter.tenant) return;
       bool match = true;
       for (const auto& [k, v] : filter.metadata) {
         auto it = sb->info.spec.metadata.find(k);
         if (it == sb->info.spec.metadata.end() || it->second != v) match = false;
       }
       if (match) found.emplace_back(ParseRfc3339Millis(sb->info.created_at).value_or(0), InfoOf(*sb));
+    };
+    if (filter.id) {
+      if (auto it = sandboxes_.find(*filter.id); it != sandboxes_.end()) consider(it->second);
+    } else {
+      for (const auto& [id, sb] : sandboxes_) consider(sb);
     }
   }
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {

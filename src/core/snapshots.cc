@@ -42,8 +42,15 @@ Error NoMemorySnapshots(const runtime::Tier& tier, const TierSet& tiers) {
 
 SnapshotInfo SnapshotInfoOf(const store::SnapshotRow& row) {
   auto spec = SpecFromJson(row.spec_json);
-  return SnapshotInfo{row.id,         row.name,  row.sandbox_id,       row.created_at,
-                      row.size_bytes, row.image, !row.memory.empty(), spec ? spec->runtime : "native"};
+  return SnapshotInfo{row.id,
+                      row.name,
+                      row.sandbox_id,
+                      row.created_at,
+                      row.size_bytes,
+                      row.image,
+                      !row.memory.empty(),
+                      spec ? spec->runtime : "native",
+                      spec ? spec->tenant : ""};
 }
 
 SnapshotEntry EntryOf(const store::SnapshotRow& row) {
@@ -511,6 +518,7 @@ Result<SnapshotInfo> SandboxManagerImpl::ImportSnapshot(int in_fd, int64_t max_b
   spec->image = row.image;
   spec->from_snapshot.reset();
   spec->volumes.clear();  // names of another host's volumes (a memory image has none: AcceptMemoryImage)
+  spec->tenant.clear();   // another host's tenant: an import is the host admin's
   row.spec_json = SpecToJson(*spec);
   if (imported->memory) row.memory = metadata["memory"].get<std::string>();  // checked by AcceptMemoryImage
   if (metadata.contains("name") && metadata["name"].is_string()) {

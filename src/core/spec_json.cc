@@ -30,6 +30,7 @@ std::string SpecToJson(const SandboxSpec& s) {
   if (s.from_snapshot) j["from_snapshot"] = *s.from_snapshot;
   if (!s.image_ref.empty()) j["image_ref"] = s.image_ref;
   if (s.e2b_auto_resume) j["e2b_auto_resume"] = true;
+  if (!s.tenant.empty()) j["tenant"] = s.tenant;
   return j.dump();
 }
 
@@ -76,6 +77,7 @@ Result<SandboxSpec> SpecFromJson(const std::string& text) {
     s.sudo_users = j.value("sudo_users", std::vector<std::string>{});
     if (j.contains("from_snapshot")) s.from_snapshot = j.at("from_snapshot").get<std::string>();
     s.e2b_auto_resume = j.value("e2b_auto_resume", false);
+    s.tenant = j.value("tenant", std::string());
     return s;
   } catch (const std::exception& e) {  // json::exception, or a field of the wrong kind
     return MakeError(ErrorCode::kInternal, std::string("corrupt sandbox spec: ") + e.what());

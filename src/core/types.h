@@ -66,6 +66,9 @@ struct SandboxSpec {
   // the front to a paused sandbox resumes it; without it that traffic answers 502, as E2B's
   // proxy does. (The bulkhead API resumes a paused sandbox for any call regardless.)
   bool e2b_auto_resume = false;
+  // The tenant it belongs to (service/access_keys.h); "" for the host admin's. Its snapshots
+  // and forks are the tenant's too.
+  std::string tenant;
   // Whether a create from a snapshot keeps that snapshot's pool warm (a build's step sandboxes,
   // each from a snapshot used once, do not). Not stored.
   bool warm_snapshot = true;
@@ -111,6 +114,7 @@ struct ListFilter {
   std::optional<std::string> id;  // only this sandbox: its state without Get's usage readings
   std::optional<std::string> state;
   std::map<std::string, std::string> metadata;  // all must match
+  std::optional<std::string> tenant;            // only this tenant's ("" the host admin's own)
 };
 
 // POST /v1/sandboxes/{id}/exec, after validation.
@@ -147,6 +151,7 @@ struct SnapshotInfo {
   std::string image;
   bool memory = false;
   std::string runtime;  // the sandbox's runtime when it was taken
+  std::string tenant;   // the sandbox's tenant ("" the host admin's)
 };
 
 using storage::ImageInfo;  // storage/image_info.h

@@ -18,6 +18,7 @@
 #include "core/audit_log.h"
 #include "core/state_dir.h"
 #include "daemon/server.h"
+#include "service/access_keys.h"
 #include "service/api_key.h"
 
 namespace bulkhead::api {
@@ -107,6 +108,11 @@ int RunDaemon(const core::DaemonConfig& config) {
     return 1;
   }
   std::unique_ptr<core::SandboxManager> manager = std::move(opened.value());
+  Result<std::unique_ptr<AccessKeys>> keys = AccessKeys::Open(state_dir + "/bulkhead.db", *api_key);
+  if (!keys.ok()) {
+    spdlog::error("tenants and keys: {}", keys.error().message);
+    return 1;
+  }
 
   const std::string socket_path = state_dir + "/bulkhead.sock";
   bool serving = true;
@@ -121,6 +127,7 @@ int RunDaemon(const core::DaemonConfig& config) {
                                    .e2b_key = *e2b_key,
                                    .e2b_domain = config.e2b_domain,
                                    .audit = audit->get(),
+                                   .keys = keys->get(),
                                });
     if (!config.listen.empty()) {
       auto endpoint = server.ListenTcp(config.listen);

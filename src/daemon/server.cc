@@ -32,6 +32,7 @@
 #include "api/router.h"
 #include "common/unique_fd.h"
 #include "core/audit_log.h"
+#include "api/access.h"
 #include "service/api_key.h"
 #include "service/port_proxy.h"
 #include "service/preview_access.h"
@@ -146,6 +147,7 @@ ApiServer::ApiServer(core::SandboxManager& manager, ServerOptions options)
       .e2b_address = [this] { return e2b_address_; },
       .preview_domain = options_.preview_domain,
       .audit = options_.audit,
+      .keys = options_.keys,
   });
   if (options_.handle_signals) {
     // Registered now, so a signal that arrives before Run is not lost.
@@ -426,6 +428,12 @@ asio::awaitable<void> ApiServer::ServeConnection(HttpStream stream, bool e2b) {
   co_await CloseGracefully(stream);
 }
 
+std::optional<Caller> ApiServer::Authenticate(std::string_view authorization) const {
+  if (options_.keys) return options_.keys->Authenticate(authorization);
+  if (IsAuthorized(authorization, options_.api_key)) return Caller{};
+  return std::nullopt;
+}
+
 asio::awaitable<bool> ApiServer::ServeRequest(HttpStream& stream, beast::flat_buffer& buffer,
                                               http::request_parser<http::empty_body>& parser, bool e2b) {
   const auto started = std::chrono::steady_clock::now();
@@ -439,6 +447,8 @@ asio::awaitable<bool> ApiServer::ServeRequest(HttpStream& stream, beast::flat_bu
   // key. Not for traffic to a sandbox's own server by host name, which needs no key (preview
   // hosts; the E2B front notes "app_port").
   core::AuditLog::Entry audit;
+  // (One for the whole coroutine: g++ 12 gives same-named locals of sibling blocks one frame slot.)
+  std::optional<Caller> caller;
   const bool mutating = method != "GET" && method != "HEAD";
   auto record = [&](int status) {
     if (!options_.audit) return;
@@ -478,13 +488,15 @@ asio::awaitable<bool> ApiServer::ServeRequest(HttpStream& stream, beast::flat_bu
       audit.target = preview->sandbox_id;
       exchange.Note("app_port", preview->port);
       const std::string_view authorization = FromBeast(exchange.request()[http::field::authorization]);
-      co_await ServePreviewHost(exchange, manager_, *preview, IsAuthorized(authorization, options_.api_key));
+      caller = Authenticate(authorization);
+      co_await ServePreviewHost(exchange, manager_, *preview, caller && caller->HostAdmin());
     } else if (!(parsed = ParseTarget(target))) {
       co_await exchange.SendError(MakeError(ErrorCode::kBadRequest, "malformed request target"));
     } else {
       route = MatchRoute(method, parsed->path);
       const std::string_view authorization = FromBeast(exchange.request()[http::field::authorization]);
-      audit.key = "admin";
+      caller = Authenticate(authorization);
+      if (caller) audit.key = caller->key_id, audit.tenant = caller->tenant;
       if (route.outcome == RouteMatch::Outcome::kMatched) {
         audit.action = method + " " + std::string(route.pattern);
         for (const char* name : {"id", "name", "snapshot_id"})
@@ -493,10 +505,14 @@ asio::awaitable<bool> ApiServer::ServeRequest(HttpStream& stream, beast::flat_bu
           if (!route.Param(name).empty()) audit.detail[name] = route.Param(name);
         for (const auto& [name, value] : parsed->query) audit.detail[name] = value;
       }
-      if (route.NeedsAuth() && !IsAuthorized(authorization, options_.api_key)) {
+      Status allowed;
+      if (route.NeedsAuth() && !caller) {
         exchange.SetResponseHeader(http::field::www_authenticate, "Bearer");
         co_await exchange.SendError(
             MakeError(ErrorCode::kUnauthorized, "missing or invalid API key (Authorization: Bearer <key>)"));
+      } else if (caller && route.outcome == RouteMatch::Outcome::kMatched &&
+                 !(allowed = AllowedByScope(*caller, route.id)).ok()) {
+        co_await exchange.SendError(allowed.error());
       } else if (route.outcome == RouteMatch::Outcome::kNotFound) {
         co_await exchange.SendError(
             MakeError(ErrorCode::kNotFound, fmt::format("no route for {} {}", method, parsed->path)));
@@ -506,7 +522,9 @@ asio::awaitable<bool> ApiServer::ServeRequest(HttpStream& stream, beast::flat_bu
             ErrorCode::kMethodNotAllowed,
             fmt::format("{} is not allowed on {}; use {}", method, route.pattern, route.allowed_methods)));
       } else {
-        co_await handlers_->Handle(exchange, route, parsed->query);
+        // (No key: GET /healthz alone; what it may reach is what read-only reaches of no tenant.)
+        static const Caller kNoKey{.tenant = "", .scope = Scope::kReadOnly, .key_id = ""};
+        co_await handlers_->Handle(exchange, route, parsed->query, caller ? *caller : kNoKey);
       }
     }
   } catch (const std::exception& e) {

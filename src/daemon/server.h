@@ -45,6 +45,8 @@ struct ServerOptions {
   std::string e2b_domain;
   // Where every call that may change something is recorded (core/audit_log.h); none if null.
   core::AuditLog* audit = nullptr;
+  // Tenants' keys beside api_key (service/access_keys.h); none: api_key alone.
+  AccessKeys* keys = nullptr;
 };
 
 class ApiServer {
@@ -70,6 +72,8 @@ class ApiServer {
   void Stop();
 
  private:
+  // The caller the Authorization header value names (api_key or a tenant's key), if any.
+  std::optional<Caller> Authenticate(std::string_view authorization) const;
   struct Listener;
 
   boost::asio::awaitable<void> AcceptLoop(Listener& listener);

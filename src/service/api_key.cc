@@ -118,17 +118,21 @@ Result<std::string> LoadOrCreateE2bKey(const std::string& state_dir) {
   return LoadOrCreateKeyFile(state_dir, "e2b-api-key", "e2b_", kE2bKeyBytes);
 }
 
-bool IsAuthorized(std::string_view authorization, std::string_view key) {
+std::optional<std::string_view> BearerToken(std::string_view authorization) {
   static constexpr std::string_view kScheme = "bearer";
-  if (key.empty() || authorization.size() <= kScheme.size()) return false;
+  if (authorization.size() <= kScheme.size()) return std::nullopt;
   for (size_t i = 0; i < kScheme.size(); ++i) {
     // The scheme is case-insensitive (RFC 9110 section 11.1).
-    if ((authorization[i] | 0x20) != kScheme[i]) return false;
+    if ((authorization[i] | 0x20) != kScheme[i]) return std::nullopt;
   }
   std::string_view token = authorization.substr(kScheme.size());
-  if (token.front() != ' ') return false;
-  token = Trim(token);
-  return ConstantTimeEquals(token, key);
+  if (token.front() != ' ') return std::nullopt;
+  return Trim(token);
+}
+
+bool IsAuthorized(std::string_view authorization, std::string_view key) {
+  auto token = BearerToken(authorization);
+  return !key.empty() && token && ConstantTimeEquals(*token, key);
 }
 
 }  // namespace bulkhead::api

@@ -1,6 +1,7 @@
 // The API key: who may talk to the daemon. Every route but GET /healthz needs
 // "Authorization: Bearer <key>".
 #pragma once
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -23,6 +24,9 @@ Result<std::string> LoadOrCreateMemoryImageKey(const std::string& state_dir);
 // The key of the E2B-compatible front (X-API-KEY): <state_dir>/e2b-api-key, created the same
 // way, shaped as E2B's keys are ("e2b_" and 40 hex digits).
 Result<std::string> LoadOrCreateE2bKey(const std::string& state_dir);
+
+// The key of an Authorization header value "Bearer <key>" (the scheme in any case), if it is one.
+std::optional<std::string_view> BearerToken(std::string_view authorization);
 
 // True if `authorization` (an Authorization header value) is "Bearer <key>". The key is
 // compared in time independent of where it differs.

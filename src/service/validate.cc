@@ -597,6 +597,10 @@ Error SandboxNotFound(const std::string& id) {
   return MakeError(ErrorCode::kNotFound, fmt::format("no sandbox with id \"{}\"", id), "sandbox_not_found");
 }
 
+Error SnapshotNotFound(const std::string& id) {
+  return MakeError(ErrorCode::kNotFound, fmt::format("no snapshot with id \"{}\"", id), "snapshot_not_found");
+}
+
 bool IsValidUser(std::string_view user) {
   if (const size_t colon = user.find(':'); colon != std::string_view::npos) {
     return IsNumericId(user.substr(0, colon)) && IsNumericId(user.substr(colon + 1));

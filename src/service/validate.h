@@ -106,6 +106,7 @@ bool IsValidVolumeName(std::string_view name);
 bool IsValidSandboxId(std::string_view id);
 // The answer for an id that names no sandbox: 404 sandbox_not_found.
 Error SandboxNotFound(const std::string& id);
+Error SnapshotNotFound(const std::string& id);
 // "name" (^[a-z_][a-z0-9_-]{0,31}$), "uid" or "uid:gid" (decimal, < 2^32 - 1).
 bool IsValidUser(std::string_view user);
 

@@ -4,7 +4,7 @@ namespace bulkhead::store {
 namespace {
 
 // The schema, at version kSchemaVersion. A change gets a new version and a step in Migrate.
-constexpr int kSchemaVersion = 6;  // 3: egress log, 4: snapshots, 5: volumes, 6: memory snapshots, pause to disk
+constexpr int kSchemaVersion = 7;  // 3: egress log, 4: snapshots, 5: volumes, 6: memory snapshots, pause to disk, 7: tenants, keys
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS sandboxes (
   id TEXT PRIMARY KEY,
@@ -56,6 +56,24 @@ CREATE TABLE IF NOT EXISTS volumes (
 );
 )sql";
 
+// Version 7: tenants and their API keys (access_rows.cc).
+constexpr const char* kAccessSchema = R"sql(
+CREATE TABLE IF NOT EXISTS tenants (
+  name TEXT PRIMARY KEY,
+  created_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS api_keys (
+  id TEXT PRIMARY KEY,
+  tenant TEXT NOT NULL,
+  scope TEXT NOT NULL,
+  name TEXT NOT NULL,
+  secret_sha256 TEXT NOT NULL,
+  created_at TEXT NOT NULL,
+  expires_at_ms INTEGER NOT NULL DEFAULT 0,
+  revoked_at_ms INTEGER NOT NULL DEFAULT 0
+);
+)sql";
+
 }  // namespace
 
 Error DbError(sqlite3* db, const std::string& what) {
@@ -100,6 +118,7 @@ Status StateDb::Migrate() {
     st = Exec("ALTER TABLE sandboxes ADD COLUMN on_disk INTEGER NOT NULL DEFAULT 0");
   if (st.ok()) st = Exec(kSchema);
   if (st.ok()) st = Exec(kVolumesSchema);
+  if (st.ok()) st = Exec(kAccessSchema);
   if (st.ok()) st = Exec(("PRAGMA user_version = " + std::to_string(kSchemaVersion)).c_str());
   if (!st.ok()) {
     (void)Exec("ROLLBACK");

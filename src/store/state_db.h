@@ -63,6 +63,24 @@ struct SnapshotRow {
   std::string memory;
 };
 
+// A tenant (access_rows.cc): a name its sandboxes, snapshots and keys are kept under.
+struct TenantRow {
+  std::string name;
+  std::string created_at;  // RFC 3339
+};
+
+// An API key of a tenant's (access_rows.cc): the SHA-256 of its secret, never the secret.
+struct ApiKeyRow {
+  std::string id;
+  std::string tenant;
+  std::string scope;  // tenant-admin | user | read-only
+  std::string name;
+  std::string secret_sha256;  // hex
+  std::string created_at;     // RFC 3339
+  int64_t expires_at_ms = 0;  // unix milliseconds; 0 = never
+  int64_t revoked_at_ms = 0;  // 0 = not revoked
+};
+
 // A prepared statement, finalized on scope exit.
 struct Stmt {
   sqlite3_stmt* s = nullptr;
@@ -94,6 +112,12 @@ class StateDb {
   Status PutSnapshot(const SnapshotRow& row);  // insert or replace
   Status RemoveSnapshot(const std::string& id);
   Result<std::vector<SnapshotRow>> LoadSnapshots();  // oldest first
+  // Tenants and API keys (access_rows.cc). InsertTenant: kConflict "tenant_exists" if taken.
+  Status InsertTenant(const TenantRow& row);
+  Status RemoveTenant(const std::string& name);  // and its keys
+  Result<std::vector<TenantRow>> LoadTenants();  // by name
+  Status PutApiKey(const ApiKeyRow& row);        // insert or replace
+  Result<std::vector<ApiKeyRow>> LoadApiKeys();  // oldest first
 
  private:
   explicit StateDb(sqlite3* db) : db_(db) {}

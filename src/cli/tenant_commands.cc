@@ -1,0 +1,93 @@
+#include "cli/tenant_commands.h"
+
+#include <ctime>
+#include <vector>
+
+#include "cli/output_format.h"
+#include "client/api_client.h"
+#include "client/server_url.h"
+
+namespace bulkhead::cli {
+namespace {
+
+using nlohmann::json;
+
+// DELETE `prefix` + each name; prints each one done.
+int RemoveEach(Session& session, const std::string& prefix, const std::vector<std::string>& names) {
+  int exit_code = 0;
+  for (const std::string& name : names) {
+    auto removed = session.api.Call(HttpMethod::kDelete, prefix + PercentEncode(name));
+    if (!removed.ok()) {
+      exit_code = session.Fail(removed.error());
+      continue;
+    }
+    session.Out(name + "\n");
+  }
+  return exit_code;
+}
+
+std::string OrDash(const json& value) { return value.is_string() ? value.get<std::string>() : "-"; }
+
+}  // namespace
+
+int TenantCreateCommand(Session& session) {
+  const CommandLine& line = session.line;
+  auto tenant = session.api.Call(HttpMethod::kPost, "/v1/tenants", json{{"name", line.tenant_names.at(0)}});
+  if (!tenant.ok()) return session.Fail(tenant.error());
+  session.Out(line.json ? DumpJson(*tenant, 2) + "\n" : line.tenant_names.at(0) + "\n");
+  return 0;
+}
+
+int TenantListCommand(Session& session) {
+  auto listing = session.api.Call(HttpMethod::kGet, "/v1/tenants");
+  if (!listing.ok()) return session.Fail(listing.error());
+  if (session.line.json) {
+    session.Out(DumpJson(*listing, 2) + "\n");
+    return 0;
+  }
+  const int64_t now = static_cast<int64_t>(std::time(nullptr));
+  std::vector<std::vector<std::string>> rows = {{"NAME", "SANDBOXES", "SNAPSHOTS", "CREATED"}};
+  for (const json& tenant : listing->value("tenants", json::array()))
+    rows.push_back({tenant.value("name", ""), std::to_string(tenant.value("sandboxes", int64_t{0})),
+                    std::to_string(tenant.value("snapshots", int64_t{0})),
+                    DescribeCreated(tenant.value("created_at", ""), now)});
+  session.Out(FormatTable(rows));
+  return 0;
+}
+
+int TenantRemoveCommand(Session& session) { return RemoveEach(session, "/v1/tenants/", session.line.tenant_names); }
+
+int KeyCreateCommand(Session& session) {
+  const CommandLine& line = session.line;
+  json body = {{"scope", line.key_scope}};
+  if (!line.key_tenant.empty()) body["tenant"] = line.key_tenant;
+  if (!line.key_name.empty()) body["name"] = line.key_name;
+  if (line.key_ttl_s > 0) body["ttl_s"] = line.key_ttl_s;
+  auto key = session.api.Call(HttpMethod::kPost, "/v1/keys", body);
+  if (!key.ok()) return session.Fail(key.error());
+  session.Out(line.json ? DumpJson(*key, 2) + "\n" : key->value("key", "") + "\n");
+  return 0;
+}
+
+int KeyListCommand(Session& session) {
+  auto listing = session.api.Call(HttpMethod::kGet, "/v1/keys");
+  if (!listing.ok()) return session.Fail(listing.error());
+  if (session.line.json) {
+    session.Out(DumpJson(*listing, 2) + "\n");
+    return 0;
+  }
+  const int64_t now = static_cast<int64_t>(std::time(nullptr));
+  std::vector<std::vector<std::string>> rows = {{"ID", "TENANT", "SCOPE", "NAME", "CREATED", "EXPIRES", "REVOKED"}};
+  for (const json& key : listing->value("keys", json::array())) {
+    const std::string name = key.value("name", "");
+    rows.push_back({key.value("id", ""), key.value("tenant", ""), key.value("scope", ""), name.empty() ? "-" : name,
+                    DescribeCreated(key.value("created_at", ""), now), OrDash(key["expires_at"]),
+                    OrDash(key["revoked_at"])});
+  }
+  session.Out(FormatTable(rows));
+  return 0;
+}
+
+int KeyRevokeCommand(Session& session) { return RemoveEach(session, "/v1/keys/", session.line.key_ids); }
+
+}  // namespace bulkhead::cli

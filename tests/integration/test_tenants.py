@@ -1,0 +1,274 @@
+"""Tenants and their scoped API keys (issue 24): a tenant's key reaches its own sandboxes and
+snapshots and nothing of another tenant's, through any route of the OpenAPI document (another
+tenant's ids answer as unknown ones do); scopes hold route by route; a revoked or expired key
+fails at once; keys are stored hashed; the host's own key keeps reaching everything."""
+import json
+import os
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from harness import BULKHEAD, Client, assert_error_shape
+
+OPENAPI = json.loads((Path(__file__).resolve().parents[2] / "src/api/openapi.json").read_text())
+METHODS = ("get", "post", "put", "delete", "patch")
+
+
+def new_tenant(admin: Client) -> str:
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    r = admin.post("/v1/tenants", {"name": name})
+    assert r.status == 201, r
+    return name
+
+
+def new_key(admin: Client, tenant: str, scope: str, **extra) -> Client:
+    r = admin.post("/v1/keys", {"tenant": tenant, "scope": scope, "name": f"{scope} key", **extra})
+    assert r.status == 201, r
+    body = r.json()
+    assert body["key"].startswith("bhk_") and body["scope"] == scope and body["tenant"] == tenant, body
+    return Client(body["key"], port=admin.port, timeout=60), body
+
+
+@pytest.fixture(scope="module")
+def two_tenants(daemon):
+    """Tenants a and b, each with a tenant-admin key, a running sandbox holding a file and a
+    snapshot of it."""
+    admin = daemon.client()
+    world = {}
+    for side in ("a", "b"):
+        tenant = new_tenant(admin)
+        client, key = new_key(admin, tenant, "tenant-admin")
+        sandbox = client.create()
+        assert sandbox["tenant"] == tenant, sandbox
+        client.sh(sandbox["id"], f"echo {side}-secret > /workspace/secret")
+        r = client.post(f"/v1/sandboxes/{sandbox['id']}/snapshots", {})
+        assert r.status == 201, r
+        world[side] = {"tenant": tenant, "client": client, "key": key, "sandbox": sandbox["id"],
+                       "snapshot": r.json()["id"]}
+    yield world
+    for side in world.values():
+        admin.delete(f"/v1/sandboxes/{side['sandbox']}")
+        admin.delete(f"/v1/snapshots/{side['snapshot']}")
+        admin.delete(f"/v1/tenants/{side['tenant']}")
+
+
+def test_a_tenant_lists_and_reaches_only_its_own_sandboxes_and_snapshots(daemon, two_tenants):
+    a, b = two_tenants["a"], two_tenants["b"]
+    client = a["client"]
+    assert [s["id"] for s in client.list()] == [a["sandbox"]]
+    r = client.get("/v1/snapshots")
+    assert [s["id"] for s in r.json()["snapshots"]] == [a["snapshot"]], r
+    # Another tenant's ids answer as ids that do not exist do, word for word.
+    theirs = client.get(f"/v1/sandboxes/{b['sandbox']}")
+    unknown = client.get("/v1/sandboxes/0000000000000000000a")
+    assert theirs.status == unknown.status == 404
+    assert theirs.json()["error"]["code"] == unknown.json()["error"]["code"] == "sandbox_not_found"
+    assert client.get(f"/v1/snapshots/{b['snapshot']}").status == 404
+    # Not through a create either: from its snapshot.
+    r = client.post("/v1/sandboxes", {"from_snapshot": b["snapshot"]})
+    assert r.status == 404 and r.json()["error"]["code"] == "snapshot_not_found", r
+    # Its own snapshot starts sandboxes of its own.
+    r = client.post("/v1/sandboxes", {"from_snapshot": a["snapshot"]})
+    assert r.status == 201 and r.json()["tenant"] == a["tenant"], r
+    assert client.sh(r.json()["id"], "cat /workspace/secret") == "a-secret\n"
+    client.remove(r.json()["id"])
+    # A fork is its tenant's too.
+    r = client.post(f"/v1/sandboxes/{a['sandbox']}/fork", {"count": 1})
+    assert r.status == 201, r
+    fork = r.json()["sandboxes"][0]
+    assert fork["tenant"] == a["tenant"]
+    assert b["client"].get(f"/v1/sandboxes/{fork['id']}").status == 404
+    client.remove(fork["id"])
+    # The host's key reaches both.
+    admin = daemon.client()
+    listed = {s["id"] for s in admin.list()}
+    assert {a["sandbox"], b["sandbox"]} <= listed
+
+
+def concrete(path: str, sandbox: str, snapshot: str) -> str:
+    return (path.replace("{id}", sandbox).replace("{snapshot_id}", snapshot).replace("{pid}", "1")
+            .replace("{port}", "8080").replace("{path}", "x").replace("{name}", "some-name")
+            .replace("{tenant}", "some-tenant").replace("{key_id}", "0000000000000000"))
+
+
+def test_every_route_of_the_openapi_document_keeps_another_tenants_objects_out_of_reach(two_tenants):
+    """Tenant a's admin key on every route and method, aimed at b's sandbox and snapshot: each
+    answers 404 (b's objects are unknown to it) or 403 (a host-wide route), never 2xx; and b's
+    sandbox, its file and its snapshot are as they were."""
+    a, b = two_tenants["a"], two_tenants["b"]
+    seen = 0
+    for path, operations in OPENAPI["paths"].items():
+        for method in (m for m in METHODS if m in operations):
+            if "{id}" not in path and "{snapshot_id}" not in path:
+                continue
+            target = concrete(path, b["sandbox"], b["snapshot"])
+            if path.endswith("/files") or "/files/" in path:
+                target += "?path=/workspace/secret"
+            body = b"{}" if method in ("post", "put", "patch") else None
+            r = a["client"].request(method.upper(), target, body=body,
+                                    headers={"Content-Type": "application/json"})
+            assert r.status in (403, 404), (method, target, r)
+            assert_error_shape(r)
+            seen += 1
+    assert seen >= 40, seen
+    client = b["client"]
+    assert client.sandbox(b["sandbox"])["state"] == "running"
+    assert client.sh(b["sandbox"], "cat /workspace/secret") == "b-secret\n"
+    assert client.get(f"/v1/snapshots/{b['snapshot']}").status == 200
+
+
+def test_host_wide_routes_answer_a_tenants_key_403(two_tenants):
+    client = two_tenants["a"]["client"]
+    for method, path in [("GET", "/metrics"), ("GET", "/v1/audit"), ("GET", "/v1/volumes"),
+                         ("POST", "/v1/volumes"), ("POST", "/v1/images/pull"), ("POST", "/v1/images/gc"),
+                         ("DELETE", "/v1/images/host"), ("POST", "/v1/snapshots/import"),
+                         ("GET", "/v1/tenants"), ("POST", "/v1/tenants"),
+                         ("DELETE", f"/v1/tenants/{two_tenants['b']['tenant']}")]:
+        r = client.request(method, path, body=b"{}" if method == "POST" else None)
+        assert r.status == 403 and r.json()["error"]["code"] == "insufficient_scope", (method, path, r)
+    # Named volumes are the host's: a tenant's sandbox mounts none.
+    r = client.post("/v1/sandboxes", {"volumes": [{"name": "data", "path": "/data"}]})
+    assert r.status == 403, r
+    # The daemon's health and the API's description are everyone's.
+    assert client.get("/healthz").status == 200 and client.get("/openapi.json").status == 200
+
+
+def test_scopes_hold_route_by_route(daemon, two_tenants):
+    admin = daemon.client()
+    a = two_tenants["a"]
+    reader, _ = new_key(admin, a["tenant"], "read-only")
+    user, _ = new_key(admin, a["tenant"], "user")
+    sandbox = a["sandbox"]
+    # read-only: reads, and nothing that changes anything.
+    assert reader.sandbox(sandbox)["id"] == sandbox
+    assert reader.get(f"/v1/sandboxes/{sandbox}/files?path=/workspace/secret").body == b"a-secret\n"
+    for method, path, body in [("POST", f"/v1/sandboxes/{sandbox}/exec", {"cmd": "true"}),
+                               ("POST", "/v1/sandboxes", {}),
+                               ("DELETE", f"/v1/sandboxes/{sandbox}", None),
+                               ("PUT", f"/v1/sandboxes/{sandbox}/network", {"mode": "none"}),
+                               ("GET", "/v1/keys", None)]:
+        r = reader.request(method, path, body=body)
+        assert r.status == 403 and r.json()["error"]["code"] == "insufficient_scope", (method, path, r)
+    # user: the sandboxes, not the keys.
+    assert user.exec(sandbox, "echo hi")["stdout"] == "hi\n"
+    for method, path, body in [("POST", "/v1/keys", {"scope": "user"}), ("GET", "/v1/keys", None),
+                               ("DELETE", f"/v1/keys/{a['key']['id']}", None)]:
+        r = user.request(method, path, body=body)
+        assert r.status == 403, (method, path, r)
+    # tenant-admin: keys of its own tenant only.
+    r = a["client"].post("/v1/keys", {"scope": "user"})
+    assert r.status == 201 and r.json()["tenant"] == a["tenant"], r
+    r = a["client"].post("/v1/keys", {"scope": "user", "tenant": two_tenants["b"]["tenant"]})
+    assert r.status == 404, r
+    r = a["client"].post("/v1/keys", {"scope": "admin"})
+    assert r.status == 422, r
+    listed = a["client"].get("/v1/keys").json()["keys"]
+    assert {k["tenant"] for k in listed} == {a["tenant"]} and all("key" not in k for k in listed), listed
+    r = a["client"].delete(f"/v1/keys/{two_tenants['b']['key']['id']}")
+    assert r.status == 404, r
+
+
+def test_a_revoked_key_fails_at_once_and_an_expired_one_when_it_expires(daemon, two_tenants):
+    admin = daemon.client()
+    tenant = two_tenants["a"]["tenant"]
+    client, key = new_key(admin, tenant, "user")
+    assert client.get("/v1/sandboxes").status == 200
+    assert admin.delete(f"/v1/keys/{key['id']}").status == 204
+    r = client.get("/v1/sandboxes")
+    assert r.status == 401, r
+    revoked = [k for k in admin.get("/v1/keys").json()["keys"] if k["id"] == key["id"]]
+    assert revoked and revoked[0]["revoked_at"], revoked
+    short, key = new_key(admin, tenant, "user", ttl_s=1)
+    assert key["expires_at"]
+    assert short.get("/v1/sandboxes").status == 200
+    time.sleep(1.2)
+    assert short.get("/v1/sandboxes").status == 401
+    # A key of the right shape with a wrong secret, and one naming no key.
+    for wrong in (key["id"] and f"bhk_{key['id']}_{'0' * 64}", "bhk_nothing_here", "bhk_"):
+        assert Client(wrong, port=admin.port).get("/v1/sandboxes").status == 401
+
+
+def test_bad_tenant_and_key_requests_get_clear_4xx(daemon):
+    admin = daemon.client()
+    for body in ({}, {"name": ""}, {"name": "UPPER"}, {"name": "-x"}, {"name": "x" * 64}, {"name": 5},
+                 {"name": "ok", "extra": 1}):
+        r = admin.post("/v1/tenants", body)
+        assert r.status == 422, (body, r)
+        assert_error_shape(r)
+    tenant = new_tenant(admin)
+    assert admin.post("/v1/tenants", {"name": tenant}).status == 409
+    for body in ({"tenant": tenant}, {"tenant": tenant, "scope": "root"}, {"scope": "user"},
+                 {"tenant": tenant, "scope": "user", "ttl_s": -1}, {"tenant": tenant, "scope": "user", "ttl_s": "1"},
+                 {"tenant": tenant, "scope": "user", "name": "x" * 300}):
+        r = admin.post("/v1/keys", body)
+        assert r.status == 422, (body, r)
+    assert admin.post("/v1/keys", {"tenant": "no-such-tenant", "scope": "user"}).status == 404
+    assert admin.delete("/v1/keys/nope").status == 404
+    assert admin.delete("/v1/tenants/no-such-tenant").status == 404
+    assert admin.delete(f"/v1/tenants/{tenant}").status == 204
+
+
+def test_keys_are_stored_hashed_and_survive_a_restart_and_a_removed_tenant_takes_its_keys(daemon_factory):
+    daemon = daemon_factory()
+    daemon.start()
+    admin = daemon.client()
+    tenant = new_tenant(admin)
+    client, key = new_key(admin, tenant, "tenant-admin")
+    sandbox = client.create()["id"]
+    secret = key["key"].rsplit("_", 1)[1].encode()
+    for path in daemon.state_dir.glob("bulkhead.db*"):
+        assert secret not in path.read_bytes(), path
+    daemon.stop()
+    daemon.start()
+    admin = daemon.client()
+    client = Client(key["key"], port=admin.port)  # (the daemon listens on a new port)
+    assert client.sandbox(sandbox)["tenant"] == tenant
+    # Not removed while it owns something.
+    r = admin.delete(f"/v1/tenants/{tenant}")
+    assert r.status == 409 and r.json()["error"]["code"] == "tenant_not_empty", r
+    listed = {t["name"]: t for t in admin.get("/v1/tenants").json()["tenants"]}
+    assert listed[tenant]["sandboxes"] == 1, listed
+    client.remove(sandbox)
+    assert admin.delete(f"/v1/tenants/{tenant}").status == 204
+    assert client.get("/v1/sandboxes").status == 401
+
+
+def test_the_audit_names_the_key_and_tenant_of_each_call(daemon, two_tenants):
+    a = two_tenants["a"]
+    a["client"].exec(a["sandbox"], "echo audited")
+    records = daemon.client().get(f"/v1/audit?target={a['sandbox']}&action=POST%20/v1/sandboxes/%7Bid%7D/exec").json()
+    last = records["records"][-1]
+    assert last["key"] == a["key"]["id"] and last["tenant"] == a["tenant"], last
+
+
+def test_the_cli_manages_tenants_and_keys_and_a_tenants_key_works_through_it(daemon):
+    tenant = f"t-{uuid.uuid4().hex[:10]}"
+    assert cli(daemon, "tenant", "create", tenant).stdout == f"{tenant}\n"
+    made = cli(daemon, "key", "create", "--tenant", tenant, "--scope", "user", "--name", "ci")
+    assert made.returncode == 0, made.stderr
+    key = made.stdout.strip()
+    assert key.startswith("bhk_")
+    listed = cli(daemon, "key", "ls")
+    key_id = key.split("_")[1]
+    assert key_id in listed.stdout and tenant in listed.stdout and key not in listed.stdout
+    assert tenant in cli(daemon, "tenant", "ls").stdout
+    # The key itself, through BULKHEAD_API_KEY: sandboxes of its tenant, and no tenants.
+    made = cli(daemon, "create", key=key)
+    assert made.returncode == 0, made.stderr
+    refused = cli(daemon, "tenant", "ls", key=key)
+    assert refused.returncode != 0 and "insufficient_scope" in refused.stderr + refused.stdout, refused
+    daemon.client().delete(f"/v1/sandboxes/{made.stdout.split()[0]}")
+    assert cli(daemon, "key", "revoke", key_id).stdout == f"{key_id}\n"
+    assert cli(daemon, "ls", key=key).returncode != 0
+    assert cli(daemon, "tenant", "rm", tenant).stdout == f"{tenant}\n"
+
+
+def cli(daemon, *args, key=None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BULKHEAD_")}
+    env["BULKHEAD_STATE"] = str(daemon.state_dir)
+    if key:
+        env["BULKHEAD_API_KEY"] = key
+    return subprocess.run([str(BULKHEAD), *args], env=env, capture_output=True, text=True, timeout=120)
