@@ -5,7 +5,9 @@ after: the output cap must bound it). Prints figures; asserts nothing.
 
 Where the round trip goes is split out too: a GET and the exec written on a raw keep-alive
 socket (no client library's share), the command's own life as init reports it (duration_ms),
-and /bin/true forked and waited for by a shell inside the sandbox.
+and /bin/true forked and waited for by a shell inside the sandbox. And the access checks'
+share (issue 24): the same exec and create with a tenant's key (its hash, its scope, whose
+sandbox it names) beside the host's key, interleaved.
 
     python3 bench/exec_path.py [--build build] [--runs 200]
 """
@@ -74,6 +76,37 @@ def split_round_trip(api: BulkheadApi, port: int, api_key: str, sandbox: str, ru
     print(f"  /bin/true forked, exec'd and waited for by sh in the sandbox: {micros / 1000 / 1000:.2f} ms each (x1000)")
 
 
+def tenant_key_share(api: BulkheadApi, port: int, api_key: str, runs: int) -> None:
+    tenant = "bench-tenant"
+    api.call("POST", "/v1/tenants", {"name": tenant}, expect=201)
+    key = api.call("POST", "/v1/keys", {"tenant": tenant, "scope": "user"}, expect=201)["key"]
+    ours = BulkheadApi(port, key)
+    admins, tenants = api.create_sandbox(), ours.create_sandbox()
+    body = json.dumps({"cmd": ["true"]}).encode()
+    raw = {"host key": (RawHttp(port, api_key), admins), "tenant key": (RawHttp(port, key), tenants)}
+    times = {name: [] for name in raw}
+    creates = {name: [] for name in raw}
+    for _ in range(runs):
+        for name, (conn, sandbox) in raw.items():
+            started = time.perf_counter()
+            conn.request("POST", f"/v1/sandboxes/{sandbox}/exec", body)
+            times[name].append((time.perf_counter() - started) * 1000)
+    for _ in range(min(runs, 40)):
+        for name, client in (("host key", api), ("tenant key", ours)):
+            started = time.perf_counter()
+            made = client.create_sandbox()
+            creates[name].append((time.perf_counter() - started) * 1000)
+            client.delete_sandbox(made)
+    for name in raw:
+        execs, made = sorted(times[name]), sorted(creates[name])
+        print(f"  {name}: exec `true` (raw socket) p50 {percentile(execs, 50):.2f}  p99 {percentile(execs, 99):.2f} ms; "
+              f"create p50 {percentile(made, 50):.2f}  p99 {percentile(made, 99):.2f} ms")
+        raw[name][0].sock.close()
+    api.delete_sandbox(admins)
+    ours.delete_sandbox(tenants)
+    ours.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--build", default="build", type=Path)
@@ -97,6 +130,8 @@ def main() -> int:
               f"p95 {percentile(latencies, 95):.2f}  p99 {percentile(latencies, 99):.2f}  max {latencies[-1]:.2f}")
         print("where it goes:")
         split_round_trip(api, daemon.port, daemon.api_key, sandbox, args.runs)
+        print("the access checks' share, interleaved:")
+        tenant_key_share(api, daemon.port, daemon.api_key, args.runs)
 
         api.exec_collect(sandbox, ["sh", "-c", "head -c 20000000 /dev/zero"])  # the cap's buffers, once
         rss_before = daemon.rss_bytes() or 0
