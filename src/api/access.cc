@@ -71,14 +71,13 @@ Error Refused(const Caller& caller, const std::string& what) {
 Status AllowedByScope(const Caller& caller, RouteId route) {
   if (caller.HostAdmin()) return {};
   switch (ReachOf(route)) {
-    case Reach::kEveryone: return {};
+    case Reach::kEveryone:
     case Reach::kTenantRead: return {};
     case Reach::kTenantWrite:
       if (caller.scope == Scope::kReadOnly) return Refused(caller, "may only read");
       return {};
     case Reach::kTenantKeys:
       if (caller.scope == Scope::kTenantAdmin) return {};
-      if (caller.scope == Scope::kReadOnly && route == RouteId::kListKeys) return Refused(caller, "may not list keys");
       return Refused(caller, "may not manage keys (tenant-admin may)");
     case Reach::kHostAdmin: return Refused(caller, "may not call this host-wide route (the host's admin key may)");
   }

@@ -49,10 +49,8 @@ Result<std::unique_ptr<AccessKeys>> AccessKeys::Open(const std::string& db_path,
   for (auto& row : *keys) {
     const std::optional<Scope> scope = ParseScope(row.scope);
     if (!scope || *scope == Scope::kAdmin) continue;  // (never written so)
-    Entry entry{{row.id, row.tenant, row.name, row.created_at, *scope, row.expires_at_ms, row.revoked_at_ms}, {}};
-    for (size_t i = 0; i + 1 < row.secret_sha256.size(); i += 2)
-      entry.secret_sha256.push_back(static_cast<char>(std::stoi(row.secret_sha256.substr(i, 2), nullptr, 16)));
-    out->keys_[row.id] = std::move(entry);
+    out->keys_[row.id] = Entry{{row.id, row.tenant, row.name, row.created_at, *scope, row.expires_at_ms, row.revoked_at_ms},
+                               row.secret_sha256};
   }
   return out;
 }
@@ -67,7 +65,7 @@ std::optional<Caller> AccessKeys::Authenticate(std::string_view authorization) c
   const size_t cut = rest.find('_');
   if (cut == std::string_view::npos) return std::nullopt;
   const std::string id(rest.substr(0, cut));
-  const std::string secret_hash = Sha256(rest.substr(cut + 1));
+  const std::string secret_hash = HexEncode(Sha256(rest.substr(cut + 1)));
   std::lock_guard lock(mu_);
   auto it = keys_.find(id);
   if (it == keys_.end()) return std::nullopt;
@@ -121,8 +119,9 @@ Result<NewKey> AccessKeys::CreateKey(const std::string& tenant, Scope scope, con
   auto secret = RandomHex(kSecretBytes);
   if (!secret) return secret.error();
   const int64_t now = UnixMillis();
-  Entry entry{{*id, tenant, name, Rfc3339Millis(now), scope, ttl_s ? now + ttl_s * 1000 : 0, 0}, Sha256(*secret)};
-  store::ApiKeyRow row{entry.info.id, tenant, std::string(ScopeName(scope)), name, HexEncode(entry.secret_sha256),
+  Entry entry{{*id, tenant, name, Rfc3339Millis(now), scope, ttl_s ? now + ttl_s * 1000 : 0, 0},
+              HexEncode(Sha256(*secret))};
+  store::ApiKeyRow row{entry.info.id, tenant, std::string(ScopeName(scope)), name, entry.secret_sha256,
                        entry.info.created_at, entry.info.expires_at_ms, 0};
   std::lock_guard lock(mu_);
   if (!tenants_.contains(tenant)) return MakeError(ErrorCode::kNotFound, "no tenant " + tenant);
@@ -153,7 +152,7 @@ Status AccessKeys::Revoke(const std::string& id) {
   if (it->second.info.revoked_at_ms != 0) return {};
   const KeyInfo& info = it->second.info;
   store::ApiKeyRow row{info.id, info.tenant, std::string(ScopeName(info.scope)), info.name,
-                       HexEncode(it->second.secret_sha256), info.created_at, info.expires_at_ms, UnixMillis()};
+                       it->second.secret_sha256, info.created_at, info.expires_at_ms, UnixMillis()};
   BH_TRY(db_->PutApiKey(row));
   it->second.info.revoked_at_ms = row.revoked_at_ms;
   return {};

@@ -73,7 +73,7 @@ class AccessKeys {
       : db_(std::move(db)), admin_key_(std::move(admin_key)) {}
   struct Entry {
     KeyInfo info;
-    std::string secret_sha256;  // raw bytes
+    std::string secret_sha256;  // hex, as stored
   };
 
   std::unique_ptr<store::StateDb> db_;
