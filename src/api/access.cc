@@ -26,7 +26,8 @@ Reach ReachOf(RouteId route) {
     case RouteId::kWatchFiles:
     case RouteId::kListSnapshots:
     case RouteId::kGetSnapshot:
-    case RouteId::kExportSnapshot: return Reach::kTenantRead;
+    case RouteId::kExportSnapshot:
+    case RouteId::kGetTenant: return Reach::kTenantRead;  // (its own: access_handlers.cc)
     case RouteId::kCreateSandbox:
     case RouteId::kDeleteSandbox:
     case RouteId::kSetSandboxTimeout:

@@ -6,6 +6,7 @@
 
 #include "api/handlers.h"
 #include "common/time_format.h"
+#include "http/blocking.h"
 
 // g++ 12 reports a false -Wmismatched-new-delete on asio's coroutine frames, whose
 // awaitable_frame_base brings its own matching operator new and delete.
@@ -46,11 +47,44 @@ Status OnlyFields(const json& body, std::initializer_list<std::string_view> know
   return {};
 }
 
-// POST /v1/tenants: {"name": ...}.
-Result<std::string> ParseTenantCreate(const json& body) {
-  BH_TRY(OnlyFields(body, {"name"}));
+struct TenantRequest {
+  std::string name;
+  core::TenantQuota quota;
+};
+
+// POST /v1/tenants: {"name": ..., "quotas": {...}}.
+Result<TenantRequest> ParseTenantCreate(const json& body) {
+  BH_TRY(OnlyFields(body, {"name", "quotas"}));
   if (!body.contains("name") || !body["name"].is_string()) return Invalid("\"name\" (a string) is required");
-  return body["name"].get<std::string>();
+  TenantRequest request{body["name"].get<std::string>()};
+  if (body.contains("quotas")) {
+    Result<core::TenantQuota> quota = core::PatchQuota({}, body["quotas"]);
+    if (!quota.ok()) return quota.error();
+    request.quota = *quota;
+  }
+  return request;
+}
+
+// PATCH /v1/tenants/{tenant}: {"quotas": {...}}, merged into the tenant's (null removes one).
+Result<core::TenantQuota> ParseTenantUpdate(const json& body, const core::TenantQuota& current) {
+  BH_TRY(OnlyFields(body, {"quotas"}));
+  if (!body.contains("quotas")) return Invalid("\"quotas\" is required");
+  return core::PatchQuota(current, body["quotas"]);
+}
+
+// The Tenant object: its name, what it owns, its quotas and what it holds of them (`usage`:
+// SandboxManager::UsageByTenant's).
+json DescribeTenant(const store::TenantRow& tenant, core::SandboxManager& manager,
+                    const std::map<std::string, core::Amounts>& usage) {
+  int64_t snapshots = 0;
+  for (const core::SnapshotInfo& snapshot : manager.ListSnapshots()) snapshots += snapshot.tenant == tenant.name;
+  auto held = usage.find(tenant.name);
+  return {{"name", tenant.name},
+          {"created_at", tenant.created_at},
+          {"sandboxes", manager.List(core::ListFilter{.tenant = tenant.name}).size()},  // in any state
+          {"snapshots", snapshots},
+          {"quotas", core::QuotaToJson(manager.Quota(tenant.name))},
+          {"usage", core::AmountsToJson(held == usage.end() ? core::Amounts{} : held->second)}};
 }
 
 struct KeyRequest {
@@ -92,30 +126,58 @@ asio::awaitable<void> ApiHandlers::CreateTenant(HttpExchange& exchange) {
   if (!context_.keys) co_return co_await exchange.SendError(NoAccessKeys());
   std::optional<json> body = co_await exchange.ReadJsonObject(kMaxJsonBody);
   if (!body) co_return;
-  Result<std::string> name = ParseTenantCreate(*body);
-  if (!name.ok()) co_return co_await exchange.SendError(name.error());
-  if (Status created = context_.keys->CreateTenant(*name); !created.ok())
-    co_return co_await exchange.SendError(created.error());
-  exchange.Note("target", *name);
-  json out = {{"name", *name}};
-  for (const store::TenantRow& tenant : context_.keys->Tenants())
-    if (tenant.name == *name) out["created_at"] = tenant.created_at;
-  co_await exchange.SendJson(http::status::created, out);
+  Result<TenantRequest> request = ParseTenantCreate(*body);
+  if (!request.ok()) co_return co_await exchange.SendError(request.error());
+  exchange.Note("target", request->name);
+  // Blocking (SQLite writes). The tenant has no key yet: nothing of it can come before its quota.
+  Status created = co_await RunBlocking(context_.blocking_pool, [&]() -> Status {
+    BH_TRY(context_.keys->CreateTenant(request->name));
+    if (Status set = context_.manager.SetQuota(request->name, request->quota); !set.ok()) {
+      (void)context_.keys->RemoveTenant(request->name);
+      return set;
+    }
+    return {};
+  });
+  if (!created.ok()) co_return co_await exchange.SendError(created.error());
+  co_await SendTenant(exchange, http::status::created, request->name);
 }
 
 asio::awaitable<void> ApiHandlers::ListTenants(HttpExchange& exchange) {
   if (!context_.keys) co_return co_await exchange.SendError(NoAccessKeys());
-  std::map<std::string, int64_t> sandboxes, snapshots;
-  for (const core::SandboxInfo& sandbox : context_.manager.List(core::ListFilter{})) sandboxes[sandbox.spec.tenant]++;
-  for (const core::SnapshotInfo& snapshot : context_.manager.ListSnapshots()) snapshots[snapshot.tenant]++;
+  const std::map<std::string, core::Amounts> usage = context_.manager.UsageByTenant();
   json tenants = json::array();
   for (const store::TenantRow& tenant : context_.keys->Tenants())
-    tenants.push_back({{"name", tenant.name},
-                       {"created_at", tenant.created_at},
-                       {"sandboxes", sandboxes[tenant.name]},
-                       {"snapshots", snapshots[tenant.name]}});
+    tenants.push_back(DescribeTenant(tenant, context_.manager, usage));
   const json body = {{"tenants", std::move(tenants)}};
   co_await exchange.SendJson(http::status::ok, body);
+}
+
+asio::awaitable<void> ApiHandlers::GetTenant(HttpExchange& exchange, const std::string& name, const Caller& caller) {
+  if (!context_.keys) co_return co_await exchange.SendError(NoAccessKeys());
+  if (!caller.HostAdmin() && name != caller.tenant) co_return co_await exchange.SendError(TenantNotFound(name));
+  co_await SendTenant(exchange, http::status::ok, name);
+}
+
+asio::awaitable<void> ApiHandlers::UpdateTenant(HttpExchange& exchange, const std::string& name) {
+  if (!context_.keys) co_return co_await exchange.SendError(NoAccessKeys());
+  std::optional<json> body = co_await exchange.ReadJsonObject(kMaxJsonBody);
+  if (!body) co_return;
+  if (!context_.keys->HasTenant(name)) co_return co_await exchange.SendError(TenantNotFound(name));
+  exchange.Note("target", name);
+  Result<core::TenantQuota> quota = ParseTenantUpdate(*body, context_.manager.Quota(name));
+  if (!quota.ok()) co_return co_await exchange.SendError(quota.error());
+  Status set = co_await RunBlocking(context_.blocking_pool, [&] { return context_.manager.SetQuota(name, *quota); });
+  if (!set.ok()) co_return co_await exchange.SendError(set.error());
+  co_await SendTenant(exchange, http::status::ok, name);
+}
+
+asio::awaitable<void> ApiHandlers::SendTenant(HttpExchange& exchange, http::status status, const std::string& name) {
+  std::optional<store::TenantRow> row;
+  for (const store::TenantRow& tenant : context_.keys->Tenants())
+    if (tenant.name == name) row = tenant;
+  if (!row) co_return co_await exchange.SendError(TenantNotFound(name));
+  const json body = DescribeTenant(*row, context_.manager, context_.manager.UsageByTenant());
+  co_await exchange.SendJson(status, body);
 }
 
 asio::awaitable<void> ApiHandlers::DeleteTenant(HttpExchange& exchange, const std::string& name) {
@@ -130,8 +192,9 @@ asio::awaitable<void> ApiHandlers::DeleteTenant(HttpExchange& exchange, const st
         ErrorCode::kConflict,
         fmt::format("tenant {} still has {} sandboxes and {} snapshots: delete them first", name, sandboxes, snapshots),
         "tenant_not_empty"));
-  if (Status removed = context_.keys->RemoveTenant(name); !removed.ok())
+  if (Status removed = context_.keys->RemoveTenant(name); !removed.ok())  // its quota row too
     co_return co_await exchange.SendError(removed.error());
+  (void)context_.manager.SetQuota(name, {});  // a tenant made again with this name starts with none
   co_await exchange.SendNoContent();
 }
 

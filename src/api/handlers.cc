@@ -144,6 +144,8 @@ asio::awaitable<void> ApiHandlers::Handle(HttpExchange& exchange, const RouteMat
       co_return co_await ServeTcpForward(exchange, context_.manager, route.Param("id"), route.Param("port"));
     case RouteId::kCreateTenant: co_return co_await CreateTenant(exchange);
     case RouteId::kListTenants: co_return co_await ListTenants(exchange);
+    case RouteId::kGetTenant: co_return co_await GetTenant(exchange, route.Param("tenant"), caller);
+    case RouteId::kUpdateTenant: co_return co_await UpdateTenant(exchange, route.Param("tenant"));
     case RouteId::kDeleteTenant: co_return co_await DeleteTenant(exchange, route.Param("tenant"));
     case RouteId::kCreateKey: co_return co_await CreateKey(exchange, caller);
     case RouteId::kListKeys: co_return co_await ListKeys(exchange, caller);
@@ -174,6 +176,16 @@ asio::awaitable<void> ApiHandlers::Healthz(HttpExchange& exchange) {
 
 asio::awaitable<void> ApiHandlers::Metrics(HttpExchange& exchange) {
   std::string text = context_.metrics.Render(context_.manager.Stats(), context_.open_connections());
+  if (context_.keys) {
+    const std::map<std::string, core::Amounts> usage = context_.manager.UsageByTenant();
+    std::vector<TenantMetrics> tenants;
+    for (const store::TenantRow& tenant : context_.keys->Tenants()) {
+      auto held = usage.find(tenant.name);
+      tenants.push_back({tenant.name, context_.manager.Quota(tenant.name),
+                         held == usage.end() ? core::Amounts{} : held->second});
+    }
+    AppendTenantMetrics(text, tenants);
+  }
   co_await exchange.SendText(http::status::ok, "text/plain; version=0.0.4; charset=utf-8", std::move(text));
 }
 

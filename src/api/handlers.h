@@ -61,6 +61,10 @@ class ApiHandlers {
   // Tenants and keys (access_handlers.cc).
   boost::asio::awaitable<void> CreateTenant(HttpExchange& exchange);
   boost::asio::awaitable<void> ListTenants(HttpExchange& exchange);
+  boost::asio::awaitable<void> GetTenant(HttpExchange& exchange, const std::string& name, const Caller& caller);
+  boost::asio::awaitable<void> UpdateTenant(HttpExchange& exchange, const std::string& name);
+  // The Tenant object, with its quotas and usage.
+  boost::asio::awaitable<void> SendTenant(HttpExchange& exchange, http::status status, const std::string& name);
   boost::asio::awaitable<void> DeleteTenant(HttpExchange& exchange, const std::string& name);
   boost::asio::awaitable<void> CreateKey(HttpExchange& exchange, const Caller& caller);
   boost::asio::awaitable<void> ListKeys(HttpExchange& exchange, const Caller& caller);

@@ -115,4 +115,20 @@ int64_t ResidentMemoryBytes() {
   return resident_pages * sysconf(_SC_PAGE_SIZE);
 }
 
+void AppendTenantMetrics(std::string& out, const std::vector<TenantMetrics>& tenants) {
+  auto it = std::back_inserter(out);
+  AppendHeader(out, "bulkhead_tenant_usage", "gauge",
+               "What a tenant holds of a resource its quotas name (creates_per_minute: in the last minute).");
+  for (const TenantMetrics& tenant : tenants)
+    for (core::Resource r : core::kAllResources)
+      fmt::format_to(it, "bulkhead_tenant_usage{{tenant=\"{}\",resource=\"{}\"}} {}\n", EscapeLabel(tenant.tenant),
+                     core::NameOf(r).key, tenant.usage[r]);
+  AppendHeader(out, "bulkhead_tenant_quota", "gauge", "A tenant's quota of a resource (absent: none set).");
+  for (const TenantMetrics& tenant : tenants)
+    for (core::Resource r : core::kAllResources)
+      if (tenant.quota[r])
+        fmt::format_to(it, "bulkhead_tenant_quota{{tenant=\"{}\",resource=\"{}\"}} {}\n", EscapeLabel(tenant.tenant),
+                       core::NameOf(r).key, *tenant.quota[r]);
+}
+
 }  // namespace bulkhead::api

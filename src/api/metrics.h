@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <vector>
 #include <utility>  // before boost/asio/awaitable.hpp (Boost 1.74 uses std::exchange unincluded)
 
 #include "core/sandbox_manager.h"
@@ -36,6 +37,15 @@ class HttpMetrics {
   std::map<std::tuple<std::string, std::string, int>, uint64_t> requests_;  // method, route, code
   std::map<std::string, Histogram> durations_;                              // by route
 };
+
+// Each tenant's quotas and what it holds of them: bulkhead_tenant_usage and
+// bulkhead_tenant_quota, labelled by tenant and resource (a quota that is not set is absent).
+struct TenantMetrics {
+  std::string tenant;
+  core::TenantQuota quota;
+  core::Amounts usage;
+};
+void AppendTenantMetrics(std::string& out, const std::vector<TenantMetrics>& tenants);
 
 // A method name safe to use as a label: the usual ones as given, anything else "other".
 std::string_view MethodLabel(std::string_view method);

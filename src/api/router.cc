@@ -75,6 +75,8 @@ constexpr std::array kRoutes = {
     RouteSpec{"DELETE", "/v1/volumes/{name}", RouteId::kDeleteVolume},
     RouteSpec{"POST", "/v1/tenants", RouteId::kCreateTenant},
     RouteSpec{"GET", "/v1/tenants", RouteId::kListTenants},
+    RouteSpec{"GET", "/v1/tenants/{tenant}", RouteId::kGetTenant},
+    RouteSpec{"PATCH", "/v1/tenants/{tenant}", RouteId::kUpdateTenant},
     RouteSpec{"DELETE", "/v1/tenants/{tenant}", RouteId::kDeleteTenant},
     RouteSpec{"POST", "/v1/keys", RouteId::kCreateKey},
     RouteSpec{"GET", "/v1/keys", RouteId::kListKeys},

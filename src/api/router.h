@@ -70,6 +70,8 @@ enum class RouteId {
   kAudit,
   kCreateTenant,
   kListTenants,
+  kGetTenant,
+  kUpdateTenant,
   kDeleteTenant,
   kCreateKey,
   kListKeys,

@@ -458,8 +458,20 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
   tenant->require_subcommand(1);
   CLI::App* tenant_create = tenant->add_subcommand("create", "Create a tenant");
   tenant_create->add_option("name", line.tenant_names, "Tenant name (a-z, 0-9, '-')")->required()->expected(1);
+  tenant_create->add_option("--quota", line.tenant_quotas,
+                            "A quota, KEY=VALUE (repeatable): sandboxes, cpus, memory_mb, disk_mb, snapshots, "
+                            "snapshot_bytes, creates_per_minute");
   tenant_create->add_flag("--json", line.json, "Print the API's JSON");
   Selects(tenant_create, line, Command::kTenantCreate);
+  CLI::App* tenant_show = tenant->add_subcommand("show", "Show a tenant's quotas and what it holds of them");
+  tenant_show->add_option("name", line.tenant_name, "Tenant name")->required();
+  tenant_show->add_flag("--json", line.json, "Print the API's JSON");
+  Selects(tenant_show, line, Command::kTenantShow);
+  CLI::App* tenant_quota = tenant->add_subcommand("quota", "Set or remove (KEY=none) a tenant's quotas");
+  tenant_quota->add_option("name", line.tenant_name, "Tenant name")->required();
+  tenant_quota->add_option("quotas", line.tenant_quotas, "KEY=VALUE, or KEY=none to remove that quota")->required();
+  tenant_quota->add_flag("--json", line.json, "Print the API's JSON");
+  Selects(tenant_quota, line, Command::kTenantQuota);
   CLI::App* tenant_list = tenant->add_subcommand("ls", "List tenants and what they own");
   tenant_list->alias("list");
   tenant_list->add_flag("--json", line.json, "Print the API's JSON");

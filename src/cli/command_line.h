@@ -59,6 +59,8 @@ enum class Command {
   kTenantCreate,  // tenant create
   kTenantList,    // tenant ls
   kTenantRemove,  // tenant rm
+  kTenantShow,    // tenant show
+  kTenantQuota,   // tenant quota
   kKeyCreate,     // key create
   kKeyList,       // key ls
   kKeyRevoke,     // key revoke
@@ -164,6 +166,8 @@ struct CommandLine {
   std::vector<std::string> volume_names; // volume create (one), volume rm
   std::optional<int64_t> volume_size_mb; // volume create --size-mb
   std::vector<std::string> tenant_names; // tenant create (one), tenant rm
+  std::string tenant_name;               // tenant show, tenant quota
+  std::vector<std::string> tenant_quotas; // tenant create --quota, tenant quota: KEY=VALUE
   std::vector<std::string> key_ids;      // key revoke
   std::string key_tenant;                // key create --tenant
   std::string key_scope;                 // key create --scope

@@ -379,6 +379,8 @@ int RunClientCommand(const CommandLine& line, const CommandIo& io) {
       case Command::kTenantCreate: return TenantCreateCommand(session);
       case Command::kTenantList: return TenantListCommand(session);
       case Command::kTenantRemove: return TenantRemoveCommand(session);
+      case Command::kTenantShow: return TenantShowCommand(session);
+      case Command::kTenantQuota: return TenantQuotaCommand(session);
       case Command::kKeyCreate: return KeyCreateCommand(session);
       case Command::kKeyList: return KeyListCommand(session);
       case Command::kKeyRevoke: return KeyRevokeCommand(session);

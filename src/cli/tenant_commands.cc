@@ -3,6 +3,7 @@
 #include <ctime>
 #include <vector>
 
+#include "cli/command_line.h"
 #include "cli/output_format.h"
 #include "client/api_client.h"
 #include "client/server_url.h"
@@ -28,11 +29,58 @@ int RemoveEach(Session& session, const std::string& prefix, const std::vector<st
 
 std::string OrDash(const json& value) { return value.is_string() ? value.get<std::string>() : "-"; }
 
+// --quota KEY=VALUE...: {"KEY": VALUE}, "none" as null (the daemon checks names and values).
+Result<json> QuotaPatch(const std::vector<std::string>& assignments) {
+  json quotas = json::object();
+  for (const std::string& text : assignments) {
+    auto pair = ParseKeyValue(text, false);
+    if (!pair.ok()) return pair.error();
+    const std::string& value = *pair->second;
+    if (value == "none") {
+      quotas[pair->first] = nullptr;
+      continue;
+    }
+    const json number = json::parse(value, nullptr, false);
+    if (!number.is_number())
+      return MakeError(ErrorCode::kBadRequest, "quota " + pair->first + ": '" + value + "' is not a number or none",
+                       "invalid_argument");
+    quotas[pair->first] = number;
+  }
+  return quotas;
+}
+
+std::string Figure(const json& value) {
+  if (value.is_number_integer()) return std::to_string(value.get<int64_t>());
+  if (value.is_number()) return DumpJson(value, -1);
+  return "-";
+}
+
+// RESOURCE USED QUOTA, for every resource the usage names.
+int PrintTenant(Session& session, const json& tenant) {
+  if (session.line.json) {
+    session.Out(DumpJson(tenant, 2) + "\n");
+    return 0;
+  }
+  const json quotas = tenant.value("quotas", json::object());
+  std::vector<std::vector<std::string>> rows = {{"RESOURCE", "USED", "QUOTA"}};
+  const json usage = tenant.value("usage", json::object());
+  for (const auto& [resource, used] : usage.items())
+    rows.push_back({resource, Figure(used), quotas.contains(resource) ? Figure(quotas[resource]) : "-"});
+  session.Out(FormatTable(rows));
+  return 0;
+}
+
 }  // namespace
 
 int TenantCreateCommand(Session& session) {
   const CommandLine& line = session.line;
-  auto tenant = session.api.Call(HttpMethod::kPost, "/v1/tenants", json{{"name", line.tenant_names.at(0)}});
+  json body = {{"name", line.tenant_names.at(0)}};
+  if (!line.tenant_quotas.empty()) {
+    auto quotas = QuotaPatch(line.tenant_quotas);
+    if (!quotas.ok()) return session.Fail(quotas.error());
+    body["quotas"] = *quotas;
+  }
+  auto tenant = session.api.Call(HttpMethod::kPost, "/v1/tenants", body);
   if (!tenant.ok()) return session.Fail(tenant.error());
   session.Out(line.json ? DumpJson(*tenant, 2) + "\n" : line.tenant_names.at(0) + "\n");
   return 0;
@@ -53,6 +101,21 @@ int TenantListCommand(Session& session) {
                     DescribeCreated(tenant.value("created_at", ""), now)});
   session.Out(FormatTable(rows));
   return 0;
+}
+
+int TenantShowCommand(Session& session) {
+  auto tenant = session.api.Call(HttpMethod::kGet, "/v1/tenants/" + PercentEncode(session.line.tenant_name));
+  if (!tenant.ok()) return session.Fail(tenant.error());
+  return PrintTenant(session, *tenant);
+}
+
+int TenantQuotaCommand(Session& session) {
+  auto quotas = QuotaPatch(session.line.tenant_quotas);
+  if (!quotas.ok()) return session.Fail(quotas.error());
+  auto tenant = session.api.Call(HttpMethod::kPatch, "/v1/tenants/" + PercentEncode(session.line.tenant_name),
+                                 json{{"quotas", *quotas}});
+  if (!tenant.ok()) return session.Fail(tenant.error());
+  return PrintTenant(session, *tenant);
 }
 
 int TenantRemoveCommand(Session& session) { return RemoveEach(session, "/v1/tenants/", session.line.tenant_names); }

@@ -8,6 +8,8 @@ namespace bulkhead::cli {
 int TenantCreateCommand(Session& session);  // prints the name
 int TenantListCommand(Session& session);    // NAME SANDBOXES SNAPSHOTS CREATED
 int TenantRemoveCommand(Session& session);  // prints each name removed; goes on past a failure
+int TenantShowCommand(Session& session);    // RESOURCE USED QUOTA
+int TenantQuotaCommand(Session& session);   // PATCHes the quotas; prints as show does
 int KeyCreateCommand(Session& session);     // prints the key (shown this once)
 int KeyListCommand(Session& session);       // ID TENANT SCOPE NAME CREATED EXPIRES REVOKED
 int KeyRevokeCommand(Session& session);     // prints each id revoked; goes on past a failure

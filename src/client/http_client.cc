@@ -33,6 +33,7 @@ http::verb ToVerb(HttpMethod method) {
     case HttpMethod::kGet: return http::verb::get;
     case HttpMethod::kPost: return http::verb::post;
     case HttpMethod::kPut: return http::verb::put;
+    case HttpMethod::kPatch: return http::verb::patch;
     case HttpMethod::kDelete: return http::verb::delete_;
   }
   return http::verb::get;

@@ -16,7 +16,7 @@
 
 namespace bulkhead::cli {
 
-enum class HttpMethod { kGet, kPost, kPut, kDelete };
+enum class HttpMethod { kGet, kPost, kPut, kPatch, kDelete };
 
 struct HttpResponse {
   int status = 0;

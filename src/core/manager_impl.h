@@ -10,6 +10,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -50,6 +51,10 @@ Error WrongState(const std::string& id, std::string_view state, std::string_view
 // Whether `tier` can run a sandbox with this network policy (Capabilities::network_egress):
 // 422 runtime_unsupported if not.
 Status NetworkModeOffered(const runtime::Tier& tier, const NetworkPolicy& policy);
+
+// What a create (`create`) or a boot of `count` sandboxes with `spec` adds to its tenant's
+// usage (quotas.cc).
+Amounts NeedOf(const SandboxSpec& spec, int64_t count, bool create);
 
 // A sandbox as the manager tracks it in memory.
 struct Sandbox {
@@ -102,6 +107,7 @@ class SandboxManagerImpl : public SandboxManager {
   ~SandboxManagerImpl() override { Shutdown(); }
 
   Status Recover();
+  Status LoadQuotas();
   void StartBackground();
 
   Result<SandboxInfo> Create(const SandboxSpec& spec) override;
@@ -143,6 +149,9 @@ class SandboxManagerImpl : public SandboxManager {
   std::vector<VolumeInfo> ListVolumes() override { return volumes_.List(); }
   Status DeleteVolume(const std::string& name) override { return volumes_.Delete(name); }
   ManagerStats Stats() override;
+  Status SetQuota(const std::string& tenant, const TenantQuota& quota) override;
+  TenantQuota Quota(const std::string& tenant) override;
+  std::map<std::string, Amounts> UsageByTenant() override;
   std::vector<RuntimeInfo> Runtimes() const override { return tiers_.Describe(); }
   const DaemonConfig& config() const override { return config_; }
   void Shutdown() override;
@@ -290,6 +299,14 @@ class SandboxManagerImpl : public SandboxManager {
   // restores: its tier here writes the same format, and it uses no volumes.
   Status AcceptMemoryImage(const std::string& metadata_json) const;
 
+  // ---- quotas.cc
+  // What the tenant holds now, with what calls still making theirs have claimed. mu_ held.
+  Amounts UsageLocked(const std::string& tenant, int64_t now);
+  // Claims `need` for the tenant: 429 "quota_exceeded" if it would pass a quota of the
+  // tenant's. The claim lasts while the token lives (release it with mu_ not held); the host
+  // admin's ("" tenant) claims nothing. mu_ held.
+  Result<std::shared_ptr<void>> ClaimLocked(const std::string& tenant, const Amounts& need);
+
   // ---- sandbox_access.cc
   // What a request to a running sandbox's init needs, taken together: its settings, its output
   // budget, the way to its init, and a busy token. 404/409 as RunningSandbox.
@@ -321,7 +338,7 @@ class SandboxManagerImpl : public SandboxManager {
   std::mutex uids_mu_;
   std::string host_rootfs_;
 
-  std::mutex mu_;  // guards sandboxes_, snapshots_, pools_, warm_snapshots_ and stats_
+  std::mutex mu_;  // guards sandboxes_, snapshots_, pools_, warm_snapshots_, stats_ and the quotas'
   std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
   std::map<std::string, SnapshotEntry> snapshots_;  // ready ones
   WarmPool<std::shared_ptr<Sandbox>> pools_;
@@ -330,6 +347,14 @@ class SandboxManagerImpl : public SandboxManager {
   static constexpr size_t kWarmSnapshots = 4;
   std::deque<PoolKey> warm_snapshots_;
   ManagerStats stats_;
+  std::map<std::string, TenantQuota> quotas_;  // by tenant
+  struct QuotaClaim {
+    std::string tenant;
+    Amounts need;
+  };
+  std::list<QuotaClaim> claims_;                        // ClaimLocked's, until released
+  std::map<std::string, std::deque<int64_t>> creates_;  // by tenant: its creates of the last minute (ms)
+  std::mutex quota_write_mu_;                           // one SetQuota at a time
 
   UsageHistory usage_history_;
   int64_t usage_trimmed_ms_ = 0;  // timer thread only

@@ -344,9 +344,17 @@ Result<SandboxInfo> SandboxManagerImpl::Change(const std::string& id, Call call)
     case Step::kEnd:
       BH_TRY(EndLocked(sb));
       break;
-    case Step::kBoot:
+    case Step::kBoot: {
+      std::shared_ptr<void> claim;  // its tenant's quota of running sandboxes, until it runs
+      {
+        std::lock_guard lock(mu_);
+        auto claimed = ClaimLocked(sb.info.spec.tenant, NeedOf(sb.info.spec, 1, false));
+        if (!claimed) return claimed.error();
+        claim = *claimed;
+      }
       BH_TRY(BootAgainLocked(sb));
       break;
+    }
     case Step::kHibernate:
       BH_TRY(HibernateLocked(sb));
       break;

@@ -161,6 +161,7 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::Open(const DaemonConfig&
   if (!network) return network.error();
   auto mgr = std::make_unique<SandboxManagerImpl>(config, std::move(lock), std::move(*db), std::move(*network),
                                                   std::move(*storage), std::move(tiers), std::move(*host));
+  BH_TRY(mgr->LoadQuotas());
   BH_TRY(mgr->Recover());
   mgr->StartBackground();
   return std::unique_ptr<SandboxManager>(std::move(mgr));
@@ -208,9 +209,13 @@ Result<SandboxInfo> SandboxManagerImpl::Create(const SandboxSpec& spec) {
   BH_TRY(tiers_.Find(spec.runtime));
   if (spec.image != "host" && !storage_->ImageExists(spec.image))
     return MakeError(ErrorCode::kNotFound, "no image named " + spec.image, "image_not_found");
+  std::shared_ptr<void> claim;  // the tenant's quota, until Admit has listed the sandbox
   {
     std::lock_guard lock(mu_);
     BH_TRY(RoomForLocked(1));
+    auto claimed = ClaimLocked(spec.tenant, NeedOf(spec, 1, true));
+    if (!claimed) return claimed.error();
+    claim = *claimed;
   }
   if (auto sb = TakePooled(spec); sb && FitPooled(*sb, spec)) return Admit(sb);
   auto launched = Launch(spec);

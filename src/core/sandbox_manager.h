@@ -8,6 +8,7 @@
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
+#include <map>
 #include <memory>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -19,6 +20,7 @@
 #include "core/config.h"
 #include "core/ctl_client.h"
 #include "core/exec_session.h"
+#include "core/tenant_quota.h"
 #include "core/tier_set.h"
 #include "core/types.h"
 #include "core/usage_history.h"
@@ -183,6 +185,13 @@ class SandboxManager {
   // max_bytes of content. (blocking)
   virtual Result<SnapshotInfo> ImportSnapshot(int in_fd, int64_t max_bytes, bool memory) = 0;
 
+  // Tenants' quotas (tenant_quota.h). SetQuota replaces the tenant's (an empty one removes it);
+  // it holds from the next call on, and what the tenant has already stays.
+  virtual Status SetQuota(const std::string& /*tenant*/, const TenantQuota& /*quota*/) { return {}; }
+  virtual TenantQuota Quota(const std::string& /*tenant*/) { return {}; }
+  // What each tenant holds now (by tenant name; the host admin's "" is not a tenant): the
+  // tenants with a quota, a sandbox or a snapshot.
+  virtual std::map<std::string, Amounts> UsageByTenant() { return {}; }
   virtual ManagerStats Stats() = 0;
   // The isolation tiers this daemon has and lacks (/healthz).
   virtual std::vector<RuntimeInfo> Runtimes() const { return {}; }

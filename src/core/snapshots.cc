@@ -204,14 +204,31 @@ Result<store::SnapshotRow> SandboxManagerImpl::Capture(const std::string& sandbo
 Result<SnapshotInfo> SandboxManagerImpl::CreateSnapshot(const std::string& sandbox_id, const std::string& name,
                                                         bool memory) {
   if (stopping_) return MakeError(ErrorCode::kUnavailable, "the daemon is shutting down");
+  std::string tenant;
+  std::shared_ptr<void> claim;  // the tenant's snapshot count, until this one is listed
+  {
+    std::lock_guard lock(mu_);
+    if (auto sb = FindLocked(sandbox_id)) tenant = sb->info.spec.tenant;  // (Capture answers 404 otherwise)
+    Amounts one;
+    one[Resource::kSnapshots] = 1;
+    auto claimed = ClaimLocked(tenant, one);
+    if (!claimed) return claimed.error();
+    claim = *claimed;
+  }
   auto row = Capture(sandbox_id, name, memory);
   if (!row) return row.error();
   ScopeGuard undo([&] { DropSnapshot(row->id); });
   if (auto size = storage_->SnapshotSizeBytes(row->id)) row->size_bytes = *size;
   row->state = "ready";
   BH_TRY(db_->PutSnapshot(*row));
-  undo.Dismiss();
+  // Its bytes are known only now: one that would pass the tenant's quota of them goes again.
   std::lock_guard lock(mu_);
+  if (auto quota = quotas_.find(tenant); quota != quotas_.end()) {
+    Amounts bytes;
+    bytes[Resource::kSnapshotBytes] = static_cast<double>(row->size_bytes);
+    BH_TRY(CheckQuota(tenant, quota->second, UsageLocked(tenant, UnixMillis()), bytes));
+  }
+  undo.Dismiss();
   snapshots_[row->id] = EntryOf(*row);
   return SnapshotInfoOf(*row);
 }
@@ -328,9 +345,13 @@ Result<SandboxInfo> SandboxManagerImpl::CreateFromSnapshot(SandboxSpec spec) {
     // it is thawed and goes on from where the image has it, as a restore made now would.
     const std::optional<PoolKey> key = MemoryPoolKey(boot);
     std::vector<std::shared_ptr<Sandbox>> cold;
+    std::shared_ptr<void> claim;  // the tenant's quota, until Admit has listed the sandbox
     {
       std::lock_guard lock(mu_);
       BH_TRY(RoomForLocked(1));
+      auto claimed = ClaimLocked(spec.tenant, NeedOf(spec, 1, true));
+      if (!claimed) return claimed.error();
+      claim = *claimed;
       if (key) cold = WarmSnapshotLocked(*key);
     }
     for (const auto& sb : cold) (void)Teardown(*sb);
@@ -356,9 +377,13 @@ Result<SandboxInfo> SandboxManagerImpl::CreateFromSnapshot(SandboxSpec spec) {
   BH_TRY(tiers_.Find(spec.runtime));
   const LayerSource source{snapshot_id, entry.uid_base};
   std::vector<std::shared_ptr<Sandbox>> cold;
+  std::shared_ptr<void> claim;  // the tenant's quota, until Admit has listed the sandbox
   {
     std::lock_guard lock(mu_);
     BH_TRY(RoomForLocked(1));
+    auto claimed = ClaimLocked(spec.tenant, NeedOf(spec, 1, true));
+    if (!claimed) return claimed.error();
+    claim = *claimed;
     if (auto key = PoolKeyFor(spec); key && spec.warm_snapshot) cold = WarmSnapshotLocked(*key);
   }
   for (const auto& sb : cold) (void)Teardown(*sb);
@@ -374,9 +399,15 @@ Result<SandboxInfo> SandboxManagerImpl::CreateFromSnapshot(SandboxSpec spec) {
 
 Result<std::vector<SandboxInfo>> SandboxManagerImpl::Fork(const std::string& sandbox_id, int count, bool memory) {
   if (stopping_) return MakeError(ErrorCode::kUnavailable, "the daemon is shutting down");
+  std::shared_ptr<void> claim;  // the tenant's quota, until the copies are listed
   {
     std::lock_guard lock(mu_);
     BH_TRY(RoomForLocked(count));
+    if (auto parent = FindLocked(sandbox_id)) {  // (Capture answers 404 otherwise)
+      auto claimed = ClaimLocked(parent->info.spec.tenant, NeedOf(parent->info.spec, count, true));
+      if (!claimed) return claimed.error();
+      claim = *claimed;
+    }
   }
   // One capture (one freeze) for all copies; it is never listed and goes when they exist.
   auto row = Capture(sandbox_id, "", memory);

@@ -27,7 +27,8 @@ Status StateDb::InsertTenant(const TenantRow& r) {
 
 Status StateDb::RemoveTenant(const std::string& name) {
   std::lock_guard lock(mu_);
-  for (const char* sql : {"DELETE FROM api_keys WHERE tenant = ?", "DELETE FROM tenants WHERE name = ?"}) {
+  for (const char* sql : {"DELETE FROM api_keys WHERE tenant = ?", "DELETE FROM tenant_quotas WHERE tenant = ?",
+                          "DELETE FROM tenants WHERE name = ?"}) {
     Stmt st;
     if (sqlite3_prepare_v2(db_, sql, -1, &st.s, nullptr) != SQLITE_OK) return DbError(db_, "prepare tenant remove");
     sqlite3_bind_text(st.s, 1, name.c_str(), -1, SQLITE_TRANSIENT);
@@ -80,6 +81,32 @@ Result<std::vector<ApiKeyRow>> StateDb::LoadApiKeys() {
     rows.push_back(std::move(r));
   }
   if (rc != SQLITE_DONE) return DbError(db_, "load keys");
+  return rows;
+}
+
+Status StateDb::PutTenantQuota(const std::string& tenant, const std::string& quota_json) {
+  std::lock_guard lock(mu_);
+  Stmt st;
+  const bool remove = quota_json == "{}";
+  const char* sql = remove ? "DELETE FROM tenant_quotas WHERE tenant = ?"
+                           : "INSERT OR REPLACE INTO tenant_quotas (tenant, quota_json) VALUES (?, ?)";
+  if (sqlite3_prepare_v2(db_, sql, -1, &st.s, nullptr) != SQLITE_OK) return DbError(db_, "prepare quota put");
+  sqlite3_bind_text(st.s, 1, tenant.c_str(), -1, SQLITE_TRANSIENT);
+  if (!remove) sqlite3_bind_text(st.s, 2, quota_json.c_str(), -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(st.s) != SQLITE_DONE) return DbError(db_, "put quota");
+  return {};
+}
+
+Result<std::vector<std::pair<std::string, std::string>>> StateDb::LoadTenantQuotas() {
+  std::lock_guard lock(mu_);
+  Stmt st;
+  if (sqlite3_prepare_v2(db_, "SELECT tenant, quota_json FROM tenant_quotas ORDER BY tenant", -1, &st.s, nullptr) !=
+      SQLITE_OK)
+    return DbError(db_, "prepare quota load");
+  std::vector<std::pair<std::string, std::string>> rows;
+  int rc;
+  while ((rc = sqlite3_step(st.s)) == SQLITE_ROW) rows.emplace_back(Text(st.s, 0), Text(st.s, 1));
+  if (rc != SQLITE_DONE) return DbError(db_, "load quotas");
   return rows;
 }
 

@@ -4,7 +4,7 @@ namespace bulkhead::store {
 namespace {
 
 // The schema, at version kSchemaVersion. A change gets a new version and a step in Migrate.
-constexpr int kSchemaVersion = 7;  // 3: egress log, 4: snapshots, 5: volumes, 6: memory snapshots, pause to disk, 7: tenants, keys
+constexpr int kSchemaVersion = 8;  // 3: egress log, 4: snapshots, 5: volumes, 6: memory snapshots, pause to disk, 7: tenants, keys, 8: quotas
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS sandboxes (
   id TEXT PRIMARY KEY,
@@ -74,6 +74,14 @@ CREATE TABLE IF NOT EXISTS api_keys (
 );
 )sql";
 
+// Version 8: tenants' quotas (core/tenant_quota.h), as the API's JSON object.
+constexpr const char* kQuotaSchema = R"sql(
+CREATE TABLE IF NOT EXISTS tenant_quotas (
+  tenant TEXT PRIMARY KEY,
+  quota_json TEXT NOT NULL
+);
+)sql";
+
 }  // namespace
 
 Error DbError(sqlite3* db, const std::string& what) {
@@ -119,6 +127,7 @@ Status StateDb::Migrate() {
   if (st.ok()) st = Exec(kSchema);
   if (st.ok()) st = Exec(kVolumesSchema);
   if (st.ok()) st = Exec(kAccessSchema);
+  if (st.ok()) st = Exec(kQuotaSchema);
   if (st.ok()) st = Exec(("PRAGMA user_version = " + std::to_string(kSchemaVersion)).c_str());
   if (!st.ok()) {
     (void)Exec("ROLLBACK");

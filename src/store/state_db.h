@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/result.h"
@@ -118,6 +119,10 @@ class StateDb {
   Result<std::vector<TenantRow>> LoadTenants();  // by name
   Status PutApiKey(const ApiKeyRow& row);        // insert or replace
   Result<std::vector<ApiKeyRow>> LoadApiKeys();  // oldest first
+  // Tenants' quotas (access_rows.cc), by tenant: the JSON of core::QuotaToJson. An empty
+  // object removes the row; RemoveTenant removes it too.
+  Status PutTenantQuota(const std::string& tenant, const std::string& quota_json);
+  Result<std::vector<std::pair<std::string, std::string>>> LoadTenantQuotas();
 
  private:
   explicit StateDb(sqlite3* db) : db_(db) {}

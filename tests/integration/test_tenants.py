@@ -97,14 +97,14 @@ def concrete(path: str, sandbox: str, snapshot: str) -> str:
 def test_every_route_of_the_openapi_document_keeps_another_tenants_objects_out_of_reach(two_tenants):
     """Tenant a's admin key on every route and method, aimed at b's sandbox and snapshot: each
     answers 404 (b's objects are unknown to it) or 403 (a host-wide route), never 2xx; and b's
-    sandbox, its file and its snapshot are as they were."""
+    sandbox, its file, its snapshot and its tenant are as they were."""
     a, b = two_tenants["a"], two_tenants["b"]
     seen = 0
     for path, operations in OPENAPI["paths"].items():
         for method in (m for m in METHODS if m in operations):
-            if "{id}" not in path and "{snapshot_id}" not in path:
+            if "{id}" not in path and "{snapshot_id}" not in path and "{tenant}" not in path:
                 continue
-            target = concrete(path, b["sandbox"], b["snapshot"])
+            target = concrete(path, b["sandbox"], b["snapshot"]).replace("some-tenant", b["tenant"])
             if path.endswith("/files") or "/files/" in path:
                 target += "?path=/workspace/secret"
             body = b"{}" if method in ("post", "put", "patch") else None
@@ -118,6 +118,7 @@ def test_every_route_of_the_openapi_document_keeps_another_tenants_objects_out_o
     assert client.sandbox(b["sandbox"])["state"] == "running"
     assert client.sh(b["sandbox"], "cat /workspace/secret") == "b-secret\n"
     assert client.get(f"/v1/snapshots/{b['snapshot']}").status == 200
+    assert client.get(f"/v1/tenants/{b['tenant']}").json()["sandboxes"] == 1
 
 
 def test_host_wide_routes_answer_a_tenants_key_403(two_tenants):

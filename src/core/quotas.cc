@@ -1,0 +1,120 @@
+// Tenants' quotas as the manager keeps and checks them (tenant_quota.h). A call that would add
+// to a tenant's usage claims what it adds, under mu_, before it makes anything: a check sees
+// the sandboxes listed and the claims of calls still making theirs, so concurrent creates of
+// one tenant cannot pass its quota together. A claim ends when its call has listed what it
+// made (or failed); for that moment its sandbox is counted twice, never not at all.
+#include <spdlog/spdlog.h>
+
+#include "core/manager_impl.h"
+
+namespace bulkhead::core {
+namespace {
+
+constexpr int64_t kRateWindowMs = 60'000;
+
+// Whether a sandbox holds the CPU and memory its quota counts: its processes are there.
+bool Running(const Sandbox& sb) {
+  return (sb.state == State::kStarting || sb.state == State::kRunning || sb.state == State::kPaused) && !sb.on_disk;
+}
+
+}  // namespace
+
+Amounts NeedOf(const SandboxSpec& spec, int64_t count, bool create) {
+  Amounts need;
+  need[Resource::kSandboxes] = static_cast<double>(count);
+  need[Resource::kCpus] = spec.cpus * static_cast<double>(count);
+  need[Resource::kMemoryMb] = static_cast<double>(spec.memory_mb * count);
+  if (create) {
+    need[Resource::kDiskMb] = static_cast<double>(spec.disk_mb * count);
+    need[Resource::kCreatesPerMinute] = static_cast<double>(count);
+  }
+  return need;
+}
+
+Status SandboxManagerImpl::LoadQuotas() {
+  auto rows = db_->LoadTenantQuotas();
+  if (!rows) return rows.error();
+  std::lock_guard lock(mu_);
+  for (const auto& [tenant, text] : *rows) {
+    auto quota = PatchQuota({}, nlohmann::json::parse(text, nullptr, false));
+    if (!quota) return MakeError(ErrorCode::kInternal, "tenant " + tenant + "'s stored quota: " + quota.error().message);
+    quotas_[tenant] = *quota;
+  }
+  return {};
+}
+
+Status SandboxManagerImpl::SetQuota(const std::string& tenant, const TenantQuota& quota) {
+  std::lock_guard write(quota_write_mu_);  // the row and the map change in the same order
+  BH_TRY(db_->PutTenantQuota(tenant, QuotaToJson(quota).dump()));
+  std::lock_guard lock(mu_);
+  if (quota.Empty())
+    quotas_.erase(tenant);
+  else
+    quotas_[tenant] = quota;
+  return {};
+}
+
+TenantQuota SandboxManagerImpl::Quota(const std::string& tenant) {
+  std::lock_guard lock(mu_);
+  auto it = quotas_.find(tenant);
+  return it == quotas_.end() ? TenantQuota{} : it->second;
+}
+
+std::map<std::string, Amounts> SandboxManagerImpl::UsageByTenant() {
+  std::lock_guard lock(mu_);
+  std::set<std::string> tenants;
+  for (const auto& [name, quota] : quotas_) tenants.insert(name);
+  for (const auto& [id, sb] : sandboxes_) tenants.insert(sb->info.spec.tenant);
+  for (const auto& [id, entry] : snapshots_) tenants.insert(entry.info.tenant);
+  tenants.erase("");
+  std::map<std::string, Amounts> out;
+  const int64_t now = UnixMillis();
+  for (const std::string& tenant : tenants) out[tenant] = UsageLocked(tenant, now);
+  return out;
+}
+
+Amounts SandboxManagerImpl::UsageLocked(const std::string& tenant, int64_t now) {
+  Amounts usage;
+  for (const auto& [id, sb] : sandboxes_) {
+    const SandboxSpec& spec = sb->info.spec;
+    if (spec.tenant != tenant) continue;
+    usage[Resource::kDiskMb] += static_cast<double>(spec.disk_mb);
+    if (!Running(*sb)) continue;
+    usage[Resource::kSandboxes] += 1;
+    usage[Resource::kCpus] += spec.cpus;
+    usage[Resource::kMemoryMb] += static_cast<double>(spec.memory_mb);
+  }
+  for (const auto& [id, entry] : snapshots_) {
+    if (entry.info.tenant != tenant) continue;
+    usage[Resource::kSnapshots] += 1;
+    usage[Resource::kSnapshotBytes] += static_cast<double>(entry.info.size_bytes);
+  }
+  for (const QuotaClaim& claim : claims_)
+    if (claim.tenant == tenant)
+      for (Resource r : kAllResources) usage[r] += claim.need[r];
+  if (auto it = creates_.find(tenant); it != creates_.end()) {
+    std::deque<int64_t>& times = it->second;
+    while (!times.empty() && times.front() <= now - kRateWindowMs) times.pop_front();
+    usage[Resource::kCreatesPerMinute] += static_cast<double>(times.size());
+    if (times.empty()) creates_.erase(it);
+  }
+  return usage;
+}
+
+Result<std::shared_ptr<void>> SandboxManagerImpl::ClaimLocked(const std::string& tenant, const Amounts& need) {
+  if (tenant.empty()) return std::shared_ptr<void>();  // the host admin's: --max-sandboxes alone
+  const int64_t now = UnixMillis();
+  if (auto quota = quotas_.find(tenant); quota != quotas_.end())
+    BH_TRY(CheckQuota(tenant, quota->second, UsageLocked(tenant, now), need));
+  // Creates are counted when asked for, made or not: the rate bounds the work they cost.
+  for (int i = 0; i < static_cast<int>(need[Resource::kCreatesPerMinute]); ++i) creates_[tenant].push_back(now);
+  QuotaClaim claim{tenant, need};
+  claim.need[Resource::kCreatesPerMinute] = 0;
+  auto it = claims_.insert(claims_.end(), std::move(claim));
+  return std::shared_ptr<void>(nullptr, [this, it](void*) {
+    std::lock_guard lock(mu_);
+    claims_.erase(it);
+  });
+}
+
+}  // namespace bulkhead::core
