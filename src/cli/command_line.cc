@@ -73,9 +73,13 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
   app.fallthrough();  // global options may follow the subcommand
   app.set_version_flag("--version", std::string("bulkhead ") + BULKHEAD_VERSION);
   app.add_option("--url", line.url,
-                 "Daemon address: unix:///path/to/bulkhead.sock or http://HOST:PORT "
+                 "Daemon address: unix:///path/to/bulkhead.sock, http://HOST:PORT or https://HOST:PORT "
                  "(default: unix://<state dir>/bulkhead.sock)")
       ->envname("BULKHEAD_URL");
+  app.add_option("--ca-cert", line.ca_cert,
+                 "PEM file of the authority an https:// daemon's certificate is checked against "
+                 "(default: the system's)")
+      ->envname("BULKHEAD_CA_CERT");
   app.add_option("--state-dir", line.state_dir, "The daemon's state directory")
       ->envname("BULKHEAD_STATE")
       ->capture_default_str();
@@ -128,6 +132,10 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
                     "Days the audit log keeps a record (<state dir>/audit.log); older ones are removed hourly, "
                     "the removal itself recorded in the chain. 0 = keep every record (the default)")
       ->check(CLI::Range(int64_t{0}, int64_t{36500}));
+  serve->add_option("--tls-cert", line.tls_cert,
+                    "PEM certificate chain: every TCP listener (the API's, the E2B front's) speaks TLS 1.2+ only; "
+                    "the unix socket stays plain (root-only)");
+  serve->add_option("--tls-key", line.tls_key, "PEM private key of --tls-cert (keep it 0600)");
   serve->add_option("--dns-server", line.dns_servers,
                     "Upstream DNS server (IP or IP:PORT) for sandboxes with network access; repeatable "
                     "(default: the host's /etc/resolv.conf)")
@@ -563,6 +571,8 @@ core::DaemonConfig DaemonConfigFromCommandLine(const CommandLine& line) {
   if (line.output_rate_mib) config.output_rate_mib = *line.output_rate_mib;
   config.max_sandboxes = line.max_sandboxes.value_or(core::DefaultMaxSandboxes(core::HostMemoryMib()));
   config.audit_keep_days = line.audit_keep_days;
+  config.tls_cert = line.tls_cert;
+  config.tls_key = line.tls_key;
   config.dns_servers = line.dns_servers;
   if (line.preview_domain) config.preview_domain = *line.preview_domain;
   config.e2b_listen = line.e2b_listen ? *line.e2b_listen : DefaultE2bListen(config.listen);
@@ -633,6 +643,7 @@ Result<ClientSettings> ResolveClientSettings(const CommandLine& line) {
     auto address = ParseServerUrl(line.url);
     if (!address.ok()) return address.error();
     settings.address = *address;
+    settings.address.ca_file = line.ca_cert;
   }
   if (const char* key = std::getenv("BULKHEAD_API_KEY"); key != nullptr && *key != '\0') {
     settings.api_key = key;

@@ -119,6 +119,7 @@ struct CommandLine {
 
   // Global.
   std::string url;                          // --url / BULKHEAD_URL; empty = the state dir's socket
+  std::string ca_cert;                      // --ca-cert / BULKHEAD_CA_CERT (https:// only)
   std::string state_dir = "/var/lib/bulkhead";  // --state-dir / BULKHEAD_STATE
   std::string audit_head;   // audit verify --head SEQ:HASH
   uint64_t audit_after = 0;  // audit export --after SEQ
@@ -135,6 +136,7 @@ struct CommandLine {
   std::optional<int64_t> output_rate_mib;
   std::optional<int64_t> max_sandboxes;
   int64_t audit_keep_days = 0;
+  std::string tls_cert, tls_key;  // serve --tls-cert, --tls-key
   std::vector<std::string> dns_servers;
   std::optional<std::string> preview_domain;
   std::optional<std::string> e2b_listen;  // --e2b-listen

@@ -5,6 +5,9 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <cerrno>
+#include <chrono>
+
+#include "common/tls_relay.h"
 
 namespace bulkhead::cli {
 namespace {
@@ -43,6 +46,23 @@ Error ConnectError(const ServerAddress& address, const error_code& ec) {
                    "daemon_unreachable");
 }
 
+// Swaps the connected TCP `socket` for the plain end of a TLS relay to it (common/tls_relay.h):
+// the rest of the client reads and writes plain HTTP on it as over any other connection.
+Status StartTls(const ServerAddress& address, asio::generic::stream_protocol::socket& socket) {
+  auto endpoint = TlsEndpoint::Client(address.ca_file);
+  if (!endpoint.ok()) return endpoint.error();
+  UniqueFd tcp(socket.release());
+  auto plain = (*endpoint)->WrapBlocking(std::move(tcp), address.host, std::chrono::seconds(30));
+  if (!plain.ok())
+    return MakeError(ErrorCode::kUnavailable, "TLS to the daemon at " + address.ToUrl() + ": " + plain.error().message,
+                     "daemon_unreachable");
+  error_code ec;
+  socket.assign(asio::generic::stream_protocol(AF_UNIX, 0), plain->get(), ec);
+  if (ec) return MakeError(ErrorCode::kInternal, "TLS relay socket: " + ec.message());
+  plain->release();
+  return {};
+}
+
 }  // namespace
 
 Status ConnectToDaemon(const ServerAddress& address, asio::generic::stream_protocol::socket& socket) {
@@ -66,7 +86,7 @@ Status ConnectToDaemon(const ServerAddress& address, asio::generic::stream_proto
   for (const auto& entry : endpoints) {
     if (socket.is_open()) socket.close(ec);
     socket.connect(asio::generic::stream_protocol::endpoint(entry.endpoint()), ec);
-    if (!ec) return {};
+    if (!ec) return address.tls ? StartTls(address, socket) : Status{};
   }
   return ConnectError(address, ec);
 }

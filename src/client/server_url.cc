@@ -17,7 +17,7 @@ bool StartsWith(std::string_view text, std::string_view prefix) {
 }
 
 // `authority` is host[:port] or [v6]:port.
-Result<ServerAddress> ParseAuthority(std::string_view url, std::string_view authority) {
+Result<ServerAddress> ParseAuthority(std::string_view url, std::string_view authority, uint16_t default_port) {
   ServerAddress address;
   address.kind = ServerAddress::Kind::kTcp;
   std::string_view port_text;
@@ -43,7 +43,7 @@ Result<ServerAddress> ParseAuthority(std::string_view url, std::string_view auth
     }
   }
   if (address.host.empty()) return BadUrl(url, "no host");
-  address.port = 80;
+  address.port = default_port;
   if (!port_text.empty()) {
     unsigned port = 0;
     auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
@@ -60,13 +60,13 @@ Result<ServerAddress> ParseAuthority(std::string_view url, std::string_view auth
 std::string ServerAddress::HostHeader() const {
   if (kind == Kind::kUnix) return "localhost";
   std::string host_part = host.find(':') != std::string::npos ? "[" + host + "]" : host;
-  return port == 80 ? host_part : host_part + ":" + std::to_string(port);
+  return port == (tls ? 443 : 80) ? host_part : host_part + ":" + std::to_string(port);
 }
 
 std::string ServerAddress::ToUrl() const {
   if (kind == Kind::kUnix) return "unix://" + socket_path;
   std::string host_part = host.find(':') != std::string::npos ? "[" + host + "]" : host;
-  return "http://" + host_part + ":" + std::to_string(port);
+  return (tls ? "https://" : "http://") + host_part + ":" + std::to_string(port);
 }
 
 Result<ServerAddress> ParseServerUrl(std::string_view url) {
@@ -88,14 +88,16 @@ Result<ServerAddress> ParseServerUrl(std::string_view url) {
   size_t scheme_end = url.find("://");
   if (scheme_end != std::string_view::npos) {
     std::string_view scheme = url.substr(0, scheme_end);
-    if (scheme == "https") return BadUrl(url, "https is not supported; the daemon speaks plain HTTP");
-    if (scheme != "http") return BadUrl(url, "unknown scheme '" + std::string(scheme) + "'");
+    if (scheme != "http" && scheme != "https") return BadUrl(url, "unknown scheme '" + std::string(scheme) + "'");
     authority = url.substr(scheme_end + 3);
   }
+  const bool tls = StartsWith(url, "https://");
   // Allow one trailing '/', nothing more: the API has no base path.
   if (!authority.empty() && authority.back() == '/') authority.remove_suffix(1);
   if (authority.find('/') != std::string_view::npos) return BadUrl(url, "a path is not allowed");
-  return ParseAuthority(url, authority);
+  auto address = ParseAuthority(url, authority, tls ? 443 : 80);
+  if (address.ok()) address->tls = tls;
+  return address;
 }
 
 ServerAddress DefaultServerAddress(const std::string& state_dir) {

@@ -1,4 +1,4 @@
-// Where the CLI finds the daemon: `unix:///path/to/sock` or `http://host:port`.
+// Where the CLI finds the daemon: `unix:///path/to/sock`, `http://host:port` or `https://...`.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -14,6 +14,8 @@ struct ServerAddress {
   std::string socket_path;  // kUnix
   std::string host;         // kTcp, without IPv6 brackets
   uint16_t port = 0;        // kTcp
+  bool tls = false;         // kTcp: https://
+  std::string ca_file;      // with tls: the authority to check the daemon's certificate against; "" = the system's
 
   // The value for the Host header.
   std::string HostHeader() const;
@@ -22,7 +24,7 @@ struct ServerAddress {
 };
 
 // Accepts `unix:///abs/path`, `unix:relative/path`, a bare `/abs/path`, `http://host[:port]`
-// (port 80 when absent, `[::1]` for IPv6) and `host:port`. A path after the authority is
+// (port 80 when absent, `[::1]` for IPv6), `https://host[:port]` (443) and `host:port`. A path after the authority is
 // not allowed: the API lives at the root.
 Result<ServerAddress> ParseServerUrl(std::string_view url);
 

@@ -66,6 +66,8 @@ struct DaemonConfig {
   int64_t max_sandboxes = 1000;
   // --audit-keep-days: how long audit records are kept (core/audit_log.h); 0 = for ever.
   int64_t audit_keep_days = 0;
+  // --tls-cert, --tls-key: PEM files; with them every TCP listener speaks TLS. Both or none.
+  std::string tls_cert, tls_key;
   int64_t storage_gb = 0;
   // --storage-driver: "overlay" (file copies, reflinked on xfs), "btrfs" (subvolume
   // snapshots; a btrfs image is made if the state dir has none) or "" = what the machine

@@ -79,6 +79,22 @@ int RunDaemon(const core::DaemonConfig& config) {
   }
   if (config.audit_keep_days > 0) (*audit)->KeepFor(std::chrono::hours(24 * config.audit_keep_days));
 
+  std::shared_ptr<TlsEndpoint> tls;
+  if (config.tls_cert.empty() != config.tls_key.empty()) {
+    spdlog::error("TLS: --tls-cert and --tls-key go together");
+    return 1;
+  }
+  if (!config.tls_cert.empty()) {
+    Result<std::shared_ptr<TlsEndpoint>> loaded = TlsEndpoint::Server(config.tls_cert, config.tls_key);
+    if (!loaded.ok()) {
+      spdlog::error("{}", loaded.error().message);
+      return 1;
+    }
+    tls = *loaded;
+    if (struct stat st{}; stat(config.tls_key.c_str(), &st) == 0 && (st.st_mode & 0077))
+      spdlog::warn("TLS key {} is readable by users other than its owner", config.tls_key);
+  }
+
   Result<std::string> e2b_key = LoadOrCreateE2bKey(state_dir);
   if (!e2b_key.ok()) {
     spdlog::error("E2B key: {}", e2b_key.error().message);
@@ -128,6 +144,7 @@ int RunDaemon(const core::DaemonConfig& config) {
                                    .e2b_domain = config.e2b_domain,
                                    .audit = audit->get(),
                                    .keys = keys->get(),
+                                   .tls = tls,
                                });
     if (!config.listen.empty()) {
       auto endpoint = server.ListenTcp(config.listen);

@@ -55,6 +55,8 @@ constexpr uint32_t kMaxHeaderBytes = 16 * 1024;
 // that closing does not reset the connection before the client read the response.
 constexpr std::chrono::seconds kLingerTime{2};
 constexpr size_t kMaxLingerBytes = 64 * 1024 * 1024;  // drained into a 16 KiB sink: time-bound, not memory
+// How long a TLS client has for its handshake (as for a plain one's request headers).
+constexpr std::chrono::milliseconds kTlsHandshakeTimeout{10000};
 
 auto Redirect(error_code& ec) { return asio::redirect_error(asio::use_awaitable, ec); }
 
@@ -202,7 +204,7 @@ Result<tcp::endpoint> ApiServer::ListenTcp(const std::string& host_port) {
                                                     : fmt::format("{}:{}", address, bound.port()));
 
   auto listener = std::make_unique<Listener>(control_, GenericProtocol(family, IPPROTO_TCP), true,
-                                             fmt::format("http://{}", host_port));
+                                             fmt::format("{}://{}", options_.tls ? "https" : "http", host_port));
   error_code ec;
   listener->acceptor.assign(GenericProtocol(family, IPPROTO_TCP), fd.get(), ec);
   if (ec) return MakeError(ErrorCode::kInternal, "assign listener: " + ec.message());
@@ -364,13 +366,18 @@ asio::awaitable<void> ApiServer::AcceptLoop(Listener& listener) {
         close(fd);
         continue;
       }
+      const std::string client = ClientAddress(fd);
       HttpStream stream(std::move(socket));
       auto executor = stream.get_executor();
       if (open_connections_.load() >= options_.max_connections) {
+        // (Over TLS, in the clear: a client past the limit is told so by its TLS failing.)
         asio::co_spawn(executor, RejectConnection(std::move(stream)), asio::detached);
+      } else if (listener.tcp && options_.tls) {
+        ++open_connections_;
+        asio::co_spawn(executor, ServeTls(std::move(stream), listener.e2b, client), asio::detached);
       } else {
         ++open_connections_;
-        asio::co_spawn(executor, ServeConnection(std::move(stream), listener.e2b), asio::detached);
+        asio::co_spawn(executor, ServeConnection(std::move(stream), listener.e2b, client), asio::detached);
       }
     }
   }
@@ -385,7 +392,26 @@ asio::awaitable<void> ApiServer::RejectConnection(HttpStream stream) {
   stream.close();
 }
 
-asio::awaitable<void> ApiServer::ServeConnection(HttpStream stream, bool e2b) {
+asio::awaitable<void> ApiServer::ServeTls(HttpStream stream, bool e2b, std::string client) {
+  UniqueFd tcp(stream.socket().release());
+  Result<UniqueFd> plain = co_await options_.tls->Wrap(io_.get_executor(), std::move(tcp), "", kTlsHandshakeTimeout);
+  if (!plain.ok()) {
+    --open_connections_;
+    spdlog::debug("TLS connection from {}: {}", client, plain.error().message);
+    co_return;
+  }
+  GenericProtocol::socket socket(stream.get_executor());
+  error_code ec;
+  socket.assign(GenericProtocol(AF_UNIX, 0), plain->get(), ec);
+  if (ec) {
+    --open_connections_;
+    co_return;
+  }
+  plain->release();
+  co_await ServeConnection(HttpStream(std::move(socket)), e2b, std::move(client));
+}
+
+asio::awaitable<void> ApiServer::ServeConnection(HttpStream stream, bool e2b, std::string client) {
   struct Counted {
     std::atomic<int64_t>& count;
     ~Counted() { --count; }
@@ -419,7 +445,7 @@ asio::awaitable<void> ApiServer::ServeConnection(HttpStream stream, bool e2b) {
         explicit InFlight(std::atomic<int64_t>& c) : count(c) { ++count; }
         ~InFlight() { --count; }
       } in_flight(requests_in_flight_);
-      const bool go_on = co_await ServeRequest(stream, buffer, parser, e2b);
+      const bool go_on = co_await ServeRequest(stream, buffer, parser, e2b, client);
       if (!go_on) break;
     }
   } catch (const std::exception& e) {
@@ -435,9 +461,10 @@ std::optional<Caller> ApiServer::Authenticate(std::string_view authorization) co
 }
 
 asio::awaitable<bool> ApiServer::ServeRequest(HttpStream& stream, beast::flat_buffer& buffer,
-                                              http::request_parser<http::empty_body>& parser, bool e2b) {
+                                              http::request_parser<http::empty_body>& parser, bool e2b,
+                                              const std::string& client) {
   const auto started = std::chrono::steady_clock::now();
-  HttpExchange exchange(stream, buffer, parser, stopping_);
+  HttpExchange exchange(stream, buffer, parser, stopping_, client);
   const std::string method(FromBeast(exchange.request().method_string()));
   const std::string target(FromBeast(exchange.request().target()));
   RouteMatch route;
@@ -455,8 +482,7 @@ asio::awaitable<bool> ApiServer::ServeRequest(HttpStream& stream, beast::flat_bu
     const nlohmann::json& notes = exchange.notes();
     if (status != 401 && !(mutating && !audit.action.empty() && !notes.contains("app_port"))) return;
     audit.outcome = status;
-    audit.source = ClientAddress(stream);
-    if (audit.source.empty()) audit.source = "unix";
+    audit.source = client.empty() ? "unix" : client;
     for (const auto& [key, value] : notes.items()) {
       if (key == "target" && value.is_string()) audit.target = value;
       else audit.detail[key] = value;

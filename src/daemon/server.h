@@ -21,6 +21,7 @@
 #include "api/handlers.h"
 #include "api/metrics.h"
 #include "common/result.h"
+#include "common/tls_relay.h"
 #include "core/sandbox_manager.h"
 #include "e2b/front.h"
 #include "http/http_exchange.h"
@@ -47,6 +48,9 @@ struct ServerOptions {
   core::AuditLog* audit = nullptr;
   // Tenants' keys beside api_key (service/access_keys.h); none: api_key alone.
   AccessKeys* keys = nullptr;
+  // TLS on every TCP listener (the API's and the E2B front's); none: plain HTTP. The unix
+  // socket stays plain (root-only).
+  std::shared_ptr<TlsEndpoint> tls;
 };
 
 class ApiServer {
@@ -77,12 +81,16 @@ class ApiServer {
   struct Listener;
 
   boost::asio::awaitable<void> AcceptLoop(Listener& listener);
-  // `e2b`: the connection came to the E2B front's listener.
-  boost::asio::awaitable<void> ServeConnection(HttpStream stream, bool e2b);
+  // `e2b`: the connection came to the E2B front's listener. `client`: its IP address, "" over
+  // the unix socket.
+  boost::asio::awaitable<void> ServeConnection(HttpStream stream, bool e2b, std::string client);
+  // A connection to a TCP listener with TLS on: its TLS ended (common/tls_relay.h), then served.
+  boost::asio::awaitable<void> ServeTls(HttpStream stream, bool e2b, std::string client);
   boost::asio::awaitable<void> RejectConnection(HttpStream stream);
   // Serves one request whose header was read; answers whether the connection may go on.
   boost::asio::awaitable<bool> ServeRequest(HttpStream& stream, beast::flat_buffer& buffer,
-                                            http::request_parser<http::empty_body>& parser, bool e2b);
+                                            http::request_parser<http::empty_body>& parser, bool e2b,
+                                            const std::string& client);
   void WaitForSignal();  // on control_
   void BeginShutdown();  // on control_
   boost::asio::awaitable<void> Drain();

@@ -49,8 +49,9 @@ bool IEquals(std::string_view a, std::string_view b) {
 
 HttpExchange::HttpExchange(HttpStream& stream, beast::flat_buffer& buffer,
                            http::request_parser<http::empty_body>& parser,
-                           const std::atomic<bool>& server_stopping)
+                           const std::atomic<bool>& server_stopping, std::string client_address)
     : stream_(stream),
+      client_address_(std::move(client_address)),
       buffer_(buffer),
       parser_(parser),
       request_(parser.get()),

@@ -49,10 +49,15 @@ class HttpExchange {
  public:
   // `parser` has read the request's header; the body, if any, is still unread.
   // While `server_stopping` is set, responses say "Connection: close".
+  // `client_address`: the client's IP address ("" for a unix socket client).
   HttpExchange(HttpStream& stream, beast::flat_buffer& buffer,
-               http::request_parser<http::empty_body>& parser, const std::atomic<bool>& server_stopping);
+               http::request_parser<http::empty_body>& parser, const std::atomic<bool>& server_stopping,
+               std::string client_address);
 
   const RequestHeader& request() const { return request_; }
+  // The client's IP address, "" over the unix socket. (Over TLS, the stream is the daemon's
+  // end of its relay, common/tls_relay.h: the address is the TCP peer's.)
+  const std::string& client_address() const { return client_address_; }
   HttpStream& stream() { return stream_; }
 
   // Reads the whole body into memory; 413 if it is (or announces to be) over `limit`.
@@ -144,6 +149,7 @@ class HttpExchange {
   void Responding(int status);  // sets status_, runs the OnRespond hook
 
   HttpStream& stream_;
+  std::string client_address_;
   beast::flat_buffer& buffer_;
   http::request_parser<http::empty_body>& parser_;
   RequestHeader request_;  // a copy: the parser moves on to read the body

@@ -169,7 +169,7 @@ class HttpProxySession {
       : exchange_(exchange), app_(app), upload_done_(executor) {}
 
   asio::awaitable<void> Run(const PortProxyRequest& request, bool upgrade) {
-    const RequestHeader head = AppRequestHead(exchange_.request(), request, ClientAddress(exchange_.stream()), upgrade);
+    const RequestHeader head = AppRequestHead(exchange_.request(), request, exchange_.client_address(), upgrade);
     // Answered here, before anything else may write to the client.
     const Status continued = co_await exchange_.AnswerExpectContinue();
     if (!continued.ok()) co_return;
@@ -321,12 +321,12 @@ class HttpProxySession {
 
 }  // namespace
 
-std::string ClientAddress(HttpStream& stream) {
-  error_code ec;
-  const auto endpoint = stream.socket().remote_endpoint(ec);
-  const int family = ec ? AF_UNSPEC : endpoint.protocol().family();
-  if (family != AF_INET && family != AF_INET6) return {};
-  return net::IpAddress::FromSockaddr(endpoint.data()).ToString();
+std::string ClientAddress(int fd) {
+  sockaddr_storage peer{};
+  socklen_t length = sizeof(peer);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &length) != 0) return {};
+  if (peer.ss_family != AF_INET && peer.ss_family != AF_INET6) return {};
+  return net::IpAddress::FromSockaddr(reinterpret_cast<const sockaddr*>(&peer)).ToString();
 }
 
 bool IsUpgradeRequest(const RequestHeader& request) {

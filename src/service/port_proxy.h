@@ -63,7 +63,8 @@ http::response<http::empty_body> ClientResponseHead(const http::response_header<
 // Whether the request asks to switch protocols (Connection: upgrade and an Upgrade header).
 bool IsUpgradeRequest(const RequestHeader& request);
 
-// The peer's IP address (for X-Forwarded-For, the audit's source); "" for a unix socket client.
-std::string ClientAddress(HttpStream& stream);
+// The IP address of the peer of the connected socket `fd` (for X-Forwarded-For, the audit's
+// source); "" for a unix socket client.
+std::string ClientAddress(int fd);
 
 }  // namespace bulkhead::api

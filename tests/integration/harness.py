@@ -116,16 +116,20 @@ _DEFAULT_KEY = object()
 class Client:
     """A small bulkhead API client: one connection per request, JSON in and out."""
 
-    def __init__(self, key: str, port: int | None = None, unix_path: str | None = None, timeout: float = 120):
+    def __init__(self, key: str, port: int | None = None, unix_path: str | None = None, timeout: float = 120,
+                 tls=None):
         self.key = key
         self.port = port
         self.unix_path = unix_path
         self.timeout = timeout
+        self.tls = tls  # an ssl.SSLContext: https to localhost:port
 
     def connection(self, timeout: float | None = None) -> http.client.HTTPConnection:
         t = self.timeout if timeout is None else timeout
         if self.unix_path:
             return UnixHTTPConnection(self.unix_path, t)
+        if self.tls:
+            return http.client.HTTPSConnection("localhost", self.port, timeout=t, context=self.tls)
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=t)
 
     def _headers(self, body, headers, key):
@@ -342,6 +346,7 @@ class Daemon:
     listen_host: str = "127.0.0.1"
     extra_args: tuple = ()
     runtime: str = RUNTIME  # --default-runtime
+    tls: object = None  # an ssl.SSLContext trusting the daemon's --tls-cert, when extra_args give one
     sanitizer_checked: int = 0  # how far the log has been searched for sanitizer reports
 
     @property
@@ -364,7 +369,7 @@ class Daemon:
     def client(self, timeout: float = 120) -> Client:
         if self.netns:
             return self.unix_client(timeout)
-        return Client(self.key, port=self.port, timeout=timeout)
+        return Client(self.key, port=self.port, timeout=timeout, tls=self.tls)
 
     def unix_client(self, timeout: float = 120) -> Client:
         return Client(self.key, unix_path=str(self.socket_path), timeout=timeout)
@@ -406,6 +411,8 @@ class Daemon:
         try:
             if self.netns:
                 conn = UnixHTTPConnection(str(self.socket_path), 2)
+            elif self.tls:
+                conn = http.client.HTTPSConnection("localhost", self.port, timeout=2, context=self.tls)
             else:
                 conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
             conn.request("GET", "/healthz")

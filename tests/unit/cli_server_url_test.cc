@@ -43,6 +43,14 @@ TEST(CliServerUrl, ParsesTcpForms) {
   EXPECT_EQ(v6->port, 9000);
   EXPECT_EQ(v6->HostHeader(), "[::1]:9000");
 
+  auto tls = ParseServerUrl("https://bulkhead.example.com");
+  ASSERT_TRUE(tls.ok());
+  EXPECT_TRUE(tls->tls);
+  EXPECT_EQ(tls->port, 443);
+  EXPECT_EQ(tls->HostHeader(), "bulkhead.example.com");
+  EXPECT_EQ(tls->ToUrl(), "https://bulkhead.example.com:443");
+  EXPECT_FALSE(full->tls);
+
   auto no_scheme = ParseServerUrl("127.0.0.1:7421");
   ASSERT_TRUE(no_scheme.ok());
   EXPECT_EQ(no_scheme->host, "127.0.0.1");
@@ -50,7 +58,7 @@ TEST(CliServerUrl, ParsesTcpForms) {
 }
 
 TEST(CliServerUrl, RejectsWhatItCannotReach) {
-  for (const char* url : {"", "https://127.0.0.1:7420", "ftp://x", "http://host:0", "http://host:70000",
+  for (const char* url : {"", "https://", "ftp://x", "http://host:0", "http://host:70000",
                           "http://host:7420/v1", "http://:7420", "http://host:", "http://[::1", "::1:7420",
                           "unix://", "http://host:12ab"}) {
     auto parsed = ParseServerUrl(url);

@@ -1,0 +1,184 @@
+#include "common/tls_relay.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <array>
+#include <future>
+#include <thread>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/generic/stream_protocol.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+
+// g++ 12 reports a false -Wmismatched-new-delete on asio's coroutine frames, whose
+// awaitable_frame_base brings its own matching operator new and delete.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
+namespace bulkhead {
+namespace {
+
+namespace asio = boost::asio;
+namespace ssl = boost::asio::ssl;
+using boost::system::error_code;
+using Plain = asio::generic::stream_protocol::socket;
+using Tls = ssl::stream<asio::ip::tcp::socket>;
+
+auto Redirect(error_code& ec) { return asio::redirect_error(asio::use_awaitable, ec); }
+
+Error TlsError(const std::string& what, const error_code& ec) {
+  return MakeError(ErrorCode::kInvalid, what + ": " + ec.message(), "tls_error");
+}
+
+// One connection's two sockets, shared by its two directions (and its handshake's deadline):
+// the last to end closes them.
+struct Relay {
+  Tls tls;
+  Plain plain;
+  bool handshaken = false;
+  Relay(Tls t, Plain p) : tls(std::move(t)), plain(std::move(p)) {}
+};
+
+// TLS to plain: what the peer sends. Its end (close_notify or the connection gone) ends the
+// plain side's reading too.
+asio::awaitable<void> TlsToPlain(std::shared_ptr<Relay> relay) {
+  std::array<char, 16384> buffer;
+  for (;;) {
+    error_code ec;
+    const size_t n = co_await relay->tls.async_read_some(asio::buffer(buffer), Redirect(ec));
+    if (n > 0) co_await asio::async_write(relay->plain, asio::buffer(buffer.data(), n), Redirect(ec));
+    if (ec) break;
+  }
+  error_code ignored;
+  relay->plain.shutdown(asio::socket_base::shutdown_send, ignored);
+}
+
+// Plain to TLS: what the server (or the client) answers. Its end closes the TLS session.
+asio::awaitable<void> PlainToTls(std::shared_ptr<Relay> relay) {
+  std::array<char, 16384> buffer;
+  for (;;) {
+    error_code ec;
+    const size_t n = co_await relay->plain.async_read_some(asio::buffer(buffer), Redirect(ec));
+    if (n > 0) co_await asio::async_write(relay->tls, asio::buffer(buffer.data(), n), Redirect(ec));
+    if (ec) break;
+  }
+  error_code ec;
+  co_await relay->tls.async_shutdown(Redirect(ec));
+  relay->tls.lowest_layer().shutdown(asio::socket_base::shutdown_both, ec);
+  relay->tls.lowest_layer().close(ec);
+}
+
+}  // namespace
+
+struct TlsEndpoint::Impl {
+  ssl::context context;
+  bool server;
+};
+
+TlsEndpoint::TlsEndpoint(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TlsEndpoint::~TlsEndpoint() = default;
+
+Result<std::shared_ptr<TlsEndpoint>> TlsEndpoint::Server(const std::string& cert_path, const std::string& key_path) {
+  auto impl = std::make_unique<Impl>(Impl{ssl::context(ssl::context::tls_server), true});
+  ssl::context& context = impl->context;
+  context.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
+                      ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 | ssl::context::single_dh_use);
+  for (const std::string& path : {cert_path, key_path})
+    if (access(path.c_str(), R_OK) != 0) return SystemError("TLS: cannot read " + path, errno);
+  error_code ec;
+  context.use_certificate_chain_file(cert_path, ec);
+  if (ec) return TlsError("TLS certificate " + cert_path + " (a PEM certificate chain)", ec);
+  context.use_private_key_file(key_path, ssl::context::pem, ec);
+  if (ec && ERR_GET_REASON(static_cast<unsigned long>(ec.value())) == X509_R_KEY_VALUES_MISMATCH) ec = {};
+  if (ec) return TlsError("TLS key " + key_path + " (a PEM private key)", ec);
+  if (SSL_CTX_check_private_key(context.native_handle()) != 1)
+    return MakeError(ErrorCode::kInvalid, "TLS key " + key_path + " is not the key of certificate " + cert_path,
+                     "tls_error");
+  return std::shared_ptr<TlsEndpoint>(new TlsEndpoint(std::move(impl)));
+}
+
+Result<std::shared_ptr<TlsEndpoint>> TlsEndpoint::Client(const std::string& ca_path) {
+  auto impl = std::make_unique<Impl>(Impl{ssl::context(ssl::context::tls_client), false});
+  ssl::context& context = impl->context;
+  context.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
+                      ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1);
+  error_code ec;
+  if (ca_path.empty())
+    context.set_default_verify_paths(ec);
+  else
+    context.load_verify_file(ca_path, ec);
+  if (ec) return TlsError("TLS authorities " + (ca_path.empty() ? std::string("of the system") : ca_path), ec);
+  context.set_verify_mode(ssl::verify_peer);
+  return std::shared_ptr<TlsEndpoint>(new TlsEndpoint(std::move(impl)));
+}
+
+asio::awaitable<Result<UniqueFd>> TlsEndpoint::Wrap(asio::any_io_executor executor, UniqueFd tcp,
+                                                    std::string server_name, std::chrono::milliseconds timeout) {
+  auto strand = asio::make_strand(executor);
+  asio::ip::tcp::socket socket(strand);
+  error_code ec;
+  sockaddr_storage local{};
+  socklen_t length = sizeof(local);
+  getsockname(tcp.get(), reinterpret_cast<sockaddr*>(&local), &length);
+  socket.assign(local.ss_family == AF_INET6 ? asio::ip::tcp::v6() : asio::ip::tcp::v4(), tcp.get(), ec);
+  if (ec) co_return TlsError("TLS socket", ec);
+  tcp.release();
+  auto relay = std::make_shared<Relay>(Tls(std::move(socket), impl_->context), Plain(strand));
+  Tls& tls = relay->tls;
+  if (!impl_->server) {
+    // The name for SNI and the name the certificate must carry.
+    SSL_set_tlsext_host_name(tls.native_handle(), server_name.c_str());
+    tls.set_verify_callback(ssl::host_name_verification(server_name));
+  }
+  // A peer that never finishes its handshake is cut off.
+  asio::steady_timer deadline(strand, timeout);
+  deadline.async_wait([weak = std::weak_ptr<Relay>(relay)](const error_code& waited) {
+    auto held = weak.lock();
+    if (waited || !held || held->handshaken) return;
+    error_code ignored;
+    held->tls.lowest_layer().close(ignored);
+  });
+  co_await tls.async_handshake(impl_->server ? ssl::stream_base::server : ssl::stream_base::client, Redirect(ec));
+  relay->handshaken = true;
+  deadline.cancel();
+  if (ec) co_return TlsError("TLS handshake", ec);
+
+  int pair[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, pair) != 0)
+    co_return SystemError("socketpair", errno);
+  UniqueFd ours(pair[0]), theirs(pair[1]);
+  relay->plain.assign(asio::generic::stream_protocol(AF_UNIX, 0), ours.get(), ec);
+  if (ec) co_return TlsError("TLS relay socket", ec);
+  ours.release();
+  asio::co_spawn(strand, TlsToPlain(relay), asio::detached);
+  asio::co_spawn(strand, PlainToTls(relay), asio::detached);
+  co_return theirs;
+}
+
+Result<UniqueFd> TlsEndpoint::WrapBlocking(UniqueFd tcp, const std::string& server_name,
+                                           std::chrono::milliseconds timeout) {
+  std::promise<Result<UniqueFd>> answer;
+  std::future<Result<UniqueFd>> answered = answer.get_future();
+  // The thread lives as long as the relay: its io_context runs out of work when both ends close.
+  std::thread([self = shared_from_this(), fd = tcp.release(), server_name, timeout, answer = std::move(answer)]() mutable {
+    asio::io_context io;
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+          answer.set_value(co_await self->Wrap(io.get_executor(), UniqueFd(fd), server_name, timeout));
+        },
+        asio::detached);
+    io.run();
+  }).detach();
+  return answered.get();
+}
+
+}  // namespace bulkhead
