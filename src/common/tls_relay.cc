@@ -70,8 +70,15 @@ asio::awaitable<void> PlainToTls(std::shared_ptr<Relay> relay) {
     if (n > 0) co_await asio::async_write(relay->tls, asio::buffer(buffer.data(), n), Redirect(ec));
     if (ec) break;
   }
+  // close_notify, then the connection goes: a peer that never answers it holds nothing long.
+  asio::steady_timer limit(relay->tls.get_executor(), std::chrono::seconds(2));
+  limit.async_wait([relay](const error_code& waited) {
+    error_code ignored;
+    if (!waited) relay->tls.lowest_layer().close(ignored);
+  });
   error_code ec;
   co_await relay->tls.async_shutdown(Redirect(ec));
+  limit.cancel();
   relay->tls.lowest_layer().shutdown(asio::socket_base::shutdown_both, ec);
   relay->tls.lowest_layer().close(ec);
 }

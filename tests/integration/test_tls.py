@@ -9,6 +9,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -151,3 +152,22 @@ def test_bad_tls_settings_stop_the_daemon_with_a_clear_message(daemon_factory, c
         with pytest.raises(RuntimeError) as failed:
             daemon.start(timeout=20)
         assert says in str(failed.value), (args, str(failed.value)[-2000:])
+
+
+def test_tls_connections_that_end_or_fail_leave_nothing_open(tls_daemon):
+    client = tls_daemon.client()
+    for _ in range(20):
+        assert client.get("/healthz").status == 200
+    for junk in (b"\x16\x03\x01\x00\x05hello", b"GET / HTTP/1.1\r\n\r\n", b""):
+        with socket.create_connection(("127.0.0.1", tls_daemon.port), timeout=10) as raw:
+            raw.sendall(junk)
+    # A client that stops half-way through its handshake is cut off (within 10 s).
+    stalled = socket.create_connection(("127.0.0.1", tls_daemon.port), timeout=30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if client.metric("bulkhead_http_connections_open") <= 1:  # this request's own
+            break
+        time.sleep(0.2)
+    assert client.metric("bulkhead_http_connections_open") <= 1
+    assert stalled.recv(1) == b""
+    stalled.close()
