@@ -187,6 +187,8 @@ Result<std::vector<json>> AuditLog::Read(const Filter& filter) const {
     const std::string time = record->value("time", "");
     if (!filter.action.empty() && record->value("action", "") != filter.action) continue;
     if (!filter.target.empty() && record->value("target", "") != filter.target) continue;
+    if (!filter.tenant.empty() && record->value("tenant", "") != filter.tenant) continue;
+    if (!filter.key.empty() && record->value("key", "") != filter.key) continue;
     if (!filter.since.empty() && time < filter.since) continue;
     if (!filter.until.empty() && time >= filter.until) continue;
     records.push_back(std::move(*record));

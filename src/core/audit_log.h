@@ -51,7 +51,7 @@ class AuditLog {
   struct Filter {
     uint64_t after = 0;  // records with seq > after
     size_t limit = 100;
-    std::string action, target;  // exact matches, if not empty
+    std::string action, target, tenant, key;  // exact matches, if not empty
     std::string since, until;    // RFC 3339 times (compared as text: the log writes one form)
   };
 

@@ -172,6 +172,7 @@ Result<tcp::endpoint> ApiServer::ListenE2b(const std::string& host_port) {
       .manager = manager_,
       .blocking_pool = blocking_pool_,
       .key = options_.e2b_key,
+      .keys = options_.keys,
       .domain = options_.e2b_domain.empty() ? e2b::DefaultE2bDomain(host_port, bound->port())
                                             : options_.e2b_domain,
       .host = HostLimits::Detect(manager_.config().default_runtime),
@@ -483,6 +484,7 @@ asio::awaitable<bool> ApiServer::ServeRequest(HttpStream& stream, beast::flat_bu
     if (status != 401 && !(mutating && !audit.action.empty() && !notes.contains("app_port"))) return;
     audit.outcome = status;
     audit.source = client.empty() ? "unix" : client;
+    if (caller) audit.key = caller->key_id, audit.tenant = caller->tenant;
     for (const auto& [key, value] : notes.items()) {
       if (key == "target" && value.is_string()) audit.target = value;
       else audit.detail[key] = value;
@@ -504,7 +506,7 @@ asio::awaitable<bool> ApiServer::ServeRequest(HttpStream& stream, beast::flat_bu
     if (e2b) {
       audit.key = "e2b";
       audit.action = "e2b " + method + " " + target.substr(0, target.find('?'));
-      route.pattern = co_await e2b_->Handle(exchange);
+      route.pattern = co_await e2b_->Handle(exchange, caller);
     } else if (preview) {
       // A sandbox's port by host name, without the API key: the id (a public preview) or the
       // preview token (a private one) is the capability, since preview URLs open in browsers.
@@ -515,14 +517,13 @@ asio::awaitable<bool> ApiServer::ServeRequest(HttpStream& stream, beast::flat_bu
       exchange.Note("app_port", preview->port);
       const std::string_view authorization = FromBeast(exchange.request()[http::field::authorization]);
       caller = Authenticate(authorization);
-      co_await ServePreviewHost(exchange, manager_, *preview, caller && caller->HostAdmin());
+      co_await ServePreviewHost(exchange, manager_, *preview, caller);
     } else if (!(parsed = ParseTarget(target))) {
       co_await exchange.SendError(MakeError(ErrorCode::kBadRequest, "malformed request target"));
     } else {
       route = MatchRoute(method, parsed->path);
       const std::string_view authorization = FromBeast(exchange.request()[http::field::authorization]);
       caller = Authenticate(authorization);
-      if (caller) audit.key = caller->key_id, audit.tenant = caller->tenant;
       if (route.outcome == RouteMatch::Outcome::kMatched) {
         audit.action = method + " " + std::string(route.pattern);
         for (const char* name : {"id", "name", "snapshot_id"})

@@ -259,7 +259,8 @@ asio::awaitable<void> SendPage(api::HttpExchange& exchange, const json& items, c
 
 class ControlPlane {
  public:
-  ControlPlane(E2bContext& context, api::HttpExchange& exchange) : context_(context), exchange_(exchange) {}
+  ControlPlane(E2bContext& context, api::HttpExchange& exchange, const api::Caller& caller)
+      : context_(context), exchange_(exchange), caller_(caller) {}
 
   asio::awaitable<std::string_view> Serve(const api::RequestTarget& target);
 
@@ -291,9 +292,15 @@ class ControlPlane {
   Result<core::SandboxInfo> Find(const std::string& id) {
     if (!api::IsValidSandboxId(id)) return NotFound(id);
     std::vector<core::SandboxInfo> found = context_.manager.List(core::ListFilter{.id = id});
-    if (found.empty() || !E2bState(found.front().state)) return NotFound(id);
+    if (found.empty() || !E2bState(found.front().state) || !Mine(found.front().spec.tenant)) return NotFound(id);
     return std::move(found.front());
   }
+  // Whether an object of `tenant` is the caller's (the host's key: every one).
+  bool Mine(const std::string& tenant) const { return caller_.HostAdmin() || tenant == caller_.tenant; }
+  // A tenant's key reaches its own sandboxes and snapshots; read-only ones only read; the
+  // template routes (builds into the host's shared image store) are the host's key's. A refusal
+  // is answered; an unknown id is left to its route.
+  asio::awaitable<bool> Refused(const std::vector<std::string>& s, size_t base, http::verb method);
   static Error NotFound(const std::string& id) {
     return MakeError(ErrorCode::kNotFound, fmt::format("sandbox \"{}\" not found", id));
   }
@@ -309,6 +316,7 @@ class ControlPlane {
 
   E2bContext& context_;
   api::HttpExchange& exchange_;
+  const api::Caller& caller_;
 };
 
 asio::awaitable<std::string_view> ControlPlane::Serve(const api::RequestTarget& target) {
@@ -331,6 +339,7 @@ asio::awaitable<std::string_view> ControlPlane::Serve(const api::RequestTarget& 
   const size_t n = s.size();
   const bool v2 = n >= 1 && s[0] == "v2";
   const size_t base = v2 ? 1 : 0;  // index of "sandboxes"
+  if (!caller_.HostAdmin() && co_await Refused(s, base, method)) co_return "refused";
 
   if (n == base + 1 && s[base] == "sandboxes") {
     if (post) co_return co_await Create(), "POST /sandboxes";
@@ -387,11 +396,14 @@ asio::awaitable<void> ControlPlane::Create() {
     template_id = *image;
     (*e2b)["templateID"] = template_id;
   }
-  const bool is_snapshot = context_.manager.GetSnapshot(template_id).ok();
+  Result<core::SnapshotInfo> snapshot = context_.manager.GetSnapshot(template_id);
+  if (snapshot.ok() && !Mine(snapshot->tenant)) co_return co_await Fail(NotFound(template_id));  // (as unknown)
+  const bool is_snapshot = snapshot.ok();
   Result<json> body = BulkheadCreateBody(*e2b, is_snapshot);
   if (!body.ok()) co_return co_await Fail(body.error());
   Result<core::SandboxSpec> spec = api::ParseSandboxSpec(*body, context_.host);
   if (!spec.ok()) co_return co_await Fail(spec.error());
+  spec->tenant = caller_.tenant;
   // A template that names a registry image is pulled on first use, as the API's create does.
   Status image = co_await api::PrepareCreateImage(context_.manager, context_.blocking_pool, *body, *spec);
   if (!image.ok()) co_return co_await Fail(image.error());
@@ -464,6 +476,7 @@ asio::awaitable<void> ControlPlane::List(const api::QueryParams& query, bool pag
   // The manager lists them in the order they were made.
   std::vector<std::pair<core::SandboxInfo, std::string>> found;
   std::vector<ListKey> keys;
+  if (!caller_.HostAdmin()) filter.tenant = caller_.tenant;
   for (core::SandboxInfo& sandbox : context_.manager.List(filter)) {
     std::optional<std::string> state = E2bState(sandbox.state);
     if (!state || std::find(states.begin(), states.end(), *state) == states.end()) continue;
@@ -706,6 +719,7 @@ asio::awaitable<void> ControlPlane::ListSnapshots(const api::QueryParams& query)
   std::vector<core::SnapshotInfo> snapshots;
   for (core::SnapshotInfo& snapshot : context_.manager.ListSnapshots()) {  // oldest first
     if (snapshot.name.starts_with(core::kBuildSnapshotPrefix)) continue;  // a build's cache, not a template
+    if (!Mine(snapshot.tenant)) continue;
     if (sandbox_id && snapshot.sandbox_id != *sandbox_id) continue;
     if (name && snapshot.name != *name) continue;
     snapshots.push_back(std::move(snapshot));
@@ -725,7 +739,7 @@ asio::awaitable<void> ControlPlane::ListSnapshots(const api::QueryParams& query)
 
 asio::awaitable<void> ControlPlane::DeleteSnapshot(const std::string& id) {
   core::SandboxManager& manager = context_.manager;
-  if (!manager.GetSnapshot(id).ok()) {
+  if (Result<core::SnapshotInfo> snapshot = manager.GetSnapshot(id); !snapshot.ok() || !Mine(snapshot->tenant)) {
     co_return co_await SendE2bError(exchange_, 404, fmt::format("template \"{}\" not found", id));
   }
   Status deleted = co_await Blocking([&] { return manager.DeleteSnapshot(id); });
@@ -920,9 +934,31 @@ Result<std::map<std::string, std::string>> ParseMetadataFilter(std::string_view 
   return out;
 }
 
+asio::awaitable<bool> ControlPlane::Refused(const std::vector<std::string>& s, size_t base, http::verb method) {
+  const size_t n = s.size();
+  if (caller_.scope == api::Scope::kReadOnly && method != http::verb::get && method != http::verb::head) {
+    co_await SendE2bError(exchange_, 403, "this key is read-only");
+    co_return true;
+  }
+  if (n >= base + 2 && s[base] == "sandboxes" && !(n == base + 2 && s[base + 1] == "metrics")) {
+    if (Result<core::SandboxInfo> sandbox = Find(s[base + 1]); !sandbox.ok()) {
+      co_await Fail(sandbox.error());  // another tenant's: as an unknown one
+      co_return true;
+    }
+  }
+  const bool templates = (n >= 1 && s[0] == "templates") || (n >= 2 && (s[0] == "v2" || s[0] == "v3") && s[1] == "templates");
+  const bool alias = n == 3 && s[0] == "templates" && s[1] == "aliases";
+  const bool snapshot = n == 2 && s[0] == "templates" && context_.manager.GetSnapshot(s[1]).ok();  // (its tenant's)
+  if (templates && !alias && !snapshot) {
+    co_await SendE2bError(exchange_, 403, "templates are the host's: a tenant's key does not build or change them");
+    co_return true;
+  }
+  co_return false;
+}
+
 asio::awaitable<std::string_view> ServeControlPlane(E2bContext& context, api::HttpExchange& exchange,
-                                                    const api::RequestTarget& target) {
-  ControlPlane plane(context, exchange);
+                                                    const api::RequestTarget& target, const api::Caller& caller) {
+  ControlPlane plane(context, exchange, caller);
   co_return co_await plane.Serve(target);
 }
 

@@ -15,9 +15,10 @@
 
 namespace bulkhead::e2b {
 
-// Answers one request; answers the route's label.
+// Answers one request of `caller` (the E2B key: the host's admin; a tenant's API key: that
+// tenant, whose sandboxes and snapshots alone it reaches); answers the route's label.
 boost::asio::awaitable<std::string_view> ServeControlPlane(E2bContext& context, api::HttpExchange& exchange,
-                                                           const api::RequestTarget& target);
+                                                           const api::RequestTarget& target, const api::Caller& caller);
 
 // NewSandboxV2 (or the v1 NewSandbox) as the body of bulkhead's POST /v1/sandboxes, before
 // bulkhead's own validation: templateID "base" is the host image, a snapshot id starts from

@@ -292,7 +292,7 @@ std::string DefaultE2bDomain(std::string_view listen, uint16_t bound_port) {
   return fmt::format("{}:{}", host, bound_port);
 }
 
-asio::awaitable<std::string_view> E2bFront::Handle(api::HttpExchange& exchange) {
+asio::awaitable<std::string_view> E2bFront::Handle(api::HttpExchange& exchange, std::optional<api::Caller>& caller) {
   const api::RequestHeader& request = exchange.request();
   std::optional<api::RequestTarget> target = api::ParseTarget(api::FromBeast(request.target()));
   if (!target) {
@@ -328,12 +328,19 @@ asio::awaitable<std::string_view> E2bFront::Handle(api::HttpExchange& exchange) 
   if (target->path.starts_with(kTemplateUploadPrefix)) {  // signed: the SDKs send no key
     co_return co_await ServeTemplateUpload(context_, exchange, *target);
   }
-  if (!api::ConstantTimeEquals(Header(request, "X-API-KEY"), context_.key)) {
+  // The front's own key is the host's admin; a tenant's API key (bhk_...) is its tenant, as on
+  // the API.
+  const std::string_view key = Header(request, "X-API-KEY");
+  if (api::ConstantTimeEquals(key, context_.key))
+    caller = api::Caller{.key_id = "e2b"};
+  else if (context_.keys && key.starts_with("bhk_"))
+    caller = context_.keys->Authenticate("Bearer " + std::string(key));
+  if (!caller) {
     co_await SendE2bError(exchange, 401, "Invalid API key, it must start with 'e2b_' and be the one bulkhead issued "
-                                         "(<state dir>/e2b-api-key)");
+                                         "(<state dir>/e2b-api-key), or be a tenant's API key");
     co_return "unauthorized";
   }
-  co_return co_await ServeControlPlane(context_, exchange, *target);
+  co_return co_await ServeControlPlane(context_, exchange, *target, *caller);
 }
 
 }  // namespace bulkhead::e2b

@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>  // before boost/asio/awaitable.hpp (Boost 1.74 uses std::exchange unincluded)
@@ -19,6 +20,7 @@
 #include "e2b/watchers.h"
 #include "http/http_exchange.h"
 #include "http/request_target.h"
+#include "service/access_keys.h"
 #include "service/validate.h"
 
 namespace bulkhead::e2b {
@@ -33,7 +35,8 @@ constexpr std::string_view kEnvdPort = "49983";
 struct E2bContext {
   core::SandboxManager& manager;
   boost::asio::thread_pool& blocking_pool;  // for the manager's (blocking) calls
-  std::string key;                          // the E2B API key (X-API-KEY)
+  std::string key;                          // the E2B API key (X-API-KEY): the host's admin
+  api::AccessKeys* keys = nullptr;          // tenants' API keys, also taken as X-API-KEY; none: the key alone
   // The sandboxes' "domain": a request to this front for host {port}-{id}.{domain} goes to
   // that port of the sandbox (the SDKs' getHost), as E2B's proxy routes it.
   std::string domain;
@@ -51,8 +54,9 @@ class E2bFront {
  public:
   explicit E2bFront(E2bContext context) : context_(std::move(context)) {}
 
-  // Answers one request. Answers a bounded label of what it was, for metrics and logs.
-  boost::asio::awaitable<std::string_view> Handle(api::HttpExchange& exchange);
+  // Answers one request. Answers a bounded label of what it was, for metrics and logs; sets
+  // `caller` to who its X-API-KEY named, for the audit (none: traffic to a sandbox, or no key).
+  boost::asio::awaitable<std::string_view> Handle(api::HttpExchange& exchange, std::optional<api::Caller>& caller);
 
  private:
   E2bContext context_;

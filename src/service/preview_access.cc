@@ -151,7 +151,7 @@ std::string CookiesWithoutPreviewToken(std::string_view cookies) {
 }
 
 asio::awaitable<void> ServePreviewHost(HttpExchange& exchange, core::SandboxManager& manager,
-                                       const PreviewHost& host, bool has_api_key) {
+                                       const PreviewHost& host, const std::optional<Caller>& caller) {
   const std::string target(FromBeast(exchange.request().target()));
   if (target.empty() || target[0] != '/') {
     co_return co_await exchange.SendError(MakeError(ErrorCode::kBadRequest, "malformed request target"));
@@ -161,6 +161,7 @@ asio::awaitable<void> ServePreviewHost(HttpExchange& exchange, core::SandboxMana
   if (IsValidSandboxId(host.sandbox_id)) found = manager.List(core::ListFilter{.id = host.sandbox_id});
   if (found.empty()) co_return co_await exchange.SendError(SandboxNotFound(host.sandbox_id));
   const core::PreviewAccess& preview = found.front().spec.preview;
+  const bool has_api_key = caller && (caller->HostAdmin() || caller->tenant == found.front().spec.tenant);
   switch (DecidePreviewAccess(exchange.request(), preview, has_api_key)) {
     case PreviewVerdict::kAllowed:
       break;
@@ -187,7 +188,7 @@ asio::awaitable<void> ServePreviewHost(HttpExchange& exchange, core::SandboxMana
                                  .port = host.port,
                                  .app_target = WithoutPreviewTokenParam(target),
                                  .by_host = true,
-                                 .strip_authorization = has_api_key};
+                                 .strip_authorization = caller.has_value()};  // (a key of ours never reaches the app)
   co_await ServePortProxy(exchange, manager, request);
 }
 

@@ -17,6 +17,7 @@
 #include <boost/asio/awaitable.hpp>
 
 #include "core/sandbox_manager.h"
+#include "service/access_keys.h"
 #include "http/http_exchange.h"
 
 namespace bulkhead::api {
@@ -61,8 +62,10 @@ std::string WithoutPreviewTokenParam(std::string_view target);
 std::string CookiesWithoutPreviewToken(std::string_view cookies);
 
 // Serves a request by preview host name: 404 for an unknown sandbox, the access check, then
-// the port proxy.
+// the port proxy. `caller`: who the request's Authorization names, if anyone; the host's key
+// and the sandbox's own tenant's keys open a private preview as its token does, another
+// tenant's do not.
 boost::asio::awaitable<void> ServePreviewHost(HttpExchange& exchange, core::SandboxManager& manager,
-                                              const PreviewHost& host, bool has_api_key);
+                                              const PreviewHost& host, const std::optional<Caller>& caller);
 
 }  // namespace bulkhead::api

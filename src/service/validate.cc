@@ -493,8 +493,14 @@ Result<core::AuditLog::Filter> ParseAuditFilter(const std::vector<std::pair<std:
       if (!AllDigits(value) || value.size() > 19 || (limit && (value.size() > 4 || std::stoll(value) < 1 || std::stoll(value) > 1000)))
         return Invalid(limit ? "limit must be a whole number from 1 to 1000" : "after must be a record's seq (a whole number)");
       (limit ? filter.limit : filter.after) = std::stoull(value);
-    } else if (key == "action" || key == "target") {
-      (key == "action" ? filter.action : filter.target) = value;
+    } else if (key == "action") {
+      filter.action = value;
+    } else if (key == "target") {
+      filter.target = value;
+    } else if (key == "tenant") {
+      filter.tenant = value;
+    } else if (key == "key") {
+      filter.key = value;
     } else if (key == "since" || key == "until") {
       const std::optional<int64_t> ms = ParseRfc3339Millis(value);
       if (!ms) return Invalid(fmt::format("{} must be an RFC 3339 time, such as 2026-12-01T00:00:00Z", key));

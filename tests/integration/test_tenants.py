@@ -273,3 +273,23 @@ def cli(daemon, *args, key=None) -> subprocess.CompletedProcess:
     if key:
         env["BULKHEAD_API_KEY"] = key
     return subprocess.run([str(BULKHEAD), *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_a_private_preview_opens_for_its_own_tenants_keys_and_not_anothers(daemon, two_tenants):
+    from test_ports import APP, APP_PORT, host_call, start_server
+    a, b = two_tenants["a"], two_tenants["b"]
+    sandbox = a["client"].create(preview={"public": False})["id"]
+    try:
+        start_server(a["client"], sandbox, "app", APP, APP_PORT)
+        host = f"{APP_PORT}-{sandbox}.localhost:7420"
+        own = host_call(a["client"], "GET", host, "/", headers={"Authorization": f"Bearer {a['client'].key}"})
+        assert own.status == 200, own
+        theirs = host_call(a["client"], "GET", host, "/", headers={"Authorization": f"Bearer {b['client'].key}"})
+        assert theirs.status == 403 and theirs.json()["error"]["code"] == "preview_token_required", theirs
+        admin = host_call(a["client"], "GET", host, "/", headers={"Authorization": f"Bearer {daemon.key}"})
+        assert admin.status == 200, admin
+        # Through the API's port route, another tenant's key finds no such sandbox.
+        r = b["client"].get(f"/v1/sandboxes/{sandbox}/ports/{APP_PORT}/")
+        assert r.status == 404, r
+    finally:
+        a["client"].remove(sandbox)
