@@ -1,6 +1,8 @@
 // The tenant and key routes of ApiHandlers (handlers.h): tenants are the host admin's to make
 // and remove (access.h); keys a tenant's admin makes and revokes for its own tenant.
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -180,9 +182,20 @@ asio::awaitable<void> ApiHandlers::SendTenant(HttpExchange& exchange, http::stat
   co_await exchange.SendJson(status, body);
 }
 
-asio::awaitable<void> ApiHandlers::DeleteTenant(HttpExchange& exchange, const std::string& name) {
+asio::awaitable<void> ApiHandlers::DeleteTenant(HttpExchange& exchange, const std::string& name,
+                                              const QueryParams& query) {
   if (!context_.keys) co_return co_await exchange.SendError(NoAccessKeys());
+  const std::string* purge_param = QueryParam(query, "purge");
+  if (purge_param && *purge_param != "true" && *purge_param != "false")
+    co_return co_await exchange.SendError(Invalid("purge is true or false"));
   if (!context_.keys->HasTenant(name)) co_return co_await exchange.SendError(TenantNotFound(name));
+  exchange.Note("target", name);
+  if (purge_param && *purge_param == "true") {
+    Result<json> proof = co_await RunBlocking(context_.blocking_pool, [&] { return PurgeTenant(name); });
+    if (!proof.ok()) co_return co_await exchange.SendError(proof.error());
+    exchange.Note("purged", (*proof)["removed_counts"]);
+    co_return co_await exchange.SendJson(http::status::ok, *proof);
+  }
   // What it owns goes first (its sandboxes deleted, its snapshots too): a tenant removed with
   // objects left would leave them reachable by no key but the host's.
   size_t sandboxes = context_.manager.List(core::ListFilter{.tenant = name}).size(), snapshots = 0;
@@ -190,12 +203,76 @@ asio::awaitable<void> ApiHandlers::DeleteTenant(HttpExchange& exchange, const st
   if (sandboxes || snapshots)
     co_return co_await exchange.SendError(MakeError(
         ErrorCode::kConflict,
-        fmt::format("tenant {} still has {} sandboxes and {} snapshots: delete them first", name, sandboxes, snapshots),
+        fmt::format("tenant {} still has {} sandboxes and {} snapshots: delete them first, or purge it "
+                    "(?purge=true, bulkhead tenant rm --purge)",
+                    name, sandboxes, snapshots),
         "tenant_not_empty"));
   if (Status removed = context_.keys->RemoveTenant(name); !removed.ok())  // its quota row too
     co_return co_await exchange.SendError(removed.error());
   (void)context_.manager.SetQuota(name, {});  // a tenant made again with this name starts with none
   co_await exchange.SendNoContent();
+}
+
+Result<json> ApiHandlers::PurgeTenant(const std::string& name) {
+  core::SandboxManager& manager = context_.manager;
+  json keys = json::array(), sandboxes = json::array(), snapshots = json::array();
+  // Its keys first: nothing new of the tenant's can start while the rest goes.
+  for (const KeyInfo& key : context_.keys->Keys(name)) {
+    BH_TRY(context_.keys->Revoke(key.id));
+    keys.push_back(key.id);
+  }
+  int64_t egress_records = 0;
+  for (const core::SandboxInfo& sandbox : manager.List(core::ListFilter{.tenant = name})) {
+    if (auto egress = manager.Egress(sandbox.id, 1'000'000); egress.ok()) egress_records += static_cast<int64_t>(egress->size());
+    Status deleted = manager.Delete(sandbox.id);  // its files, layer, egress log, usage history
+    if (!deleted.ok() && deleted.error().code != ErrorCode::kNotFound) return deleted.error();
+    sandboxes.push_back({{"id", sandbox.id}, {"state", sandbox.state}, {"created_at", sandbox.created_at}});
+  }
+  // A snapshot that a create from it (started before the keys went) still reads is retried.
+  for (int attempt = 0;; ++attempt) {
+    bool busy = false;
+    for (const core::SnapshotInfo& snapshot : manager.ListSnapshots()) {
+      if (snapshot.tenant != name) continue;
+      Status deleted = manager.DeleteSnapshot(snapshot.id);
+      if (deleted.ok() || deleted.error().code == ErrorCode::kNotFound) {
+        snapshots.push_back({{"id", snapshot.id}, {"size_bytes", snapshot.size_bytes}, {"created_at", snapshot.created_at}});
+      } else if (deleted.error().code == ErrorCode::kConflict && attempt < 50) {
+        busy = true;
+      } else {
+        return deleted.error();
+      }
+    }
+    // Sandboxes a create in flight made meanwhile go too.
+    for (const core::SandboxInfo& sandbox : manager.List(core::ListFilter{.tenant = name})) {
+      (void)manager.Delete(sandbox.id);
+      sandboxes.push_back({{"id", sandbox.id}, {"state", sandbox.state}, {"created_at", sandbox.created_at}});
+      busy = true;
+    }
+    if (!busy) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const json quota = core::QuotaToJson(manager.Quota(name));
+  BH_TRY(manager.SetQuota(name, {}));
+  BH_TRY(context_.keys->RemoveTenant(name));  // its key rows, its row
+  // The proof: what is left of it, counted again now it is gone.
+  size_t left_snapshots = 0;
+  for (const core::SnapshotInfo& snapshot : manager.ListSnapshots()) left_snapshots += snapshot.tenant == name;
+  const json remaining = {{"sandboxes", manager.List(core::ListFilter{.tenant = name}).size()},
+                          {"snapshots", left_snapshots},
+                          {"keys", context_.keys->Keys(name).size()},
+                          {"tenant", context_.keys->HasTenant(name)}};
+  const json counts = {{"sandboxes", sandboxes.size()},  {"snapshots", snapshots.size()},
+                       {"keys", keys.size()},            {"egress_records", egress_records}};
+  return json{{"tenant", name},
+              {"removed", {{"sandboxes", std::move(sandboxes)},
+                           {"snapshots", std::move(snapshots)},
+                           {"keys", std::move(keys)},
+                           {"quota", quota},
+                           {"egress_records", egress_records}}},
+              {"removed_counts", counts},
+              {"remaining", remaining},
+              {"kept", {{"audit", "the audit log keeps the tenant's records and this purge's: they are the hash-chained "
+                                  "evidence of who did what, removed only by --audit-keep-days"}}}};
 }
 
 asio::awaitable<void> ApiHandlers::CreateKey(HttpExchange& exchange, const Caller& caller) {

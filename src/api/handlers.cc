@@ -146,7 +146,7 @@ asio::awaitable<void> ApiHandlers::Handle(HttpExchange& exchange, const RouteMat
     case RouteId::kListTenants: co_return co_await ListTenants(exchange);
     case RouteId::kGetTenant: co_return co_await GetTenant(exchange, route.Param("tenant"), caller);
     case RouteId::kUpdateTenant: co_return co_await UpdateTenant(exchange, route.Param("tenant"));
-    case RouteId::kDeleteTenant: co_return co_await DeleteTenant(exchange, route.Param("tenant"));
+    case RouteId::kDeleteTenant: co_return co_await DeleteTenant(exchange, route.Param("tenant"), query);
     case RouteId::kCreateKey: co_return co_await CreateKey(exchange, caller);
     case RouteId::kListKeys: co_return co_await ListKeys(exchange, caller);
     case RouteId::kRevokeKey: co_return co_await RevokeKey(exchange, route.Param("key_id"), caller);

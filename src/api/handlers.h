@@ -63,9 +63,13 @@ class ApiHandlers {
   boost::asio::awaitable<void> ListTenants(HttpExchange& exchange);
   boost::asio::awaitable<void> GetTenant(HttpExchange& exchange, const std::string& name, const Caller& caller);
   boost::asio::awaitable<void> UpdateTenant(HttpExchange& exchange, const std::string& name);
+  // Removes every sandbox (with its files and egress log), snapshot, key and quota of the
+  // tenant, then the tenant; answers what went and what is left of it (nothing). Blocking.
+  Result<nlohmann::json> PurgeTenant(const std::string& name);
   // The Tenant object, with its quotas and usage.
   boost::asio::awaitable<void> SendTenant(HttpExchange& exchange, http::status status, const std::string& name);
-  boost::asio::awaitable<void> DeleteTenant(HttpExchange& exchange, const std::string& name);
+  // ?purge=true: everything the tenant owns goes first, and the answer lists it (PurgeTenant).
+  boost::asio::awaitable<void> DeleteTenant(HttpExchange& exchange, const std::string& name, const QueryParams& query);
   boost::asio::awaitable<void> CreateKey(HttpExchange& exchange, const Caller& caller);
   boost::asio::awaitable<void> ListKeys(HttpExchange& exchange, const Caller& caller);
   boost::asio::awaitable<void> RevokeKey(HttpExchange& exchange, const std::string& id, const Caller& caller);

@@ -486,6 +486,10 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
   Selects(tenant_list, line, Command::kTenantList);
   CLI::App* tenant_remove = tenant->add_subcommand("rm", "Remove tenants and their keys (refused while one owns sandboxes or snapshots)");
   tenant_remove->add_option("names", line.tenant_names, "Tenant names")->required();
+  tenant_remove->add_flag("--purge", line.tenant_purge,
+                          "Delete everything each owns first (sandboxes, snapshots, egress logs, keys, quotas) and "
+                          "print what went and what is left (nothing); the audit log is kept");
+  tenant_remove->add_flag("--json", line.json, "With --purge: print the API's JSON proof");
   Selects(tenant_remove, line, Command::kTenantRemove);
 
   CLI::App* key = app.add_subcommand("key", "Manage tenants' API keys");

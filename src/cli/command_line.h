@@ -169,6 +169,7 @@ struct CommandLine {
   std::optional<int64_t> volume_size_mb; // volume create --size-mb
   std::vector<std::string> tenant_names; // tenant create (one), tenant rm
   std::string tenant_name;               // tenant show, tenant quota
+  bool tenant_purge = false;             // tenant rm --purge
   std::vector<std::string> tenant_quotas; // tenant create --quota, tenant quota: KEY=VALUE
   std::vector<std::string> key_ids;      // key revoke
   std::string key_tenant;                // key create --tenant

@@ -3,6 +3,8 @@
 #include <ctime>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "cli/command_line.h"
 #include "cli/output_format.h"
 #include "client/api_client.h"
@@ -118,7 +120,32 @@ int TenantQuotaCommand(Session& session) {
   return PrintTenant(session, *tenant);
 }
 
-int TenantRemoveCommand(Session& session) { return RemoveEach(session, "/v1/tenants/", session.line.tenant_names); }
+int TenantRemoveCommand(Session& session) {
+  if (!session.line.tenant_purge) return RemoveEach(session, "/v1/tenants/", session.line.tenant_names);
+  int exit_code = 0;
+  for (const std::string& name : session.line.tenant_names) {
+    auto proof = session.api.Call(HttpMethod::kDelete, "/v1/tenants/" + PercentEncode(name) + "?purge=true");
+    if (!proof.ok()) {
+      exit_code = session.Fail(proof.error());
+      continue;
+    }
+    if (session.line.json) {
+      session.Out(DumpJson(*proof, 2) + "\n");
+      continue;
+    }
+    const json removed = proof->value("removed", json::object()), left = proof->value("remaining", json::object());
+    int64_t bytes = 0;
+    for (const json& snapshot : removed.value("snapshots", json::array())) bytes += snapshot.value("size_bytes", int64_t{0});
+    session.Out(fmt::format("purged {}: removed {} sandboxes, {} snapshots ({} bytes), {} keys, {} egress records; "
+                            "left: {} sandboxes, {} snapshots, {} keys, tenant {}; the audit log is kept\n",
+                            name, removed.value("sandboxes", json::array()).size(),
+                            removed.value("snapshots", json::array()).size(), bytes,
+                            removed.value("keys", json::array()).size(), removed.value("egress_records", int64_t{0}),
+                            left.value("sandboxes", int64_t{-1}), left.value("snapshots", int64_t{-1}),
+                            left.value("keys", int64_t{-1}), left.value("tenant", true) ? "still there" : "gone"));
+  }
+  return exit_code;
+}
 
 int KeyCreateCommand(Session& session) {
   const CommandLine& line = session.line;

@@ -293,3 +293,64 @@ def test_a_private_preview_opens_for_its_own_tenants_keys_and_not_anothers(daemo
         assert r.status == 404, r
     finally:
         a["client"].remove(sandbox)
+
+
+def test_a_purge_removes_everything_a_tenant_left_and_proves_it(daemon):
+    import sqlite3
+    admin = daemon.client()
+    tenant = new_tenant(admin)
+    client, key = new_key(admin, tenant, "tenant-admin")
+    running = client.create(network={"mode": "allowlist", "allow": ["allowed.test"]})["id"]
+    client.exec(running, "curl -s -m 5 http://blocked.test/ >/dev/null; true")  # (the proxy refuses it)
+    egress = client.get(f"/v1/sandboxes/{running}/egress").json()["entries"]
+    assert egress, "a refused request is an egress record"
+    stopped = client.create()["id"]
+    client.sh(stopped, "echo personal > /workspace/data")
+    assert client.post(f"/v1/sandboxes/{stopped}/stop").status == 200
+    snapshot = client.post(f"/v1/sandboxes/{running}/snapshots", {}).json()["id"]
+    assert admin.request("PATCH", f"/v1/tenants/{tenant}", {"quotas": {"sandboxes": 5}}).status == 200
+    # Without purge it is refused, and says how.
+    r = admin.delete(f"/v1/tenants/{tenant}")
+    assert r.status == 409 and "purge" in r.json()["error"]["message"], r
+    assert admin.delete(f"/v1/tenants/{tenant}?purge=maybe").status == 422
+
+    r = admin.delete(f"/v1/tenants/{tenant}?purge=true")
+    assert r.status == 200, r
+    proof = r.json()
+    assert sorted(s["id"] for s in proof["removed"]["sandboxes"]) == sorted([running, stopped])
+    assert [s["id"] for s in proof["removed"]["snapshots"]] == [snapshot]
+    assert proof["removed"]["keys"] == [key["id"]]
+    assert proof["removed"]["quota"] == {"sandboxes": 5}
+    assert proof["removed"]["egress_records"] == len(egress)
+    assert proof["remaining"] == {"sandboxes": 0, "snapshots": 0, "keys": 0, "tenant": False}
+    # Checked from outside: the API, the key, the state database and the snapshot's files.
+    assert client.get("/v1/sandboxes").status == 401
+    for sandbox in (running, stopped):
+        assert admin.get(f"/v1/sandboxes/{sandbox}").status == 404
+    assert admin.get(f"/v1/snapshots/{snapshot}").status == 404
+    assert admin.get(f"/v1/tenants/{tenant}").status == 404
+    db = sqlite3.connect(f"file:{daemon.state_dir}/bulkhead.db?mode=ro", uri=True)
+    for table, column in [("sandboxes", "spec_json"), ("snapshots", "spec_json"), ("api_keys", "tenant"),
+                          ("tenants", "name"), ("tenant_quotas", "tenant")]:
+        assert db.execute(f"SELECT count(*) FROM {table} WHERE {column} LIKE ?", (f"%{tenant}%",)).fetchone()[0] == 0
+    assert db.execute("SELECT count(*) FROM egress WHERE sandbox_id IN (?, ?)", (running, stopped)).fetchone()[0] == 0
+    db.close()
+    assert not [p for p in daemon.state_dir.rglob(f"*{snapshot}*")], "the snapshot's files are gone"
+    # The purge itself is on record.
+    records = admin.get(f"/v1/audit?target={tenant}").json()["records"]
+    assert records[-1]["action"] == "DELETE /v1/tenants/{tenant}" and records[-1]["outcome"] == 200
+    assert records[-1]["detail"]["purged"]["sandboxes"] == 2, records[-1]
+    # The name is free again, with nothing of the old tenant's.
+    assert admin.post("/v1/tenants", {"name": tenant}).json()["quotas"] == {}
+    assert admin.delete(f"/v1/tenants/{tenant}").status == 204
+
+
+def test_the_cli_purges_a_tenant_and_prints_what_went(daemon):
+    admin = daemon.client()
+    tenant = new_tenant(admin)
+    client, _ = new_key(admin, tenant, "user")
+    client.create()
+    purged = cli(daemon, "tenant", "rm", "--purge", tenant)
+    assert purged.returncode == 0, purged.stderr
+    assert f"purged {tenant}: removed 1 sandboxes" in purged.stdout, purged.stdout
+    assert "left: 0 sandboxes, 0 snapshots, 0 keys, tenant gone" in purged.stdout, purged.stdout
