@@ -132,6 +132,10 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
                     "Days the audit log keeps a record (<state dir>/audit.log); older ones are removed hourly, "
                     "the removal itself recorded in the chain. 0 = keep every record (the default)")
       ->check(CLI::Range(int64_t{0}, int64_t{36500}));
+  serve->add_option("--egress-keep-days", line.egress_keep_days,
+                    "Days a sandbox's egress records are kept (removed hourly; all go with the sandbox). "
+                    "0 = as long as the sandbox (the default)")
+      ->check(CLI::Range(int64_t{0}, int64_t{36500}));
   serve->add_option("--tls-cert", line.tls_cert,
                     "PEM certificate chain: every TCP listener (the API's, the E2B front's) speaks TLS 1.2+ only; "
                     "the unix socket stays plain (root-only)");
@@ -575,6 +579,7 @@ core::DaemonConfig DaemonConfigFromCommandLine(const CommandLine& line) {
   if (line.output_rate_mib) config.output_rate_mib = *line.output_rate_mib;
   config.max_sandboxes = line.max_sandboxes.value_or(core::DefaultMaxSandboxes(core::HostMemoryMib()));
   config.audit_keep_days = line.audit_keep_days;
+  config.egress_keep_days = line.egress_keep_days;
   config.tls_cert = line.tls_cert;
   config.tls_key = line.tls_key;
   config.dns_servers = line.dns_servers;

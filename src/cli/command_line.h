@@ -136,6 +136,7 @@ struct CommandLine {
   std::optional<int64_t> output_rate_mib;
   std::optional<int64_t> max_sandboxes;
   int64_t audit_keep_days = 0;
+  int64_t egress_keep_days = 0;
   std::string tls_cert, tls_key;  // serve --tls-cert, --tls-key
   std::vector<std::string> dns_servers;
   std::optional<std::string> preview_domain;

@@ -66,6 +66,9 @@ struct DaemonConfig {
   int64_t max_sandboxes = 1000;
   // --audit-keep-days: how long audit records are kept (core/audit_log.h); 0 = for ever.
   int64_t audit_keep_days = 0;
+  // --egress-keep-days: how long a sandbox's egress records are kept (they go with the sandbox
+  // in any case); 0 = as long as the sandbox, up to its newest StateDb::kEgressKept.
+  int64_t egress_keep_days = 0;
   // --tls-cert, --tls-key: PEM files; with them every TCP listener speaks TLS. Both or none.
   std::string tls_cert, tls_key;
   int64_t storage_gb = 0;

@@ -358,6 +358,8 @@ class SandboxManagerImpl : public SandboxManager {
 
   UsageHistory usage_history_;
   int64_t usage_trimmed_ms_ = 0;  // timer thread only
+  int64_t egress_pruned_ms_ = 0;  // timer thread only: the last --egress-keep-days prune (the first at start)
+  static constexpr int64_t kEgressPruneEveryMs = 3600 * 1000;
   std::atomic<int64_t> last_created_ms_{0};  // NextCreatedAt's last, and Recover's newest row
   std::atomic<bool> stopping_{false};
   std::condition_variable wake_;

@@ -33,6 +33,12 @@ void SandboxManagerImpl::TimerLoop() {
       }
     }
     SampleUsage(now);
+    if (config_.egress_keep_days > 0 && now - egress_pruned_ms_ >= kEgressPruneEveryMs) {
+      egress_pruned_ms_ = now;
+      auto pruned = db_->PruneEgress(now - config_.egress_keep_days * 24 * 3600 * 1000);
+      if (!pruned) spdlog::warn("egress log: prune: {}", pruned.error().message);
+      else if (*pruned > 0) spdlog::info("egress log: removed {} records older than {} days", *pruned, config_.egress_keep_days);
+    }
     for (const auto& id : expired) {
       spdlog::info("sandbox {} reached its timeout; deleting it", id);
       (void)Delete(id);

@@ -97,4 +97,14 @@ Status StateDb::RemoveEgress(const std::string& sandbox_id) {
   return {};
 }
 
+Result<int64_t> StateDb::PruneEgress(int64_t before_ms) {
+  std::lock_guard lock(mu_);
+  Stmt st;
+  if (sqlite3_prepare_v2(db_, "DELETE FROM egress WHERE time_ms < ?", -1, &st.s, nullptr) != SQLITE_OK)
+    return DbError(db_, "prepare egress prune");
+  sqlite3_bind_int64(st.s, 1, before_ms);
+  if (sqlite3_step(st.s) != SQLITE_DONE) return DbError(db_, "prune egress");
+  return static_cast<int64_t>(sqlite3_changes(db_));
+}
+
 }  // namespace bulkhead::store

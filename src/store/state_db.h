@@ -104,6 +104,8 @@ class StateDb {
   Status FinishEgress(int64_t id, int64_t bytes_out, int64_t bytes_in, int64_t duration_ms, const std::string& reason);
   Result<std::vector<EgressRow>> LoadEgress(const std::string& sandbox_id, int64_t limit);  // oldest first
   Status RemoveEgress(const std::string& sandbox_id);
+  // Removes the records of every sandbox made before `before_ms` (--egress-keep-days); answers how many.
+  Result<int64_t> PruneEgress(int64_t before_ms);
 
   // Named volumes (volume_rows.cc). InsertVolume: kConflict "volume_exists" if the name is taken.
   Status InsertVolume(const VolumeRow& row);
