@@ -199,13 +199,26 @@ asio::awaitable<void> ApiHandlers::CreateSandbox(HttpExchange& exchange, const C
   Result<core::SandboxSpec> spec = ParseSandboxSpec(*body, context_.host);
   if (!spec.ok()) co_return co_await exchange.SendError(spec.error());
   spec->tenant = caller.tenant;
-  if (!caller.HostAdmin()) {
+  // "tenant": the host's key makes a sandbox of a tenant's (which then reaches it as its own);
+  // a tenant's key may name its own only.
+  if (const auto named = body->find("tenant"); named != body->end() && !named->is_null()) {
+    if (!named->is_string()) co_return co_await exchange.SendError(MakeError(ErrorCode::kInvalid, "tenant is a string"));
+    const std::string tenant = named->get<std::string>();
+    const bool known = context_.keys && context_.keys->HasTenant(tenant);
+    if (!known || (!caller.HostAdmin() && tenant != caller.tenant))
+      co_return co_await exchange.SendError(
+          MakeError(ErrorCode::kNotFound, fmt::format("no tenant named \"{}\"", tenant), "tenant_not_found"));
+    spec->tenant = tenant;
+  }
+  if (!spec->tenant.empty()) {
     // Volumes are the host's until they are tenants' too: a tenant's sandbox mounts none.
     if (!spec->volumes.empty())
       co_return co_await exchange.SendError(MakeError(
-          ErrorCode::kForbidden, "a tenant's key may not mount named volumes (the host's admin key may)",
+          ErrorCode::kForbidden, "a tenant's sandbox may not mount named volumes (they are the host's)",
           "insufficient_scope"));
-    if (spec->from_snapshot && !ReachesSnapshot(caller, *spec->from_snapshot))
+    // Its files come from its own tenant's snapshots only, whoever asks.
+    const Caller owner{.tenant = spec->tenant, .scope = Scope::kUser};
+    if (spec->from_snapshot && !ReachesSnapshot(owner, *spec->from_snapshot))
       co_return co_await exchange.SendError(SnapshotNotFound(*spec->from_snapshot));
   }
   core::SandboxManager& manager = context_.manager;

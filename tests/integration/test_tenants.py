@@ -354,3 +354,27 @@ def test_the_cli_purges_a_tenant_and_prints_what_went(daemon):
     assert purged.returncode == 0, purged.stderr
     assert f"purged {tenant}: removed 1 sandboxes" in purged.stdout, purged.stdout
     assert "left: 0 sandboxes, 0 snapshots, 0 keys, tenant gone" in purged.stdout, purged.stdout
+
+
+def test_the_host_key_makes_a_sandbox_of_a_tenants_that_the_tenant_then_owns(daemon, two_tenants):
+    admin = daemon.client()
+    a, b = two_tenants["a"], two_tenants["b"]
+    made = admin.post("/v1/sandboxes", {"tenant": a["tenant"]})
+    assert made.status == 201 and made.json()["tenant"] == a["tenant"], made
+    sandbox = made.json()["id"]
+    try:
+        assert a["client"].sh(sandbox, "echo mine") == "mine\n"
+        assert b["client"].get(f"/v1/sandboxes/{sandbox}").status == 404
+        # Not from another tenant's snapshot, not with the host's volumes, not for an unknown tenant.
+        r = admin.post("/v1/sandboxes", {"tenant": a["tenant"], "from_snapshot": b["snapshot"]})
+        assert r.status == 404 and r.json()["error"]["code"] == "snapshot_not_found", r
+        r = admin.post("/v1/sandboxes", {"tenant": a["tenant"], "volumes": [{"name": "data", "path": "/data"}]})
+        assert r.status == 403, r
+        r = admin.post("/v1/sandboxes", {"tenant": "no-such-tenant"})
+        assert r.status == 404 and r.json()["error"]["code"] == "tenant_not_found", r
+        assert admin.post("/v1/sandboxes", {"tenant": 7}).status == 422
+        # A tenant's key names its own tenant only.
+        r = a["client"].post("/v1/sandboxes", {"tenant": b["tenant"]})
+        assert r.status == 404 and r.json()["error"]["code"] == "tenant_not_found", r
+    finally:
+        admin.delete(f"/v1/sandboxes/{sandbox}")
