@@ -7,7 +7,8 @@ Where the round trip goes is split out too: a GET and the exec written on a raw 
 socket (no client library's share), the command's own life as init reports it (duration_ms),
 and /bin/true forked and waited for by a shell inside the sandbox. And the access checks'
 share (issue 24): the same exec and create with a tenant's key (its hash, its scope, whose
-sandbox it names) beside the host's key, interleaved.
+sandbox it names, and a create checked against every quota of its tenant) beside the host's key,
+interleaved.
 
     python3 bench/exec_path.py [--build build] [--runs 200]
 """
@@ -78,7 +79,10 @@ def split_round_trip(api: BulkheadApi, port: int, api_key: str, sandbox: str, ru
 
 def tenant_key_share(api: BulkheadApi, port: int, api_key: str, runs: int) -> None:
     tenant = "bench-tenant"
-    api.call("POST", "/v1/tenants", {"name": tenant}, expect=201)
+    # With every quota set, so that each create is checked against them all.
+    quotas = {"sandboxes": 10000, "cpus": 10000, "memory_mb": 1 << 30, "disk_mb": 1 << 30, "snapshots": 1000,
+              "snapshot_bytes": 1 << 45, "creates_per_minute": 100000}
+    api.call("POST", "/v1/tenants", {"name": tenant, "quotas": quotas}, expect=201)
     key = api.call("POST", "/v1/keys", {"tenant": tenant, "scope": "user"}, expect=201)["key"]
     ours = BulkheadApi(port, key)
     admins, tenants = api.create_sandbox(), ours.create_sandbox()
