@@ -114,6 +114,7 @@ class SandboxManagerImpl : public SandboxManager {
   Result<SandboxInfo> Get(const std::string& id) override;
   Result<std::vector<UsageSample>> UsageSamples(const std::string& id, int64_t from_ms, int64_t to_ms) override;
   std::vector<SandboxInfo> List(const ListFilter& filter) override;
+  std::optional<std::string> TenantOf(const std::string& id) override;
   Status Delete(const std::string& id) override;
   Result<SandboxInfo> SetTimeout(const std::string& id, int64_t timeout_s) override;
   Result<SandboxInfo> Pause(const std::string& id) override { return Change(id, Call::kPause); }

@@ -247,6 +247,13 @@ Result<SandboxInfo> SandboxManagerImpl::Get(const std::string& id) {
   return info;
 }
 
+std::optional<std::string> SandboxManagerImpl::TenantOf(const std::string& id) {
+  std::lock_guard lock(mu_);
+  auto it = sandboxes_.find(id);
+  if (it == sandboxes_.end()) return std::nullopt;
+  return it->second->info.spec.tenant;
+}
+
 std::vector<SandboxInfo> SandboxManagerImpl::List(const ListFilter& filter) {
   // Keyed by created_at as a time (the rows of older versions have whole seconds), so that
   // they sort as they were made; ties (only such older rows) by id.

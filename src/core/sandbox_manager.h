@@ -77,6 +77,9 @@ class SandboxManager {
     return std::vector<UsageSample>{};
   }
   virtual std::vector<SandboxInfo> List(const ListFilter& filter) = 0;
+  // The tenant of the sandbox `id` ("" the host admin's), while the manager holds it at all
+  // (one being deleted too); nullopt for an id it does not hold. For access checks.
+  virtual std::optional<std::string> TenantOf(const std::string& id) = 0;
   virtual Status Delete(const std::string& id) = 0;                           // (blocking)
   // Restarts the lifetime clock: the sandbox ends (or pauses, per on_timeout) timeout_s from
   // now; 0 = never. A paused or stopped sandbox's clock starts when it runs again.

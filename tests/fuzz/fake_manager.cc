@@ -225,6 +225,11 @@ Result<core::SandboxInfo> FakeManager::Get(const std::string& id) {
   return info;
 }
 
+std::optional<std::string> FakeManager::TenantOf(const std::string& id) {
+  if (auto info = Known(id)) return info->spec.tenant;
+  return std::nullopt;
+}
+
 std::vector<core::SandboxInfo> FakeManager::List(const core::ListFilter& filter) {
   std::vector<core::SandboxInfo> out;
   for (const char* id : {"sb1", "sb2"}) {

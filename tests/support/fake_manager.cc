@@ -76,6 +76,13 @@ Result<core::SandboxInfo> FakeManager::Get(const std::string& id) {
   return info;
 }
 
+std::optional<std::string> FakeManager::TenantOf(const std::string& id) {
+  std::lock_guard lock(mutex_);
+  auto it = sandboxes_.find(id);
+  if (it == sandboxes_.end()) return std::nullopt;
+  return it->second.spec.tenant;
+}
+
 std::vector<core::SandboxInfo> FakeManager::List(const core::ListFilter& filter) {
   std::lock_guard lock(mutex_);
   std::vector<core::SandboxInfo> out;

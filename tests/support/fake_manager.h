@@ -32,6 +32,7 @@ class FakeManager : public core::SandboxManager {
   Result<core::SandboxInfo> Create(const core::SandboxSpec& spec) override;
   Result<core::SandboxInfo> Get(const std::string& id) override;
   std::vector<core::SandboxInfo> List(const core::ListFilter& filter) override;
+  std::optional<std::string> TenantOf(const std::string& id) override;
   Status Delete(const std::string& id) override;
   Result<core::SandboxInfo> SetTimeout(const std::string& id, int64_t timeout_s) override;
   Result<core::SandboxInfo> Pause(const std::string& id) override { return SetState(id, "paused"); }
