@@ -228,7 +228,8 @@ Result<json> ApiHandlers::PurgeTenant(const std::string& name) {
     if (!deleted.ok() && deleted.error().code != ErrorCode::kNotFound) return deleted.error();
     sandboxes.push_back({{"id", sandbox.id}, {"state", sandbox.state}, {"created_at", sandbox.created_at}});
   }
-  // A snapshot that a create from it (started before the keys went) still reads is retried.
+  // A snapshot that a create from it (started before the keys went) still reads is retried, for
+  // up to 5 s; past that the purge fails, saying what is left (run it again).
   for (int attempt = 0;; ++attempt) {
     bool busy = false;
     for (const core::SnapshotInfo& snapshot : manager.ListSnapshots()) {
@@ -236,7 +237,7 @@ Result<json> ApiHandlers::PurgeTenant(const std::string& name) {
       Status deleted = manager.DeleteSnapshot(snapshot.id);
       if (deleted.ok() || deleted.error().code == ErrorCode::kNotFound) {
         snapshots.push_back({{"id", snapshot.id}, {"size_bytes", snapshot.size_bytes}, {"created_at", snapshot.created_at}});
-      } else if (deleted.error().code == ErrorCode::kConflict && attempt < 50) {
+      } else if (deleted.error().code == ErrorCode::kConflict) {
         busy = true;
       } else {
         return deleted.error();
@@ -249,6 +250,12 @@ Result<json> ApiHandlers::PurgeTenant(const std::string& name) {
       busy = true;
     }
     if (!busy) break;
+    if (attempt == 50)
+      return MakeError(ErrorCode::kConflict,
+                       fmt::format("tenant {} is not purged: its sandboxes or snapshots are still in use; its keys are "
+                                   "revoked, so ask again",
+                                   name),
+                       "tenant_not_empty");
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   const json quota = core::QuotaToJson(manager.Quota(name));

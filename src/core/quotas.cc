@@ -104,8 +104,8 @@ Amounts SandboxManagerImpl::UsageLocked(const std::string& tenant, int64_t now) 
 Result<std::shared_ptr<void>> SandboxManagerImpl::ClaimLocked(const std::string& tenant, const Amounts& need) {
   if (tenant.empty()) return std::shared_ptr<void>();  // the host admin's: --max-sandboxes alone
   const int64_t now = UnixMillis();
-  if (auto quota = quotas_.find(tenant); quota != quotas_.end())
-    BH_TRY(CheckQuota(tenant, quota->second, UsageLocked(tenant, now), need));
+  const Amounts usage = UsageLocked(tenant, now);  // (which also drops creates past the minute)
+  if (auto quota = quotas_.find(tenant); quota != quotas_.end()) BH_TRY(CheckQuota(tenant, quota->second, usage, need));
   // Creates are counted when asked for, made or not: the rate bounds the work they cost.
   for (int i = 0; i < static_cast<int>(need[Resource::kCreatesPerMinute]); ++i) creates_[tenant].push_back(now);
   QuotaClaim claim{tenant, need};

@@ -343,6 +343,12 @@ TEST_F(CliCommandLine, ClientSettingsDefaultToTheStateDirSocketAndKeyFile) {
   EXPECT_EQ(from_env->address.kind, ServerAddress::Kind::kTcp);
 
   line.url = "https://x";
+  line.ca_cert = "/etc/ca.pem";
+  auto tls = ResolveClientSettings(line);
+  ASSERT_TRUE(tls.ok());
+  EXPECT_TRUE(tls->address.tls);
+  EXPECT_EQ(tls->address.ca_file, "/etc/ca.pem");
+  line.url = "ftp://x";
   EXPECT_FALSE(ResolveClientSettings(line).ok());
   std::filesystem::remove_all(dir);
 }
