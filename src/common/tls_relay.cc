@@ -47,29 +47,29 @@ struct Relay {
   Relay(Tls t, Plain p) : tls(std::move(t)), plain(std::move(p)) {}
 };
 
-// TLS to plain: what the peer sends. Its end (close_notify or the connection gone) ends the
-// plain side's reading too.
-asio::awaitable<void> TlsToPlain(std::shared_ptr<Relay> relay) {
+// Copies what `from` reads to `to` until `from` ends or either side fails.
+template <typename From, typename To>
+asio::awaitable<void> Pump(From& from, To& to) {
   std::array<char, 16384> buffer;
   for (;;) {
     error_code ec;
-    const size_t n = co_await relay->tls.async_read_some(asio::buffer(buffer), Redirect(ec));
-    if (n > 0) co_await asio::async_write(relay->plain, asio::buffer(buffer.data(), n), Redirect(ec));
-    if (ec) break;
+    const size_t n = co_await from.async_read_some(asio::buffer(buffer), Redirect(ec));
+    if (n > 0) co_await asio::async_write(to, asio::buffer(buffer.data(), n), Redirect(ec));
+    if (ec) co_return;
   }
+}
+
+// TLS to plain: what the peer sends. Its end (close_notify or the connection gone) ends the
+// plain side's reading too.
+asio::awaitable<void> TlsToPlain(std::shared_ptr<Relay> relay) {
+  co_await Pump(relay->tls, relay->plain);
   error_code ignored;
   relay->plain.shutdown(asio::socket_base::shutdown_send, ignored);
 }
 
 // Plain to TLS: what the server (or the client) answers. Its end closes the TLS session.
 asio::awaitable<void> PlainToTls(std::shared_ptr<Relay> relay) {
-  std::array<char, 16384> buffer;
-  for (;;) {
-    error_code ec;
-    const size_t n = co_await relay->plain.async_read_some(asio::buffer(buffer), Redirect(ec));
-    if (n > 0) co_await asio::async_write(relay->tls, asio::buffer(buffer.data(), n), Redirect(ec));
-    if (ec) break;
-  }
+  co_await Pump(relay->plain, relay->tls);
   // close_notify, then the connection goes: a peer that never answers it holds nothing long.
   asio::steady_timer limit(relay->tls.get_executor(), std::chrono::seconds(2));
   limit.async_wait([relay](const error_code& waited) {

@@ -303,6 +303,8 @@ class SandboxManagerImpl : public SandboxManager {
   // ---- quotas.cc
   // What the tenant holds now, with what calls still making theirs have claimed. mu_ held.
   Amounts UsageLocked(const std::string& tenant, int64_t now);
+  // The tenant's creates of the last minute, after dropping older ones. mu_ held.
+  size_t CreatesLastMinuteLocked(const std::string& tenant, int64_t now);
   // Claims `need` for the tenant: 429 "quota_exceeded" if it would pass a quota of the
   // tenant's. The claim lasts while the token lives (release it with mu_ not held); the host
   // admin's ("" tenant) claims nothing. mu_ held.

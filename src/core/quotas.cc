@@ -92,20 +92,29 @@ Amounts SandboxManagerImpl::UsageLocked(const std::string& tenant, int64_t now) 
   for (const QuotaClaim& claim : claims_)
     if (claim.tenant == tenant)
       for (Resource r : kAllResources) usage[r] += claim.need[r];
-  if (auto it = creates_.find(tenant); it != creates_.end()) {
-    std::deque<int64_t>& times = it->second;
-    while (!times.empty() && times.front() <= now - kRateWindowMs) times.pop_front();
-    usage[Resource::kCreatesPerMinute] += static_cast<double>(times.size());
-    if (times.empty()) creates_.erase(it);
-  }
+  usage[Resource::kCreatesPerMinute] += static_cast<double>(CreatesLastMinuteLocked(tenant, now));
   return usage;
+}
+
+size_t SandboxManagerImpl::CreatesLastMinuteLocked(const std::string& tenant, int64_t now) {
+  auto it = creates_.find(tenant);
+  if (it == creates_.end()) return 0;
+  std::deque<int64_t>& times = it->second;
+  while (!times.empty() && times.front() <= now - kRateWindowMs) times.pop_front();
+  const size_t count = times.size();
+  if (count == 0) creates_.erase(it);
+  return count;
 }
 
 Result<std::shared_ptr<void>> SandboxManagerImpl::ClaimLocked(const std::string& tenant, const Amounts& need) {
   if (tenant.empty()) return std::shared_ptr<void>();  // the host admin's: --max-sandboxes alone
   const int64_t now = UnixMillis();
-  const Amounts usage = UsageLocked(tenant, now);  // (which also drops creates past the minute)
-  if (auto quota = quotas_.find(tenant); quota != quotas_.end()) BH_TRY(CheckQuota(tenant, quota->second, usage, need));
+  // A tenant without a quota costs a create no walk over every sandbox; its create times are
+  // trimmed all the same.
+  if (auto quota = quotas_.find(tenant); quota != quotas_.end())
+    BH_TRY(CheckQuota(tenant, quota->second, UsageLocked(tenant, now), need));
+  else
+    CreatesLastMinuteLocked(tenant, now);
   // Creates are counted when asked for, made or not: the rate bounds the work they cost.
   for (int i = 0; i < static_cast<int>(need[Resource::kCreatesPerMinute]); ++i) creates_[tenant].push_back(now);
   QuotaClaim claim{tenant, need};
