@@ -27,6 +27,8 @@ Reach ReachOf(RouteId route) {
     case RouteId::kListSnapshots:
     case RouteId::kGetSnapshot:
     case RouteId::kExportSnapshot:
+    case RouteId::kListVolumes:
+    case RouteId::kGetVolume:
     case RouteId::kGetTenant: return Reach::kTenantRead;  // (its own: access_handlers.cc)
     case RouteId::kCreateSandbox:
     case RouteId::kDeleteSandbox:
@@ -51,6 +53,8 @@ Reach ReachOf(RouteId route) {
     case RouteId::kCreateSnapshot:
     case RouteId::kForkSandbox:
     case RouteId::kDeleteSnapshot:
+    case RouteId::kCreateVolume:
+    case RouteId::kDeleteVolume:
     case RouteId::kTcpForward:
     case RouteId::kPortProxy:  // (what the sandbox's server does with a request, a GET too, is its own)
     case RouteId::kNotImplemented: return Reach::kTenantWrite;

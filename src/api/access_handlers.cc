@@ -196,26 +196,35 @@ asio::awaitable<void> ApiHandlers::DeleteTenant(HttpExchange& exchange, const st
     exchange.Note("purged", (*proof)["removed_counts"]);
     co_return co_await exchange.SendJson(http::status::ok, *proof);
   }
-  // What it owns goes first (its sandboxes deleted, its snapshots too): a tenant removed with
-  // objects left would leave them reachable by no key but the host's.
-  size_t sandboxes = context_.manager.List(core::ListFilter{.tenant = name}).size(), snapshots = 0;
-  for (const core::SnapshotInfo& snapshot : context_.manager.ListSnapshots()) snapshots += snapshot.tenant == name;
-  if (sandboxes || snapshots)
-    co_return co_await exchange.SendError(MakeError(
-        ErrorCode::kConflict,
-        fmt::format("tenant {} still has {} sandboxes and {} snapshots: delete them first, or purge it "
-                    "(?purge=true, bulkhead tenant rm --purge)",
-                    name, sandboxes, snapshots),
-        "tenant_not_empty"));
+  // What it owns goes first (its sandboxes deleted, its snapshots and volumes too): a tenant
+  // removed with objects left would leave them reachable by no key but the host's.
+  const std::string owned = co_await RunBlocking(context_.blocking_pool, [&] { return Owned(name); });
+  if (!owned.empty())
+    co_return co_await exchange.SendError(
+        MakeError(ErrorCode::kConflict,
+                  fmt::format("tenant {} still has {}: delete them first, or purge it "
+                              "(?purge=true, bulkhead tenant rm --purge)",
+                              name, owned),
+                  "tenant_not_empty"));
   if (Status removed = context_.keys->RemoveTenant(name); !removed.ok())  // its quota row too
     co_return co_await exchange.SendError(removed.error());
   (void)context_.manager.SetQuota(name, {});  // a tenant made again with this name starts with none
   co_await exchange.SendNoContent();
 }
 
+std::string ApiHandlers::Owned(const std::string& tenant) {
+  core::SandboxManager& manager = context_.manager;
+  const size_t sandboxes = manager.List(core::ListFilter{.tenant = tenant}).size();
+  size_t snapshots = 0, volumes = 0;
+  for (const core::SnapshotInfo& snapshot : manager.ListSnapshots()) snapshots += snapshot.tenant == tenant;
+  for (const core::VolumeInfo& volume : manager.ListVolumes()) volumes += volume.tenant == tenant;
+  if (sandboxes + snapshots + volumes == 0) return "";
+  return fmt::format("{} sandboxes, {} snapshots and {} volumes", sandboxes, snapshots, volumes);
+}
+
 Result<json> ApiHandlers::PurgeTenant(const std::string& name) {
   core::SandboxManager& manager = context_.manager;
-  json keys = json::array(), sandboxes = json::array(), snapshots = json::array();
+  json keys = json::array(), sandboxes = json::array(), snapshots = json::array(), volumes = json::array();
   // Its keys first: nothing new of the tenant's can start while the rest goes.
   for (const KeyInfo& key : context_.keys->Keys(name)) {
     BH_TRY(context_.keys->Revoke(key.id));
@@ -228,10 +237,23 @@ Result<json> ApiHandlers::PurgeTenant(const std::string& name) {
     if (!deleted.ok() && deleted.error().code != ErrorCode::kNotFound) return deleted.error();
     sandboxes.push_back({{"id", sandbox.id}, {"state", sandbox.state}, {"created_at", sandbox.created_at}});
   }
-  // A snapshot that a create from it (started before the keys went) still reads is retried, for
-  // up to 5 s; past that the purge fails, saying what is left (run it again).
+  // A snapshot that a create from it (started before the keys went) still reads, or a volume
+  // that a sandbox made meanwhile mounts, is retried for up to 5 s; past that the purge fails,
+  // saying what is left (run it again).
   for (int attempt = 0;; ++attempt) {
     bool busy = false;
+    for (const core::VolumeInfo& volume : manager.ListVolumes()) {
+      if (volume.tenant != name) continue;
+      Status deleted = manager.DeleteVolume({.tenant = name, .name = volume.name});  // its files
+      if (deleted.ok() || deleted.error().code == ErrorCode::kNotFound) {
+        volumes.push_back({{"name", volume.name}, {"size_mb", volume.size_mb}, {"used_bytes", volume.used_bytes},
+                           {"created_at", volume.created_at}});
+      } else if (deleted.error().code == ErrorCode::kConflict) {
+        busy = true;
+      } else {
+        return deleted.error();
+      }
+    }
     for (const core::SnapshotInfo& snapshot : manager.ListSnapshots()) {
       if (snapshot.tenant != name) continue;
       Status deleted = manager.DeleteSnapshot(snapshot.id);
@@ -252,7 +274,7 @@ Result<json> ApiHandlers::PurgeTenant(const std::string& name) {
     if (!busy) break;
     if (attempt == 50)
       return MakeError(ErrorCode::kConflict,
-                       fmt::format("tenant {} is not purged: its sandboxes or snapshots are still in use; its keys are "
+                       fmt::format("tenant {} is not purged: its sandboxes, snapshots or volumes are still in use; its keys are "
                                    "revoked, so ask again",
                                    name),
                        "tenant_not_empty");
@@ -262,17 +284,21 @@ Result<json> ApiHandlers::PurgeTenant(const std::string& name) {
   BH_TRY(manager.SetQuota(name, {}));
   BH_TRY(context_.keys->RemoveTenant(name));  // its key rows, its row
   // The proof: what is left of it, counted again now it is gone.
-  size_t left_snapshots = 0;
+  size_t left_snapshots = 0, left_volumes = 0;
   for (const core::SnapshotInfo& snapshot : manager.ListSnapshots()) left_snapshots += snapshot.tenant == name;
+  for (const core::VolumeInfo& volume : manager.ListVolumes()) left_volumes += volume.tenant == name;
   const json remaining = {{"sandboxes", manager.List(core::ListFilter{.tenant = name}).size()},
                           {"snapshots", left_snapshots},
+                          {"volumes", left_volumes},
                           {"keys", context_.keys->Keys(name).size()},
                           {"tenant", context_.keys->HasTenant(name)}};
-  const json counts = {{"sandboxes", sandboxes.size()},  {"snapshots", snapshots.size()},
-                       {"keys", keys.size()},            {"egress_records", egress_records}};
+  const json counts = {{"sandboxes", sandboxes.size()}, {"snapshots", snapshots.size()},
+                       {"volumes", volumes.size()},     {"keys", keys.size()},
+                       {"egress_records", egress_records}};
   return json{{"tenant", name},
               {"removed", {{"sandboxes", std::move(sandboxes)},
                            {"snapshots", std::move(snapshots)},
+                           {"volumes", std::move(volumes)},
                            {"keys", std::move(keys)},
                            {"quota", quota},
                            {"egress_records", egress_records}}},

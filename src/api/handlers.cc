@@ -47,6 +47,23 @@ bool ApiHandlers::ReachesSandbox(const Caller& caller, const std::string& id) {
   return !tenant || *tenant == caller.tenant;
 }
 
+Result<std::string> ApiHandlers::TenantNamed(const Caller& caller, const json* named) {
+  if (named == nullptr || named->is_null()) return caller.tenant;
+  if (!named->is_string()) return MakeError(ErrorCode::kInvalid, "tenant is a string");
+  const std::string tenant = named->get<std::string>();
+  const bool known = context_.keys && context_.keys->HasTenant(tenant);
+  if (!known || (!caller.HostAdmin() && tenant != caller.tenant))
+    return MakeError(ErrorCode::kNotFound, fmt::format("no tenant named \"{}\"", tenant), "tenant_not_found");
+  return tenant;
+}
+
+Result<std::string> ApiHandlers::TenantQueried(const Caller& caller, const QueryParams& query) {
+  const std::string* named = QueryParam(query, "tenant");
+  if (named == nullptr) return caller.tenant;
+  const json value = *named;
+  return TenantNamed(caller, &value);
+}
+
 bool ApiHandlers::ReachesSnapshot(const Caller& caller, const std::string& id) {
   if (caller.HostAdmin() || !IsValidSandboxId(id)) return true;
   Result<core::SnapshotInfo> found = context_.manager.GetSnapshot(id);
@@ -100,11 +117,11 @@ asio::awaitable<void> ApiHandlers::Handle(HttpExchange& exchange, const RouteMat
       co_return co_await exchange.SendJson(http::status::ok, body);
     }
     case RouteId::kCollectImageGarbage: co_return co_await CollectImageGarbage(exchange);
-    case RouteId::kCreateVolume: co_return co_await CreateVolume(exchange);
-    case RouteId::kListVolumes: co_return co_await ListVolumes(exchange);
+    case RouteId::kCreateVolume: co_return co_await CreateVolume(exchange, caller);
+    case RouteId::kListVolumes: co_return co_await ListVolumes(exchange, query, caller);
     case RouteId::kAudit: co_return co_await Audit(exchange, query);
-    case RouteId::kGetVolume: co_return co_await GetVolume(exchange, route.Param("name"));
-    case RouteId::kDeleteVolume: co_return co_await DeleteVolume(exchange, route.Param("name"));
+    case RouteId::kGetVolume: co_return co_await GetVolume(exchange, route.Param("name"), query, caller);
+    case RouteId::kDeleteVolume: co_return co_await DeleteVolume(exchange, route.Param("name"), query, caller);
     case RouteId::kReadFile:
     case RouteId::kWriteFile:
     case RouteId::kDeleteFile:
@@ -198,24 +215,13 @@ asio::awaitable<void> ApiHandlers::CreateSandbox(HttpExchange& exchange, const C
   if (!body) co_return;
   Result<core::SandboxSpec> spec = ParseSandboxSpec(*body, context_.host);
   if (!spec.ok()) co_return co_await exchange.SendError(spec.error());
-  spec->tenant = caller.tenant;
-  // "tenant": the host's key makes a sandbox of a tenant's (which then reaches it as its own);
-  // a tenant's key may name its own only.
-  if (const auto named = body->find("tenant"); named != body->end() && !named->is_null()) {
-    if (!named->is_string()) co_return co_await exchange.SendError(MakeError(ErrorCode::kInvalid, "tenant is a string"));
-    const std::string tenant = named->get<std::string>();
-    const bool known = context_.keys && context_.keys->HasTenant(tenant);
-    if (!known || (!caller.HostAdmin() && tenant != caller.tenant))
-      co_return co_await exchange.SendError(
-          MakeError(ErrorCode::kNotFound, fmt::format("no tenant named \"{}\"", tenant), "tenant_not_found"));
-    spec->tenant = tenant;
-  }
+  // "tenant": the host's key makes a sandbox of a tenant's (which then reaches it as its own,
+  // and mounts that tenant's volumes); a tenant's key may name its own only.
+  const auto named = body->find("tenant");
+  Result<std::string> tenant = TenantNamed(caller, named == body->end() ? nullptr : &*named);
+  if (!tenant.ok()) co_return co_await exchange.SendError(tenant.error());
+  spec->tenant = *tenant;
   if (!spec->tenant.empty()) {
-    // Volumes are the host's until they are tenants' too: a tenant's sandbox mounts none.
-    if (!spec->volumes.empty())
-      co_return co_await exchange.SendError(MakeError(
-          ErrorCode::kForbidden, "a tenant's sandbox may not mount named volumes (they are the host's)",
-          "insufficient_scope"));
     // Its files come from its own tenant's snapshots only, whoever asks.
     const Caller owner{.tenant = spec->tenant, .scope = Scope::kUser};
     if (spec->from_snapshot && !ReachesSnapshot(owner, *spec->from_snapshot))
@@ -413,14 +419,19 @@ asio::awaitable<void> ApiHandlers::DeleteImage(HttpExchange& exchange, const std
   co_await exchange.SendNoContent();
 }
 
-asio::awaitable<void> ApiHandlers::CreateVolume(HttpExchange& exchange) {
+asio::awaitable<void> ApiHandlers::CreateVolume(HttpExchange& exchange, const Caller& caller) {
   std::optional<json> body = co_await exchange.ReadJsonObject(kMaxJsonBody);
   if (!body) co_return;
   Result<VolumeRequest> request = ParseVolumeRequest(*body);
   if (!request.ok()) co_return co_await exchange.SendError(request.error());
+  // A tenant's key makes its tenant's; the host's its own, or a tenant's it names.
+  const auto for_tenant = body->find("tenant");
+  Result<std::string> tenant = TenantNamed(caller, for_tenant == body->end() ? nullptr : &*for_tenant);
+  if (!tenant.ok()) co_return co_await exchange.SendError(tenant.error());
+  const storage::VolumeKey key{.tenant = *tenant, .name = request->name};
   core::SandboxManager& manager = context_.manager;
-  Result<core::VolumeInfo> volume = co_await RunBlocking(
-      context_.blocking_pool, [&] { return manager.CreateVolume(request->name, request->size_mb); });
+  Result<core::VolumeInfo> volume =
+      co_await RunBlocking(context_.blocking_pool, [&] { return manager.CreateVolume(key, request->size_mb); });
   if (!volume.ok()) co_return co_await exchange.SendError(volume.error());
   co_await exchange.SendJson(http::status::created, VolumeToJson(*volume));
 }
@@ -438,30 +449,44 @@ asio::awaitable<void> ApiHandlers::Audit(HttpExchange& exchange, const QueryPara
   co_await exchange.SendJson(http::status::ok, body);
 }
 
-asio::awaitable<void> ApiHandlers::ListVolumes(HttpExchange& exchange) {
+asio::awaitable<void> ApiHandlers::ListVolumes(HttpExchange& exchange, const QueryParams& query,
+                                               const Caller& caller) {
+  // A tenant's key lists its tenant's; the host's every tenant's, or one tenant's (?tenant=).
+  Result<std::string> tenant = TenantQueried(caller, query);
+  if (!tenant.ok()) co_return co_await exchange.SendError(tenant.error());
+  const bool everyone = caller.HostAdmin() && QueryParam(query, "tenant") == nullptr;
   core::SandboxManager& manager = context_.manager;
   // Usage figures may walk a tree (no quotas): off the io thread.
   std::vector<core::VolumeInfo> volumes =
       co_await RunBlocking(context_.blocking_pool, [&] { return manager.ListVolumes(); });
   json entries = json::array();
-  for (const core::VolumeInfo& volume : volumes) entries.push_back(VolumeToJson(volume));
+  for (const core::VolumeInfo& volume : volumes)
+    if (everyone || volume.tenant == *tenant) entries.push_back(VolumeToJson(volume));
   const json body = {{"volumes", std::move(entries)}};
   co_await exchange.SendJson(http::status::ok, body);
 }
 
-asio::awaitable<void> ApiHandlers::GetVolume(HttpExchange& exchange, const std::string& name) {
+asio::awaitable<void> ApiHandlers::GetVolume(HttpExchange& exchange, const std::string& name,
+                                             const QueryParams& query, const Caller& caller) {
   if (!IsValidVolumeName(name)) co_return co_await exchange.SendError(VolumeNotFound(name));
+  Result<std::string> tenant = TenantQueried(caller, query);  // the host's key names a tenant's with ?tenant=
+  if (!tenant.ok()) co_return co_await exchange.SendError(tenant.error());
+  const storage::VolumeKey key{.tenant = *tenant, .name = name};
   core::SandboxManager& manager = context_.manager;
   Result<core::VolumeInfo> volume =
-      co_await RunBlocking(context_.blocking_pool, [&] { return manager.GetVolume(name); });
+      co_await RunBlocking(context_.blocking_pool, [&] { return manager.GetVolume(key); });
   if (!volume.ok()) co_return co_await exchange.SendError(volume.error());
   co_await exchange.SendJson(http::status::ok, VolumeToJson(*volume));
 }
 
-asio::awaitable<void> ApiHandlers::DeleteVolume(HttpExchange& exchange, const std::string& name) {
+asio::awaitable<void> ApiHandlers::DeleteVolume(HttpExchange& exchange, const std::string& name,
+                                                const QueryParams& query, const Caller& caller) {
   if (!IsValidVolumeName(name)) co_return co_await exchange.SendError(VolumeNotFound(name));
+  Result<std::string> tenant = TenantQueried(caller, query);
+  if (!tenant.ok()) co_return co_await exchange.SendError(tenant.error());
+  const storage::VolumeKey key{.tenant = *tenant, .name = name};
   core::SandboxManager& manager = context_.manager;
-  Status deleted = co_await RunBlocking(context_.blocking_pool, [&] { return manager.DeleteVolume(name); });
+  Status deleted = co_await RunBlocking(context_.blocking_pool, [&] { return manager.DeleteVolume(key); });
   if (!deleted.ok()) co_return co_await exchange.SendError(deleted.error());
   co_await exchange.SendNoContent();
 }

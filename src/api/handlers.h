@@ -58,14 +58,20 @@ class ApiHandlers {
   // handler answers 404 as ever).
   bool ReachesSandbox(const Caller& caller, const std::string& id);
   bool ReachesSnapshot(const Caller& caller, const std::string& id);
+  // The tenant a call names ("tenant" in its body, or ?tenant=), or the caller's own: the host's
+  // key may name any tenant, a tenant's key its own only (else 404 tenant_not_found).
+  Result<std::string> TenantNamed(const Caller& caller, const nlohmann::json* named);
+  Result<std::string> TenantQueried(const Caller& caller, const QueryParams& query);
   // Tenants and keys (access_handlers.cc).
   boost::asio::awaitable<void> CreateTenant(HttpExchange& exchange);
   boost::asio::awaitable<void> ListTenants(HttpExchange& exchange);
   boost::asio::awaitable<void> GetTenant(HttpExchange& exchange, const std::string& name, const Caller& caller);
   boost::asio::awaitable<void> UpdateTenant(HttpExchange& exchange, const std::string& name);
-  // Removes every sandbox (with its files and egress log), snapshot, key and quota of the
-  // tenant, then the tenant; answers what went and what is left of it (nothing). Blocking.
+  // Removes every sandbox (with its files and egress log), snapshot, volume, key and quota of
+  // the tenant, then the tenant; answers what went and what is left of it (nothing). Blocking.
   Result<nlohmann::json> PurgeTenant(const std::string& name);
+  // "2 sandboxes, 0 snapshots and 1 volumes" the tenant still owns, or "" if none. Blocking.
+  std::string Owned(const std::string& tenant);
   // The Tenant object, with its quotas and usage.
   boost::asio::awaitable<void> SendTenant(HttpExchange& exchange, http::status status, const std::string& name);
   // ?purge=true: everything the tenant owns goes first, and the answer lists it (PurgeTenant).
@@ -88,11 +94,13 @@ class ApiHandlers {
   boost::asio::awaitable<Result<core::ImageInfo>> ImportUploadedImage(HttpExchange& exchange,
                                                                       const std::string& name);
   boost::asio::awaitable<void> DeleteImage(HttpExchange& exchange, const std::string& name);
-  boost::asio::awaitable<void> CreateVolume(HttpExchange& exchange);
-  boost::asio::awaitable<void> ListVolumes(HttpExchange& exchange);
+  boost::asio::awaitable<void> CreateVolume(HttpExchange& exchange, const Caller& caller);
+  boost::asio::awaitable<void> ListVolumes(HttpExchange& exchange, const QueryParams& query, const Caller& caller);
   boost::asio::awaitable<void> Audit(HttpExchange& exchange, const QueryParams& query);
-  boost::asio::awaitable<void> GetVolume(HttpExchange& exchange, const std::string& name);
-  boost::asio::awaitable<void> DeleteVolume(HttpExchange& exchange, const std::string& name);
+  boost::asio::awaitable<void> GetVolume(HttpExchange& exchange, const std::string& name, const QueryParams& query,
+                                         const Caller& caller);
+  boost::asio::awaitable<void> DeleteVolume(HttpExchange& exchange, const std::string& name,
+                                            const QueryParams& query, const Caller& caller);
   // Snapshots and forks (snapshot_handlers.cc).
   boost::asio::awaitable<void> CreateSnapshot(HttpExchange& exchange, const std::string& id);
   boost::asio::awaitable<void> ForkSandbox(HttpExchange& exchange, const std::string& id);

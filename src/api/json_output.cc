@@ -106,6 +106,7 @@ json ImageToJson(const core::ImageInfo& image) {
 json VolumeToJson(const core::VolumeInfo& volume) {
   return {
       {"name", volume.name},
+      {"tenant", volume.tenant.empty() ? json(nullptr) : json(volume.tenant)},
       {"size_mb", volume.size_mb},
       {"created_at", volume.created_at},
       {"used_bytes", volume.used_bytes},

@@ -391,14 +391,18 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
   volume_create->add_option("--size-mb", line.volume_size_mb, "Size cap in MiB (default 1024)")
       ->check(CLI::Range(int64_t{1}, int64_t{1048576}));
   volume_create->add_flag("--json", line.json, "Print the API's JSON");
+  const char* kVolumeTenantHelp = "A tenant's volumes (with the host's key; a tenant's key has its own alone)";
+  volume_create->add_option("--tenant", line.volume_tenant, kVolumeTenantHelp);
   Selects(volume_create, line, Command::kVolumeCreate);
-  CLI::App* volume_list = volume->add_subcommand("ls", "List volumes");
+  CLI::App* volume_list = volume->add_subcommand("ls", "List volumes (with the host's key: every tenant's)");
   volume_list->alias("list");
   volume_list->add_flag("--json", line.json, "Print the API's JSON");
+  volume_list->add_option("--tenant", line.volume_tenant, kVolumeTenantHelp);
   Selects(volume_list, line, Command::kVolumeList);
   CLI::App* volume_remove =
       volume->add_subcommand("rm", "Remove volumes and their data (refused while a sandbox lists one)");
   volume_remove->add_option("names", line.volume_names, "Volume names")->required();
+  volume_remove->add_option("--tenant", line.volume_tenant, kVolumeTenantHelp);
   Selects(volume_remove, line, Command::kVolumeRemove);
 
   CLI::App* snapshot = app.add_subcommand("snapshot", "Manage snapshots of sandboxes");

@@ -16,7 +16,8 @@ Error BadVolumeFlag(const std::string& text) {
   return MakeError(ErrorCode::kBadRequest, "--volume '" + text + "' is not NAME:/PATH or NAME:/PATH:ro", "usage");
 }
 
-std::string VolumePath(const std::string& name) { return "/v1/volumes/" + PercentEncode(name); }
+// ?tenant=T with --tenant: the host's key names a tenant's volumes.
+std::string TenantQuery(const std::string& tenant) { return tenant.empty() ? "" : "?tenant=" + PercentEncode(tenant); }
 
 }  // namespace
 
@@ -39,6 +40,7 @@ int VolumeCreateCommand(Session& session) {
   const CommandLine& line = session.line;
   json body = {{"name", line.volume_names.at(0)}};
   if (line.volume_size_mb) body["size_mb"] = *line.volume_size_mb;
+  if (!line.volume_tenant.empty()) body["tenant"] = line.volume_tenant;
   auto volume = session.api.Call(HttpMethod::kPost, "/v1/volumes", body);
   if (!volume.ok()) return session.Fail(volume.error());
   session.Out(line.json ? DumpJson(*volume, 2) + "\n" : line.volume_names.at(0) + "\n");
@@ -46,21 +48,29 @@ int VolumeCreateCommand(Session& session) {
 }
 
 int VolumeListCommand(Session& session) {
-  auto listing = session.api.Call(HttpMethod::kGet, "/v1/volumes");
+  auto listing = session.api.Call(HttpMethod::kGet, "/v1/volumes" + TenantQuery(session.line.volume_tenant));
   if (!listing.ok()) return session.Fail(listing.error());
   if (session.line.json) {
     session.Out(DumpJson(*listing, 2) + "\n");
     return 0;
   }
   const int64_t now = static_cast<int64_t>(std::time(nullptr));
+  const json volumes = listing->value("volumes", json::array());
+  // A TENANT column when any volume is a tenant's (the host's key sees every tenant's).
+  bool tenants = false;
+  for (const json& volume : volumes) tenants = tenants || volume.value("tenant", json()).is_string();
   std::vector<std::vector<std::string>> rows = {{"NAME", "SIZE", "USED", "CREATED", "MOUNTED BY"}};
-  for (const json& volume : listing->value("volumes", json::array())) {
+  if (tenants) rows[0].insert(rows[0].begin() + 1, "TENANT");
+  for (const json& volume : volumes) {
     std::string users;
     for (const json& id : volume.value("mounted_by", json::array()))
       users += (users.empty() ? "" : ",") + id.get<std::string>();
-    rows.push_back({volume.value("name", ""), FormatBytes(volume.value("size_mb", int64_t{0}) << 20),
-                    FormatBytes(volume.value("used_bytes", int64_t{0})),
-                    DescribeCreated(volume.value("created_at", ""), now), users.empty() ? "-" : users});
+    std::vector<std::string> row = {volume.value("name", ""), FormatBytes(volume.value("size_mb", int64_t{0}) << 20),
+                                    FormatBytes(volume.value("used_bytes", int64_t{0})),
+                                    DescribeCreated(volume.value("created_at", ""), now), users.empty() ? "-" : users};
+    const json tenant = volume.value("tenant", json());
+    if (tenants) row.insert(row.begin() + 1, tenant.is_string() ? tenant.get<std::string>() : "-");
+    rows.push_back(std::move(row));
   }
   session.Out(FormatTable(rows));
   return 0;
@@ -69,7 +79,8 @@ int VolumeListCommand(Session& session) {
 int VolumeRemoveCommand(Session& session) {
   int exit_code = 0;
   for (const std::string& name : session.line.volume_names) {
-    auto removed = session.api.Call(HttpMethod::kDelete, VolumePath(name));
+    const std::string path = "/v1/volumes/" + PercentEncode(name) + TenantQuery(session.line.volume_tenant);
+    auto removed = session.api.Call(HttpMethod::kDelete, path);
     if (!removed.ok()) {
       exit_code = session.Fail(removed.error());
       continue;

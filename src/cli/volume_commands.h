@@ -13,11 +13,11 @@ namespace bulkhead::cli {
 // checks the name and path; this only splits them.
 Result<nlohmann::json> ParseVolumeFlag(const std::string& text);
 
-// `bulkhead volume create NAME [--size-mb N] [--json]`: prints the name (or the volume).
+// `bulkhead volume create NAME [--size-mb N] [--tenant T] [--json]`: prints the name (or the volume).
 int VolumeCreateCommand(Session& session);
-// `bulkhead volume ls [--json]`: NAME SIZE USED CREATED MOUNTED BY.
+// `bulkhead volume ls [--tenant T] [--json]`: NAME [TENANT] SIZE USED CREATED MOUNTED BY.
 int VolumeListCommand(Session& session);
-// `bulkhead volume rm NAME...`: prints each name removed; goes on past a failure.
+// `bulkhead volume rm NAME... [--tenant T]`: prints each name removed; goes on past a failure.
 int VolumeRemoveCommand(Session& session);
 
 }  // namespace bulkhead::cli

@@ -143,12 +143,10 @@ class SandboxManagerImpl : public SandboxManager {
   Result<ImageInfo> StoreBuiltImage(const storage::BuiltImage& image, const std::string& tar_path,
                                     const std::string& name) override;
   void StopImagePulls() override { puller_.CancelAll(); }
-  Result<VolumeInfo> CreateVolume(const std::string& name, int64_t size_mb) override {
-    return volumes_.Create(name, size_mb);
-  }
-  Result<VolumeInfo> GetVolume(const std::string& name) override { return volumes_.Get(name); }
+  Result<VolumeInfo> CreateVolume(const storage::VolumeKey& key, int64_t size_mb) override;
+  Result<VolumeInfo> GetVolume(const storage::VolumeKey& key) override { return volumes_.Get(key); }
   std::vector<VolumeInfo> ListVolumes() override { return volumes_.List(); }
-  Status DeleteVolume(const std::string& name) override { return volumes_.Delete(name); }
+  Status DeleteVolume(const storage::VolumeKey& key) override { return volumes_.Delete(key); }
   ManagerStats Stats() override;
   Status SetQuota(const std::string& tenant, const TenantQuota& quota) override;
   TenantQuota Quota(const std::string& tenant) override;

@@ -66,6 +66,7 @@ std::map<std::string, Amounts> SandboxManagerImpl::UsageByTenant() {
   for (const auto& [name, quota] : quotas_) tenants.insert(name);
   for (const auto& [id, sb] : sandboxes_) tenants.insert(sb->info.spec.tenant);
   for (const auto& [id, entry] : snapshots_) tenants.insert(entry.info.tenant);
+  tenants.merge(volumes_.Tenants());
   tenants.erase("");
   std::map<std::string, Amounts> out;
   const int64_t now = UnixMillis();
@@ -89,6 +90,9 @@ Amounts SandboxManagerImpl::UsageLocked(const std::string& tenant, int64_t now) 
     usage[Resource::kSnapshots] += 1;
     usage[Resource::kSnapshotBytes] += static_cast<double>(entry.info.size_bytes);
   }
+  const auto [volumes, volume_mb] = volumes_.UsageOf(tenant);
+  usage[Resource::kVolumes] += static_cast<double>(volumes);
+  usage[Resource::kVolumeMb] += static_cast<double>(volume_mb);
   for (const QuotaClaim& claim : claims_)
     if (claim.tenant == tenant)
       for (Resource r : kAllResources) usage[r] += claim.need[r];
@@ -104,6 +108,20 @@ size_t SandboxManagerImpl::CreatesLastMinuteLocked(const std::string& tenant, in
   const size_t count = times.size();
   if (count == 0) creates_.erase(it);
   return count;
+}
+
+Result<VolumeInfo> SandboxManagerImpl::CreateVolume(const storage::VolumeKey& key, int64_t size_mb) {
+  Amounts need;
+  need[Resource::kVolumes] = 1;
+  need[Resource::kVolumeMb] = static_cast<double>(size_mb);
+  std::shared_ptr<void> claim;
+  {
+    std::lock_guard lock(mu_);  // (then the registry's: never the other way round)
+    auto claimed = ClaimLocked(key.tenant, need);
+    if (!claimed) return claimed.error();
+    claim = std::move(*claimed);
+  }
+  return volumes_.Create(key, size_mb);
 }
 
 Result<std::shared_ptr<void>> SandboxManagerImpl::ClaimLocked(const std::string& tenant, const Amounts& need) {

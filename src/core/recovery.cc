@@ -109,7 +109,7 @@ Status SandboxManagerImpl::Recover() {
       if (*state != State::kStopped) spdlog::info("recover: sandbox {} is stopped (its init is gone)", row.id);
     }
     known.insert(row.id);
-    volumes_.Attach(row.id, sb->info.spec.volumes);
+    volumes_.Attach(row.id, sb->info.spec.tenant, sb->info.spec.volumes);
     sandboxes_[row.id] = sb;
   }
   std::set<std::string> known_names;

@@ -139,7 +139,7 @@ Status SandboxManagerImpl::Boot(Sandbox& sb, const storage::WritableLayer& layer
   if (::mkdir(ls.staging.c_str(), 0700) != 0 && errno != EEXIST) return SystemError("mkdir " + ls.staging, errno);
   ls.host_uid = sb.uid_base;
   ls.limits = LimitsOf(spec);
-  auto volume_binds = volumes_.Acquire(sb.info.id, spec.volumes);  // marks them in use (again)
+  auto volume_binds = volumes_.Acquire(sb.info.id, spec.tenant, spec.volumes);  // marks them in use (again)
   if (!volume_binds) return volume_binds.error();
   ls.volumes = std::move(*volume_binds);
   ls.background = background;

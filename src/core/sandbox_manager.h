@@ -26,6 +26,7 @@
 #include "core/usage_history.h"
 #include "net/egress_proxy.h"
 #include "storage/image_pull.h"
+#include "storage/volume_key.h"
 
 namespace bulkhead::core {
 
@@ -171,12 +172,13 @@ class SandboxManager {
   // Ends the pulls under way (the server's shutdown: it must not wait for a slow registry).
   virtual void StopImagePulls() {}
 
-  // Named volumes (volume_registry.h). Create and Delete are (blocking); Delete is 409
-  // volume_in_use while a sandbox lists the volume.
-  virtual Result<VolumeInfo> CreateVolume(const std::string& name, int64_t size_mb) = 0;
-  virtual Result<VolumeInfo> GetVolume(const std::string& name) = 0;
+  // Named volumes (volume_registry.h), each tenant's its own. Create and Delete are
+  // (blocking); Create claims the tenant's volume quotas (429 quota_exceeded); Delete is 409
+  // volume_in_use while a sandbox lists the volume. ListVolumes: every tenant's.
+  virtual Result<VolumeInfo> CreateVolume(const storage::VolumeKey& key, int64_t size_mb) = 0;
+  virtual Result<VolumeInfo> GetVolume(const storage::VolumeKey& key) = 0;
   virtual std::vector<VolumeInfo> ListVolumes() = 0;
-  virtual Status DeleteVolume(const std::string& name) = 0;
+  virtual Status DeleteVolume(const storage::VolumeKey& key) = 0;
 
   // GET /v1/snapshots/{id}/export: the snapshot as a portable .tar.zst (its files with owners
   // relative to the sandbox's root, its image and settings, and a memory snapshot's image vouched

@@ -15,6 +15,8 @@ constexpr std::array<ResourceName, kResources> kNames = {{
     {"snapshots", "snapshots"},
     {"snapshot_bytes", "bytes of snapshots"},
     {"creates_per_minute", "sandboxes created in a minute"},
+    {"volumes", "volumes"},
+    {"volume_mb", "MiB of volumes"},
 }};
 
 // Whether a resource is counted in whole units (all but CPUs).

@@ -1,8 +1,9 @@
-// A tenant's quotas and usage: how much of the host its sandboxes and snapshots may hold at
-// once (sandboxes running, their CPUs, memory and disk, snapshots and their bytes) and how
-// fast it may create sandboxes. The manager checks them on every create, fork, start or resume
-// from disk, and snapshot of a tenant's sandbox (kTooMany, 429 "quota_exceeded", naming the
-// quota) before anything is made. Plain logic (tests/unit/core_tenant_quota_test.cc).
+// A tenant's quotas and usage: how much of the host its sandboxes, snapshots and volumes may
+// hold at once (sandboxes running, their CPUs, memory and disk, snapshots and their bytes,
+// volumes and their size caps) and how fast it may create sandboxes. The manager checks them
+// on every create, fork, start or resume from disk, and snapshot of a tenant's sandbox, and
+// every create of its volumes (kTooMany, 429 "quota_exceeded", naming the quota) before
+// anything is made. Plain logic (tests/unit/core_tenant_quota_test.cc).
 #pragma once
 #include <array>
 #include <cstddef>
@@ -24,8 +25,10 @@ enum class Resource {
   kSnapshots,
   kSnapshotBytes,     // files and memory images of its snapshots
   kCreatesPerMinute,  // sandboxes created (forks and creates from snapshots too) in the last 60 s
+  kVolumes,           // named volumes
+  kVolumeMb,          // their size caps
 };
-inline constexpr size_t kResources = 7;
+inline constexpr size_t kResources = 9;
 
 struct ResourceName {
   std::string_view key;   // in the API's "quotas" and "usage" objects, and in /metrics
@@ -34,7 +37,8 @@ struct ResourceName {
 const ResourceName& NameOf(Resource resource);
 inline constexpr std::array<Resource, kResources> kAllResources = {
     Resource::kSandboxes, Resource::kCpus,          Resource::kMemoryMb,        Resource::kDiskMb,
-    Resource::kSnapshots, Resource::kSnapshotBytes, Resource::kCreatesPerMinute};
+    Resource::kSnapshots, Resource::kSnapshotBytes, Resource::kCreatesPerMinute, Resource::kVolumes,
+    Resource::kVolumeMb};
 
 // An amount of each resource: a tenant's usage, or what a call would add to it.
 struct Amounts {

@@ -86,6 +86,7 @@ inline constexpr char kBuildSnapshotPrefix[] = "bulkhead-build:";
 // The Volume object: a named directory with a size cap that sandboxes mount and outlive.
 struct VolumeInfo {
   std::string name;
+  std::string tenant;  // "" for the host's
   int64_t size_mb = 0;
   std::string created_at;  // RFC 3339 UTC
   int64_t used_bytes = 0;

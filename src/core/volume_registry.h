@@ -1,6 +1,8 @@
 // The named volumes of one daemon: their rows in the state database, their directories in
 // storage, and which sandboxes list them (a volume is in use from the moment a sandbox that
-// lists it is made until that sandbox is deleted, whatever its state). Thread-safe.
+// lists it is made until that sandbox is deleted, whatever its state). Each tenant has its
+// own names (storage::VolumeKey; tenant "" is the host's), and a sandbox mounts its own
+// tenant's volumes only. Thread-safe.
 #pragma once
 #include <map>
 #include <mutex>
@@ -24,20 +26,24 @@ class VolumeRegistry {
   // missing, a directory without a row. (blocking)
   Status Recover();
 
-  // 409 volume_exists if the name is taken. (blocking)
-  Result<VolumeInfo> Create(const std::string& name, int64_t size_mb);
-  Result<VolumeInfo> Get(const std::string& name) const;  // 404 volume_not_found
-  std::vector<VolumeInfo> List() const;
+  // 409 volume_exists if the name is taken in its tenant. (blocking)
+  Result<VolumeInfo> Create(const storage::VolumeKey& key, int64_t size_mb);
+  Result<VolumeInfo> Get(const storage::VolumeKey& key) const;  // 404 volume_not_found
+  std::vector<VolumeInfo> List() const;                          // every tenant's
   // 409 volume_in_use while a sandbox lists it; the data goes with it. (blocking)
-  Status Delete(const std::string& name);
+  Status Delete(const storage::VolumeKey& key);
+  // How many volumes the tenant has (being made too), and their size caps summed.
+  std::pair<int64_t, int64_t> UsageOf(const std::string& tenant) const;
+  std::set<std::string> Tenants() const;  // those with a volume ("" for the host's)
 
-  // Records that sandbox `sandbox_id` mounts `mounts` and returns the binds to give its
-  // runtime. 404 volume_not_found (nothing recorded) if one does not exist. Calling it again
-  // for the same sandbox (a restart of a stopped one) is fine.
-  Result<std::vector<runtime::VolumeBind>> Acquire(const std::string& sandbox_id,
+  // Records that sandbox `sandbox_id` of `tenant` mounts `mounts` (that tenant's volumes)
+  // and returns the binds to give its runtime. 404 volume_not_found (nothing recorded) if
+  // one does not exist. Calling it again for the same sandbox (a restart of a stopped one)
+  // is fine.
+  Result<std::vector<runtime::VolumeBind>> Acquire(const std::string& sandbox_id, const std::string& tenant,
                                                    const std::vector<VolumeMount>& mounts);
   // After a daemon restart: a sandbox that survived still holds its volumes.
-  void Attach(const std::string& sandbox_id, const std::vector<VolumeMount>& mounts);
+  void Attach(const std::string& sandbox_id, const std::string& tenant, const std::vector<VolumeMount>& mounts);
   // The sandbox is gone: it holds no volume any more. Its volumes' data is untouched.
   void Release(const std::string& sandbox_id);
 
@@ -45,16 +51,17 @@ class VolumeRegistry {
   struct Entry {
     store::VolumeRow row;
     std::set<std::string> users;  // sandbox ids
+    bool creating = false;  // its name is taken and it counts for UsageOf; nothing else sees it yet
     bool deleting = false;
   };
-  static Error NotFound(const std::string& name);
+  static Error NotFound(const storage::VolumeKey& key);
   // used_bytes is read outside the lock (a tree walk without quotas).
   VolumeInfo InfoOf(const store::VolumeRow& row, const std::set<std::string>& users) const;
 
   store::StateDb& db_;
   storage::Storage& storage_;
   mutable std::mutex mu_;
-  std::map<std::string, Entry> volumes_;
+  std::map<storage::VolumeKey, Entry> volumes_;
 };
 
 }  // namespace bulkhead::core

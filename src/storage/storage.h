@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/result.h"
+#include "storage/volume_key.h"
 #include "storage/image_info.h"
 #include "storage/tree_copy.h"
 
@@ -115,16 +116,17 @@ class Storage {
   Status DestroyLayer(const std::string& sandbox_id);  // removes everything, idempotent
   std::vector<std::string> ListLayers() const;          // sandbox ids with a layer on disk
 
-  // Named volumes (volumes.cc): <layer area>/vol-<name>/data, a directory with a hard
-  // size_mb cap like a layer's, mode 0755 on disk. Its files are owned by the stored range
+  // Named volumes (volumes.cc): <layer area>/vol-<name>/data (the host's) or
+  // vol-<tenant>+<name>/data (a tenant's: names are each tenant's own), a directory with a
+  // hard size_mb cap like a layer's, mode 0755 on disk. Its files are owned by the stored range
   // (common/id_ranges.h; the data dir by kStoredIdBase, which each sandbox sees as its root)
-  // and sandboxes mount it idmapped from there. vol-<name> is 0700.
+  // and sandboxes mount it idmapped from there. vol-... is 0700.
   // Returns the data directory. kConflict if it exists.
-  Result<std::string> CreateVolume(const std::string& name, int64_t size_mb);
-  Result<std::string> VolumeDir(const std::string& name) const;  // kNotFound if absent
-  Result<int64_t> VolumeUsageBytes(const std::string& name) const;
-  Status DestroyVolume(const std::string& name);  // idempotent
-  std::vector<std::string> ListVolumes() const;   // names of the volumes on disk
+  Result<std::string> CreateVolume(const VolumeKey& key, int64_t size_mb);
+  Result<std::string> VolumeDir(const VolumeKey& key) const;  // kNotFound if absent
+  Result<int64_t> VolumeUsageBytes(const VolumeKey& key) const;
+  Status DestroyVolume(const VolumeKey& key);  // idempotent
+  std::vector<VolumeKey> ListVolumes() const;  // the volumes on disk
 
   // ---- snapshots ----
   // Captures sandbox_id's layer as snapshot snapshot_id. The caller keeps the layer still
@@ -171,7 +173,7 @@ class Storage {
   std::string ImagesDir() const;
   std::string HostImageDir() const;
   std::string LayerDir(const std::string& sandbox_id) const;
-  std::string VolumeLayerId(const std::string& name) const;
+  static Result<std::string> VolumeLayerId(const VolumeKey& key);
   std::string MemoryRoot() const;
 
   std::string state_dir_;

@@ -4,7 +4,7 @@ namespace bulkhead::store {
 namespace {
 
 // The schema, at version kSchemaVersion. A change gets a new version and a step in Migrate.
-constexpr int kSchemaVersion = 8;  // 3: egress log, 4: snapshots, 5: volumes, 6: memory snapshots, pause to disk, 7: tenants, keys, 8: quotas
+constexpr int kSchemaVersion = 9;  // 3: egress log, 4: snapshots, 5: volumes, 6: memory snapshots, pause to disk, 7: tenants, keys, 8: quotas, 9: tenants' volumes
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS sandboxes (
   id TEXT PRIMARY KEY,
@@ -47,12 +47,14 @@ CREATE TABLE IF NOT EXISTS snapshots (
 );
 )sql";
 
-// Version 5: named volumes.
+// Version 5: named volumes; 9: each tenant's own (tenant '' is the host's).
 constexpr const char* kVolumesSchema = R"sql(
 CREATE TABLE IF NOT EXISTS volumes (
-  name TEXT PRIMARY KEY,
+  tenant TEXT NOT NULL DEFAULT '',
+  name TEXT NOT NULL,
   size_mb INTEGER NOT NULL,
-  created_at TEXT NOT NULL
+  created_at TEXT NOT NULL,
+  PRIMARY KEY (tenant, name)
 );
 )sql";
 
@@ -124,8 +126,14 @@ Status StateDb::Migrate() {
     st = Exec("ALTER TABLE snapshots ADD COLUMN memory TEXT NOT NULL DEFAULT ''");
   if (st.ok() && version >= 1 && !HasColumn("sandboxes", "on_disk"))
     st = Exec("ALTER TABLE sandboxes ADD COLUMN on_disk INTEGER NOT NULL DEFAULT 0");
+  // Version 9 keys a volume by its tenant and name: the host's volumes of before keep theirs.
+  if (st.ok() && HasColumn("volumes", "name") && !HasColumn("volumes", "tenant"))
+    st = Exec("ALTER TABLE volumes RENAME TO volumes_v5");
   if (st.ok()) st = Exec(kSchema);
   if (st.ok()) st = Exec(kVolumesSchema);
+  if (st.ok() && HasColumn("volumes_v5", "name"))
+    st = Exec("INSERT INTO volumes (tenant, name, size_mb, created_at) "
+              "SELECT '', name, size_mb, created_at FROM volumes_v5; DROP TABLE volumes_v5;");
   if (st.ok()) st = Exec(kAccessSchema);
   if (st.ok()) st = Exec(kQuotaSchema);
   if (st.ok()) st = Exec(("PRAGMA user_version = " + std::to_string(kSchemaVersion)).c_str());

@@ -42,6 +42,7 @@ struct EgressRow {
 
 // A named volume (volume_rows.cc). Written before its directory exists, removed after it is gone.
 struct VolumeRow {
+  std::string tenant;  // "" for the host's; a name is unique within its tenant
   std::string name;
   int64_t size_mb = 0;
   std::string created_at;  // RFC 3339
@@ -109,8 +110,8 @@ class StateDb {
 
   // Named volumes (volume_rows.cc). InsertVolume: kConflict "volume_exists" if the name is taken.
   Status InsertVolume(const VolumeRow& row);
-  Status RemoveVolume(const std::string& name);
-  Result<std::vector<VolumeRow>> LoadVolumes();  // by name
+  Status RemoveVolume(const std::string& tenant, const std::string& name);
+  Result<std::vector<VolumeRow>> LoadVolumes();  // by tenant, then name
   // Snapshots (snapshot_rows.cc).
   Status PutSnapshot(const SnapshotRow& row);  // insert or replace
   Status RemoveSnapshot(const std::string& id);

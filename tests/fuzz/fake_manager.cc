@@ -360,22 +360,24 @@ Status FakeManager::DeleteImage(const std::string& name) {
   return MakeError(ErrorCode::kNotFound, "no image " + name, "image_not_found");
 }
 
-Result<core::VolumeInfo> FakeManager::CreateVolume(const std::string& name, int64_t size_mb) {
+Result<core::VolumeInfo> FakeManager::CreateVolume(const storage::VolumeKey& key, int64_t size_mb) {
+  const std::string& name = key.name;
   if (name == "data") return MakeError(ErrorCode::kConflict, "volume data exists", "volume_exists");
   return core::VolumeInfo{.name = name, .size_mb = size_mb, .created_at = "2024-05-01T10:00:00Z"};
 }
 
-Result<core::VolumeInfo> FakeManager::GetVolume(const std::string& name) {
+Result<core::VolumeInfo> FakeManager::GetVolume(const storage::VolumeKey& key) {
+  const std::string& name = key.name;
   if (name != "data") return MakeError(ErrorCode::kNotFound, "no volume " + name, "volume_not_found");
   return core::VolumeInfo{.name = "data", .size_mb = 1024, .created_at = "2024-05-01T10:00:00Z", .used_bytes = 4096,
                           .mounted_by = {"sb1"}};
 }
 
-std::vector<core::VolumeInfo> FakeManager::ListVolumes() { return {*GetVolume("data")}; }
+std::vector<core::VolumeInfo> FakeManager::ListVolumes() { return {*GetVolume({.tenant = "", .name = "data"})}; }
 
-Status FakeManager::DeleteVolume(const std::string& name) {
-  if (name == "data") return MakeError(ErrorCode::kConflict, "volume data is mounted", "volume_in_use");
-  return MakeError(ErrorCode::kNotFound, "no volume " + name, "volume_not_found");
+Status FakeManager::DeleteVolume(const storage::VolumeKey& key) {
+  if (key.name == "data") return MakeError(ErrorCode::kConflict, "volume data is mounted", "volume_in_use");
+  return MakeError(ErrorCode::kNotFound, "no volume " + key.name, "volume_not_found");
 }
 
 Status FakeManager::ExportSnapshot(const std::string& id, int out_fd) {

@@ -49,10 +49,10 @@ class FakeManager : public core::SandboxManager {
   Result<storage::PushResult> PushImage(const storage::PushRequest& request, const storage::PullListener&) override {
     return MakeError(ErrorCode::kBadGateway, "no registry " + request.target.registry + " here", "registry_unreachable");
   }
-  Result<core::VolumeInfo> CreateVolume(const std::string& name, int64_t size_mb) override;
-  Result<core::VolumeInfo> GetVolume(const std::string& name) override;
+  Result<core::VolumeInfo> CreateVolume(const storage::VolumeKey& key, int64_t size_mb) override;
+  Result<core::VolumeInfo> GetVolume(const storage::VolumeKey& key) override;
   std::vector<core::VolumeInfo> ListVolumes() override;
-  Status DeleteVolume(const std::string& name) override;
+  Status DeleteVolume(const storage::VolumeKey& key) override;
   Status ExportSnapshot(const std::string& id, int out_fd) override;
   Result<core::SnapshotInfo> ImportSnapshot(int in_fd, int64_t max_bytes, bool memory) override;
   core::ManagerStats Stats() override;

@@ -38,6 +38,8 @@ def cleanup(admin: Client, tenant: str):
     for snapshot in admin.get("/v1/snapshots").json()["snapshots"]:
         if snapshot["tenant"] == tenant:
             admin.delete(f"/v1/snapshots/{snapshot['id']}")
+    for volume in admin.get(f"/v1/volumes?tenant={tenant}").json()["volumes"]:
+        admin.delete(f"/v1/volumes/{volume['name']}?tenant={tenant}")
     assert admin.delete(f"/v1/tenants/{tenant}").status == 204
 
 
@@ -142,6 +144,32 @@ def test_snapshot_quotas_count_them_and_their_bytes(daemon):
         refused(client.post(f"/v1/sandboxes/{sandbox}/snapshots", {}), "snapshot_bytes")
         assert client.get("/v1/snapshots").json()["snapshots"] == before
         assert usage(client, tenant)["snapshots"] == 1
+    finally:
+        cleanup(admin, tenant)
+
+
+def test_volume_quotas_count_them_and_their_sizes(daemon):
+    admin = daemon.client()
+    tenant, client = tenant_with(admin, volumes=1, volume_mb=100)
+    try:
+        assert client.post("/v1/volumes", {"name": "one", "size_mb": 60}).status == 201
+        refused(client.post("/v1/volumes", {"name": "two", "size_mb": 1}), "volumes")
+        # The host's key making one for the tenant is held to the same quota.
+        refused(admin.post("/v1/volumes", {"name": "two", "size_mb": 1, "tenant": tenant}), "volumes")
+        assert admin.request("PATCH", f"/v1/tenants/{tenant}", {"quotas": {"volumes": 5}}).status == 200
+        refused(client.post("/v1/volumes", {"name": "two", "size_mb": 41}), "volume_mb")
+        assert [v["name"] for v in client.get("/v1/volumes").json()["volumes"]] == ["one"]
+        assert client.post("/v1/volumes", {"name": "two", "size_mb": 40}).status == 201
+        assert {k: usage(client, tenant)[k] for k in ("volumes", "volume_mb")} == {"volumes": 2, "volume_mb": 100}
+        # Deleting one frees its share.
+        assert client.delete("/v1/volumes/one").status == 204
+        assert client.post("/v1/volumes", {"name": "three", "size_mb": 60}).status == 201
+        metrics = admin.get("/metrics").body.decode()
+        assert re.search(rf'bulkhead_tenant_usage{{tenant="{tenant}",resource="volume_mb"}} 100\b', metrics), metrics
+        # The host's own volumes count for no tenant.
+        assert admin.post("/v1/volumes", {"name": f"host-{tenant}", "size_mb": 500}).status == 201
+        assert usage(client, tenant)["volume_mb"] == 100
+        assert admin.delete(f"/v1/volumes/host-{tenant}").status == 204
     finally:
         cleanup(admin, tenant)
 

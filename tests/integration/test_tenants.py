@@ -1,7 +1,8 @@
-"""Tenants and their scoped API keys (issue 24): a tenant's key reaches its own sandboxes and
-snapshots and nothing of another tenant's, through any route of the OpenAPI document (another
-tenant's ids answer as unknown ones do); scopes hold route by route; a revoked or expired key
-fails at once; keys are stored hashed; the host's own key keeps reaching everything."""
+"""Tenants and their scoped API keys (issue 24): a tenant's key reaches its own sandboxes,
+snapshots and volumes and nothing of another tenant's, through any route of the OpenAPI document
+(another tenant's ids and volume names answer as unknown ones do); each tenant names its volumes
+in its own namespace; scopes hold route by route; a revoked or expired key fails at once; keys are
+stored hashed; the host's own key keeps reaching everything."""
 import json
 import os
 import subprocess
@@ -34,8 +35,8 @@ def new_key(admin: Client, tenant: str, scope: str, **extra) -> Client:
 
 @pytest.fixture(scope="module")
 def two_tenants(daemon):
-    """Tenants a and b, each with a tenant-admin key, a running sandbox holding a file and a
-    snapshot of it."""
+    """Tenants a and b, each with a tenant-admin key, a running sandbox holding a file, a
+    snapshot of it and a volume."""
     admin = daemon.client()
     world = {}
     for side in ("a", "b"):
@@ -46,12 +47,16 @@ def two_tenants(daemon):
         client.sh(sandbox["id"], f"echo {side}-secret > /workspace/secret")
         r = client.post(f"/v1/sandboxes/{sandbox['id']}/snapshots", {})
         assert r.status == 201, r
+        volume = f"{side}-vol-{uuid.uuid4().hex[:6]}"
+        made = client.post("/v1/volumes", {"name": volume, "size_mb": 16})
+        assert made.status == 201 and made.json()["tenant"] == tenant, made
         world[side] = {"tenant": tenant, "client": client, "key": key, "sandbox": sandbox["id"],
-                       "snapshot": r.json()["id"]}
+                       "snapshot": r.json()["id"], "volume": volume}
     yield world
     for side in world.values():
         admin.delete(f"/v1/sandboxes/{side['sandbox']}")
         admin.delete(f"/v1/snapshots/{side['snapshot']}")
+        admin.delete(f"/v1/volumes/{side['volume']}?tenant={side['tenant']}")
         admin.delete(f"/v1/tenants/{side['tenant']}")
 
 
@@ -88,23 +93,24 @@ def test_a_tenant_lists_and_reaches_only_its_own_sandboxes_and_snapshots(daemon,
     assert {a["sandbox"], b["sandbox"]} <= listed
 
 
-def concrete(path: str, sandbox: str, snapshot: str) -> str:
+def concrete(path: str, sandbox: str, snapshot: str, volume: str = "some-name") -> str:
+    name = volume if path.startswith("/v1/volumes/") else "some-name"
     return (path.replace("{id}", sandbox).replace("{snapshot_id}", snapshot).replace("{pid}", "1")
-            .replace("{port}", "8080").replace("{path}", "x").replace("{name}", "some-name")
+            .replace("{port}", "8080").replace("{path}", "x").replace("{name}", name)
             .replace("{tenant}", "some-tenant").replace("{key_id}", "0000000000000000"))
 
 
 def test_every_route_of_the_openapi_document_keeps_another_tenants_objects_out_of_reach(two_tenants):
-    """Tenant a's admin key on every route and method, aimed at b's sandbox and snapshot: each
-    answers 404 (b's objects are unknown to it) or 403 (a host-wide route), never 2xx; and b's
-    sandbox, its file, its snapshot and its tenant are as they were."""
+    """Tenant a's admin key on every route and method, aimed at b's sandbox, snapshot and volume:
+    each answers 404 (b's objects are unknown to it) or 403 (a host-wide route), never 2xx; and
+    b's sandbox, its file, its snapshot, its volume and its tenant are as they were."""
     a, b = two_tenants["a"], two_tenants["b"]
     seen = 0
     for path, operations in OPENAPI["paths"].items():
         for method in (m for m in METHODS if m in operations):
-            if "{id}" not in path and "{snapshot_id}" not in path and "{tenant}" not in path:
+            if not any(p in path for p in ("{id}", "{snapshot_id}", "{tenant}")) and not path.startswith("/v1/volumes/"):
                 continue
-            target = concrete(path, b["sandbox"], b["snapshot"]).replace("some-tenant", b["tenant"])
+            target = concrete(path, b["sandbox"], b["snapshot"], b["volume"]).replace("some-tenant", b["tenant"])
             if path.endswith("/files") or "/files/" in path:
                 target += "?path=/workspace/secret"
             body = b"{}" if method in ("post", "put", "patch") else None
@@ -118,21 +124,19 @@ def test_every_route_of_the_openapi_document_keeps_another_tenants_objects_out_o
     assert client.sandbox(b["sandbox"])["state"] == "running"
     assert client.sh(b["sandbox"], "cat /workspace/secret") == "b-secret\n"
     assert client.get(f"/v1/snapshots/{b['snapshot']}").status == 200
+    assert client.get(f"/v1/volumes/{b['volume']}").status == 200
     assert client.get(f"/v1/tenants/{b['tenant']}").json()["sandboxes"] == 1
 
 
 def test_host_wide_routes_answer_a_tenants_key_403(two_tenants):
     client = two_tenants["a"]["client"]
-    for method, path in [("GET", "/metrics"), ("GET", "/v1/audit"), ("GET", "/v1/volumes"),
-                         ("POST", "/v1/volumes"), ("POST", "/v1/images/pull"), ("POST", "/v1/images/gc"),
+    for method, path in [("GET", "/metrics"), ("GET", "/v1/audit"),
+                         ("POST", "/v1/images/pull"), ("POST", "/v1/images/gc"),
                          ("DELETE", "/v1/images/host"), ("POST", "/v1/snapshots/import"),
                          ("GET", "/v1/tenants"), ("POST", "/v1/tenants"),
                          ("DELETE", f"/v1/tenants/{two_tenants['b']['tenant']}")]:
         r = client.request(method, path, body=b"{}" if method == "POST" else None)
         assert r.status == 403 and r.json()["error"]["code"] == "insufficient_scope", (method, path, r)
-    # Named volumes are the host's: a tenant's sandbox mounts none.
-    r = client.post("/v1/sandboxes", {"volumes": [{"name": "data", "path": "/data"}]})
-    assert r.status == 403, r
     # The daemon's health and the API's description are everyone's.
     assert client.get("/healthz").status == 200 and client.get("/openapi.json").status == 200
 
@@ -304,8 +308,9 @@ def test_a_purge_removes_everything_a_tenant_left_and_proves_it(daemon):
     client.exec(running, "curl -s -m 5 http://blocked.test/ >/dev/null; true")  # (the proxy refuses it)
     egress = client.get(f"/v1/sandboxes/{running}/egress").json()["entries"]
     assert egress, "a refused request is an egress record"
-    stopped = client.create()["id"]
-    client.sh(stopped, "echo personal > /workspace/data")
+    assert client.post("/v1/volumes", {"name": "records", "size_mb": 16}).status == 201
+    stopped = client.create(volumes=[{"name": "records", "path": "/records"}])["id"]
+    client.sh(stopped, "echo personal > /workspace/data; echo personal > /records/data")
     assert client.post(f"/v1/sandboxes/{stopped}/stop").status == 200
     snapshot = client.post(f"/v1/sandboxes/{running}/snapshots", {}).json()["id"]
     assert admin.request("PATCH", f"/v1/tenants/{tenant}", {"quotas": {"sandboxes": 5}}).status == 200
@@ -322,7 +327,8 @@ def test_a_purge_removes_everything_a_tenant_left_and_proves_it(daemon):
     assert proof["removed"]["keys"] == [key["id"]]
     assert proof["removed"]["quota"] == {"sandboxes": 5}
     assert proof["removed"]["egress_records"] == len(egress)
-    assert proof["remaining"] == {"sandboxes": 0, "snapshots": 0, "keys": 0, "tenant": False}
+    assert [v["name"] for v in proof["removed"]["volumes"]] == ["records"], proof
+    assert proof["remaining"] == {"sandboxes": 0, "snapshots": 0, "volumes": 0, "keys": 0, "tenant": False}
     # Checked from outside: the API, the key, the state database and the snapshot's files.
     assert client.get("/v1/sandboxes").status == 401
     for sandbox in (running, stopped):
@@ -331,11 +337,12 @@ def test_a_purge_removes_everything_a_tenant_left_and_proves_it(daemon):
     assert admin.get(f"/v1/tenants/{tenant}").status == 404
     db = sqlite3.connect(f"file:{daemon.state_dir}/bulkhead.db?mode=ro", uri=True)
     for table, column in [("sandboxes", "spec_json"), ("snapshots", "spec_json"), ("api_keys", "tenant"),
-                          ("tenants", "name"), ("tenant_quotas", "tenant")]:
+                          ("tenants", "name"), ("tenant_quotas", "tenant"), ("volumes", "tenant")]:
         assert db.execute(f"SELECT count(*) FROM {table} WHERE {column} LIKE ?", (f"%{tenant}%",)).fetchone()[0] == 0
     assert db.execute("SELECT count(*) FROM egress WHERE sandbox_id IN (?, ?)", (running, stopped)).fetchone()[0] == 0
     db.close()
     assert not [p for p in daemon.state_dir.rglob(f"*{snapshot}*")], "the snapshot's files are gone"
+    assert not [p for p in daemon.state_dir.rglob(f"*{tenant}*")], "the volume's files are gone"
     # The purge itself is on record.
     records = admin.get(f"/v1/audit?target={tenant}").json()["records"]
     assert records[-1]["action"] == "DELETE /v1/tenants/{tenant}" and records[-1]["outcome"] == 200
@@ -365,11 +372,11 @@ def test_the_host_key_makes_a_sandbox_of_a_tenants_that_the_tenant_then_owns(dae
     try:
         assert a["client"].sh(sandbox, "echo mine") == "mine\n"
         assert b["client"].get(f"/v1/sandboxes/{sandbox}").status == 404
-        # Not from another tenant's snapshot, not with the host's volumes, not for an unknown tenant.
+        # Not from another tenant's snapshot, not with another's volumes, not for an unknown tenant.
         r = admin.post("/v1/sandboxes", {"tenant": a["tenant"], "from_snapshot": b["snapshot"]})
         assert r.status == 404 and r.json()["error"]["code"] == "snapshot_not_found", r
-        r = admin.post("/v1/sandboxes", {"tenant": a["tenant"], "volumes": [{"name": "data", "path": "/data"}]})
-        assert r.status == 403, r
+        r = admin.post("/v1/sandboxes", {"tenant": a["tenant"], "volumes": [{"name": b["volume"], "path": "/data"}]})
+        assert r.status == 404 and r.json()["error"]["code"] == "volume_not_found", r
         r = admin.post("/v1/sandboxes", {"tenant": "no-such-tenant"})
         assert r.status == 404 and r.json()["error"]["code"] == "tenant_not_found", r
         assert admin.post("/v1/sandboxes", {"tenant": 7}).status == 422
@@ -378,3 +385,97 @@ def test_the_host_key_makes_a_sandbox_of_a_tenants_that_the_tenant_then_owns(dae
         assert r.status == 404 and r.json()["error"]["code"] == "tenant_not_found", r
     finally:
         admin.delete(f"/v1/sandboxes/{sandbox}")
+
+
+def test_each_tenant_names_its_own_volumes_and_its_sandboxes_mount_those_alone(daemon, two_tenants):
+    admin = daemon.client()
+    a, b = two_tenants["a"], two_tenants["b"]
+    name = f"shared-{uuid.uuid4().hex[:6]}"
+    # One name, three volumes: a's, b's and the host's.
+    for client in (a["client"], b["client"], admin):
+        assert client.post("/v1/volumes", {"name": name, "size_mb": 16}).status == 201
+    sandboxes = []
+    try:
+        for side, client in (("a", a["client"]), ("b", b["client"]), ("host", admin)):
+            made = client.post("/v1/sandboxes", {"volumes": [{"name": name, "path": "/shared"}]})
+            assert made.status == 201, made
+            sandboxes.append((client, made.json()["id"]))
+            client.sh(made.json()["id"], f"echo {side} >> /shared/who")
+        for (client, sandbox), side in zip(sandboxes, ("a", "b", "host")):
+            assert client.sh(sandbox, "cat /shared/who") == f"{side}\n"
+        # Lists: a tenant's own; the host's every tenant's, or one's with ?tenant=.
+        mine = a["client"].get("/v1/volumes").json()["volumes"]
+        assert sorted(v["name"] for v in mine) == sorted([a["volume"], name]), mine
+        assert all(v["tenant"] == a["tenant"] for v in mine)
+        everyone = [(v["tenant"], v["name"]) for v in admin.get("/v1/volumes").json()["volumes"]]
+        assert {(a["tenant"], name), (b["tenant"], name), (None, name)} <= set(everyone), everyone
+        only_b = admin.get(f"/v1/volumes?tenant={b['tenant']}").json()["volumes"]
+        assert sorted(v["name"] for v in only_b) == sorted([b["volume"], name]), only_b
+        got = a["client"].get(f"/v1/volumes/{name}").json()
+        assert got["tenant"] == a["tenant"] and got["mounted_by"] == [sandboxes[0][1]], got
+        got = admin.get(f"/v1/volumes/{name}?tenant={b['tenant']}").json()
+        assert got["tenant"] == b["tenant"] and got["mounted_by"] == [sandboxes[1][1]], got
+        # A tenant's key names no other tenant, and reaches none of its volumes.
+        for r in (a["client"].get(f"/v1/volumes?tenant={b['tenant']}"),
+                  a["client"].get(f"/v1/volumes/{name}?tenant={b['tenant']}"),
+                  a["client"].post("/v1/volumes", {"name": "x", "size_mb": 1, "tenant": b["tenant"]})):
+            assert r.status == 404 and r.json()["error"]["code"] == "tenant_not_found", r
+        r = a["client"].delete(f"/v1/volumes/{b['volume']}")
+        assert r.status == 404 and r.json()["error"]["code"] == "volume_not_found", r
+        # Read-only keys read them and change nothing.
+        reader, _ = new_key(admin, a["tenant"], "read-only")
+        assert reader.get(f"/v1/volumes/{name}").status == 200
+        assert reader.post("/v1/volumes", {"name": "y", "size_mb": 1}).status == 403
+        assert reader.delete(f"/v1/volumes/{name}").status == 403
+        # In use while mounted, whoever asks.
+        r = admin.delete(f"/v1/volumes/{name}?tenant={a['tenant']}")
+        assert r.status == 409 and r.json()["error"]["code"] == "volume_in_use", r
+        # A tenant with volumes is not removed without --purge.
+        r = admin.delete(f"/v1/tenants/{a['tenant']}")
+        assert r.status == 409 and "volumes" in r.json()["error"]["message"], r
+        # The CLI: the host's key sees a TENANT column and removes a tenant's with --tenant.
+        listed = cli(daemon, "volume", "ls")
+        assert listed.returncode == 0 and "TENANT" in listed.stdout and a["tenant"] in listed.stdout, listed
+    finally:
+        for client, sandbox in sandboxes:
+            client.remove(sandbox)
+    removed = cli(daemon, "volume", "rm", "--tenant", a["tenant"], name)
+    assert removed.returncode == 0, removed.stderr
+    assert a["client"].get(f"/v1/volumes/{name}").status == 404
+    assert b["client"].sh(b["sandbox"], "true") == ""  # b is untouched
+    assert b["client"].get(f"/v1/volumes/{name}").status == 200
+    for client in (b["client"], admin):
+        assert client.delete(f"/v1/volumes/{name}").status == 204
+
+
+def test_a_tenants_volumes_keep_their_data_and_mounts_across_a_restart(daemon_factory):
+    """The host's volume and two tenants' of one name are three directories on disk; a restart
+    finds each again (none taken for another's, none removed as stray)."""
+    daemon = daemon_factory()
+    daemon.start()
+    admin = daemon.client()
+    tenants = [new_tenant(admin), new_tenant(admin)]
+    clients = [new_key(admin, tenant, "user")[0] for tenant in tenants] + [admin]
+    sandboxes = []
+    for i, client in enumerate(clients):
+        assert client.post("/v1/volumes", {"name": "keep", "size_mb": 16}).status == 201
+        sandbox = client.create(volumes=[{"name": "keep", "path": "/keep"}])["id"]
+        client.sh(sandbox, f"echo {i} > /keep/mine")
+        sandboxes.append(sandbox)
+    assert admin.delete(f"/v1/sandboxes/{sandboxes[1]}").status == 204  # b's is free, not in use
+    daemon.stop()
+    daemon.start()
+    admin = daemon.client()
+    clients = [Client(c.key, port=admin.port, timeout=60) for c in clients[:2]] + [admin]
+    for i, (client, sandbox) in enumerate(zip(clients, sandboxes)):
+        got = client.get("/v1/volumes/keep").json()
+        assert got["mounted_by"] == ([] if i == 1 else [sandbox]), got
+        if i != 1:
+            assert client.sh(sandbox, "cat /keep/mine") == f"{i}\n"
+    again = clients[1].create(volumes=[{"name": "keep", "path": "/keep"}])["id"]
+    assert clients[1].sh(again, "cat /keep/mine") == "1\n"
+    sandboxes[1] = again
+    for client, sandbox in zip(clients, sandboxes):
+        client.remove(sandbox)
+        assert client.delete("/v1/volumes/keep").status == 204
+    daemon.stop()

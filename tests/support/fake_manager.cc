@@ -215,46 +215,47 @@ Status FakeManager::DeleteImage(const std::string& name) {
   return {};
 }
 
-Result<core::VolumeInfo> FakeManager::CreateVolume(const std::string& name, int64_t size_mb) {
+Result<core::VolumeInfo> FakeManager::CreateVolume(const storage::VolumeKey& key, int64_t size_mb) {
   std::lock_guard lock(mutex_);
-  if (volumes_.contains(name)) return MakeError(ErrorCode::kConflict, "volume " + name + " exists", "volume_exists");
-  return volumes_[name] = core::VolumeInfo{.name = name, .size_mb = size_mb, .created_at = kCreatedAt};
+  if (volumes_.contains(key)) return MakeError(ErrorCode::kConflict, "volume " + key.name + " exists", "volume_exists");
+  return volumes_[key] =
+             core::VolumeInfo{.name = key.name, .tenant = key.tenant, .size_mb = size_mb, .created_at = kCreatedAt};
 }
 
-Result<core::VolumeInfo> FakeManager::GetVolume(const std::string& name) {
+Result<core::VolumeInfo> FakeManager::GetVolume(const storage::VolumeKey& key) {
   std::lock_guard lock(mutex_);
-  auto it = volumes_.find(name);
-  if (it == volumes_.end()) return MakeError(ErrorCode::kNotFound, "no volume named " + name, "volume_not_found");
+  auto it = volumes_.find(key);
+  if (it == volumes_.end()) return MakeError(ErrorCode::kNotFound, "no volume named " + key.name, "volume_not_found");
   core::VolumeInfo volume = it->second;
   for (const auto& [id, info] : sandboxes_) {
     for (const auto& mount : info.spec.volumes) {
-      if (mount.name == name) volume.mounted_by.push_back(id);
+      if (mount.name == key.name && info.spec.tenant == key.tenant) volume.mounted_by.push_back(id);
     }
   }
   return volume;
 }
 
 std::vector<core::VolumeInfo> FakeManager::ListVolumes() {
-  std::vector<std::string> names;
+  std::vector<storage::VolumeKey> keys;
   {
     std::lock_guard lock(mutex_);
-    for (const auto& [name, volume] : volumes_) names.push_back(name);
+    for (const auto& [key, volume] : volumes_) keys.push_back(key);
   }
   std::vector<core::VolumeInfo> out;
-  for (const auto& name : names) {
-    if (auto volume = GetVolume(name); volume.ok()) out.push_back(*volume);
+  for (const auto& key : keys) {
+    if (auto volume = GetVolume(key); volume.ok()) out.push_back(*volume);
   }
   return out;
 }
 
-Status FakeManager::DeleteVolume(const std::string& name) {
-  auto volume = GetVolume(name);
+Status FakeManager::DeleteVolume(const storage::VolumeKey& key) {
+  auto volume = GetVolume(key);
   if (!volume.ok()) return volume.error();
   if (!volume->mounted_by.empty()) {
-    return MakeError(ErrorCode::kConflict, "volume " + name + " is mounted", "volume_in_use");
+    return MakeError(ErrorCode::kConflict, "volume " + key.name + " is mounted", "volume_in_use");
   }
   std::lock_guard lock(mutex_);
-  volumes_.erase(name);
+  volumes_.erase(key);
   return {};
 }
 

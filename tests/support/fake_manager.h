@@ -64,10 +64,10 @@ class FakeManager : public core::SandboxManager {
   Result<storage::PushResult> PushImage(const storage::PushRequest& request, const storage::PullListener&) override {
     return MakeError(ErrorCode::kBadGateway, "no registry " + request.target.registry + " here", "registry_unreachable");
   }
-  Result<core::VolumeInfo> CreateVolume(const std::string& name, int64_t size_mb) override;
-  Result<core::VolumeInfo> GetVolume(const std::string& name) override;
+  Result<core::VolumeInfo> CreateVolume(const storage::VolumeKey& key, int64_t size_mb) override;
+  Result<core::VolumeInfo> GetVolume(const storage::VolumeKey& key) override;
   std::vector<core::VolumeInfo> ListVolumes() override;
-  Status DeleteVolume(const std::string& name) override;
+  Status DeleteVolume(const storage::VolumeKey& key) override;
   Result<core::SnapshotInfo> CreateSnapshot(const std::string& id, const std::string& name, bool memory) override;
   std::vector<core::SnapshotInfo> ListSnapshots() override;
   Result<core::SnapshotInfo> GetSnapshot(const std::string& id) override;
@@ -109,7 +109,7 @@ class FakeManager : public core::SandboxManager {
   std::map<std::string, core::SandboxInfo> sandboxes_;
   std::vector<core::ImageInfo> images_;
   std::vector<core::SnapshotInfo> snapshots_;  // oldest first
-  std::map<std::string, core::VolumeInfo> volumes_;
+  std::map<storage::VolumeKey, core::VolumeInfo> volumes_;
   int next_sandbox_ = 0;
   int next_snapshot_ = 0;
   core::ManagerStats stats_;

@@ -114,18 +114,19 @@ TEST(AccessScopes, EachScopeReachesWhatItShould) {
                         RouteId::kPullImage, RouteId::kImportSnapshot, RouteId::kExec})
     EXPECT_TRUE(AllowedByScope(admin, route).ok());
   // Host-wide routes: no tenant's key.
-  for (RouteId route : {RouteId::kCreateTenant, RouteId::kListTenants, RouteId::kDeleteTenant, RouteId::kListVolumes,
-                        RouteId::kCreateVolume, RouteId::kAudit, RouteId::kMetrics, RouteId::kPullImage,
+  for (RouteId route : {RouteId::kCreateTenant, RouteId::kListTenants, RouteId::kDeleteTenant, RouteId::kAudit,
+                        RouteId::kMetrics, RouteId::kPullImage,
                         RouteId::kBuildImage, RouteId::kDeleteImage, RouteId::kImportSnapshot})
     for (const Caller* caller : {&tenant_admin, &user, &reader})
       EXPECT_EQ(AllowedByScope(*caller, route).error().code, ErrorCode::kForbidden);
   // Reads: every tenant scope.
   for (RouteId route : {RouteId::kGetSandbox, RouteId::kListSandboxes, RouteId::kReadFile, RouteId::kListSnapshots,
-                        RouteId::kHealthz, RouteId::kListImages})
+                        RouteId::kHealthz, RouteId::kListImages, RouteId::kListVolumes, RouteId::kGetVolume})
     for (const Caller* caller : {&tenant_admin, &user, &reader}) EXPECT_TRUE(AllowedByScope(*caller, route).ok());
   // Changes: not read-only.
   for (RouteId route : {RouteId::kExec, RouteId::kCreateSandbox, RouteId::kWriteFile, RouteId::kProcessAttach,
-                        RouteId::kPortProxy, RouteId::kTcpForward, RouteId::kForkSandbox}) {
+                        RouteId::kPortProxy, RouteId::kTcpForward, RouteId::kForkSandbox, RouteId::kCreateVolume,
+                        RouteId::kDeleteVolume}) {
     EXPECT_TRUE(AllowedByScope(user, route).ok());
     EXPECT_FALSE(AllowedByScope(reader, route).ok());
   }
