@@ -66,6 +66,8 @@ CI_TESTS=(
   tests/integration/test_image_pull.py
   tests/integration/test_image_build.py
   tests/integration/test_e2b_templates.py
+  tests/integration/test_tls.py
+  tests/integration/test_tenants.py
 )
 
 ci=false

@@ -29,6 +29,7 @@
 #include "client/exec_stream.h"
 #include "common/base64.h"
 #include "common/read_file.h"
+#include "common/tls_relay.h"
 #include "common/unique_fd.h"
 #include "mcp/server.h"
 
@@ -327,9 +328,7 @@ int E2bEnvCommand(Session& session) {
   return 0;
 }
 
-}  // namespace
-
-int RunClientCommand(const CommandLine& line, const CommandIo& io) {
+int RunSessionCommand(const CommandLine& line, const CommandIo& io) {
   try {
     auto settings = ResolveClientSettings(line);
     if (!settings.ok()) {
@@ -394,6 +393,14 @@ int RunClientCommand(const CommandLine& line, const CommandIo& io) {
     (void)WriteAll(io.stderr_fd, std::string("bulkhead: ") + e.what() + " (internal)\n");
     return kExitError;
   }
+}
+
+}  // namespace
+
+int RunClientCommand(const CommandLine& line, const CommandIo& io) {
+  const int code = RunSessionCommand(line, io);  // its connections are closed when it returns
+  TlsEndpoint::FinishBlockingRelays(std::chrono::seconds(3));
+  return code;
 }
 
 }  // namespace bulkhead::cli

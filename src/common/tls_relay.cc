@@ -4,8 +4,11 @@
 #include <unistd.h>
 
 #include <array>
+#include <condition_variable>
 #include <future>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -81,6 +84,18 @@ asio::awaitable<void> PlainToTls(std::shared_ptr<Relay> relay) {
   limit.cancel();
   relay->tls.lowest_layer().shutdown(asio::socket_base::shutdown_both, ec);
   relay->tls.lowest_layer().close(ec);
+}
+
+// The threads of WrapBlocking's relays, and how many still run.
+struct BlockingRelays {
+  std::mutex mu;
+  std::condition_variable ended;
+  std::vector<std::thread> threads;
+  size_t running = 0;
+};
+BlockingRelays& Relays() {
+  static BlockingRelays* relays = new BlockingRelays;  // never destroyed: threads may outlive exit
+  return *relays;
 }
 
 }  // namespace
@@ -175,17 +190,40 @@ Result<UniqueFd> TlsEndpoint::WrapBlocking(UniqueFd tcp, const std::string& serv
   std::promise<Result<UniqueFd>> answer;
   std::future<Result<UniqueFd>> answered = answer.get_future();
   // The thread lives as long as the relay: its io_context runs out of work when both ends close.
-  std::thread([self = shared_from_this(), fd = tcp.release(), server_name, timeout, answer = std::move(answer)]() mutable {
-    asio::io_context io;
-    asio::co_spawn(
-        io,
-        [&]() -> asio::awaitable<void> {
-          answer.set_value(co_await self->Wrap(io.get_executor(), UniqueFd(fd), server_name, timeout));
-        },
-        asio::detached);
-    io.run();
-  }).detach();
+  BlockingRelays& relays = Relays();
+  std::unique_lock lock(relays.mu);
+  ++relays.running;
+  relays.threads.emplace_back([self = shared_from_this(), fd = tcp.release(), server_name, timeout,
+                               answer = std::move(answer)]() mutable {
+    {
+      asio::io_context io;
+      asio::co_spawn(
+          io,
+          [&]() -> asio::awaitable<void> {
+            answer.set_value(co_await self->Wrap(io.get_executor(), UniqueFd(fd), server_name, timeout));
+          },
+          asio::detached);
+      io.run();
+      self.reset();
+    }
+    BlockingRelays& relays = Relays();
+    std::lock_guard lock(relays.mu);
+    --relays.running;
+    relays.ended.notify_all();
+  });
+  lock.unlock();
   return answered.get();
+}
+
+void TlsEndpoint::FinishBlockingRelays(std::chrono::milliseconds limit) {
+  BlockingRelays& relays = Relays();
+  std::vector<std::thread> threads;
+  {
+    std::unique_lock lock(relays.mu);
+    if (!relays.ended.wait_for(lock, limit, [&] { return relays.running == 0; })) return;  // left to the exit
+    threads.swap(relays.threads);
+  }
+  for (std::thread& thread : threads) thread.join();
 }
 
 }  // namespace bulkhead

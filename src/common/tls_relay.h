@@ -36,6 +36,11 @@ class TlsEndpoint : public std::enable_shared_from_this<TlsEndpoint> {
   // Wrap for a blocking caller: the handshake and then the relay run on a thread of their own,
   // which holds the endpoint until the relay ends.
   Result<UniqueFd> WrapBlocking(UniqueFd tcp, const std::string& server_name, std::chrono::milliseconds timeout);
+  // Waits up to `limit` for WrapBlocking's relays to end (each does once its plain end is
+  // closed and the peer has answered close_notify) and joins their threads. A process calls
+  // it before it exits: a relay thread still running then takes OpenSSL's per-thread state
+  // (its random generator) down with the process instead of freeing it.
+  static void FinishBlockingRelays(std::chrono::milliseconds limit);
 
  private:
   struct Impl;
