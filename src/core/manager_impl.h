@@ -307,6 +307,9 @@ class SandboxManagerImpl : public SandboxManager {
   // tenant's. The claim lasts while the token lives (release it with mu_ not held); the host
   // admin's ("" tenant) claims nothing. mu_ held.
   Result<std::shared_ptr<void>> ClaimLocked(const std::string& tenant, const Amounts& need);
+  // A create of `count` sandboxes like `spec`: room under --max-sandboxes, then its tenant's
+  // claim (ClaimLocked). mu_ held.
+  Result<std::shared_ptr<void>> ClaimCreatesLocked(const SandboxSpec& spec, int64_t count);
 
   // ---- sandbox_access.cc
   // What a request to a running sandbox's init needs, taken together: its settings, its output

@@ -110,6 +110,11 @@ size_t SandboxManagerImpl::CreatesLastMinuteLocked(const std::string& tenant, in
   return count;
 }
 
+Result<std::shared_ptr<void>> SandboxManagerImpl::ClaimCreatesLocked(const SandboxSpec& spec, int64_t count) {
+  BH_TRY(RoomForLocked(count));
+  return ClaimLocked(spec.tenant, NeedOf(spec, count, true));
+}
+
 Result<VolumeInfo> SandboxManagerImpl::CreateVolume(const storage::VolumeKey& key, int64_t size_mb) {
   Amounts need;
   need[Resource::kVolumes] = 1;

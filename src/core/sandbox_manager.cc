@@ -212,8 +212,7 @@ Result<SandboxInfo> SandboxManagerImpl::Create(const SandboxSpec& spec) {
   std::shared_ptr<void> claim;  // the tenant's quota, until Admit has listed the sandbox
   {
     std::lock_guard lock(mu_);
-    BH_TRY(RoomForLocked(1));
-    auto claimed = ClaimLocked(spec.tenant, NeedOf(spec, 1, true));
+    auto claimed = ClaimCreatesLocked(spec, 1);
     if (!claimed) return claimed.error();
     claim = *claimed;
   }

@@ -348,8 +348,7 @@ Result<SandboxInfo> SandboxManagerImpl::CreateFromSnapshot(SandboxSpec spec) {
     std::shared_ptr<void> claim;  // the tenant's quota, until Admit has listed the sandbox
     {
       std::lock_guard lock(mu_);
-      BH_TRY(RoomForLocked(1));
-      auto claimed = ClaimLocked(spec.tenant, NeedOf(spec, 1, true));
+      auto claimed = ClaimCreatesLocked(spec, 1);
       if (!claimed) return claimed.error();
       claim = *claimed;
       if (key) cold = WarmSnapshotLocked(*key);
@@ -380,8 +379,7 @@ Result<SandboxInfo> SandboxManagerImpl::CreateFromSnapshot(SandboxSpec spec) {
   std::shared_ptr<void> claim;  // the tenant's quota, until Admit has listed the sandbox
   {
     std::lock_guard lock(mu_);
-    BH_TRY(RoomForLocked(1));
-    auto claimed = ClaimLocked(spec.tenant, NeedOf(spec, 1, true));
+    auto claimed = ClaimCreatesLocked(spec, 1);
     if (!claimed) return claimed.error();
     claim = *claimed;
     if (auto key = PoolKeyFor(spec); key && spec.warm_snapshot) cold = WarmSnapshotLocked(*key);
@@ -402,12 +400,11 @@ Result<std::vector<SandboxInfo>> SandboxManagerImpl::Fork(const std::string& san
   std::shared_ptr<void> claim;  // the tenant's quota, until the copies are listed
   {
     std::lock_guard lock(mu_);
-    BH_TRY(RoomForLocked(count));
-    if (auto parent = FindLocked(sandbox_id)) {  // (Capture answers 404 otherwise)
-      auto claimed = ClaimLocked(parent->info.spec.tenant, NeedOf(parent->info.spec, count, true));
-      if (!claimed) return claimed.error();
-      claim = *claimed;
-    }
+    auto parent = FindLocked(sandbox_id);
+    if (!parent) return NoSandbox(sandbox_id);
+    auto claimed = ClaimCreatesLocked(parent->info.spec, count);
+    if (!claimed) return claimed.error();
+    claim = *claimed;
   }
   // One capture (one freeze) for all copies; it is never listed and goes when they exist.
   auto row = Capture(sandbox_id, "", memory);
