@@ -1,12 +1,14 @@
 #include "common/tls_relay.h"
 
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
 #include <condition_variable>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -44,10 +46,12 @@ Error TlsError(const std::string& what, const error_code& ec) {
 // One connection's two sockets, shared by its two directions (and its handshake's deadline):
 // the last to end closes them.
 struct Relay {
+  std::shared_ptr<ssl::context> context;  // outlives the stream made from it (a reload may drop it)
   Tls tls;
   Plain plain;
   bool handshaken = false;
-  Relay(Tls t, Plain p) : tls(std::move(t)), plain(std::move(p)) {}
+  Relay(std::shared_ptr<ssl::context> c, Plain p, asio::ip::tcp::socket socket)
+      : context(std::move(c)), tls(std::move(socket), *context), plain(std::move(p)) {}
 };
 
 // Copies what `from` reads to `to` until `from` ends or either side fails.
@@ -98,38 +102,88 @@ BlockingRelays& Relays() {
   return *relays;
 }
 
+// What identifies a file's version for Reload(changed_only): its size and modification time.
+using FileStamp = std::pair<off_t, struct timespec>;
+std::optional<FileStamp> StampOf(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  return FileStamp{st.st_size, st.st_mtim};
+}
+bool Same(const std::optional<FileStamp>& a, const std::optional<FileStamp>& b) {
+  return a && b && a->first == b->first && a->second.tv_sec == b->second.tv_sec &&
+         a->second.tv_nsec == b->second.tv_nsec;
+}
+
+// A server's context from its certificate chain and key (PEM files).
+Result<std::shared_ptr<ssl::context>> ServerContext(const std::string& cert_path, const std::string& key_path) {
+  auto context = std::make_shared<ssl::context>(ssl::context::tls_server);
+  context->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
+                       ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 | ssl::context::single_dh_use);
+  for (const std::string& path : {cert_path, key_path})
+    if (access(path.c_str(), R_OK) != 0) return SystemError("TLS: cannot read " + path, errno);
+  error_code ec;
+  context->use_certificate_chain_file(cert_path, ec);
+  if (ec) return TlsError("TLS certificate " + cert_path + " (a PEM certificate chain)", ec);
+  context->use_private_key_file(key_path, ssl::context::pem, ec);
+  if (ec && ERR_GET_REASON(static_cast<unsigned long>(ec.value())) == X509_R_KEY_VALUES_MISMATCH) ec = {};
+  if (ec) return TlsError("TLS key " + key_path + " (a PEM private key)", ec);
+  if (SSL_CTX_check_private_key(context->native_handle()) != 1)
+    return MakeError(ErrorCode::kInvalid, "TLS key " + key_path + " is not the key of certificate " + cert_path,
+                     "tls_error");
+  return context;
+}
+
 }  // namespace
 
 struct TlsEndpoint::Impl {
-  ssl::context context;
-  bool server;
+  bool server = false;
+  std::string cert_path, key_path;  // a server's
+  std::mutex mu;                    // guards what follows (Reload swaps them)
+  std::shared_ptr<ssl::context> context;
+  std::optional<FileStamp> cert_stamp, key_stamp;  // of the files `context` was loaded from
+
+  std::shared_ptr<ssl::context> Context() {
+    std::lock_guard lock(mu);
+    return context;
+  }
 };
 
 TlsEndpoint::TlsEndpoint(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 TlsEndpoint::~TlsEndpoint() = default;
 
 Result<std::shared_ptr<TlsEndpoint>> TlsEndpoint::Server(const std::string& cert_path, const std::string& key_path) {
-  auto impl = std::make_unique<Impl>(Impl{ssl::context(ssl::context::tls_server), true});
-  ssl::context& context = impl->context;
-  context.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
-                      ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 | ssl::context::single_dh_use);
-  for (const std::string& path : {cert_path, key_path})
-    if (access(path.c_str(), R_OK) != 0) return SystemError("TLS: cannot read " + path, errno);
-  error_code ec;
-  context.use_certificate_chain_file(cert_path, ec);
-  if (ec) return TlsError("TLS certificate " + cert_path + " (a PEM certificate chain)", ec);
-  context.use_private_key_file(key_path, ssl::context::pem, ec);
-  if (ec && ERR_GET_REASON(static_cast<unsigned long>(ec.value())) == X509_R_KEY_VALUES_MISMATCH) ec = {};
-  if (ec) return TlsError("TLS key " + key_path + " (a PEM private key)", ec);
-  if (SSL_CTX_check_private_key(context.native_handle()) != 1)
-    return MakeError(ErrorCode::kInvalid, "TLS key " + key_path + " is not the key of certificate " + cert_path,
-                     "tls_error");
-  return std::shared_ptr<TlsEndpoint>(new TlsEndpoint(std::move(impl)));
+  auto impl = std::make_unique<Impl>();
+  impl->server = true;
+  impl->cert_path = cert_path;
+  impl->key_path = key_path;
+  auto endpoint = std::shared_ptr<TlsEndpoint>(new TlsEndpoint(std::move(impl)));
+  auto loaded = endpoint->Reload(false);
+  if (!loaded) return loaded.error();
+  return endpoint;
+}
+
+Result<bool> TlsEndpoint::Reload(bool changed_only) {
+  if (!impl_->server) return MakeError(ErrorCode::kInternal, "only a server's TLS settings are reloaded");
+  // The stamps are taken before the files are read: a write between the two is seen next time.
+  const auto cert_stamp = StampOf(impl_->cert_path), key_stamp = StampOf(impl_->key_path);
+  if (changed_only) {
+    std::lock_guard lock(impl_->mu);
+    if (Same(cert_stamp, impl_->cert_stamp) && Same(key_stamp, impl_->key_stamp)) return false;
+  }
+  auto context = ServerContext(impl_->cert_path, impl_->key_path);
+  std::lock_guard lock(impl_->mu);
+  // A failed load is not tried again until a file changes once more.
+  impl_->cert_stamp = cert_stamp;
+  impl_->key_stamp = key_stamp;
+  if (!context) return context.error();
+  impl_->context = std::move(*context);
+  return true;
 }
 
 Result<std::shared_ptr<TlsEndpoint>> TlsEndpoint::Client(const std::string& ca_path) {
-  auto impl = std::make_unique<Impl>(Impl{ssl::context(ssl::context::tls_client), false});
-  ssl::context& context = impl->context;
+  auto impl = std::make_unique<Impl>();
+  impl->context = std::make_shared<ssl::context>(ssl::context::tls_client);
+  ssl::context& context = *impl->context;
   context.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
                       ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1);
   error_code ec;
@@ -153,7 +207,7 @@ asio::awaitable<Result<UniqueFd>> TlsEndpoint::Wrap(asio::any_io_executor execut
   socket.assign(local.ss_family == AF_INET6 ? asio::ip::tcp::v6() : asio::ip::tcp::v4(), tcp.get(), ec);
   if (ec) co_return TlsError("TLS socket", ec);
   tcp.release();
-  auto relay = std::make_shared<Relay>(Tls(std::move(socket), impl_->context), Plain(strand));
+  auto relay = std::make_shared<Relay>(impl_->Context(), Plain(strand), std::move(socket));
   Tls& tls = relay->tls;
   if (!impl_->server) {
     // The name for SNI and the name the certificate must carry.

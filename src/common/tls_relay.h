@@ -22,6 +22,12 @@ class TlsEndpoint : public std::enable_shared_from_this<TlsEndpoint> {
   // The daemon's side: its certificate chain and private key (PEM files). 400-class errors
   // name the file that is missing, unreadable or does not match.
   static Result<std::shared_ptr<TlsEndpoint>> Server(const std::string& cert_path, const std::string& key_path);
+  // A server's side: loads its certificate and key again from their paths, for the handshakes
+  // from now on (connections already made keep theirs). An error (a file missing, unreadable,
+  // not PEM, or a key that does not match) keeps the ones in use. `changed_only`: only if
+  // either file's size or modification time differs from what was loaded; false when nothing
+  // was loaded then.
+  Result<bool> Reload(bool changed_only);
   // A client's side: the server's certificate is checked against `ca_path` (PEM), or the
   // system's trusted authorities when it is "", and must name the host it is asked for.
   static Result<std::shared_ptr<TlsEndpoint>> Client(const std::string& ca_path);

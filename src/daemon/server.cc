@@ -57,6 +57,7 @@ constexpr std::chrono::seconds kLingerTime{2};
 constexpr size_t kMaxLingerBytes = 64 * 1024 * 1024;  // drained into a 16 KiB sink: time-bound, not memory
 // How long a TLS client has for its handshake (as for a plain one's request headers).
 constexpr std::chrono::milliseconds kTlsHandshakeTimeout{10000};
+constexpr std::chrono::seconds kTlsFileCheckInterval{5};
 
 auto Redirect(error_code& ec) { return asio::redirect_error(asio::use_awaitable, ec); }
 
@@ -154,6 +155,7 @@ ApiServer::ApiServer(core::SandboxManager& manager, ServerOptions options)
   if (options_.handle_signals) {
     // Registered now, so a signal that arrives before Run is not lost.
     signals_ = std::make_unique<asio::signal_set>(control_, SIGINT, SIGTERM);
+    reload_signals_ = std::make_unique<asio::signal_set>(control_, SIGHUP);
   }
 }
 
@@ -258,6 +260,8 @@ Status ApiServer::ListenUnix(const std::string& path) {
 
 void ApiServer::Run() {
   if (signals_) WaitForSignal();
+  if (reload_signals_) WaitForReloadSignal();
+  if (options_.tls) asio::co_spawn(control_, WatchTlsFiles(), asio::detached);
   for (auto& listener : listeners_) {
     spdlog::info("listening on {}", listener->description);
     asio::co_spawn(control_, AcceptLoop(*listener), asio::detached);
@@ -282,7 +286,38 @@ void ApiServer::Run() {
   if (signals_) {
     error_code ignored;
     signals_->cancel(ignored);
+    reload_signals_->cancel(ignored);
   }
+}
+
+void ApiServer::WaitForReloadSignal() {
+  reload_signals_->async_wait([this](const error_code& ec, int) {
+    if (ec) return;  // cancelled: the server is done
+    if (options_.tls)
+      ReloadTls(false);
+    else
+      spdlog::info("received SIGHUP: no TLS certificate to load again");
+    WaitForReloadSignal();
+  });
+}
+
+asio::awaitable<void> ApiServer::WatchTlsFiles() {
+  asio::steady_timer timer(control_);
+  while (!stopping_) {
+    timer.expires_after(kTlsFileCheckInterval);
+    error_code ec;
+    co_await timer.async_wait(Redirect(ec));
+    if (ec || stopping_) co_return;
+    ReloadTls(true);
+  }
+}
+
+void ApiServer::ReloadTls(bool changed_only) {
+  Result<bool> reloaded = options_.tls->Reload(changed_only);
+  if (!reloaded.ok())
+    spdlog::error("TLS: {}; still serving the certificate loaded before", reloaded.error().message);
+  else if (*reloaded)
+    spdlog::info("TLS: certificate and key loaded again{}", changed_only ? " (their files changed)" : "");
 }
 
 void ApiServer::WaitForSignal() {

@@ -92,6 +92,11 @@ class ApiServer {
                                             http::request_parser<http::empty_body>& parser, bool e2b,
                                             const std::string& client);
   void WaitForSignal();  // on control_
+  // SIGHUP loads the TLS certificate and key again; so does a change to either file, looked
+  // for every few seconds. A failed load keeps the ones in use. On control_.
+  void WaitForReloadSignal();
+  boost::asio::awaitable<void> WatchTlsFiles();
+  void ReloadTls(bool changed_only);
   void BeginShutdown();  // on control_
   boost::asio::awaitable<void> Drain();
 
@@ -115,6 +120,7 @@ class ApiServer {
   std::vector<std::string> tcp_addresses_;  // bound "host:port"s; written before Run only
   std::string e2b_address_;                 // the E2B front's bound "host:port"; before Run only
   std::unique_ptr<boost::asio::signal_set> signals_;
+  std::unique_ptr<boost::asio::signal_set> reload_signals_;  // SIGHUP
 };
 
 }  // namespace bulkhead::api

@@ -1,10 +1,12 @@
 """TLS on the daemon's TCP listeners (serve --tls-cert/--tls-key, issue 24): the API and the E2B
 front speak only TLS 1.2+ there, every route works through it (streams too), the audit names the
 real client address, the CLI and the Python SDK talk https to it and check its certificate; bad
-certificate settings stop the daemon with a clear message; the unix socket stays plain."""
+certificate settings stop the daemon with a clear message; a renewed certificate is served from
+SIGHUP, or from the change to its files, without a restart; the unix socket stays plain."""
 import http.client
 import json
 import os
+import signal
 import socket
 import ssl
 import subprocess
@@ -171,3 +173,72 @@ def test_tls_connections_that_end_or_fail_leave_nothing_open(tls_daemon):
     assert client.metric("bulkhead_http_connections_open") <= 1
     assert stalled.recv(1) == b""
     stalled.close()
+
+
+def handshake(port: int, ca: Path) -> None:
+    """A TLS handshake with the daemon, checking its certificate against `ca`."""
+    context = ssl.create_default_context(cafile=str(ca))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with context.wrap_socket(raw, server_hostname="localhost"):
+            pass
+
+
+def test_a_renewed_certificate_is_served_without_a_restart(daemon_factory, tmp_path):
+    first, first_key = make_cert(tmp_path, "first")
+    served, served_key = tmp_path / "served.pem", tmp_path / "served-key.pem"
+
+    def serve(cert: Path, key: Path):
+        served_key.write_bytes(key.read_bytes())
+        served.write_bytes(cert.read_bytes())
+
+    serve(first, first_key)
+    served_key.chmod(0o600)
+    daemon = daemon_factory()
+    daemon.extra_args = ("--tls-cert", str(served), "--tls-key", str(served_key))
+    daemon.tls = ssl.create_default_context(cafile=str(first))
+    daemon.start()
+    port = daemon.client().port
+    handshake(port, first)
+    kept = http.client.HTTPSConnection("127.0.0.1", port, context=daemon.tls, timeout=10)
+    kept.request("GET", "/healthz")
+    assert kept.getresponse().read()
+
+    # SIGHUP: the next handshake has the new certificate; a connection made before keeps going.
+    second, second_key = make_cert(tmp_path, "second")
+    serve(second, second_key)
+    daemon.process.send_signal(signal.SIGHUP)
+    deadline = time.time() + 10
+    while True:
+        try:
+            handshake(port, second)
+            break
+        except ssl.SSLError:
+            assert time.time() < deadline, daemon.log_tail()
+            time.sleep(0.1)
+    with pytest.raises(ssl.SSLCertVerificationError):
+        handshake(port, first)
+    kept.request("GET", "/healthz")
+    assert kept.getresponse().status == 200
+    kept.close()
+
+    # A file that does not load keeps the certificate in use, and says so.
+    served.write_text("not a certificate\n")
+    daemon.process.send_signal(signal.SIGHUP)
+    time.sleep(0.5)
+    handshake(port, second)
+    assert "still serving the certificate loaded before" in daemon.log_tail(200)
+
+    # No signal: the files' change is seen within seconds.
+    third, third_key = make_cert(tmp_path, "third")
+    serve(third, third_key)
+    deadline = time.time() + 30
+    while True:
+        try:
+            handshake(port, third)
+            break
+        except ssl.SSLError:
+            assert time.time() < deadline, daemon.log_tail()
+            time.sleep(0.5)
+    daemon.tls = ssl.create_default_context(cafile=str(third))
+    assert daemon.client().get("/healthz").status == 200
+    daemon.stop()
