@@ -52,11 +52,34 @@ Status OnlyFields(const json& body, std::initializer_list<std::string_view> know
 struct TenantRequest {
   std::string name;
   core::TenantQuota quota;
+  std::optional<core::TenantEgress> egress;  // absent: the tenant's stay as they are
 };
 
-// POST /v1/tenants: {"name": ..., "quotas": {...}}.
+constexpr size_t kMaxTenantDenyEntries = 100;
+
+// "egress": {"default": a network object or null, "deny": [...]}, or null for none. Each entry
+// is checked as a sandbox's policy's are. It replaces the tenant's rules whole.
+Result<core::TenantEgress> ParseTenantEgress(const json& value) {
+  if (value.is_null()) return core::TenantEgress{};
+  Result<core::TenantEgress> egress = core::TenantEgressFromJson(value);
+  if (!egress.ok()) return egress.error();
+  if (egress->deny.size() > kMaxTenantDenyEntries)
+    return Invalid(fmt::format("egress.deny takes at most {} entries", kMaxTenantDenyEntries));
+  if (!egress->deny.empty()) {
+    Result<core::NetworkPolicy> checked = ParseNetworkUpdate(json{{"mode", "allowlist"}, {"deny", egress->deny}});
+    if (!checked.ok()) return Invalid("egress.deny: " + checked.error().message);
+  }
+  if (egress->default_policy) {
+    Result<core::NetworkPolicy> checked = ParseNetworkUpdate(value["default"]);
+    if (!checked.ok()) return Invalid("egress.default: " + checked.error().message);
+    egress->default_policy = *checked;
+  }
+  return egress;
+}
+
+// POST /v1/tenants: {"name": ..., "quotas": {...}, "egress": {...}}.
 Result<TenantRequest> ParseTenantCreate(const json& body) {
-  BH_TRY(OnlyFields(body, {"name", "quotas"}));
+  BH_TRY(OnlyFields(body, {"name", "quotas", "egress"}));
   if (!body.contains("name") || !body["name"].is_string()) return Invalid("\"name\" (a string) is required");
   TenantRequest request{body["name"].get<std::string>()};
   if (body.contains("quotas")) {
@@ -64,14 +87,31 @@ Result<TenantRequest> ParseTenantCreate(const json& body) {
     if (!quota.ok()) return quota.error();
     request.quota = *quota;
   }
+  if (body.contains("egress")) {
+    Result<core::TenantEgress> egress = ParseTenantEgress(body["egress"]);
+    if (!egress.ok()) return egress.error();
+    request.egress = *egress;
+  }
   return request;
 }
 
-// PATCH /v1/tenants/{tenant}: {"quotas": {...}}, merged into the tenant's (null removes one).
-Result<core::TenantQuota> ParseTenantUpdate(const json& body, const core::TenantQuota& current) {
-  BH_TRY(OnlyFields(body, {"quotas"}));
-  if (!body.contains("quotas")) return Invalid("\"quotas\" is required");
-  return core::PatchQuota(current, body["quotas"]);
+// PATCH /v1/tenants/{tenant}: {"quotas": {...}} merged into the tenant's (null removes one),
+// and/or {"egress": {...}} in place of its egress rules.
+Result<TenantRequest> ParseTenantUpdate(const json& body, const core::TenantQuota& current) {
+  BH_TRY(OnlyFields(body, {"quotas", "egress"}));
+  if (!body.contains("quotas") && !body.contains("egress")) return Invalid("\"quotas\" or \"egress\" is required");
+  TenantRequest request{"", current};
+  if (body.contains("quotas")) {
+    Result<core::TenantQuota> quota = core::PatchQuota(current, body["quotas"]);
+    if (!quota.ok()) return quota.error();
+    request.quota = *quota;
+  }
+  if (body.contains("egress")) {
+    Result<core::TenantEgress> egress = ParseTenantEgress(body["egress"]);
+    if (!egress.ok()) return egress.error();
+    request.egress = *egress;
+  }
+  return request;
 }
 
 // The Tenant object: its name, what it owns, its quotas and what it holds of them (`usage`:
@@ -86,6 +126,7 @@ json DescribeTenant(const store::TenantRow& tenant, core::SandboxManager& manage
           {"sandboxes", manager.List(core::ListFilter{.tenant = tenant.name}).size()},  // in any state
           {"snapshots", snapshots},
           {"quotas", core::QuotaToJson(manager.Quota(tenant.name))},
+          {"egress", core::TenantEgressToJson(manager.TenantEgressOf(tenant.name))},
           {"usage", core::AmountsToJson(held == usage.end() ? core::Amounts{} : held->second)}};
 }
 
@@ -134,11 +175,13 @@ asio::awaitable<void> ApiHandlers::CreateTenant(HttpExchange& exchange) {
   // Blocking (SQLite writes). The tenant has no key yet: nothing of it can come before its quota.
   Status created = co_await RunBlocking(context_.blocking_pool, [&]() -> Status {
     BH_TRY(context_.keys->CreateTenant(request->name));
-    if (Status set = context_.manager.SetQuota(request->name, request->quota); !set.ok()) {
+    Status set = context_.manager.SetQuota(request->name, request->quota);
+    if (set.ok() && request->egress) set = context_.manager.SetTenantEgress(request->name, *request->egress);
+    if (!set.ok()) {
+      (void)context_.manager.SetQuota(request->name, {});
       (void)context_.keys->RemoveTenant(request->name);
-      return set;
     }
-    return {};
+    return set;
   });
   if (!created.ok()) co_return co_await exchange.SendError(created.error());
   co_await SendTenant(exchange, http::status::created, request->name);
@@ -166,9 +209,13 @@ asio::awaitable<void> ApiHandlers::UpdateTenant(HttpExchange& exchange, const st
   if (!body) co_return;
   if (!context_.keys->HasTenant(name)) co_return co_await exchange.SendError(TenantNotFound(name));
   exchange.Note("target", name);
-  Result<core::TenantQuota> quota = ParseTenantUpdate(*body, context_.manager.Quota(name));
-  if (!quota.ok()) co_return co_await exchange.SendError(quota.error());
-  Status set = co_await RunBlocking(context_.blocking_pool, [&] { return context_.manager.SetQuota(name, *quota); });
+  Result<TenantRequest> update = ParseTenantUpdate(*body, context_.manager.Quota(name));
+  if (!update.ok()) co_return co_await exchange.SendError(update.error());
+  Status set = co_await RunBlocking(context_.blocking_pool, [&]() -> Status {
+    BH_TRY(context_.manager.SetQuota(name, update->quota));
+    if (update->egress) BH_TRY(context_.manager.SetTenantEgress(name, *update->egress));
+    return {};
+  });
   if (!set.ok()) co_return co_await exchange.SendError(set.error());
   co_await SendTenant(exchange, http::status::ok, name);
 }
@@ -208,7 +255,9 @@ asio::awaitable<void> ApiHandlers::DeleteTenant(HttpExchange& exchange, const st
                   "tenant_not_empty"));
   if (Status removed = context_.keys->RemoveTenant(name); !removed.ok())  // its quota row too
     co_return co_await exchange.SendError(removed.error());
-  (void)context_.manager.SetQuota(name, {});  // a tenant made again with this name starts with none
+  // A tenant made again with this name starts with no quota and no egress rules.
+  (void)context_.manager.SetQuota(name, {});
+  (void)context_.manager.SetTenantEgress(name, {});
   co_await exchange.SendNoContent();
 }
 
@@ -281,7 +330,9 @@ Result<json> ApiHandlers::PurgeTenant(const std::string& name) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   const json quota = core::QuotaToJson(manager.Quota(name));
+  const json egress_rules = core::TenantEgressToJson(manager.TenantEgressOf(name));
   BH_TRY(manager.SetQuota(name, {}));
+  BH_TRY(manager.SetTenantEgress(name, {}));
   BH_TRY(context_.keys->RemoveTenant(name));  // its key rows, its row
   // The proof: what is left of it, counted again now it is gone.
   size_t left_snapshots = 0, left_volumes = 0;
@@ -301,6 +352,7 @@ Result<json> ApiHandlers::PurgeTenant(const std::string& name) {
                            {"volumes", std::move(volumes)},
                            {"keys", std::move(keys)},
                            {"quota", quota},
+                           {"egress_rules", egress_rules},
                            {"egress_records", egress_records}}},
               {"removed_counts", counts},
               {"remaining", remaining},

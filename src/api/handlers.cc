@@ -221,6 +221,10 @@ asio::awaitable<void> ApiHandlers::CreateSandbox(HttpExchange& exchange, const C
   Result<std::string> tenant = TenantNamed(caller, named == body->end() ? nullptr : &*named);
   if (!tenant.ok()) co_return co_await exchange.SendError(tenant.error());
   spec->tenant = *tenant;
+  // A create that names no network policy gets its tenant's default one, if it has one.
+  if (const auto network = body->find("network"); network == body->end() || network->is_null())
+    if (auto rules = context_.manager.TenantEgressOf(spec->tenant); rules.default_policy)
+      spec->network = *rules.default_policy;
   if (!spec->tenant.empty()) {
     // Its files come from its own tenant's snapshots only, whoever asks.
     const Caller owner{.tenant = spec->tenant, .scope = Scope::kUser};

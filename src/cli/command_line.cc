@@ -488,6 +488,21 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
   tenant_quota->add_option("quotas", line.tenant_quotas, "KEY=VALUE, or KEY=none to remove that quota")->required();
   tenant_quota->add_flag("--json", line.json, "Print the API's JSON");
   Selects(tenant_quota, line, Command::kTenantQuota);
+  CLI::App* tenant_egress = tenant->add_subcommand(
+      "egress", "Set (in place of the old ones) or clear a tenant's egress rules: a default policy and deny entries");
+  tenant_egress->add_option("name", line.tenant_name, "Tenant name")->required();
+  tenant_egress->add_option("--mode", line.tenant_egress_mode,
+                            "The default policy's mode (none, allowlist, open) for its sandboxes created without one")
+      ->check(CLI::IsMember({"none", "allowlist", "open"}));
+  tenant_egress->add_option("--allow", line.tenant_egress_allow, "An allow entry of the default policy; repeatable")
+      ->needs("--mode");
+  tenant_egress->add_option("--deny", line.tenant_egress_deny,
+                            "A deny entry every sandbox of the tenant carries, whatever its policy; repeatable");
+  tenant_egress->add_flag("--clear", line.tenant_egress_clear, "Remove the tenant's egress rules")
+      ->excludes("--mode")
+      ->excludes("--deny");
+  tenant_egress->add_flag("--json", line.json, "Print the API's JSON");
+  Selects(tenant_egress, line, Command::kTenantEgress);
   CLI::App* tenant_list = tenant->add_subcommand("ls", "List tenants and what they own");
   tenant_list->alias("list");
   tenant_list->add_flag("--json", line.json, "Print the API's JSON");

@@ -61,6 +61,7 @@ enum class Command {
   kTenantRemove,  // tenant rm
   kTenantShow,    // tenant show
   kTenantQuota,   // tenant quota
+  kTenantEgress,  // tenant egress
   kKeyCreate,     // key create
   kKeyList,       // key ls
   kKeyRevoke,     // key revoke
@@ -173,6 +174,10 @@ struct CommandLine {
   std::string tenant_name;               // tenant show, tenant quota
   bool tenant_purge = false;             // tenant rm --purge
   std::vector<std::string> tenant_quotas; // tenant create --quota, tenant quota: KEY=VALUE
+  std::string tenant_egress_mode;          // tenant egress --mode: the default policy's
+  std::vector<std::string> tenant_egress_allow;  // tenant egress --allow: the default policy's
+  std::vector<std::string> tenant_egress_deny;   // tenant egress --deny: every sandbox's
+  bool tenant_egress_clear = false;        // tenant egress --clear
   std::vector<std::string> key_ids;      // key revoke
   std::string key_tenant;                // key create --tenant
   std::string key_scope;                 // key create --scope

@@ -380,6 +380,7 @@ int RunSessionCommand(const CommandLine& line, const CommandIo& io) {
       case Command::kTenantRemove: return TenantRemoveCommand(session);
       case Command::kTenantShow: return TenantShowCommand(session);
       case Command::kTenantQuota: return TenantQuotaCommand(session);
+      case Command::kTenantEgress: return TenantEgressCommand(session);
       case Command::kKeyCreate: return KeyCreateCommand(session);
       case Command::kKeyList: return KeyListCommand(session);
       case Command::kKeyRevoke: return KeyRevokeCommand(session);

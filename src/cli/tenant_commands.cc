@@ -69,6 +69,17 @@ int PrintTenant(Session& session, const json& tenant) {
   for (const auto& [resource, used] : usage.items())
     rows.push_back({resource, Figure(used), quotas.contains(resource) ? Figure(quotas[resource]) : "-"});
   session.Out(FormatTable(rows));
+  // Its egress rules, when it has any.
+  auto joined = [](const json& list) {
+    std::string out;
+    for (const json& entry : list) out += (out.empty() ? "" : ", ") + entry.get<std::string>();
+    return out.empty() ? std::string("-") : out;
+  };
+  const json egress = tenant.value("egress", json::object());
+  if (const json policy = egress.value("default", json()); policy.is_object())
+    session.Out("egress default: " + policy.value("mode", "none") + "; allow " + joined(policy.value("allow", json::array())) +
+                "; deny " + joined(policy.value("deny", json::array())) + "\n");
+  if (egress.contains("deny")) session.Out("egress deny (every sandbox): " + joined(egress["deny"]) + "\n");
   return 0;
 }
 
@@ -116,6 +127,23 @@ int TenantQuotaCommand(Session& session) {
   if (!quotas.ok()) return session.Fail(quotas.error());
   auto tenant = session.api.Call(HttpMethod::kPatch, "/v1/tenants/" + PercentEncode(session.line.tenant_name),
                                  json{{"quotas", *quotas}});
+  if (!tenant.ok()) return session.Fail(tenant.error());
+  return PrintTenant(session, *tenant);
+}
+
+int TenantEgressCommand(Session& session) {
+  const CommandLine& line = session.line;
+  json rules = nullptr;
+  if (!line.tenant_egress_clear) {
+    if (line.tenant_egress_mode.empty() && line.tenant_egress_deny.empty())
+      return session.Fail(MakeError(ErrorCode::kBadRequest, "give --mode (with --allow), --deny, or --clear", "usage"));
+    rules = json::object();
+    if (!line.tenant_egress_mode.empty())
+      rules["default"] = {{"mode", line.tenant_egress_mode}, {"allow", line.tenant_egress_allow}};
+    if (!line.tenant_egress_deny.empty()) rules["deny"] = line.tenant_egress_deny;
+  }
+  auto tenant = session.api.Call(HttpMethod::kPatch, "/v1/tenants/" + PercentEncode(line.tenant_name),
+                                 json{{"egress", rules}});
   if (!tenant.ok()) return session.Fail(tenant.error());
   return PrintTenant(session, *tenant);
 }

@@ -107,7 +107,7 @@ class SandboxManagerImpl : public SandboxManager {
   ~SandboxManagerImpl() override { Shutdown(); }
 
   Status Recover();
-  Status LoadQuotas();
+  Status LoadQuotas();  // and the tenants' egress rules
   void StartBackground();
 
   Result<SandboxInfo> Create(const SandboxSpec& spec) override;
@@ -124,7 +124,7 @@ class SandboxManagerImpl : public SandboxManager {
   Result<SandboxInfo> PauseToDisk(const std::string& id) override { return Change(id, Call::kHibernate); }
   Result<UniqueFd> SandboxSocket(const std::string& id, int domain) override;
   Result<bool> PortsThroughInit(const std::string& id) override;
-  Result<SandboxInfo> SetNetwork(const std::string& id, const NetworkPolicy& policy) override;
+  Result<SandboxInfo> SetNetwork(const std::string& id, const NetworkPolicy& asked) override;
   Result<std::vector<net::EgressRecord>> Egress(const std::string& id, int64_t limit) override;
   void AddDaemonListener(const net::DaemonListener& listener) override { network_->AddDaemonListener(listener); }
   boost::asio::awaitable<Result<std::unique_ptr<ExecSession>>> StartExec(boost::asio::any_io_executor executor,
@@ -150,6 +150,8 @@ class SandboxManagerImpl : public SandboxManager {
   ManagerStats Stats() override;
   Status SetQuota(const std::string& tenant, const TenantQuota& quota) override;
   TenantQuota Quota(const std::string& tenant) override;
+  Status SetTenantEgress(const std::string& tenant, const TenantEgress& egress) override;
+  TenantEgress TenantEgressOf(const std::string& tenant) override;
   std::map<std::string, Amounts> UsageByTenant() override;
   std::vector<RuntimeInfo> Runtimes() const override { return tiers_.Describe(); }
   const DaemonConfig& config() const override { return config_; }
@@ -352,6 +354,7 @@ class SandboxManagerImpl : public SandboxManager {
   std::deque<PoolKey> warm_snapshots_;
   ManagerStats stats_;
   std::map<std::string, TenantQuota> quotas_;  // by tenant
+  std::map<std::string, TenantEgress> egress_rules_;  // by tenant
   struct QuotaClaim {
     std::string tenant;
     Amounts need;

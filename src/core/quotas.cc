@@ -40,7 +40,32 @@ Status SandboxManagerImpl::LoadQuotas() {
     if (!quota) return MakeError(ErrorCode::kInternal, "tenant " + tenant + "'s stored quota: " + quota.error().message);
     quotas_[tenant] = *quota;
   }
+  auto egress = db_->LoadTenantEgress();
+  if (!egress) return egress.error();
+  for (const auto& [tenant, text] : *egress) {
+    auto rules = TenantEgressFromJson(nlohmann::json::parse(text, nullptr, false));
+    if (!rules) return MakeError(ErrorCode::kInternal, "tenant " + tenant + "'s stored egress rules: " + rules.error().message);
+    egress_rules_[tenant] = *rules;
+  }
   return {};
+}
+
+Status SandboxManagerImpl::SetTenantEgress(const std::string& tenant, const TenantEgress& egress) {
+  std::lock_guard write(quota_write_mu_);  // the row and the map change in the same order
+  BH_TRY(db_->PutTenantEgress(tenant, TenantEgressToJson(egress).dump()));
+  std::lock_guard lock(mu_);
+  if (egress.Empty())
+    egress_rules_.erase(tenant);
+  else
+    egress_rules_[tenant] = egress;
+  return {};
+}
+
+TenantEgress SandboxManagerImpl::TenantEgressOf(const std::string& tenant) {
+  if (tenant.empty()) return {};
+  std::lock_guard lock(mu_);
+  auto it = egress_rules_.find(tenant);
+  return it == egress_rules_.end() ? TenantEgress{} : it->second;
 }
 
 Status SandboxManagerImpl::SetQuota(const std::string& tenant, const TenantQuota& quota) {

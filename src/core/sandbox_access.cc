@@ -53,7 +53,9 @@ Result<bool> SandboxManagerImpl::PortsThroughInit(const std::string& id) {
   return (*sb)->tier->capabilities().ports_through_init;
 }
 
-Result<SandboxInfo> SandboxManagerImpl::SetNetwork(const std::string& id, const NetworkPolicy& policy) {
+Result<SandboxInfo> SandboxManagerImpl::SetNetwork(const std::string& id, const NetworkPolicy& asked) {
+  // A tenant's sandbox keeps its tenant's deny entries whatever policy it is given.
+  const NetworkPolicy policy = WithTenantDeny(asked, TenantEgressOf(TenantOf(id).value_or("")));
   {
     std::lock_guard lock(mu_);
     auto sb = FindLocked(id);

@@ -203,8 +203,10 @@ Status SandboxManagerImpl::RoomForLocked(int64_t more) const {
                                             ", the daemon's --max-sandboxes)");
 }
 
-Result<SandboxInfo> SandboxManagerImpl::Create(const SandboxSpec& spec) {
+Result<SandboxInfo> SandboxManagerImpl::Create(const SandboxSpec& asked) {
   if (stopping_) return MakeError(ErrorCode::kUnavailable, "the daemon is shutting down");
+  SandboxSpec spec = asked;
+  spec.network = WithTenantDeny(std::move(spec.network), TenantEgressOf(spec.tenant));
   if (spec.from_snapshot) return CreateFromSnapshot(spec);
   BH_TRY(tiers_.Find(spec.runtime));
   if (spec.image != "host" && !storage_->ImageExists(spec.image))

@@ -20,6 +20,7 @@
 #include "core/config.h"
 #include "core/ctl_client.h"
 #include "core/exec_session.h"
+#include "core/tenant_egress.h"
 #include "core/tenant_quota.h"
 #include "core/tier_set.h"
 #include "core/types.h"
@@ -194,6 +195,10 @@ class SandboxManager {
   // it holds from the next call on, and what the tenant has already stays.
   virtual Status SetQuota(const std::string& /*tenant*/, const TenantQuota& /*quota*/) { return {}; }
   virtual TenantQuota Quota(const std::string& /*tenant*/) { return {}; }
+  // Tenants' egress rules (tenant_egress.h), kept the same way. Create and SetNetwork add the
+  // rules' deny entries to a tenant's sandbox's policy.
+  virtual Status SetTenantEgress(const std::string& /*tenant*/, const TenantEgress& /*egress*/) { return {}; }
+  virtual TenantEgress TenantEgressOf(const std::string& /*tenant*/) { return {}; }
   // What each tenant holds now (by tenant name; the host admin's "" is not a tenant): the
   // tenants with a quota, a sandbox or a snapshot.
   virtual std::map<std::string, Amounts> UsageByTenant() { return {}; }

@@ -413,6 +413,7 @@ Result<std::vector<SandboxInfo>> SandboxManagerImpl::Fork(const std::string& san
   auto spec = SpecFromJson(row->spec_json);
   if (!spec) return spec.error();
   spec->from_snapshot.reset();  // a fork's files come from its parent, not from a listed snapshot
+  spec->network = WithTenantDeny(std::move(spec->network), TenantEgressOf(spec->tenant));
   // With memory, each copy resumes its parent's processes from the one image.
   const LayerSource source{row->id, row->uid_base, memory ? storage_->MemoryDir(row->id) : ""};
   // The copies boot side by side: a fork of ten costs about one boot per core, not ten.

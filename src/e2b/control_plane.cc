@@ -404,6 +404,9 @@ asio::awaitable<void> ControlPlane::Create() {
   Result<core::SandboxSpec> spec = api::ParseSandboxSpec(*body, context_.host);
   if (!spec.ok()) co_return co_await Fail(spec.error());
   spec->tenant = caller_.tenant;
+  // A create that says nothing of the network gets its tenant's default policy, if it has one.
+  if (!e2b->contains("network") && !e2b->contains("allow_internet_access"))
+    if (auto rules = manager.TenantEgressOf(spec->tenant); rules.default_policy) spec->network = *rules.default_policy;
   // A template that names a registry image is pulled on first use, as the API's create does.
   Status image = co_await api::PrepareCreateImage(context_.manager, context_.blocking_pool, *body, *spec);
   if (!image.ok()) co_return co_await Fail(image.error());

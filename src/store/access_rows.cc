@@ -1,5 +1,7 @@
-// The tenants and api_keys tables of the state database.
+// The tenants, api_keys, tenant_quotas and tenant_egress tables of the state database.
 #include "store/state_db.h"
+
+#include <fmt/format.h>
 
 namespace bulkhead::store {
 namespace {
@@ -28,7 +30,7 @@ Status StateDb::InsertTenant(const TenantRow& r) {
 Status StateDb::RemoveTenant(const std::string& name) {
   std::lock_guard lock(mu_);
   for (const char* sql : {"DELETE FROM api_keys WHERE tenant = ?", "DELETE FROM tenant_quotas WHERE tenant = ?",
-                          "DELETE FROM tenants WHERE name = ?"}) {
+                          "DELETE FROM tenant_egress WHERE tenant = ?", "DELETE FROM tenants WHERE name = ?"}) {
     Stmt st;
     if (sqlite3_prepare_v2(db_, sql, -1, &st.s, nullptr) != SQLITE_OK) return DbError(db_, "prepare tenant remove");
     sqlite3_bind_text(st.s, 1, name.c_str(), -1, SQLITE_TRANSIENT);
@@ -84,30 +86,46 @@ Result<std::vector<ApiKeyRow>> StateDb::LoadApiKeys() {
   return rows;
 }
 
-Status StateDb::PutTenantQuota(const std::string& tenant, const std::string& quota_json) {
+Status StateDb::PutTenantJson(const char* table, const char* column, const std::string& tenant,
+                              const std::string& text) {
   std::lock_guard lock(mu_);
   Stmt st;
-  const bool remove = quota_json == "{}";
-  const char* sql = remove ? "DELETE FROM tenant_quotas WHERE tenant = ?"
-                           : "INSERT OR REPLACE INTO tenant_quotas (tenant, quota_json) VALUES (?, ?)";
-  if (sqlite3_prepare_v2(db_, sql, -1, &st.s, nullptr) != SQLITE_OK) return DbError(db_, "prepare quota put");
+  const bool remove = text == "{}";
+  const std::string sql = remove ? fmt::format("DELETE FROM {} WHERE tenant = ?", table)
+                                 : fmt::format("INSERT OR REPLACE INTO {} (tenant, {}) VALUES (?, ?)", table, column);
+  if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &st.s, nullptr) != SQLITE_OK) return DbError(db_, "prepare " + sql);
   sqlite3_bind_text(st.s, 1, tenant.c_str(), -1, SQLITE_TRANSIENT);
-  if (!remove) sqlite3_bind_text(st.s, 2, quota_json.c_str(), -1, SQLITE_TRANSIENT);
-  if (sqlite3_step(st.s) != SQLITE_DONE) return DbError(db_, "put quota");
+  if (!remove) sqlite3_bind_text(st.s, 2, text.c_str(), -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(st.s) != SQLITE_DONE) return DbError(db_, sql);
   return {};
 }
 
-Result<std::vector<std::pair<std::string, std::string>>> StateDb::LoadTenantQuotas() {
+Result<std::vector<std::pair<std::string, std::string>>> StateDb::LoadTenantJson(const char* table, const char* column) {
   std::lock_guard lock(mu_);
   Stmt st;
-  if (sqlite3_prepare_v2(db_, "SELECT tenant, quota_json FROM tenant_quotas ORDER BY tenant", -1, &st.s, nullptr) !=
-      SQLITE_OK)
-    return DbError(db_, "prepare quota load");
+  const std::string sql = fmt::format("SELECT tenant, {} FROM {} ORDER BY tenant", column, table);
+  if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &st.s, nullptr) != SQLITE_OK) return DbError(db_, "prepare " + sql);
   std::vector<std::pair<std::string, std::string>> rows;
   int rc;
   while ((rc = sqlite3_step(st.s)) == SQLITE_ROW) rows.emplace_back(Text(st.s, 0), Text(st.s, 1));
-  if (rc != SQLITE_DONE) return DbError(db_, "load quotas");
+  if (rc != SQLITE_DONE) return DbError(db_, sql);
   return rows;
+}
+
+Status StateDb::PutTenantQuota(const std::string& tenant, const std::string& quota_json) {
+  return PutTenantJson("tenant_quotas", "quota_json", tenant, quota_json);
+}
+
+Result<std::vector<std::pair<std::string, std::string>>> StateDb::LoadTenantQuotas() {
+  return LoadTenantJson("tenant_quotas", "quota_json");
+}
+
+Status StateDb::PutTenantEgress(const std::string& tenant, const std::string& egress_json) {
+  return PutTenantJson("tenant_egress", "egress_json", tenant, egress_json);
+}
+
+Result<std::vector<std::pair<std::string, std::string>>> StateDb::LoadTenantEgress() {
+  return LoadTenantJson("tenant_egress", "egress_json");
 }
 
 }  // namespace bulkhead::store

@@ -4,7 +4,7 @@ namespace bulkhead::store {
 namespace {
 
 // The schema, at version kSchemaVersion. A change gets a new version and a step in Migrate.
-constexpr int kSchemaVersion = 9;  // 3: egress log, 4: snapshots, 5: volumes, 6: memory snapshots, pause to disk, 7: tenants, keys, 8: quotas, 9: tenants' volumes
+constexpr int kSchemaVersion = 10;  // 3: egress log, 4: snapshots, 5: volumes, 6: memory snapshots, pause to disk, 7: tenants, keys, 8: quotas, 9: tenants' volumes, 10: tenants' egress
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS sandboxes (
   id TEXT PRIMARY KEY,
@@ -84,6 +84,14 @@ CREATE TABLE IF NOT EXISTS tenant_quotas (
 );
 )sql";
 
+// Version 10: tenants' egress rules (core/tenant_egress.h), as the API's JSON object.
+constexpr const char* kEgressRulesSchema = R"sql(
+CREATE TABLE IF NOT EXISTS tenant_egress (
+  tenant TEXT PRIMARY KEY,
+  egress_json TEXT NOT NULL
+);
+)sql";
+
 }  // namespace
 
 Error DbError(sqlite3* db, const std::string& what) {
@@ -136,6 +144,7 @@ Status StateDb::Migrate() {
               "SELECT '', name, size_mb, created_at FROM volumes_v5; DROP TABLE volumes_v5;");
   if (st.ok()) st = Exec(kAccessSchema);
   if (st.ok()) st = Exec(kQuotaSchema);
+  if (st.ok()) st = Exec(kEgressRulesSchema);
   if (st.ok()) st = Exec(("PRAGMA user_version = " + std::to_string(kSchemaVersion)).c_str());
   if (!st.ok()) {
     (void)Exec("ROLLBACK");

@@ -126,8 +126,15 @@ class StateDb {
   // object removes the row; RemoveTenant removes it too.
   Status PutTenantQuota(const std::string& tenant, const std::string& quota_json);
   Result<std::vector<std::pair<std::string, std::string>>> LoadTenantQuotas();
+  // Tenants' egress rules, the same way: the JSON of core::TenantEgressToJson.
+  Status PutTenantEgress(const std::string& tenant, const std::string& egress_json);
+  Result<std::vector<std::pair<std::string, std::string>>> LoadTenantEgress();
 
  private:
+  // A per-tenant JSON row of `table` (tenant, json_column): "{}" removes it.
+  Status PutTenantJson(const char* table, const char* column, const std::string& tenant, const std::string& text);
+  Result<std::vector<std::pair<std::string, std::string>>> LoadTenantJson(const char* table, const char* column);
+
   explicit StateDb(sqlite3* db) : db_(db) {}
   Status Exec(const char* sql);
   // Whether `table` has `column` (a migration adds it once, whatever the version says).

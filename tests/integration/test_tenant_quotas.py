@@ -2,6 +2,7 @@
 "quota_exceeded" naming it, and leaves nothing half-made; concurrent creates cannot pass a quota
 together; stopped sandboxes free their running share and starting one again is checked; usage
 and quotas are in the API and in /metrics, and survive a restart."""
+import json
 import re
 import threading
 import uuid
@@ -187,7 +188,7 @@ def test_the_create_rate_quota_counts_the_last_minute(daemon):
         cleanup(admin, tenant)
 
 
-def test_quotas_are_checked_set_merged_and_kept_across_a_restart(daemon_factory):
+def test_quotas_and_egress_rules_are_checked_set_merged_and_kept_across_a_restart(daemon_factory):
     daemon = daemon_factory()
     daemon.start()
     admin = daemon.client()
@@ -212,18 +213,26 @@ def test_quotas_are_checked_set_merged_and_kept_across_a_restart(daemon_factory)
     r = client.request("PATCH", path, {"quotas": {"sandboxes": 100}})
     assert r.status == 403 and r.json()["error"]["code"] == "insufficient_scope", r
     client.create()
+    rules = {"deny": ["blocked.test"]}
+    assert admin.request("PATCH", f"/v1/tenants/{other}", {"egress": rules}).json()["egress"] == rules
+    made = admin.post("/v1/tenants", {"name": f"e-{tenant}", "egress": {"default": {"mode": "open"}}})
+    assert made.status == 201 and made.json()["egress"]["default"]["mode"] == "open", made
     daemon.stop()
     daemon.start()
     admin = daemon.client()
     client = Client(client.key, port=admin.port)
     refused(client.post("/v1/sandboxes", {}), "sandboxes")
+    assert admin.get(f"/v1/tenants/{other}").json()["egress"] == rules
+    assert admin.delete(f"/v1/tenants/e-{tenant}").status == 204
     metrics = admin.get("/metrics").body.decode()
     assert re.search(rf'^bulkhead_tenant_quota{{tenant="{tenant}",resource="sandboxes"}} 1$', metrics, re.M), metrics
     assert re.search(rf'^bulkhead_tenant_usage{{tenant="{tenant}",resource="sandboxes"}} 1$', metrics, re.M)
     assert re.search(rf'^bulkhead_tenant_usage{{tenant="{other}",resource="memory_mb"}} 0$', metrics, re.M)
-    # A tenant removed and made again starts with no quota.
+    # A tenant removed and made again starts with no quota and no egress rules.
     cleanup(admin, tenant)
     assert admin.post("/v1/tenants", {"name": tenant}).json()["quotas"] == {}
+    cleanup(admin, other)
+    assert admin.post("/v1/tenants", {"name": other}).json()["egress"] == {}
 
 
 def test_the_cli_sets_and_shows_quotas(daemon):
@@ -239,4 +248,16 @@ def test_the_cli_sets_and_shows_quotas(daemon):
     assert re.search(r"^memory_mb\s+0\s+2048$", changed.stdout, re.M), changed.stdout
     bad = cli(daemon, "tenant", "quota", tenant, "sandboxes=many")
     assert bad.returncode != 0 and "not a number" in bad.stderr, bad
+    # Egress rules: set, shown, refused when bad, cleared.
+    rules = cli(daemon, "tenant", "egress", tenant, "--mode", "allowlist", "--allow", "allowed.test",
+                "--deny", "blocked.test", "--deny", "10.0.0.0/8")
+    assert rules.returncode == 0, rules.stderr
+    assert "egress default: allowlist; allow allowed.test; deny -" in rules.stdout, rules.stdout
+    assert "egress deny (every sandbox): blocked.test, 10.0.0.0/8" in rules.stdout, rules.stdout
+    assert "blocked.test" in cli(daemon, "tenant", "show", tenant).stdout
+    bad = cli(daemon, "tenant", "egress", tenant, "--deny", "not a host!")
+    assert bad.returncode != 0 and "egress.deny" in bad.stderr, bad
+    assert cli(daemon, "tenant", "egress", tenant).returncode != 0  # nothing to set
+    cleared = cli(daemon, "tenant", "egress", tenant, "--clear", "--json")
+    assert cleared.returncode == 0 and json.loads(cleared.stdout)["egress"] == {}, cleared
     assert cli(daemon, "tenant", "rm", tenant).returncode == 0

@@ -479,3 +479,62 @@ def test_a_tenants_volumes_keep_their_data_and_mounts_across_a_restart(daemon_fa
         client.remove(sandbox)
         assert client.delete("/v1/volumes/keep").status == 204
     daemon.stop()
+
+
+def test_a_tenants_egress_rules_give_a_default_policy_and_deny_entries_its_keys_cannot_lift(daemon, two_tenants):
+    admin = daemon.client()
+    a, b = two_tenants["a"], two_tenants["b"]
+    client = a["client"]
+    rules = {"default": {"mode": "allowlist", "allow": ["allowed.test"], "deny": []},
+             "deny": ["blocked.test", "203.0.113.0/24"]}
+    # The host's key sets them; a tenant's key may not; bad entries are 422.
+    assert client.request("PATCH", f"/v1/tenants/{a['tenant']}", {"egress": rules}).status == 403
+    for bad in [5, {"deny": ["no such host!"]}, {"default": {"mode": "sideways"}}, {"deny": "blocked.test"},
+                {"allow": []}, {"deny": [f"h{i}.test" for i in range(101)]}]:
+        r = admin.request("PATCH", f"/v1/tenants/{a['tenant']}", {"egress": bad})
+        assert r.status == 422, (bad, r)
+    r = admin.request("PATCH", f"/v1/tenants/{a['tenant']}", {"egress": rules})
+    assert r.status == 200 and r.json()["egress"] == rules, r
+    assert client.get(f"/v1/tenants/{a['tenant']}").json()["egress"] == rules
+    made = []
+    try:
+        # No network asked: the tenant's default, with its deny entries.
+        box = client.create()
+        made.append(box["id"])
+        assert box["network"] == {"mode": "allowlist", "allow": ["allowed.test"],
+                                  "deny": ["blocked.test", "203.0.113.0/24"]}, box
+        # Its own policy: the tenant's deny entries are added, and stay through a change.
+        box = client.create(network={"mode": "allowlist", "allow": ["blocked.test", "allowed.test"]})
+        made.append(box["id"])
+        assert box["network"]["deny"] == ["blocked.test", "203.0.113.0/24"], box
+        r = client.request("PUT", f"/v1/sandboxes/{box['id']}/network", {"mode": "open", "deny": []})
+        assert r.status == 200 and r.json()["network"]["deny"] == ["blocked.test", "203.0.113.0/24"], r
+        r = client.request("PUT", f"/v1/sandboxes/{box['id']}/network",
+                           {"mode": "allowlist", "allow": ["blocked.test"]})
+        assert r.status == 200, r
+        client.exec(box["id"], "curl -s -m 5 http://blocked.test/ >/dev/null; true")
+        denied = [e for e in client.get(f"/v1/sandboxes/{box['id']}/egress").json()["entries"]
+                  if e["verdict"] == "denied" and e["reason"].endswith('is denied by deny entry "blocked.test"')]
+        assert denied, client.get(f"/v1/sandboxes/{box['id']}/egress").json()
+        # Its forks carry them too; another tenant's sandboxes get none of them.
+        r = client.post(f"/v1/sandboxes/{box['id']}/fork", {"count": 1})
+        assert r.status == 201, r
+        fork = r.json()["sandboxes"][0]
+        made.append(fork["id"])
+        assert "blocked.test" in fork["network"]["deny"], fork
+        other = b["client"].create()
+        assert other["network"] == {"mode": "none", "allow": [], "deny": []}, other
+        b["client"].remove(other["id"])
+        # The host's key making one for the tenant gets the same.
+        r = admin.post("/v1/sandboxes", {"tenant": a["tenant"]})
+        assert r.status == 201 and r.json()["network"]["deny"] == ["blocked.test", "203.0.113.0/24"], r
+        made.append(r.json()["id"])
+    finally:
+        for sandbox in made:
+            admin.delete(f"/v1/sandboxes/{sandbox}")
+    # null takes them away.
+    r = admin.request("PATCH", f"/v1/tenants/{a['tenant']}", {"egress": None})
+    assert r.status == 200 and r.json()["egress"] == {}, r
+    box = client.create()
+    assert box["network"]["mode"] == "none", box
+    client.remove(box["id"])

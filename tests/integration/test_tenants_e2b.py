@@ -96,3 +96,22 @@ def test_quotas_hold_on_the_e2b_front(daemon, e2b_tenants):
     r = a["e2b"].request("POST", "/sandboxes", {"templateID": "base"})
     assert r.status == 429 and "quota" in r.json()["message"], r
     assert admin.request("PATCH", f"/v1/tenants/{a['tenant']}", {"quotas": {"sandboxes": None}}).status == 200
+
+
+def test_the_tenants_egress_rules_hold_for_its_e2b_sandboxes(daemon, e2b_tenants):
+    admin = daemon.client()
+    a = e2b_tenants["a"]
+    rules = {"default": {"mode": "allowlist", "allow": ["allowed.test"], "deny": []}, "deny": ["blocked.test"]}
+    assert admin.request("PATCH", f"/v1/tenants/{a['tenant']}", {"egress": rules}).status == 200
+    try:
+        # Nothing said of the network: the tenant's default. Internet access asked: its deny stays.
+        r = a["e2b"].request("POST", "/sandboxes", {"templateID": "base", "timeout": 300})
+        assert r.status == 201, r
+        network = admin.sandbox(r.json()["sandboxID"])["network"]
+        assert network == {"mode": "allowlist", "allow": ["allowed.test"], "deny": ["blocked.test"]}, network
+        r = a["e2b"].request("POST", "/sandboxes", {"templateID": "base", "timeout": 300, "allow_internet_access": True})
+        assert r.status == 201, r
+        network = admin.sandbox(r.json()["sandboxID"])["network"]
+        assert network["mode"] == "open" and "blocked.test" in network["deny"], network
+    finally:
+        assert admin.request("PATCH", f"/v1/tenants/{a['tenant']}", {"egress": None}).status == 200
