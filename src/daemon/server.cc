@@ -25,6 +25,7 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
+#include <boost/beast/websocket/rfc6455.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -47,6 +48,7 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 using boost::system::error_code;
 using GenericProtocol = asio::generic::stream_protocol;
+namespace websocket = boost::beast::websocket;
 
 namespace {
 
@@ -512,7 +514,9 @@ asio::awaitable<bool> ApiServer::ServeRequest(HttpStream& stream, beast::flat_bu
   core::AuditLog::Entry audit;
   // (One for the whole coroutine: g++ 12 gives same-named locals of sibling blocks one frame slot.)
   std::optional<Caller> caller;
-  const bool mutating = method != "GET" && method != "HEAD";
+  // A WebSocket upgrade opens a channel into a sandbox (a process's stdin, a TCP port): recorded
+  // as a change, GET though it is.
+  const bool mutating = (method != "GET" && method != "HEAD") || websocket::is_upgrade(exchange.request());
   auto record = [&](int status) {
     if (!options_.audit) return;
     const nlohmann::json& notes = exchange.notes();

@@ -10,7 +10,7 @@ import time
 import uuid
 from urllib.parse import urlencode
 
-from harness import BULKHEAD, Client, files_url
+from harness import BULKHEAD, Client, WebSocket, files_url
 
 
 def audit(client, page_size=1000, after=0, **query) -> list[dict]:
@@ -55,6 +55,21 @@ def test_changes_are_recorded_with_who_what_and_the_outcome_and_reads_are_not(cl
     created = [r for r in audit(client, action="POST /v1/sandboxes") if r.get("detail", {}).get("created") == sandbox_id]
     assert len(created) == 1 and created[0]["outcome"] == 201, created
     assert [r["seq"] for r in records] == sorted(r["seq"] for r in records)
+
+
+def test_a_websocket_into_a_sandbox_is_recorded_though_it_is_a_get(client, sandbox_factory):
+    """An attach opens a process's stdin; the upgrade is on record with its outcome."""
+    sandbox_id = sandbox_factory()["id"]
+    r = client.post(f"/v1/sandboxes/{sandbox_id}/processes", {"cmd": ["sleep", "30"]})
+    assert r.status == 201, r
+    pid = r.json()["pid"]
+    ws = WebSocket.connect(client, f"/v1/sandboxes/{sandbox_id}/processes/{pid}/attach")
+    ws.close()
+    records = audit(client, target=sandbox_id, action="GET /v1/sandboxes/{id}/processes/{pid}/attach")
+    assert [(r["outcome"], r["detail"].get("pid")) for r in records] == [(101, str(pid))], records
+    # Plain reads stay off the record.
+    assert client.get(f"/v1/sandboxes/{sandbox_id}/processes").status == 200
+    assert not audit(client, target=sandbox_id, action="GET /v1/sandboxes/{id}/processes")
 
 
 def test_a_refused_key_is_recorded_and_gets_nothing(client, daemon):
