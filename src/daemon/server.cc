@@ -31,6 +31,7 @@
 
 #include "api/json_output.h"
 #include "api/router.h"
+#include "common/time_format.h"
 #include "common/unique_fd.h"
 #include "core/audit_log.h"
 #include "api/access.h"
@@ -264,6 +265,7 @@ void ApiServer::Run() {
   if (signals_) WaitForSignal();
   if (reload_signals_) WaitForReloadSignal();
   if (options_.tls) asio::co_spawn(control_, WatchTlsFiles(), asio::detached);
+  if (options_.audit) asio::co_spawn(control_, RecordCountedRefusals(), asio::detached);
   for (auto& listener : listeners_) {
     spdlog::info("listening on {}", listener->description);
     asio::co_spawn(control_, AcceptLoop(*listener), asio::detached);
@@ -311,6 +313,33 @@ asio::awaitable<void> ApiServer::WatchTlsFiles() {
     co_await timer.async_wait(Redirect(ec));
     if (ec || stopping_) co_return;
     ReloadTls(true);
+  }
+}
+
+asio::awaitable<void> ApiServer::RecordCountedRefusals() {
+  asio::steady_timer timer(control_);
+  while (!stopping_) {
+    timer.expires_after(std::chrono::seconds(10));
+    error_code ec;
+    co_await timer.async_wait(Redirect(ec));
+    if (ec || stopping_) co_return;
+    AppendCountedRefusals(UnixMillis());
+  }
+}
+
+void ApiServer::AppendCountedRefusals(int64_t now_ms) {
+  for (const RefusalBudget::Counted& counted : refusals_.TakeCounted(now_ms)) {
+    core::AuditLog::Entry entry;
+    entry.source = counted.source;
+    entry.action = "refused keys";
+    entry.outcome = 401;
+    entry.detail = {{"refusals", counted.refusals},
+                    {"since", Rfc3339Millis(counted.window_start_ms)},
+                    {"why", fmt::format("past {} refused keys a minute from one address, they are counted",
+                                        RefusalBudget::kPerWindow)}};
+    if (auto written = options_.audit->Append(entry); !written.ok())
+      spdlog::error("{} refused keys from {}: not in the audit log: {}", counted.refusals, counted.source,
+                    written.error().message);
   }
 }
 
@@ -364,6 +393,7 @@ asio::awaitable<void> ApiServer::Drain() {
     spdlog::warn("{} requests still running after the grace period; cutting them off",
                  requests_in_flight_.load());
   }
+  if (options_.audit) AppendCountedRefusals(std::numeric_limits<int64_t>::max());  // what the last windows counted
   work_.reset();
   io_.stop();
 }
@@ -523,6 +553,7 @@ asio::awaitable<bool> ApiServer::ServeRequest(HttpStream& stream, beast::flat_bu
     if (status != 401 && !(mutating && !audit.action.empty() && !notes.contains("app_port"))) return;
     audit.outcome = status;
     audit.source = client.empty() ? "unix" : client;
+    if (status == 401 && !refusals_.Admit(audit.source, UnixMillis())) return;  // counted instead
     if (caller) audit.key = caller->key_id, audit.tenant = caller->tenant;
     for (const auto& [key, value] : notes.items()) {
       if (key == "target" && value.is_string()) audit.target = value;

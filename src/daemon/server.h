@@ -22,6 +22,7 @@
 #include "api/metrics.h"
 #include "common/result.h"
 #include "common/tls_relay.h"
+#include "daemon/refusal_budget.h"
 #include "core/sandbox_manager.h"
 #include "e2b/front.h"
 #include "http/http_exchange.h"
@@ -97,6 +98,10 @@ class ApiServer {
   void WaitForReloadSignal();
   boost::asio::awaitable<void> WatchTlsFiles();
   void ReloadTls(bool changed_only);
+  // Every few seconds, and once at the end: the refusals RefusalBudget counted without a
+  // record of their own, one record per source. On control_.
+  boost::asio::awaitable<void> RecordCountedRefusals();
+  void AppendCountedRefusals(int64_t now_ms);
   void BeginShutdown();  // on control_
   boost::asio::awaitable<void> Drain();
 
@@ -106,6 +111,7 @@ class ApiServer {
   std::atomic<int64_t> open_connections_{0};
   std::atomic<int64_t> requests_in_flight_{0};
   std::atomic<bool> stopping_{false};
+  RefusalBudget refusals_;
   std::unique_ptr<ApiHandlers> handlers_;
   std::unique_ptr<e2b::E2bFront> e2b_;  // with an E2B listener only
 

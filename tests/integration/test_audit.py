@@ -72,7 +72,11 @@ def test_a_websocket_into_a_sandbox_is_recorded_though_it_is_a_get(client, sandb
     assert not audit(client, target=sandbox_id, action="GET /v1/sandboxes/{id}/processes")
 
 
-def test_a_refused_key_is_recorded_and_gets_nothing(client, daemon):
+def test_a_refused_key_is_recorded_and_gets_nothing(daemon_factory):
+    # (A daemon of its own: past 20 refusals a minute from one address they are counted.)
+    daemon = daemon_factory()
+    daemon.start()
+    client = daemon.client()
     wrong = Client(f"wrong-{uuid.uuid4().hex}", port=daemon.port)
     assert wrong.get("/v1/sandboxes").status == 401
     assert wrong.post("/v1/volumes?note=chosen-by-the-client", {"name": "never"}).status == 401
@@ -81,6 +85,26 @@ def test_a_refused_key_is_recorded_and_gets_nothing(client, daemon):
     assert "chosen-by-the-client" not in json.dumps(refused)  # nothing it sent is kept
     # and the refused key cannot read the record of its refusal
     assert wrong.get("/v1/audit").status == 401
+    daemon.stop()
+
+
+def test_a_flood_of_refused_keys_is_counted_not_written_one_by_one(daemon_factory):
+    """20 refusals a minute from one address get a record each; the rest are counted, and the
+    count is one record when the minute ends (or the daemon stops)."""
+    daemon = daemon_factory()
+    daemon.start()
+    wrong = Client("wrong-key", port=daemon.port)
+    for _ in range(25):
+        assert wrong.get("/v1/sandboxes").status == 401
+    client = daemon.client()
+    assert len([r for r in audit(client) if r["outcome"] == 401]) == 20
+    daemon.stop()
+    daemon.start()
+    client = daemon.client()
+    counted = audit(client, action="refused keys")
+    assert [(r["source"], r["outcome"], r["detail"]["refusals"]) for r in counted] == [("127.0.0.1", 401, 5)], counted
+    assert cli(daemon, "audit", "verify").returncode == 0  # the count is a link of the chain
+    daemon.stop()
 
 
 def test_bad_filters_are_refused_by_name(client):
