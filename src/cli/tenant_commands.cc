@@ -164,13 +164,16 @@ int TenantRemoveCommand(Session& session) {
     const json removed = proof->value("removed", json::object()), left = proof->value("remaining", json::object());
     int64_t bytes = 0;
     for (const json& snapshot : removed.value("snapshots", json::array())) bytes += snapshot.value("size_bytes", int64_t{0});
-    session.Out(fmt::format("purged {}: removed {} sandboxes, {} snapshots ({} bytes), {} keys, {} egress records; "
-                            "left: {} sandboxes, {} snapshots, {} keys, tenant {}; the audit log is kept\n",
+    session.Out(fmt::format("purged {}: removed {} sandboxes, {} snapshots ({} bytes), {} volumes, {} keys, {} egress "
+                            "records, {} audit records (blanked in the chain); left: {} sandboxes, {} snapshots, {} "
+                            "volumes, {} keys, tenant {}\n",
                             name, removed.value("sandboxes", json::array()).size(),
                             removed.value("snapshots", json::array()).size(), bytes,
-                            removed.value("keys", json::array()).size(), removed.value("egress_records", int64_t{0}),
+                            removed.value("volumes", json::array()).size(), removed.value("keys", json::array()).size(),
+                            removed.value("egress_records", int64_t{0}), removed.value("audit_records", int64_t{0}),
                             left.value("sandboxes", int64_t{-1}), left.value("snapshots", int64_t{-1}),
-                            left.value("keys", int64_t{-1}), left.value("tenant", true) ? "still there" : "gone"));
+                            left.value("volumes", int64_t{-1}), left.value("keys", int64_t{-1}),
+                            left.value("tenant", true) ? "still there" : "gone"));
   }
   return exit_code;
 }

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <fstream>
+#include <map>
 
 #include <spdlog/spdlog.h>
 
@@ -139,18 +140,7 @@ Result<size_t> AuditLog::Prune(const std::string& before) {
     }
   }
   if (removed == 0) return size_t{0};
-  // The rest goes into a new file that replaces the log whole (a crash leaves one or the other).
-  const std::string next_path = path_ + ".next";
-  UniqueFd next(::open(next_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
-  if (!next) return SystemError("open " + next_path, errno);
-  std::string text;
-  for (const std::string& line : kept) text += line + "\n";
-  BH_TRY(WriteAll(next.get(), text));
-  if (::fsync(next.get()) != 0) return SystemError("fsync " + next_path, errno);
-  if (::rename(next_path.c_str(), path_.c_str()) != 0) return SystemError("rename " + next_path, errno);
-  UniqueFd reopened(::open(path_.c_str(), O_RDWR | O_APPEND | O_CLOEXEC | O_NOFOLLOW));
-  if (!reopened) return SystemError("open " + path_, errno);
-  fd_ = std::move(reopened);
+  BH_TRY(ReplaceLocked(kept));
   // On record, in the chain: what went, and the hash the first record kept follows.
   Entry prune;
   prune.key = "daemon";
@@ -160,6 +150,55 @@ Result<size_t> AuditLog::Prune(const std::string& before) {
   prune.detail = {{"removed_through", removed_through}, {"head", removed_head}, {"before", before}};
   BH_TRY(AppendLocked(prune));
   return removed;
+}
+
+Status AuditLog::ReplaceLocked(const std::vector<std::string>& lines) {
+  const std::string next_path = path_ + ".next";
+  UniqueFd next(::open(next_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!next) return SystemError("open " + next_path, errno);
+  std::string text;
+  for (const std::string& line : lines) text += line + "\n";
+  BH_TRY(WriteAll(next.get(), text));
+  if (::fsync(next.get()) != 0) return SystemError("fsync " + next_path, errno);
+  if (::rename(next_path.c_str(), path_.c_str()) != 0) return SystemError("rename " + next_path, errno);
+  UniqueFd reopened(::open(path_.c_str(), O_RDWR | O_APPEND | O_CLOEXEC | O_NOFOLLOW));
+  if (!reopened) return SystemError("open " + path_, errno);
+  fd_ = std::move(reopened);
+  return {};
+}
+
+Result<size_t> AuditLog::Erase(const std::string& tenant) {
+  if (tenant.empty()) return MakeError(ErrorCode::kInvalid, "erase names a tenant");
+  std::lock_guard lock(mu_);
+  std::ifstream in(path_);
+  if (!in) return SystemError("open " + path_, errno);
+  const uint64_t by = seq_ + 1;  // the erase record's seq
+  std::vector<std::string> lines;
+  std::string erased_text;  // "seq:hash\n" of each record blanked, for the digest
+  size_t erased = 0;
+  for (std::string line; std::getline(in, line);) {
+    std::optional<json> record = ParseRecord(line);
+    if (record && !record->contains("erased_by") &&
+        (record->value("tenant", "") == tenant || record->value("target", "") == tenant)) {
+      const uint64_t seq = (*record)["seq"].get<uint64_t>();
+      const std::string hash = (*record)["hash"].get<std::string>();
+      line = Compact({{"seq", seq}, {"time", record->value("time", "")}, {"prev", (*record)["prev"]},
+                      {"hash", hash}, {"erased_by", by}});
+      erased_text += std::to_string(seq) + ":" + hash + "\n";
+      erased++;
+    }
+    lines.push_back(std::move(line));
+  }
+  if (erased == 0) return size_t{0};
+  BH_TRY(ReplaceLocked(lines));
+  Entry erase;
+  erase.key = "daemon";
+  erase.source = "daemon";
+  erase.action = kEraseAction;
+  erase.outcome = 200;
+  erase.detail = {{"erased", erased}, {"digest", HexEncode(Sha256(erased_text))}};
+  BH_TRY(AppendLocked(erase));
+  return erased;
 }
 
 void AuditLog::KeepFor(std::chrono::seconds keep) {
@@ -216,6 +255,9 @@ Result<AuditLog::Verdict> AuditLog::Verify(const std::string& path, const std::s
   uint64_t line_number = 0;
   // A log that starts past record 1 must hold the prune record that removed what came before.
   std::optional<std::pair<uint64_t, std::string>> start_unaccounted;
+  uint64_t pruned_through = 0;  // (the records before the log's first)
+  // Blanked records by the seq of the erase record they name: how many, and "seq:hash\n" each.
+  std::map<uint64_t, std::pair<uint64_t, std::string>> erased;
   for (std::string line; std::getline(in, line);) {
     line_number++;
     auto record = ParseRecord(line);
@@ -223,6 +265,7 @@ Result<AuditLog::Verdict> AuditLog::Verify(const std::string& path, const std::s
       verdict.records = (*record)["seq"].get<uint64_t>() - 1;
       verdict.head = (*record)["prev"].get<std::string>();
       start_unaccounted.emplace(verdict.records, verdict.head);
+      pruned_through = verdict.records;
     }
     const uint64_t due = verdict.records + 1;
     if (!record) {
@@ -241,6 +284,24 @@ Result<AuditLog::Verdict> AuditLog::Verify(const std::string& path, const std::s
                         "'s hash (a record before it was removed, edited or moved)";
       return verdict;
     }
+    if (record->contains("erased_by")) {
+      // Blanked: its place in the chain holds; its erase record, further on, must account for it.
+      const json& by = (*record)["erased_by"];
+      if (!by.is_number_unsigned() || by.get<uint64_t>() <= seq || record->size() != 5) {
+        verdict.problem = "record " + std::to_string(seq) + " is blanked in a form no erasure writes (edited)";
+        return verdict;
+      }
+      auto& group = erased[by.get<uint64_t>()];
+      group.first++;
+      group.second += std::to_string(seq) + ":" + hash + "\n";
+      if (seq == head_seq && hash != head_hash) {
+        verdict.problem = "record " + std::to_string(seq) + " is not the one the head given names (replaced)";
+        return verdict;
+      }
+      verdict.records = seq;
+      verdict.head = hash;
+      continue;
+    }
     record->erase("hash");
     if (HashOf(verdict.head, *record) != hash) {
       verdict.problem = "record " + std::to_string(seq) + " does not match its hash (edited)";
@@ -252,10 +313,27 @@ Result<AuditLog::Verdict> AuditLog::Verify(const std::string& path, const std::s
     }
     verdict.records = seq;
     verdict.head = hash;
+    if (record->value("action", "") == kEraseAction) {
+      // It accounts for the records that name it, all of them (less those pruned since).
+      const auto group = erased.extract(seq);
+      const uint64_t count = group ? group.mapped().first : 0;
+      const json detail = record->value("detail", json::object());
+      const bool pruned_some = pruned_through > 0 && detail.value("erased", uint64_t{0}) > count;
+      if (!pruned_some && (detail.value("erased", uint64_t{0}) != count ||
+                           detail.value("digest", "") != HexEncode(Sha256(group ? group.mapped().second : "")))) {
+        verdict.problem = "record " + std::to_string(seq) + " (an erasure) does not account for the records it blanked";
+        return verdict;
+      }
+    }
     if (start_unaccounted && record->value("action", "") == kPruneAction && record->contains("detail") &&
         (*record)["detail"].value("removed_through", uint64_t{0}) == start_unaccounted->first &&
         (*record)["detail"].value("head", "") == start_unaccounted->second)
       start_unaccounted.reset();
+  }
+  if (!erased.empty()) {
+    verdict.problem = "records were blanked with no erase record accounting for them (the first names record " +
+                      std::to_string(erased.begin()->first) + ")";
+    return verdict;
   }
   if (start_unaccounted) {
     verdict.problem = "the log starts after record " + std::to_string(start_unaccounted->first) +

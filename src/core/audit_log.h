@@ -13,6 +13,13 @@
 // that holds: what catches that is a head (seq and hash) kept elsewhere, e.g. by the SIEM the
 // records are exported to, and handed to Verify.
 //
+// Erasure (Erase, a tenant's purge) blanks a tenant's records in place: each keeps its seq,
+// time, prev and hash and names the erase record that follows ({"erased_by": N}), which holds
+// how many it blanked and a digest of their seqs and hashes. Verify checks a blanked record's
+// place in the chain (its content is gone) and that its erase record accounts for it, so a
+// record blanked any other way is reported. (Whoever can write the file can also forge an
+// erase record at its end: the defence is the copy a SIEM took before.)
+//
 // Retention (KeepFor) removes the oldest records and appends a record of the removal,
 // {"action": "audit prune", "detail": {"removed_through": N, "head": <record N's hash>}}, in
 // the chain: a log that starts past record 1 verifies only with such a record accounting for
@@ -58,6 +65,7 @@ class AuditLog {
   // The chain's start: the "prev" of record 1.
   static constexpr char kGenesis[] = "0000000000000000000000000000000000000000000000000000000000000000";
   static constexpr char kPruneAction[] = "audit prune";
+  static constexpr char kEraseAction[] = "audit erase";
   // A detail longer than this as JSON is cut to {"truncated": <its first bytes>}.
   static constexpr size_t kMaxDetailBytes = 8192;
 
@@ -69,6 +77,9 @@ class AuditLog {
   // Removes the records older than `before` (an RFC 3339 time in the log's form), replacing
   // the file whole, and records that it did; answers how many went.
   Result<size_t> Prune(const std::string& before);
+  // Blanks every record of `tenant` (made with its keys, or naming it as the target) and
+  // records that it did; answers how many went. The tenant's name is in no record it writes.
+  Result<size_t> Erase(const std::string& tenant);
   // From now on, once at the call and then hourly, prunes what is older than `keep`.
   void KeepFor(std::chrono::seconds keep);
   // Records in seq order that pass the filter.
@@ -90,6 +101,8 @@ class AuditLog {
  private:
   AuditLog(std::string path, UniqueFd fd, uint64_t seq, std::string head);
   Result<nlohmann::json> AppendLocked(const Entry& entry);
+  // Replaces the file whole with `lines` (a crash leaves the old or the new one).
+  Status ReplaceLocked(const std::vector<std::string>& lines);
 
   const std::string path_;
   mutable std::mutex mu_;  // one writer at a time: seq and head follow the file

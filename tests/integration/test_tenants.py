@@ -343,10 +343,18 @@ def test_a_purge_removes_everything_a_tenant_left_and_proves_it(daemon):
     db.close()
     assert not [p for p in daemon.state_dir.rglob(f"*{snapshot}*")], "the snapshot's files are gone"
     assert not [p for p in daemon.state_dir.rglob(f"*{tenant}*")], "the volume's files are gone"
-    # The purge itself is on record.
+    # The purge itself is on record, and it alone: the tenant's records are blanked in place.
+    assert proof["removed"]["audit_records"] >= 6, proof  # its creates, exec, stop, snapshot, quota...
     records = admin.get(f"/v1/audit?target={tenant}").json()["records"]
-    assert records[-1]["action"] == "DELETE /v1/tenants/{tenant}" and records[-1]["outcome"] == 200
+    assert [(r["action"], r["outcome"]) for r in records] == [("DELETE /v1/tenants/{tenant}", 200)], records
     assert records[-1]["detail"]["purged"]["sandboxes"] == 2, records[-1]
+    assert admin.get(f"/v1/audit?tenant={tenant}").json()["records"] == []
+    named = [line for line in (daemon.state_dir / "audit.log").read_text().splitlines() if tenant in line]
+    assert len(named) == 1 and '"DELETE /v1/tenants/{tenant}"' in named[0], named
+    verified = subprocess.run([str(BULKHEAD), "audit", "verify"], capture_output=True, text=True,
+                              env={**{k: v for k, v in os.environ.items() if not k.startswith("BULKHEAD_")},
+                                   "BULKHEAD_STATE": str(daemon.state_dir)})
+    assert verified.returncode == 0 and "chain intact" in verified.stdout, verified
     # The name is free again, with nothing of the old tenant's.
     assert admin.post("/v1/tenants", {"name": tenant}).json()["quotas"] == {}
     assert admin.delete(f"/v1/tenants/{tenant}").status == 204
@@ -360,7 +368,8 @@ def test_the_cli_purges_a_tenant_and_prints_what_went(daemon):
     purged = cli(daemon, "tenant", "rm", "--purge", tenant)
     assert purged.returncode == 0, purged.stderr
     assert f"purged {tenant}: removed 1 sandboxes" in purged.stdout, purged.stdout
-    assert "left: 0 sandboxes, 0 snapshots, 0 keys, tenant gone" in purged.stdout, purged.stdout
+    assert "left: 0 sandboxes, 0 snapshots, 0 volumes, 0 keys, tenant gone" in purged.stdout, purged.stdout
+    assert "audit records (blanked in the chain)" in purged.stdout, purged.stdout
 
 
 def test_the_host_key_makes_a_sandbox_of_a_tenants_that_the_tenant_then_owns(daemon, two_tenants):

@@ -264,3 +264,98 @@ TEST(AuditLogPrune, RemovesTheOldestAndRecordsThatItDidInTheChain) {
 
 }  // namespace
 }  // namespace bulkhead::core
+
+namespace bulkhead::core {
+namespace {
+
+// A log with two tenants' calls and the host's: team-a's records, and the host's on team-a.
+class AuditLogEraseTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto log = AuditLog::Open(path_);
+    ASSERT_TRUE(log.ok());
+    log_ = std::move(*log);
+    ASSERT_TRUE(log_->Append(Call("POST /v1/tenants", "team-a", 201)).ok());               // 1: on team-a
+    ASSERT_TRUE(log_->Append(Tenants("team-a", "POST /v1/sandboxes/{id}/exec")).ok());     // 2
+    ASSERT_TRUE(log_->Append(Tenants("team-b", "POST /v1/sandboxes/{id}/exec")).ok());     // 3
+    ASSERT_TRUE(log_->Append(Tenants("team-a", "DELETE /v1/sandboxes/{id}")).ok());         // 4
+    ASSERT_TRUE(log_->Append(Call("POST /v1/volumes", "host-volume", 201)).ok());           // 5
+  }
+
+  static AuditLog::Entry Tenants(const std::string& tenant, const std::string& action) {
+    AuditLog::Entry entry = Call(action, "sb-" + tenant);
+    entry.key = "key-of-" + tenant;
+    entry.tenant = tenant;
+    entry.detail = {{"cmd", {"cat", "/home/" + tenant + "/secret"}}};
+    return entry;
+  }
+
+  std::string Problem() { return AuditLog::Verify(path_)->problem; }
+
+  testing::TempStateDir dir_;
+  std::string path_ = dir_.path() + "/audit.log";
+  std::unique_ptr<AuditLog> log_;
+};
+
+TEST_F(AuditLogEraseTest, ATenantsRecordsAreBlankedInTheirPlaceAndTheChainHolds) {
+  auto erased = log_->Erase("team-a");
+  ASSERT_TRUE(erased.ok()) << erased.error().message;
+  EXPECT_EQ(*erased, 3u);
+  const std::string text = testing::FileContents(path_);
+  EXPECT_EQ(text.find("team-a"), std::string::npos) << text;  // not even in the erase record
+  const auto lines = Lines(path_);
+  ASSERT_EQ(lines.size(), 6u);
+  for (int i : {0, 1, 3}) {
+    const json blank = json::parse(lines[i]);
+    EXPECT_EQ(blank.size(), 5u) << blank;
+    EXPECT_EQ(blank["erased_by"], 6) << blank;
+  }
+  EXPECT_EQ(json::parse(lines[2])["tenant"], "team-b");
+  const json erase = json::parse(lines[5]);
+  EXPECT_EQ(erase["action"], AuditLog::kEraseAction);
+  EXPECT_EQ(erase["detail"]["erased"], 3);
+  auto verdict = AuditLog::Verify(path_);
+  ASSERT_TRUE(verdict.ok());
+  EXPECT_EQ(verdict->problem, "");
+  EXPECT_EQ(verdict->records, 6u);
+  // Nothing left of it: nothing more goes. The log goes on, and a second erasure holds too.
+  EXPECT_EQ(*log_->Erase("team-a"), 0u);
+  ASSERT_TRUE(log_->Append(Call("POST /v1/volumes", "more", 201)).ok());
+  EXPECT_EQ(*log_->Erase("team-b"), 1u);
+  EXPECT_EQ(Problem(), "");
+  // Reads skip blanked records under any filter.
+  AuditLog::Filter filter;
+  filter.action = "POST /v1/sandboxes/{id}/exec";
+  EXPECT_TRUE(log_->Read(filter)->empty());
+}
+
+TEST_F(AuditLogEraseTest, ARecordBlankedWithoutAnEraseRecordIsFound) {
+  auto lines = Lines(path_);
+  json blank = json::parse(lines[1]);
+  blank = {{"seq", blank["seq"]}, {"time", blank["time"]}, {"prev", blank["prev"]}, {"hash", blank["hash"]},
+           {"erased_by", 9}};
+  lines[1] = blank.dump();
+  WriteLines(path_, lines);
+  EXPECT_EQ(Problem(), "records were blanked with no erase record accounting for them (the first names record 9)");
+}
+
+TEST_F(AuditLogEraseTest, AnEraseRecordMustAccountForExactlyTheRecordsItBlanked) {
+  ASSERT_TRUE(log_->Erase("team-a").ok());
+  // One more record blanked, made to name the same erase record.
+  auto lines = Lines(path_);
+  json other = json::parse(lines[2]);
+  lines[2] = json{{"seq", other["seq"]}, {"time", other["time"]}, {"prev", other["prev"]}, {"hash", other["hash"]},
+                  {"erased_by", 6}}.dump();
+  WriteLines(path_, lines);
+  EXPECT_EQ(Problem(), "record 6 (an erasure) does not account for the records it blanked");
+  // A blank that keeps some of the record is no blank.
+  lines = Lines(path_);
+  json kept = json::parse(lines[4]);
+  kept["erased_by"] = 6;
+  lines[4] = kept.dump();
+  WriteLines(path_, lines);
+  EXPECT_EQ(Problem(), "record 5 is blanked in a form no erasure writes (edited)");
+}
+
+}  // namespace
+}  // namespace bulkhead::core
