@@ -77,40 +77,37 @@ Result<core::TenantEgress> ParseTenantEgress(const json& value) {
   return egress;
 }
 
+// "quotas" (merged into `quota`: null removes one) and "egress" (in place of the tenant's
+// rules), where the body has them.
+Status ReadTenantSettings(const json& body, TenantRequest& request) {
+  if (body.contains("quotas")) {
+    Result<core::TenantQuota> quota = core::PatchQuota(request.quota, body["quotas"]);
+    if (!quota.ok()) return quota.error();
+    request.quota = *quota;
+  }
+  if (body.contains("egress")) {
+    Result<core::TenantEgress> egress = ParseTenantEgress(body["egress"]);
+    if (!egress.ok()) return egress.error();
+    request.egress = *egress;
+  }
+  return {};
+}
+
 // POST /v1/tenants: {"name": ..., "quotas": {...}, "egress": {...}}.
 Result<TenantRequest> ParseTenantCreate(const json& body) {
   BH_TRY(OnlyFields(body, {"name", "quotas", "egress"}));
   if (!body.contains("name") || !body["name"].is_string()) return Invalid("\"name\" (a string) is required");
   TenantRequest request{body["name"].get<std::string>()};
-  if (body.contains("quotas")) {
-    Result<core::TenantQuota> quota = core::PatchQuota({}, body["quotas"]);
-    if (!quota.ok()) return quota.error();
-    request.quota = *quota;
-  }
-  if (body.contains("egress")) {
-    Result<core::TenantEgress> egress = ParseTenantEgress(body["egress"]);
-    if (!egress.ok()) return egress.error();
-    request.egress = *egress;
-  }
+  BH_TRY(ReadTenantSettings(body, request));
   return request;
 }
 
-// PATCH /v1/tenants/{tenant}: {"quotas": {...}} merged into the tenant's (null removes one),
-// and/or {"egress": {...}} in place of its egress rules.
+// PATCH /v1/tenants/{tenant}: {"quotas": {...}} merged into the tenant's, and/or {"egress": {...}}.
 Result<TenantRequest> ParseTenantUpdate(const json& body, const core::TenantQuota& current) {
   BH_TRY(OnlyFields(body, {"quotas", "egress"}));
   if (!body.contains("quotas") && !body.contains("egress")) return Invalid("\"quotas\" or \"egress\" is required");
   TenantRequest request{"", current};
-  if (body.contains("quotas")) {
-    Result<core::TenantQuota> quota = core::PatchQuota(current, body["quotas"]);
-    if (!quota.ok()) return quota.error();
-    request.quota = *quota;
-  }
-  if (body.contains("egress")) {
-    Result<core::TenantEgress> egress = ParseTenantEgress(body["egress"]);
-    if (!egress.ok()) return egress.error();
-    request.egress = *egress;
-  }
+  BH_TRY(ReadTenantSettings(body, request));
   return request;
 }
 

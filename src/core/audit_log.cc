@@ -48,6 +48,17 @@ std::optional<json> LastRecord(int fd, off_t size) {
   return std::nullopt;
 }
 
+// A record the log makes of its own doing (a prune, an erasure).
+AuditLog::Entry DaemonEntry(const char* action, json detail) {
+  AuditLog::Entry entry;
+  entry.key = "daemon";
+  entry.source = "daemon";
+  entry.action = action;
+  entry.outcome = 200;
+  entry.detail = std::move(detail);
+  return entry;
+}
+
 Status WriteAll(int fd, const std::string& data) {
   size_t done = 0;
   while (done < data.size()) {
@@ -142,13 +153,8 @@ Result<size_t> AuditLog::Prune(const std::string& before) {
   if (removed == 0) return size_t{0};
   BH_TRY(ReplaceLocked(kept));
   // On record, in the chain: what went, and the hash the first record kept follows.
-  Entry prune;
-  prune.key = "daemon";
-  prune.source = "daemon";
-  prune.action = kPruneAction;
-  prune.outcome = 200;
-  prune.detail = {{"removed_through", removed_through}, {"head", removed_head}, {"before", before}};
-  BH_TRY(AppendLocked(prune));
+  BH_TRY(AppendLocked(DaemonEntry(
+      kPruneAction, {{"removed_through", removed_through}, {"head", removed_head}, {"before", before}})));
   return removed;
 }
 
@@ -178,8 +184,10 @@ Result<size_t> AuditLog::Erase(const std::string& tenant) {
   size_t erased = 0;
   for (std::string line; std::getline(in, line);) {
     std::optional<json> record = ParseRecord(line);
-    if (record && !record->contains("erased_by") &&
-        (record->value("tenant", "") == tenant || record->value("target", "") == tenant)) {
+    // Its calls, and the calls on the tenant itself (a volume or sandbox may share its name).
+    const bool on_tenant = record && record->value("target", "") == tenant &&
+                           record->value("action", "").find("/v1/tenants") != std::string::npos;
+    if (record && !record->contains("erased_by") && (record->value("tenant", "") == tenant || on_tenant)) {
       const uint64_t seq = (*record)["seq"].get<uint64_t>();
       const std::string hash = (*record)["hash"].get<std::string>();
       line = Compact({{"seq", seq}, {"time", record->value("time", "")}, {"prev", (*record)["prev"]},
@@ -191,13 +199,7 @@ Result<size_t> AuditLog::Erase(const std::string& tenant) {
   }
   if (erased == 0) return size_t{0};
   BH_TRY(ReplaceLocked(lines));
-  Entry erase;
-  erase.key = "daemon";
-  erase.source = "daemon";
-  erase.action = kEraseAction;
-  erase.outcome = 200;
-  erase.detail = {{"erased", erased}, {"digest", HexEncode(Sha256(erased_text))}};
-  BH_TRY(AppendLocked(erase));
+  BH_TRY(AppendLocked(DaemonEntry(kEraseAction, {{"erased", erased}, {"digest", HexEncode(Sha256(erased_text))}})));
   return erased;
 }
 

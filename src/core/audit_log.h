@@ -77,7 +77,7 @@ class AuditLog {
   // Removes the records older than `before` (an RFC 3339 time in the log's form), replacing
   // the file whole, and records that it did; answers how many went.
   Result<size_t> Prune(const std::string& before);
-  // Blanks every record of `tenant` (made with its keys, or naming it as the target) and
+  // Blanks every record of `tenant` (made with its keys, or a call on /v1/tenants/{it}) and
   // records that it did; answers how many went. The tenant's name is in no record it writes.
   Result<size_t> Erase(const std::string& tenant);
   // From now on, once at the call and then hourly, prunes what is older than `keep`.

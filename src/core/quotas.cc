@@ -1,4 +1,5 @@
-// Tenants' quotas as the manager keeps and checks them (tenant_quota.h). A call that would add
+// Tenants' quotas as the manager keeps and checks them (tenant_quota.h), and their egress rules
+// (tenant_egress.h), kept the same way. A call that would add
 // to a tenant's usage claims what it adds, under mu_, before it makes anything: a check sees
 // the sandboxes listed and the claims of calls still making theirs, so concurrent creates of
 // one tenant cannot pass its quota together. A claim ends when its call has listed what it
@@ -9,6 +10,15 @@
 
 namespace bulkhead::core {
 namespace {
+
+// A tenant's entry of `map` set to `value`, or removed when it is empty (no quota, no rule).
+template <typename Value>
+void SetOrErase(std::map<std::string, Value>& map, const std::string& tenant, const Value& value) {
+  if (value.Empty())
+    map.erase(tenant);
+  else
+    map[tenant] = value;
+}
 
 constexpr int64_t kRateWindowMs = 60'000;
 
@@ -54,10 +64,7 @@ Status SandboxManagerImpl::SetTenantEgress(const std::string& tenant, const Tena
   std::lock_guard write(quota_write_mu_);  // the row and the map change in the same order
   BH_TRY(db_->PutTenantEgress(tenant, TenantEgressToJson(egress).dump()));
   std::lock_guard lock(mu_);
-  if (egress.Empty())
-    egress_rules_.erase(tenant);
-  else
-    egress_rules_[tenant] = egress;
+  SetOrErase(egress_rules_, tenant, egress);
   return {};
 }
 
@@ -72,10 +79,7 @@ Status SandboxManagerImpl::SetQuota(const std::string& tenant, const TenantQuota
   std::lock_guard write(quota_write_mu_);  // the row and the map change in the same order
   BH_TRY(db_->PutTenantQuota(tenant, QuotaToJson(quota).dump()));
   std::lock_guard lock(mu_);
-  if (quota.Empty())
-    quotas_.erase(tenant);
-  else
-    quotas_[tenant] = quota;
+  SetOrErase(quotas_, tenant, quota);
   return {};
 }
 
