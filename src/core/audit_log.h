@@ -82,7 +82,8 @@ class AuditLog {
   Result<size_t> Erase(const std::string& tenant);
   // From now on, once at the call and then hourly, prunes what is older than `keep`.
   void KeepFor(std::chrono::seconds keep);
-  // Records in seq order that pass the filter.
+  // Records in seq order that pass the filter. A page `after` a seq starts where a binary search
+  // over the file finds it, not at the file's start.
   Result<std::vector<nlohmann::json>> Read(const Filter& filter) const;
 
   struct Verdict {

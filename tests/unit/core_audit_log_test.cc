@@ -359,3 +359,45 @@ TEST_F(AuditLogEraseTest, AnEraseRecordMustAccountForExactlyTheRecordsItBlanked)
 
 }  // namespace
 }  // namespace bulkhead::core
+
+namespace bulkhead::core {
+namespace {
+
+TEST(AuditLogRead, APageAfterASeqIsFoundWithoutReadingFromTheStart) {
+  testing::TempStateDir dir;
+  const std::string path = dir.path() + "/audit.log";
+  auto log = AuditLog::Open(path);
+  ASSERT_TRUE(log.ok());
+  for (int i = 1; i <= 3000; ++i) {
+    AuditLog::Entry entry = Call("POST /v1/sandboxes/{id}/exec", "sb-" + std::to_string(i));
+    entry.detail = {{"cmd", {"echo", std::string(static_cast<size_t>(i % 97), 'x')}}};  // lines of many lengths
+    ASSERT_TRUE((*log)->Append(entry).ok());
+  }
+  auto seqs = [&](uint64_t after, size_t limit) {
+    AuditLog::Filter filter;
+    filter.after = after;
+    filter.limit = limit;
+    std::vector<uint64_t> out;
+    const auto records = (*log)->Read(filter);
+    EXPECT_TRUE(records.ok());
+    for (const json& record : *records) out.push_back(record["seq"].get<uint64_t>());
+    return out;
+  };
+  for (uint64_t after : {1u, 2u, 777u, 1500u, 2996u})
+    EXPECT_EQ(seqs(after, 3), (std::vector<uint64_t>{after + 1, after + 2, after + 3})) << after;
+  EXPECT_EQ(seqs(2999, 3), std::vector<uint64_t>{3000});
+  EXPECT_TRUE(seqs(3000, 5).empty());
+  EXPECT_TRUE(seqs(123456, 5).empty());
+  EXPECT_EQ(seqs(0, 2), (std::vector<uint64_t>{1, 2}));
+  // Lines that are not records (an edit, a cut) are stepped over.
+  auto lines = Lines(path);
+  lines[1200] = "not a record";
+  lines[1201] = "";
+  WriteLines(path, lines);
+  EXPECT_EQ(seqs(1199, 2), (std::vector<uint64_t>{1200, 1203}));  // (1201 and 1202 were those lines)
+  EXPECT_EQ(seqs(1200, 2), (std::vector<uint64_t>{1203, 1204}));
+  EXPECT_EQ(seqs(1500, 1), std::vector<uint64_t>{1501});
+}
+
+}  // namespace
+}  // namespace bulkhead::core
