@@ -183,6 +183,22 @@ def handshake(port: int, ca: Path) -> None:
             pass
 
 
+def handshakes(port: int, ca: Path) -> bool:
+    try:
+        handshake(port, ca)
+        return True
+    except ssl.SSLError:
+        return False
+
+
+def until(done, seconds: float, daemon) -> None:
+    """Waits for done() to hold, failing with the daemon's log after `seconds`."""
+    deadline = time.time() + seconds
+    while not done():
+        assert time.time() < deadline, daemon.log_tail()
+        time.sleep(0.1)
+
+
 def test_a_renewed_certificate_is_served_without_a_restart(daemon_factory, tmp_path):
     first, first_key = make_cert(tmp_path, "first")
     served, served_key = tmp_path / "served.pem", tmp_path / "served-key.pem"
@@ -207,14 +223,7 @@ def test_a_renewed_certificate_is_served_without_a_restart(daemon_factory, tmp_p
     second, second_key = make_cert(tmp_path, "second")
     serve(second, second_key)
     daemon.process.send_signal(signal.SIGHUP)
-    deadline = time.time() + 10
-    while True:
-        try:
-            handshake(port, second)
-            break
-        except ssl.SSLError:
-            assert time.time() < deadline, daemon.log_tail()
-            time.sleep(0.1)
+    until(lambda: handshakes(port, second), 10, daemon)
     with pytest.raises(ssl.SSLCertVerificationError):
         handshake(port, first)
     kept.request("GET", "/healthz")
@@ -224,21 +233,13 @@ def test_a_renewed_certificate_is_served_without_a_restart(daemon_factory, tmp_p
     # A file that does not load keeps the certificate in use, and says so.
     served.write_text("not a certificate\n")
     daemon.process.send_signal(signal.SIGHUP)
-    time.sleep(0.5)
+    until(lambda: "still serving the certificate loaded before" in daemon.log_tail(200), 10, daemon)
     handshake(port, second)
-    assert "still serving the certificate loaded before" in daemon.log_tail(200)
 
     # No signal: the files' change is seen within seconds.
     third, third_key = make_cert(tmp_path, "third")
     serve(third, third_key)
-    deadline = time.time() + 30
-    while True:
-        try:
-            handshake(port, third)
-            break
-        except ssl.SSLError:
-            assert time.time() < deadline, daemon.log_tail()
-            time.sleep(0.5)
+    until(lambda: handshakes(port, third), 30, daemon)
     daemon.tls = ssl.create_default_context(cafile=str(third))
     assert daemon.client().get("/healthz").status == 200
     daemon.stop()
