@@ -53,6 +53,11 @@ Reach ReachOf(RouteId route) {
     case RouteId::kCreateSnapshot:
     case RouteId::kForkSandbox:
     case RouteId::kDeleteSnapshot:
+    case RouteId::kPutImage:  // (its tenant's own images: ApiHandlers)
+    case RouteId::kDeleteImage:
+    case RouteId::kPullImage:
+    case RouteId::kPushImage:
+    case RouteId::kBuildImage:
     case RouteId::kCreateVolume:
     case RouteId::kDeleteVolume:
     case RouteId::kTcpForward:

@@ -261,16 +261,18 @@ asio::awaitable<void> ApiHandlers::DeleteTenant(HttpExchange& exchange, const st
 std::string ApiHandlers::Owned(const std::string& tenant) {
   core::SandboxManager& manager = context_.manager;
   const size_t sandboxes = manager.List(core::ListFilter{.tenant = tenant}).size();
-  size_t snapshots = 0, volumes = 0;
+  size_t snapshots = 0, volumes = 0, images = 0;
   for (const core::SnapshotInfo& snapshot : manager.ListSnapshots()) snapshots += snapshot.tenant == tenant;
   for (const core::VolumeInfo& volume : manager.ListVolumes()) volumes += volume.tenant == tenant;
-  if (sandboxes + snapshots + volumes == 0) return "";
-  return fmt::format("{} sandboxes, {} snapshots and {} volumes", sandboxes, snapshots, volumes);
+  for (const core::ImageInfo& image : manager.ListImages()) images += storage::HoldsImage(image, tenant);
+  if (sandboxes + snapshots + volumes + images == 0) return "";
+  return fmt::format("{} sandboxes, {} snapshots, {} volumes and {} images", sandboxes, snapshots, volumes, images);
 }
 
 Result<json> ApiHandlers::PurgeTenant(const std::string& name) {
   core::SandboxManager& manager = context_.manager;
-  json keys = json::array(), sandboxes = json::array(), snapshots = json::array(), volumes = json::array();
+  json keys = json::array(), sandboxes = json::array(), snapshots = json::array(), volumes = json::array(),
+       images = json::array();
   // Its keys first: nothing new of the tenant's can start while the rest goes.
   for (const KeyInfo& key : context_.keys->Keys(name)) {
     BH_TRY(context_.keys->Revoke(key.id));
@@ -311,6 +313,21 @@ Result<json> ApiHandlers::PurgeTenant(const std::string& name) {
         return deleted.error();
       }
     }
+    // Its images (after the sandboxes that ran them): those only it held go with their files;
+    // of one that others stored too, its hold and its names go, the content staying theirs.
+    for (const core::ImageInfo& image : manager.ListImages()) {
+      if (image.name == "host" || !storage::HoldsImage(image, name)) continue;
+      const bool others = image.shared || image.tenants.size() > 1;
+      Status deleted = manager.DeleteImage(image.name, name);
+      if (deleted.ok() || deleted.error().code == ErrorCode::kNotFound) {
+        images.push_back({{"name", image.name}, {"references", image.tenants.at(name)},
+                          {"size_bytes", image.size_bytes}, {"files_removed", !others}});
+      } else if (deleted.error().code == ErrorCode::kConflict) {
+        busy = true;
+      } else {
+        return deleted.error();
+      }
+    }
     // Sandboxes a create in flight made meanwhile go too.
     for (const core::SandboxInfo& sandbox : manager.List(core::ListFilter{.tenant = name})) {
       (void)manager.Delete(sandbox.id);
@@ -320,7 +337,8 @@ Result<json> ApiHandlers::PurgeTenant(const std::string& name) {
     if (!busy) break;
     if (attempt == 50)
       return MakeError(ErrorCode::kConflict,
-                       fmt::format("tenant {} is not purged: its sandboxes, snapshots or volumes are still in use; its keys are "
+                       fmt::format("tenant {} is not purged: its sandboxes, snapshots, volumes or images are still in use; its "
+                                   "keys are "
                                    "revoked, so ask again",
                                    name),
                        "tenant_not_empty");
@@ -340,21 +358,25 @@ Result<json> ApiHandlers::PurgeTenant(const std::string& name) {
     audit_records = *erased;
   }
   // The proof: what is left of it, counted again now it is gone.
-  size_t left_snapshots = 0, left_volumes = 0;
+  size_t left_snapshots = 0, left_volumes = 0, left_images = 0;
   for (const core::SnapshotInfo& snapshot : manager.ListSnapshots()) left_snapshots += snapshot.tenant == name;
   for (const core::VolumeInfo& volume : manager.ListVolumes()) left_volumes += volume.tenant == name;
+  for (const core::ImageInfo& image : manager.ListImages()) left_images += storage::HoldsImage(image, name);
   const json remaining = {{"sandboxes", manager.List(core::ListFilter{.tenant = name}).size()},
                           {"snapshots", left_snapshots},
                           {"volumes", left_volumes},
+                          {"images", left_images},
                           {"keys", context_.keys->Keys(name).size()},
                           {"tenant", context_.keys->HasTenant(name)}};
   const json counts = {{"sandboxes", sandboxes.size()}, {"snapshots", snapshots.size()},
-                       {"volumes", volumes.size()},     {"keys", keys.size()},
+                       {"volumes", volumes.size()},     {"images", images.size()},
+                       {"keys", keys.size()},
                        {"egress_records", egress_records}, {"audit_records", audit_records}};
   return json{{"tenant", name},
               {"removed", {{"sandboxes", std::move(sandboxes)},
                            {"snapshots", std::move(snapshots)},
                            {"volumes", std::move(volumes)},
+                           {"images", std::move(images)},
                            {"keys", std::move(keys)},
                            {"quota", quota},
                            {"egress_rules", egress_rules},
@@ -363,7 +385,9 @@ Result<json> ApiHandlers::PurgeTenant(const std::string& name) {
               {"removed_counts", counts},
               {"remaining", remaining},
               {"kept", {{"audit", "this purge's own record; in place of each of the tenant's records a blank one keeping the "
-                                  "hash chain (its seq, time and hashes) and naming the erase record that accounts for it"}}}};
+                                  "hash chain (its seq, time and hashes) and naming the erase record that accounts for it"},
+                        {"images", "the files of an image the host or another tenant stored too (files_removed false): "
+                                   "theirs, got by their own pulls or builds; the tenant's hold and names on it are gone"}}}};
 }
 
 asio::awaitable<void> ApiHandlers::CreateKey(HttpExchange& exchange, const Caller& caller) {

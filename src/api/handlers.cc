@@ -94,19 +94,24 @@ asio::awaitable<void> ApiHandlers::Handle(HttpExchange& exchange, const RouteMat
     case RouteId::kSetNetwork: co_return co_await SetNetwork(exchange, route.Param("id"));
     case RouteId::kEgress: co_return co_await Egress(exchange, route.Param("id"), query);
     case RouteId::kExec: co_return co_await Exec(exchange, route.Param("id"));
-    case RouteId::kListImages: co_return co_await ListImages(exchange);
-    case RouteId::kPutImage: co_return co_await PutImage(exchange, route.Param("name"));
-    case RouteId::kDeleteImage: co_return co_await DeleteImage(exchange, route.Param("name"));
-    case RouteId::kGetImage: co_return co_await GetImage(exchange, route.Param("name"));
+    case RouteId::kListImages: co_return co_await ListImages(exchange, query, caller);
+    case RouteId::kPutImage: co_return co_await PutImage(exchange, route.Param("name"), query, caller);
+    case RouteId::kDeleteImage: co_return co_await DeleteImage(exchange, route.Param("name"), query, caller);
+    case RouteId::kGetImage: co_return co_await GetImage(exchange, route.Param("name"), query, caller);
     case RouteId::kPullImage:
-      co_return co_await ServePull(exchange, context_.manager, context_.pull_pool,
-                                   WantsNdjson(FromBeast(exchange.request()[http::field::accept])));
-    case RouteId::kPushImage:
-      co_return co_await ServePush(exchange, context_.manager, context_.pull_pool,
-                                   WantsNdjson(FromBeast(exchange.request()[http::field::accept])));
-    case RouteId::kBuildImage:
+    case RouteId::kPushImage: {
+      const TenantOfBody tenant_of = [this, &caller](const json* named) { return TenantNamed(caller, named); };
+      const bool ndjson = WantsNdjson(FromBeast(exchange.request()[http::field::accept]));
+      if (route.id == RouteId::kPullImage)
+        co_return co_await ServePull(exchange, context_.manager, context_.pull_pool, tenant_of, ndjson);
+      co_return co_await ServePush(exchange, context_.manager, context_.pull_pool, tenant_of, ndjson);
+    }
+    case RouteId::kBuildImage: {
+      Result<std::string> builder = TenantQueried(caller, query);
+      if (!builder.ok()) co_return co_await exchange.SendError(builder.error());
       co_return co_await ServeBuild(exchange, context_.manager, context_.pull_pool, context_.upload_dir, query,
-                                    WantsNdjson(FromBeast(exchange.request()[http::field::accept])));
+                                    *builder, WantsNdjson(FromBeast(exchange.request()[http::field::accept])));
+    }
     case RouteId::kPruneBuildCache: {
       core::SandboxManager& manager = context_.manager;
       const std::string upload_dir = context_.upload_dir;
@@ -362,25 +367,38 @@ asio::awaitable<void> ApiHandlers::Exec(HttpExchange& exchange, const std::strin
   co_await ServeExec(exchange, context_.manager, id, std::move(options.value()), stream);
 }
 
-asio::awaitable<void> ApiHandlers::ListImages(HttpExchange& exchange) {
+asio::awaitable<void> ApiHandlers::ListImages(HttpExchange& exchange, const QueryParams& query, const Caller& caller) {
+  Result<std::string> tenant = TenantQueried(caller, query);
+  if (!tenant.ok()) co_return co_await exchange.SendError(tenant.error());
+  const bool everyone = caller.HostAdmin() && QueryParam(query, "tenant") == nullptr;
+  core::SandboxManager& manager = context_.manager;
+  // (meta.json files read, and the host image measured: off the io thread)
+  const std::vector<core::ImageInfo> stored = co_await RunBlocking(context_.blocking_pool, [&] { return manager.ListImages(); });
   json images = json::array();
-  for (const core::ImageInfo& image : context_.manager.ListImages()) images.push_back(ImageToJson(image));
+  for (const core::ImageInfo& image : stored) {
+    if (everyone) images.push_back(ImageToJson(image));
+    else if (storage::SeesImage(image, *tenant)) images.push_back(ImageToJson(storage::ImageSeenBy(image, *tenant)));
+  }
   const json body = {{"images", std::move(images)}};
   co_await exchange.SendJson(http::status::ok, body);
 }
 
-asio::awaitable<void> ApiHandlers::PutImage(HttpExchange& exchange, const std::string& name) {
+asio::awaitable<void> ApiHandlers::PutImage(HttpExchange& exchange, const std::string& name, const QueryParams& query,
+                                           const Caller& caller) {
   if (!IsValidImageName(name)) {
     co_return co_await exchange.SendError(
         MakeError(ErrorCode::kInvalid, "image name must match ^[a-z0-9][a-z0-9._-]{0,63}$"));
   }
-  Result<core::ImageInfo> image = co_await ImportUploadedImage(exchange, name);
+  Result<std::string> tenant = TenantQueried(caller, query);
+  if (!tenant.ok()) co_return co_await exchange.SendError(tenant.error());
+  Result<core::ImageInfo> image = co_await ImportUploadedImage(exchange, name, *tenant);
   if (!image.ok()) co_return co_await exchange.SendError(image.error());
   co_await exchange.SendJson(http::status::created, ImageToJson(*image));
 }
 
 asio::awaitable<Result<core::ImageInfo>> ApiHandlers::ImportUploadedImage(HttpExchange& exchange,
-                                                                         const std::string& name) {
+                                                                         const std::string& name,
+                                                                         const std::string& tenant) {
   // The tarball goes to disk as it arrives, never into memory; the core unpacks it from
   // there. The spool file is gone when this returns, whatever happened.
   std::string temp_path = context_.upload_dir + "/upload-XXXXXX";
@@ -396,12 +414,16 @@ asio::awaitable<Result<core::ImageInfo>> ApiHandlers::ImportUploadedImage(HttpEx
   }
   fd.reset();
   core::SandboxManager& manager = context_.manager;
-  co_return co_await RunBlocking(context_.blocking_pool, [&] { return manager.ImportImage(name, temp_path); });
+  co_return co_await RunBlocking(context_.blocking_pool, [&] { return manager.ImportImage(name, temp_path, tenant); });
 }
 
-asio::awaitable<void> ApiHandlers::GetImage(HttpExchange& exchange, const std::string& name) {
+asio::awaitable<void> ApiHandlers::GetImage(HttpExchange& exchange, const std::string& name, const QueryParams& query,
+                                           const Caller& caller) {
+  Result<std::string> tenant = TenantQueried(caller, query);
+  if (!tenant.ok()) co_return co_await exchange.SendError(tenant.error());
   core::SandboxManager& manager = context_.manager;
-  Result<core::ImageInfo> image = co_await RunBlocking(context_.blocking_pool, [&] { return manager.FindImage(name); });
+  Result<core::ImageInfo> image =
+      co_await RunBlocking(context_.blocking_pool, [&] { return manager.FindImage(name, *tenant); });
   if (!image.ok()) co_return co_await exchange.SendError(image.error());
   const json body = ImageToJson(*image);
   co_await exchange.SendJson(http::status::ok, body);
@@ -416,9 +438,12 @@ asio::awaitable<void> ApiHandlers::CollectImageGarbage(HttpExchange& exchange) {
   co_await exchange.SendJson(http::status::ok, body);
 }
 
-asio::awaitable<void> ApiHandlers::DeleteImage(HttpExchange& exchange, const std::string& name) {
+asio::awaitable<void> ApiHandlers::DeleteImage(HttpExchange& exchange, const std::string& name,
+                                              const QueryParams& query, const Caller& caller) {
+  Result<std::string> tenant = TenantQueried(caller, query);
+  if (!tenant.ok()) co_return co_await exchange.SendError(tenant.error());
   core::SandboxManager& manager = context_.manager;
-  Status deleted = co_await RunBlocking(context_.blocking_pool, [&] { return manager.DeleteImage(name); });
+  Status deleted = co_await RunBlocking(context_.blocking_pool, [&] { return manager.DeleteImage(name, *tenant); });
   if (!deleted.ok()) co_return co_await exchange.SendError(deleted.error());
   co_await exchange.SendNoContent();
 }

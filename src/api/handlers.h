@@ -87,13 +87,18 @@ class ApiHandlers {
   boost::asio::awaitable<void> SetNetwork(HttpExchange& exchange, const std::string& id);
   boost::asio::awaitable<void> Egress(HttpExchange& exchange, const std::string& id, const QueryParams& query);
   boost::asio::awaitable<void> Exec(HttpExchange& exchange, const std::string& id);
-  boost::asio::awaitable<void> ListImages(HttpExchange& exchange);
-  boost::asio::awaitable<void> GetImage(HttpExchange& exchange, const std::string& name);
+  // Images: a tenant's key acts on its tenant's (and sees the host's); the host's key on the
+  // host's, or on a tenant's with ?tenant= (and lists every holder's without it).
+  boost::asio::awaitable<void> ListImages(HttpExchange& exchange, const QueryParams& query, const Caller& caller);
+  boost::asio::awaitable<void> GetImage(HttpExchange& exchange, const std::string& name, const QueryParams& query,
+                                        const Caller& caller);
   boost::asio::awaitable<void> CollectImageGarbage(HttpExchange& exchange);
-  boost::asio::awaitable<void> PutImage(HttpExchange& exchange, const std::string& name);
-  boost::asio::awaitable<Result<core::ImageInfo>> ImportUploadedImage(HttpExchange& exchange,
-                                                                      const std::string& name);
-  boost::asio::awaitable<void> DeleteImage(HttpExchange& exchange, const std::string& name);
+  boost::asio::awaitable<void> PutImage(HttpExchange& exchange, const std::string& name, const QueryParams& query,
+                                        const Caller& caller);
+  boost::asio::awaitable<Result<core::ImageInfo>> ImportUploadedImage(HttpExchange& exchange, const std::string& name,
+                                                                      const std::string& tenant);
+  boost::asio::awaitable<void> DeleteImage(HttpExchange& exchange, const std::string& name, const QueryParams& query,
+                                           const Caller& caller);
   boost::asio::awaitable<void> CreateVolume(HttpExchange& exchange, const Caller& caller);
   boost::asio::awaitable<void> ListVolumes(HttpExchange& exchange, const QueryParams& query, const Caller& caller);
   boost::asio::awaitable<void> Audit(HttpExchange& exchange, const QueryParams& query);

@@ -54,11 +54,15 @@ asio::awaitable<void> ServeTransfer(HttpExchange& exchange, asio::thread_pool& p
 }  // namespace
 
 asio::awaitable<void> ServePull(HttpExchange& exchange, core::SandboxManager& manager, asio::thread_pool& pool,
-                                bool stream) {
+                                const TenantOfBody& tenant_of, bool stream) {
   std::optional<json> body = co_await exchange.ReadJsonObject(kMaxJsonBody);
   if (!body) co_return;
   Result<storage::PullRequest> request = ParsePullRequest(*body, manager.config().registry.default_registry);
   if (!request.ok()) co_return co_await exchange.SendError(request.error());
+  const auto named = body->find("tenant");
+  Result<std::string> tenant = tenant_of(named == body->end() ? nullptr : &*named);
+  if (!tenant.ok()) co_return co_await exchange.SendError(tenant.error());
+  request->tenant = *tenant;
   const Transfer pull = [&manager, request = *request](const storage::PullListener& listener) -> Result<json> {
     auto image = manager.PullImage(request, listener);
     if (!image.ok()) return image.error();
@@ -68,11 +72,15 @@ asio::awaitable<void> ServePull(HttpExchange& exchange, core::SandboxManager& ma
 }
 
 asio::awaitable<void> ServePush(HttpExchange& exchange, core::SandboxManager& manager, asio::thread_pool& pool,
-                                bool stream) {
+                                const TenantOfBody& tenant_of, bool stream) {
   std::optional<json> body = co_await exchange.ReadJsonObject(kMaxJsonBody);
   if (!body) co_return;
   Result<storage::PushRequest> request = ParsePushRequest(*body, manager.config().registry.default_registry);
   if (!request.ok()) co_return co_await exchange.SendError(request.error());
+  const auto named = body->find("tenant");
+  Result<std::string> tenant = tenant_of(named == body->end() ? nullptr : &*named);
+  if (!tenant.ok()) co_return co_await exchange.SendError(tenant.error());
+  request->tenant = *tenant;
   const Transfer push = [&manager, request = *request](const storage::PullListener& listener) -> Result<json> {
     auto pushed = manager.PushImage(request, listener);
     if (!pushed.ok()) return pushed.error();
@@ -82,11 +90,13 @@ asio::awaitable<void> ServePush(HttpExchange& exchange, core::SandboxManager& ma
 }
 
 asio::awaitable<void> ServeBuild(HttpExchange& exchange, core::SandboxManager& manager, asio::thread_pool& pool,
-                                 const std::string& upload_dir, const QueryParams& query, bool stream) {
+                                 const std::string& upload_dir, const QueryParams& query, const std::string& tenant,
+                                 bool stream) {
   // (Errors are made before they are sent: g++ 12 destroys temporaries in a co_await wrongly.)
   BuildRequest request;
   Result<std::string> dockerfile = ParseBuildQuery(query, request);
   if (!dockerfile.ok()) co_return co_await exchange.SendError(dockerfile.error());
+  request.tenant = tenant;
   // The build's own directory (root's alone): the spooled context, its tree, the tars of steps.
   std::string dir = upload_dir + "/build-XXXXXX";
   if (::mkdtemp(dir.data()) == nullptr) {

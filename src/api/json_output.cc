@@ -87,7 +87,12 @@ json ImageToJson(const core::ImageInfo& image) {
       {"size_bytes", image.size_bytes},
   };
   if (image.source == "registry") out["digest"] = image.digest;
-  if (image.source == "registry" || image.source == "build") out["references"] = image.references;
+  if (image.source == "registry" || image.source == "build" || !image.references.empty())
+    out["references"] = image.references;
+  // Whether it is the host's (every tenant runs it), and the tenants that hold it: the host's
+  // key sees them all, a tenant's only itself (storage::ImageSeenBy).
+  out["shared"] = image.shared;
+  if (!image.tenants.empty()) out["tenants"] = image.tenants;
   if (image.config) {
     const storage::ImageConfig& c = *image.config;
     out["config"] = {{"os", c.os},

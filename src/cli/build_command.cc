@@ -20,7 +20,7 @@ namespace {
 using nlohmann::json;
 
 // The query of POST /v1/images/build for these flags; the Dockerfile's path in the context.
-Result<std::string> BuildTarget(const BuildFlags& flags, const std::string& context) {
+Result<std::string> BuildTarget(const BuildFlags& flags, const std::string& context, const std::string& tenant) {
   std::string query = "/v1/images/build?";
   auto add = [&](const std::string& key, const std::string& value) {
     query += key + "=" + PercentEncode(value) + "&";
@@ -49,6 +49,7 @@ Result<std::string> BuildTarget(const BuildFlags& flags, const std::string& cont
   if (flags.cpus) add("cpus", std::to_string(*flags.cpus));
   if (flags.memory_mb) add("memory_mb", std::to_string(*flags.memory_mb));
   if (flags.disk_mb) add("disk_mb", std::to_string(*flags.disk_mb));
+  if (!tenant.empty()) add("tenant", tenant);
   query.pop_back();
   return query;
 }
@@ -68,7 +69,7 @@ Result<std::optional<build::ContextIgnore>> IgnoreRules(const std::string& conte
 
 int BuildCommand(Session& session) {
   const BuildFlags& flags = session.line.build;
-  auto target = BuildTarget(flags, flags.context);
+  auto target = BuildTarget(flags, flags.context, session.line.for_tenant);
   if (!target.ok()) return session.UsageError(target.error());
   auto ignore = IgnoreRules(flags.context);
   if (!ignore.ok()) return session.UsageError(ignore.error());

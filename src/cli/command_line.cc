@@ -330,35 +330,42 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
 
   CLI::App* image = app.add_subcommand("image", "Manage images");
   image->require_subcommand(1);
+  const char* kImageTenantHelp = "A tenant's images (with the host's key; a tenant's key acts on its own)";
   CLI::App* image_import = image->add_subcommand(
       "import", "Import an image from a directory (sent as a tar stream) or a tarball (any compression)");
   image_import->add_option("name", line.image_name, "Image name")->required();
   image_import->add_option("path", line.image_path, "Root filesystem directory or tarball")
       ->required()
       ->check(CLI::ExistingPath);
+  image_import->add_option("--tenant", line.for_tenant, kImageTenantHelp);
   Selects(image_import, line, Command::kImageImport);
-  CLI::App* image_list = image->add_subcommand("ls", "List images");
+  CLI::App* image_list = image->add_subcommand("ls", "List images (with the host's key: every tenant's)");
   image_list->alias("list");
   image_list->add_flag("--json", line.json, "Print the API's JSON");
+  image_list->add_option("--tenant", line.for_tenant, kImageTenantHelp);
   Selects(image_list, line, Command::kImageList);
   CLI::App* image_remove = image->add_subcommand("rm", "Remove an image, or a reference from its image");
   image_remove->add_option("name", line.image_name, "Image name or registry reference")->required();
+  image_remove->add_option("--tenant", line.for_tenant, kImageTenantHelp);
   Selects(image_remove, line, Command::kImageRemove);
   CLI::App* image_pull = image->add_subcommand("pull", "Fetch an image from a registry (OCI distribution API)");
   image_pull->add_option("reference", line.image_name, "[REGISTRY/]REPOSITORY[:TAG][@sha256:DIGEST]")->required();
   image_pull->add_option("--platform", line.platform, "OS/ARCH[/VARIANT] to pick from a multi-platform image "
                                                       "(default: this machine's)");
   image_pull->add_flag("--json", line.json, "Print the API's NDJSON progress events");
+  image_pull->add_option("--tenant", line.for_tenant, kImageTenantHelp);
   Selects(image_pull, line, Command::kImagePull);
   CLI::App* image_push = image->add_subcommand("push", "Write a stored image to a registry (OCI distribution API)");
   image_push->add_option("image", line.image_name, "Image name or the reference it was pulled as")->required();
   image_push->add_option("target", line.image_target, "REGISTRY/REPOSITORY[:TAG]")->required();
   image_push->add_flag("--json", line.json, "Print the API's NDJSON progress events");
+  image_push->add_option("--tenant", line.for_tenant, kImageTenantHelp);
   Selects(image_push, line, Command::kImagePush);
   CLI::App* image_prune = image->add_subcommand("prune-cache", "Empty the build cache (built images stay)");
   Selects(image_prune, line, Command::kImagePruneCache);
   CLI::App* image_inspect = image->add_subcommand("inspect", "Show an image: digest, references, config, ports");
   image_inspect->add_option("name", line.image_name, "Image name or registry reference")->required();
+  image_inspect->add_option("--tenant", line.for_tenant, kImageTenantHelp);
   Selects(image_inspect, line, Command::kImageInspect);
 
   CLI::App* build = app.add_subcommand("build", "Build an image from a Dockerfile, each step in a sandbox");
@@ -382,6 +389,8 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
   build->add_option("--disk-mb", line.build.disk_mb, "Disk of each step's sandbox in MiB (default 10240)")
       ->check(CLI::PositiveNumber);
   build->add_flag("--json", line.json, "Print the API's NDJSON progress events");
+  build->add_option("--tenant", line.for_tenant,
+                    "Build as a tenant's (with the host's key): its image, cache, quotas and egress rules");
   Selects(build, line, Command::kBuild);
 
   CLI::App* volume = app.add_subcommand("volume", "Manage named volumes (shared between sandboxes, outliving them)");
@@ -392,17 +401,17 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
       ->check(CLI::Range(int64_t{1}, int64_t{1048576}));
   volume_create->add_flag("--json", line.json, "Print the API's JSON");
   const char* kVolumeTenantHelp = "A tenant's volumes (with the host's key; a tenant's key has its own alone)";
-  volume_create->add_option("--tenant", line.volume_tenant, kVolumeTenantHelp);
+  volume_create->add_option("--tenant", line.for_tenant, kVolumeTenantHelp);
   Selects(volume_create, line, Command::kVolumeCreate);
   CLI::App* volume_list = volume->add_subcommand("ls", "List volumes (with the host's key: every tenant's)");
   volume_list->alias("list");
   volume_list->add_flag("--json", line.json, "Print the API's JSON");
-  volume_list->add_option("--tenant", line.volume_tenant, kVolumeTenantHelp);
+  volume_list->add_option("--tenant", line.for_tenant, kVolumeTenantHelp);
   Selects(volume_list, line, Command::kVolumeList);
   CLI::App* volume_remove =
       volume->add_subcommand("rm", "Remove volumes and their data (refused while a sandbox lists one)");
   volume_remove->add_option("names", line.volume_names, "Volume names")->required();
-  volume_remove->add_option("--tenant", line.volume_tenant, kVolumeTenantHelp);
+  volume_remove->add_option("--tenant", line.for_tenant, kVolumeTenantHelp);
   Selects(volume_remove, line, Command::kVolumeRemove);
 
   CLI::App* snapshot = app.add_subcommand("snapshot", "Manage snapshots of sandboxes");

@@ -169,7 +169,7 @@ struct CommandLine {
   std::string image_path;                // image import
   std::vector<std::string> volume_names; // volume create (one), volume rm
   std::optional<int64_t> volume_size_mb; // volume create --size-mb
-  std::string volume_tenant;             // volume create|ls|rm --tenant (the host's key: a tenant's volumes)
+  std::string for_tenant;  // volume and image commands, build: --tenant (the host's key: a tenant's)
   std::vector<std::string> tenant_names; // tenant create (one), tenant rm
   std::string tenant_name;               // tenant show, tenant quota
   bool tenant_purge = false;             // tenant rm --purge

@@ -99,6 +99,7 @@ class PullProgress {
 int ImagePullCommand(Session& session) {
   json body = {{"image", session.line.image_name}};
   if (!session.line.platform.empty()) body["platform"] = session.line.platform;
+  if (!session.line.for_tenant.empty()) body["tenant"] = session.line.for_tenant;
   PullProgress progress(session, ::isatty(session.io.stderr_fd) == 1);
   std::optional<json> image;
   std::optional<Error> failure;
@@ -131,7 +132,7 @@ int ImagePullCommand(Session& session) {
 
 int ImageImportCommand(Session& session) {
   const std::string& path = session.line.image_path;
-  std::string target = "/v1/images/" + PercentEncode(session.line.image_name);
+  std::string target = "/v1/images/" + PercentEncode(session.line.image_name) + session.TenantQuery();
   struct stat info{};
   if (::stat(path.c_str(), &info) != 0) return session.UsageError(SystemError(path, errno));
 
@@ -163,7 +164,7 @@ int ImageImportCommand(Session& session) {
 }
 
 int ImageListCommand(Session& session) {
-  auto listing = session.api.Call(HttpMethod::kGet, "/v1/images");
+  auto listing = session.api.Call(HttpMethod::kGet, "/v1/images" + session.TenantQuery());
   if (!listing.ok()) return session.Fail(listing.error());
   if (session.line.json) {
     session.Out(DumpJson(*listing, 2) + "\n");
@@ -171,8 +172,14 @@ int ImageListCommand(Session& session) {
   }
   int64_t now = static_cast<int64_t>(std::time(nullptr));
   std::vector<std::vector<std::string>> rows = {{"NAME", "SOURCE", "SIZE", "CREATED", "REFERENCES"}};
-  if (auto images = listing->find("images"); images != listing->end() && images->is_array()) {
-    for (const json& image : *images) {
+  const json none = json::array();
+  const json& images = listing->contains("images") && (*listing)["images"].is_array() ? (*listing)["images"] : none;
+  // A HELD BY column when any image is a tenant's (the host's key sees every tenant's).
+  bool tenants = false;
+  for (const json& image : images) tenants = tenants || image.contains("tenants") || !image.value("shared", true);
+  if (tenants) rows[0].push_back("HELD BY");
+  {
+    for (const json& image : images) {
       auto size = image.find("size_bytes");
       std::string references;
       if (auto refs = image.find("references"); refs != image.end() && refs->is_array()) {
@@ -185,6 +192,11 @@ int ImageListCommand(Session& session) {
       rows.push_back({name, StringField(image, "source"),
                       size != image.end() && size->is_number_integer() ? FormatBytes(size->get<int64_t>()) : "-",
                       DescribeCreated(StringField(image, "created_at"), now), references.empty() ? "-" : references});
+      if (!tenants) continue;
+      std::string holders = image.value("shared", true) ? "host" : "";
+      if (auto held = image.find("tenants"); held != image.end() && held->is_object())
+        for (const auto& [tenant, names] : held->items()) holders += (holders.empty() ? "" : ", ") + tenant;
+      rows.back().push_back(holders.empty() ? "-" : holders);
     }
   }
   session.Out(FormatTable(rows));
@@ -192,14 +204,16 @@ int ImageListCommand(Session& session) {
 }
 
 int ImageRemoveCommand(Session& session) {
-  auto removed = session.api.Call(HttpMethod::kDelete, "/v1/images/" + PercentEncode(session.line.image_name));
+  auto removed =
+      session.api.Call(HttpMethod::kDelete, "/v1/images/" + PercentEncode(session.line.image_name) + session.TenantQuery());
   if (!removed.ok()) return session.Fail(removed.error());
   session.Out(session.line.image_name + "\n");
   return 0;
 }
 
 int ImagePushCommand(Session& session) {
-  const json body = {{"image", session.line.image_name}, {"target", session.line.image_target}};
+  json body = {{"image", session.line.image_name}, {"target", session.line.image_target}};
+  if (!session.line.for_tenant.empty()) body["tenant"] = session.line.for_tenant;
   std::optional<json> pushed;
   std::optional<Error> failure;
   auto response = session.api.http().SendForLines(HttpMethod::kPost, "/v1/images/push", DumpJson(body), [&](std::string_view text) -> Status {
@@ -227,7 +241,8 @@ int ImagePushCommand(Session& session) {
 }
 
 int ImageInspectCommand(Session& session) {
-  auto image = session.api.Call(HttpMethod::kGet, "/v1/images/" + PercentEncode(session.line.image_name));
+  auto image =
+      session.api.Call(HttpMethod::kGet, "/v1/images/" + PercentEncode(session.line.image_name) + session.TenantQuery());
   if (!image.ok()) return session.Fail(image.error());
   session.Out(DumpJson(*image, 2) + "\n");
   return 0;

@@ -41,6 +41,9 @@ class Session {
     return Fail(MakeError(ErrorCode::kBadRequest, message, "usage"), kExitUsage);
   }
 
+  // "?tenant=T" for --tenant (the host's key acting on a tenant's volumes or images), else "".
+  std::string TenantQuery() const { return line.for_tenant.empty() ? "" : "?tenant=" + PercentEncode(line.for_tenant); }
+
   const CommandLine& line;
   const CommandIo& io;
   ApiClient api;

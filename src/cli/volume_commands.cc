@@ -16,8 +16,6 @@ Error BadVolumeFlag(const std::string& text) {
   return MakeError(ErrorCode::kBadRequest, "--volume '" + text + "' is not NAME:/PATH or NAME:/PATH:ro", "usage");
 }
 
-// ?tenant=T with --tenant: the host's key names a tenant's volumes.
-std::string TenantQuery(const std::string& tenant) { return tenant.empty() ? "" : "?tenant=" + PercentEncode(tenant); }
 
 }  // namespace
 
@@ -40,7 +38,7 @@ int VolumeCreateCommand(Session& session) {
   const CommandLine& line = session.line;
   json body = {{"name", line.volume_names.at(0)}};
   if (line.volume_size_mb) body["size_mb"] = *line.volume_size_mb;
-  if (!line.volume_tenant.empty()) body["tenant"] = line.volume_tenant;
+  if (!line.for_tenant.empty()) body["tenant"] = line.for_tenant;
   auto volume = session.api.Call(HttpMethod::kPost, "/v1/volumes", body);
   if (!volume.ok()) return session.Fail(volume.error());
   session.Out(line.json ? DumpJson(*volume, 2) + "\n" : line.volume_names.at(0) + "\n");
@@ -48,7 +46,7 @@ int VolumeCreateCommand(Session& session) {
 }
 
 int VolumeListCommand(Session& session) {
-  auto listing = session.api.Call(HttpMethod::kGet, "/v1/volumes" + TenantQuery(session.line.volume_tenant));
+  auto listing = session.api.Call(HttpMethod::kGet, "/v1/volumes" + session.TenantQuery());
   if (!listing.ok()) return session.Fail(listing.error());
   if (session.line.json) {
     session.Out(DumpJson(*listing, 2) + "\n");
@@ -79,7 +77,7 @@ int VolumeListCommand(Session& session) {
 int VolumeRemoveCommand(Session& session) {
   int exit_code = 0;
   for (const std::string& name : session.line.volume_names) {
-    const std::string path = "/v1/volumes/" + PercentEncode(name) + TenantQuery(session.line.volume_tenant);
+    const std::string path = "/v1/volumes/" + PercentEncode(name) + session.TenantQuery();
     auto removed = session.api.Call(HttpMethod::kDelete, path);
     if (!removed.ok()) {
       exit_code = session.Fail(removed.error());

@@ -18,7 +18,7 @@ void SandboxManagerImpl::PrepareImagePools() {
                    tier ? "keeps no warm pools" : "is not available");
       continue;
     }
-    if (storage_->ResolveImage(pool.image, config_.registry.default_registry).ok()) continue;
+    if (storage_->ResolveImage(pool.image, config_.registry.default_registry, "").ok()) continue;
     if (!storage::IsRegistryReference(pool.image) && config_.registry.default_registry.empty()) {
       spdlog::warn("warm pool of image {}: no such image is stored; its pool fills once it is imported", pool.image);
       continue;
@@ -46,7 +46,7 @@ void SandboxManagerImpl::RetargetImagePools() {
     const std::string runtime = pool.runtime.empty() ? config_.default_runtime : pool.runtime;
     auto tier = tiers_.Find(runtime);
     if (!tier || !(*tier)->capabilities().pooling) continue;  // (Start refused an unknown runtime)
-    auto stored = storage_->ResolveImage(pool.image, config_.registry.default_registry);
+    auto stored = storage_->ResolveImage(pool.image, config_.registry.default_registry, "");
     if (!stored.ok()) continue;
     int& target = wanted[PoolKey{runtime, *stored, ""}];
     target = std::max(target, pool.count);
@@ -84,30 +84,40 @@ std::vector<std::shared_ptr<Sandbox>> SandboxManagerImpl::ColdImageLocked(const 
 Result<ImageInfo> SandboxManagerImpl::PullImage(const storage::PullRequest& request,
                                                 const storage::PullListener& listener) {
   auto pulled = puller_.Pull(request, listener);
-  if (pulled.ok()) RetargetImagePools();  // a tag that moved moves its pool
-  return pulled;
+  if (!pulled.ok()) return pulled;
+  RetargetImagePools();  // a tag that moved moves its pool
+  return storage::ImageSeenBy(std::move(*pulled), request.tenant);
 }
 
 Result<ImageInfo> SandboxManagerImpl::StoreBuiltImage(const storage::BuiltImage& image, const std::string& tar_path,
-                                                      const std::string& name) {
+                                                      const std::string& name, const std::string& tenant) {
   if (!name.empty()) {
-    if (name == "host" || storage_->ImageExists(name))
+    // The host's imports are named by their directory; a tenant's by a reference of its own.
+    bool imported = tenant.empty() && storage_->ImageExists(name);
+    if (auto own = storage_->OwnReference(name, tenant); own.ok()) {
+      auto info = storage_->GetImage(*own);
+      imported = imported || (info.ok() && info->source != "build");
+    }
+    if (name == "host" || imported)
       return MakeError(ErrorCode::kConflict, "image " + name + " exists and was not built: choose another name",
                        "image_exists");
     if (!storage::IsSafeName(name))
       return MakeError(ErrorCode::kInvalid, "invalid image name (letters, digits, . _ -): " + name);
   }
-  auto stored = storage_->InstallBuiltImage(image, tar_path);
-  if (!stored.ok() || name.empty()) return stored;
-  auto named = storage_->NameImage(stored->name, name);
-  if (named.ok()) RetargetImagePools();
-  return named;
+  auto stored = storage_->InstallBuiltImage(image, tar_path, tenant);
+  if (!stored.ok()) return stored;
+  auto named = storage_->NameImage(stored->name, name, tenant);  // (a cached build's image: now the tenant's too)
+  if (named.ok() && !name.empty()) RetargetImagePools();
+  if (!named.ok()) return named;
+  return storage::ImageSeenBy(std::move(*named), tenant);
 }
 
-Result<ImageInfo> SandboxManagerImpl::ImportImage(const std::string& name, const std::string& tar_path) {
-  auto imported = storage_->ImportImage(name, tar_path);
+Result<ImageInfo> SandboxManagerImpl::ImportImage(const std::string& name, const std::string& tar_path,
+                                                  const std::string& tenant) {
+  auto imported = storage_->ImportImage(name, tar_path, tenant);
   if (imported.ok()) RetargetImagePools();
-  return imported;
+  if (!imported.ok()) return imported;
+  return storage::ImageSeenBy(std::move(*imported), tenant);
 }
 
 }  // namespace bulkhead::core

@@ -133,15 +133,16 @@ class SandboxManagerImpl : public SandboxManager {
   boost::asio::awaitable<Result<InitConnection>> ConnectInit(boost::asio::any_io_executor executor,
                                                              const std::string& id) override;
   std::vector<ImageInfo> ListImages() override { return storage_->ListImages(); }
-  Result<ImageInfo> ImportImage(const std::string& name, const std::string& tar_path) override;
-  Status DeleteImage(const std::string& name) override;
-  Result<ImageInfo> FindImage(const std::string& name) override;
+  Result<ImageInfo> ImportImage(const std::string& name, const std::string& tar_path,
+                                const std::string& tenant) override;
+  Status DeleteImage(const std::string& name, const std::string& tenant) override;
+  Result<ImageInfo> FindImage(const std::string& name, const std::string& tenant) override;
   Result<ImageInfo> PullImage(const storage::PullRequest& request, const storage::PullListener& listener) override;
   Result<storage::PushResult> PushImage(const storage::PushRequest& request,
                                         const storage::PullListener& listener) override;
   Result<std::optional<int64_t>> CollectImageGarbage() override;
   Result<ImageInfo> StoreBuiltImage(const storage::BuiltImage& image, const std::string& tar_path,
-                                    const std::string& name) override;
+                                    const std::string& name, const std::string& tenant) override;
   void StopImagePulls() override { puller_.CancelAll(); }
   Result<VolumeInfo> CreateVolume(const storage::VolumeKey& key, int64_t size_mb) override;
   Result<VolumeInfo> GetVolume(const storage::VolumeKey& key) override { return volumes_.Get(key); }

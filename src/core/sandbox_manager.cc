@@ -209,7 +209,8 @@ Result<SandboxInfo> SandboxManagerImpl::Create(const SandboxSpec& asked) {
   spec.network = WithTenantDeny(std::move(spec.network), TenantEgressOf(spec.tenant));
   if (spec.from_snapshot) return CreateFromSnapshot(spec);
   BH_TRY(tiers_.Find(spec.runtime));
-  if (spec.image != "host" && !storage_->ImageExists(spec.image))
+  // (A tenant's sandbox runs the host's images and its tenant's own, whoever names them.)
+  if (!storage_->ImageVisible(spec.image, spec.tenant))
     return MakeError(ErrorCode::kNotFound, "no image named " + spec.image, "image_not_found");
   std::shared_ptr<void> claim;  // the tenant's quota, until Admit has listed the sandbox
   {
@@ -321,30 +322,44 @@ Result<SandboxInfo> SandboxManagerImpl::SetTimeout(const std::string& id, int64_
   return InfoOf(*sb);
 }
 
-Result<ImageInfo> SandboxManagerImpl::FindImage(const std::string& name) {
-  auto stored = storage_->ResolveImage(name, config_.registry.default_registry);
+Result<ImageInfo> SandboxManagerImpl::FindImage(const std::string& name, const std::string& tenant) {
+  auto stored = storage_->ResolveImage(name, config_.registry.default_registry, tenant);
   if (!stored.ok()) return stored.error();
-  return storage_->GetImage(*stored);
+  auto image = storage_->GetImage(*stored);
+  if (!image.ok()) return image.error();
+  return storage::ImageSeenBy(std::move(*image), tenant);
 }
 
-Status SandboxManagerImpl::DeleteImage(const std::string& name) {
-  auto stored = storage_->ResolveImage(name, config_.registry.default_registry);
+Status SandboxManagerImpl::DeleteImage(const std::string& name, const std::string& tenant) {
+  auto stored = storage_->ResolveImage(name, config_.registry.default_registry, tenant);
   if (!stored.ok()) return stored.error();
+  auto image = storage_->GetImage(*stored);
+  if (!image.ok()) return image.error();
+  if (!storage::HoldsImage(*image, tenant))
+    return MakeError(ErrorCode::kForbidden,
+                     "image " + name + " is the host's: a tenant runs it but only the host's key deletes it",
+                     "image_not_owned");
   // A reference (a registry's, or a build's name) comes off its image; the image goes with its
   // last one (as `docker rmi`). A digest names the image itself.
   if (*stored != name) {
-    auto image = storage_->GetImage(*stored);
-    if (!image.ok()) return image.error();
-    const auto& refs = image->references;
+    const std::vector<std::string>& refs = tenant.empty() ? image->references : image->tenants[tenant];
     auto ref = storage::ParseImageRef(name, config_.registry.default_registry);
     const bool as_given = std::find(refs.begin(), refs.end(), name) != refs.end();
     const std::string reference = !as_given && ref.ok() && ref->digest.empty() ? ref->ToString() : name;
     if (refs.size() > 1 && std::find(refs.begin(), refs.end(), reference) != refs.end()) {
-      auto left = storage_->UnnameImage(*stored, reference);
+      auto left = storage_->UnnameImage(*stored, reference, tenant);
       if (!left.ok()) return left.error();
       RetargetImagePools();
       return {};
     }
+  }
+  // Held by others too: this tenant (or the host) only lets go of it.
+  const bool others = tenant.empty() ? !image->tenants.empty() : image->shared || image->tenants.size() > 1;
+  if (others) {
+    auto held = storage_->ReleaseImage(*stored, tenant);
+    if (!held.ok()) return held.error();
+    RetargetImagePools();
+    if (*held) return {};
   }
   std::vector<std::shared_ptr<Sandbox>> pooled;
   {
@@ -363,7 +378,7 @@ Status SandboxManagerImpl::DeleteImage(const std::string& name) {
 
 Result<storage::PushResult> SandboxManagerImpl::PushImage(const storage::PushRequest& request,
                                                           const storage::PullListener& listener) {
-  auto stored = storage_->ResolveImage(request.image, config_.registry.default_registry);
+  auto stored = storage_->ResolveImage(request.image, config_.registry.default_registry, request.tenant);
   if (!stored.ok()) return stored.error();
   storage::PushRequest resolved = request;
   resolved.image = *stored;

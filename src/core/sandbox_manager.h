@@ -148,14 +148,20 @@ class SandboxManager {
   // the sandbox from where it was (as CreateSnapshot's memory). All or none. (blocking)
   virtual Result<std::vector<SandboxInfo>> Fork(const std::string& sandbox_id, int count, bool memory) = 0;
 
-  virtual std::vector<ImageInfo> ListImages() = 0;
+  // Images, held by the host or by tenants (storage::ImageInfo's `shared` and `tenants`): each
+  // call below acts as `tenant` ("" for the host), which sees the host's images and its own.
+  virtual std::vector<ImageInfo> ListImages() = 0;  // every holder's
   // Unpacks a rootfs tarball (any compression libarchive reads) into a new image. (blocking)
-  virtual Result<ImageInfo> ImportImage(const std::string& name, const std::string& tar_path) = 0;
-  // An image by a local name or a registry reference it was pulled as (Storage::ResolveImage).
-  virtual Result<ImageInfo> FindImage(const std::string& name) = 0;
+  virtual Result<ImageInfo> ImportImage(const std::string& name, const std::string& tar_path,
+                                        const std::string& tenant) = 0;
+  // An image by a local name or a registry reference it was pulled as (Storage::ResolveImage),
+  // as the tenant sees it (storage::ImageSeenBy).
+  virtual Result<ImageInfo> FindImage(const std::string& name, const std::string& tenant) = 0;
   // Deletes an image by local name, or takes a reference off its image (deleting it once no
-  // reference is left), then removes the blobs no image uses. 409 while a sandbox uses it.
-  virtual Status DeleteImage(const std::string& name) = 0;
+  // reference is left), then removes the blobs no image uses. For an image others hold too, the
+  // tenant only lets go of it. 409 while a sandbox uses an image that would go; 403 for the
+  // host's image by a tenant.
+  virtual Status DeleteImage(const std::string& name, const std::string& tenant) = 0;
   // Fetches an image from its registry (storage/image_pull.h), reporting progress to
   // `listener` on the calling thread. (blocking, for as long as the download takes)
   virtual Result<ImageInfo> PullImage(const storage::PullRequest& request, const storage::PullListener& listener) = 0;
@@ -163,10 +169,11 @@ class SandboxManager {
   // registry (storage/image_pull.h). (blocking)
   virtual Result<storage::PushResult> PushImage(const storage::PushRequest& request,
                                                 const storage::PullListener& listener) = 0;
-  // Stores the result of a build (storage.h InstallBuiltImage) and gives it `name` (none if
-  // ""), taken from the build it named before. 409 if `name` is an imported image's. (blocking)
+  // Stores the result of a build (storage.h InstallBuiltImage) as `tenant`'s and gives it `name`
+  // (none if ""), taken from the build it named before. 409 if `name` is an imported image's.
+  // (blocking)
   virtual Result<ImageInfo> StoreBuiltImage(const storage::BuiltImage& image, const std::string& tar_path,
-                                            const std::string& name) = 0;
+                                            const std::string& name, const std::string& tenant) = 0;
   // Removes the blobs no image uses and abandoned partial downloads; answers the bytes freed,
   // or nothing while a pull is under way (its blobs belong to no image yet). (blocking)
   virtual Result<std::optional<int64_t>> CollectImageGarbage() = 0;

@@ -537,7 +537,7 @@ Result<SnapshotInfo> SandboxManagerImpl::ImportSnapshot(int in_fd, int64_t max_b
     return BadSnapshotArchive("its metadata lacks the image or the settings");
   }
   row.image = metadata["image"].get<std::string>();
-  if (row.image != "host" && !storage_->ImageExists(row.image)) {
+  if (!storage_->ImageVisible(row.image, "")) {  // (an import is the host's)
     return MakeError(ErrorCode::kInvalid, "the snapshot is of image \"" + row.image +
                                               "\", which this host does not have: import the image first",
                      "image_not_found");

@@ -392,7 +392,7 @@ asio::awaitable<void> ControlPlane::Create() {
   core::SandboxManager& manager = context_.manager;
   // A built template by name[:tag] (templates.h): its tag's image.
   const std::string named = template_id;
-  if (std::optional<std::string> image = co_await Blocking([&] { return TemplateImageFor(manager, named); })) {
+  if (std::optional<std::string> image = co_await Blocking([&] { return TemplateImageFor(manager, named, caller_.tenant); })) {
     template_id = *image;
     (*e2b)["templateID"] = template_id;
   }
@@ -417,7 +417,7 @@ asio::awaitable<void> ControlPlane::Create() {
   StartCommands commands;
   if (!is_snapshot && spec->image != "host") {
     const std::string image_name = spec->image;
-    Result<core::ImageInfo> image = co_await Blocking([&] { return manager.FindImage(image_name); });
+    Result<core::ImageInfo> image = co_await Blocking([&] { return manager.FindImage(image_name, spec->tenant); });
     if (image.ok() && image->config && image->config->labels.contains(kTemplateLabel)) {
       if (spec->sudo_users.empty()) spec->sudo_users = {std::string(kE2bUser)};
       commands = StartCommandsOf(*image);
@@ -759,14 +759,16 @@ asio::awaitable<void> ControlPlane::TemplateAlias(const std::string& alias) {
   } else if (context_.manager.GetSnapshot(alias).ok()) {
     found = {{"templateID", alias}, {"public", false}};
   } else {
-    for (const core::ImageInfo& image : context_.manager.ListImages()) {
+    for (const core::ImageInfo& stored : context_.manager.ListImages()) {
+      if (!storage::SeesImage(stored, caller_.tenant)) continue;
+      const core::ImageInfo image = storage::ImageSeenBy(stored, caller_.tenant);
       const bool named = std::find(image.references.begin(), image.references.end(), alias) != image.references.end();
       if (image.name != alias && !named) continue;
       const bool host = image.source == "host";
       found = {{"templateID", host ? std::string(kBaseTemplate) : alias}, {"public", host}};
     }
   }
-  if (!found && TemplateExists(context_, alias)) found = {{"templateID", ParseTemplateName(alias)->alias}, {"public", false}};
+  if (!found && TemplateExists(context_, alias, caller_.tenant)) found = {{"templateID", ParseTemplateName(alias)->alias}, {"public", false}};
   if (!found) co_return co_await SendE2bError(exchange_, 404, fmt::format("template '{}' not found", alias));
   co_await exchange_.SendJson(http::status::ok, *found);
 }

@@ -91,11 +91,14 @@ bool IsTemplateImage(const core::ImageInfo& image, const std::string& alias) {
   return found != image.config->labels.end() && found->second == alias;
 }
 
-// The tags of a template: tag -> its image, from the images labelled with the alias.
-std::map<std::string, core::ImageInfo> TagsOf(core::SandboxManager& manager, const std::string& alias) {
+// The tags of a template: tag -> its image, from the images labelled with the alias that
+// `tenant` sees (templates are built by the host's key; a tenant's image may carry the label).
+std::map<std::string, core::ImageInfo> TagsOf(core::SandboxManager& manager, const std::string& alias,
+                                              const std::string& tenant) {
   std::map<std::string, core::ImageInfo> tags;
-  for (const core::ImageInfo& image : manager.ListImages()) {
-    if (!IsTemplateImage(image, alias)) continue;
+  for (const core::ImageInfo& stored : manager.ListImages()) {
+    if (!IsTemplateImage(stored, alias) || !storage::SeesImage(stored, tenant)) continue;
+    const core::ImageInfo image = storage::ImageSeenBy(stored, tenant);
     for (const std::string& reference : image.references) {
       if (reference == alias) tags[kDefaultTag] = image;
       if (reference.size() > alias.size() + 1 && reference.starts_with(alias + "."))
@@ -226,19 +229,21 @@ std::string TemplateImageName(const TemplateName& name) {
   return name.tag.empty() ? name.alias : name.alias + "." + name.tag;
 }
 
-std::optional<std::string> TemplateImageFor(core::SandboxManager& manager, const std::string& template_id) {
+std::optional<std::string> TemplateImageFor(core::SandboxManager& manager, const std::string& template_id,
+                                            const std::string& tenant) {
   const std::optional<TemplateName> name = ParseTemplateName(template_id);
   if (!name) return std::nullopt;
   const std::string image_name = TemplateImageName(*name);
-  Result<core::ImageInfo> image = manager.FindImage(image_name);
+  Result<core::ImageInfo> image = manager.FindImage(image_name, tenant);
   if (!image.ok() || !IsTemplateImage(*image, name->alias)) return std::nullopt;
   return image_name;
 }
 
-bool TemplateExists(E2bContext& context, const std::string& alias) {
+bool TemplateExists(E2bContext& context, const std::string& alias, const std::string& tenant) {
   const std::optional<TemplateName> name = ParseTemplateName(alias);
   if (!name) return false;
-  return context.templates->AnyOf(name->alias) || !TagsOf(context.manager, name->alias).empty();
+  // (Template builds are the host's key's: a tenant's sees only the images they made.)
+  return (tenant.empty() && context.templates->AnyOf(name->alias)) || !TagsOf(context.manager, name->alias, tenant).empty();
 }
 
 namespace {
@@ -491,7 +496,7 @@ class TemplateRoutes {
 
   bool KnownTemplate(const std::string& id) {
     const std::optional<TemplateName> name = ParseTemplateName(id);
-    return name && TemplateExists(context_, name->alias);
+    return name && TemplateExists(context_, name->alias, "");
   }
 
   // GET /templates/{id}/files/{hash}: present, or a signed URL to PUT the set's tar to.
@@ -535,9 +540,9 @@ class TemplateRoutes {
     if (state != "waiting") co_return co_await Fail(Invalid("build is not in waiting state"));
     core::SandboxManager& manager = context_.manager;
     const TemplateResolver resolve = [&manager](const std::string& from) -> Result<TemplateBase> {
-      const std::optional<std::string> image = TemplateImageFor(manager, from);
+      const std::optional<std::string> image = TemplateImageFor(manager, from, "");
       if (!image) return Invalid("fromTemplate: no template " + from);
-      Result<core::ImageInfo> info = manager.FindImage(*image);
+      Result<core::ImageInfo> info = manager.FindImage(*image, "");
       if (!info.ok()) return info.error();
       return TemplateBase{*image, info->config ? info->config->user : ""};
     };
@@ -597,7 +602,7 @@ class TemplateRoutes {
   Result<std::pair<TemplateName, core::ImageInfo>> Named(const std::string& text) {
     const std::optional<TemplateName> name = ParseTemplateName(text);
     if (!name) return Invalid("not a template name: " + text);
-    Result<core::ImageInfo> image = context_.manager.FindImage(TemplateImageName(*name));
+    Result<core::ImageInfo> image = context_.manager.FindImage(TemplateImageName(*name), "");
     if (!image.ok() || !IsTemplateImage(*image, name->alias)) return NotFound("template " + text);
     return std::pair{*name, *image};
   }
@@ -634,7 +639,8 @@ class TemplateRoutes {
       built.config = *image.config;
       built.host_base = image.host_base;
       for (const std::string& tag : *tags) {
-        auto stored = manager.StoreBuiltImage(built, "", TemplateImageName({name.alias, tag == kDefaultTag ? "" : tag}));
+        auto stored =
+            manager.StoreBuiltImage(built, "", TemplateImageName({name.alias, tag == kDefaultTag ? "" : tag}), "");
         if (!stored.ok()) return stored.error();
       }
       return image.name;
@@ -660,11 +666,11 @@ class TemplateRoutes {
     core::SandboxManager& manager = context_.manager;
     const std::string alias = name->alias;
     Result<bool> removed = co_await Blocking([&]() -> Result<bool> {
-      const std::map<std::string, core::ImageInfo> existing = TagsOf(manager, alias);
+      const std::map<std::string, core::ImageInfo> existing = TagsOf(manager, alias, "");
       if (existing.empty()) return NotFound("template " + alias);
       for (const std::string& tag : *tags)
         if (!existing.contains(tag)) return NotFound("tag " + tag + " of template " + alias);
-      for (const std::string& tag : *tags) BH_TRY(manager.DeleteImage(TemplateImageName({alias, tag})));
+      for (const std::string& tag : *tags) BH_TRY(manager.DeleteImage(TemplateImageName({alias, tag}), ""));
       return true;
     });
     if (!removed.ok()) co_return co_await Fail(removed.error());
@@ -677,7 +683,7 @@ class TemplateRoutes {
     if (!name) co_return co_await Fail(NotFound("template " + id));
     core::SandboxManager& manager = context_.manager;
     const std::string alias = name->alias;
-    const std::map<std::string, core::ImageInfo> tags = co_await Blocking([&] { return TagsOf(manager, alias); });
+    const std::map<std::string, core::ImageInfo> tags = co_await Blocking([&] { return TagsOf(manager, alias, ""); });
     if (tags.empty() && !context_.templates->AnyOf(alias)) co_return co_await Fail(NotFound("template " + id));
     json answer = json::array();
     for (const auto& [tag, image] : tags)
@@ -694,9 +700,9 @@ class TemplateRoutes {
     const bool building = context_.templates->AnyOf(alias);
     context_.templates->Forget(alias);
     Result<size_t> deleted = co_await Blocking([&]() -> Result<size_t> {
-      const std::map<std::string, core::ImageInfo> tags = TagsOf(manager, alias);
+      const std::map<std::string, core::ImageInfo> tags = TagsOf(manager, alias, "");
       for (const auto& [tag, image] : tags)
-        BH_TRY(manager.DeleteImage(TemplateImageName({alias, tag == kDefaultTag ? "" : tag})));
+        BH_TRY(manager.DeleteImage(TemplateImageName({alias, tag == kDefaultTag ? "" : tag}), ""));
       return tags.size();
     });
     if (!deleted.ok()) co_return co_await Fail(deleted.error());

@@ -45,9 +45,10 @@ std::string TemplateImageName(const TemplateName& name);
 
 // The image name a create's templateID means when it names a built template (with a tag, a
 // namespace or in upper case); nullopt for anything else.
-std::optional<std::string> TemplateImageFor(core::SandboxManager& manager, const std::string& template_id);
+std::optional<std::string> TemplateImageFor(core::SandboxManager& manager, const std::string& template_id,
+                                            const std::string& tenant);
 // Whether `alias` has any built tag or a build in progress (GET /templates/aliases/{alias}).
-bool TemplateExists(E2bContext& context, const std::string& alias);
+bool TemplateExists(E2bContext& context, const std::string& alias, const std::string& tenant);
 
 // The routes above but the upload; segments are the path's, decoded. nullopt for a request
 // that is none of them.

@@ -44,6 +44,8 @@ Result<std::string> ParseBuildQuery(const std::vector<std::pair<std::string, std
     } else if (key == "no_cache") {
       if (value != "true" && value != "false" && value != "1" && value != "0") return Invalid("no_cache must be true or false");
       out.no_cache = value == "true" || value == "1";
+    } else if (key == "tenant") {
+      continue;  // (whose build it is: the handler's, by the caller's key)
     } else if (key == "build_arg") {
       const size_t equals = value.find('=');
       if (equals == 0 || equals == std::string::npos) return Invalid("build_arg must be NAME=value, not " + value);

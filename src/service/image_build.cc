@@ -138,7 +138,7 @@ class Builder {
   Result<storage::ImageConfig> BaseConfig(const std::string& image) {
     auto state = BaseState(image);
     if (!state.ok()) return state.error();
-    auto info = manager_.FindImage(state->image);
+    auto info = manager_.FindImage(state->image, request_.tenant);
     if (!info.ok()) return info.error();
     return info->config.value_or(storage::ImageConfig{});
   }
@@ -160,7 +160,7 @@ class Builder {
   Result<core::ImageInfo> FindOrPull(const std::string& image) {
     const std::string& default_registry = manager_.config().registry.default_registry;
     const bool pullable = storage::IsRegistryReference(image) || !default_registry.empty();
-    auto found = manager_.FindImage(image);
+    auto found = manager_.FindImage(image, request_.tenant);
     const bool missing = !found.ok() && found.error().code == ErrorCode::kNotFound;
     if (pullable && image != "host" && request_.pull != "never" && (missing || request_.pull == "always")) {
       auto ref = storage::ParseImageRef(image, default_registry);
@@ -168,9 +168,10 @@ class Builder {
       storage::PullRequest pull;
       pull.ref = *ref;
       pull.platform = storage::HostPlatform();
+      pull.tenant = request_.tenant;
       auto pulled = manager_.PullImage(pull, listener_);
       if (!pulled.ok()) return pulled.error();
-      found = manager_.FindImage(image);
+      found = manager_.FindImage(image, request_.tenant);
     }
     return found;
   }
@@ -185,7 +186,7 @@ class Builder {
     if (!written) return MakeError(ErrorCode::kInternal, "could not write " + tar);
     storage::BuiltImage scratch;
     scratch.build_key = Sha256Digest("bulkhead: the empty image FROM scratch names");
-    return manager_.StoreBuiltImage(scratch, tar, "");
+    return manager_.StoreBuiltImage(scratch, tar, "", request_.tenant);
   }
 
   Result<State> BuildStage(const build::BuildPlan& plan, size_t index, const std::vector<State>& finals) {
@@ -298,7 +299,7 @@ class Builder {
   std::optional<std::string> CachedSnapshot(const std::string& key) {
     const std::string name = core::kBuildSnapshotPrefix + key;
     for (const core::SnapshotInfo& snapshot : manager_.ListSnapshots())
-      if (snapshot.name == name && !snapshot.memory) return snapshot.id;
+      if (snapshot.name == name && !snapshot.memory && snapshot.tenant == request_.tenant) return snapshot.id;
     return std::nullopt;
   }
 
@@ -313,6 +314,7 @@ class Builder {
     spec.metadata = {{core::kBuildSandboxMetadata, request_.tag.empty() ? "-" : request_.tag}};
     spec.warm_snapshot = false;
     spec.output_capped = false;
+    spec.tenant = request_.tenant;
     if (state.snapshot.empty()) {
       spec.image = state.image;
     } else {
@@ -414,10 +416,15 @@ class Builder {
     image.config.architecture = storage::HostPlatform().architecture;
     image.host_base = state.host_base;
     const std::string config_text = storage::ImageConfigToJson(image.config).dump();
-    image.build_key = "sha256:" + KeyOf({state.key, config_text, state.host_base ? "host" : ""});
-    if (auto existing = manager_.FindImage(image.build_key.substr(7)); existing.ok()) {
+    // A tenant's image is its own: the same steps another ran (whose RUN may have fetched what
+    // only that one may reach) never answer its build.
+    image.build_key = "sha256:" + (request_.tenant.empty()
+                                       ? KeyOf({state.key, config_text, state.host_base ? "host" : ""})
+                                       : KeyOf({state.key, config_text, state.host_base ? "host" : "", "tenant",
+                                                request_.tenant}));
+    if (auto existing = manager_.FindImage(image.build_key.substr(7), request_.tenant); existing.ok()) {
       listener_({{"status", "exporting"}, {"cached", true}});
-      return Named(image, manager_.StoreBuiltImage(image, "", request_.tag));  // (stored: only named)
+      return Named(image, manager_.StoreBuiltImage(image, "", request_.tag, request_.tenant));  // (stored: only named)
     }
     listener_({{"status", "exporting"}, {"cached", false}});
     auto sandbox = StartSandbox(state, false);
@@ -427,7 +434,7 @@ class Builder {
     BH_TRY(sandbox->Archive("/", /*one_file_system=*/true, tar));
     remove.Dismiss();
     Remove(sandbox->id());
-    auto stored = manager_.StoreBuiltImage(image, tar, request_.tag);
+    auto stored = manager_.StoreBuiltImage(image, tar, request_.tag, request_.tenant);
     ::unlink(tar.c_str());
     return Named(image, std::move(stored));
   }
@@ -436,7 +443,7 @@ class Builder {
   Result<core::ImageInfo> Named(const storage::BuiltImage& image, Result<core::ImageInfo> stored) {
     for (const std::string& tag : request_.more_tags) {
       if (!stored.ok()) break;
-      stored = manager_.StoreBuiltImage(image, "", tag);
+      stored = manager_.StoreBuiltImage(image, "", tag, request_.tenant);
     }
     return stored;
   }

@@ -41,6 +41,9 @@ struct BuildRequest {
   int64_t memory_mb = 2048;
   int64_t disk_mb = 10240;
   std::string work_dir;  // a private scratch directory for the build's tars
+  // Whose build it is ("" the host's): its step sandboxes are the tenant's (its quotas and egress
+  // rules), its cache is the tenant's own, and the image it makes the tenant's alone.
+  std::string tenant;
 };
 
 // The build's progress, as NDJSON-ready objects ({"status": "step" | "output" | "warning" |

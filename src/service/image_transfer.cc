@@ -152,12 +152,13 @@ asio::awaitable<Status> PrepareCreateImage(core::SandboxManager& manager, asio::
   if (spec.image == "host" || spec.from_snapshot) co_return Status();
   const std::string named = spec.image;
   // (meta.json files read, and every image's for a reference: on the pool, not the io thread)
-  Result<core::ImageInfo> image = co_await RunBlocking(pool, [&] { return manager.FindImage(named); });
+  Result<core::ImageInfo> image = co_await RunBlocking(pool, [&] { return manager.FindImage(named, spec.tenant); });
   const bool is_reference = storage::IsRegistryReference(named) || !manager.config().registry.default_registry.empty();
   if (is_reference && (policy == "always" || (policy == "missing" && !image.ok() && image.error().code == ErrorCode::kNotFound))) {
     const json pull_body = {{"image", named}};
     auto request = ParsePullRequest(pull_body, manager.config().registry.default_registry);
     if (!request.ok()) co_return request.error();
+    request->tenant = spec.tenant;
     const Transfer pull = [&manager, request = *request](const storage::PullListener& listener) -> Result<json> {
       auto pulled = manager.PullImage(request, listener);
       if (!pulled.ok()) return pulled.error();
@@ -166,7 +167,7 @@ asio::awaitable<Status> PrepareCreateImage(core::SandboxManager& manager, asio::
     const LineWriter ignore = [](const std::string&) -> asio::awaitable<bool> { co_return false; };
     Result<json> pulled = co_await RunTransfer(pool, pull, ignore);
     if (!pulled.ok()) co_return pulled.error();
-    image = co_await RunBlocking(pool, [&] { return manager.FindImage(named); });
+    image = co_await RunBlocking(pool, [&] { return manager.FindImage(named, spec.tenant); });
   }
   if (!image.ok()) co_return image.error();
   spec.image = image->name;

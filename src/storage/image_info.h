@@ -1,6 +1,7 @@
 // What the storage knows of an image; the core hands it on as core::ImageInfo (core/types.h).
 #pragma once
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,7 +22,32 @@ struct ImageInfo {
   std::vector<std::string> references;
   std::optional<ImageConfig> config;
   bool host_base = false;  // a build FROM host: its sandboxes get the host image's directories
+  // Who holds it. The host's images (`shared`) are every tenant's to run; a tenant's own (pulled,
+  // built or imported with its key) are its alone. `references` are the host's names for it;
+  // each tenant that holds it names it in a namespace of its own (`tenants`). A tenant that
+  // did not store it never learns which others did (ImageSeenBy).
+  bool shared = true;
+  std::map<std::string, std::vector<std::string>> tenants;  // tenant -> its references
 };
+
+// Whether `tenant` ("" for the host) stored the image itself, and whether it may run it (its
+// own, or the host's).
+inline bool HoldsImage(const ImageInfo& image, const std::string& tenant) {
+  return tenant.empty() ? image.shared : image.tenants.contains(tenant);
+}
+inline bool SeesImage(const ImageInfo& image, const std::string& tenant) {
+  return image.shared || HoldsImage(image, tenant);
+}
+// The image as `tenant` sees it: its own names first, then the host's; other tenants left out.
+inline ImageInfo ImageSeenBy(ImageInfo image, const std::string& tenant) {
+  if (tenant.empty()) return image;
+  std::vector<std::string> references;
+  if (auto own = image.tenants.find(tenant); own != image.tenants.end()) references = own->second;
+  if (image.shared) references.insert(references.end(), image.references.begin(), image.references.end());
+  image.references = std::move(references);
+  image.tenants.clear();
+  return image;
+}
 
 // What a pull stores besides the tree, and what garbage collection keeps its blobs by.
 struct PulledImage {

@@ -110,12 +110,13 @@ Result<bool> ImagePuller::CollectGarbage(int64_t* freed_bytes) {
 }
 
 RegistryClientOptions ImagePuller::ClientOptions(const std::string& registry,
-                                                const std::optional<RegistryLogin>& login) const {
+                                                const std::optional<RegistryLogin>& login,
+                                                const std::string& tenant) const {
   RegistryClientOptions options;
   options.plain_http = IsInsecure(settings_, registry);
   if (login) {
     options.credentials = RegistryCredentials{login->username, login->password};
-  } else if (auto it = settings_.logins.find(registry); it != settings_.logins.end()) {
+  } else if (auto it = settings_.logins.find(registry); it != settings_.logins.end() && tenant.empty()) {
     options.credentials = RegistryCredentials{it->second.username, it->second.password};
   }
   options.ca_file = settings_.ca_file;
@@ -142,12 +143,37 @@ ImagePuller::Active::~Active() {
 Result<ImageInfo> ImagePuller::Pull(const PullRequest& request, const PullListener& listener) {
   const ImageRef& ref = request.ref;
   const std::string name = ref.ToString();
-  RegistryClient client(ref.registry, ref.repository, ClientOptions(ref.registry, request.login));
+  RegistryClient client(ref.registry, ref.repository, ClientOptions(ref.registry, request.login, request.tenant));
   Session session{&client};
   Active active(*this, session);
   if (active.refused()) return MakeError(ErrorCode::kUnavailable, "the daemon is shutting down");
   BlobStore& blobs = storage_.blobs();
   listener(json{{"status", "resolving"}, {"image", name}});
+  // What this tenant may have without fetching: the blobs of the images it sees.
+  const std::set<std::string> seen = storage_.BlobsInUse(request.tenant);
+  // A blob stored for images this tenant does not see: its bytes must come from the registry to
+  // this tenant's login and hash to the digest before the tenant may have it.
+  auto prove = [&](const Descriptor& blob) -> Status {
+    if (seen.contains(blob.digest)) return {};
+    Sha256Stream hash;
+    uint64_t got = 0;
+    BH_TRY(client.FetchBlob(
+        blob.digest, 0, blob.size,
+        [&](std::string_view piece) -> Status {
+          hash.Update(piece);
+          got += piece.size();
+          return {};
+        },
+        [&]() -> Status {
+          hash = Sha256Stream();
+          got = 0;
+          return {};
+        }));
+    if (got != blob.size || "sha256:" + HexEncode(hash.Digest()) != blob.digest)
+      return MakeError(ErrorCode::kBadGateway, "blob " + blob.digest + " from the registry does not match its digest",
+                       "digest_mismatch");
+    return {};
+  };
 
   // The manifest, through an index when the reference names one.
   auto fetched = client.GetManifest(ref.Reference(), kMaxManifestBytes);
@@ -178,14 +204,20 @@ Result<ImageInfo> ImagePuller::Pull(const PullRequest& request, const PullListen
   for (const Descriptor& layer : manifest->layers) {
     total_bytes += layer.size;
     if (!blobs.Has(layer.digest)) missing_bytes += layer.size;
-    layers.push_back({{"digest", layer.digest}, {"size", layer.size}, {"cached", blobs.Has(layer.digest)}});
+    // ("cached" only for blobs the tenant sees: it learns nothing of other tenants' blobs.)
+    layers.push_back({{"digest", layer.digest}, {"size", layer.size}, {"cached", seen.contains(layer.digest)}});
   }
   listener(json{{"status", "resolved"}, {"image", name}, {"digest", manifest_digest}, {"layers", layers},
                 {"total_bytes", total_bytes}});
 
-  // Stored already under this manifest: the reference is all that is new.
+  // Stored already under this manifest: the reference is all that is new (for a tenant that did
+  // not see it, once the registry has given it every blob).
   if (storage_.ImageExists(ImageDirName(manifest_digest))) {
-    return storage_.NameImage(ImageDirName(manifest_digest), name);
+    if (!storage_.ImageVisible(ImageDirName(manifest_digest), request.tenant)) {
+      BH_TRY(prove(manifest->config));
+      for (const Descriptor& layer : manifest->layers) BH_TRY(prove(layer));
+    }
+    return storage_.NameImage(ImageDirName(manifest_digest), name, request.tenant);
   }
   if (static_cast<int64_t>(missing_bytes) > FreeBytes(blobs.root())) {
     return MakeError(ErrorCode::kDiskFull,
@@ -197,7 +229,9 @@ Result<ImageInfo> ImagePuller::Pull(const PullRequest& request, const PullListen
   {
     auto writer = blobs.BeginWrite(manifest->config.digest, manifest->config.size);
     if (!writer.ok()) return writer.error();
-    if (!(*writer)->done()) {
+    if ((*writer)->done()) {
+      BH_TRY(prove(manifest->config));
+    } else {
       BH_TRY((*writer)->Restart());
       BH_TRY(client.FetchBlob(manifest->config.digest, 0, manifest->config.size,
                               [&](std::string_view piece) { return (*writer)->Append(piece); },
@@ -229,8 +263,10 @@ Result<ImageInfo> ImagePuller::Pull(const PullRequest& request, const PullListen
     if (!writer.ok()) return writer.error();
     BlobWriter& w = **writer;
     if (w.done()) {
+      BH_TRY(prove(layer));
       done_bytes += layer.size;
-      listener(json{{"status", "downloaded"}, {"layer", layer.digest}, {"size", layer.size}, {"cached", true}});
+      listener(json{{"status", "downloaded"}, {"layer", layer.digest}, {"size", layer.size},
+                    {"cached", seen.contains(layer.digest)}});
       continue;
     }
     const uint64_t resumed_from = w.offset();
@@ -273,7 +309,7 @@ Result<ImageInfo> ImagePuller::Pull(const PullRequest& request, const PullListen
   image.config_digest = manifest->config.digest;
   image.config = *config;
   for (const Descriptor& layer : manifest->layers) image.layers.push_back(layer.digest);
-  auto installed = storage_.InstallPulledImage(image, [&](const std::string& rootfs) -> Status {
+  auto installed = storage_.InstallPulledImage(image, request.tenant, [&](const std::string& rootfs) -> Status {
     for (size_t i = 0; i < manifest->layers.size(); ++i) {
       const Descriptor& layer = manifest->layers[i];
       listener(json{{"status", "unpacking"}, {"layer", layer.digest}, {"index", i}, {"count", manifest->layers.size()}});
@@ -286,7 +322,7 @@ Result<ImageInfo> ImagePuller::Pull(const PullRequest& request, const PullListen
     return {};
   });
   if (!installed.ok()) return installed.error();
-  return storage_.NameImage(installed->name, name);
+  return storage_.NameImage(installed->name, name, request.tenant);
 }
 
 }  // namespace bulkhead::storage

@@ -32,14 +32,18 @@ Result<std::map<std::string, RegistryLogin>> ReadDockerAuthFile(const std::strin
 
 struct PullRequest {
   ImageRef ref;
-  std::optional<RegistryLogin> login;  // from the API call; else settings.logins
-  Platform platform;                   // HostPlatform() unless asked otherwise
+  // From the API call; else, for the host's pulls only, settings.logins (the operator's logins
+  // are not every tenant's).
+  std::optional<RegistryLogin> login;
+  Platform platform;   // HostPlatform() unless asked otherwise
+  std::string tenant;  // whose image it becomes ("" the host's)
 };
 
 struct PushRequest {
   std::string image;  // a stored image's name (Storage::ResolveImage gave it)
   ImageRef target;    // where it goes: a tag, or the manifest's own digest
   std::optional<RegistryLogin> login;
+  std::string tenant;  // who pushes ("" the host): settings.logins are the host's only
 };
 
 struct PushResult {
@@ -60,6 +64,9 @@ class ImagePuller {
   // stored yet; an interrupted download goes on from where it stopped), checks each against its
   // digest as it arrives, unpacks the layers in order into a new image, and names it by the
   // reference. An image already stored under the same manifest digest only gains the name.
+  // A blob stored already but in no image the tenant sees (another tenant's) is fetched all the
+  // same and checked, then dropped: the registry must give it to this tenant's login, since
+  // knowing a digest is no right to its content.
   Result<ImageInfo> Pull(const PullRequest& request, const PullListener& listener);
 
   // Writes a stored image to target's registry: the blobs it lacks (a pulled image's own, or for
@@ -94,7 +101,8 @@ class ImagePuller {
     Session& session_;
     bool refused_ = false;
   };
-  RegistryClientOptions ClientOptions(const std::string& registry, const std::optional<RegistryLogin>& login) const;
+  RegistryClientOptions ClientOptions(const std::string& registry, const std::optional<RegistryLogin>& login,
+                                      const std::string& tenant) const;
   // A pushable form of a stored image that is no registry's: its tree as one layer (image_push.cc).
   Result<PulledImage> LayerOfTree(const ImageInfo& image);
 

@@ -146,7 +146,7 @@ Result<PushResult> ImagePuller::Push(const PushRequest& request, const PullListe
     return MakeError(ErrorCode::kInvalid, "the host image is a view of this host's own OS: it cannot be pushed",
                      "image_not_pushable");
   }
-  RegistryClientOptions options = ClientOptions(target.registry, request.login);
+  RegistryClientOptions options = ClientOptions(target.registry, request.login, request.tenant);
   options.push = true;
   RegistryClient client(target.registry, target.repository, options);
   Session session{&client};

@@ -16,6 +16,7 @@
 #include <set>
 #include <nlohmann/json.hpp>
 
+#include "common/digest.h"
 #include "common/id_ranges.h"
 #include "common/scope_guard.h"
 #include "storage/fs_util.h"
@@ -101,7 +102,27 @@ ImageInfo ImageInfoFromMeta(const nlohmann::json& json) {
   info.references = Field<std::vector<std::string>>(json, "references", {});
   if (auto c = json.find("config"); c != json.end() && c->is_object()) info.config = ImageConfigFromJson(*c);
   info.host_base = Field<bool>(json, "host_base", false);
+  info.shared = Field<bool>(json, "host", true);  // (images stored before tenants held any: the host's)
+  info.tenants = Field<std::map<std::string, std::vector<std::string>>>(json, "tenants", {});
   return info;
+}
+
+// Who holds an image, as meta.json keeps it (ImageInfo's `references`, `shared`, `tenants`).
+void PutHolders(nlohmann::json& meta, const ImageInfo& info) {
+  meta["references"] = info.references;
+  meta["host"] = info.shared;
+  meta["tenants"] = info.tenants;
+}
+
+// The holders a new image starts with: the one that stored it.
+nlohmann::json FirstHolder(const std::string& tenant) {
+  nlohmann::json tenants = nlohmann::json::object();
+  if (!tenant.empty()) tenants[tenant] = nlohmann::json::array();
+  return {{"references", nlohmann::json::array()}, {"host", tenant.empty()}, {"tenants", std::move(tenants)}};
+}
+
+std::vector<std::string>& ReferencesOf(ImageInfo& info, const std::string& tenant) {
+  return tenant.empty() ? info.references : info.tenants[tenant];
 }
 
 Result<ImageInfo> ReadImageMeta(const std::string& image_dir) {
@@ -213,7 +234,11 @@ Result<ImageInfo> Storage::InstallImage(const std::string& name,
   info.created_at = NowRfc3339();
   auto size = TreeAllocatedBytes(rootfs);
   info.size_bytes = size.ok() ? *size : 0;
-  BH_TRY(WriteFile(tmp_dir + "/meta.json", meta(info).dump(2) + "\n", 0644));
+  const nlohmann::json written = meta(info);
+  const ImageInfo holders = ImageInfoFromMeta(written);
+  info.shared = holders.shared;
+  info.tenants = holders.tenants;
+  BH_TRY(WriteFile(tmp_dir + "/meta.json", written.dump(2) + "\n", 0644));
 
   std::lock_guard lock(images_mu_);
   if (::renameat2(AT_FDCWD, tmp_dir.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_NOREPLACE) != 0) {
@@ -228,24 +253,38 @@ Result<ImageInfo> Storage::InstallImage(const std::string& name,
   return info;
 }
 
-Result<ImageInfo> Storage::ImportImage(const std::string& name, const std::string& tar_path) {
+Result<ImageInfo> Storage::ImportImage(const std::string& name, const std::string& tar_path,
+                                       const std::string& tenant) {
   if (name == kHostImage) return MakeError(ErrorCode::kConflict, "image name \"host\" is reserved", "image_exists");
   if (!IsValidImageName(name)) {
     return MakeError(ErrorCode::kInvalid, "invalid image name (letters, digits, . _ -): " + name);
   }
-  return InstallImage(
-      name, [&](const std::string& rootfs) { return ExtractRootfsTarball(tar_path, rootfs); },
-      [](ImageInfo& info) {
+  // The host's import is images/<name>. A tenant's name is a reference in its own namespace,
+  // on a directory named for the pair, so that no two tenants' (or the host's) names meet.
+  std::string dir = name;
+  if (!tenant.empty()) {
+    if (OwnReference(name, tenant).ok())
+      return MakeError(ErrorCode::kConflict, "image " + name + " exists", "image_exists");
+    dir = HexEncode(Sha256("import\n" + tenant + "\n" + name));
+  }
+  auto imported = InstallImage(
+      dir, [&](const std::string& rootfs) { return ExtractRootfsTarball(tar_path, rootfs); },
+      [&](ImageInfo& info) {
         info.source = "tarball";
-        return nlohmann::json{{"name", info.name},
-                              {"source", info.source},
-                              {"created_at", info.created_at},
-                              {"size_bytes", info.size_bytes}};
+        nlohmann::json meta = FirstHolder(tenant);
+        meta.update(nlohmann::json{{"name", info.name},
+                                   {"source", info.source},
+                                   {"created_at", info.created_at},
+                                   {"size_bytes", info.size_bytes}});
+        return meta;
       },
       /*existing_ok=*/false);
+  if (!imported.ok() || tenant.empty()) return imported;
+  return NameImage(imported->name, name, tenant);
 }
 
-Result<ImageInfo> Storage::InstallBuiltImage(const BuiltImage& image, const std::string& tar_path) {
+Result<ImageInfo> Storage::InstallBuiltImage(const BuiltImage& image, const std::string& tar_path,
+                                            const std::string& tenant) {
   if (!IsSha256Digest(image.build_key)) return MakeError(ErrorCode::kInternal, "bad build key " + image.build_key);
   return InstallImage(
       ImageDirName(image.build_key),
@@ -264,14 +303,15 @@ Result<ImageInfo> Storage::InstallBuiltImage(const BuiltImage& image, const std:
         info.source = "build";
         info.config = image.config;
         info.host_base = image.host_base;
-        return nlohmann::json{{"name", info.name},
-                              {"source", info.source},
-                              {"created_at", info.created_at},
-                              {"size_bytes", info.size_bytes},
-                              {"build_key", image.build_key},
-                              {"host_base", image.host_base},
-                              {"references", nlohmann::json::array()},
-                              {"config", ImageConfigToJson(image.config)}};
+        nlohmann::json meta = FirstHolder(tenant);
+        meta.update(nlohmann::json{{"name", info.name},
+                                   {"source", info.source},
+                                   {"created_at", info.created_at},
+                                   {"size_bytes", info.size_bytes},
+                                   {"build_key", image.build_key},
+                                   {"host_base", image.host_base},
+                                   {"config", ImageConfigToJson(image.config)}});
+        return meta;
       },
       /*existing_ok=*/true);
 }
@@ -283,7 +323,7 @@ bool Storage::ImageUsesHostDirs(const std::string& name) const {
   return meta.ok() && Field<bool>(*meta, "host_base", false);
 }
 
-Result<ImageInfo> Storage::InstallPulledImage(const PulledImage& image,
+Result<ImageInfo> Storage::InstallPulledImage(const PulledImage& image, const std::string& tenant,
                                               const std::function<Status(const std::string& rootfs)>& unpack) {
   return InstallImage(
       ImageDirName(image.manifest_digest), unpack,
@@ -291,17 +331,18 @@ Result<ImageInfo> Storage::InstallPulledImage(const PulledImage& image,
         info.source = "registry";
         info.digest = image.manifest_digest;
         info.config = image.config;
-        return nlohmann::json{{"name", info.name},
-                              {"source", info.source},
-                              {"created_at", info.created_at},
-                              {"size_bytes", info.size_bytes},
-                              {"digest", image.manifest_digest},
-                              {"references", nlohmann::json::array()},
-                              {"manifest_media_type", image.manifest_media_type},
-                              {"index_digest", image.index_digest},
-                              {"config_digest", image.config_digest},
-                              {"layers", image.layers},
-                              {"config", ImageConfigToJson(image.config)}};
+        nlohmann::json meta = FirstHolder(tenant);
+        meta.update(nlohmann::json{{"name", info.name},
+                                   {"source", info.source},
+                                   {"created_at", info.created_at},
+                                   {"size_bytes", info.size_bytes},
+                                   {"digest", image.manifest_digest},
+                                   {"manifest_media_type", image.manifest_media_type},
+                                   {"index_digest", image.index_digest},
+                                   {"config_digest", image.config_digest},
+                                   {"layers", image.layers},
+                                   {"config", ImageConfigToJson(image.config)}});
+        return meta;
       },
       /*existing_ok=*/true);
 }
@@ -315,43 +356,69 @@ Status Storage::WriteImageMeta(const std::string& name, const nlohmann::json& me
   return {};
 }
 
-Result<ImageInfo> Storage::NameImage(const std::string& name, const std::string& reference) {
+Result<ImageInfo> Storage::NameImage(const std::string& name, const std::string& reference,
+                                     const std::string& tenant) {
   std::lock_guard lock(images_mu_);
-  for (const auto& other : ListDirNames(ImagesDir())) {
+  for (const auto& other : reference.empty() ? std::vector<std::string>() : ListDirNames(ImagesDir())) {
     if (other == name || other == kHostImage || !IsValidImageName(other)) continue;
     auto meta = ReadMetaJson(ImagesDir() + "/" + other);
     if (!meta.ok()) continue;
-    auto refs = Field<std::vector<std::string>>(*meta, "references", {});
+    ImageInfo holders = ImageInfoFromMeta(*meta);
+    if (!HoldsImage(holders, tenant)) continue;
+    auto& refs = ReferencesOf(holders, tenant);
     auto it = std::find(refs.begin(), refs.end(), reference);
     if (it == refs.end()) continue;
     refs.erase(it);
-    (*meta)["references"] = refs;
+    PutHolders(*meta, holders);
     BH_TRY(WriteImageMeta(other, *meta));
   }
-  auto meta = ReadMetaJson(ImagesDir() + "/" + name);
+  auto meta = IsValidImageName(name) ? ReadMetaJson(ImagesDir() + "/" + name) : Result<nlohmann::json>(Error{});
   if (!meta.ok()) return MakeError(ErrorCode::kNotFound, "no image " + name, "image_not_found");
-  auto refs = Field<std::vector<std::string>>(*meta, "references", {});
-  if (std::find(refs.begin(), refs.end(), reference) == refs.end()) {
-    refs.push_back(reference);
-    (*meta)["references"] = refs;
+  ImageInfo info = ImageInfoFromMeta(*meta);
+  const bool held = HoldsImage(info, tenant);
+  if (tenant.empty()) info.shared = true;
+  auto& refs = ReferencesOf(info, tenant);  // (makes the tenant a holder)
+  const bool named = reference.empty() || std::find(refs.begin(), refs.end(), reference) != refs.end();
+  if (!named) refs.push_back(reference);
+  if (!held || !named) {
+    PutHolders(*meta, info);
     BH_TRY(WriteImageMeta(name, *meta));
   }
-  ImageInfo info = ImageInfoFromMeta(*meta);
   info.name = name;
   return info;
 }
 
-Result<size_t> Storage::UnnameImage(const std::string& name, const std::string& reference) {
+Result<size_t> Storage::UnnameImage(const std::string& name, const std::string& reference, const std::string& tenant) {
   std::lock_guard lock(images_mu_);
-  auto meta = ReadMetaJson(ImagesDir() + "/" + name);
+  auto meta = IsValidImageName(name) ? ReadMetaJson(ImagesDir() + "/" + name) : Result<nlohmann::json>(Error{});
   if (!meta.ok()) return MakeError(ErrorCode::kNotFound, "no image " + name, "image_not_found");
-  auto refs = Field<std::vector<std::string>>(*meta, "references", {});
+  ImageInfo info = ImageInfoFromMeta(*meta);
+  if (!HoldsImage(info, tenant)) return size_t{0};
+  auto& refs = ReferencesOf(info, tenant);
   if (auto it = std::find(refs.begin(), refs.end(), reference); it != refs.end()) {
     refs.erase(it);
-    (*meta)["references"] = refs;
+    PutHolders(*meta, info);
     BH_TRY(WriteImageMeta(name, *meta));
   }
   return refs.size();
+}
+
+Result<bool> Storage::ReleaseImage(const std::string& name, const std::string& tenant) {
+  std::lock_guard lock(images_mu_);
+  auto meta = IsValidImageName(name) ? ReadMetaJson(ImagesDir() + "/" + name) : Result<nlohmann::json>(Error{});
+  if (!meta.ok()) return MakeError(ErrorCode::kNotFound, "no image " + name, "image_not_found");
+  ImageInfo info = ImageInfoFromMeta(*meta);
+  if (HoldsImage(info, tenant)) {
+    if (tenant.empty()) {
+      info.shared = false;
+      info.references.clear();
+    } else {
+      info.tenants.erase(tenant);
+    }
+    PutHolders(*meta, info);
+    BH_TRY(WriteImageMeta(name, *meta));
+  }
+  return info.shared || !info.tenants.empty();
 }
 
 Result<PulledImage> Storage::PulledImageOf(const std::string& name) const {
@@ -369,13 +436,13 @@ Result<PulledImage> Storage::PulledImageOf(const std::string& name) const {
   return image;
 }
 
-std::set<std::string> Storage::BlobsInUse() const {
+std::set<std::string> Storage::BlobsInUse(const std::optional<std::string>& seen_by) const {
   std::set<std::string> used;
   std::lock_guard lock(images_mu_);
   for (const auto& name : ListDirNames(ImagesDir())) {
     if (name == kHostImage || !IsValidImageName(name)) continue;
     auto meta = ReadMetaJson(ImagesDir() + "/" + name);
-    if (!meta.ok()) continue;
+    if (!meta.ok() || (seen_by && !SeesImage(ImageInfoFromMeta(*meta), *seen_by))) continue;
     for (const char* key : {"digest", "index_digest", "config_digest"}) used.insert(Field<std::string>(*meta, key, ""));
     for (const std::string& layer : Field<std::vector<std::string>>(*meta, "layers", {})) used.insert(layer);
   }
@@ -383,40 +450,56 @@ std::set<std::string> Storage::BlobsInUse() const {
   return used;
 }
 
-Result<std::string> Storage::ResolveImage(const std::string& text, const std::string& default_registry) const {
+bool Storage::ImageVisible(const std::string& name, const std::string& tenant) const {
+  if (name == kHostImage) return true;
+  auto meta = IsValidImageName(name) ? ReadMetaJson(ImagesDir() + "/" + name) : Result<nlohmann::json>(Error{});
+  return meta.ok() && ImageExists(name) && SeesImage(ImageInfoFromMeta(*meta), tenant);
+}
+
+Result<std::string> Storage::ResolveImage(const std::string& text, const std::string& default_registry,
+                                          const std::string& tenant) const {
   auto not_found = [&] {
     return MakeError(ErrorCode::kNotFound, "no image " + text + " is stored here (pull it first)", "image_not_found");
   };
   if (!IsRegistryReference(text)) {
-    if (IsValidImageName(text) && ImageExists(text)) return text;
-    if (auto built = ImageNamed(text); built.ok()) return built;  // a build's name
+    // A tenant's own names come before the host's, whose names every tenant shares.
+    if (!tenant.empty())
+      if (auto own = OwnReference(text, tenant); own.ok()) return own;
+    if (IsValidImageName(text) && ImageVisible(text, tenant)) return text;
+    if (auto built = OwnReference(text, ""); built.ok()) return built;  // a build's name
     if (default_registry.empty()) return not_found();
   }
   auto ref = ParseImageRef(text, default_registry);
   if (!ref.ok()) return not_found();  // no image can have been stored by such a name
   if (!ref->digest.empty()) {
     // By digest the tag does not matter: the digest pins the content.
-    if (ImageExists(ImageDirName(ref->digest))) return ImageDirName(ref->digest);
+    if (ImageVisible(ImageDirName(ref->digest), tenant)) return ImageDirName(ref->digest);
     std::lock_guard lock(images_mu_);
     for (const auto& name : ListDirNames(ImagesDir())) {
       if (name == kHostImage || !IsValidImageName(name)) continue;
       auto meta = ReadMetaJson(ImagesDir() + "/" + name);
-      if (meta.ok() && Field<std::string>(*meta, "index_digest", "") == ref->digest) return name;
+      if (meta.ok() && Field<std::string>(*meta, "index_digest", "") == ref->digest &&
+          SeesImage(ImageInfoFromMeta(*meta), tenant))
+        return name;
     }
     return not_found();
   }
-  auto named = ImageNamed(ref->ToString());
+  if (!tenant.empty())
+    if (auto own = OwnReference(ref->ToString(), tenant); own.ok()) return own;
+  auto named = OwnReference(ref->ToString(), "");
   if (!named.ok()) return not_found();
   return named;
 }
 
-Result<std::string> Storage::ImageNamed(const std::string& reference) const {
+Result<std::string> Storage::OwnReference(const std::string& reference, const std::string& tenant) const {
   std::lock_guard lock(images_mu_);
   for (const auto& name : ListDirNames(ImagesDir())) {
     if (name == kHostImage || !IsValidImageName(name)) continue;
     auto meta = ReadMetaJson(ImagesDir() + "/" + name);
     if (!meta.ok()) continue;
-    auto refs = Field<std::vector<std::string>>(*meta, "references", {});
+    ImageInfo info = ImageInfoFromMeta(*meta);
+    if (!HoldsImage(info, tenant)) continue;
+    auto& refs = ReferencesOf(info, tenant);
     if (std::find(refs.begin(), refs.end(), reference) != refs.end()) return name;
   }
   return MakeError(ErrorCode::kNotFound, "no image " + reference, "image_not_found");

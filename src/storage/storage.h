@@ -23,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -63,12 +64,17 @@ class Storage {
   // any of /bin /sbin /lib /lib32 /lib64 /libx32 that are real directories on this host.
   std::vector<std::string> HostBindDirs() const;
 
-  bool ImageExists(const std::string& name) const;
+  // Images are stored once, whoever holds them (ImageInfo's `shared` and `tenants`); a tenant
+  // ("" for the host in the calls below) sees the host's and its own.
+  bool ImageExists(const std::string& name) const;  // held by anyone
+  bool ImageVisible(const std::string& name, const std::string& tenant) const;  // tenant may run it
   Result<std::string> ImageRootfs(const std::string& name) const;  // kNotFound if unknown
   // Unpacks a rootfs tarball (any compression libarchive knows). kConflict if the name
   // exists or is "host", kInvalid for a bad name or archive, kDiskFull when out of space.
-  Result<ImageInfo> ImportImage(const std::string& name, const std::string& tar_path);
-  std::vector<ImageInfo> ListImages() const;
+  // The host's import is named `name`; a tenant's is named by a hash and holds `name` as a
+  // reference of that tenant's.
+  Result<ImageInfo> ImportImage(const std::string& name, const std::string& tar_path, const std::string& tenant);
+  std::vector<ImageInfo> ListImages() const;  // every holder's
   Result<ImageInfo> GetImage(const std::string& name) const;  // kNotFound if unknown
   Status DeleteImage(const std::string& name);  // the caller checks it is unused; "host" -> kConflict
 
@@ -77,31 +83,40 @@ class Storage {
   // hex), or a registry reference it was pulled as (by tag, or by its manifest's or index's
   // digest). Names without a registry are references on default_registry when not local.
   // kNotFound (image_not_found) if none is here; kInvalid for a malformed reference.
-  Result<std::string> ResolveImage(const std::string& text, const std::string& default_registry) const;
+  // For a tenant, its own references come first, then the host's; only images it sees answer.
+  Result<std::string> ResolveImage(const std::string& text, const std::string& default_registry,
+                                   const std::string& tenant) const;
   BlobStore& blobs() { return *blobs_; }
   // Makes the image of a pull: `unpack` fills its rootfs, then meta.json is written and the
-  // tree moved into place at once. An image of the same manifest stored already (a pull that
-  // raced this one) is answered as it is.
-  Result<ImageInfo> InstallPulledImage(const PulledImage& image, const std::function<Status(const std::string& rootfs)>& unpack);
+  // tree moved into place at once, held by `tenant`. An image of the same manifest stored
+  // already (a pull that raced this one) is answered as it is (NameImage makes it the tenant's).
+  Result<ImageInfo> InstallPulledImage(const PulledImage& image, const std::string& tenant,
+                                       const std::function<Status(const std::string& rootfs)>& unpack);
   // Makes the image of a build (service/image_build.h): the tree in the tar at tar_path (as the
   // build's sandbox archived its root: owners as the sandbox saw them) under images/<the build
   // key's hex>, with its config; on the host image's directories where `host_base` (a build
   // FROM host). An image of the same build key stored already (a build whose every step was
   // cached) is answered as it is. The caller names it (NameImage).
-  Result<ImageInfo> InstallBuiltImage(const BuiltImage& image, const std::string& tar_path);
+  Result<ImageInfo> InstallBuiltImage(const BuiltImage& image, const std::string& tar_path, const std::string& tenant);
   // Whether sandboxes of the image get the host image's directories (the host image, and
   // images built FROM it).
   bool ImageUsesHostDirs(const std::string& name) const;
-  // Gives image `name` the reference (registry/repository:tag, or a local name a build gave),
-  // taking it from whichever
-  // image had it before (a tag moved by a newer pull).
-  Result<ImageInfo> NameImage(const std::string& name, const std::string& reference);
-  // Takes a reference off its image; answers how many references the image has left.
-  Result<size_t> UnnameImage(const std::string& name, const std::string& reference);
+  // Makes `tenant` a holder of image `name` and gives it the reference in the tenant's names
+  // (registry/repository:tag, or a local name a build or a tenant's import gave; "" for none),
+  // taking it from whichever image of the tenant's had it before (a tag moved by a newer pull).
+  Result<ImageInfo> NameImage(const std::string& name, const std::string& reference, const std::string& tenant);
+  // Takes a tenant's reference off its image; answers how many references of the tenant's the
+  // image has left.
+  Result<size_t> UnnameImage(const std::string& name, const std::string& reference, const std::string& tenant);
+  // The image that has `reference` among `tenant`'s references (kNotFound if none).
+  Result<std::string> OwnReference(const std::string& reference, const std::string& tenant) const;
+  // `tenant` holds the image no more (nor its names for it); answers whether anyone still does.
+  Result<bool> ReleaseImage(const std::string& name, const std::string& tenant);
   // What a pull stored of image `name` (kNotFound for an image that is no registry's).
   Result<PulledImage> PulledImageOf(const std::string& name) const;
-  // The blobs that stored images use: what blob garbage collection keeps.
-  std::set<std::string> BlobsInUse() const;
+  // The blobs that stored images use: what blob garbage collection keeps. With `seen_by`, only
+  // those of the images that tenant sees (what its pulls need not fetch to prove it may).
+  std::set<std::string> BlobsInUse(const std::optional<std::string>& seen_by = std::nullopt) const;
 
   // A sandbox's writable layer: upper/ and work/ for overlayfs, upper/ owned by
   // host_uid:host_gid (the sandbox's root) and containing upper/workspace (0755, same
@@ -165,8 +180,6 @@ class Storage {
   // An image's directory made under a temporary name, filled, given meta.json and renamed
   // into place, so a crash leaves no half-made image (Open removes the leftovers).
   // existing_ok: a directory of that name already there is the answer, not kConflict.
-  // The image that has `reference` among its references (kNotFound if none).
-  Result<std::string> ImageNamed(const std::string& reference) const;
   Result<ImageInfo> InstallImage(const std::string& name, const std::function<Status(const std::string& rootfs)>& fill,
                                  const std::function<nlohmann::json(ImageInfo&)>& meta, bool existing_ok);
   Status WriteImageMeta(const std::string& name, const nlohmann::json& meta);

@@ -3,8 +3,10 @@ snapshots and volumes and nothing of another tenant's, through any route of the 
 (another tenant's ids and volume names answer as unknown ones do); each tenant names its volumes
 in its own namespace; scopes hold route by route; a revoked or expired key fails at once; keys are
 stored hashed; the host's own key keeps reaching everything."""
+import io
 import json
 import os
+import tarfile
 import subprocess
 import time
 import uuid
@@ -50,13 +52,18 @@ def two_tenants(daemon):
         volume = f"{side}-vol-{uuid.uuid4().hex[:6]}"
         made = client.post("/v1/volumes", {"name": volume, "size_mb": 16})
         assert made.status == 201 and made.json()["tenant"] == tenant, made
+        image = f"{side}-img-{uuid.uuid4().hex[:6]}"
+        imported = client.request("PUT", f"/v1/images/{image}", empty_root_tar(),
+                                  headers={"Content-Type": "application/x-tar"})
+        assert imported.status == 201 and imported.json()["shared"] is False, imported
         world[side] = {"tenant": tenant, "client": client, "key": key, "sandbox": sandbox["id"],
-                       "snapshot": r.json()["id"], "volume": volume}
+                       "snapshot": r.json()["id"], "volume": volume, "image": image}
     yield world
     for side in world.values():
         admin.delete(f"/v1/sandboxes/{side['sandbox']}")
         admin.delete(f"/v1/snapshots/{side['snapshot']}")
         admin.delete(f"/v1/volumes/{side['volume']}?tenant={side['tenant']}")
+        admin.delete(f"/v1/images/{side['image']}?tenant={side['tenant']}")
         admin.delete(f"/v1/tenants/{side['tenant']}")
 
 
@@ -93,8 +100,17 @@ def test_a_tenant_lists_and_reaches_only_its_own_sandboxes_and_snapshots(daemon,
     assert {a["sandbox"], b["sandbox"]} <= listed
 
 
-def concrete(path: str, sandbox: str, snapshot: str, volume: str = "some-name") -> str:
-    name = volume if path.startswith("/v1/volumes/") else "some-name"
+def empty_root_tar() -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        info = tarfile.TarInfo("etc")
+        info.type, info.mode = tarfile.DIRTYPE, 0o755
+        tar.addfile(info)
+    return out.getvalue()
+
+
+def concrete(path: str, sandbox: str, snapshot: str, volume: str = "some-name", image: str = "some-name") -> str:
+    name = volume if path.startswith("/v1/volumes/") else image if path.startswith("/v1/images/") else "some-name"
     return (path.replace("{id}", sandbox).replace("{snapshot_id}", snapshot).replace("{pid}", "1")
             .replace("{port}", "8080").replace("{path}", "x").replace("{name}", name)
             .replace("{tenant}", "some-tenant").replace("{key_id}", "0000000000000000"))
@@ -108,9 +124,12 @@ def test_every_route_of_the_openapi_document_keeps_another_tenants_objects_out_o
     seen = 0
     for path, operations in OPENAPI["paths"].items():
         for method in (m for m in METHODS if m in operations):
-            if not any(p in path for p in ("{id}", "{snapshot_id}", "{tenant}")) and not path.startswith("/v1/volumes/"):
+            named = path.startswith(("/v1/volumes/{", "/v1/images/{"))
+            if not any(p in path for p in ("{id}", "{snapshot_id}", "{tenant}")) and not named:
                 continue
-            target = concrete(path, b["sandbox"], b["snapshot"], b["volume"]).replace("some-tenant", b["tenant"])
+            if path == "/v1/images/{name}" and method == "put":
+                continue  # (an import of a's own by that name: b's is not touched, as checked below)
+            target = concrete(path, b["sandbox"], b["snapshot"], b["volume"], b["image"]).replace("some-tenant", b["tenant"])
             if path.endswith("/files") or "/files/" in path:
                 target += "?path=/workspace/secret"
             body = b"{}" if method in ("post", "put", "patch") else None
@@ -125,18 +144,22 @@ def test_every_route_of_the_openapi_document_keeps_another_tenants_objects_out_o
     assert client.sh(b["sandbox"], "cat /workspace/secret") == "b-secret\n"
     assert client.get(f"/v1/snapshots/{b['snapshot']}").status == 200
     assert client.get(f"/v1/volumes/{b['volume']}").status == 200
+    assert client.get(f"/v1/images/{b['image']}").status == 200
     assert client.get(f"/v1/tenants/{b['tenant']}").json()["sandboxes"] == 1
 
 
 def test_host_wide_routes_answer_a_tenants_key_403(two_tenants):
     client = two_tenants["a"]["client"]
     for method, path in [("GET", "/metrics"), ("GET", "/v1/audit"),
-                         ("POST", "/v1/images/pull"), ("POST", "/v1/images/gc"),
-                         ("DELETE", "/v1/images/host"), ("POST", "/v1/snapshots/import"),
+                         ("POST", "/v1/images/gc"), ("DELETE", "/v1/images/build/cache"),
+                         ("POST", "/v1/snapshots/import"),
                          ("GET", "/v1/tenants"), ("POST", "/v1/tenants"),
                          ("DELETE", f"/v1/tenants/{two_tenants['b']['tenant']}")]:
         r = client.request(method, path, body=b"{}" if method == "POST" else None)
         assert r.status == 403 and r.json()["error"]["code"] == "insufficient_scope", (method, path, r)
+    # The host's images are every tenant's to run, not to delete (its own: test_tenant_images.py).
+    r = client.delete("/v1/images/host")
+    assert r.status == 403 and r.json()["error"]["code"] == "image_not_owned", r
     # The daemon's health and the API's description are everyone's.
     assert client.get("/healthz").status == 200 and client.get("/openapi.json").status == 200
 
@@ -328,7 +351,7 @@ def test_a_purge_removes_everything_a_tenant_left_and_proves_it(daemon):
     assert proof["removed"]["quota"] == {"sandboxes": 5}
     assert proof["removed"]["egress_records"] == len(egress)
     assert [v["name"] for v in proof["removed"]["volumes"]] == ["records"], proof
-    assert proof["remaining"] == {"sandboxes": 0, "snapshots": 0, "volumes": 0, "keys": 0, "tenant": False}
+    assert proof["remaining"] == {"sandboxes": 0, "snapshots": 0, "volumes": 0, "images": 0, "keys": 0, "tenant": False}
     # Checked from outside: the API, the key, the state database and the snapshot's files.
     assert client.get("/v1/sandboxes").status == 401
     for sandbox in (running, stopped):

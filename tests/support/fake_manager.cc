@@ -173,7 +173,8 @@ std::vector<core::ImageInfo> FakeManager::ListImages() {
   return images_;
 }
 
-Result<core::ImageInfo> FakeManager::ImportImage(const std::string& name, const std::string& tar_path) {
+Result<core::ImageInfo> FakeManager::ImportImage(const std::string& name, const std::string& tar_path,
+                                                 const std::string&) {
   std::ifstream file(tar_path, std::ios::binary);
   std::string content((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
   std::lock_guard lock(mutex_);
@@ -186,7 +187,7 @@ Result<core::ImageInfo> FakeManager::ImportImage(const std::string& name, const 
   return image;
 }
 
-Result<core::ImageInfo> FakeManager::FindImage(const std::string& name) {
+Result<core::ImageInfo> FakeManager::FindImage(const std::string& name, const std::string&) {
   std::lock_guard lock(mutex_);
   for (const auto& image : images_)
     if (image.name == name) return image;
@@ -204,7 +205,7 @@ Result<core::ImageInfo> FakeManager::PullImage(const storage::PullRequest& reque
   return image;
 }
 
-Status FakeManager::DeleteImage(const std::string& name) {
+Status FakeManager::DeleteImage(const std::string& name, const std::string&) {
   std::lock_guard lock(mutex_);
   auto it = std::find_if(images_.begin(), images_.end(), [&](const auto& i) { return i.name == name; });
   if (it == images_.end()) return MakeError(ErrorCode::kNotFound, "no image " + name, "image_not_found");

@@ -53,12 +53,14 @@ class FakeManager : public core::SandboxManager {
   Result<core::SandboxInfo> SetNetwork(const std::string& id, const core::NetworkPolicy& policy) override;
   Result<std::vector<net::EgressRecord>> Egress(const std::string& id, int64_t limit) override;
   std::vector<core::ImageInfo> ListImages() override;
-  Result<core::ImageInfo> ImportImage(const std::string& name, const std::string& tar_path) override;
-  Status DeleteImage(const std::string& name) override;
-  Result<core::ImageInfo> FindImage(const std::string& name) override;
+  Result<core::ImageInfo> ImportImage(const std::string& name, const std::string& tar_path,
+                                      const std::string& tenant) override;
+  Status DeleteImage(const std::string& name, const std::string& tenant) override;
+  Result<core::ImageInfo> FindImage(const std::string& name, const std::string& tenant) override;
   Result<core::ImageInfo> PullImage(const storage::PullRequest& request, const storage::PullListener& listener) override;
   Result<std::optional<int64_t>> CollectImageGarbage() override { return std::optional<int64_t>(0); }
-  Result<core::ImageInfo> StoreBuiltImage(const storage::BuiltImage&, const std::string&, const std::string&) override {
+  Result<core::ImageInfo> StoreBuiltImage(const storage::BuiltImage&, const std::string&, const std::string&,
+                                          const std::string&) override {
     return MakeError(ErrorCode::kInternal, "the fake manager builds nothing");
   }
   Result<storage::PushResult> PushImage(const storage::PushRequest& request, const storage::PullListener&) override {

@@ -130,7 +130,7 @@ TEST_F(StorageImportTest, TarballUnpacksWithOwnersModesAndLinks) {
                     {"./fifo", AE_IFIFO, "", 0644},
                     {"./tmp", AE_IFLNK, "/var/tmp", 0777},  // a mount point that is a symlink
                 });
-  auto imported = storage_->ImportImage("alpine-ish", tar);
+  auto imported = storage_->ImportImage("alpine-ish", tar, "");
   ASSERT_TRUE(imported.ok()) << imported.error().message;
   EXPECT_EQ(imported->name, "alpine-ish");
   EXPECT_EQ(imported->source, "tarball");
@@ -182,13 +182,13 @@ TEST_F(StorageImportTest, TarballUnpacksWithOwnersModesAndLinks) {
   EXPECT_EQ(images[1].source, "tarball");
   EXPECT_EQ(images[1].size_bytes, imported->size_bytes);
 
-  auto again = storage_->ImportImage("alpine-ish", tar);
+  auto again = storage_->ImportImage("alpine-ish", tar, "");
   ASSERT_FALSE(again.ok());
   EXPECT_EQ(again.error().code, ErrorCode::kConflict);
-  auto reserved = storage_->ImportImage("host", tar);
+  auto reserved = storage_->ImportImage("host", tar, "");
   ASSERT_FALSE(reserved.ok());
   EXPECT_EQ(reserved.error().code, ErrorCode::kConflict);
-  auto bad_name = storage_->ImportImage("../x", tar);
+  auto bad_name = storage_->ImportImage("../x", tar, "");
   ASSERT_FALSE(bad_name.ok());
   EXPECT_EQ(bad_name.error().code, ErrorCode::kInvalid);
 
@@ -203,7 +203,7 @@ TEST_F(StorageImportTest, TarballUnpacksWithOwnersModesAndLinks) {
 TEST_F(StorageImportTest, GzippedTarballImports) {
   std::string tar = state_ + "/good.tar.gz";
   WriteTar(tar, {{"etc/", AE_IFDIR, "", 0755}, {"etc/hostname", AE_IFREG, "gz\n", 0644}}, /*gzip=*/true);
-  auto imported = storage_->ImportImage("gz", tar);
+  auto imported = storage_->ImportImage("gz", tar, "");
   ASSERT_TRUE(imported.ok()) << imported.error().message;
   auto rootfs = storage_->ImageRootfs("gz");
   ASSERT_TRUE(rootfs.ok());
@@ -218,12 +218,12 @@ TEST_F(StorageImportTest, BuiltImagesAreStoredByBuildKeyAndFoundByTheirName) {
   BuiltImage built;
   built.build_key = "sha256:" + std::string(64, 'b');
   built.config.cmd = {"python3", "/app/main.py"};
-  auto stored = storage_->InstallBuiltImage(built, tar);
+  auto stored = storage_->InstallBuiltImage(built, tar, "");
   ASSERT_TRUE(stored.ok()) << stored.error().message;
   EXPECT_EQ(stored->name, std::string(64, 'b'));
   EXPECT_EQ(stored->source, "build");
-  ASSERT_TRUE(storage_->NameImage(stored->name, "my-app").ok());
-  EXPECT_EQ(*storage_->ResolveImage("my-app", ""), stored->name);
+  ASSERT_TRUE(storage_->NameImage(stored->name, "my-app", "").ok());
+  EXPECT_EQ(*storage_->ResolveImage("my-app", "", ""), stored->name);
   auto info = storage_->GetImage(stored->name);
   ASSERT_TRUE(info.ok());
   ASSERT_TRUE(info->config.has_value());
@@ -234,22 +234,69 @@ TEST_F(StorageImportTest, BuiltImagesAreStoredByBuildKeyAndFoundByTheirName) {
   ASSERT_EQ(::lstat((*storage_->ImageRootfs(stored->name) + "/app/main.py").c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, kStoredIdBase + 1000);  // the sandbox's ids, moved to the stored range
 
-  auto again = storage_->InstallBuiltImage(built, state_ + "/no-such.tar");  // cached: not read
+  auto again = storage_->InstallBuiltImage(built, state_ + "/no-such.tar", "");  // cached: not read
   ASSERT_TRUE(again.ok()) << again.error().message;
   EXPECT_EQ(again->name, stored->name);
 
   BuiltImage on_host;
   on_host.build_key = "sha256:" + std::string(64, 'c');
   on_host.host_base = true;
-  auto host_based = storage_->InstallBuiltImage(on_host, tar);
+  auto host_based = storage_->InstallBuiltImage(on_host, tar, "");
   ASSERT_TRUE(host_based.ok());
   EXPECT_TRUE(storage_->ImageUsesHostDirs(host_based->name));
   EXPECT_TRUE(storage_->ImageUsesHostDirs("host"));
   // The name moves to the newer build; the older keeps none.
-  ASSERT_TRUE(storage_->NameImage(host_based->name, "my-app").ok());
-  EXPECT_EQ(*storage_->ResolveImage("my-app", ""), host_based->name);
+  ASSERT_TRUE(storage_->NameImage(host_based->name, "my-app", "").ok());
+  EXPECT_EQ(*storage_->ResolveImage("my-app", "", ""), host_based->name);
   EXPECT_TRUE(storage_->GetImage(stored->name)->references.empty());
-  EXPECT_EQ(storage_->ResolveImage("other-app", "").error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(storage_->ResolveImage("other-app", "", "").error().code, ErrorCode::kNotFound);
+}
+
+// Images a tenant stores are its own: its names are its namespace's, other tenants (and the host)
+// neither see nor resolve them; the host's are every tenant's; an image held by several goes
+// only when the last lets go.
+TEST_F(StorageImportTest, TenantsHoldTheirImagesInNamespacesOfTheirOwn) {
+  std::string tar = state_ + "/t.tar";
+  WriteTar(tar, {{"etc/", AE_IFDIR, "", 0755}, {"etc/hostname", AE_IFREG, "a\n", 0644}});
+  auto host_app = storage_->ImportImage("app", tar, "");
+  ASSERT_TRUE(host_app.ok()) << host_app.error().message;
+  auto a_app = storage_->ImportImage("app", tar, "team-a");  // the same name, another namespace
+  ASSERT_TRUE(a_app.ok()) << a_app.error().message;
+  EXPECT_NE(a_app->name, "app");
+  EXPECT_EQ(storage_->ImportImage("app", tar, "team-a").error().code, ErrorCode::kConflict);
+  // Its own name first; the host's for a tenant that has none; never another tenant's.
+  EXPECT_EQ(*storage_->ResolveImage("app", "", "team-a"), a_app->name);
+  EXPECT_EQ(*storage_->ResolveImage("app", "", "team-b"), "app");
+  EXPECT_EQ(*storage_->ResolveImage("app", "", ""), "app");
+  EXPECT_FALSE(storage_->ImageVisible(a_app->name, "team-b"));
+  EXPECT_FALSE(storage_->ImageVisible(a_app->name, ""));
+  EXPECT_TRUE(storage_->ImageVisible(a_app->name, "team-a"));
+  EXPECT_TRUE(storage_->ImageVisible("app", "team-b"));
+  EXPECT_EQ(storage_->ResolveImage(a_app->name, "", "team-b").error().code, ErrorCode::kNotFound);
+
+  // A build both a tenant and the host hold: each names it apart; the host letting go leaves it
+  // the tenant's alone, and unseen by others.
+  BuiltImage built;
+  built.build_key = "sha256:" + std::string(64, 'd');
+  auto stored = storage_->InstallBuiltImage(built, tar, "team-a");
+  ASSERT_TRUE(stored.ok()) << stored.error().message;
+  EXPECT_FALSE(stored->shared);
+  ASSERT_TRUE(storage_->NameImage(stored->name, "web", "team-a").ok());
+  ASSERT_TRUE(storage_->NameImage(stored->name, "web-host", "").ok());
+  auto info = storage_->GetImage(stored->name);
+  EXPECT_TRUE(info->shared);
+  EXPECT_EQ(info->references, std::vector<std::string>{"web-host"});
+  EXPECT_EQ(info->tenants.at("team-a"), std::vector<std::string>{"web"});
+  const ImageInfo seen = ImageSeenBy(*info, "team-b");
+  EXPECT_TRUE(seen.tenants.empty());
+  EXPECT_EQ(seen.references, std::vector<std::string>{"web-host"});
+  EXPECT_EQ(storage_->ResolveImage("web", "", "team-b").error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(*storage_->ReleaseImage(stored->name, ""), true);
+  EXPECT_FALSE(storage_->ImageVisible(stored->name, "team-b"));
+  EXPECT_EQ(storage_->ResolveImage("web-host", "", "").error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(*storage_->ResolveImage("web", "", "team-a"), stored->name);
+  EXPECT_EQ(*storage_->ReleaseImage(stored->name, "team-a"), false);  // nobody holds it now
+  EXPECT_EQ(storage_->BlobsInUse("team-b").size(), 0u);
 }
 
 TEST_F(StorageImportTest, DotDotEntryIsRejectedAndLandsNowhere) {
@@ -258,7 +305,7 @@ TEST_F(StorageImportTest, DotDotEntryIsRejectedAndLandsNowhere) {
   WriteTar(tar, {{"etc/", AE_IFDIR, "", 0755},
                  {up + "/canary", AE_IFREG, "pwned", 0644},
                  {up + "/dropped", AE_IFREG, "pwned", 0644}});
-  auto imported = storage_->ImportImage("dotdot", tar);
+  auto imported = storage_->ImportImage("dotdot", tar, "");
   ASSERT_FALSE(imported.ok());
   EXPECT_EQ(imported.error().code, ErrorCode::kInvalid);
   EXPECT_FALSE(storage_->ImageExists("dotdot"));
@@ -269,7 +316,7 @@ TEST_F(StorageImportTest, AbsoluteEntryIsRejectedAndLandsNowhere) {
   std::string tar = state_ + "/absolute.tar";
   WriteTar(tar, {{canary_dir_ + "/canary", AE_IFREG, "pwned", 0644},
                  {canary_dir_ + "/dropped", AE_IFREG, "pwned", 0644}});
-  auto imported = storage_->ImportImage("absolute", tar);
+  auto imported = storage_->ImportImage("absolute", tar, "");
   ASSERT_FALSE(imported.ok());
   EXPECT_EQ(imported.error().code, ErrorCode::kInvalid);
   ExpectCanaryUntouched();
@@ -284,7 +331,7 @@ TEST_F(StorageImportTest, WritingThroughAPlantedSymlinkIsRejected) {
                    // And a symlink to the canary file itself, then a file entry over it.
                    {"file-link", AE_IFLNK, canary_dir_ + "/canary", 0777},
                    {"file-link", AE_IFREG, "pwned", 0644}});
-    auto imported = storage_->ImportImage("symlink", tar);
+    auto imported = storage_->ImportImage("symlink", tar, "");
     ASSERT_FALSE(imported.ok()) << link_target;
     EXPECT_EQ(imported.error().code, ErrorCode::kInvalid);
     ExpectCanaryUntouched();
@@ -294,7 +341,7 @@ TEST_F(StorageImportTest, WritingThroughAPlantedSymlinkIsRejected) {
 TEST_F(StorageImportTest, HardLinkToAHostFileIsRejected) {
   std::string tar = state_ + "/hardlink.tar";
   WriteTar(tar, {{"grab", 0, canary_dir_ + "/canary", 0644}});
-  auto imported = storage_->ImportImage("hardlink", tar);
+  auto imported = storage_->ImportImage("hardlink", tar, "");
   ASSERT_FALSE(imported.ok());
   EXPECT_EQ(imported.error().code, ErrorCode::kInvalid);
   ExpectCanaryUntouched();
@@ -303,7 +350,7 @@ TEST_F(StorageImportTest, HardLinkToAHostFileIsRejected) {
 TEST_F(StorageImportTest, GarbageIsInvalidWithLibarchivesMessage) {
   std::string bad = state_ + "/garbage.tar";
   std::ofstream(bad) << std::string(4096, '\x7f') << "not an archive";
-  auto imported = storage_->ImportImage("garbage", bad);
+  auto imported = storage_->ImportImage("garbage", bad, "");
   ASSERT_FALSE(imported.ok());
   EXPECT_EQ(imported.error().code, ErrorCode::kInvalid);
   EXPECT_FALSE(imported.error().message.empty());
