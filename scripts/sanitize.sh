@@ -68,6 +68,7 @@ CI_TESTS=(
   tests/integration/test_e2b_templates.py
   tests/integration/test_tls.py
   tests/integration/test_tenants.py
+  tests/integration/test_tenant_images.py
 )
 
 ci=false

@@ -10,8 +10,9 @@ import pytest
 import harness
 from oci_images import File, Dir, build_image, host_files, make_layer
 from oci_registry import OciRegistry
+from test_e2b_control_plane import E2b
 from test_image_build import build, context_tar
-from test_tenants import new_key, new_tenant
+from test_tenants import cli, new_key, new_tenant
 
 PROGRAMS = ["/bin/sh", "/bin/cat", "/bin/echo"]
 
@@ -58,8 +59,8 @@ def tenants(image_daemon):
     out = {"admin": admin}
     for side in ("a", "b"):
         tenant = new_tenant(admin)
-        client, _ = new_key(admin, tenant, "tenant-admin")
-        out[side] = {"tenant": tenant, "client": client}
+        client, key = new_key(admin, tenant, "tenant-admin")
+        out[side] = {"tenant": tenant, "client": client, "key": key["key"]}
     return out
 
 
@@ -249,3 +250,47 @@ def test_a_purge_removes_the_tenants_images_and_leaves_what_others_hold(image_da
     assert all(n not in after for n in removed if n != shared)
     assert motd(other_client, f"{registry.host}/open/app:1") == "open\n"
     admin.delete(f"/v1/tenants/{other}?purge=true")
+
+
+def test_the_e2b_front_and_the_cli_hold_a_tenant_to_its_images(image_daemon, tenants):
+    a, b = tenants["a"], tenants["b"]
+    headers = {"Content-Type": "application/x-tar"}
+    assert a["client"].request("PUT", "/v1/images/e2b-own", rootfs_tar(b"e2b\n"), headers=headers).status == 201
+    try:
+        # E2B: a's key starts a sandbox of its own image by name; b's key is told no such template.
+        r = E2b(image_daemon, a["key"]).request("POST", "/sandboxes", {"templateID": "e2b-own", "timeout": 60})
+        assert r.status == 201, r
+        sandbox = r.json()["sandboxID"]
+        assert a["client"].exec(sandbox, ["/bin/cat", "/etc/motd"])["stdout"] == "e2b\n"
+        a["client"].delete(f"/v1/sandboxes/{sandbox}")
+        r = E2b(image_daemon, b["key"]).request("POST", "/sandboxes", {"templateID": "e2b-own", "timeout": 60})
+        assert r.status == 404, r
+        assert E2b(image_daemon, b["key"]).request("GET", "/templates/aliases/e2b-own").status == 404
+        # CLI: a tenant's key lists its own; the host's key lists every holder, or one tenant's.
+        mine = cli(image_daemon, "image", "ls", key=a["key"])
+        assert mine.returncode == 0 and "e2b-own" in mine.stdout, mine
+        assert "e2b-own" not in cli(image_daemon, "image", "ls", key=b["key"]).stdout
+        every = cli(image_daemon, "image", "ls")
+        assert every.returncode == 0 and "HELD BY" in every.stdout and a["tenant"] in every.stdout, every
+        theirs = cli(image_daemon, "image", "inspect", "e2b-own", "--tenant", a["tenant"])
+        assert theirs.returncode == 0 and '"shared": false' in theirs.stdout, theirs
+        gone = cli(image_daemon, "image", "rm", "e2b-own", "--tenant", a["tenant"])
+        assert gone.returncode == 0, gone
+        assert a["client"].get("/v1/images/e2b-own").status == 404
+    finally:
+        a["client"].delete("/v1/images/e2b-own")
+
+
+def test_who_holds_an_image_survives_a_restart(image_daemon, tenants):
+    """Run last: the module's daemon restarts."""
+    a, b = tenants["a"], tenants["b"]
+    headers = {"Content-Type": "application/x-tar"}
+    assert a["client"].request("PUT", "/v1/images/kept", rootfs_tar(b"kept\n"), headers=headers).status == 201
+    image_daemon.stop()
+    image_daemon.start()
+    port = image_daemon.client().port  # (the restarted daemon's own)
+    a_client, b_client = harness.Client(a["key"], port=port), harness.Client(b["key"], port=port)
+    assert motd(a_client, "kept") == "kept\n"
+    assert b_client.get("/v1/images/kept").status == 404
+    assert image_daemon.client().get("/v1/images/kept").status == 404
+    assert a_client.delete("/v1/images/kept").status == 204
