@@ -9,6 +9,7 @@
 #include "api/handlers.h"
 #include "common/time_format.h"
 #include "http/blocking.h"
+#include "service/image_build.h"
 
 // g++ 12 reports a false -Wmismatched-new-delete on asio's coroutine frames, whose
 // awaitable_frame_base brings its own matching operator new and delete.
@@ -349,6 +350,9 @@ Result<json> ApiHandlers::PurgeTenant(const std::string& name) {
   BH_TRY(manager.SetQuota(name, {}));
   BH_TRY(manager.SetTenantEgress(name, {}));
   BH_TRY(context_.keys->RemoveTenant(name));  // its key rows, its row
+  // The file sets its E2B template builds uploaded, and those builds' logs.
+  const size_t template_files = RemoveTemplateFiles(context_.upload_dir, name);
+  context_.forget_tenant(name);
   // Its audit records are blanked in place (the chain holds; core/audit_log.h); this purge's
   // own record, written as it is answered, stays.
   size_t audit_records = 0;
@@ -370,6 +374,7 @@ Result<json> ApiHandlers::PurgeTenant(const std::string& name) {
                           {"tenant", context_.keys->HasTenant(name)}};
   const json counts = {{"sandboxes", sandboxes.size()}, {"snapshots", snapshots.size()},
                        {"volumes", volumes.size()},     {"images", images.size()},
+                       {"template_file_sets", template_files},
                        {"keys", keys.size()},
                        {"egress_records", egress_records}, {"audit_records", audit_records}};
   return json{{"tenant", name},
@@ -377,6 +382,7 @@ Result<json> ApiHandlers::PurgeTenant(const std::string& name) {
                            {"snapshots", std::move(snapshots)},
                            {"volumes", std::move(volumes)},
                            {"images", std::move(images)},
+                           {"template_file_sets", template_files},
                            {"keys", std::move(keys)},
                            {"quota", quota},
                            {"egress_rules", egress_rules},

@@ -36,6 +36,8 @@ struct HandlerContext {
   std::string preview_domain;
   core::AuditLog* audit = nullptr;  // GET /v1/audit; none: 404
   AccessKeys* keys = nullptr;       // tenants and their keys; none: the routes answer 404
+  // What a purge must also erase outside the manager: the E2B front's memory of the tenant.
+  std::function<void(const std::string& tenant)> forget_tenant = [](const std::string&) {};
 };
 
 class ApiHandlers {

@@ -154,6 +154,10 @@ ApiServer::ApiServer(core::SandboxManager& manager, ServerOptions options)
       .preview_domain = options_.preview_domain,
       .audit = options_.audit,
       .keys = options_.keys,
+      .forget_tenant =
+          [this](const std::string& tenant) {
+            if (e2b_) e2b_->ForgetTenant(tenant);
+          },
   });
   if (options_.handle_signals) {
     // Registered now, so a signal that arrives before Run is not lost.

@@ -292,6 +292,8 @@ std::string DefaultE2bDomain(std::string_view listen, uint16_t bound_port) {
   return fmt::format("{}:{}", host, bound_port);
 }
 
+void E2bFront::ForgetTenant(const std::string& tenant) { ForgetTenantBuilds(*context_.templates, tenant); }
+
 asio::awaitable<std::string_view> E2bFront::Handle(api::HttpExchange& exchange, std::optional<api::Caller>& caller) {
   const api::RequestHeader& request = exchange.request();
   std::optional<api::RequestTarget> target = api::ParseTarget(api::FromBeast(request.target()));

@@ -57,6 +57,8 @@ class E2bFront {
   // Answers one request. Answers a bounded label of what it was, for metrics and logs; sets
   // `caller` to who its X-API-KEY named, for the audit (none: traffic to a sandbox, or no key).
   boost::asio::awaitable<std::string_view> Handle(api::HttpExchange& exchange, std::optional<api::Caller>& caller);
+  // Forgets what the front keeps in memory of a purged tenant: its template builds and their logs.
+  void ForgetTenant(const std::string& tenant);
 
  private:
   E2bContext context_;

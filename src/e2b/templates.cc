@@ -110,14 +110,20 @@ std::map<std::string, core::ImageInfo> TagsOf(core::SandboxManager& manager, con
 
 std::string FilesDir(const E2bContext& context) { return context.upload_dir + "/" + api::kTemplateFilesDir; }
 
-std::string UploadToken(const E2bContext& context, const std::string& hash, int64_t expires) {
-  return HexEncode(HmacSha256(context.key, fmt::format("e2b-template-files:{}:{}", hash, expires)));
+// A tenant's file set is its own upload: another's of the same hash is not its to build from.
+std::string FileSetPath(const E2bContext& context, const std::string& tenant, const std::string& hash) {
+  return FilesDir(context) + "/" + api::TemplateFileSetName(tenant, hash);
+}
+
+std::string UploadToken(const E2bContext& context, const std::string& tenant, const std::string& hash, int64_t expires) {
+  return HexEncode(HmacSha256(context.key, fmt::format("e2b-template-files:{}:{}:{}", tenant, hash, expires)));
 }
 
 }  // namespace
 
 // One build: registered by POST /v3/templates, run after its definition arrives.
 struct TemplateBuild {
+  std::string tenant;  // whose ("" the host's): only its keys see the build
   std::string alias;
   std::string build_id;
   std::vector<std::string> tags;
@@ -149,26 +155,29 @@ class TemplateBuilds {
     }
   }
 
-  // Runs `change` on the build under the lock; false if it is unknown.
+  // Runs `change` on the build under the lock; false if it is unknown (or, with `tenant`,
+  // another's).
   template <typename Change>
-  bool With(const std::string& build_id, Change&& change) {
+  bool With(const std::string& build_id, Change&& change, const std::optional<std::string>& tenant = std::nullopt) {
     std::lock_guard lock(mu_);
     const auto found = builds_.find(build_id);
-    if (found == builds_.end()) return false;
+    if (found == builds_.end() || (tenant && found->second.tenant != *tenant)) return false;
     change(found->second);
     return true;
   }
 
-  bool AnyOf(const std::string& alias) {
+  bool AnyOf(const std::string& alias, const std::string& tenant) {
     std::lock_guard lock(mu_);
-    return std::any_of(builds_.begin(), builds_.end(), [&](const auto& entry) { return entry.second.alias == alias; });
+    return std::any_of(builds_.begin(), builds_.end(),
+                       [&](const auto& entry) { return entry.second.alias == alias && entry.second.tenant == tenant; });
   }
 
-  // Cancels the alias's running builds and forgets all of them (a deleted template).
-  void Forget(const std::string& alias) {
+  // Cancels the alias's running builds and forgets all of them (a deleted template). An alias
+  // of "" forgets every build of the tenant's (its purge).
+  void Forget(const std::string& alias, const std::string& tenant) {
     std::lock_guard lock(mu_);
     for (auto it = builds_.begin(); it != builds_.end();) {
-      if (it->second.alias != alias) {
+      if ((!alias.empty() && it->second.alias != alias) || it->second.tenant != tenant) {
         ++it;
         continue;
       }
@@ -207,6 +216,8 @@ class TemplateBuilds {
 
 std::shared_ptr<TemplateBuilds> MakeTemplateBuilds() { return std::make_shared<TemplateBuilds>(); }
 
+void ForgetTenantBuilds(TemplateBuilds& builds, const std::string& tenant) { builds.Forget("", tenant); }
+
 std::optional<TemplateName> ParseTemplateName(std::string_view text) {
   std::string name;
   for (char c : text) name += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -242,8 +253,7 @@ std::optional<std::string> TemplateImageFor(core::SandboxManager& manager, const
 bool TemplateExists(E2bContext& context, const std::string& alias, const std::string& tenant) {
   const std::optional<TemplateName> name = ParseTemplateName(alias);
   if (!name) return false;
-  // (Template builds are the host's key's: a tenant's sees only the images they made.)
-  return (tenant.empty() && context.templates->AnyOf(name->alias)) || !TagsOf(context.manager, name->alias, tenant).empty();
+  return context.templates->AnyOf(name->alias, tenant) || !TagsOf(context.manager, name->alias, tenant).empty();
 }
 
 namespace {
@@ -310,6 +320,7 @@ class BuildLog {
 };
 
 struct BuildJob {
+  std::string tenant;  // whose build: its image, cache, quotas and egress rules (api::BuildRequest)
   std::shared_ptr<TemplateBuilds> builds;
   core::SandboxManager* manager = nullptr;
   asio::any_io_executor io;
@@ -338,7 +349,7 @@ Result<core::ImageInfo> RunJob(const BuildJob& job, BuildLog& log) {
   for (const std::string& hash : job.plan.files_hashes) {
     const std::string into = request.context_dir + "/" + hash;
     if (::mkdir(into.c_str(), 0700) != 0) return SystemError("mkdir " + into, errno);
-    Status unpacked = api::ExtractContext(job.files_dir + "/" + hash, into);
+    Status unpacked = api::ExtractContext(job.files_dir + "/" + api::TemplateFileSetName(job.tenant, hash), into);
     if (!unpacked.ok()) return Invalid("the files uploaded as " + hash + ": " + unpacked.error().message);
   }
   if (job.plan.registry_login) {
@@ -348,6 +359,7 @@ Result<core::ImageInfo> RunJob(const BuildJob& job, BuildLog& log) {
     pull.ref = *ref;
     pull.login = storage::RegistryLogin{job.plan.registry_login->first, job.plan.registry_login->second};
     pull.platform = storage::HostPlatform();
+    pull.tenant = job.tenant;
     log.Info("Pulling " + job.plan.base_image + " with the registry login given");
     auto pulled = job.manager->PullImage(pull, [](const json&) {});
     if (!pulled.ok()) return pulled.error();
@@ -358,6 +370,7 @@ Result<core::ImageInfo> RunJob(const BuildJob& job, BuildLog& log) {
   request.no_cache = job.plan.force;
   request.network.mode = "open";  // E2B's builds reach the internet, as its sandboxes do
   request.cpus = static_cast<double>(job.cpus);
+  request.tenant = job.tenant;
   request.memory_mb = job.memory_mb;
   const api::BuildListener listener = [&log](const json& event) { log(event); };
   return api::RunBuild(*job.manager, job.io, request, listener, *job.cancelled);
@@ -410,7 +423,8 @@ void RunBuildJob(const BuildJob& job) {
 
 class TemplateRoutes {
  public:
-  TemplateRoutes(E2bContext& context, api::HttpExchange& exchange) : context_(context), exchange_(exchange) {}
+  TemplateRoutes(E2bContext& context, api::HttpExchange& exchange, std::string tenant)
+      : context_(context), exchange_(exchange), tenant_(std::move(tenant)) {}
 
   asio::awaitable<std::optional<std::string_view>> Serve(const api::RequestTarget& target,
                                                          const std::vector<std::string>& s) {
@@ -466,6 +480,7 @@ class TemplateRoutes {
       co_return co_await Fail(bad);
     }
     TemplateBuild build;
+    build.tenant = tenant_;
     build.alias = name->alias;
     build.build_id = NewUuid();
     if (!name->tag.empty()) build.tags.push_back(name->tag);
@@ -496,7 +511,7 @@ class TemplateRoutes {
 
   bool KnownTemplate(const std::string& id) {
     const std::optional<TemplateName> name = ParseTemplateName(id);
-    return name && TemplateExists(context_, name->alias, "");
+    return name && TemplateExists(context_, name->alias, tenant_);
   }
 
   // GET /templates/{id}/files/{hash}: present, or a signed URL to PUT the set's tar to.
@@ -505,7 +520,7 @@ class TemplateRoutes {
     const bool known = co_await Blocking([&] { return KnownTemplate(id); });
     if (!known) co_return co_await Fail(NotFound("template " + id));
     struct stat st{};
-    const std::string path = FilesDir(context_) + "/" + hash;
+    const std::string path = FileSetPath(context_, tenant_, hash);
     if (::stat(path.c_str(), &st) == 0) {
       const json present = {{"present", true}};
       co_return co_await exchange_.SendJson(http::status::created, present);
@@ -514,9 +529,10 @@ class TemplateRoutes {
     const auto host_field = exchange_.request().find(http::field::host);
     const std::string host =
         host_field != exchange_.request().end() ? std::string(api::FromBeast(host_field->value())) : context_.domain;
+    const std::string for_tenant = tenant_.empty() ? "" : "&tenant=" + tenant_;
     const json link = {{"present", false},
-                       {"url", fmt::format("http://{}{}{}?expires={}&token={}", host, kTemplateUploadPrefix, hash,
-                                           expires, UploadToken(context_, hash, expires))}};
+                       {"url", fmt::format("http://{}{}{}?expires={}{}&token={}", host, kTemplateUploadPrefix, hash,
+                                           expires, for_tenant, UploadToken(context_, tenant_, hash, expires))}};
     co_await exchange_.SendJson(http::status::created, link);
   }
 
@@ -535,14 +551,15 @@ class TemplateRoutes {
       job.cancelled = build.cancelled;
       for (const std::string& tag : build.tags)
         job.image_names.push_back(TemplateImageName({build.alias, tag == kDefaultTag ? "" : tag}));
-    });
+    }, tenant_);
     if (!known || !name || name->alias != alias) co_return co_await Fail(NotFound("build " + build_id));
     if (state != "waiting") co_return co_await Fail(Invalid("build is not in waiting state"));
     core::SandboxManager& manager = context_.manager;
-    const TemplateResolver resolve = [&manager](const std::string& from) -> Result<TemplateBase> {
-      const std::optional<std::string> image = TemplateImageFor(manager, from, "");
+    const std::string& tenant = tenant_;
+    const TemplateResolver resolve = [&manager, &tenant](const std::string& from) -> Result<TemplateBase> {
+      const std::optional<std::string> image = TemplateImageFor(manager, from, tenant);
       if (!image) return Invalid("fromTemplate: no template " + from);
-      Result<core::ImageInfo> info = manager.FindImage(*image, "");
+      Result<core::ImageInfo> info = manager.FindImage(*image, tenant);
       if (!info.ok()) return info.error();
       return TemplateBase{*image, info->config ? info->config->user : ""};
     };
@@ -550,7 +567,7 @@ class TemplateRoutes {
     if (!plan.ok()) co_return co_await Fail(plan.error());
     for (const std::string& hash : plan->files_hashes) {
       struct stat st{};
-      if (::stat((FilesDir(context_) + "/" + hash).c_str(), &st) != 0)
+      if (::stat(FileSetPath(context_, tenant_, hash).c_str(), &st) != 0)
         co_return co_await Fail(Invalid("the files of hash " + hash + " were not uploaded"));
     }
     bool started = false;
@@ -560,6 +577,7 @@ class TemplateRoutes {
       started = true;
     });
     if (!started) co_return co_await Fail(Invalid("build is not in waiting state"));
+    job.tenant = tenant_;
     job.builds = context_.templates;
     job.manager = &manager;
     job.io = co_await asio::this_coro::executor;
@@ -593,7 +611,7 @@ class TemplateRoutes {
       answer = {{"templateID", build.alias}, {"buildID", build.build_id}, {"status", build.status},
                 {"logs", json::array()},     {"logEntries", std::move(entries)}};
       if (build.reason) answer["reason"] = *build.reason;
-    });
+    }, tenant_);
     if (!known || answer.is_null()) co_return co_await Fail(NotFound("build " + build_id));
     co_await exchange_.SendJson(http::status::ok, answer);
   }
@@ -602,7 +620,7 @@ class TemplateRoutes {
   Result<std::pair<TemplateName, core::ImageInfo>> Named(const std::string& text) {
     const std::optional<TemplateName> name = ParseTemplateName(text);
     if (!name) return Invalid("not a template name: " + text);
-    Result<core::ImageInfo> image = context_.manager.FindImage(TemplateImageName(*name), "");
+    Result<core::ImageInfo> image = context_.manager.FindImage(TemplateImageName(*name), tenant_);
     if (!image.ok() || !IsTemplateImage(*image, name->alias)) return NotFound("template " + text);
     return std::pair{*name, *image};
   }
@@ -640,7 +658,7 @@ class TemplateRoutes {
       built.host_base = image.host_base;
       for (const std::string& tag : *tags) {
         auto stored =
-            manager.StoreBuiltImage(built, "", TemplateImageName({name.alias, tag == kDefaultTag ? "" : tag}), "");
+            manager.StoreBuiltImage(built, "", TemplateImageName({name.alias, tag == kDefaultTag ? "" : tag}), tenant_);
         if (!stored.ok()) return stored.error();
       }
       return image.name;
@@ -666,11 +684,11 @@ class TemplateRoutes {
     core::SandboxManager& manager = context_.manager;
     const std::string alias = name->alias;
     Result<bool> removed = co_await Blocking([&]() -> Result<bool> {
-      const std::map<std::string, core::ImageInfo> existing = TagsOf(manager, alias, "");
+      const std::map<std::string, core::ImageInfo> existing = TagsOf(manager, alias, tenant_);
       if (existing.empty()) return NotFound("template " + alias);
       for (const std::string& tag : *tags)
         if (!existing.contains(tag)) return NotFound("tag " + tag + " of template " + alias);
-      for (const std::string& tag : *tags) BH_TRY(manager.DeleteImage(TemplateImageName({alias, tag}), ""));
+      for (const std::string& tag : *tags) BH_TRY(manager.DeleteImage(TemplateImageName({alias, tag}), tenant_));
       return true;
     });
     if (!removed.ok()) co_return co_await Fail(removed.error());
@@ -683,8 +701,8 @@ class TemplateRoutes {
     if (!name) co_return co_await Fail(NotFound("template " + id));
     core::SandboxManager& manager = context_.manager;
     const std::string alias = name->alias;
-    const std::map<std::string, core::ImageInfo> tags = co_await Blocking([&] { return TagsOf(manager, alias, ""); });
-    if (tags.empty() && !context_.templates->AnyOf(alias)) co_return co_await Fail(NotFound("template " + id));
+    const std::map<std::string, core::ImageInfo> tags = co_await Blocking([&] { return TagsOf(manager, alias, tenant_); });
+    if (tags.empty() && !context_.templates->AnyOf(alias, tenant_)) co_return co_await Fail(NotFound("template " + id));
     json answer = json::array();
     for (const auto& [tag, image] : tags)
       answer.push_back({{"tag", tag}, {"buildID", context_.templates->BuildIdOf(image.name)}, {"createdAt", image.created_at}});
@@ -697,12 +715,12 @@ class TemplateRoutes {
     if (!name) co_return co_await SendE2bError(exchange_, 404, fmt::format("template \"{}\" not found", id));
     core::SandboxManager& manager = context_.manager;
     const std::string alias = name->alias;
-    const bool building = context_.templates->AnyOf(alias);
-    context_.templates->Forget(alias);
+    const bool building = context_.templates->AnyOf(alias, tenant_);
+    context_.templates->Forget(alias, tenant_);
     Result<size_t> deleted = co_await Blocking([&]() -> Result<size_t> {
-      const std::map<std::string, core::ImageInfo> tags = TagsOf(manager, alias, "");
+      const std::map<std::string, core::ImageInfo> tags = TagsOf(manager, alias, tenant_);
       for (const auto& [tag, image] : tags)
-        BH_TRY(manager.DeleteImage(TemplateImageName({alias, tag == kDefaultTag ? "" : tag}), ""));
+        BH_TRY(manager.DeleteImage(TemplateImageName({alias, tag == kDefaultTag ? "" : tag}), tenant_));
       return tags.size();
     });
     if (!deleted.ok()) co_return co_await Fail(deleted.error());
@@ -714,14 +732,16 @@ class TemplateRoutes {
 
   E2bContext& context_;
   api::HttpExchange& exchange_;
+  const std::string tenant_;  // the caller's ("" the host's): templates are each tenant's own images
 };
 
 }  // namespace
 
 asio::awaitable<std::optional<std::string_view>> ServeTemplates(E2bContext& context, api::HttpExchange& exchange,
                                                                 const api::RequestTarget& target,
-                                                                const std::vector<std::string>& segments) {
-  TemplateRoutes routes(context, exchange);
+                                                                const std::vector<std::string>& segments,
+                                                                const std::string& tenant) {
+  TemplateRoutes routes(context, exchange, tenant);
   co_return co_await routes.Serve(target, segments);
 }
 
@@ -729,15 +749,16 @@ asio::awaitable<std::string_view> ServeTemplateUpload(E2bContext& context, api::
                                                       const api::RequestTarget& target) {
   constexpr std::string_view kLabel = "PUT /e2b-template-files/{hash}";
   const std::string hash = target.path.substr(kTemplateUploadPrefix.size());
-  std::string expires_text, token;
+  std::string expires_text, token, tenant;
   for (const auto& [key, value] : target.query) {
     if (key == "expires") expires_text = value;
     if (key == "token") token = value;
+    if (key == "tenant") tenant = value;
   }
   int64_t expires = 0;
   const auto [end, error] = std::from_chars(expires_text.data(), expires_text.data() + expires_text.size(), expires);
   const bool parsed = !expires_text.empty() && error == std::errc() && end == expires_text.data() + expires_text.size();
-  if (!IsFilesHash(hash) || !parsed || !ConstantTimeEquals(token, UploadToken(context, hash, expires))) {
+  if (!IsFilesHash(hash) || !parsed || !ConstantTimeEquals(token, UploadToken(context, tenant, hash, expires))) {
     co_await SendE2bError(exchange, 401, "invalid upload signature");
     co_return kLabel;
   }
@@ -773,7 +794,7 @@ asio::awaitable<std::string_view> ServeTemplateUpload(E2bContext& context, api::
     co_await SendE2bError(exchange, 400, "the body must be the files' tar archive (gzip or plain)");
     co_return kLabel;
   }
-  if (::fsync(fd.get()) != 0 || ::rename(part.c_str(), (dir + "/" + hash).c_str()) != 0) {
+  if (::fsync(fd.get()) != 0 || ::rename(part.c_str(), FileSetPath(context, tenant, hash).c_str()) != 0) {
     const Error failed = SystemError("store " + hash, errno);
     co_await SendE2bError(exchange, failed);
     co_return kLabel;

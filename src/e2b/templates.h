@@ -32,6 +32,8 @@ namespace bulkhead::e2b {
 struct E2bContext;
 class TemplateBuilds;  // the builds' status and logs (templates.cc)
 std::shared_ptr<TemplateBuilds> MakeTemplateBuilds();
+// Cancels and forgets every build of the tenant's, logs and all (its purge).
+void ForgetTenantBuilds(TemplateBuilds& builds, const std::string& tenant);
 
 // A name as the SDKs send it: [namespace/]alias[:tag], lower-cased (the namespace is the
 // team's: one here). Tag "" is the default tag.
@@ -55,7 +57,8 @@ bool TemplateExists(E2bContext& context, const std::string& alias, const std::st
 boost::asio::awaitable<std::optional<std::string_view>> ServeTemplates(E2bContext& context,
                                                                        api::HttpExchange& exchange,
                                                                        const api::RequestTarget& target,
-                                                                       const std::vector<std::string>& segments);
+                                                                       const std::vector<std::string>& segments,
+                                                                       const std::string& tenant);
 
 // The upload route, before (and without) the API key: its URL is signed.
 inline constexpr std::string_view kTemplateUploadPrefix = "/e2b-template-files/";

@@ -510,4 +510,17 @@ size_t PruneTemplateFiles(const std::string& upload_dir, size_t keep) {
   return deleted;
 }
 
+std::string TemplateFileSetName(const std::string& tenant, const std::string& hash) {
+  return tenant.empty() ? hash : tenant + "." + hash;
+}
+
+size_t RemoveTemplateFiles(const std::string& upload_dir, const std::string& tenant) {
+  namespace fs = std::filesystem;
+  size_t removed = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(upload_dir + "/" + kTemplateFilesDir, ec))
+    if (entry.path().filename().string().starts_with(tenant + ".")) removed += fs::remove(entry.path(), ec) ? 1 : 0;
+  return removed;
+}
+
 }  // namespace bulkhead::api

@@ -78,5 +78,10 @@ size_t PruneBuildCache(core::SandboxManager& manager, size_t keep = kBuildCacheE
 inline constexpr char kTemplateFilesDir[] = "e2b-files";
 inline constexpr size_t kTemplateFileSets = 1000;
 size_t PruneTemplateFiles(const std::string& upload_dir, size_t keep = kTemplateFileSets);
+// A set's file name there: its hash, after "<tenant>." for a tenant's (each tenant uploads its
+// own: another's set of the same hash is not its to build from; tenant names hold no '.').
+std::string TemplateFileSetName(const std::string& tenant, const std::string& hash);
+// Removes a tenant's file sets (its purge); answers how many went.
+size_t RemoveTemplateFiles(const std::string& upload_dir, const std::string& tenant);
 
 }  // namespace bulkhead::api

@@ -1,10 +1,14 @@
 """The E2B front with tenants' keys (issue 24): a tenant's API key taken as X-API-KEY is that
 tenant, as on the native API: the sandboxes it creates are its own, lists show it its own,
-another tenant's ids answer 404 on every sandbox route, read-only keys only read, templates (the
-host's shared images) are the host's key's, and quotas hold."""
+another tenant's ids answer 404 on every sandbox route, read-only keys only read, each tenant builds
+templates of its own (its images: unseen by another, their uploaded files its own), and quotas
+hold."""
+import uuid
+
 import pytest
 
 from test_e2b_control_plane import E2b
+from test_e2b_templates import files_tar, put, request_build, start_build, upload, wait_build
 from test_tenants import new_key, new_tenant
 
 ROUTES = [("GET", "/sandboxes/{id}"), ("DELETE", "/sandboxes/{id}"), ("POST", "/sandboxes/{id}/connect"),
@@ -69,7 +73,7 @@ def test_another_tenants_sandbox_answers_as_an_unknown_one_on_every_route(daemon
     assert [s["snapshotID"] for s in b["e2b"].request("GET", "/snapshots").json()] == [snapshot]
 
 
-def test_read_only_keys_read_and_templates_are_the_hosts(daemon, e2b_tenants):
+def test_read_only_keys_read_and_build_no_templates(daemon, e2b_tenants):
     a = e2b_tenants["a"]
     admin = daemon.client()
     _, key = new_key(admin, a["tenant"], "read-only")
@@ -78,11 +82,11 @@ def test_read_only_keys_read_and_templates_are_the_hosts(daemon, e2b_tenants):
     r = reader.request("POST", "/sandboxes", {"templateID": "base"})
     assert r.status == 403, r
     assert reader.request("DELETE", f"/sandboxes/{a['sandbox']}").status == 403
-    for method, path in [("POST", "/v3/templates"), ("POST", "/templates/tags"), ("GET", "/templates/x/tags"),
+    for method, path in [("POST", "/v3/templates"), ("POST", "/templates/tags"), ("DELETE", "/templates/x"),
                          ("POST", "/v2/templates/x/builds/y")]:
-        r = a["e2b"].request(method, path, {} if method == "POST" else None)
+        r = reader.request(method, path, {} if method == "POST" else None)
         assert r.status == 403, (method, path, r)
-    assert a["e2b"].request("GET", "/templates/aliases/base").status == 200
+    assert reader.request("GET", "/templates/aliases/base").status == 200
     # A revoked key stops at once, here too.
     assert admin.delete(f"/v1/keys/{key['id']}").status == 204
     assert reader.request("GET", "/v2/sandboxes").status == 401
@@ -115,3 +119,54 @@ def test_the_tenants_egress_rules_hold_for_its_e2b_sandboxes(daemon, e2b_tenants
         assert network["mode"] == "open" and "blocked.test" in network["deny"], network
     finally:
         assert admin.request("PATCH", f"/v1/tenants/{a['tenant']}", {"egress": None}).status == 200
+
+
+def test_a_tenant_builds_templates_of_its_own_that_another_cannot_see_use_or_build_from(daemon):
+    admin = daemon.client()
+    fronts = {}
+    for side in ("a", "b"):
+        tenant = new_tenant(admin)
+        _, key = new_key(admin, tenant, "user")
+        fronts[side] = (tenant, E2b(daemon, key["key"]))
+    (a_tenant, a), (b_tenant, b) = fronts["a"], fronts["b"]
+    name = f"own-{uuid.uuid4().hex[:8]}"
+    files_hash = uuid.uuid4().hex + uuid.uuid4().hex
+    try:
+        build = request_build(a, name)
+        upload(a, name, files_hash, files_tar([("note.txt", b"a's file\n")]))
+        assert start_build(a, build, {"fromImage": "e2bdev/base", "force": False, "steps": [
+            {"type": "COPY", "args": ["note.txt", "/srv/note.txt", "", ""], "filesHash": files_hash, "force": False}]
+        }).status == 204
+        status, entries = wait_build(a, build)
+        assert status["status"] == "ready", (status, entries)
+        r = a.request("POST", "/sandboxes", {"templateID": name, "timeout": 60})
+        assert r.status == 201, r
+        assert admin.sandbox(r.json()["sandboxID"])["tenant"] == a_tenant
+        assert admin.exec(r.json()["sandboxID"], ["/bin/cat", "/srv/note.txt"])["stdout"] == "a's file\n"
+        admin.delete(f"/v1/sandboxes/{r.json()['sandboxID']}")
+
+        # b: a's template, its build and its tags are unknown; its own of that name is its own.
+        assert b.request("GET", f"/templates/aliases/{name}").status == 404
+        assert b.request("POST", "/sandboxes", {"templateID": name, "timeout": 60}).status == 404
+        assert b.request("GET", f"/templates/{name}/builds/{build['buildID']}/status").status == 404
+        assert b.request("GET", f"/templates/{name}/tags").status == 404
+        assert b.request("DELETE", f"/templates/{name}").status == 404
+        # Nor does a's upload serve b's build: b must send the files itself.
+        mine = request_build(b, name)
+        link = b.request("GET", f"/templates/{name}/files/{files_hash}").json()
+        assert link["present"] is False, link
+        r = start_build(b, mine, {"fromImage": "e2bdev/base", "force": False, "steps": [
+            {"type": "COPY", "args": ["note.txt", "/srv/note.txt", "", ""], "filesHash": files_hash, "force": False}]})
+        assert r.status == 400 and "not uploaded" in r.json()["message"], r
+        # An upload URL made for a cannot be used with b's name in it.
+        url = a.request("GET", f"/templates/{name}/files/{'c' * 64}").json()["url"]
+        assert put(url.replace(f"tenant={a_tenant}", f"tenant={b_tenant}"), files_tar([("x", b"x")])).status == 401
+        # The host's key does not see a tenant's templates as its own.
+        assert E2b(daemon).request("GET", f"/templates/aliases/{name}").status == 404
+    finally:
+        for tenant, _ in fronts.values():
+            r = admin.delete(f"/v1/tenants/{tenant}?purge=true")
+            assert r.status == 200, r
+            if tenant == a_tenant:
+                removed = r.json()["removed_counts"]
+                assert removed["images"] >= 1 and removed["template_file_sets"] == 1, removed
