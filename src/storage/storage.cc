@@ -114,10 +114,11 @@ void PutHolders(nlohmann::json& meta, const ImageInfo& info) {
   meta["tenants"] = info.tenants;
 }
 
-// The holders a new image starts with: the one that stored it.
-nlohmann::json FirstHolder(const std::string& tenant) {
+// The holders a new image starts with: the one that stored it, with a tenant's name for it if
+// it gave one (its import's).
+nlohmann::json FirstHolder(const std::string& tenant, const std::string& reference = "") {
   nlohmann::json tenants = nlohmann::json::object();
-  if (!tenant.empty()) tenants[tenant] = nlohmann::json::array();
+  if (!tenant.empty()) tenants[tenant] = reference.empty() ? nlohmann::json::array() : nlohmann::json::array({reference});
   return {{"references", nlohmann::json::array()}, {"host", tenant.empty()}, {"tenants", std::move(tenants)}};
 }
 
@@ -267,11 +268,11 @@ Result<ImageInfo> Storage::ImportImage(const std::string& name, const std::strin
       return MakeError(ErrorCode::kConflict, "image " + name + " exists", "image_exists");
     dir = HexEncode(Sha256("import\n" + tenant + "\n" + name));
   }
-  auto imported = InstallImage(
+  return InstallImage(
       dir, [&](const std::string& rootfs) { return ExtractRootfsTarball(tar_path, rootfs); },
       [&](ImageInfo& info) {
         info.source = "tarball";
-        nlohmann::json meta = FirstHolder(tenant);
+        nlohmann::json meta = FirstHolder(tenant, tenant.empty() ? "" : name);
         meta.update(nlohmann::json{{"name", info.name},
                                    {"source", info.source},
                                    {"created_at", info.created_at},
@@ -279,8 +280,6 @@ Result<ImageInfo> Storage::ImportImage(const std::string& name, const std::strin
         return meta;
       },
       /*existing_ok=*/false);
-  if (!imported.ok() || tenant.empty()) return imported;
-  return NameImage(imported->name, name, tenant);
 }
 
 Result<ImageInfo> Storage::InstallBuiltImage(const BuiltImage& image, const std::string& tar_path,
