@@ -83,8 +83,10 @@ std::vector<std::shared_ptr<Sandbox>> SandboxManagerImpl::ColdImageLocked(const 
 
 Result<ImageInfo> SandboxManagerImpl::PullImage(const storage::PullRequest& request,
                                                 const storage::PullListener& listener) {
+  const std::map<std::string, int64_t> before = ImagesHeldBy(request.tenant);
   auto pulled = puller_.Pull(request, listener);
   if (!pulled.ok()) return pulled;
+  BH_TRY(KeepImagesWithinQuota(request.tenant, before));
   RetargetImagePools();  // a tag that moved moves its pool
   return storage::ImageSeenBy(std::move(*pulled), request.tenant);
 }
@@ -104,19 +106,23 @@ Result<ImageInfo> SandboxManagerImpl::StoreBuiltImage(const storage::BuiltImage&
     if (!storage::IsSafeName(name))
       return MakeError(ErrorCode::kInvalid, "invalid image name (letters, digits, . _ -): " + name);
   }
+  const std::map<std::string, int64_t> before = ImagesHeldBy(tenant);
   auto stored = storage_->InstallBuiltImage(image, tar_path, tenant);
   if (!stored.ok()) return stored;
   auto named = storage_->NameImage(stored->name, name, tenant);  // (a cached build's image: now the tenant's too)
-  if (named.ok() && !name.empty()) RetargetImagePools();
   if (!named.ok()) return named;
+  BH_TRY(KeepImagesWithinQuota(tenant, before));
+  if (!name.empty()) RetargetImagePools();
   return storage::ImageSeenBy(std::move(*named), tenant);
 }
 
 Result<ImageInfo> SandboxManagerImpl::ImportImage(const std::string& name, const std::string& tar_path,
                                                   const std::string& tenant) {
+  const std::map<std::string, int64_t> before = ImagesHeldBy(tenant);
   auto imported = storage_->ImportImage(name, tar_path, tenant);
-  if (imported.ok()) RetargetImagePools();
   if (!imported.ok()) return imported;
+  BH_TRY(KeepImagesWithinQuota(tenant, before));
+  RetargetImagePools();
   return storage::ImageSeenBy(std::move(*imported), tenant);
 }
 

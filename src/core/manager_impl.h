@@ -107,7 +107,7 @@ class SandboxManagerImpl : public SandboxManager {
   ~SandboxManagerImpl() override { Shutdown(); }
 
   Status Recover();
-  Status LoadQuotas();  // and the tenants' egress rules
+  Status LoadQuotas();  // and the tenants' egress rules, and what their images hold
   void StartBackground();
 
   Result<SandboxInfo> Create(const SandboxSpec& spec) override;
@@ -313,6 +313,13 @@ class SandboxManagerImpl : public SandboxManager {
   // A create of `count` sandboxes like `spec`: room under --max-sandboxes, then its tenant's
   // claim (ClaimLocked). mu_ held.
   Result<std::shared_ptr<void>> ClaimCreatesLocked(const SandboxSpec& spec, int64_t count);
+  // The images each tenant holds, counted again from the image store (after any change to it).
+  void RecountImages();
+  // The images the tenant holds now, by name, with their sizes.
+  std::map<std::string, int64_t> ImagesHeldBy(const std::string& tenant);
+  // After a call that stored an image as the tenant's: 429 "quota_exceeded" if its images now
+  // pass its "images" or "image_bytes" quota, the ones it did not hold `before` let go again.
+  Status KeepImagesWithinQuota(const std::string& tenant, const std::map<std::string, int64_t>& before);
 
   // ---- sandbox_access.cc
   // What a request to a running sandbox's init needs, taken together: its settings, its output
@@ -356,6 +363,9 @@ class SandboxManagerImpl : public SandboxManager {
   ManagerStats stats_;
   std::map<std::string, TenantQuota> quotas_;  // by tenant
   std::map<std::string, TenantEgress> egress_rules_;  // by tenant
+  // By tenant: the images it holds, by name, and their sizes (RecountImages).
+  std::map<std::string, std::map<std::string, int64_t>> tenant_images_;
+  std::mutex recount_mu_;  // one RecountImages at a time, so an older count never lands last
   struct QuotaClaim {
     std::string tenant;
     Amounts need;

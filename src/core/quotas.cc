@@ -42,6 +42,7 @@ Amounts NeedOf(const SandboxSpec& spec, int64_t count, bool create) {
 }
 
 Status SandboxManagerImpl::LoadQuotas() {
+  RecountImages();  // (what each tenant's images hold: from the image store, not the database)
   auto rows = db_->LoadTenantQuotas();
   if (!rows) return rows.error();
   std::lock_guard lock(mu_);
@@ -95,6 +96,7 @@ std::map<std::string, Amounts> SandboxManagerImpl::UsageByTenant() {
   for (const auto& [name, quota] : quotas_) tenants.insert(name);
   for (const auto& [id, sb] : sandboxes_) tenants.insert(sb->info.spec.tenant);
   for (const auto& [id, entry] : snapshots_) tenants.insert(entry.info.tenant);
+  for (const auto& [tenant, images] : tenant_images_) tenants.insert(tenant);
   tenants.merge(volumes_.Tenants());
   tenants.erase("");
   std::map<std::string, Amounts> out;
@@ -122,6 +124,12 @@ Amounts SandboxManagerImpl::UsageLocked(const std::string& tenant, int64_t now) 
   const auto [volumes, volume_mb] = volumes_.UsageOf(tenant);
   usage[Resource::kVolumes] += static_cast<double>(volumes);
   usage[Resource::kVolumeMb] += static_cast<double>(volume_mb);
+  if (auto images = tenant_images_.find(tenant); images != tenant_images_.end()) {
+    for (const auto& [name, bytes] : images->second) {
+      usage[Resource::kImages] += 1;
+      usage[Resource::kImageBytes] += static_cast<double>(bytes);
+    }
+  }
   for (const QuotaClaim& claim : claims_)
     if (claim.tenant == tenant)
       for (Resource r : kAllResources) usage[r] += claim.need[r];
@@ -156,6 +164,51 @@ Result<VolumeInfo> SandboxManagerImpl::CreateVolume(const storage::VolumeKey& ke
     claim = std::move(*claimed);
   }
   return volumes_.Create(key, size_mb);
+}
+
+void SandboxManagerImpl::RecountImages() {
+  std::lock_guard recounting(recount_mu_);
+  std::map<std::string, std::map<std::string, int64_t>> held;
+  for (const ImageInfo& image : storage_->ListImages())
+    for (const auto& [tenant, references] : image.tenants) held[tenant][image.name] = image.size_bytes;
+  std::lock_guard lock(mu_);
+  tenant_images_ = std::move(held);
+}
+
+std::map<std::string, int64_t> SandboxManagerImpl::ImagesHeldBy(const std::string& tenant) {
+  std::lock_guard lock(mu_);
+  auto it = tenant_images_.find(tenant);
+  return it == tenant_images_.end() ? std::map<std::string, int64_t>() : it->second;
+}
+
+Status SandboxManagerImpl::KeepImagesWithinQuota(const std::string& tenant,
+                                                const std::map<std::string, int64_t>& before) {
+  RecountImages();
+  if (tenant.empty()) return {};
+  std::vector<std::string> added;
+  Status within;
+  {
+    std::lock_guard lock(mu_);
+    auto quota = quotas_.find(tenant);
+    if (quota == quotas_.end()) return {};
+    // What it held before, and what the call added to it.
+    Amounts need;
+    for (const auto& [name, bytes] : tenant_images_[tenant]) {
+      if (before.contains(name)) continue;
+      added.push_back(name);
+      need[Resource::kImages] += 1;
+      need[Resource::kImageBytes] += static_cast<double>(bytes);
+    }
+    Amounts usage = UsageLocked(tenant, UnixMillis());
+    for (Resource r : {Resource::kImages, Resource::kImageBytes}) usage[r] -= need[r];
+    within = CheckQuota(tenant, quota->second, usage, need);
+  }
+  if (within.ok()) return {};
+  for (const std::string& name : added) {
+    if (Status released = DeleteImage(name, tenant); !released.ok())
+      spdlog::warn("image {} past tenant {}'s quota is kept: {}", name, tenant, released.error().message);
+  }
+  return within;
 }
 
 Result<std::shared_ptr<void>> SandboxManagerImpl::ClaimLocked(const std::string& tenant, const Amounts& need) {

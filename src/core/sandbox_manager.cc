@@ -358,6 +358,7 @@ Status SandboxManagerImpl::DeleteImage(const std::string& name, const std::strin
   if (others) {
     auto held = storage_->ReleaseImage(*stored, tenant);
     if (!held.ok()) return held.error();
+    RecountImages();
     RetargetImagePools();
     if (*held) return {};
   }
@@ -371,6 +372,7 @@ Status SandboxManagerImpl::DeleteImage(const std::string& name, const std::strin
   }
   for (const auto& sb : pooled) (void)Teardown(*sb);
   BH_TRY(storage_->DeleteImage(*stored));
+  RecountImages();
   RetargetImagePools();
   if (auto gc = CollectImageGarbage(); !gc.ok()) spdlog::warn("image blobs: {}", gc.error().message);
   return {};

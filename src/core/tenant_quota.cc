@@ -17,6 +17,8 @@ constexpr std::array<ResourceName, kResources> kNames = {{
     {"creates_per_minute", "sandboxes created in a minute"},
     {"volumes", "volumes"},
     {"volume_mb", "MiB of volumes"},
+    {"images", "images"},
+    {"image_bytes", "bytes of images"},
 }};
 
 // Whether a resource is counted in whole units (all but CPUs).

@@ -1,9 +1,11 @@
-// A tenant's quotas and usage: how much of the host its sandboxes, snapshots and volumes may
-// hold at once (sandboxes running, their CPUs, memory and disk, snapshots and their bytes,
-// volumes and their size caps) and how fast it may create sandboxes. The manager checks them
-// on every create, fork, start or resume from disk, and snapshot of a tenant's sandbox, and
-// every create of its volumes (kTooMany, 429 "quota_exceeded", naming the quota) before
-// anything is made. Plain logic (tests/unit/core_tenant_quota_test.cc).
+// A tenant's quotas and usage: how much of the host its sandboxes, snapshots, volumes and images
+// may hold at once (sandboxes running, their CPUs, memory and disk, snapshots and their bytes,
+// volumes and their size caps, images and their bytes) and how fast it may create sandboxes.
+// The manager checks them on every create, fork, start or resume from disk, and snapshot of a
+// tenant's sandbox, and every create of its volumes (kTooMany, 429 "quota_exceeded", naming the
+// quota) before anything is made; an image's size is known once it is stored, so one that
+// passes a quota is let go again (core/quotas.cc). Plain logic
+// (tests/unit/core_tenant_quota_test.cc).
 #pragma once
 #include <array>
 #include <cstddef>
@@ -27,8 +29,10 @@ enum class Resource {
   kCreatesPerMinute,  // sandboxes created (forks and creates from snapshots too) in the last 60 s
   kVolumes,           // named volumes
   kVolumeMb,          // their size caps
+  kImages,            // images it holds (pulled, built, imported with its keys)
+  kImageBytes,        // their sizes (an image others hold too counts for each)
 };
-inline constexpr size_t kResources = 9;
+inline constexpr size_t kResources = 11;
 
 struct ResourceName {
   std::string_view key;   // in the API's "quotas" and "usage" objects, and in /metrics
@@ -38,7 +42,7 @@ const ResourceName& NameOf(Resource resource);
 inline constexpr std::array<Resource, kResources> kAllResources = {
     Resource::kSandboxes, Resource::kCpus,          Resource::kMemoryMb,        Resource::kDiskMb,
     Resource::kSnapshots, Resource::kSnapshotBytes, Resource::kCreatesPerMinute, Resource::kVolumes,
-    Resource::kVolumeMb};
+    Resource::kVolumeMb,  Resource::kImages,        Resource::kImageBytes};
 
 // An amount of each resource: a tenant's usage, or what a call would add to it.
 struct Amounts {

@@ -207,6 +207,38 @@ def test_a_tenants_build_is_its_own_with_its_own_cache_and_its_quotas(image_daem
         assert admin.request("PATCH", f"/v1/tenants/{tenant}", {"quotas": {"sandboxes": None}}).status == 200
 
 
+def test_a_tenants_images_count_against_its_image_quotas(image_daemon, registry):
+    """"images" and "image_bytes": an image that would pass one is let go again (429, naming the
+    quota) and nothing of it is left the tenant's; usage shows both."""
+    admin = image_daemon.client()
+    tenant = new_tenant(admin)
+    client, _ = new_key(admin, tenant, "user")
+    headers = {"Content-Type": "application/x-tar"}
+    try:
+        assert admin.request("PATCH", f"/v1/tenants/{tenant}", {"quotas": {"images": 1}}).status == 200
+        assert client.request("PUT", "/v1/images/one", rootfs_tar(b"1\n"), headers=headers).status == 201
+        r = client.request("PUT", "/v1/images/two", rootfs_tar(b"2\n"), headers=headers)
+        assert r.status == 429 and r.json()["error"]["code"] == "quota_exceeded", r
+        assert '"images"' in r.json()["error"]["message"], r
+        r = pull(client, f"{registry.host}/open/app:1")
+        assert r.status == 429 and '"images"' in r.json()["error"]["message"], r
+        own = [i for i in names(client).values() if not i["shared"]]
+        assert [i["references"] for i in own] == [["one"]], own
+        usage = admin.get(f"/v1/tenants/{tenant}").json()["usage"]
+        assert usage["images"] == 1 and usage["image_bytes"] == own[0]["size_bytes"] > 0, usage
+        # Bytes: a cap below what one more image takes.
+        assert admin.request("PATCH", f"/v1/tenants/{tenant}",
+                             {"quotas": {"images": None, "image_bytes": usage["image_bytes"] + 1}}).status == 200
+        r = client.request("PUT", "/v1/images/three", rootfs_tar(b"3\n"), headers=headers)
+        assert r.status == 429 and '"image_bytes"' in r.json()["error"]["message"], r
+        assert client.get("/v1/images/three").status == 404
+        # Letting one go makes room.
+        assert client.delete("/v1/images/one").status == 204
+        assert client.request("PUT", "/v1/images/three", rootfs_tar(b"3\n"), headers=headers).status == 201
+    finally:
+        assert admin.delete(f"/v1/tenants/{tenant}?purge=true").status == 200
+
+
 def test_scopes_hold_on_image_routes(image_daemon, tenants):
     admin = image_daemon.client()
     reader, _ = new_key(admin, tenants["a"]["tenant"], "read-only")
