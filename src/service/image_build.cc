@@ -206,6 +206,9 @@ class Builder {
       }
       auto next = FileStep(step, state, finals, event);
       if (!next.ok()) {
+        // A step that failed before it began (a COPY of a file the context lacks) is still the
+        // step that failed: its event goes out, so that listeners name it and not the one before.
+        if (!event.contains("cached")) listener_(event);
         if (next.error().detail_code != "build_failed") return next.error();
         return BuildFailed("step " + std::to_string(i + 1) + "/" + std::to_string(stage.steps.size()) + " (" +
                            step.original + "): " + next.error().message);

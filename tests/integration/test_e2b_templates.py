@@ -247,6 +247,7 @@ def test_an_upload_cannot_reach_outside_its_build(e2b, tmp_path):
     status, _ = wait_build(front, build)
     # The entry is refused or kept inside the build's context: nothing lands outside.
     assert status["status"] == "error" and "x" in status["reason"]["message"], status
+    assert status["reason"]["step"] == "1", status  # the COPY's own step, not the one before it
     assert not marker.exists()
 
     build = request_build(front, name)
