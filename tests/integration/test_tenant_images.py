@@ -4,6 +4,7 @@ its blobs are already on the disk (a tenant's pull of content stored for another
 blob from the registry to its own login), removed by a purge; the host's images stay every
 tenant's to run but not to delete."""
 import urllib.parse
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,7 @@ from test_image_build import build, context_tar
 from test_tenants import cli, new_key, new_tenant
 
 PROGRAMS = ["/bin/sh", "/bin/cat", "/bin/echo"]
+SDK_DIR = Path(__file__).resolve().parents[2] / "sdk" / "python"
 
 
 def quoted(text: str) -> str:
@@ -237,6 +239,27 @@ def test_a_tenants_images_count_against_its_image_quotas(image_daemon, registry)
         assert client.request("PUT", "/v1/images/three", rootfs_tar(b"3\n"), headers=headers).status == 201
     finally:
         assert admin.delete(f"/v1/tenants/{tenant}?purge=true").status == 200
+
+
+def test_the_python_sdk_pulls_lists_and_deletes_a_tenants_images(image_daemon, registry, tenants):
+    import sys
+    sys.path.insert(0, str(SDK_DIR))
+    from bulkhead import Bulkhead, ForbiddenError, NotFoundError
+    url = f"http://127.0.0.1:{image_daemon.port}"
+    ref = f"{registry.host}/open/app:1"
+    with Bulkhead(url=url, api_key=image_daemon.key) as host, \
+            Bulkhead(url=url, api_key=tenants["a"]["key"]) as a, Bulkhead(url=url, api_key=tenants["b"]["key"]) as b:
+        image = host.images.pull(ref, tenant=tenants["a"]["tenant"])
+        assert image.source == "registry" and image.references == [ref] and image.shared is False, image
+        assert a.images.get(ref).name == image.name
+        assert image.name in [i.name for i in host.images.list(tenant=tenants["a"]["tenant"])]
+        with pytest.raises(NotFoundError):
+            b.images.get(ref)
+        with pytest.raises(ForbiddenError):
+            a.images.delete("host")
+        a.images.delete(ref)
+        with pytest.raises(NotFoundError):
+            a.images.get(ref)
 
 
 def test_scopes_hold_on_image_routes(image_daemon, tenants):

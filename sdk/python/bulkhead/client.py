@@ -213,25 +213,52 @@ class Volumes:
 
 
 class Images:
-    """client.images"""
+    """client.images. A tenant's key acts on its own images (and sees the host's); the host's key
+    on the host's, or on a tenant's with `tenant=`."""
 
     def __init__(self, client: Bulkhead):
         self._t = client._transport
 
-    def list(self) -> List[Image]:
-        return [Image.from_json(i) for i in self._t.json("GET", "/v1/images").get("images", [])]
+    def list(self, *, tenant: Optional[str] = None) -> List[Image]:
+        return [Image.from_json(i)
+                for i in self._t.json("GET", "/v1/images", query=_tenant_query(tenant)).get("images", [])]
 
-    def import_(self, name: str, rootfs: Upload, *, content_type: str = "application/octet-stream") -> Image:
+    def get(self, name: str, *, tenant: Optional[str] = None) -> Image:
+        """An image by its name or a reference it was pulled as (NotFoundError if none)."""
+        return Image.from_json(self._t.json("GET", "/v1/images/" + segment(name), query=_tenant_query(tenant)))
+
+    def pull(self, reference: str, *, username: Optional[str] = None, password: Optional[str] = None,
+             platform: Optional[str] = None, tenant: Optional[str] = None) -> Image:
+        """Fetches an image from its registry (REGISTRY/REPOSITORY[:TAG][@DIGEST]), with a login
+        if given; answers once it is stored."""
+        body: Dict[str, Any] = {"image": reference}
+        if username is not None or password is not None:
+            body["auth"] = {"username": username or "", "password": password or ""}
+        if platform is not None:
+            body["platform"] = platform
+        if tenant is not None:
+            body["tenant"] = tenant
+        return Image.from_json(self._t.json("POST", "/v1/images/pull", json_body=body, timeout=None))
+
+    def import_(self, name: str, rootfs: Upload, *, content_type: str = "application/octet-stream",
+                tenant: Optional[str] = None) -> Image:
         """Makes an image from a tarball of a root filesystem (plain or compressed: gzip, xz,
         zstd, bzip2; a path, bytes, a file object or chunks; streamed)."""
         body, length, opened = _open_upload(rootfs)
         try:
-            return Image.from_json(self._t.json("PUT", "/v1/images/" + segment(name), body=body, length=length,
-                                                headers={"Content-Type": content_type}, timeout=None))
+            return Image.from_json(self._t.json("PUT", "/v1/images/" + segment(name), query=_tenant_query(tenant),
+                                                body=body, length=length, headers={"Content-Type": content_type},
+                                                timeout=None))
         finally:
             if opened is not None:
                 opened.close()
 
-    def delete(self, name: str) -> None:
-        self._t.call("DELETE", "/v1/images/" + segment(name))
+    def delete(self, name: str, *, tenant: Optional[str] = None) -> None:
+        """Deletes an image, or takes a reference off it; a tenant's image others hold too is only
+        let go of (ForbiddenError for the host's image with a tenant's key)."""
+        self._t.call("DELETE", "/v1/images/" + segment(name), query=_tenant_query(tenant))
+
+
+def _tenant_query(tenant: Optional[str]) -> Optional[Dict[str, str]]:
+    return None if tenant is None else {"tenant": tenant}
 

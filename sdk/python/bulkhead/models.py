@@ -406,15 +406,18 @@ class Volume:
 @dataclass
 class Image:
     name: str
-    source: str  # host | directory | tarball
+    source: str  # host | directory | tarball | registry | build
     created_at: Optional[datetime]
     size_bytes: int
+    references: List[str] = field(default_factory=list)  # its names in the caller's namespace
+    shared: bool = True  # the host's (every tenant runs it); False: a tenant's own
     raw: Dict[str, Any] = _raw()
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Image":
         return cls(name=d["name"], source=d.get("source", ""), created_at=parse_time(d.get("created_at")),
-                   size_bytes=int(d.get("size_bytes", 0)), raw=dict(d))
+                   size_bytes=int(d.get("size_bytes", 0)), references=list(d.get("references") or []),
+                   shared=bool(d.get("shared", True)), raw=dict(d))
 
 
 @dataclass
