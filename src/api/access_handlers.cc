@@ -5,6 +5,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "api/handlers.h"
 #include "common/time_format.h"
@@ -172,6 +173,7 @@ asio::awaitable<void> ApiHandlers::CreateTenant(HttpExchange& exchange) {
   exchange.Note("target", request->name);
   // Blocking (SQLite writes). The tenant has no key yet: nothing of it can come before its quota.
   Status created = co_await RunBlocking(context_.blocking_pool, [&]() -> Status {
+    if (!context_.keys->HasTenant(request->name)) ForgetLeftovers(request->name);
     BH_TRY(context_.keys->CreateTenant(request->name));
     Status set = context_.manager.SetQuota(request->name, request->quota);
     if (set.ok() && request->egress) set = context_.manager.SetTenantEgress(request->name, *request->egress);
@@ -257,6 +259,16 @@ asio::awaitable<void> ApiHandlers::DeleteTenant(HttpExchange& exchange, const st
   (void)context_.manager.SetQuota(name, {});
   (void)context_.manager.SetTenantEgress(name, {});
   co_await exchange.SendNoContent();
+}
+
+void ApiHandlers::ForgetLeftovers(const std::string& tenant) {
+  core::SandboxManager& manager = context_.manager;
+  for (const core::ImageInfo& image : manager.ListImages()) {
+    if (image.name == "host" || !storage::HoldsImage(image, tenant)) continue;
+    if (Status released = manager.DeleteImage(image.name, tenant); !released.ok())
+      spdlog::warn("image {} left by a tenant {} gone before: {}", image.name, tenant, released.error().message);
+  }
+  RemoveTemplateFiles(context_.upload_dir, tenant);
 }
 
 std::string ApiHandlers::Owned(const std::string& tenant) {

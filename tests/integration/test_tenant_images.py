@@ -3,6 +3,7 @@ own, unseen and unusable by other tenants through any route, never given to anot
 its blobs are already on the disk (a tenant's pull of content stored for another must get every
 blob from the registry to its own login), removed by a purge; the host's images stay every
 tenant's to run but not to delete."""
+import threading
 import urllib.parse
 from pathlib import Path
 
@@ -334,6 +335,39 @@ def test_the_e2b_front_and_the_cli_hold_a_tenant_to_its_images(image_daemon, ten
         assert a["client"].get("/v1/images/e2b-own").status == 404
     finally:
         a["client"].delete("/v1/images/e2b-own")
+
+
+def test_a_pull_that_ends_after_its_tenant_was_purged_leaves_nothing_to_a_new_tenant_of_that_name(
+        image_daemon, registry):
+    """The purge cannot wait out a pull under way (it may take minutes): the image it stores
+    after is held by a tenant that is gone, and a tenant made again with that name starts
+    without it."""
+    admin = image_daemon.client()
+    tenant = new_tenant(admin)
+    client, _ = new_key(admin, tenant, "user")
+    image = build_image([make_layer(host_files(PROGRAMS) + [Dir("etc", 0o755), File("etc/motd", b"late\n")])],
+                        {"Cmd": ["/bin/cat", "/etc/motd"]})
+    registry.put_image("open/late", "1", image)
+    registry.public.add("open/late")
+    registry.fault(image.layer_digests()[0], stall=3)
+    results = []
+    puller = threading.Thread(target=lambda: results.append(pull(client, f"{registry.host}/open/late:1")))
+    puller.start()
+    try:
+        harness.wait_until(lambda: any("open/late/blobs" in r.path for r in registry.requests(method="GET")),
+                           timeout=30)
+        assert admin.delete(f"/v1/tenants/{tenant}?purge=true").status == 200
+    finally:
+        puller.join(60)
+        registry.clear_faults()
+    assert results and results[0].status == 201, results  # (the key was good when it asked)
+    hexname = image.digest.removeprefix("sha256:")
+    assert tenant in names(admin)[hexname]["tenants"]
+    assert admin.post("/v1/tenants", {"name": tenant}).status == 201
+    again, _ = new_key(admin, tenant, "user")
+    assert hexname not in names(again) and again.get(f"/v1/images/{quoted(f'{registry.host}/open/late:1')}").status == 404
+    assert hexname not in names(admin)
+    assert admin.delete(f"/v1/tenants/{tenant}").status == 204
 
 
 def test_who_holds_an_image_survives_a_restart(image_daemon, tenants):
