@@ -263,6 +263,12 @@ asio::awaitable<void> ApiHandlers::DeleteTenant(HttpExchange& exchange, const st
 
 void ApiHandlers::ForgetLeftovers(const std::string& tenant) {
   core::SandboxManager& manager = context_.manager;
+  for (const core::SandboxInfo& sandbox : manager.List(core::ListFilter{.tenant = tenant}))
+    (void)manager.Delete(sandbox.id);
+  for (const core::SnapshotInfo& snapshot : manager.ListSnapshots())
+    if (snapshot.tenant == tenant) (void)manager.DeleteSnapshot(snapshot.id);
+  for (const core::VolumeInfo& volume : manager.ListVolumes())
+    if (volume.tenant == tenant) (void)manager.DeleteVolume({.tenant = tenant, .name = volume.name});
   for (const core::ImageInfo& image : manager.ListImages()) {
     if (image.name == "host" || !storage::HoldsImage(image, tenant)) continue;
     if (Status released = manager.DeleteImage(image.name, tenant); !released.ok())

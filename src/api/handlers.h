@@ -74,9 +74,9 @@ class ApiHandlers {
   Result<nlohmann::json> PurgeTenant(const std::string& name);
   // "2 sandboxes, 0 snapshots and 1 volumes" the tenant still owns, or "" if none. Blocking.
   std::string Owned(const std::string& tenant);
-  // What a tenant of this name, purged or removed before, may have left: images and template
-  // file sets stored by a call still under way as it went (a pull takes minutes). A tenant
-  // made again with the name starts with none of it. (blocking)
+  // What a tenant of this name, purged or removed before, may have left: sandboxes, snapshots,
+  // volumes, images and template file sets a call still under way as it went made (a pull
+  // takes minutes). A tenant made again with the name starts with none of it. (blocking)
   void ForgetLeftovers(const std::string& tenant);
   // The Tenant object, with its quotas and usage.
   boost::asio::awaitable<void> SendTenant(HttpExchange& exchange, http::status status, const std::string& name);
