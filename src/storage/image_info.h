@@ -1,5 +1,6 @@
 // What the storage knows of an image; the core hands it on as core::ImageInfo (core/types.h).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -43,7 +44,9 @@ inline ImageInfo ImageSeenBy(ImageInfo image, const std::string& tenant) {
   if (tenant.empty()) return image;
   std::vector<std::string> references;
   if (auto own = image.tenants.find(tenant); own != image.tenants.end()) references = own->second;
-  if (image.shared) references.insert(references.end(), image.references.begin(), image.references.end());
+  if (image.shared)
+    for (const std::string& reference : image.references)
+      if (std::find(references.begin(), references.end(), reference) == references.end()) references.push_back(reference);
   image.references = std::move(references);
   image.tenants.clear();
   return image;

@@ -287,6 +287,10 @@ TEST_F(StorageImportTest, TenantsHoldTheirImagesInNamespacesOfTheirOwn) {
   EXPECT_TRUE(info->shared);
   EXPECT_EQ(info->references, std::vector<std::string>{"web-host"});
   EXPECT_EQ(info->tenants.at("team-a"), std::vector<std::string>{"web"});
+  ASSERT_TRUE(storage_->NameImage(stored->name, "web-host", "team-a").ok());  // a name both give it: listed once
+  info = storage_->GetImage(stored->name);
+  EXPECT_EQ(ImageSeenBy(*info, "team-a").references, (std::vector<std::string>{"web", "web-host"}));
+  EXPECT_TRUE(ImageSeenBy(*info, "team-a").tenants.empty());
   const ImageInfo seen = ImageSeenBy(*info, "team-b");
   EXPECT_TRUE(seen.tenants.empty());
   EXPECT_EQ(seen.references, std::vector<std::string>{"web-host"});
