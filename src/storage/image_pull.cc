@@ -290,6 +290,10 @@ Result<ImageInfo> ImagePuller::Pull(const PullRequest& request, const PullListen
                                     [&] { return w.Restart(); });
     if (!fetched_blob.ok()) return fetched_blob.error();
     BH_TRY(w.Commit());
+    // Resumed from a partial download that may have been another tenant's pull: the part before
+    // came from a registry this tenant's login may not reach, so the registry must give it the
+    // whole blob too.
+    if (resumed_from > 0) BH_TRY(prove(layer));
     done_bytes += layer.size;
     listener(json{{"status", "downloaded"}, {"layer", layer.digest}, {"size", layer.size}, {"cached", false},
                   {"resumed_from", resumed_from}});

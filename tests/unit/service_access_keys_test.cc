@@ -115,8 +115,8 @@ TEST(AccessScopes, EachScopeReachesWhatItShould) {
     EXPECT_TRUE(AllowedByScope(admin, route).ok());
   // Host-wide routes: no tenant's key.
   for (RouteId route : {RouteId::kCreateTenant, RouteId::kListTenants, RouteId::kDeleteTenant, RouteId::kAudit,
-                        RouteId::kMetrics, RouteId::kPullImage,
-                        RouteId::kBuildImage, RouteId::kDeleteImage, RouteId::kImportSnapshot})
+                        RouteId::kMetrics, RouteId::kCollectImageGarbage, RouteId::kPruneBuildCache,
+                        RouteId::kImportSnapshot})
     for (const Caller* caller : {&tenant_admin, &user, &reader})
       EXPECT_EQ(AllowedByScope(*caller, route).error().code, ErrorCode::kForbidden);
   // Reads: every tenant scope.
@@ -124,9 +124,11 @@ TEST(AccessScopes, EachScopeReachesWhatItShould) {
                         RouteId::kHealthz, RouteId::kListImages, RouteId::kListVolumes, RouteId::kGetVolume})
     for (const Caller* caller : {&tenant_admin, &user, &reader}) EXPECT_TRUE(AllowedByScope(*caller, route).ok());
   // Changes: not read-only.
+  // (A tenant's own images too: pulled, pushed, built, imported and deleted as its own.)
   for (RouteId route : {RouteId::kExec, RouteId::kCreateSandbox, RouteId::kWriteFile, RouteId::kProcessAttach,
                         RouteId::kPortProxy, RouteId::kTcpForward, RouteId::kForkSandbox, RouteId::kCreateVolume,
-                        RouteId::kDeleteVolume}) {
+                        RouteId::kDeleteVolume, RouteId::kPullImage, RouteId::kPushImage, RouteId::kBuildImage,
+                        RouteId::kPutImage, RouteId::kDeleteImage}) {
     EXPECT_TRUE(AllowedByScope(user, route).ok());
     EXPECT_FALSE(AllowedByScope(reader, route).ok());
   }
