@@ -342,11 +342,11 @@ std::vector<core::ImageInfo> FakeManager::ListImages() {
   return {core::ImageInfo{.name = "host", .source = "host", .created_at = "2024-01-01T00:00:00Z", .size_bytes = 0}};
 }
 
-Result<core::ImageInfo> FakeManager::ImportImage(const std::string& name, const std::string&) {
+Result<core::ImageInfo> FakeManager::ImportImage(const std::string& name, const std::string&, const std::string&) {
   return core::ImageInfo{.name = name, .source = "tarball", .created_at = "2024-05-01T10:00:00Z", .size_bytes = 10240};
 }
 
-Result<core::ImageInfo> FakeManager::FindImage(const std::string& name) {
+Result<core::ImageInfo> FakeManager::FindImage(const std::string& name, const std::string&) {
   if (name == "host") return ListImages().front();
   return MakeError(ErrorCode::kNotFound, "no image " + name, "image_not_found");
 }
@@ -355,7 +355,7 @@ Result<core::ImageInfo> FakeManager::PullImage(const storage::PullRequest& reque
   return MakeError(ErrorCode::kBadGateway, "no registry " + request.ref.registry + " here", "registry_unreachable");
 }
 
-Status FakeManager::DeleteImage(const std::string& name) {
+Status FakeManager::DeleteImage(const std::string& name, const std::string&) {
   if (name == "host") return MakeError(ErrorCode::kConflict, "image host is in use");
   return MakeError(ErrorCode::kNotFound, "no image " + name, "image_not_found");
 }

@@ -38,12 +38,14 @@ class FakeManager : public core::SandboxManager {
   Status DeleteSnapshot(const std::string& id) override;
   Result<std::vector<core::SandboxInfo>> Fork(const std::string& sandbox_id, int count, bool memory) override;
   std::vector<core::ImageInfo> ListImages() override;
-  Result<core::ImageInfo> ImportImage(const std::string& name, const std::string& tar_path) override;
-  Status DeleteImage(const std::string& name) override;
-  Result<core::ImageInfo> FindImage(const std::string& name) override;
+  Result<core::ImageInfo> ImportImage(const std::string& name, const std::string& tar_path,
+                                      const std::string& tenant) override;
+  Status DeleteImage(const std::string& name, const std::string& tenant) override;
+  Result<core::ImageInfo> FindImage(const std::string& name, const std::string& tenant) override;
   Result<core::ImageInfo> PullImage(const storage::PullRequest& request, const storage::PullListener& listener) override;
   Result<std::optional<int64_t>> CollectImageGarbage() override { return std::optional<int64_t>(0); }
-  Result<core::ImageInfo> StoreBuiltImage(const storage::BuiltImage&, const std::string&, const std::string&) override {
+  Result<core::ImageInfo> StoreBuiltImage(const storage::BuiltImage&, const std::string&, const std::string&,
+                                          const std::string&) override {
     return MakeError(ErrorCode::kInternal, "the fuzzers' manager builds nothing");
   }
   Result<storage::PushResult> PushImage(const storage::PushRequest& request, const storage::PullListener&) override {
