@@ -886,6 +886,22 @@ def known_sandboxes(daemon) -> dict[str, dict]:
     return known
 
 
+def shared_sysfs_netns(daemon) -> int | None:
+    """The network namespace of the sysfs the running daemon's native sandboxes share, which it
+    holds while it runs: named in its log at each start (native_tier.cc, MakeSharedSysfs)."""
+    found = None
+    try:
+        with open(daemon.log_path, errors="replace") as log:
+            for line in log:
+                if line.startswith("==== start #"):
+                    found = None
+                elif "every sandbox's /sys is one sysfs, of network namespace net:[" in line:
+                    found = int(line.rsplit("net:[", 1)[1].split("]", 1)[0])
+    except OSError:
+        pass
+    return found
+
+
 def find_leaks(daemon, uid_ranges=()) -> dict[str, list[str]]:
     """One look at everything of `daemon` on the host that belongs to no sandbox it has (a
     daemon that is down has none): processes (in its cgroups, or in a uid range it claims or
@@ -917,7 +933,7 @@ def find_leaks(daemon, uid_ranges=()) -> dict[str, list[str]]:
                 ranges.append((FIRST_SANDBOX_UID + int(claim.name) * UIDS_PER_SANDBOX, UIDS_PER_SANDBOX))
 
     # Processes: by cgroup (a sandbox cannot leave its cgroup) and by uid.
-    expected_netns = {_netns_inode(f"/proc/{daemon_pid}/ns/net")} if daemon_pid else set()
+    expected_netns = {_netns_inode(f"/proc/{daemon_pid}/ns/net"), shared_sysfs_netns(daemon)} if daemon_pid else set()
     for status_path in glob.glob("/proc/[0-9]*/status"):
         pid = status_path.split("/")[2]
         fields = dict(line.split(":", 1) for line in _read(status_path).splitlines() if ":" in line)

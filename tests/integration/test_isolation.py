@@ -5,6 +5,9 @@ import os
 import socket
 import uuid
 
+import pytest
+
+import harness
 from harness import process_names_inside
 
 
@@ -55,6 +58,34 @@ def test_mount_table_names_no_host_path_of_the_state_dir(daemon, client, sandbox
     mountinfo = client.sh(sandbox, "cat /proc/self/mountinfo")
     assert " / / " in mountinfo and "overlay" in mountinfo
     assert str(daemon.state_dir) not in mountinfo, mountinfo
+
+
+@pytest.mark.skipif(harness.RUNTIME != "native", reason="the other tiers' /sys is their own kernel's")
+def test_sys_is_one_read_only_sysfs_shared_by_all_sandboxes_showing_none_of_the_hosts_devices(
+        client, sandbox_factory):
+    """Every native sandbox's /sys is a clone of one sysfs the tier mounted in an empty network
+    namespace (a superblock per sandbox costs memory in every memory cgroup: bench/README.md,
+    density). It is read-only, shows only a loopback among network devices, whatever the
+    sandbox's network, and still has each sandbox's own cgroups under /sys/fs/cgroup."""
+    closed = sandbox_factory()["id"]
+    open_net = sandbox_factory(network={"mode": "open"})["id"]
+    devices = {sid: client.sh(sid, "stat -c '%d' /sys").strip() for sid in (closed, open_net)}
+    assert devices[closed] == devices[open_net], devices
+    host_devices = set(os.listdir("/sys/class/net"))
+    assert "lo" in host_devices
+    for sid in (closed, open_net):
+        assert client.sh(sid, "ls /sys/class/net").split() == ["lo"]
+        assert "ro," in client.sh(sid, "grep ' /sys ' /proc/self/mountinfo").split()[5] + ","
+        r = client.exec(sid, ["sh", "-c", "echo 1 > /sys/kernel/mm/ksm/run"])
+        assert r["exit_code"] != 0 and "Read-only file system" in r["stderr"], r
+        r = client.exec(sid, ["umount", "/sys"])
+        assert r["exit_code"] != 0, r
+    # The open sandbox's own device is still there for netlink and /proc/net.
+    assert "eth0" in client.sh(open_net, "cat /proc/net/dev")
+    # Each sees its own cgroup's limit under the shared sysfs.
+    limits = [client.sh(sandbox_factory(memory_mb=mb)["id"], "cat /sys/fs/cgroup/memory/memory.limit_in_bytes "
+                        "/sys/fs/cgroup/memory.max 2>/dev/null | head -1").strip() for mb in (96, 128)]
+    assert limits[0] != limits[1], limits
 
 
 def test_workspace_files_persist_between_execs(client, sandbox):

@@ -337,11 +337,13 @@ Result<SandboxHandle> GvisorTier::Launch(const LaunchSpec& spec) {
     if (!HandleAlive(handle) || std::chrono::steady_clock::now() > deadline)
       return MakeError(ErrorCode::kInternal, "the sandbox's init did not start: " + ReadLogTail(log));
   }
-  if (!spec.memory_image.empty()) {
-    using std::chrono::duration_cast, std::chrono::milliseconds;
-    spdlog::info("gvisor: {} restored: runsc {} ms, init dialed {} ms later", spec.id,
-                  duration_cast<milliseconds>(runsc_done - runsc_started).count(),
-                  duration_cast<milliseconds>(std::chrono::steady_clock::now() - runsc_done).count());
+  {
+    using std::chrono::duration_cast, std::chrono::microseconds;
+    spdlog::log(spec.memory_image.empty() ? spdlog::level::debug : spdlog::level::info,
+                "gvisor: {} {}: runsc {} us, init dialed {} us later", spec.id,
+                spec.memory_image.empty() ? "booted" : "restored",
+                duration_cast<microseconds>(runsc_done - runsc_started).count(),
+                duration_cast<microseconds>(std::chrono::steady_clock::now() - runsc_done).count());
   }
   BH_TRY(memory_watch_.Watch(spec.id, HostLimits(spec.limits).memory_mb << 20));
   {

@@ -285,8 +285,18 @@ void MountDev(ChildPlan* plan) {
 
 void MountSys(ChildPlan* plan) {
   MakeDir(plan, At(plan, kSys), "mkdir /sys");
-  STEP(::mount("sysfs", At(plan, kSys), "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) == 0,
-       "mount sysfs");
+  if (plan->sysfs_fd >= 0) {
+    // Every sandbox's (contain.h): a clone of it, which keeps its read-only and other flags.
+    int fd = static_cast<int>(
+        ::syscall(SYS_open_tree, plan->sysfs_fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH));
+    STEP(fd >= 0, "open_tree sysfs");
+    STEP(::syscall(SYS_move_mount, fd, "", AT_FDCWD, At(plan, kSys), MOVE_MOUNT_F_EMPTY_PATH) == 0,
+         "move_mount sysfs");
+    Close(fd);
+  } else {
+    STEP(::mount("sysfs", At(plan, kSys), "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) == 0,
+         "mount sysfs");
+  }
   EmptyReadOnlyDir(plan, At(plan, kSysFirmware));
   if (Exists(At(plan, kSysPowercap))) EmptyReadOnlyDir(plan, At(plan, kSysPowercap));
   // The sandbox's own cgroup (the cgroup namespace makes it the root), read-only.

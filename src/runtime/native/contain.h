@@ -62,6 +62,7 @@ struct ChildPlan {
   int listen_fd = -1;            // becomes fd 3 (ctl::kListenFd)
   int workload_cgroup_fd = -1;   // becomes fd 4 (ctl::kWorkloadCgroupFd)
   int init_memfd = -1;           // sealed copy of bulkhead-init
+  int sysfs_fd = -1;             // the tier's sysfs, a detached mount cloned to /sys; -1: mount one
   sock_fprog seccomp{};
   int64_t pids = 512;
   bool v2_cgroups = false;

@@ -16,6 +16,9 @@
 #include <cstring>
 #include <filesystem>
 #include <sstream>
+#include <thread>
+
+#include <spdlog/spdlog.h>
 
 #include "common/ctl_protocol.h"
 #include "common/random_hex.h"
@@ -83,6 +86,52 @@ Result<UniqueFd> ListenOn(const std::string& path) {
   return fd;
 }
 
+// One sysfs for every sandbox (contain.h, sysfs_fd; native_tier.h): a detached read-only mount made in a
+// network namespace of its own that holds only a loopback. A sysfs mounted in each sandbox
+// would be a superblock per sandbox, and the kernel keeps a slot for every superblock in every
+// memory cgroup (bench/README.md, density); what a sandbox's own sysfs showed beyond this one
+// is its network devices (/sys/class/net), which netlink and /proc/net still show. An empty
+// descriptor when the kernel cannot clone a detached mount (before Linux 6.x's open_tree on
+// one): each sandbox then mounts its own, as before.
+SharedSysfs MakeSharedSysfs() {
+  UniqueFd mount, netns;
+  std::string failed;
+  // A thread of its own: the new network namespace is this thread's alone. The sysfs does not
+  // keep it alive (its loopback would go, and with it /sys/class/net/lo): the descriptor does.
+  std::thread([&] {
+    if (::unshare(CLONE_NEWNET) != 0) {
+      failed = std::string("unshare: ") + std::strerror(errno);
+      return;
+    }
+    netns.reset(::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
+    UniqueFd context(static_cast<int>(::syscall(SYS_fsopen, "sysfs", FSOPEN_CLOEXEC)));
+    if (!context || ::syscall(SYS_fsconfig, context.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0) {
+      failed = std::string("fsopen: ") + std::strerror(errno);
+      return;
+    }
+    mount.reset(static_cast<int>(::syscall(SYS_fsmount, context.get(), FSMOUNT_CLOEXEC,
+                                            MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+                                                MOUNT_ATTR_NOEXEC)));
+    if (!mount) failed = std::string("fsmount: ") + std::strerror(errno);
+  }).join();
+  if (mount) {
+    UniqueFd copy(static_cast<int>(
+        ::syscall(SYS_open_tree, mount.get(), "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH)));
+    if (!copy) {
+      failed = std::string("clone: ") + std::strerror(errno);
+      mount.reset();
+    }
+  }
+  struct stat ns {};
+  if (!mount || !netns || ::fstat(netns.get(), &ns) != 0) {
+    spdlog::info("native runtime: each sandbox mounts a sysfs of its own (no shared one: {})", failed);
+    return {};
+  }
+  // (The namespace is named, since the daemon holds it for as long as it runs.)
+  spdlog::info("native runtime: every sandbox's /sys is one sysfs, of network namespace net:[{}]", ns.st_ino);
+  return {std::move(mount), std::move(netns)};
+}
+
 }  // namespace
 
 Result<std::unique_ptr<NativeTier>> NativeTier::Create(const std::string& tag, const std::string& init_binary) {
@@ -93,7 +142,7 @@ Result<std::unique_ptr<NativeTier>> NativeTier::Create(const std::string& tag, c
   auto filter = BuildSeccompFilter();
   if (!filter) return filter.error();
   return std::unique_ptr<NativeTier>(
-      new NativeTier(std::move(*cgroups), std::move(*memfd), std::move(*filter)));
+      new NativeTier(std::move(*cgroups), std::move(*memfd), std::move(*filter), MakeSharedSysfs()));
 }
 
 Capabilities NativeTier::capabilities() const {
@@ -182,6 +231,7 @@ Result<SandboxHandle> NativeTier::Launch(const LaunchSpec& spec) {
   plan.listen_fd = listen->get();
   plan.workload_cgroup_fd = join->workload.get();
   plan.init_memfd = init_memfd_.get();
+  plan.sysfs_fd = sysfs_.mount.get();
   plan.seccomp.len = static_cast<unsigned short>(seccomp_.size());
   plan.seccomp.filter = seccomp_.data();
   plan.pids = spec.limits.pids;

@@ -14,6 +14,14 @@
 
 namespace bulkhead::runtime::native {
 
+// Every sandbox's /sys: a detached sysfs mount, and the network namespace it shows, which only
+// this descriptor keeps alive (native_tier.cc, MakeSharedSysfs). Empty where the kernel cannot
+// clone a detached mount.
+struct SharedSysfs {
+  UniqueFd mount;
+  UniqueFd netns;
+};
+
 // The sandbox's init listens on <staging>/ctl.sock; its processes share the network namespace
 // it was cloned into.
 class NativeTier : public Tier {
@@ -38,14 +46,18 @@ class NativeTier : public Tier {
   void Release() override { cgroups_.RemoveParentsIfEmpty(); }
 
  private:
-  NativeTier(Cgroups cgroups, UniqueFd init_memfd, std::vector<sock_filter> seccomp)
-      : cgroups_(std::move(cgroups)), init_memfd_(std::move(init_memfd)), seccomp_(std::move(seccomp)) {}
+  NativeTier(Cgroups cgroups, UniqueFd init_memfd, std::vector<sock_filter> seccomp, SharedSysfs sysfs)
+      : cgroups_(std::move(cgroups)),
+        init_memfd_(std::move(init_memfd)),
+        seccomp_(std::move(seccomp)),
+        sysfs_(std::move(sysfs)) {}
 
   const std::string name_ = "native";
 
   Cgroups cgroups_;
   UniqueFd init_memfd_;               // sealed copy of bulkhead-init (CVE-2019-5736)
   std::vector<sock_filter> seccomp_;  // compiled once
+  SharedSysfs sysfs_;
 };
 
 }  // namespace bulkhead::runtime::native
