@@ -317,9 +317,14 @@ Result<ImageInfo> Storage::InstallBuiltImage(const BuiltImage& image, const std:
 
 bool Storage::ImageUsesHostDirs(const std::string& name) const {
   if (name == kHostImage) return true;
-  if (!IsValidImageName(name)) return false;
-  auto meta = ReadMetaJson(ImagesDir() + "/" + name);
+  auto meta = ImageMeta(name);
   return meta.ok() && Field<bool>(*meta, "host_base", false);
+}
+
+Result<nlohmann::json> Storage::ImageMeta(const std::string& name) const {
+  auto meta = IsValidImageName(name) ? ReadMetaJson(ImagesDir() + "/" + name) : Result<nlohmann::json>(Error{});
+  if (!meta.ok()) return MakeError(ErrorCode::kNotFound, "no image " + name, "image_not_found");
+  return meta;
 }
 
 Result<ImageInfo> Storage::InstallPulledImage(const PulledImage& image, const std::string& tenant,
@@ -371,8 +376,8 @@ Result<ImageInfo> Storage::NameImage(const std::string& name, const std::string&
     PutHolders(*meta, holders);
     BH_TRY(WriteImageMeta(other, *meta));
   }
-  auto meta = IsValidImageName(name) ? ReadMetaJson(ImagesDir() + "/" + name) : Result<nlohmann::json>(Error{});
-  if (!meta.ok()) return MakeError(ErrorCode::kNotFound, "no image " + name, "image_not_found");
+  auto meta = ImageMeta(name);
+  if (!meta.ok()) return meta.error();
   ImageInfo info = ImageInfoFromMeta(*meta);
   const bool held = HoldsImage(info, tenant);
   if (tenant.empty()) info.shared = true;
@@ -389,8 +394,8 @@ Result<ImageInfo> Storage::NameImage(const std::string& name, const std::string&
 
 Result<size_t> Storage::UnnameImage(const std::string& name, const std::string& reference, const std::string& tenant) {
   std::lock_guard lock(images_mu_);
-  auto meta = IsValidImageName(name) ? ReadMetaJson(ImagesDir() + "/" + name) : Result<nlohmann::json>(Error{});
-  if (!meta.ok()) return MakeError(ErrorCode::kNotFound, "no image " + name, "image_not_found");
+  auto meta = ImageMeta(name);
+  if (!meta.ok()) return meta.error();
   ImageInfo info = ImageInfoFromMeta(*meta);
   if (!HoldsImage(info, tenant)) return size_t{0};
   auto& refs = ReferencesOf(info, tenant);
@@ -404,8 +409,8 @@ Result<size_t> Storage::UnnameImage(const std::string& name, const std::string& 
 
 Result<bool> Storage::ReleaseImage(const std::string& name, const std::string& tenant) {
   std::lock_guard lock(images_mu_);
-  auto meta = IsValidImageName(name) ? ReadMetaJson(ImagesDir() + "/" + name) : Result<nlohmann::json>(Error{});
-  if (!meta.ok()) return MakeError(ErrorCode::kNotFound, "no image " + name, "image_not_found");
+  auto meta = ImageMeta(name);
+  if (!meta.ok()) return meta.error();
   ImageInfo info = ImageInfoFromMeta(*meta);
   if (HoldsImage(info, tenant)) {
     if (tenant.empty()) {
@@ -451,7 +456,7 @@ std::set<std::string> Storage::BlobsInUse(const std::optional<std::string>& seen
 
 bool Storage::ImageVisible(const std::string& name, const std::string& tenant) const {
   if (name == kHostImage) return true;
-  auto meta = IsValidImageName(name) ? ReadMetaJson(ImagesDir() + "/" + name) : Result<nlohmann::json>(Error{});
+  auto meta = ImageMeta(name);
   return meta.ok() && ImageExists(name) && SeesImage(ImageInfoFromMeta(*meta), tenant);
 }
 

@@ -183,6 +183,8 @@ class Storage {
   Result<ImageInfo> InstallImage(const std::string& name, const std::function<Status(const std::string& rootfs)>& fill,
                                  const std::function<nlohmann::json(ImageInfo&)>& meta, bool existing_ok);
   Status WriteImageMeta(const std::string& name, const nlohmann::json& meta);
+  // A stored image's meta.json, by its directory's name; 404 image_not_found for no such image.
+  Result<nlohmann::json> ImageMeta(const std::string& name) const;
   std::string ImagesDir() const;
   std::string HostImageDir() const;
   std::string LayerDir(const std::string& sandbox_id) const;
