@@ -49,6 +49,7 @@ Result<std::string> BuildTarget(const BuildFlags& flags, const std::string& cont
   if (flags.cpus) add("cpus", std::to_string(*flags.cpus));
   if (flags.memory_mb) add("memory_mb", std::to_string(*flags.memory_mb));
   if (flags.disk_mb) add("disk_mb", std::to_string(*flags.disk_mb));
+  if (flags.timeout_s) add("timeout_s", std::to_string(*flags.timeout_s));
   if (!tenant.empty()) add("tenant", tenant);
   query.pop_back();
   return query;

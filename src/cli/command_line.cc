@@ -388,6 +388,9 @@ void DefineCommandLine(CLI::App& app, CommandLine& line) {
       ->check(CLI::PositiveNumber);
   build->add_option("--disk-mb", line.build.disk_mb, "Disk of each step's sandbox in MiB (default 10240)")
       ->check(CLI::PositiveNumber);
+  build->add_option("--timeout", line.build.timeout_s,
+                    "Seconds the whole build may take, 0 for no limit (default 3600)")
+      ->check(CLI::NonNegativeNumber);
   build->add_flag("--json", line.json, "Print the API's NDJSON progress events");
   build->add_option("--tenant", line.for_tenant,
                     "Build as a tenant's (with the host's key): its image, cache, quotas and egress rules");

@@ -82,6 +82,7 @@ struct BuildFlags {
   std::optional<double> cpus;
   std::optional<int64_t> memory_mb;
   std::optional<int64_t> disk_mb;
+  std::optional<int64_t> timeout_s;
 };
 
 // Flags that shape a new sandbox (run, create). Unset = the daemon's default.

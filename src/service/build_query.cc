@@ -59,6 +59,12 @@ Result<std::string> ParseBuildQuery(const std::vector<std::pair<std::string, std
       auto cpus = Number<double>(value);
       if (!cpus || *cpus <= 0 || *cpus > 1024) return Invalid("cpus must be a number in (0, 1024]");
       out.cpus = *cpus;
+    } else if (key == "timeout_s") {
+      auto seconds = Number<int64_t>(value);
+      if (!seconds || *seconds < 0 || *seconds > kMaxBuildTimeoutS)
+        return Invalid("timeout_s must be a whole number of seconds from 0 (none) to " +
+                       std::to_string(kMaxBuildTimeoutS));
+      out.timeout_s = *seconds;
     } else if (key == "memory_mb" || key == "disk_mb") {
       auto mb = Number<int64_t>(value);
       if (!mb || *mb < 64 || *mb > (int64_t{1} << 24)) return Invalid(key + " must be a whole number of MiB, 64 or more");

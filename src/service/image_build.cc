@@ -87,8 +87,8 @@ Result<std::pair<uint32_t, uint32_t>> OwnerOf(const std::string& spec, const Acc
 class Builder {
  public:
   Builder(core::SandboxManager& manager, const boost::asio::any_io_executor& io, const BuildRequest& request,
-          const BuildListener& listener, const std::atomic<bool>& cancelled)
-      : manager_(manager), io_(io), request_(request), listener_(listener), cancelled_(cancelled) {}
+          const BuildListener& listener, const std::atomic<bool>& stop)
+      : manager_(manager), io_(io), request_(request), listener_(listener), stop_(stop) {}
 
   Result<core::ImageInfo> Run() {
     auto file = build::ParseDockerfile(request_.dockerfile);
@@ -196,7 +196,7 @@ class Builder {
     State state = *base;
     listener_({{"status", "stage"}, {"stage", index}, {"name", stage.name}, {"base", stage.base}});
     for (size_t i = 0; i < stage.steps.size(); ++i) {
-      if (cancelled_) return MakeError(ErrorCode::kUnavailable, "the build was cancelled", "build_cancelled");
+      if (stop_) return MakeError(ErrorCode::kUnavailable, "the build was cancelled", "build_cancelled");
       const build::Step& step = stage.steps[i];
       json event = {{"status", "step"}, {"stage", index}, {"step", i + 1}, {"count", stage.steps.size()},
                     {"instruction", step.original}};
@@ -327,8 +327,15 @@ class Builder {
     if (with_network) spec.network = request_.network;
     auto created = manager_.Create(spec);
     if (!created.ok()) return created.error();
-    std::lock_guard lock(live_mu_);
-    live_.insert(created->id);
+    {
+      std::lock_guard lock(live_mu_);
+      live_.insert(created->id);
+    }
+    // Stopped while it was made: RemoveLiveSandboxes may have looked before it was listed.
+    if (stop_) {
+      Remove(created->id);
+      return MakeError(ErrorCode::kUnavailable, "the build was stopped", "build_cancelled");
+    }
     return BuildSandbox(manager_, io_, created->id);
   }
 
@@ -455,7 +462,7 @@ class Builder {
   boost::asio::any_io_executor io_;
   const BuildRequest& request_;
   const BuildListener& listener_;
-  const std::atomic<bool>& cancelled_;
+  const std::atomic<bool>& stop_;  // cancelled, or past the build's time (RunBuild)
   std::map<std::string, State> bases_;  // FROM and COPY --from images, by name as written
   int counter_ = 0;
   std::mutex live_mu_;
@@ -467,15 +474,23 @@ class Builder {
 Result<core::ImageInfo> RunBuild(core::SandboxManager& manager, const boost::asio::any_io_executor& io,
                                  const BuildRequest& request, const BuildListener& listener,
                                  const std::atomic<bool>& cancelled) {
-  Builder builder(manager, io, request, listener, cancelled);
-  // A client gone mid-step: the step's sandbox goes at once, not when the step ends.
+  // Cancelled, or past its time: the builder stops between steps, and the watcher removes the
+  // running step's sandbox at once, not when the step ends.
+  std::atomic<bool> stop = false, timed_out = false;
+  Builder builder(manager, io, request, listener, stop);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(request.timeout_s);
   std::mutex mu;
   std::condition_variable wake;
   bool done = false;
   std::thread watcher([&] {
     std::unique_lock lock(mu);
-    while (!done && !cancelled) wake.wait_for(lock, std::chrono::milliseconds(200));
-    if (!done) builder.RemoveLiveSandboxes();
+    while (!done && !cancelled && !timed_out) {
+      wake.wait_for(lock, std::chrono::milliseconds(200));
+      if (request.timeout_s > 0 && std::chrono::steady_clock::now() >= deadline) timed_out = true;
+    }
+    if (done) return;
+    stop = true;
+    builder.RemoveLiveSandboxes();
   });
   auto built = builder.Run();
   {
@@ -486,6 +501,15 @@ Result<core::ImageInfo> RunBuild(core::SandboxManager& manager, const boost::asi
   watcher.join();
   PruneBuildCache(manager);
   if (cancelled && !built.ok()) return MakeError(ErrorCode::kUnavailable, "the build was cancelled", "build_cancelled");
+  if (timed_out && !built.ok()) {
+    // What was running then, in the words of its failure ("step 2/3 (RUN ...): ...").
+    const std::string& during = built.error().message;
+    const size_t step_end = during.rfind("step ", 0) == 0 ? during.find("): ") : std::string::npos;
+    return MakeError(ErrorCode::kInvalid,
+                     "the build did not finish within its timeout of " + std::to_string(request.timeout_s) + " s" +
+                         (step_end == std::string::npos ? "" : "; it was at " + during.substr(0, step_end + 1)),
+                     "build_timeout");
+  }
   return built;
 }
 

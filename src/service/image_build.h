@@ -26,6 +26,9 @@
 
 namespace bulkhead::api {
 
+inline constexpr int64_t kDefaultBuildTimeoutS = 3600;
+inline constexpr int64_t kMaxBuildTimeoutS = 7 * 24 * 3600;
+
 struct BuildRequest {
   std::string context_dir;  // the unpacked context (build_context.h UnpackContext)
   std::string dockerfile;   // the Dockerfile's text
@@ -40,6 +43,9 @@ struct BuildRequest {
   double cpus = 2.0;
   int64_t memory_mb = 2048;
   int64_t disk_mb = 10240;
+  // The whole build's time, pulls of base images included; 0 = none. Past it the running step's
+  // sandbox goes and the build fails (422 build_timeout): a RUN that never ends holds nothing.
+  int64_t timeout_s = kDefaultBuildTimeoutS;
   std::string work_dir;  // a private scratch directory for the build's tars
   // Whose build it is ("" the host's): its step sandboxes are the tenant's (its quotas and egress
   // rules), its cache is the tenant's own, and the image it makes the tenant's alone.
@@ -53,7 +59,8 @@ using BuildListener = std::function<void(const nlohmann::json& event)>;
 // Runs the build (blocking: on a thread of its own, never an io thread; `io` runs the
 // coroutines that talk to the sandboxes). 400 for a Dockerfile it refuses, 404 for a base
 // image it lacks (pull "never") or cannot pull, 422 build_failed naming the failing step with
-// the end of its output. `cancelled` is checked between steps.
+// the end of its output, 422 build_timeout past request.timeout_s. `cancelled` is checked between
+// steps, and a running step's sandbox goes as soon as it is set.
 Result<core::ImageInfo> RunBuild(core::SandboxManager& manager, const boost::asio::any_io_executor& io,
                                  const BuildRequest& request, const BuildListener& listener,
                                  const std::atomic<bool>& cancelled);
@@ -61,7 +68,7 @@ Result<core::ImageInfo> RunBuild(core::SandboxManager& manager, const boost::asi
 // POST /v1/images/build's query: tag, dockerfile (a path in the context; default
 // "Dockerfile"), target, runtime, pull, no_cache (true|false), build_arg=NAME=value and
 // allow=ENTRY (repeatable; allow entries make the network mode allowlist), network (none |
-// allowlist | open), cpus, memory_mb, disk_mb. Fills all but context_dir, dockerfile and
+// allowlist | open), cpus, memory_mb, disk_mb, timeout_s. Fills all but context_dir, dockerfile and
 // work_dir; answers the Dockerfile's path. 400 naming the parameter.
 Result<std::string> ParseBuildQuery(const std::vector<std::pair<std::string, std::string>>& query, BuildRequest& out);
 

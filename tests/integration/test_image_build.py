@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import tarfile
+import tempfile
 import urllib.parse
 from pathlib import Path
 
@@ -371,6 +372,39 @@ def test_a_client_gone_mid_step_cancels_the_build_at_once(daemon, client):
     assert harness.wait_until(lambda: not build_sandboxes(client), timeout=20), build_sandboxes(client)
     assert harness.wait_until(lambda: not list((daemon.state_dir / "tmp").glob("build-*")), timeout=20)
     assert client.get("/v1/images/cancelled").status == 404
+
+
+def test_a_build_past_its_timeout_ends_with_the_step_it_was_at_and_leaves_nothing(daemon, client):
+    """A RUN that never ends holds nothing past the build's timeout_s: its sandbox goes at once,
+    the answer names the step. Bad values are 400; the CLI's --timeout sends it."""
+    dockerfile = b"FROM host\nRUN echo first\nRUN echo started; sleep 300\nRUN echo never\n"
+    started = harness.time.monotonic()
+    status, events = build(client, context_tar({"Dockerfile": dockerfile}), tag="too-slow", timeout_s=3)
+    elapsed = harness.time.monotonic() - started
+    assert status == 200
+    last = events[-1]
+    assert last["status"] == "error" and last["error"]["code"] == "build_timeout", last
+    message = last["error"]["message"]
+    assert "timeout of 3 s" in message and "step 2/3 (RUN echo started; sleep 300)" in message, message
+    assert "started" in output(events)
+    assert elapsed < 120, "it ended at its timeout, not when the step did"
+    assert harness.wait_until(lambda: not build_sandboxes(client), timeout=20), build_sandboxes(client)
+    assert client.get("/v1/images/too-slow").status == 404
+    # Without streaming: the same error as the answer.
+    status, body = build(client, context_tar({"Dockerfile": dockerfile}), stream=False, tag="too-slow", timeout_s=2)
+    assert status == 422 and body["error"]["code"] == "build_timeout", body
+    # timeout_s=0: no limit (the build of quick steps just finishes).
+    status, events = build(client, context_tar({"Dockerfile": b"FROM host\nRUN echo quick\n"}), timeout_s=0)
+    assert status == 200 and events[-1]["status"] == "done", events[-1]
+    for bad in ("-1", "soon", "604801", ""):
+        status, body = build(client, context_tar({"Dockerfile": b"FROM host\n"}), stream=False, timeout_s=bad)
+        assert status == 400 and "timeout_s" in body["error"]["message"], (bad, body)
+    with tempfile.TemporaryDirectory() as context:
+        Path(context, "Dockerfile").write_bytes(dockerfile)
+        env = {**os.environ, "BULKHEAD_URL": f"http://127.0.0.1:{daemon.port}", "BULKHEAD_API_KEY": daemon.key}
+        r = subprocess.run([str(harness.BULKHEAD), "build", "--timeout", "2", context],
+                           capture_output=True, text=True, env=env, timeout=120)
+        assert r.returncode != 0 and "within its timeout of 2 s" in r.stderr, r
 
 
 def test_a_daemon_killed_mid_build_leaves_nothing_of_it_after_its_restart(daemon_factory):

@@ -240,7 +240,8 @@ TEST(BuildQueryTest, ParsesEveryParameterAndRefusesWhatItDoesNotKnow) {
   auto dockerfile = ParseBuildQuery({{"tag", "my-app"}, {"dockerfile", "docker/app.Dockerfile"}, {"target", "prod"},
                                      {"runtime", "gvisor"}, {"pull", "always"}, {"no_cache", "true"},
                                      {"build_arg", "A=1"}, {"build_arg", "B=x=y"}, {"allow", "example.test"},
-                                     {"cpus", "1.5"}, {"memory_mb", "4096"}, {"disk_mb", "20000"}},
+                                     {"cpus", "1.5"}, {"memory_mb", "4096"}, {"disk_mb", "20000"},
+                                     {"timeout_s", "600"}},
                                     request);
   ASSERT_TRUE(dockerfile.ok()) << dockerfile.error().message;
   EXPECT_EQ(*dockerfile, "docker/app.Dockerfile");
@@ -255,14 +256,20 @@ TEST(BuildQueryTest, ParsesEveryParameterAndRefusesWhatItDoesNotKnow) {
   EXPECT_DOUBLE_EQ(request.cpus, 1.5);
   EXPECT_EQ(request.memory_mb, 4096);
   EXPECT_EQ(request.disk_mb, 20000);
+  EXPECT_EQ(request.timeout_s, 600);
 
   BuildRequest defaults;
   EXPECT_EQ(*ParseBuildQuery({}, defaults), "Dockerfile");
   EXPECT_EQ(defaults.network.mode, "none");
+  EXPECT_EQ(defaults.timeout_s, kDefaultBuildTimeoutS);
+  BuildRequest unlimited;
+  ASSERT_TRUE(ParseBuildQuery({{"timeout_s", "0"}}, unlimited).ok());
+  EXPECT_EQ(unlimited.timeout_s, 0);
   for (const auto& bad : std::vector<std::pair<std::string, std::string>>{
            {"tag", "Bad Name"}, {"runtime", "kvm"}, {"pull", "sometimes"}, {"no_cache", "maybe"},
            {"build_arg", "=1"}, {"build_arg", "NOEQUALS"}, {"allow", "not a host!"}, {"network", "wide"},
-           {"cpus", "0"}, {"cpus", "x"}, {"memory_mb", "12"}, {"dockerfile", ""}, {"colour", "blue"}}) {
+           {"cpus", "0"}, {"cpus", "x"}, {"memory_mb", "12"}, {"dockerfile", ""}, {"colour", "blue"},
+           {"timeout_s", "-1"}, {"timeout_s", "604801"}, {"timeout_s", "1.5"}}) {
     BuildRequest request;
     auto parsed = ParseBuildQuery({bad}, request);
     ASSERT_FALSE(parsed.ok()) << bad.first << "=" << bad.second;
