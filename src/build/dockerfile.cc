@@ -518,6 +518,20 @@ struct StageState {
   bool cmd_set = false;   // a CMD in this stage: an ENTRYPOINT keeps it
 };
 
+std::vector<Arg> PlatformArgs(const storage::Platform& platform) {
+  std::string full = platform.os + "/" + platform.architecture;
+  if (!platform.variant.empty()) full += "/" + platform.variant;
+  std::vector<Arg> args;
+  for (const char* side : {"BUILD", "TARGET"}) {
+    const std::string prefix = side;
+    args.push_back({prefix + "PLATFORM", full});
+    args.push_back({prefix + "OS", platform.os});
+    args.push_back({prefix + "ARCH", platform.architecture});
+    args.push_back({prefix + "VARIANT", platform.variant});
+  }
+  return args;
+}
+
 class Evaluator {
  public:
   Evaluator(const Dockerfile& file, const std::map<std::string, std::string>& build_args,
@@ -554,7 +568,9 @@ class Evaluator {
       last = i;
     }
 
-    // ARGs before the first FROM: the global scope, seen by FROM lines only.
+    // ARGs before the first FROM: the global scope, seen by FROM lines only. The platform ARGs
+    // are there from the start, as in BuildKit (a stage declares `ARG TARGETARCH` to use one).
+    global_args_ = automatic_;
     for (size_t i = 0; i < froms[0].instruction; i++) {
       const Instruction& in = file_.instructions[i];
       if (in.keyword != "ARG") return BeforeFrom(in);
@@ -607,6 +623,14 @@ class Evaluator {
     if (auto platform = from_in.flags.find("platform"); platform != from_in.flags.end()) {
       auto expanded = Expand(from_in, platform->second, global);
       if (!expanded.ok()) return expanded.error();
+      // The host's own platform only: a step runs on this kernel and CPU, nothing emulates.
+      if (!expanded->empty()) {
+        const storage::Platform host = storage::HostPlatform();
+        const std::string os_arch = host.os + "/" + host.architecture;
+        if (*expanded != os_arch && expanded->rfind(os_arch + "/", 0) != 0)
+          return LineError(from_in, "FROM --platform=" + *expanded + ": this host builds and runs " + os_arch +
+                                        " only (nothing is emulated)");
+      }
       state.stage.platform = *expanded;
     }
 
@@ -663,6 +687,8 @@ class Evaluator {
         auto value = Expand(in, *default_word, lookup);
         if (!value.ok()) return value.error();
         arg.value = std::move(*value);
+      } else if (const Arg* automatic = FindArg(automatic_, name)) {
+        arg.value = automatic->value;
       } else if (const Arg* outer = FindArg(global_args_, name); outer && !global) {
         arg.value = outer->value;
       }
@@ -866,6 +892,8 @@ class Evaluator {
   const BaseConfig& base_config_;
   std::vector<std::string> stage_names_;  // every stage of the file, lower case ("" = unnamed)
   std::vector<Arg> global_args_;          // the ARGs before the first FROM
+  // BuildKit's platform ARGs, of the host's platform: the build's and the target's alike.
+  const std::vector<Arg> automatic_ = PlatformArgs(storage::HostPlatform());
   std::vector<Argv> final_shells_;        // each evaluated stage's SHELL at its end
   size_t plan_bytes_ = 0;                 // ConfigBytes of every step so far
   std::map<std::string, storage::ImageConfig> base_configs_;  // base_config's answers by image

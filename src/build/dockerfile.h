@@ -101,7 +101,8 @@ using BaseConfig = std::function<Result<storage::ImageConfig>(const std::string&
 // declares `ARG NAME` to use one); an ARG's value is the build arg given, else its default;
 // ENV overrides ARG; WORKDIR is relative to the previous one; SHELL applies to later shell
 // forms; exec forms are JSON arrays of strings (otherwise the text is the shell form, as
-// Docker). kBadRequest for an unknown target, a COPY --from of a later stage or of itself,
+// Docker). BuildKit's platform ARGs (BUILDPLATFORM, TARGETARCH, ...) hold the host's platform,
+// the only one FROM --platform may name. kBadRequest for an unknown target, a COPY --from of a later stage or of itself,
 // an empty source list, an invalid EXPOSE, chmod or ENV, naming the line.
 Result<BuildPlan> EvaluateDockerfile(const Dockerfile& file, const std::map<std::string, std::string>& build_args,
                                      const std::string& target, const BaseConfig& base_config);

@@ -219,6 +219,18 @@ def test_a_failing_step_says_which_with_its_output_and_names_nothing(client):
     assert status == 422 and body["error"]["code"] == "build_failed"
 
 
+def test_the_platform_args_are_the_hosts(client):
+    """BuildKit's automatic platform ARGs: FROM --platform=$BUILDPLATFORM, and a stage that
+    declares TARGETARCH, see the host's platform."""
+    machine = os.uname().machine
+    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(machine, machine)
+    dockerfile = (b"FROM --platform=$BUILDPLATFORM host AS tools\nARG TARGETARCH\nARG TARGETPLATFORM\n"
+                  b"RUN echo \"arch=$TARGETARCH platform=$TARGETPLATFORM\"\n")
+    status, events = build(client, context_tar({"Dockerfile": dockerfile}))
+    assert status == 200 and events[-1]["status"] == "done", events[-1]
+    assert f"arch={arch} platform=linux/{arch}" in output(events), output(events)
+
+
 def test_run_steps_reach_no_network_unless_the_build_allows(client):
     """Without an allowlist a step has no egress at all (no proxy, no resolver); with one it
     reaches the allowed destinations through the sandbox's egress proxy, as any sandbox does."""
@@ -252,6 +264,7 @@ def test_bad_builds_are_clear_4xx_and_hostile_contexts_stay_inside(client, daemo
     expect(400, "has \\\"..\\\"", context_tar({"Dockerfile": b"FROM host\n", "../escape": b"x"}))
     expect(409, "image_exists", ok, tag="host")
     expect(400, "at most 500", context_tar({"Dockerfile": b"FROM host\n" + b"WORKDIR /a\n" * 501}))
+    expect(400, "only (nothing is emulated)", context_tar({"Dockerfile": b"FROM --platform=linux/s390x host\n"}))
 
     # A symlink in the context resolves inside it: "/etc/shadow" there is the context's own
     # etc/shadow (absent here), never the host's; a link copied within a tree stays a link.

@@ -252,7 +252,7 @@ TEST(DockerfileEvaluateTest, StagesSplitAtFromWithLowerCaseNamesAndTheirBases) {
     return config;
   };
   BuildPlan plan = Evaluated(
-      "FROM --platform=linux/amd64 python:3.12 AS Build\n"
+      "FROM --platform=$BUILDPLATFORM python:3.12 AS Build\n"
       "RUN make\n"
       "FROM scratch\n"
       "FROM BUILD as final\n"
@@ -261,7 +261,7 @@ TEST(DockerfileEvaluateTest, StagesSplitAtFromWithLowerCaseNamesAndTheirBases) {
   ASSERT_EQ(plan.stages.size(), 4u);
   EXPECT_EQ(plan.stages[0].name, "build");
   EXPECT_EQ(plan.stages[0].base, "python:3.12");
-  EXPECT_EQ(plan.stages[0].platform, "linux/amd64");
+  EXPECT_EQ(plan.stages[0].platform, "linux/" + storage::HostPlatform().architecture);
   EXPECT_FALSE(plan.stages[0].base_stage);
   EXPECT_EQ(plan.stages[0].config.env, Argv{"FROM_IMAGE=python:3.12"});
   EXPECT_EQ(plan.stages[1].base, "scratch");
@@ -288,6 +288,29 @@ TEST(DockerfileEvaluateTest, GlobalArgsAreSeenByFromLinesAndByStagesThatDeclareT
   ASSERT_EQ(plan.stages[0].steps.size(), 3u);
   EXPECT_EQ(plan.stages[0].steps[0].run_env, Argv{"PATH=/usr/bin"}) << "not declared in the stage: not in scope";
   EXPECT_EQ(plan.stages[0].steps[2].run_env, (Argv{"PATH=/usr/bin", "TAG=3.12"}));
+}
+
+TEST(DockerfileEvaluateTest, PlatformArgsAreTheHostsAndFromMayNameNoOtherPlatform) {
+  const std::string arch = storage::HostPlatform().architecture;
+  BuildPlan plan = Evaluated(
+      "ARG TARGETPLATFORM\n"
+      "FROM --platform=$TARGETPLATFORM alpine\n"
+      "RUN echo\n"
+      "ARG TARGETARCH\n"
+      "ARG BUILDOS\n"
+      "RUN echo\n");
+  EXPECT_EQ(plan.stages[0].platform, "linux/" + arch) << "declared again globally: still the automatic value";
+  ASSERT_EQ(plan.stages[0].steps.size(), 4u);
+  EXPECT_EQ(plan.stages[0].steps[0].run_env, Argv{"PATH=/usr/bin"}) << "undeclared in the stage: not in scope";
+  EXPECT_EQ(plan.stages[0].steps[3].run_env, (Argv{"PATH=/usr/bin", "TARGETARCH=" + arch, "BUILDOS=linux"}));
+  const std::string other = arch == "s390x" ? "riscv64" : "s390x";
+  for (const std::string& platform : Argv{"linux/" + other, "windows/" + arch, "linux", "linux/" + arch + "x"}) {
+    const std::string refused = EvaluateError("FROM alpine\nFROM --platform=" + platform + " alpine\n");
+    EXPECT_NE(refused.find("line 2"), std::string::npos) << refused;
+    EXPECT_NE(refused.find("only (nothing is emulated)"), std::string::npos) << refused;
+  }
+  EXPECT_EQ(Evaluated("FROM --platform=linux/" + arch + "/v2 alpine\n").stages[0].platform, "linux/" + arch + "/v2")
+      << "a variant of the host's architecture";
 }
 
 TEST(DockerfileEvaluateTest, AStageArgWithoutDefaultTakesTheGlobalValue) {
