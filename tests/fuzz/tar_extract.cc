@@ -6,6 +6,8 @@
 //      zstd-compressed here first, as the format wants, unless the second byte is odd; then
 //      the settings in its metadata are read as the manager reads them (core/spec_json.cc)
 //   3  image import (storage/image_import.cc; PUT /v1/images/{name}) and its mount points
+//   4  a pulled image's layer (storage/layer_apply.cc), applied twice onto the same tree: the
+//      second time its whiteouts, opaque markers and replacements meet what the first made
 // Each runs chrooted (a thread of its own) into a temporary tree whose target directory
 // already holds symlinks leading out of it (to "/outside", "..", a file), so an entry that
 // follows one lands outside the target.
@@ -26,6 +28,7 @@
 #include "fuzz_support.h"
 #include "init/file_worker.h"
 #include "storage/image_import.h"
+#include "storage/layer_apply.h"
 #include "storage/snapshot_archive.h"
 
 namespace {
@@ -92,7 +95,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
-  const int mode = data[0] % 4;
+  const int mode = data[0] % 5;
   std::string archive(reinterpret_cast<const char*>(data + 1), size - 1);
   if (mode == 2 && (data[1] & 1) == 0) archive = Zstd(std::string_view(archive).substr(1));
   BuildTree(archive);
@@ -160,6 +163,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (extracted.ok()) extracted = storage::EnsureMountPoints(target);
         failed = !extracted.ok();
         if (failed) message = extracted.error().message;
+        break;
+      }
+      case 4: {
+        target = "/target/rootfs";
+        if (::mkdir(target.c_str(), 0755) != 0) fuzz::Fail("mkdir rootfs");
+        for (int pass = 0; pass < 2 && !failed; pass++) {
+          Result<storage::LayerApplyStats> applied = storage::ApplyLayer("/archive", target);
+          failed = !applied.ok();
+          if (failed) message = applied.error().message;
+        }
         break;
       }
     }
