@@ -4,6 +4,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/percent_encode.h"
 #include "common/result.h"
 
 namespace bulkhead::cli {
@@ -31,8 +32,7 @@ Result<ServerAddress> ParseServerUrl(std::string_view url);
 // The default: the unix socket the daemon always opens in its state dir.
 ServerAddress DefaultServerAddress(const std::string& state_dir);
 
-// Percent-encodes everything but RFC 3986 unreserved characters, so ids and names
-// are safe as one path segment or one query value.
-std::string PercentEncode(std::string_view text);
+// (ids and names go into paths and queries percent-encoded: common/percent_encode.h)
+using bulkhead::PercentEncode;
 
 }  // namespace bulkhead::cli

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/base64.h"
+#include "common/percent_encode.h"
 #include "storage/oci_manifest.h"
 
 // g++ 12 reports a false -Wmismatched-new-delete on asio's coroutine frames.
@@ -169,20 +170,6 @@ Result<Url> ResolveLocation(const Url& base, std::string_view location) {
   return url;
 }
 
-std::string QueryEscape(std::string_view text) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : text) {
-    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  return out;
-}
 
 std::vector<AuthChallenge> ParseAuthChallenges(std::string_view header) {
   std::vector<AuthChallenge> challenges;
@@ -495,13 +482,13 @@ struct RegistryClient::Impl {
         co_return Unreachable(registry + " named a plain-HTTP token realm (" + realm->Authority() + ")");
       }
       std::string query;
-      if (auto it = bearer->params.find("service"); it != bearer->params.end()) query += "service=" + QueryEscape(it->second);
+      if (auto it = bearer->params.find("service"); it != bearer->params.end()) query += "service=" + PercentEncode(it->second);
       auto scope = bearer->params.find("scope");
       const bool writes = push || options.push;
       std::string wanted = scope != bearer->params.end() ? scope->second
                                                           : "repository:" + repository + (writes ? ":pull,push" : ":pull");
       if (writes && wanted == "repository:" + repository + ":pull") wanted += ",push";
-      query += std::string(query.empty() ? "" : "&") + "scope=" + QueryEscape(wanted);
+      query += std::string(query.empty() ? "" : "&") + "scope=" + PercentEncode(wanted);
       realm->target += (realm->target.find('?') == std::string::npos ? "?" : "&") + query;
       const Outgoing get;
       const PlanBody collect = [](const Reply&) -> Result<BodyPlan> { return BodyPlan{nullptr, kMaxTokenBody}; };
@@ -682,7 +669,7 @@ Status RegistryClient::UploadBlob(const std::string& digest, const Body& body) {
   auto location = ResolveLocation(start_url, started->location);
   if (!location.ok()) return Unreachable(d.registry + " answered a bad upload location");
   Url put_url = *location;
-  put_url.target += (put_url.target.find('?') == std::string::npos ? "?" : "&") + std::string("digest=") + QueryEscape(digest);
+  put_url.target += (put_url.target.find('?') == std::string::npos ? "?" : "&") + std::string("digest=") + PercentEncode(digest);
   Outgoing put;
   put.verb = http::verb::put;
   put.body = &body;

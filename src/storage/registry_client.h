@@ -61,8 +61,6 @@ struct Url {
 Result<Url> ParseUrl(std::string_view text);
 // Where a Location header points, from the URL it was answered to (absolute or relative).
 Result<Url> ResolveLocation(const Url& base, std::string_view location);
-// Percent-encodes a query value (RFC 3986 unreserved characters stay).
-std::string QueryEscape(std::string_view text);
 
 class RegistryClient {
  public:

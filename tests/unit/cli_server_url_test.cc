@@ -74,12 +74,5 @@ TEST(CliServerUrl, DefaultIsTheSocketInTheStateDir) {
   EXPECT_EQ(DefaultServerAddress("/tmp/state/").socket_path, "/tmp/state/bulkhead.sock");
 }
 
-TEST(CliServerUrl, PercentEncodeKeepsOnlyUnreservedCharacters) {
-  EXPECT_EQ(PercentEncode("sb-01_a.b~c"), "sb-01_a.b~c");
-  EXPECT_EQ(PercentEncode("a/b c?d&e=f"), "a%2Fb%20c%3Fd%26e%3Df");
-  EXPECT_EQ(PercentEncode("../x"), "..%2Fx");
-  EXPECT_EQ(PercentEncode("\xc3\xa9"), "%C3%A9");
-}
-
 }  // namespace
 }  // namespace bulkhead::cli

@@ -161,14 +161,6 @@ TEST(RegistryUrlTest, RefusesOtherSchemesUserinfoBadPortsAndAnythingThatCouldSpl
   }
 }
 
-TEST(RegistryUrlTest, QueryEscapeKeepsOnlyUnreservedCharacters) {
-  EXPECT_EQ(QueryEscape("repository:team/py:pull,push"), "repository%3Ateam%2Fpy%3Apull%2Cpush");
-  EXPECT_EQ(QueryEscape("AZaz09-._~"), "AZaz09-._~");
-  EXPECT_EQ(QueryEscape("a b&c=d+e?#%"), "a%20b%26c%3Dd%2Be%3F%23%25");
-  EXPECT_EQ(QueryEscape("\xc3\xa9\n"), "%C3%A9%0A");
-  EXPECT_EQ(QueryEscape(""), "");
-}
-
 TEST(RegistryUrlTest, ResolvesLocationsAbsoluteSchemeRelativeAndRelative) {
   const Url base = *ParseUrl("https://reg.example:5000/v2/team/py/blobs/uploads/");
 
