@@ -187,6 +187,7 @@ Result<tcp::endpoint> ApiServer::ListenE2b(const std::string& host_port) {
       .host = HostLimits::Detect(manager_.config().default_runtime),
       .pull_pool = &pull_pool_,
       .upload_dir = options_.upload_dir,
+      .templates = e2b::MakeTemplateBuilds(options_.upload_dir + "/" + e2b::kTemplateBuildsDir),
   });
   return bound;
 }

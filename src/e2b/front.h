@@ -47,7 +47,7 @@ struct E2bContext {
   // under upload_dir (<state>/tmp, root's alone).
   boost::asio::thread_pool* pull_pool = nullptr;
   std::string upload_dir;
-  std::shared_ptr<TemplateBuilds> templates = MakeTemplateBuilds();
+  std::shared_ptr<TemplateBuilds> templates = MakeTemplateBuilds();  // (the daemon's keeps them on disk)
 };
 
 class E2bFront {

@@ -6,18 +6,23 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <random>
+#include <sstream>
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/beast/http/field.hpp>
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "common/bounded_json.h"
 #include "common/digest.h"
+#include "common/read_file.h"
 #include "common/scope_guard.h"
 #include "common/time_format.h"
 #include "common/unique_fd.h"
@@ -134,25 +139,137 @@ struct TemplateBuild {
   std::optional<json> reason;
   std::string step = "base";       // the E2B step running, for its output and a failure
   std::string last_title;          // the step title logged last
+  std::string image;               // the image a ready build made
+  int64_t registered_ms = 0;       // when POST /v3/templates registered it (their order)
+  size_t entries_saved = 0;        // how many of its entries its log file holds
   std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
 };
 
+namespace {
+
+json BuildToJson(const TemplateBuild& build) {
+  return {{"tenant", build.tenant}, {"alias", build.alias},   {"build_id", build.build_id},
+          {"tags", build.tags},     {"cpus", build.cpus},     {"memory_mb", build.memory_mb},
+          {"status", build.status}, {"reason", build.reason ? *build.reason : json()},
+          {"step", build.step},     {"image", build.image},   {"registered_ms", build.registered_ms}};
+}
+
+std::optional<TemplateBuild> BuildFromJson(const json& doc) {
+  try {
+    TemplateBuild build;
+    build.tenant = doc.at("tenant").get<std::string>();
+    build.alias = doc.at("alias").get<std::string>();
+    build.build_id = doc.at("build_id").get<std::string>();
+    build.tags = doc.at("tags").get<std::vector<std::string>>();
+    build.cpus = doc.at("cpus").get<int64_t>();
+    build.memory_mb = doc.at("memory_mb").get<int64_t>();
+    build.status = doc.at("status").get<std::string>();
+    if (!doc.at("reason").is_null()) build.reason = doc.at("reason");
+    build.step = doc.at("step").get<std::string>();
+    build.image = doc.at("image").get<std::string>();
+    build.registered_ms = doc.at("registered_ms").get<int64_t>();
+    return build;
+  } catch (const json::exception&) {
+    return std::nullopt;
+  }
+}
+
+int64_t NowMillis() {
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  return int64_t{now.tv_sec} * 1000 + now.tv_nsec / 1'000'000;
+}
+
+}  // namespace
+
+// The builds' status and logs. With a directory, each build is also kept there (root's alone):
+// <build id>.json, its status, written when it is registered and when it ends, and
+// <build id>.log, its log entries as JSON lines, appended as they come; so what the SDKs poll
+// survives a daemon restart, and a build that was still running then reads as failed,
+// interrupted, with its log up to that point.
 class TemplateBuilds {
  public:
+  explicit TemplateBuilds(std::string dir) : dir_(std::move(dir)) {
+    if (dir_.empty()) return;
+    if (Status made = MakeDir(dir_, 0700); !made.ok()) {
+      spdlog::warn("E2B template builds are kept in memory only: {}", made.error().message);
+      dir_.clear();
+      return;
+    }
+    std::vector<TemplateBuild> loaded;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
+      const std::string path = entry.path().string();
+      if (!path.ends_with(".json")) {
+        // (a status write a crash cut short, or the log of a build without a status)
+        const std::string status = path.substr(0, path.size() - 4) + ".json";
+        if (!path.ends_with(".log") || !std::filesystem::exists(status, ec)) std::filesystem::remove(entry.path(), ec);
+        continue;
+      }
+      auto text = storage::ReadFile(path);
+      std::optional<TemplateBuild> build;
+      if (text.ok()) build = BuildFromJson(json::parse(*text, nullptr, /*allow_exceptions=*/false));
+      if (!build || path != StatusFile(build->build_id)) {
+        spdlog::warn("E2B template builds: {} is unreadable; removed", path);
+        std::filesystem::remove(entry.path(), ec);
+        continue;
+      }
+      // The log, up to its last whole line (a crash may have cut the one it was writing).
+      if (auto log = storage::ReadFile(LogFile(build->build_id)); log.ok()) {
+        std::istringstream lines(*log);
+        for (std::string line; build->entries.size() < kMaxLogEntries + 1 && std::getline(lines, line);) {
+          json entry = json::parse(line, nullptr, /*allow_exceptions=*/false);
+          if (!entry.is_object()) break;
+          build->entries.push_back(std::move(entry));
+        }
+      }
+      build->entries_saved = build->entries.size();
+      loaded.push_back(std::move(*build));
+    }
+    std::sort(loaded.begin(), loaded.end(),
+              [](const TemplateBuild& a, const TemplateBuild& b) { return a.registered_ms < b.registered_ms; });
+    for (TemplateBuild& build : loaded) {
+      if (build.status != "ready" && build.status != "error") {
+        const std::string message = "the build was interrupted: the daemon stopped while it ran";
+        Log(build, "error", message);
+        build.status = "error";
+        build.reason = json{{"message", message}, {"step", build.step}, {"logEntries", json::array()}};
+        SaveLog(build);
+        Save(build);
+      }
+      if (build.status == "ready" && !build.image.empty()) image_builds_[build.image] = build.build_id;
+      order_.push_back(build.build_id);
+      builds_.emplace(build.build_id, std::move(build));
+    }
+  }
+
   // Registers a build; the oldest finished ones beyond kKeptBuilds are forgotten.
   void Add(TemplateBuild build) {
     std::lock_guard lock(mu_);
+    build.registered_ms = NowMillis();
+    Save(build);
     order_.push_back(build.build_id);
     builds_.emplace(build.build_id, std::move(build));
     for (auto it = order_.begin(); builds_.size() > kKeptBuilds && it != order_.end();) {
       const TemplateBuild& old = builds_.at(*it);
       if (old.status == "ready" || old.status == "error") {
+        Unsave(*it);
         builds_.erase(*it);
         it = order_.erase(it);
       } else {
         ++it;
       }
     }
+  }
+
+  // Its log's new entries appended to its file; with `status`, its status written again (it
+  // ended).
+  void Persist(const std::string& build_id, bool status) {
+    std::lock_guard lock(mu_);
+    const auto found = builds_.find(build_id);
+    if (found == builds_.end()) return;
+    SaveLog(found->second);
+    if (status) Save(found->second);
   }
 
   // Runs `change` on the build under the lock; false if it is unknown (or, with `tenant`,
@@ -182,6 +299,7 @@ class TemplateBuilds {
         continue;
       }
       *it->second.cancelled = true;
+      Unsave(it->first);
       order_.erase(std::find(order_.begin(), order_.end(), it->first));
       it = builds_.erase(it);
     }
@@ -208,13 +326,45 @@ class TemplateBuilds {
   }
 
  private:
+  std::string StatusFile(const std::string& build_id) const { return dir_ + "/" + build_id + ".json"; }
+  std::string LogFile(const std::string& build_id) const { return dir_ + "/" + build_id + ".log"; }
+
+  void Save(const TemplateBuild& build) const {
+    if (dir_.empty()) return;
+    const std::string text = BuildToJson(build).dump(-1, ' ', false, json::error_handler_t::replace);
+    if (Status written = WriteWholeFile(StatusFile(build.build_id), text.data(), text.size(), 0600); !written.ok())
+      spdlog::warn("E2B template build {}: {}", build.build_id, written.error().message);
+  }
+
+  void SaveLog(TemplateBuild& build) const {
+    if (dir_.empty() || build.entries_saved >= build.entries.size()) return;
+    std::string lines;
+    for (size_t i = build.entries_saved; i < build.entries.size(); ++i)
+      lines += build.entries[i].dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+    UniqueFd fd(::open(LogFile(build.build_id).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+    if (!fd || ::write(fd.get(), lines.data(), lines.size()) != static_cast<ssize_t>(lines.size())) {
+      spdlog::warn("E2B template build {}: its log: {}", build.build_id, std::strerror(errno));
+      return;
+    }
+    build.entries_saved = build.entries.size();
+  }
+
+  void Unsave(const std::string& build_id) const {
+    if (dir_.empty()) return;
+    ::unlink(StatusFile(build_id).c_str());
+    ::unlink(LogFile(build_id).c_str());
+  }
+
+  std::string dir_;  // "": in memory only
   std::mutex mu_;
   std::map<std::string, TemplateBuild> builds_;
   std::deque<std::string> order_;
   std::map<std::string, std::string> image_builds_;
 };
 
-std::shared_ptr<TemplateBuilds> MakeTemplateBuilds() { return std::make_shared<TemplateBuilds>(); }
+std::shared_ptr<TemplateBuilds> MakeTemplateBuilds(const std::string& dir) {
+  return std::make_shared<TemplateBuilds>(dir);
+}
 
 void ForgetTenantBuilds(TemplateBuilds& builds, const std::string& tenant) { builds.Forget("", tenant); }
 
@@ -270,9 +420,16 @@ class BuildLog {
   void Info(const std::string& message) { Add("info", message); }
   void Add(const std::string& level, const std::string& message) {
     builds_.With(build_id_, [&](TemplateBuild& build) { TemplateBuilds::Log(build, level, message); });
+    builds_.Persist(build_id_, /*status=*/false);
   }
 
   void operator()(const json& event) {
+    Record(event);
+    builds_.Persist(build_id_, /*status=*/false);
+  }
+
+ private:
+  void Record(const json& event) {
     const std::string status = event.value("status", "");
     if (status == "step") {
       const size_t index = event.value("step", size_t{0});
@@ -312,7 +469,6 @@ class BuildLog {
     }
   }
 
- private:
   TemplateBuilds& builds_;
   std::string build_id_;
   const TemplatePlan& plan_;
@@ -401,8 +557,10 @@ void RunBuildJob(const BuildJob& job) {
   log.Info(fmt::format("Building template {} from {}", job.alias, job.plan.base_image));
   Result<core::ImageInfo> image = RunJob(job, log);
   if (image.ok()) job.builds->SetImageBuild(image->name, job.build_id);
+  ScopeGuard persist([&] { job.builds->Persist(job.build_id, /*status=*/true); });
   job.builds->With(job.build_id, [&](TemplateBuild& build) {
     if (image.ok()) {
+      build.image = image->name;
       build.step = "finalize";
       TemplateBuilds::Log(build, "info", "Template is ready");
       build.status = "ready";

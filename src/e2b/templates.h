@@ -30,8 +30,12 @@
 namespace bulkhead::e2b {
 
 struct E2bContext;
+// The directory under the daemon's upload dir where template builds are kept.
+inline constexpr char kTemplateBuildsDir[] = "e2b-builds";
+
 class TemplateBuilds;  // the builds' status and logs (templates.cc)
-std::shared_ptr<TemplateBuilds> MakeTemplateBuilds();
+// `dir`: where each build is kept as a file too, so that it outlives a restart ("": in memory).
+std::shared_ptr<TemplateBuilds> MakeTemplateBuilds(const std::string& dir = "");
 // Cancels and forgets every build of the tenant's, logs and all (its purge).
 void ForgetTenantBuilds(TemplateBuilds& builds, const std::string& tenant);
 

@@ -6,6 +6,7 @@ import gzip
 import io
 import json
 import os
+import signal
 import tarfile
 import time
 import urllib.parse
@@ -323,6 +324,47 @@ def test_templates_outlive_a_restart_and_a_start_command_that_fails_fails_create
     assert front.request("GET", "/templates/aliases/keeps").status == 200
     front.request("DELETE", f"/sandboxes/{sandbox['sandboxID']}")
     assert front.request("DELETE", "/templates/keeps").status == 204
+
+
+def test_a_builds_status_outlives_a_restart_and_one_cut_short_by_it_reads_as_interrupted(daemon_factory):
+    """What the SDKs poll (GET .../builds/{buildID}/status) is kept on disk: after a restart a
+    finished build answers as before, with its log and its buildID on the template's tags; one
+    the daemon was running when it was killed answers error, saying so. A purge takes them."""
+    d = daemon_factory()
+    d.start()
+    front = E2b(d)
+    name = f"kept-{uuid.uuid4().hex[:8]}"
+    done = request_build(front, name)
+    assert start_build(front, done, {"fromImage": "e2bdev/base",
+                                     "steps": [{"type": "RUN", "args": ["echo made it"]}]}).status == 204
+    status, entries = wait_build(front, done)
+    assert status["status"] == "ready" and any(e["message"] == "made it" for e in entries), entries
+    tags = front.request("GET", f"/templates/{name}/tags").json()
+    assert [t["buildID"] for t in tags] == [done["buildID"]]
+    cut = request_build(front, f"cut-{uuid.uuid4().hex[:8]}")
+    assert start_build(front, cut, {"fromImage": "e2bdev/base",
+                                    "steps": [{"type": "RUN", "args": ["echo begun; sleep 6019"]}]}).status == 204
+    path = f"/templates/{cut['templateID']}/builds/{cut['buildID']}/status?logsOffset=0"
+    deadline = time.monotonic() + 60
+    while not any(e["message"] == "begun" for e in front.request("GET", path).json()["logEntries"]):
+        assert time.monotonic() < deadline, "the step never started"
+        time.sleep(0.1)
+
+    d.stop(signal.SIGKILL)
+    d.start()
+    front = E2b(d)
+    status, again = wait_build(front, done)
+    assert status["status"] == "ready"
+    assert [e["message"] for e in again] == [e["message"] for e in entries]
+    assert front.request("GET", f"/templates/{name}/tags").json() == tags
+    status, cut_entries = wait_build(front, cut)
+    assert status["status"] == "error" and "interrupted" in status["reason"]["message"], status
+    assert "begun" in [e["message"] for e in cut_entries]
+    assert harness.wait_until(lambda: not list((d.state_dir / "tmp" / "e2b-builds").glob("*.new")), timeout=5)
+    # Deleting the template forgets its builds, on disk too.
+    assert front.request("DELETE", f"/templates/{name}").status == 204
+    assert_e2b_error(front.request("GET", f"/templates/{name}/builds/{done['buildID']}/status"), 404)
+    assert not (d.state_dir / "tmp" / "e2b-builds" / f"{done['buildID']}.json").exists()
 
 
 def test_deleting_a_template_cancels_its_running_build(e2b):
