@@ -159,7 +159,12 @@ asio::awaitable<void> CollectOutput(std::shared_ptr<FileOperation::State> state)
 
 FileOperation::FileOperation(std::shared_ptr<State> state) : state_(std::move(state)) {}
 
-FileOperation::~FileOperation() { Cancel(); }
+FileOperation::~FileOperation() {
+  // Its owner goes with it: a hook the owner gave (one that names the owner) must not run after,
+  // when the worker's end arrives (the state outlives this object while its output is read).
+  state_->when_ended = nullptr;
+  Cancel();
+}
 
 void FileOperation::Cancel() { state_->client->Close(); }
 

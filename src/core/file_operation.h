@@ -61,7 +61,7 @@ class FileOperation {
   void Cancel();
 
   // Calls `hook` (on the operation's strand) when the worker ends or the connection to init is
-  // lost; nullptr takes the hook back.
+  // lost; nullptr takes the hook back, and so does destroying this object.
   void WhenEnded(std::function<void()> hook);
 
  private:
