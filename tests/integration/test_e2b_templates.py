@@ -92,6 +92,19 @@ def start_build(e2b: E2b, build: dict, definition: dict) -> harness.Response:
     return e2b.request("POST", f"/v2/templates/{build['templateID']}/builds/{build['buildID']}", definition)
 
 
+def start_hanging_build(e2b: E2b, build: dict, seconds: int) -> str:
+    """A build whose one RUN prints "begun" and sleeps `seconds` (a number to find its process
+    by), started and seen to have begun. Answers its status path."""
+    assert start_build(e2b, build, {"fromImage": "e2bdev/base",
+                                    "steps": [{"type": "RUN", "args": [f"echo begun; sleep {seconds}"]}]}).status == 204
+    path = f"/templates/{build['templateID']}/builds/{build['buildID']}/status?logsOffset=0"
+    deadline = time.monotonic() + 60
+    while not any(e["message"] == "begun" for e in e2b.request("GET", path).json()["logEntries"]):
+        assert time.monotonic() < deadline, "the step never started"
+        time.sleep(0.1)
+    return path
+
+
 @pytest.fixture
 def e2b(daemon):
     front = E2b(daemon)
@@ -342,13 +355,7 @@ def test_a_builds_status_outlives_a_restart_and_one_cut_short_by_it_reads_as_int
     tags = front.request("GET", f"/templates/{name}/tags").json()
     assert [t["buildID"] for t in tags] == [done["buildID"]]
     cut = request_build(front, f"cut-{uuid.uuid4().hex[:8]}")
-    assert start_build(front, cut, {"fromImage": "e2bdev/base",
-                                    "steps": [{"type": "RUN", "args": ["echo begun; sleep 6019"]}]}).status == 204
-    path = f"/templates/{cut['templateID']}/builds/{cut['buildID']}/status?logsOffset=0"
-    deadline = time.monotonic() + 60
-    while not any(e["message"] == "begun" for e in front.request("GET", path).json()["logEntries"]):
-        assert time.monotonic() < deadline, "the step never started"
-        time.sleep(0.1)
+    start_hanging_build(front, cut, 6019)
 
     d.stop(signal.SIGKILL)
     d.start()
@@ -371,13 +378,7 @@ def test_deleting_a_template_cancels_its_running_build(e2b):
     front, made = e2b
     name = f"hung-{uuid.uuid4().hex[:8]}"
     build = request_build(front, name)
-    assert start_build(front, build, {"fromImage": "e2bdev/base",
-                                      "steps": [{"type": "RUN", "args": ["echo begun; sleep 6017"]}]}).status == 204
-    path = f"/templates/{name}/builds/{build['buildID']}/status?logsOffset=0"
-    deadline = time.monotonic() + 60
-    while not any(e["message"] == "begun" for e in front.request("GET", path).json()["logEntries"]):
-        assert time.monotonic() < deadline, "the step never started"
-        time.sleep(0.1)
+    path = start_hanging_build(front, build, 6017)
     assert front.request("DELETE", f"/templates/{name}").status == 204
     assert_e2b_error(front.request("GET", path), 404)  # forgotten with its template
 
