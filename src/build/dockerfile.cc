@@ -625,8 +625,9 @@ class Evaluator {
       if (!expanded.ok()) return expanded.error();
       // The host's own platform only: a step runs on this kernel and CPU, nothing emulates.
       if (!expanded->empty()) {
-        const storage::Platform host = storage::HostPlatform();
-        const std::string os_arch = host.os + "/" + host.architecture;
+        // (the platform the automatic ARGs hold)
+        const std::string os_arch =
+            *FindArg(automatic_, "TARGETOS")->value + "/" + *FindArg(automatic_, "TARGETARCH")->value;
         if (*expanded != os_arch && expanded->rfind(os_arch + "/", 0) != 0)
           return LineError(from_in, "FROM --platform=" + *expanded + ": this host builds and runs " + os_arch +
                                         " only (nothing is emulated)");

@@ -174,12 +174,6 @@ std::optional<TemplateBuild> BuildFromJson(const json& doc) {
   }
 }
 
-int64_t NowMillis() {
-  timespec now{};
-  ::clock_gettime(CLOCK_REALTIME, &now);
-  return int64_t{now.tv_sec} * 1000 + now.tv_nsec / 1'000'000;
-}
-
 }  // namespace
 
 // The builds' status and logs. With a directory, each build is also kept there (root's alone):
@@ -246,7 +240,7 @@ class TemplateBuilds {
   // Registers a build; the oldest finished ones beyond kKeptBuilds are forgotten.
   void Add(TemplateBuild build) {
     std::lock_guard lock(mu_);
-    build.registered_ms = NowMillis();
+    build.registered_ms = UnixMillis();
     Save(build);
     order_.push_back(build.build_id);
     builds_.emplace(build.build_id, std::move(build));
