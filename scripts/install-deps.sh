@@ -25,6 +25,8 @@ packages=(
   docker-registry skopeo umoci
   # the token server in front of docker-registry signs its JWTs with Python's cryptography
   python3-cryptography
+  # containerd tests: a private containerd (ctr, runc shim), CNI bridge plugins, busybox image
+  containerd containernetworking-plugins busybox-static
   # fuzzing and sanitizers: libFuzzer targets with ASan and UBSan (scripts/fuzz.sh)
   clang libclang-rt-14-dev
   # SDK, MCP and OpenAPI tests: a virtualenv for PyPI tooling, Node.js (20+) for the
@@ -45,26 +47,41 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# Stops and disables a package's system service, with or without systemd.
+switch_off_service() {
+  local name=$1
+  if [ -d /run/systemd/system ]; then
+    systemctl disable --now "$name.service" >/dev/null 2>&1 || true
+  else
+    # (the init script's start-stop-daemon fails when nothing runs: that is fine)
+    [ -x "/etc/init.d/$name" ] && "/etc/init.d/$name" stop >/dev/null 2>&1 || true
+    # systemctl disables offline too (unit symlinks, and update-rc.d for the init script)
+    if command -v systemctl >/dev/null; then
+      systemctl disable "$name.service" >/dev/null 2>&1 || true
+    elif command -v update-rc.d >/dev/null; then
+      update-rc.d "$name" disable >/dev/null 2>&1 || true
+    fi
+  fi
+}
+
 # Debian's docker-registry starts a registry on :5000 of every address when it is installed
 # (unless a policy-rc.d forbids it) and enables it at boot. Stop and disable it, with or without
 # systemd; only when this script installed it, so a registry someone set up on purpose stays.
 if [[ " ${missing[*]} " == *" docker-registry "* ]]; then
-  if [ -d /run/systemd/system ]; then
-    systemctl disable --now docker-registry.service >/dev/null 2>&1 || true
-  else
-    # (the init script's start-stop-daemon fails when nothing runs: that is fine)
-    [ -x /etc/init.d/docker-registry ] && /etc/init.d/docker-registry stop >/dev/null 2>&1 || true
-    # systemctl disables offline too (unit symlinks, and update-rc.d for the init script)
-    if command -v systemctl >/dev/null; then
-      systemctl disable docker-registry.service >/dev/null 2>&1 || true
-    elif command -v update-rc.d >/dev/null; then
-      update-rc.d docker-registry disable >/dev/null 2>&1 || true
-    fi
-  fi
+  switch_off_service docker-registry
+fi
+# Likewise Debian's containerd: a system containerd on /run/containerd, enabled at boot. The
+# tests start private ones (their own root, state and socket); a node's containerd is set up
+# by whoever runs the node (deploy/containerd/).
+if [[ " ${missing[*]} " == *" containerd "* ]]; then
+  switch_off_service containerd
 fi
 
 # The gvisor runtime's runsc: a pinned build newer than Debian's (see the script).
 bash "$(dirname "$0")/install-runsc.sh"
+
+# crictl and critest, which drive the containerd tests' private containerd (see the script).
+bash "$(dirname "$0")/install-cri-tools.sh"
 
 # The microvm runtime's QEMU, guest kernel and device daemons (see the script).
 bash "$(dirname "$0")/install-microvm.sh"

@@ -6,9 +6,9 @@
 # cannot start in the sandbox's user namespace with the host network): the daemon refuses it.
 # The build needs Go 1.21 or newer (it fetches the toolchain gVisor's go.mod names); Debian
 # 12's is 1.19, so without a newer one on the PATH a pinned Go toolchain is fetched from the
-# module proxy, checked against its pinned sha256. The build precompiles the Sentry's and the
-# gofer's seccomp programs, as gVisor's own build does and `go install` does not
-# (scripts/runsc-precompile): else every sandbox start spends tens of ms compiling them.
+# module proxy, checked against its pinned sha256 (scripts/find-go.sh). The build precompiles
+# the Sentry's and the gofer's seccomp programs, as gVisor's own build does and `go install`
+# does not (scripts/runsc-precompile): else every sandbox start spends tens of ms compiling them.
 # It also applies the patches in scripts/runsc-patches (each says why at its change).
 # Idempotent: nothing is built when this build is installed.
 set -euo pipefail
@@ -18,8 +18,8 @@ version=v0.0.0-20260905035102-160fafc42237
 target=/usr/local/lib/bulkhead/runsc
 here=$(cd "$(dirname "$0")" && pwd)
 # What `runsc --version` says of this build: the module's version and a digest of what this
-# script adds to it, so that a changed patch or program list rebuilds.
-build_id=$(cat "$0" "$here"/runsc-precompile/* "$here"/runsc-patches/* | sha256sum | cut -c1-12)
+# script adds to it, so that a changed patch, program list or Go toolchain pin rebuilds.
+build_id=$(cat "$0" "$here/find-go.sh" "$here"/runsc-precompile/* "$here"/runsc-patches/* | sha256sum | cut -c1-12)
 build_version="${version#v}+bulkhead.${build_id}"
 
 # (the output is read whole, never piped into a reader that may stop early: under
@@ -32,28 +32,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 # A Go of 1.21 or newer (GOTOOLCHAIN), else the pinned toolchain from the module proxy.
-go_toolchain=go1.26.8
-declare -A toolchain_sha256=(
-  [amd64]=30c2b1bf7dcc88d3eb0a1364e47ddd9128edb3110a30e8a0ef61cd5856b31de7
-  [arm64]=02b36b6787b3ac767668f630e2998df45a3b1f9ffee08d1bf3ef6487cd658d99
-)
-go=$(command -v go || true)
-if [ -z "$go" ] || [ -z "$("$go" env GOTOOLCHAIN 2>/dev/null)" ]; then
-  arch=$(dpkg --print-architecture)
-  cache=/var/cache/bulkhead/go-${go_toolchain}
-  module="golang.org/toolchain@v0.0.1-${go_toolchain}.linux-${arch}"
-  if [ ! -x "$cache/$module/bin/go" ]; then
-    [ -n "${toolchain_sha256[$arch]:-}" ] || { echo "install-runsc: no pinned Go toolchain for $arch" >&2; exit 1; }
-    echo "install-runsc: fetching the Go toolchain ${go_toolchain} from the module proxy"
-    curl -fsSL -o "$work/go.zip" "https://proxy.golang.org/golang.org/toolchain/@v/v0.0.1-${go_toolchain}.linux-${arch}.zip"
-    echo "${toolchain_sha256[$arch]}  $work/go.zip" | sha256sum -c --quiet
-    rm -rf "$cache" && mkdir -p "$cache"
-    python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' "$work/go.zip" "$cache"
-    chmod -R a+rX,go-w "$cache"
-    chmod 0755 "$cache/$module/bin/"* "$cache/$module/pkg/tool/"*/*
-  fi
-  go="$cache/$module/bin/go"
-fi
+go=$(bash "$here/find-go.sh" install-runsc)
 
 echo "install-runsc: building runsc ${version} with $("$go" version | cut -d' ' -f3) (a few minutes)"
 export GOFLAGS=-buildvcs=false CGO_ENABLED=0 GOTOOLCHAIN=auto
