@@ -21,6 +21,7 @@
 #include "common/read_file.h"
 #include "common/time_format.h"
 #include "common/unique_fd.h"
+#include "oci/ceiling.h"
 #include "oci/container_root.h"
 #include "oci/container_state.h"
 #include "oci/process_setup.h"
@@ -247,6 +248,7 @@ int Create(const GlobalOptions& global, const CreateOptions& options) {
   auto spec = ParseSpec(*config);
   if (!spec.ok()) return fail(spec.error());
   plan.spec = std::move(*spec);
+  if (auto within = CheckCeiling(plan.spec); !within.ok()) return fail(within.error());
   plan.rootfs = plan.spec.root_path[0] == '/' ? plan.spec.root_path : bundle + "/" + plan.spec.root_path;
   std::error_code error;
   plan.rootfs = std::filesystem::canonical(plan.rootfs, error);

@@ -109,6 +109,11 @@ int CapabilityNumber(const std::string& name) {
   return -1;
 }
 
+std::string CapabilityName(int number) {
+  if (number >= 0 && number < static_cast<int>(kCapabilityNames.size())) return kCapabilityNames[number];
+  return "capability " + std::to_string(number);
+}
+
 int RlimitNumber(const std::string& name) {
   for (const auto& [rlimit_name, number] : kRlimits)
     if (name == rlimit_name) return number;

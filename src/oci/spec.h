@@ -88,6 +88,7 @@ Result<Process> ParseProcess(const nlohmann::json& process);
 Result<Resources> ParseResources(const nlohmann::json& resources);
 // "CAP_SYS_ADMIN" -> 21, "RLIMIT_NOFILE" -> 7; -1 when unknown.
 int CapabilityNumber(const std::string& name);
+std::string CapabilityName(int number);  // "CAP_SYS_ADMIN", or "capability <n>" past the known ones
 int RlimitNumber(const std::string& name);
 
 }  // namespace bulkhead::oci

@@ -8,6 +8,7 @@ import re
 import socket
 import subprocess
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -228,6 +229,28 @@ def test_a_pod_in_the_hosts_network_namespace_is_refused_with_the_reason(contain
     assert "host's network namespace" in str(refused.value), refused.value
 
 
+def test_privileged_pods_and_capabilities_beyond_dockers_default_are_refused_with_the_reason(containerd, pods,
+                                                                                               bulkhead):
+    """A privileged pod would get every host device and capability: refused, as is a container
+    asking for a capability beyond Docker's default set (NET_RAW and MKNOD, in that set, are
+    dropped without a word, as in every sandbox)."""
+    config = containerd.pod_config("privileged")
+    config["linux"]["security_context"]["privileged"] = True
+    privileged = pods(bulkhead, config=config)  # the pause container gets nothing more
+    with pytest.raises(ch.CrictlError) as refused:
+        containerd.run_container(privileged, ["/bin/true"], extra={"linux": {"security_context": {"privileged": True}}})
+    assert "privileged pods are not run" in str(refused.value), refused.value
+    pod = pods(bulkhead, name="ceiling")
+    with pytest.raises(ch.CrictlError) as refused:
+        containerd.run_container(pod, ["/bin/true"], extra={
+            "linux": {"security_context": {"capabilities": {"add_capabilities": ["SYS_ADMIN"]}}}})
+    assert "CAP_SYS_ADMIN is beyond what bulkhead gives a container" in str(refused.value), refused.value
+    cid = containerd.run_container(pod, ["/bin/sh", "-c", "grep CapEff /proc/self/status"], extra={
+        "linux": {"security_context": {"capabilities": {"add_capabilities": ["NET_RAW"]}}}})
+    assert containerd.wait_exited(cid)["exitCode"] == 0
+    assert int(containerd.logs(cid).split()[-1], 16) & (1 << 13) == 0  # no CAP_NET_RAW
+
+
 def test_the_escape_probes_pass_in_a_pods_container(containerd, pods, bulkhead, escape_binary):
     """The probe suite as a pod's container (its first process) and through exec, with a
     memory limit from CRI and bulkhead's default pids limit; the host's loopback listener and
@@ -351,6 +374,46 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return ""
+
+
+# ---------------------------------------------------------------- the node installer
+
+def test_the_node_installer_registers_the_handler_with_containerd_and_takes_it_off_again(tmp_path, containerd):
+    """deploy/kubernetes/installer/install-node.sh against a node root: the binary where the
+    fragment's BinaryName says, the handler in a config.toml containerd itself accepts, the
+    node's own settings kept; a second install changes nothing; uninstall restores the file."""
+    if not containerd.bulkhead_oci.exists():
+        pytest.skip(f"{containerd.bulkhead_oci} does not exist yet")
+    host = tmp_path / "host"
+    config = host / "etc" / "containerd" / "config.toml"
+    config.parent.mkdir(parents=True)
+    original = ('version = 2\n\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
+                '  runtime_type = "io.containerd.runc.v2"\n')
+    config.write_text(original)
+    script = ch.REPO_ROOT / "deploy" / "kubernetes" / "installer" / "install-node.sh"
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOST_ROOT": str(host), "CONTAINERD_RESTART": "none",
+           "BULKHEAD_OCI_SOURCE": str(containerd.bulkhead_oci), "BULKHEAD_FRAGMENT": str(ch.DEPLOY_FRAGMENT)}
+
+    def run(action):
+        r = subprocess.run(["sh", str(script), action], env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout
+
+    assert "updated" in run("install")
+    installed = host / "usr" / "local" / "lib" / "bulkhead" / "bulkhead-oci"
+    assert installed.read_bytes() == containerd.bulkhead_oci.read_bytes()
+    assert (installed.stat().st_mode & 0o7777, installed.stat().st_uid) == (0o755, 0)
+    runtimes = tomllib.loads(config.read_text())["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]
+    assert runtimes["bulkhead"]["options"]["BinaryName"] == ch.DEPLOYED_OCI == "/usr/local/lib/bulkhead/bulkhead-oci"
+    assert runtimes["runc"]["runtime_type"] == "io.containerd.runc.v2"
+    dump = subprocess.run(["containerd", "--config", str(config), "config", "dump"], capture_output=True, text=True,
+                          timeout=60)
+    assert dump.returncode == 0 and "runtimes.bulkhead" in dump.stdout, dump.stderr
+    assert "updated" not in run("install")  # nothing changed: containerd is not restarted
+    assert config.read_text().count("BEGIN bulkhead") == 1
+    run("uninstall")
+    assert config.read_text() == original
+    assert not installed.exists()
 
 
 # ---------------------------------------------------------------- CRI validation (critest)

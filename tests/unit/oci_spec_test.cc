@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "oci/ceiling.h"
 #include "oci/container_cgroup.h"
 #include "oci/container_root.h"
 #include "oci/container_state.h"
@@ -162,6 +163,38 @@ TEST(OciState, AcceptsRuncsContainerIds) {
   EXPECT_TRUE(CheckId("0123abcdef").ok());
   EXPECT_TRUE(CheckId("my_container-1.2").ok());
   for (const char* bad : {"", ".hidden", "a/b", "..", "a b", "x\n"}) EXPECT_FALSE(CheckId(bad).ok()) << bad;
+}
+
+}  // namespace
+}  // namespace bulkhead::oci
+
+namespace bulkhead::oci {
+namespace {
+
+TEST(OciCeiling, RefusesHostDevicesAndCapabilitiesBeyondDockersDefaultWithTheReason) {
+  auto spec = ParseSpec(ContainerConfig());
+  ASSERT_TRUE(spec.ok());
+  spec->devices.clear();
+  spec->process.capabilities = {};
+  // Docker's default set (what containerd gives a pod asking for none) passes, NET_RAW included.
+  spec->process.capabilities.bounding = (1ull << CapabilityNumber("CAP_NET_RAW")) | (1ull << CapabilityNumber("CAP_CHOWN"));
+  EXPECT_TRUE(CheckCeiling(*spec).ok());
+  spec->devices.push_back({.type = 'c', .major = 1, .minor = 3, .path = "/dev/null"});
+  EXPECT_TRUE(CheckCeiling(*spec).ok());
+
+  auto asked = *spec;
+  asked.process.capabilities.effective |= 1ull << CapabilityNumber("CAP_SYS_ADMIN");
+  auto refused = CheckCeiling(asked);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("CAP_SYS_ADMIN is beyond"), std::string::npos) << refused.error().message;
+
+  auto device = *spec;
+  device.devices.push_back({.type = 'b', .major = 8, .minor = 0, .path = "/dev/sda"});
+  refused = CheckCeiling(device);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("/dev/sda, b 8:0"), std::string::npos) << refused.error().message;
+  device.devices.back() = {.type = 'c', .major = 10, .minor = 229, .path = "/dev/fuse"};
+  EXPECT_FALSE(CheckCeiling(device).ok());
 }
 
 }  // namespace
