@@ -59,9 +59,28 @@ std::vector<std::string> Split(const std::string& s, char separator) {
 
 std::string FdPath(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
 
+// `path` made absolute within the root: "." and ".." taken lexically, ".." stopping at "/" (as
+// RESOLVE_IN_ROOT takes it).
+std::string InRoot(const std::string& path) {
+  std::vector<std::string> parts;
+  for (const std::string& part : Split(path, '/')) {
+    if (part.empty() || part == ".") continue;
+    if (part == "..") {
+      if (!parts.empty()) parts.pop_back();
+      continue;
+    }
+    parts.push_back(part);
+  }
+  std::string out;
+  for (const std::string& part : parts) out += "/" + part;
+  return out.empty() ? "/" : out;
+}
+
 // `path` inside the directory tree at root_fd, symlinks resolved as if root_fd were "/",
-// made where missing (a directory, or an empty file when `file`).
-Result<UniqueFd> OpenInRoot(int root_fd, const std::string& path, bool file) {
+// made where missing (a directory, or an empty file when `file`). A dangling symlink on the way
+// (an image's /etc/resolv.conf -> ../run/systemd/...) gets what it names made, in the root.
+Result<UniqueFd> OpenInRoot(int root_fd, const std::string& path, bool file, int links = 0) {
+  if (links > 40) return SystemError("open " + path + " in the container's root", ELOOP);
   open_how how{};
   how.flags = O_PATH | O_CLOEXEC;
   how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
@@ -76,7 +95,7 @@ Result<UniqueFd> OpenInRoot(int root_fd, const std::string& path, bool file) {
     if (parent == "/") {
       dir = UniqueFd(::dup(root_fd));
     } else {
-      auto opened = OpenInRoot(root_fd, parent, false);
+      auto opened = OpenInRoot(root_fd, parent, false, links);
       if (!opened.ok()) return opened.error();
       dir = std::move(*opened);
     }
@@ -87,6 +106,14 @@ Result<UniqueFd> OpenInRoot(int root_fd, const std::string& path, bool file) {
                     : ::mkdir(at.c_str(), 0755);
     if (made < 0 && errno != EEXIST) return SystemError("make mount point " + path, errno);
     if (file && made >= 0) ::close(made);
+    if (made < 0) {
+      char target[4096];
+      const ssize_t length = ::readlinkat(dir.get(), name.c_str(), target, sizeof target - 1);
+      if (length > 0) {
+        const std::string link(target, static_cast<size_t>(length));
+        return OpenInRoot(root_fd, InRoot(link[0] == '/' ? link : parent + "/" + link), file, links + 1);
+      }
+    }
   }
   return SystemError("open " + path, ENOENT);
 }

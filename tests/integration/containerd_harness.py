@@ -643,9 +643,15 @@ class Containerd:
 
     def import_images(self):
         for name, image in test_images().items():
-            archive = _oci_archive(image, name, self.root / "tmp" / (name.replace("/", "_").replace(":", "_") + ".tar"))
+            self.import_image(name, image)
+
+    def import_image(self, name: str, image: oi.Image):
+        """Puts `image` in containerd's store as `name` (ctr images import of its OCI layout)."""
+        archive = _oci_archive(image, name, self.root / "tmp" / (name.replace("/", "_").replace(":", "_") + ".tar"))
+        try:
             self.ctr("images", "import", str(archive))
-            archive.unlink()
+        finally:
+            archive.unlink(missing_ok=True)
 
     def tag_image(self, source: str, name: str):
         """Gives an image in containerd's store another name (ctr images tag)."""

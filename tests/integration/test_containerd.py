@@ -229,6 +229,32 @@ def test_a_pod_in_the_hosts_network_namespace_is_refused_with_the_reason(contain
     assert "host's network namespace" in str(refused.value), refused.value
 
 
+def test_an_images_symlinks_at_mount_points_cannot_aim_the_runtimes_mounts_at_the_host(containerd, pods, bulkhead,
+                                                                                         tmp_path):
+    """A hostile image: /dev, /etc/hosts and /etc/resolv.conf are symlinks that climb out of the
+    root to a host directory (and /run one through /proc/1/root). Every mount the runtime makes
+    there lands inside the container's root (where the link points, taken from the root); nothing
+    appears on the host."""
+    import oci_images as oi
+    target = tmp_path / "host-target"
+    target.mkdir()
+    climb = "../" * 12 + str(target).lstrip("/")
+    hostile = oi.make_layer([oi.Symlink("dev", climb + "/dev"), oi.Symlink("etc/hosts", climb + "/hosts"),
+                             oi.Symlink("etc/resolv.conf", "/" + climb + "/resolv.conf"),
+                             oi.Symlink("run", "/proc/1/root" + str(target))])
+    busybox = ch.test_images()[ch.BUSYBOX_IMAGE]
+    image = oi.build_image([busybox.layers[0], hostile], {"Cmd": ["/bin/sh"], "Env": [ch.PATH_ENV]})
+    containerd.import_image("bulkhead.test/hostile:1", image)
+    pod = pods(bulkhead, name="hostile")
+    cid = containerd.run_container(pod, ["/bin/sh", "-c", "cat /dev/null /etc/hosts /etc/resolv.conf && echo inside"],
+                                   image="bulkhead.test/hostile:1")
+    assert containerd.wait_exited(cid)["exitCode"] == 0, containerd.logs_both(cid)
+    out = containerd.logs(cid)
+    assert "localhost" in out and "inside" in out, out  # the pod's hosts file, bound inside the root
+    assert list(target.iterdir()) == [], list(target.iterdir())
+    assert not [m for m in ch.mounts_under(tmp_path)], ch.mounts_under(tmp_path)
+
+
 def test_privileged_pods_and_capabilities_beyond_dockers_default_are_refused_with_the_reason(containerd, pods,
                                                                                                bulkhead):
     """A privileged pod would get every host device and capability: refused, as is a container
