@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include "oci/commands.h"
+#include "oci/pod_egress.h"
 
 int main(int argc, char** argv) {
   using namespace bulkhead::oci;
@@ -58,7 +59,25 @@ int main(int argc, char** argv) {
   exec_cmd->add_flag("-d,--detach", exec.detach);
   exec_cmd->add_option("id", exec.id)->required();
 
+  // The pod egress helper that `create` starts (oci/pod_egress.h); not for callers.
+  std::string pod, netns, mode, allow, deny, egress_log;
+  int ready_fd = -1;
+  auto* egress_cmd = app.add_subcommand("egress", "")->group("");
+  egress_cmd->add_option("--pod", pod)->required();
+  egress_cmd->add_option("--netns", netns)->required();
+  egress_cmd->add_option("--mode", mode)->required();
+  egress_cmd->add_option("--allow", allow);
+  egress_cmd->add_option("--deny", deny);
+  egress_cmd->add_option("--log", egress_log)->required();
+  egress_cmd->add_option("--ready-fd", ready_fd)->required();
+
   CLI11_PARSE(app, argc, argv);
+  if (*egress_cmd) {
+    auto settings = PodEgressSettings({{kEgressModeAnnotation, mode}, {kEgressAllowAnnotation, allow},
+                                       {kEgressDenyAnnotation, deny}});
+    if (!settings.ok() || !*settings) return Fail(global, settings.ok() ? "no egress mode" : settings.error().message);
+    return RunEgressHelper(pod, netns, **settings, egress_log, ready_fd);
+  }
   if (*create_cmd) return Create(global, create);
   if (*start_cmd) return Start(global, id);
   if (*state_cmd) return State(global, id);

@@ -348,7 +348,7 @@ asio::awaitable<void> ApiHandlers::Egress(HttpExchange& exchange, const std::str
       co_await RunBlocking(context_.blocking_pool, [&] { return manager.Egress(id, *limit); });
   if (!records.ok()) co_return co_await exchange.SendError(records.error());
   json entries = json::array();
-  for (const net::EgressRecord& record : *records) entries.push_back(EgressRecordToJson(record));
+  for (const net::EgressRecord& record : *records) entries.push_back(net::EgressRecordToJson(record));
   const json response = {{"entries", std::move(entries)}};
   co_await exchange.SendJson(http::status::ok, response);
 }

@@ -13,8 +13,6 @@
 namespace bulkhead::api {
 
 nlohmann::json SandboxToJson(const core::SandboxInfo& sandbox);
-// One entry of GET /v1/sandboxes/{id}/egress.
-nlohmann::json EgressRecordToJson(const net::EgressRecord& record);
 nlohmann::json ImageToJson(const core::ImageInfo& image);
 nlohmann::json VolumeToJson(const core::VolumeInfo& volume);
 // The Snapshot object: {"id","name","sandbox_id","created_at","size_bytes","memory","image"}.

@@ -28,6 +28,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/result.h"
 #include "net/allow_rules.h"
 #include "net/ip_address.h"
@@ -52,6 +54,9 @@ struct EgressRecord {
   int64_t duration_ms = 0;
   bool open = false;          // still connected (only in Open() answers, never stored)
 };
+
+// A record as GET /v1/sandboxes/{id}/egress shows it, and bulkhead-oci's pod egress log.
+nlohmann::json EgressRecordToJson(const EgressRecord& record);
 
 // Where the proxy writes its log (the state database). Called on proxy threads; must be
 // thread-safe and quick.

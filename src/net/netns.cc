@@ -407,7 +407,47 @@ Result<NetnsListeners> ConfigureCurrentNetns(Mode mode) {
   return listeners;
 }
 
+// A pod's table (ConfigurePodNetns): the redirects of TableRules without its routes or links;
+// what others start toward the pod, and what it sends its own addresses, passes.
+constexpr char kPodTableRules[] = R"(table inet bulkhead {
+  chain nat_out {
+    type nat hook output priority -100; policy accept;
+    fib daddr type local return
+    meta l4proto { tcp, udp } th dport 53 redirect to :53
+    meta l4proto tcp redirect to :1000
+  }
+  chain filter_out {
+    type filter hook output priority 0; policy drop;
+    oif lo accept
+    fib daddr type local accept
+    ct state established,related accept
+  }
+}
+)";
+
 }  // namespace
+
+Result<NetnsListeners> ConfigurePodNetns(int netns_fd) {
+  NetnsListeners listeners;
+  BH_TRY(RunInNetns(netns_fd, [&]() -> Status {
+    auto lo_index = BringLoopbackUp();
+    if (!lo_index.ok()) return lo_index.error();
+    BH_TRY(OpenListener(&listeners.tcp4, AF_INET, SOCK_STREAM, kProxyPort, "proxy"));
+    BH_TRY(OpenListener(&listeners.dns_udp4, AF_INET, SOCK_DGRAM, kDnsPort, "DNS"));
+    BH_TRY(OpenListener(&listeners.dns_tcp4, AF_INET, SOCK_STREAM, kDnsPort, "DNS"));
+    if (HasIpv6Loopback()) {
+      BH_TRY(OpenListener(&listeners.tcp6, AF_INET6, SOCK_STREAM, kProxyPort, "proxy"));
+      BH_TRY(OpenListener(&listeners.dns_udp6, AF_INET6, SOCK_DGRAM, kDnsPort, "DNS"));
+      BH_TRY(OpenListener(&listeners.dns_tcp6, AF_INET6, SOCK_STREAM, kDnsPort, "DNS"));
+    }
+    auto tables = RunNft("list tables inet", kWhere);
+    if (!tables.ok()) return tables.error();
+    const bool exists = ("\n" + *tables).find("\ntable inet bulkhead\n") != std::string::npos;
+    auto done = RunNft(std::string(exists ? kDeleteTable : "create table inet bulkhead\n") + kPodTableRules, kWhere);
+    return done.ok() ? Status() : done.error();
+  }));
+  return listeners;
+}
 
 std::string DenyRules(const Policy& policy) {
   std::string program = "flush chain inet bulkhead deny_out\n";

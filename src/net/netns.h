@@ -45,6 +45,13 @@ struct NetnsListeners {
 // period more, typically several ms, when an existing table is replaced or removed.)
 Result<NetnsListeners> ConfigureNetns(int netns_fd, Mode mode);
 
+// A Kubernetes pod's namespace (bulkhead-oci's egress policy): its CNI network stays as it is
+// (interfaces, addresses, routes); every TCP connection the pod starts to an address not its
+// own goes to the proxy's listener and every DNS packet to the resolver's, as in allowlist and
+// open mode; everything else it starts is dropped. What others start toward it (the kubelet's
+// probes, services, other pods) is answered. Answers the listeners. (blocking)
+Result<NetnsListeners> ConfigurePodNetns(int netns_fd);
+
 // Makes the namespace's UDP and ICMP out of eth0 (open mode) follow the policy's IPv4 address
 // deny entries: what an entry names is dropped (with a port: UDP to that port), replacing the
 // entries set before in one transaction. Name entries and IPv6 ones have nothing to do here

@@ -24,6 +24,7 @@
 #include "oci/ceiling.h"
 #include "oci/container_root.h"
 #include "oci/container_state.h"
+#include "oci/pod_egress.h"
 #include "oci/process_setup.h"
 #include "runtime/child_syscalls.h"
 #include "runtime/seccomp.h"
@@ -249,6 +250,8 @@ int Create(const GlobalOptions& global, const CreateOptions& options) {
   if (!spec.ok()) return fail(spec.error());
   plan.spec = std::move(*spec);
   if (auto within = CheckCeiling(plan.spec); !within.ok()) return fail(within.error());
+  auto egress = PodEgressSettings(plan.spec.annotations);
+  if (!egress.ok()) return fail(egress.error());
   plan.rootfs = plan.spec.root_path[0] == '/' ? plan.spec.root_path : bundle + "/" + plan.spec.root_path;
   std::error_code error;
   plan.rootfs = std::filesystem::canonical(plan.rootfs, error);
@@ -326,6 +329,16 @@ int Create(const GlobalOptions& global, const CreateOptions& options) {
   if (!problem.empty()) return fail(MakeError(ErrorCode::kInvalid, problem));
 
   ContainerState state;
+  // The pod's egress policy, in force before anything of the pod runs (its first process waits
+  // for `start`): its helper is kept by the sandbox container, whose network the pod's others join.
+  if (*egress && pod == options.id) {
+    const Namespace* network = plan.spec.FindNamespace("network");
+    const std::string netns = network->path.empty() ? "/proc/" + std::to_string(child) + "/ns/net" : network->path;
+    auto helper = StartEgressHelper(pod, netns, plan.spec.annotations, **egress);
+    if (!helper.ok()) return fail(helper.error());
+    state.egress_pid = helper->pid;
+    state.egress_start_time = helper->start_time;
+  }
   state.id = options.id;
   state.bundle = bundle;
   state.rootfs = plan.rootfs;
@@ -414,6 +427,7 @@ int Delete(const GlobalOptions& global, const std::string& id, bool force) {
     return Fail(global, "cannot delete container " + id + " that is not stopped: " + status);
   if (auto removed = state->Cgroup().Remove(); !removed.ok()) return FailWith(global, removed.error());
   if (Alive(*state)) ::kill(state->pid, SIGKILL);  // one that left its cgroup (it cannot: nothing may write there)
+  StopEgressHelper({.pid = state->egress_pid, .start_time = state->egress_start_time});
   ReleasePodRange(global.root, state->pod, id);
   std::error_code error;
   std::filesystem::remove_all(StateDir(global.root, id), error);

@@ -63,6 +63,8 @@ Result<ContainerState> LoadState(const std::string& root, const std::string& id)
     s.cgroup_dirs = j.at("cgroup_dirs").get<std::vector<std::string>>();
     s.cgroup_v2 = j.at("cgroup_v2");
     s.annotations = j.value("annotations", std::map<std::string, std::string>{});
+    s.egress_pid = j.value("egress_pid", 0);
+    s.egress_start_time = j.value("egress_start_time", uint64_t{0});
     return s;
   } catch (const json::exception& e) {
     return MakeError(ErrorCode::kInternal, "container \"" + id + "\": unreadable state: " + e.what());
@@ -72,7 +74,8 @@ Result<ContainerState> LoadState(const std::string& root, const std::string& id)
 Status SaveState(const std::string& root, const ContainerState& s) {
   json j = {{"id", s.id},         {"bundle", s.bundle},         {"rootfs", s.rootfs},   {"created", s.created},
             {"pid", s.pid},       {"start_time", s.start_time}, {"host_uid", s.host_uid}, {"pod", s.pod},
-            {"cgroup_dirs", s.cgroup_dirs}, {"cgroup_v2", s.cgroup_v2}, {"annotations", s.annotations}};
+            {"cgroup_dirs", s.cgroup_dirs}, {"cgroup_v2", s.cgroup_v2}, {"annotations", s.annotations},
+            {"egress_pid", s.egress_pid}, {"egress_start_time", s.egress_start_time}};
   const std::string path = StateDir(root, s.id) + "/state.json";
   const std::string text = j.dump();
   BH_TRY(WriteWholeFile(path + ".tmp", text.data(), text.size(), 0600));

@@ -25,6 +25,9 @@ struct ContainerState {
   std::vector<std::string> cgroup_dirs;
   bool cgroup_v2 = false;
   std::map<std::string, std::string> annotations;
+  // The pod's egress helper (oci/pod_egress.h), kept by its sandbox container; pid 0: none.
+  pid_t egress_pid = 0;
+  uint64_t egress_start_time = 0;
 
   ContainerCgroup Cgroup() const { return ContainerCgroup::FromDirs(cgroup_dirs, cgroup_v2); }
 };

@@ -440,6 +440,7 @@ class Containerd:
         self.config_path = self.root / "config.toml"
         self.calls_log = self.root / "runtime-calls.log"
         self.pods_dir = self.root / "pods"
+        self.egress_log_dir = self.root / "egress"
         self.cgroup_parent = f"/bulkhead-ctd-{os.getpid()}-{self.n}"
         self.process: subprocess.Popen | None = None
         self.mount_ns: str | None = None
@@ -593,6 +594,8 @@ class Containerd:
                   'mount --bind "$2" /etc/hosts && exec "$3" --config "$4"')
         # (no proxy settings: containerd pulls nothing from anywhere but a test's loopback registry)
         env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+        # bulkhead-oci's pod egress logs (docs/kubernetes.md), under the temp dir
+        env["BULKHEAD_OCI_EGRESS_LOG_DIR"] = str(self.egress_log_dir)
         self.process = subprocess.Popen(
             ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script,
              str(self.root / "run"), str(self.root / "etc" / "resolv.conf"), str(self.root / "etc" / "hosts"),

@@ -4,6 +4,7 @@ runtime handler: the stock handler that works on this host (runc through the sam
 baseline for the harness itself) and `bulkhead` (bulkhead-oci under the runc shim, skipped
 until build/bulkhead-oci exists)."""
 
+import json
 import re
 import socket
 import subprocess
@@ -275,6 +276,65 @@ def test_privileged_pods_and_capabilities_beyond_dockers_default_are_refused_wit
         "linux": {"security_context": {"capabilities": {"add_capabilities": ["NET_RAW"]}}}})
     assert containerd.wait_exited(cid)["exitCode"] == 0
     assert int(containerd.logs(cid).split()[-1], 16) & (1 << 13) == 0  # no CAP_NET_RAW
+
+
+def _egress_log(containerd: ch.Containerd, pod: ch.Pod) -> list[dict]:
+    logs = list(containerd.egress_log_dir.glob(f"*{pod.id}.jsonl"))
+    assert len(logs) == 1, list(containerd.egress_log_dir.iterdir())
+    return [json.loads(line) for line in logs[0].read_text().splitlines()]
+
+
+def test_a_pods_egress_follows_its_annotations_and_every_decision_is_logged(containerd, pods, bulkhead):
+    """egress.bulkhead.dev annotations put bulkhead's egress proxy between a pod and its CNI
+    network: in allowlist mode the pod reaches what its allow entries name and nothing else, its
+    DNS lookups of names not allowed are refused, and each decision is in the
+    pod's egress log; what others start toward the pod is still answered."""
+    server = pods(bulkhead, name="egress-server")
+    containerd.run_container(server, ["/bin/sh", "-c", "mkdir /www && echo served > /www/index.html && "
+                                                       "(httpd -f -p 8080 -h /www &) && exec httpd -f -p 8081 -h /www"])
+    server_ip = containerd.inspect_pod(server.id)["status"]["network"]["ip"]
+    client = pods(bulkhead, name="egress-client", annotations={
+        "egress.bulkhead.dev/mode": "allowlist", "egress.bulkhead.dev/allow": f"{server_ip}:8080, allowed.test"})
+    cid = containerd.run_container(client, ["/bin/sh", "-c", "mkdir /www && echo inbound > /www/index.html && "
+                                                            "exec httpd -f -p 9090 -h /www"])
+
+    def fetch(port):
+        return containerd.exec(cid, ["timeout", "10", "wget", "-q", "-O", "-", f"http://{server_ip}:{port}/"])
+    r = wait_until(lambda: (x := fetch(8080)).returncode == 0 and x, 20)
+    assert r and r.stdout == "served\n", fetch(8080)
+    assert fetch(8081).returncode != 0
+    lookup = containerd.exec(cid, ["nslookup", "denied.test"])
+    assert lookup.returncode != 0, lookup
+    # and the host still reaches a server in the pod (the kubelet's probes do so)
+    client_ip = containerd.inspect_pod(client.id)["status"]["network"]["ip"]
+    with socket.create_connection((client_ip, 9090), timeout=5) as s:
+        s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        assert b"inbound" in b"".join(iter(lambda: s.recv(4096), b""))
+
+    records = wait_until(lambda: (x := _egress_log(containerd, client)) and
+                         any(r.get("finished") for r in x) and x, 10) or _egress_log(containerd, client)
+    decided = [(r["protocol"], r["address"], r["port"], r["verdict"]) for r in records if "verdict" in r]
+    assert ("tcp", server_ip, 8080, "allowed") in decided, records
+    assert ("tcp", server_ip, 8081, "denied") in decided, records
+    assert any(r["protocol"] == "dns" and r["name"] == "denied.test" and r["verdict"] == "denied" for r in records
+               if "verdict" in r), records
+    assert any(r.get("finished") and r["bytes_in"] > 0 for r in records), records
+    assert all(r["pod"] == client.id for r in records)
+    # the helper goes with the pod
+    helpers = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline_has(p, f"--pod\0{client.id}")]
+    assert len(helpers) == 1, helpers
+    containerd.stop_pod(client)
+    containerd.remove_pod(client)
+    assert wait_until(lambda: not helpers[0].exists() or _state(int(helpers[0].name)) == "Z", 10)
+
+
+def test_bad_egress_annotations_fail_the_pod_with_the_reason(containerd, bulkhead):
+    for annotations, message in [({"egress.bulkhead.dev/mode": "sometimes"}, "mode"),
+                                 ({"egress.bulkhead.dev/mode": "allowlist", "egress.bulkhead.dev/allow": "*."}, "allow[0]"),
+                                 ({"egress.bulkhead.dev/allow": "example.com"}, "need egress.bulkhead.dev/mode")]:
+        with pytest.raises(ch.CrictlError) as refused:
+            containerd.run_pod(bulkhead, annotations=annotations)
+        assert message in str(refused.value), (annotations, refused.value)
 
 
 def test_the_escape_probes_pass_in_a_pods_container(containerd, pods, bulkhead, escape_binary):

@@ -10,6 +10,7 @@
 #include "oci/container_cgroup.h"
 #include "oci/container_root.h"
 #include "oci/container_state.h"
+#include "oci/pod_egress.h"
 #include "oci/spec.h"
 
 namespace bulkhead::oci {
@@ -195,6 +196,34 @@ TEST(OciCeiling, RefusesHostDevicesAndCapabilitiesBeyondDockersDefaultWithTheRea
   EXPECT_NE(refused.error().message.find("/dev/sda, b 8:0"), std::string::npos) << refused.error().message;
   device.devices.back() = {.type = 'c', .major = 10, .minor = 229, .path = "/dev/fuse"};
   EXPECT_FALSE(CheckCeiling(device).ok());
+}
+
+}  // namespace
+}  // namespace bulkhead::oci
+
+namespace bulkhead::oci {
+namespace {
+
+TEST(OciPodEgress, ReadsTheAnnotationsAsTheDaemonReadsAPolicy) {
+  auto none = PodEgressSettings({{"io.kubernetes.cri.sandbox-id", "abc"}});
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+  auto settings = PodEgressSettings({{kEgressModeAnnotation, "allowlist"},
+                                     {kEgressAllowAnnotation, " *.example.com, example.org:443 ,10.1.2.3:5432,"},
+                                     {kEgressDenyAnnotation, "bad.example.com"}});
+  ASSERT_TRUE(settings.ok()) << settings.error().message;
+  ASSERT_TRUE(settings->has_value());
+  EXPECT_EQ((*settings)->allow, (std::vector<std::string>{"*.example.com", "example.org:443", "10.1.2.3:5432"}));
+  EXPECT_EQ((*settings)->deny, (std::vector<std::string>{"bad.example.com"}));
+  for (const auto& [annotations, message] : std::vector<std::pair<std::map<std::string, std::string>, std::string>>{
+           {{{kEgressModeAnnotation, "sometimes"}}, "mode"},
+           {{{kEgressModeAnnotation, "allowlist"}, {kEgressAllowAnnotation, "*."}}, "allow[0]"},
+           {{{kEgressModeAnnotation, "none"}, {kEgressAllowAnnotation, "example.com"}}, "allow"},
+           {{{kEgressAllowAnnotation, "example.com"}}, "need egress.bulkhead.dev/mode"}}) {
+    auto refused = PodEgressSettings(annotations);
+    ASSERT_FALSE(refused.ok()) << message;
+    EXPECT_NE(refused.error().message.find(message), std::string::npos) << refused.error().message;
+  }
 }
 
 }  // namespace
