@@ -421,7 +421,16 @@ int Delete(const GlobalOptions& global, const std::string& id, bool force) {
   auto lock = LockRoot(global.root);
   if (!lock.ok()) return FailWith(global, lock.error());
   auto state = LoadState(global.root, id);
-  if (!state.ok()) return FailWith(global, state.error());
+  if (!state.ok()) {
+    // A `create` killed before it kept its state (containerd's timeout) left its dir and
+    // perhaps its pod's range: gone with it. (Its cgroup is found by path only in its spec.)
+    if (CheckId(id).ok()) {
+      std::error_code ignored;
+      std::filesystem::remove_all(StateDir(global.root, id), ignored);
+      ReleasePodRange(global.root, id, id);
+    }
+    return FailWith(global, state.error());
+  }
   const std::string status = CurrentStatus(global.root, *state);
   if ((status == "running" || status == "paused") && !force)
     return Fail(global, "cannot delete container " + id + " that is not stopped: " + status);

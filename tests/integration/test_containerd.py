@@ -368,6 +368,56 @@ def test_the_escape_probes_pass_in_a_pods_container(containerd, pods, bulkhead, 
         abstract.close()
 
 
+def test_kubectl_cp_port_forward_and_pause_work_through_the_cri(containerd, pods, handler):
+    """What kubectl does beyond exec and logs: `kubectl cp` (tar through exec, both ways),
+    `port-forward` (containerd's, in the pod's network namespace) and a task pause and resume
+    (ctr: the CRI has no pause)."""
+    pod = pods(handler, name="tools")
+    cid = containerd.run_container(pod, ["/bin/sh", "-c", "mkdir -p /www /data && echo forwarded > /www/index.html "
+                                                        "&& exec httpd -f -p 8080 -h /www"])
+    # kubectl cp local -> pod: tar xf - through exec's stdin; pod -> local: tar cf - on stdout
+    import base64
+    import io
+    import tarfile
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w") as tar:
+        data = b"copied in\n" * 1000
+        info = tarfile.TarInfo("in.txt")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    encoded = base64.b64encode(archive.getvalue()).decode()
+    r = containerd.exec(cid, ["/bin/sh", "-c", "base64 -d | tar -xf - -C /data && wc -c < /data/in.txt"], input=encoded)
+    assert (r.returncode, r.stdout.strip()) == (0, "10000"), r
+    r = containerd.exec(cid, ["/bin/sh", "-c", "tar -cf - -C /data in.txt | base64"])
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(r.stdout)), mode="r") as tar:
+        assert tar.extractfile("in.txt").read() == data
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        local = probe.getsockname()[1]
+    forward = subprocess.Popen(containerd.crictl_argv() + ["port-forward", pod.id, f"{local}:8080"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        def fetch():
+            try:
+                with socket.create_connection(("127.0.0.1", local), timeout=2) as s:
+                    s.sendall(b"GET /index.html HTTP/1.0\r\n\r\n")
+                    return b"".join(iter(lambda: s.recv(4096), b""))
+            except OSError:
+                return b""
+        assert b"forwarded" in wait_until(fetch, 20)
+    finally:
+        forward.kill()
+        forward.wait()
+
+    containerd.ctr("tasks", "pause", cid)
+    assert "PAUSED" in containerd.ctr("tasks", "ls").stdout
+    containerd.ctr("tasks", "resume", cid)
+    r = containerd.exec(cid, ["cat", "/www/index.html"])
+    assert (r.returncode, r.stdout) == (0, "forwarded\n"), r
+    assert {"pause", "resume"} <= {c.command for c in _calls_for(containerd, cid)}
+
+
 # ---------------------------------------------------------------- CRI to OCI, the stock handler
 
 def test_annotations_reach_the_oci_spec(containerd, pods, stock):
