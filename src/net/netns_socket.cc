@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <string>
@@ -14,6 +15,13 @@
 namespace bulkhead::net {
 
 Status RunInNetns(int netns_fd, const std::function<Status()>& fn) {
+  // Never the namespace this process lives in: routes, tables and listeners made for a
+  // sandbox would take the host's network (its default route, every TCP connection). A
+  // descriptor that names it is a bug upstream (a reused pid's namespace, say): refused.
+  struct stat target {}, own {};
+  if (::fstat(netns_fd, &target) != 0) return SystemError("stat sandbox network namespace", errno);
+  if (::stat("/proc/thread-self/ns/net", &own) == 0 && target.st_dev == own.st_dev && target.st_ino == own.st_ino)
+    return MakeError(ErrorCode::kInternal, "refusing to configure the host's own network namespace as a sandbox's");
   Status result;
   std::thread worker([&] {
     if (::setns(netns_fd, CLONE_NEWNET) != 0) {

@@ -3,10 +3,13 @@
 // tests run the real manager, state database and storage on it.
 #pragma once
 #include <fcntl.h>
+#include <sched.h>
+#include <unistd.h>
 
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "common/unique_fd.h"
 #include "runtime/tier.h"
@@ -27,6 +30,7 @@ class FakeTier : public runtime::Tier {
   struct World {
     std::mutex mu;
     std::map<std::string, Box> boxes;
+    std::map<pid_t, UniqueFd> netns;  // each box's network namespace, by its handle's pid
     int launches = 0;
     int limit_changes = 0;  // SetLimits calls
     uint64_t next_start_time = 1;
@@ -87,9 +91,19 @@ class FakeTier : public runtime::Tier {
   std::shared_ptr<const runtime::InitDialer> Dialer(const std::string& staging) const override {
     return runtime::UnixSocketDialer(staging + "/fake.sock");
   }
+  // A network namespace of the box's own, as a real tier's: the core configures what it is
+  // given (routes, nftables, listeners), and the host's own would lose its default route.
   Result<runtime::NetworkAttachment> AttachNetwork(const runtime::SandboxHandle& handle) override {
     if (!Alive(handle)) return MakeError(ErrorCode::kConflict, "the sandbox's init is gone");
-    return runtime::NetworkAttachment{UniqueFd(::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC))};
+    std::lock_guard lock(world_.mu);
+    UniqueFd& netns = world_.netns[handle.pid];
+    if (!netns) {
+      std::thread([&] {
+        if (::unshare(CLONE_NEWNET) == 0) netns.reset(::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
+      }).join();
+      if (!netns) return SystemError("a network namespace for the fake box", errno);
+    }
+    return runtime::NetworkAttachment{UniqueFd(::dup(netns.get()))};
   }
   Status SetLimits(const std::string& id, const runtime::Limits& limits) override {
     std::lock_guard lock(world_.mu);

@@ -478,5 +478,19 @@ TEST(OpenLinksTest, TheSubnetMustBeAnIpv4PrefixWithRoomForLinks) {
   }
 }
 
+// The host's own namespace is never configured as a sandbox's (its default route and every TCP
+// connection would go): whatever asks, with whatever descriptor of it.
+TEST(Netns, RefusesTheHostsOwnNamespace) {
+  UniqueFd own(::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(own);
+  for (Mode mode : {Mode::kNone, Mode::kAllowlist, Mode::kOpen}) {
+    auto configured = ConfigureNetns(own.get(), mode);
+    ASSERT_FALSE(configured.ok());
+    EXPECT_NE(configured.error().message.find("host's own network namespace"), std::string::npos);
+  }
+  EXPECT_FALSE(ConfigurePodNetns(own.get()).ok());
+  EXPECT_FALSE(SocketInNetns(own.get(), AF_INET, SOCK_STREAM).ok());
+}
+
 }  // namespace
 }  // namespace bulkhead::net
