@@ -229,7 +229,9 @@ int Create(const GlobalOptions& global, const CreateOptions& options) {
   bool claimed_range = false, made_cgroup = false;
   std::string pod = options.id;
   pid_t child = -1;
+  EgressHelper egress_helper;
   auto fail = [&](const Error& error) {
+    StopEgressHelper(egress_helper);
     if (child > 0) {
       ::kill(child, SIGKILL);
       ::waitpid(child, nullptr, 0);
@@ -336,6 +338,7 @@ int Create(const GlobalOptions& global, const CreateOptions& options) {
     const std::string netns = network->path.empty() ? "/proc/" + std::to_string(child) + "/ns/net" : network->path;
     auto helper = StartEgressHelper(pod, netns, plan.spec.annotations, **egress);
     if (!helper.ok()) return fail(helper.error());
+    egress_helper = *helper;
     state.egress_pid = helper->pid;
     state.egress_start_time = helper->start_time;
   }
