@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <sstream>
 
+#include "common/clean_path.h"
 #include "common/id_ranges.h"
 #include "common/proc_masks.h"
 #include "common/read_file.h"
@@ -59,23 +60,6 @@ std::vector<std::string> Split(const std::string& s, char separator) {
 
 std::string FdPath(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
 
-// `path` made absolute within the root: "." and ".." taken lexically, ".." stopping at "/" (as
-// RESOLVE_IN_ROOT takes it).
-std::string InRoot(const std::string& path) {
-  std::vector<std::string> parts;
-  for (const std::string& part : Split(path, '/')) {
-    if (part.empty() || part == ".") continue;
-    if (part == "..") {
-      if (!parts.empty()) parts.pop_back();
-      continue;
-    }
-    parts.push_back(part);
-  }
-  std::string out;
-  for (const std::string& part : parts) out += "/" + part;
-  return out.empty() ? "/" : out;
-}
-
 // `path` inside the directory tree at root_fd, symlinks resolved as if root_fd were "/",
 // made where missing (a directory, or an empty file when `file`). A dangling symlink on the way
 // (an image's /etc/resolv.conf -> ../run/systemd/...) gets what it names made, in the root.
@@ -111,7 +95,8 @@ Result<UniqueFd> OpenInRoot(int root_fd, const std::string& path, bool file, int
       const ssize_t length = ::readlinkat(dir.get(), name.c_str(), target, sizeof target - 1);
       if (length > 0) {
         const std::string link(target, static_cast<size_t>(length));
-        return OpenInRoot(root_fd, InRoot(link[0] == '/' ? link : parent + "/" + link), file, links + 1);
+        // (".." stops at "/", as RESOLVE_IN_ROOT takes it)
+        return OpenInRoot(root_fd, CleanAbsolutePath(link[0] == '/' ? link : parent + "/" + link), file, links + 1);
       }
     }
   }
