@@ -215,27 +215,28 @@ int AddGuestRule() {
   return err == EEXIST ? 0 : err;
 }
 
-// Brings the `inet bulkhead` table of the calling thread's namespace to the mode's. A fresh
-// namespace (the sandbox-create path) gets a plain create. An existing table is deleted (and
-// for allowlist/open re-made in the same transaction): correct whatever state it is in, but
-// deleting costs the kernel an RCU grace period (several ms) when the netlink socket closes.
-Status ApplyNftables(Mode mode, bool has_guest_link) {
+// Puts `rules` (a whole `table inet bulkhead`) in the calling thread's namespace in one
+// transaction, replacing the table if it is there. A fresh namespace (the sandbox-create path)
+// gets a plain create; deleting an existing table costs the kernel an RCU grace period
+// (several ms) when the netlink socket closes. "create" fails (and with it the transaction) if
+// the table exists after all, rather than add a second copy of the rules. (`create table X {
+// ... }` would create the table but silently drop the chains in its body: nft 1.0.6.) Empty
+// `rules`: the table removed.
+Status InstallTable(const std::string& rules) {
   auto tables = RunNft("list tables inet", kWhere);
   if (!tables.ok()) return tables.error();
-  bool exists = ("\n" + *tables).find("\ntable inet bulkhead\n") != std::string::npos;
-  std::string program;
-  if (mode == Mode::kNone) {
-    if (!exists) return {};
-    program = kDeleteTable;
-  } else {
-    // "create" fails (and with it the transaction) if the table exists after all, rather than
-    // add a second copy of the rules. (`create table X { ... }` would create the table but
-    // silently drop the chains in its body: nft 1.0.6.)
-    program = std::string(exists ? kDeleteTable : "create table inet bulkhead\n") + TableRules(has_guest_link);
-  }
+  const bool exists = ("\n" + *tables).find("\ntable inet bulkhead\n") != std::string::npos;
+  std::string program = exists ? kDeleteTable : "";
+  if (!rules.empty()) program += (exists ? "" : "create table inet bulkhead\n") + rules;
+  if (program.empty()) return {};
   auto done = RunNft(program, kWhere);
   if (!done.ok()) return done.error();
   return {};
+}
+
+// The mode's table (none: no table).
+Status ApplyNftables(Mode mode, bool has_guest_link) {
+  return InstallTable(mode == Mode::kNone ? "" : TableRules(has_guest_link));
 }
 
 // A socket bound to loopback:port (and listening, for TCP). SO_REUSEPORT lets a
@@ -362,6 +363,19 @@ Status SetGuestLink(bool up, bool ipv6) {
   return {};
 }
 
+// The proxy's and the resolver's listeners, on loopback (`any`: every local address), v6 too
+// where the namespace has ::1.
+Status OpenListeners(NetnsListeners& listeners, bool ipv6, bool any) {
+  BH_TRY(OpenListener(&listeners.tcp4, AF_INET, SOCK_STREAM, kProxyPort, "proxy", any));
+  BH_TRY(OpenListener(&listeners.dns_udp4, AF_INET, SOCK_DGRAM, kDnsPort, "DNS", any));
+  BH_TRY(OpenListener(&listeners.dns_tcp4, AF_INET, SOCK_STREAM, kDnsPort, "DNS", any));
+  if (!ipv6) return {};
+  BH_TRY(OpenListener(&listeners.tcp6, AF_INET6, SOCK_STREAM, kProxyPort, "proxy", any));
+  BH_TRY(OpenListener(&listeners.dns_udp6, AF_INET6, SOCK_DGRAM, kDnsPort, "DNS", any));
+  BH_TRY(OpenListener(&listeners.dns_tcp6, AF_INET6, SOCK_STREAM, kDnsPort, "DNS", any));
+  return {};
+}
+
 // The mode's state, in an order that never opens more than it should on the way: for
 // allowlist/open the listeners and the table exist before the routes (and the guest link)
 // that make them reachable; for none the routes and the guest link go first.
@@ -386,14 +400,7 @@ Result<NetnsListeners> ConfigureCurrentNetns(Mode mode) {
 
   bool ipv6 = HasIpv6Loopback();
   NetnsListeners listeners;
-  BH_TRY(OpenListener(&listeners.tcp4, AF_INET, SOCK_STREAM, kProxyPort, "proxy", guest));
-  BH_TRY(OpenListener(&listeners.dns_udp4, AF_INET, SOCK_DGRAM, kDnsPort, "DNS", guest));
-  BH_TRY(OpenListener(&listeners.dns_tcp4, AF_INET, SOCK_STREAM, kDnsPort, "DNS", guest));
-  if (ipv6) {
-    BH_TRY(OpenListener(&listeners.tcp6, AF_INET6, SOCK_STREAM, kProxyPort, "proxy", guest));
-    BH_TRY(OpenListener(&listeners.dns_udp6, AF_INET6, SOCK_DGRAM, kDnsPort, "DNS", guest));
-    BH_TRY(OpenListener(&listeners.dns_tcp6, AF_INET6, SOCK_STREAM, kDnsPort, "DNS", guest));
-  }
+  BH_TRY(OpenListeners(listeners, ipv6, guest));
   BH_TRY(ApplyNftables(mode, guest));
   if (int err = ChangeDefaultRoute(AF_INET, *lo_index, true); err != 0) {
     return SystemError("add default route in sandbox network namespace", err);
@@ -432,19 +439,8 @@ Result<NetnsListeners> ConfigurePodNetns(int netns_fd) {
   BH_TRY(RunInNetns(netns_fd, [&]() -> Status {
     auto lo_index = BringLoopbackUp();
     if (!lo_index.ok()) return lo_index.error();
-    BH_TRY(OpenListener(&listeners.tcp4, AF_INET, SOCK_STREAM, kProxyPort, "proxy"));
-    BH_TRY(OpenListener(&listeners.dns_udp4, AF_INET, SOCK_DGRAM, kDnsPort, "DNS"));
-    BH_TRY(OpenListener(&listeners.dns_tcp4, AF_INET, SOCK_STREAM, kDnsPort, "DNS"));
-    if (HasIpv6Loopback()) {
-      BH_TRY(OpenListener(&listeners.tcp6, AF_INET6, SOCK_STREAM, kProxyPort, "proxy"));
-      BH_TRY(OpenListener(&listeners.dns_udp6, AF_INET6, SOCK_DGRAM, kDnsPort, "DNS"));
-      BH_TRY(OpenListener(&listeners.dns_tcp6, AF_INET6, SOCK_STREAM, kDnsPort, "DNS"));
-    }
-    auto tables = RunNft("list tables inet", kWhere);
-    if (!tables.ok()) return tables.error();
-    const bool exists = ("\n" + *tables).find("\ntable inet bulkhead\n") != std::string::npos;
-    auto done = RunNft(std::string(exists ? kDeleteTable : "create table inet bulkhead\n") + kPodTableRules, kWhere);
-    return done.ok() ? Status() : done.error();
+    BH_TRY(OpenListeners(listeners, HasIpv6Loopback(), /*any=*/false));
+    return InstallTable(kPodTableRules);
   }));
   return listeners;
 }

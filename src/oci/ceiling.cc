@@ -3,23 +3,17 @@
 #include <linux/capability.h>
 
 #include <algorithm>
-#include <array>
 
 #include "common/sandbox_caps.h"
 
 namespace bulkhead::oci {
-namespace {
-
-// The char devices of every container's /dev (container_root.cc makes them; the cgroup allows them).
-constexpr std::array<std::pair<int64_t, int64_t>, 8> kDefaultDevices = {
-    {{1, 3}, {1, 5}, {1, 7}, {1, 8}, {1, 9}, {5, 0}, {5, 1}, {5, 2}}};
-
-}  // namespace
 
 Status CheckCeiling(const Spec& spec) {
   for (const Device& device : spec.devices) {
-    bool allowed = device.type == 'c' && std::find(kDefaultDevices.begin(), kDefaultDevices.end(),
-                                                   std::make_pair(device.major, device.minor)) != kDefaultDevices.end();
+    const bool allowed = device.type == 'c' && std::any_of(std::begin(kDefaultDevices), std::end(kDefaultDevices),
+                                                           [&](const DefaultDevice& d) {
+                                                             return int64_t{d.major} == device.major && int64_t{d.minor} == device.minor;
+                                                           });
     if (!allowed)
       return MakeError(ErrorCode::kInvalid, "bulkhead gives a container no host device (" + device.path + ", " +
                                                 std::string(1, device.type) + " " + std::to_string(device.major) + ":" +

@@ -9,6 +9,16 @@
 
 namespace bulkhead::oci {
 
+// The char devices every container's /dev has (container_root.cc makes them, its device cgroup
+// allows them, and a spec may list them again). Nothing else of the host's.
+struct DefaultDevice {
+  const char* path;
+  unsigned major, minor;
+};
+inline constexpr DefaultDevice kDefaultDevices[] = {{"/dev/null", 1, 3},   {"/dev/zero", 1, 5},
+                                                    {"/dev/full", 1, 7},   {"/dev/random", 1, 8},
+                                                    {"/dev/urandom", 1, 9}, {"/dev/tty", 5, 0}};
+
 Status CheckCeiling(const Spec& spec);
 
 }  // namespace bulkhead::oci

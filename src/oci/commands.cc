@@ -1,6 +1,5 @@
 #include "oci/commands.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
@@ -11,11 +10,12 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
+#include <charconv>
 #include <cstring>
-#include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "common/read_file.h"
@@ -27,6 +27,7 @@
 #include "oci/pod_egress.h"
 #include "oci/process_setup.h"
 #include "runtime/child_syscalls.h"
+#include "runtime/process.h"
 #include "runtime/seccomp.h"
 #include "runtime/uid_ranges.h"
 #include "runtime/user_namespace.h"
@@ -41,19 +42,6 @@ constexpr const char* kSandboxIdAnnotation = "io.kubernetes.cri.sandbox-id";
 
 int FailWith(const GlobalOptions& global, const Error& error) { return Fail(global, error.message); }
 
-std::string NowRfc3339() {
-  const auto now = std::chrono::system_clock::now();
-  const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
-  std::tm tm{};
-  ::gmtime_r(&seconds, &tm);
-  char text[64];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &tm);
-  const long nanos = static_cast<long>(std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count() % 1000000000);
-  char out[96];
-  std::snprintf(out, sizeof out, "%s.%09ldZ", text, nanos);
-  return out;
-}
-
 // Written whole under another name, then renamed: containerd reads it as soon as we exit.
 Status WritePidFile(const std::string& path, pid_t pid) {
   if (path.empty()) return {};
@@ -66,10 +54,18 @@ Status WritePidFile(const std::string& path, pid_t pid) {
 runtime::UidRanges Ranges(const std::string& root) { return runtime::UidRanges("bulkhead-oci:" + root); }
 std::string PodFile(const std::string& root, const std::string& pod) { return root + "/.pods/" + pod; }
 
+// The first host uid of the range a pod holds (its .pods file), if it holds one.
+std::optional<uid_t> HeldRange(const std::string& root, const std::string& pod) {
+  auto held = ReadSmallFile(PodFile(root, pod));
+  uid_t base = 0;
+  if (!held || std::from_chars(held->data(), held->data() + held->size(), base).ec != std::errc()) return std::nullopt;
+  return base;
+}
+
 // The host uid range of the container's pod: one per pod, so that what one container writes
 // to a volume shows with the same ids in the others.
 Result<uid_t> PodRange(const std::string& root, const std::string& pod) {
-  if (auto held = ReadSmallFile(PodFile(root, pod))) return static_cast<uid_t>(std::stoul(*held));
+  if (auto held = HeldRange(root, pod)) return *held;
   auto base = Ranges(root).Claim(pod);
   if (!base.ok()) return base.error();
   ::mkdir((root + "/.pods").c_str(), 0700);
@@ -87,23 +83,16 @@ void ReleasePodRange(const std::string& root, const std::string& pod, const std:
     auto other = LoadState(root, name);
     if (other.ok() && other->pod == pod) return;
   }
-  auto held = ReadSmallFile(PodFile(root, pod));
-  if (!held) return;
-  Ranges(root).Release(static_cast<uid_t>(std::stoul(*held)));
+  if (auto held = HeldRange(root, pod)) Ranges(root).Release(*held);
   ::unlink(PodFile(root, pod).c_str());
 }
 
+// A JSON file the caller names ("-": stdin), up to 16 MiB.
 Result<json> ReadJsonFile(const std::string& path) {
-  std::string text;
-  if (path == "-") {
-    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-  } else {
-    auto read = ReadSmallFile(path, 16 << 20);
-    if (!read) return SystemError("read " + path, errno);
-    text = std::move(*read);
-  }
+  auto text = ReadSmallFile(path == "-" ? "/dev/stdin" : path, 16 << 20);
+  if (!text) return SystemError("read " + path, errno);
   try {
-    return json::parse(text);
+    return json::parse(*text);
   } catch (const json::exception& e) {
     return MakeError(ErrorCode::kBadRequest, path + ": " + e.what());
   }
@@ -152,24 +141,17 @@ struct CreatePlan {
 // until `start`. Never returns.
 [[noreturn]] void ContainerMain(CreatePlan& plan) {
   plan.lock.reset();  // the root's flock is shared with the parent's descriptor: `start` needs it
-  const int report = plan.report.get();
-  auto fail = [&](const Error& error) {
-    ReportLine(report, error.message);
-    _exit(1);
-  };
-  auto check = [&](Status status) {
-    if (!status.ok()) fail(status.error());
-  };
+  const SetupReport report{plan.report.get()};
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // until it is ready: a killed `create` leaves nothing
   // Into the container's cgroup itself (this `create` stays out: a failure removes the group and
   // kills what is in it), before the cgroup namespace that makes the group its root.
-  check(plan.cgroup.Join(0));
-  check(ActAsContainerRootOnHost(plan.host_uid));
+  report.Check(plan.cgroup.Join(0));
+  report.Check(ActAsContainerRootOnHost(plan.host_uid));
   for (auto& [flag, fd] : plan.join)
-    if (::setns(fd.get(), flag) != 0) fail(SystemError("join a namespace of the spec", errno));
-  if (::unshare(plan.unshare_flags | CLONE_NEWNS | CLONE_NEWCGROUP) != 0) fail(SystemError("unshare", errno));
+    if (::setns(fd.get(), flag) != 0) report.Fail(SystemError("join a namespace of the spec", errno));
+  if (::unshare(plan.unshare_flags | CLONE_NEWNS | CLONE_NEWCGROUP) != 0) report.Fail(SystemError("unshare", errno));
   // A network namespace of its own (no CNI's): loopback alone, up.
-  if ((plan.unshare_flags & CLONE_NEWNET) && !runtime::child::LoopbackUp()) fail(SystemError("bring lo up", errno));
+  if ((plan.unshare_flags & CLONE_NEWNET) && !runtime::child::LoopbackUp()) report.Fail(SystemError("bring lo up", errno));
   RootPlan root{.rootfs = plan.rootfs,
                 .scratch = StateDir(plan.global->root, plan.options->id) + "/layers",
                 .idmap_fd = plan.userns.get(),
@@ -177,18 +159,18 @@ struct CreatePlan {
                 .spec = &plan.spec,
                 .cgroup = &plan.cgroup,
                 .new_uts = (plan.unshare_flags & CLONE_NEWUTS) != 0};
-  check(AssembleRoot(root));
+  report.Check(AssembleRoot(root));
   if (plan.spec.process.oom_score_adj)
-    check(WriteSmallFile("/proc/self/oom_score_adj", std::to_string(*plan.spec.process.oom_score_adj)));
-  if (plan.spec.process.terminal) check(SetupConsole(plan.console.get()));
+    report.Check(WriteSmallFile("/proc/self/oom_score_adj", std::to_string(*plan.spec.process.oom_score_adj)));
+  if (plan.spec.process.terminal) report.Check(SetupConsole(plan.console.get()));
   plan.console.reset();
-  check(BecomeProcessUser(plan.userns.get(), plan.spec.process));
+  report.Check(BecomeProcessUser(plan.userns.get(), plan.spec.process));
   plan.userns.reset();
   auto executable = FindExecutable(plan.spec.process);
-  if (!executable.ok()) fail(executable.error());
-  check(LockDown(plan.filter));
+  if (!executable.ok()) report.Fail(executable.error());
+  report.Check(LockDown(plan.filter));
   ::prctl(PR_SET_PDEATHSIG, 0);
-  ReportLine(report, "ok");
+  report.Ok();
   plan.report.reset();
   // Held here until `start` opens the fifo's other end.
   const std::string fifo = "/proc/self/fd/" + std::to_string(plan.fifo.get());
@@ -208,7 +190,7 @@ int Fail(const GlobalOptions& global, const std::string& message) {
   std::cerr << "bulkhead-oci: " << message << std::endl;
   if (!global.log.empty()) {
     std::string line = global.log_format == "json"
-                           ? json{{"level", "error"}, {"msg", message}, {"time", NowRfc3339()}}.dump() + "\n"
+                           ? json{{"level", "error"}, {"msg", message}, {"time", Rfc3339Millis(UnixMillis())}}.dump() + "\n"
                            : "error: " + message + "\n";
     UniqueFd fd(::open(global.log.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600));
     if (fd) (void)!::write(fd.get(), line.data(), line.size());
@@ -229,7 +211,7 @@ int Create(const GlobalOptions& global, const CreateOptions& options) {
   bool claimed_range = false, made_cgroup = false;
   std::string pod = options.id;
   pid_t child = -1;
-  EgressHelper egress_helper;
+  runtime::SandboxHandle egress_helper;
   auto fail = [&](const Error& error) {
     StopEgressHelper(egress_helper);
     if (child > 0) {
@@ -339,15 +321,14 @@ int Create(const GlobalOptions& global, const CreateOptions& options) {
     auto helper = StartEgressHelper(pod, netns, plan.spec.annotations, **egress);
     if (!helper.ok()) return fail(helper.error());
     egress_helper = *helper;
-    state.egress_pid = helper->pid;
-    state.egress_start_time = helper->start_time;
+    state.egress_helper = *helper;
   }
   state.id = options.id;
   state.bundle = bundle;
   state.rootfs = plan.rootfs;
-  state.created = NowRfc3339();
+  state.created = Rfc3339Millis(UnixMillis());
   state.pid = child;
-  state.start_time = StartTime(child);
+  state.start_time = runtime::ProcessStartTime(child);
   state.host_uid = plan.host_uid;
   state.pod = pod;
   state.cgroup_dirs = plan.cgroup.Dirs();
@@ -411,11 +392,13 @@ int Kill(const GlobalOptions& global, const std::string& id, const std::string& 
     }
   }
   if (signal <= 0 || signal >= NSIG) return Fail(global, "unknown signal \"" + signal_name + "\"");
-  if (!Alive(*state)) return Fail(global, "container not running");
+  // Every process left in its cgroup, its first one gone or not (exec'd ones in a pod's
+  // shared pid namespace outlive it).
   if (all) {
     for (pid_t pid : state->Cgroup().Pids()) ::kill(pid, signal);
     return 0;
   }
+  if (!Alive(*state)) return Fail(global, "container not running");
   if (::kill(state->pid, signal) != 0) return FailWith(global, SystemError("kill", errno));
   return 0;
 }
@@ -438,8 +421,7 @@ int Delete(const GlobalOptions& global, const std::string& id, bool force) {
   if ((status == "running" || status == "paused") && !force)
     return Fail(global, "cannot delete container " + id + " that is not stopped: " + status);
   if (auto removed = state->Cgroup().Remove(); !removed.ok()) return FailWith(global, removed.error());
-  if (Alive(*state)) ::kill(state->pid, SIGKILL);  // one that left its cgroup (it cannot: nothing may write there)
-  StopEgressHelper({.pid = state->egress_pid, .start_time = state->egress_start_time});
+  StopEgressHelper(state->egress_helper);
   ReleasePodRange(global.root, state->pod, id);
   std::error_code error;
   std::filesystem::remove_all(StateDir(global.root, id), error);
@@ -477,7 +459,7 @@ int Update(const GlobalOptions& global, const std::string& id, const std::string
   if (!input.ok()) return FailWith(global, input.error());
   auto resources = ParseResources(*input);
   if (!resources.ok()) return FailWith(global, resources.error());
-  if (auto set = state->Cgroup().Create(*resources); !set.ok()) return FailWith(global, set.error());
+  if (auto set = state->Cgroup().Apply(*resources); !set.ok()) return FailWith(global, set.error());
   return 0;
 }
 
@@ -490,23 +472,13 @@ int Exec(const GlobalOptions& global, const ExecOptions& options) {
   if (!input.ok()) return FailWith(global, input.error());
   auto process = ParseProcess(*input);
   if (!process.ok()) return FailWith(global, process.error());
-  // The container's namespaces, the user namespace last (the others need host root to enter).
-  std::vector<std::pair<int, UniqueFd>> namespaces;
-  UniqueFd cgroup_ns, mount_ns, user_ns;
-  for (const auto& [name, flag] : std::vector<std::pair<std::string, int>>{
-           {"ipc", CLONE_NEWIPC}, {"uts", CLONE_NEWUTS}, {"net", CLONE_NEWNET},
-           {"pid", CLONE_NEWPID}, {"cgroup", CLONE_NEWCGROUP}, {"mnt", CLONE_NEWNS}, {"user", CLONE_NEWUSER}}) {
-    UniqueFd fd(::open(("/proc/" + std::to_string(state->pid) + "/ns/" + name).c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd) return FailWith(global, SystemError("open the container's " + name + " namespace", errno));
-    if (flag == CLONE_NEWCGROUP) {
-      cgroup_ns = std::move(fd);
-    } else if (flag == CLONE_NEWNS) {
-      mount_ns = std::move(fd);
-    } else if (flag == CLONE_NEWUSER) {
-      user_ns = std::move(fd);
-    } else {
-      namespaces.emplace_back(flag, std::move(fd));
-    }
+  // The container's namespaces. This process enters those that take effect for its child;
+  // the child the cgroup one (after it joins the cgroup), the mount one, and the user one last
+  // (entering the others needs host root).
+  std::map<std::string, UniqueFd> ns;
+  for (const char* name : {"ipc", "uts", "net", "pid", "cgroup", "mnt", "user"}) {
+    ns[name] = UniqueFd(::open(("/proc/" + std::to_string(state->pid) + "/ns/" + name).c_str(), O_RDONLY | O_CLOEXEC));
+    if (!ns[name]) return FailWith(global, SystemError(std::string("open the container's ") + name + " namespace", errno));
   }
   if (!Alive(*state)) return Fail(global, "container not running");  // the namespaces were its, not a reused pid's
   auto filter = runtime::BuildSeccompFilter();
@@ -518,8 +490,9 @@ int Exec(const GlobalOptions& global, const ExecOptions& options) {
     if (!connected.ok()) return FailWith(global, connected.error());
     console = std::move(*connected);
   }
-  for (auto& [flag, fd] : namespaces)
-    if (::setns(fd.get(), flag) != 0) return FailWith(global, SystemError("enter the container's namespaces", errno));
+  for (const auto& [name, flag] : {std::pair{"ipc", CLONE_NEWIPC}, {"uts", CLONE_NEWUTS}, {"net", CLONE_NEWNET},
+                                    {"pid", CLONE_NEWPID}})
+    if (::setns(ns[name].get(), flag) != 0) return FailWith(global, SystemError("enter the container's namespaces", errno));
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return FailWith(global, SystemError("pipe", errno));
   UniqueFd report_read(pipe_fds[0]), report_write(pipe_fds[1]);
@@ -528,28 +501,22 @@ int Exec(const GlobalOptions& global, const ExecOptions& options) {
   if (child < 0) return FailWith(global, SystemError("fork", errno));
   if (child == 0) {
     report_read.reset();
-    auto fail = [&](const Error& error) {
-      ReportLine(report_write.get(), error.message);
-      _exit(1);
-    };
-    auto check = [&](Status s) {
-      if (!s.ok()) fail(s.error());
-    };
+    const SetupReport report{report_write.get()};
     // Into the container's cgroup (this `exec` stays out), then the namespace rooted there.
-    check(state->Cgroup().Join(0));
-    if (::setns(cgroup_ns.get(), CLONE_NEWCGROUP) != 0) fail(SystemError("enter the container's cgroup namespace", errno));
-    if (::setns(mount_ns.get(), CLONE_NEWNS) != 0) fail(SystemError("enter the container's mount namespace", errno));
-    check(ActAsContainerRootOnHost(state->host_uid));
+    report.Check(state->Cgroup().Join(0));
+    if (::setns(ns["cgroup"].get(), CLONE_NEWCGROUP) != 0) report.Fail(SystemError("enter the container's cgroup namespace", errno));
+    if (::setns(ns["mnt"].get(), CLONE_NEWNS) != 0) report.Fail(SystemError("enter the container's mount namespace", errno));
+    report.Check(ActAsContainerRootOnHost(state->host_uid));
     if (process->oom_score_adj)
-      check(WriteSmallFile("/proc/self/oom_score_adj", std::to_string(*process->oom_score_adj)));
-    if (process->terminal) check(SetupConsole(console.get()));
+      report.Check(WriteSmallFile("/proc/self/oom_score_adj", std::to_string(*process->oom_score_adj)));
+    if (process->terminal) report.Check(SetupConsole(console.get()));
     console.reset();
-    check(BecomeProcessUser(user_ns.get(), *process));
-    user_ns.reset();
+    report.Check(BecomeProcessUser(ns["user"].get(), *process));
+    ns.clear();
     auto executable = FindExecutable(*process);
-    if (!executable.ok()) fail(executable.error());
-    check(LockDown(*filter));
-    fail(ExecProcess(*executable, *process).error());
+    if (!executable.ok()) report.Fail(executable.error());
+    report.Check(LockDown(*filter));
+    report.Fail(ExecProcess(*executable, *process).error());
   }
   report_write.reset();
   // Nothing read: the exec closed the pipe.

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/read_file.h"
+#include "oci/ceiling.h"
 
 namespace bulkhead::oci {
 namespace {
@@ -134,15 +135,31 @@ ContainerCgroup ContainerCgroup::FromDirs(std::vector<std::string> dirs, bool v2
   return group;
 }
 
-Status ContainerCgroup::Create(const Resources& r) const {
-  const int64_t pids = r.pids_limit.value_or(kDefaultPidsLimit);
+Status ContainerCgroup::Create(const Resources& resources) const {
+  for (const std::string& dir : dirs_) {
+    BH_TRY(MakeGroup(dir, !v2_ && HasController(dir, "cpuset")));
+    if (v2_) {
+      // The controllers the limits need, passed down from the root to the group's parent.
+      for (size_t at = std::string(kCgroupRoot).size(); at != std::string::npos && at < dir.size();
+           at = dir.find('/', at + 1))
+        (void)Write(dir.substr(0, at), "cgroup.subtree_control", "+cpu +memory +pids");
+    } else if (HasController(dir, "devices")) {
+      // The default devices alone, the pty ones too (/dev/ptmx, /dev/pts/*).
+      BH_TRY(Write(dir, "devices.deny", "a"));
+      for (const DefaultDevice& device : kDefaultDevices)
+        BH_TRY(Write(dir, "devices.allow", "c " + std::to_string(device.major) + ":" + std::to_string(device.minor) + " rwm"));
+      for (const char* rule : {"c 5:2 rwm", "c 136:* rwm"}) BH_TRY(Write(dir, "devices.allow", rule));
+    }
+  }
+  Resources limits = resources;
+  if (!limits.pids_limit) limits.pids_limit = kDefaultPidsLimit;
+  return Apply(limits);
+}
+
+Status ContainerCgroup::Apply(const Resources& r) const {
+  const std::string pids = r.pids_limit && *r.pids_limit > 0 ? std::to_string(*r.pids_limit) : "max";
   if (v2_) {
     const std::string& dir = dirs_[0];
-    // The controllers the limits need, passed down from the root to the group's parent.
-    BH_TRY(MakeGroup(dir, false));
-    for (size_t at = std::string(kCgroupRoot).size(); at != std::string::npos && at < dir.size();
-         at = dir.find('/', at + 1))
-      (void)Write(dir.substr(0, at), "cgroup.subtree_control", "+cpu +memory +pids");
     if (r.memory_limit && *r.memory_limit > 0) BH_TRY(Write(dir, "memory.max", std::to_string(*r.memory_limit)));
     if (r.memory_swap && r.memory_limit && *r.memory_swap >= *r.memory_limit)
       (void)Write(dir, "memory.swap.max", std::to_string(*r.memory_swap - *r.memory_limit));
@@ -150,11 +167,10 @@ Status ContainerCgroup::Create(const Resources& r) const {
       BH_TRY(Write(dir, "cpu.weight", std::to_string(1 + ((*r.cpu_shares - 2) * 9999) / 262142)));
     if (r.cpu_quota && *r.cpu_quota > 0)
       BH_TRY(Write(dir, "cpu.max", std::to_string(*r.cpu_quota) + " " + std::to_string(r.cpu_period.value_or(100000))));
-    BH_TRY(Write(dir, "pids.max", pids > 0 ? std::to_string(pids) : "max"));
+    if (r.pids_limit) BH_TRY(Write(dir, "pids.max", pids));
     return {};
   }
   for (const std::string& dir : dirs_) {
-    BH_TRY(MakeGroup(dir, HasController(dir, "cpuset")));
     if (HasController(dir, "memory")) {
       if (r.memory_limit && *r.memory_limit > 0) BH_TRY(Write(dir, "memory.limit_in_bytes", std::to_string(*r.memory_limit)));
       if (r.memory_swap && *r.memory_swap > 0) (void)Write(dir, "memory.memsw.limit_in_bytes", std::to_string(*r.memory_swap));
@@ -168,14 +184,7 @@ Status ContainerCgroup::Create(const Resources& r) const {
       if (!r.cpuset_cpus.empty()) BH_TRY(Write(dir, "cpuset.cpus", r.cpuset_cpus));
       if (!r.cpuset_mems.empty()) BH_TRY(Write(dir, "cpuset.mems", r.cpuset_mems));
     }
-    if (HasController(dir, "pids")) BH_TRY(Write(dir, "pids.max", pids > 0 ? std::to_string(pids) : "max"));
-    if (HasController(dir, "devices")) {
-      // The default devices alone (the spec's own are made by the runtime with these numbers).
-      BH_TRY(Write(dir, "devices.deny", "a"));
-      for (const char* rule : {"c 1:3 rwm", "c 1:5 rwm", "c 1:7 rwm", "c 1:8 rwm", "c 1:9 rwm", "c 5:0 rwm",
-                               "c 5:1 rwm", "c 5:2 rwm", "c 136:* rwm", "c 10:200 rwm"})
-        BH_TRY(Write(dir, "devices.allow", rule));
-    }
+    if (HasController(dir, "pids") && r.pids_limit) BH_TRY(Write(dir, "pids.max", pids));
   }
   return {};
 }

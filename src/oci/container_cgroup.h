@@ -25,7 +25,10 @@ class ContainerCgroup {
   // From the directories Dirs() answered (the container's state).
   static ContainerCgroup FromDirs(std::vector<std::string> dirs, bool v2);
 
+  // Makes the group with the spec's limits (pids: kDefaultPidsLimit unless it sets one).
   Status Create(const Resources& resources) const;
+  // The limits `resources` sets, the others left as they are (`update`).
+  Status Apply(const Resources& resources) const;
   Status Join(pid_t pid) const;  // 0: the calling process
   Status SetFrozen(bool frozen) const;
   bool Frozen() const;

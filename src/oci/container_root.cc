@@ -18,6 +18,7 @@
 #include "common/proc_masks.h"
 #include "common/read_file.h"
 #include "common/unique_fd.h"
+#include "oci/ceiling.h"
 
 namespace bulkhead::oci {
 namespace {
@@ -25,12 +26,6 @@ namespace {
 // What bulkhead hides in every sandbox besides what the spec asks (common/proc_masks.h).
 constexpr const char* kMaskedSysPaths[] = {"/sys/firmware", "/sys/devices/virtual/powercap"};
 
-struct DefaultDevice {
-  const char* path;
-  unsigned major, minor;
-};
-constexpr DefaultDevice kDefaultDevices[] = {{"/dev/null", 1, 3},    {"/dev/zero", 1, 5},  {"/dev/full", 1, 7},
-                                             {"/dev/random", 1, 8},  {"/dev/urandom", 1, 9}, {"/dev/tty", 5, 0}};
 constexpr std::pair<const char*, const char*> kDevLinks[] = {{"/dev/fd", "/proc/self/fd"},
                                                              {"/dev/stdin", "/proc/self/fd/0"},
                                                              {"/dev/stdout", "/proc/self/fd/1"},
@@ -40,7 +35,7 @@ constexpr std::pair<const char*, const char*> kDevLinks[] = {{"/dev/fd", "/proc/
 std::string Unescape(const std::string& s) {
   std::string out;
   for (size_t i = 0; i < s.size(); i++) {
-    if (s[i] == '\\' && i + 3 < s.size() + 0 && std::isdigit(static_cast<unsigned char>(s[i + 1]))) {
+    if (s[i] == '\\' && i + 3 < s.size() && std::isdigit(static_cast<unsigned char>(s[i + 1]))) {
       out += static_cast<char>(std::stoi(s.substr(i + 1, 3), nullptr, 8));
       i += 3;
     } else {

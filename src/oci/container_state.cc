@@ -10,27 +10,11 @@
 #include <nlohmann/json.hpp>
 
 #include "common/read_file.h"
+#include "runtime/process.h"
 
 namespace bulkhead::oci {
-namespace {
 
 using nlohmann::json;
-
-// Fields 3 (state) and 22 (start time) of /proc/<pid>/stat, after the parenthesised name.
-bool ReadStat(pid_t pid, char* state, uint64_t* start_time) {
-  auto stat = ReadSmallFile("/proc/" + std::to_string(pid) + "/stat");
-  if (!stat) return false;
-  size_t close = stat->rfind(')');
-  if (close == std::string::npos || close + 2 >= stat->size()) return false;
-  *state = (*stat)[close + 2];
-  const char* p = stat->c_str() + close + 2;
-  for (int field = 3; field < 22 && *p; p++)
-    if (*p == ' ') field++;
-  *start_time = std::strtoull(p, nullptr, 10);
-  return true;
-}
-
-}  // namespace
 
 Status CheckId(const std::string& id) {
   if (id.empty() || id.size() > 1024 || id[0] == '.')
@@ -63,8 +47,7 @@ Result<ContainerState> LoadState(const std::string& root, const std::string& id)
     s.cgroup_dirs = j.at("cgroup_dirs").get<std::vector<std::string>>();
     s.cgroup_v2 = j.at("cgroup_v2");
     s.annotations = j.value("annotations", std::map<std::string, std::string>{});
-    s.egress_pid = j.value("egress_pid", 0);
-    s.egress_start_time = j.value("egress_start_time", uint64_t{0});
+    s.egress_helper = {j.value("egress_pid", 0), j.value("egress_start_time", uint64_t{0})};
     return s;
   } catch (const json::exception& e) {
     return MakeError(ErrorCode::kInternal, "container \"" + id + "\": unreadable state: " + e.what());
@@ -75,7 +58,7 @@ Status SaveState(const std::string& root, const ContainerState& s) {
   json j = {{"id", s.id},         {"bundle", s.bundle},         {"rootfs", s.rootfs},   {"created", s.created},
             {"pid", s.pid},       {"start_time", s.start_time}, {"host_uid", s.host_uid}, {"pod", s.pod},
             {"cgroup_dirs", s.cgroup_dirs}, {"cgroup_v2", s.cgroup_v2}, {"annotations", s.annotations},
-            {"egress_pid", s.egress_pid}, {"egress_start_time", s.egress_start_time}};
+            {"egress_pid", s.egress_helper.pid}, {"egress_start_time", s.egress_helper.start_time}};
   const std::string path = StateDir(root, s.id) + "/state.json";
   const std::string text = j.dump();
   BH_TRY(WriteWholeFile(path + ".tmp", text.data(), text.size(), 0600));
@@ -83,14 +66,7 @@ Status SaveState(const std::string& root, const ContainerState& s) {
   return {};
 }
 
-uint64_t StartTime(pid_t pid) {
-  char state = 0;
-  uint64_t start = 0;
-  if (!ReadStat(pid, &state, &start) || state == 'Z' || state == 'X') return 0;
-  return start;
-}
-
-bool Alive(const ContainerState& s) { return s.pid > 0 && StartTime(s.pid) == s.start_time; }
+bool Alive(const ContainerState& s) { return runtime::HandleAlive({s.pid, s.start_time}); }
 
 std::string CurrentStatus(const std::string& root, const ContainerState& s) {
   if (!Alive(s)) return "stopped";

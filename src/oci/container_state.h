@@ -12,6 +12,7 @@
 #include "common/result.h"
 #include "common/unique_fd.h"
 #include "oci/container_cgroup.h"
+#include "runtime/tier.h"
 
 namespace bulkhead::oci {
 
@@ -26,8 +27,7 @@ struct ContainerState {
   bool cgroup_v2 = false;
   std::map<std::string, std::string> annotations;
   // The pod's egress helper (oci/pod_egress.h), kept by its sandbox container; pid 0: none.
-  pid_t egress_pid = 0;
-  uint64_t egress_start_time = 0;
+  runtime::SandboxHandle egress_helper;
 
   ContainerCgroup Cgroup() const { return ContainerCgroup::FromDirs(cgroup_dirs, cgroup_v2); }
 };
@@ -43,8 +43,6 @@ Status SaveState(const std::string& root, const ContainerState& state);
 std::string CurrentStatus(const std::string& root, const ContainerState& state);
 // Whether the container's first process still runs (not exited, not a zombie, not a reused pid).
 bool Alive(const ContainerState& state);
-// /proc/<pid>/stat's start time; 0 when the process is gone.
-uint64_t StartTime(pid_t pid);
 
 // An exclusive lock on the state root, held while a command reads and changes what it keeps.
 Result<UniqueFd> LockRoot(const std::string& root);

@@ -17,7 +17,7 @@
 #include "net/allow_rules.h"
 #include "net/egress_proxy.h"
 #include "net/netns.h"
-#include "oci/container_state.h"
+#include "runtime/process.h"
 
 namespace bulkhead::oci {
 namespace {
@@ -103,7 +103,7 @@ Result<std::optional<EgressSettings>> PodEgressSettings(const std::map<std::stri
   return std::optional<EgressSettings>(std::move(settings));
 }
 
-Result<EgressHelper> StartEgressHelper(const std::string& pod, const std::string& netns,
+Result<runtime::SandboxHandle> StartEgressHelper(const std::string& pod, const std::string& netns,
                                        const std::map<std::string, std::string>& annotations,
                                        const EgressSettings& settings) {
   const char* dir_variable = std::getenv(kEgressLogDirVariable);
@@ -146,18 +146,14 @@ Result<EgressHelper> StartEgressHelper(const std::string& pod, const std::string
   const size_t space = said.find(' ');
   if (said.rfind("ok ", 0) != 0 || space == std::string::npos)
     return MakeError(ErrorCode::kInternal, "the pod's egress helper did not start" + (said.empty() ? "" : ": " + said));
-  EgressHelper helper;
-  helper.pid = static_cast<pid_t>(std::stol(said.substr(space + 1)));
-  helper.start_time = StartTime(helper.pid);
-  helper.log = log;
-  return helper;
+  return runtime::HandleOf(static_cast<pid_t>(std::stol(said.substr(space + 1))));
 }
 
-void StopEgressHelper(const EgressHelper& helper) {
-  if (helper.pid <= 0 || StartTime(helper.pid) != helper.start_time) return;
+void StopEgressHelper(const runtime::SandboxHandle& helper) {
+  if (!runtime::HandleAlive(helper)) return;
   ::kill(helper.pid, SIGTERM);
-  for (int i = 0; i < 200 && StartTime(helper.pid) == helper.start_time; i++) ::usleep(10000);
-  if (StartTime(helper.pid) == helper.start_time) ::kill(helper.pid, SIGKILL);
+  for (int i = 0; i < 200 && runtime::HandleAlive(helper); i++) ::usleep(10000);
+  if (runtime::HandleAlive(helper)) ::kill(helper.pid, SIGKILL);
 }
 
 int RunEgressHelper(const std::string& pod, const std::string& netns, const EgressSettings& settings,

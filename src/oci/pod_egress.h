@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "runtime/tier.h"
 
 namespace bulkhead::oci {
 
@@ -38,17 +39,12 @@ struct EgressSettings {
 // nullopt when it names no mode.
 Result<std::optional<EgressSettings>> PodEgressSettings(const std::map<std::string, std::string>& annotations);
 
-struct EgressHelper {
-  pid_t pid = 0;
-  uint64_t start_time = 0;
-  std::string log;
-};
 // Starts the pod's helper on `netns` (a path); answers once every connection the pod starts
-// goes through it.
-Result<EgressHelper> StartEgressHelper(const std::string& pod, const std::string& netns,
+// goes through it. Answers its process.
+Result<runtime::SandboxHandle> StartEgressHelper(const std::string& pod, const std::string& netns,
                                        const std::map<std::string, std::string>& annotations,
                                        const EgressSettings& settings);
-void StopEgressHelper(const EgressHelper& helper);
+void StopEgressHelper(const runtime::SandboxHandle& helper);
 
 // `bulkhead-oci egress`: the helper itself. Serves until SIGTERM; "ok" on `ready_fd` once it
 // serves.

@@ -21,6 +21,7 @@
 #include <cstring>
 
 #include "common/sandbox_caps.h"
+#include "common/send_fd.h"
 
 namespace bulkhead::oci {
 namespace {
@@ -86,21 +87,7 @@ Status SetupConsole(int console_socket) {
   if (replica < 0) return SystemError("open pty replica", errno);
   UniqueFd replica_fd(replica);
   // The master goes to whoever listens on the console socket (containerd's shim), named as runc names it.
-  char name[] = "/dev/ptmx";
-  iovec iov{name, sizeof name - 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr message{};
-  message.msg_iov = &iov;
-  message.msg_iovlen = 1;
-  message.msg_control = control;
-  message.msg_controllen = sizeof control;
-  cmsghdr* cmsg = CMSG_FIRSTHDR(&message);
-  cmsg->cmsg_level = SOL_SOCKET;
-  cmsg->cmsg_type = SCM_RIGHTS;
-  cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-  const int master_fd = master.get();
-  std::memcpy(CMSG_DATA(cmsg), &master_fd, sizeof master_fd);
-  if (::sendmsg(console_socket, &message, MSG_NOSIGNAL) < 0) return SystemError("send pty to console socket", errno);
+  if (SendWithFd(console_socket, "/dev/ptmx", master.get()) < 0) return SystemError("send pty to console socket", errno);
   if (::setsid() < 0) return SystemError("setsid", errno);
   if (::ioctl(replica_fd.get(), TIOCSCTTY, 0) != 0) return SystemError("set controlling terminal", errno);
   for (int fd = 0; fd <= 2; fd++)
@@ -177,9 +164,12 @@ Status ExecProcess(const std::string& path, const Process& process) {
   return SystemError("exec " + path, errno);
 }
 
-void ReportLine(int fd, const std::string& line) {
-  std::string text = line + "\n";
-  (void)!::write(fd, text.data(), text.size());
+void SetupReport::Ok() const { (void)!::write(fd, "ok\n", 3); }
+
+void SetupReport::Fail(const Error& error) const {
+  const std::string line = error.message + "\n";
+  (void)!::write(fd, line.data(), line.size());
+  _exit(1);
 }
 
 }  // namespace bulkhead::oci

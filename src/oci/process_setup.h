@@ -37,7 +37,14 @@ Status LockDown(const std::vector<sock_filter>& filter);
 // Never returns on success.
 Status ExecProcess(const std::string& path, const Process& process);
 
-// The parent's end of a setup child's report: the child writes one line, "ok" or the error.
-void ReportLine(int fd, const std::string& line);
+// A setup child's end of the pipe its parent reads: one line, "ok" or the error that ends it.
+struct SetupReport {
+  int fd = -1;
+  void Ok() const;
+  [[noreturn]] void Fail(const Error& error) const;
+  void Check(const Status& status) const {
+    if (!status.ok()) Fail(status.error());
+  }
+};
 
 }  // namespace bulkhead::oci

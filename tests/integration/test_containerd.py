@@ -203,6 +203,19 @@ def test_a_pod_runs_as_a_host_uid_range_of_its_own_shared_by_its_containers(cont
     assert r.returncode == 0 and r.stdout.strip() != "0", r
 
 
+def test_an_update_changes_the_limits_it_names_and_leaves_the_others(containerd, pods, bulkhead):
+    """kubectl's in-place resize is the CRI's UpdateContainerResources (`bulkhead-oci update`):
+    the memory limit it names is set, inside the container's own cgroup; the default pids cap
+    stays. (tests/unit/oci_spec_test.cc checks that an update leaves a spec's own pids limit.)"""
+    pod = pods(bulkhead, name="update")
+    cid = containerd.run_container(pod, ["/bin/sleep", "3600"])
+    read = ["cat", "/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/pids/pids.max"]
+    assert containerd.exec(cid, read).stdout.split()[1] == "4096"
+    containerd.crictl("update", "--memory", str(300 << 20), cid)
+    assert containerd.exec(cid, read).stdout.split() == [str(300 << 20), "4096"]
+    assert "update" in {c.command for c in _calls_for(containerd, cid)}
+
+
 def test_a_containers_files_are_stored_with_its_own_ids_in_containerds_snapshot(containerd, pods, bulkhead):
     """The snapshot's layers are idmapped into the container: root inside writes files stored
     as uid 0 in containerd's snapshot (not as its host range), and an image's files owned by

@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
+#include "common/read_file.h"
 #include "oci/ceiling.h"
 #include "oci/container_cgroup.h"
 #include "oci/container_root.h"
@@ -224,6 +226,36 @@ TEST(OciPodEgress, ReadsTheAnnotationsAsTheDaemonReadsAPolicy) {
     ASSERT_FALSE(refused.ok()) << message;
     EXPECT_NE(refused.error().message.find(message), std::string::npos) << refused.error().message;
   }
+}
+
+}  // namespace
+}  // namespace bulkhead::oci
+
+namespace bulkhead::oci {
+namespace {
+
+// `update` sets what it names and nothing else: a pids limit of the spec outlives a memory change.
+TEST(OciCgroup, ApplyChangesOnlyTheLimitsItNames) {
+  auto group = ContainerCgroup::Resolve("/bulkhead-oci-unit-" + std::to_string(::getpid()), "x", false);
+  ASSERT_TRUE(group.ok()) << group.error().message;
+  Resources made;
+  made.pids_limit = 100;
+  made.memory_limit = 256 << 20;
+  ASSERT_TRUE(group->Create(made).ok());
+  Resources update;
+  update.memory_limit = 300 << 20;
+  EXPECT_TRUE(group->Apply(update).ok());
+  auto read = [&](const std::string& file) {
+    for (const std::string& dir : group->Dirs())
+      if (auto value = ReadSmallFile(dir + "/" + file)) return *value;
+    return std::string();
+  };
+  EXPECT_EQ(read("pids.max"), "100\n");
+  EXPECT_EQ(read(group->v2() ? "memory.max" : "memory.limit_in_bytes"), std::to_string(300 << 20) + "\n");
+  Resources defaults;  // a spec that sets no pids limit gets bulkhead's
+  EXPECT_TRUE(group->Create(defaults).ok());
+  EXPECT_EQ(read("pids.max"), std::to_string(kDefaultPidsLimit) + "\n");
+  EXPECT_TRUE(group->Remove().ok());
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <thread>
 
+#include "common/send_fd.h"
+
 namespace bulkhead::runtime::microvm {
 namespace {
 using nlohmann::json;
@@ -55,21 +57,7 @@ Result<json> Qmp::Execute(const std::string& command, const json& arguments, int
   json request = {{"execute", command}};
   if (!arguments.empty()) request["arguments"] = arguments;
   const std::string line = request.dump() + "\n";
-  iovec iov{const_cast<char*>(line.data()), line.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  if (fd >= 0) {
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
-  }
-  if (::sendmsg(socket_.get(), &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(line.size()))
+  if (SendWithFd(socket_.get(), line, fd) != static_cast<ssize_t>(line.size()))
     return SystemError("qmp: send " + command, errno);
   while (true) {
     auto reply = ReadMessage();
